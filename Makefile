@@ -1,0 +1,76 @@
+# minibroker: the commands of DESIGN.md §1. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
+PYTEST_ARGS ?=
+
+.PHONY: help setup system-deps test check unit integration proto bench up down run chaos audit image clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+setup: system-deps $(INSTALLED) ## install what is missing: ZooKeeper, Java 17, the venv with minibroker[dev]
+
+# Debian's zookeeper package and a Java 17 runtime, installed only when missing.
+system-deps:
+	@need=""; \
+	[ -f $(ZOOKEEPER_JAR) ] || need="$$need zookeeper"; \
+	java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' || need="$$need openjdk-17-jre-headless"; \
+	if [ -n "$$need" ]; then \
+	  echo "installing Debian packages:$$need"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; \
+	  else echo "error: need root or sudo to install$$need" >&2; exit 1; fi; \
+	  $$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q $$need; \
+	fi
+
+$(INSTALLED): pyproject.toml
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+check: $(INSTALLED) ## lint (ruff) and type-check (mypy)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy broker controller client deploy chaos proto bench tests
+
+test: setup check ## install what is missing, then lint and run the whole suite
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: $(INSTALLED) ## only the tests that need no servers
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: setup ## only the tests with real ZooKeeper and broker processes
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+proto: $(INSTALLED) ## regenerate the committed gRPC stubs from proto/minibroker.proto
+	$(PY) -m proto.generate
+
+bench: setup ## run the benchmarks and write bench/RESULTS.md
+	$(PY) -m bench.run
+
+up: ## the cluster in Docker (ZooKeeper + 3 brokers): not built yet, see README
+	@echo "make up: the Docker deployment is not built yet (issue 6); see README.md" >&2; exit 1
+
+down: ## stop the Docker cluster
+	@echo "make down: the Docker deployment is not built yet (issue 6)" >&2; exit 1
+
+run: ## local demo cluster: not built yet
+	@echo "make run: the local cluster launcher is not built yet (issue 5)" >&2; exit 1
+
+chaos: ## chaos scenarios: not built yet
+	@echo "make chaos: not built yet" >&2; exit 1
+
+audit: ## Spark audit of replica logs: not built yet
+	@echo "make audit: not built yet (issue 7)" >&2; exit 1
+
+image: ## Docker image: not built yet
+	@echo "make image: not built yet (issue 6)" >&2; exit 1
+
+clean: ## remove the venv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

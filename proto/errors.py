@@ -1,0 +1,247 @@
+"""Kafka's error codes as Python exceptions, shared by the broker and the client.
+
+One root with flags (as aiokafka does): retry loops ask ``err.retriable`` and
+``err.invalid_metadata`` instead of long isinstance chains. The broker raises these inside
+request handling and turns them into the per-partition ``ErrorCode`` of the response; the
+client turns a response's code back into the exception with :func:`for_code`.
+
+::
+
+    MinibrokerError                      root of everything minibroker raises on purpose
+    └── BrokerResponseError              carries an ErrorCode (.code) from the wire
+        ├── OffsetOutOfRangeError
+        ├── CorruptMessageError
+        ├── UnknownTopicOrPartitionError     retriable, invalid_metadata
+        ├── LeaderNotAvailableError          retriable, invalid_metadata
+        ├── NotLeaderOrFollowerError         retriable, invalid_metadata
+        ├── RequestTimedOutError             retriable
+        ├── BrokerNotAvailableError          retriable, invalid_metadata
+        ├── MessageTooLargeError
+        ├── StaleControllerEpochError
+        ├── InvalidTopicError
+        ├── NotEnoughReplicasError           retriable
+        ├── NotEnoughReplicasAfterAppendError retriable (the write may be in the log)
+        ├── InvalidRequiredAcksError
+        ├── InvalidRequestError
+        ├── OutOfOrderSequenceError
+        ├── DuplicateSequenceError
+        ├── KafkaStorageError                retriable, invalid_metadata
+        ├── FencedLeaderEpochError           retriable, invalid_metadata
+        ├── UnknownLeaderEpochError          retriable
+        └── (any other code)                 BrokerResponseError itself, flags from the table
+"""
+
+from __future__ import annotations
+
+from proto.minibroker_pb2 import ErrorCode
+
+
+class MinibrokerError(Exception):
+    """Base of every error minibroker raises deliberately."""
+
+    retriable: bool = False
+    """The same request may succeed if sent again (after a backoff)."""
+    invalid_metadata: bool = False
+    """The client's view of leadership is stale: refresh metadata before retrying."""
+
+
+class BrokerResponseError(MinibrokerError):
+    """An error a broker reports with a Kafka ``ErrorCode``."""
+
+    code: int = ErrorCode.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str = "", *, code: int | None = None) -> None:
+        if code is not None:
+            self.code = code  # a generic instance for a code without a class of its own
+        super().__init__(message or _DESCRIPTIONS.get(self.code, "unknown error"))
+
+    @property
+    def code_name(self) -> str:
+        """The code's Kafka name, e.g. ``NOT_LEADER_OR_FOLLOWER``."""
+        try:
+            return ErrorCode.Name(ErrorCode.ValueType(self.code))
+        except ValueError:
+            return f"ERROR_{self.code}"
+
+    def __str__(self) -> str:
+        return f"{self.code_name}: {super().__str__()}"
+
+
+class OffsetOutOfRangeError(BrokerResponseError):
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class CorruptMessageError(BrokerResponseError):
+    code = ErrorCode.CORRUPT_MESSAGE
+
+
+class UnknownTopicOrPartitionError(BrokerResponseError):
+    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    retriable = True
+    invalid_metadata = True
+
+
+class LeaderNotAvailableError(BrokerResponseError):
+    code = ErrorCode.LEADER_NOT_AVAILABLE
+    retriable = True
+    invalid_metadata = True
+
+
+class NotLeaderOrFollowerError(BrokerResponseError):
+    code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    retriable = True
+    invalid_metadata = True
+
+
+class RequestTimedOutError(BrokerResponseError):
+    code = ErrorCode.REQUEST_TIMED_OUT
+    retriable = True
+
+
+class BrokerNotAvailableError(BrokerResponseError):
+    code = ErrorCode.BROKER_NOT_AVAILABLE
+    retriable = True
+    invalid_metadata = True
+
+
+class MessageTooLargeError(BrokerResponseError):
+    code = ErrorCode.MESSAGE_TOO_LARGE
+
+
+class StaleControllerEpochError(BrokerResponseError):
+    code = ErrorCode.STALE_CONTROLLER_EPOCH
+
+
+class InvalidTopicError(BrokerResponseError):
+    code = ErrorCode.INVALID_TOPIC
+
+
+class NotEnoughReplicasError(BrokerResponseError):
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
+    retriable = True
+
+
+class NotEnoughReplicasAfterAppendError(BrokerResponseError):
+    """The leader appended the batch but the ISR shrank below min.insync.replicas.
+
+    Retrying may write the records twice (unless the producer is idempotent).
+    """
+
+    code = ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    retriable = True
+
+
+class InvalidRequiredAcksError(BrokerResponseError):
+    code = ErrorCode.INVALID_REQUIRED_ACKS
+
+
+class InvalidRequestError(BrokerResponseError):
+    code = ErrorCode.INVALID_REQUEST
+
+
+class OutOfOrderSequenceError(BrokerResponseError):
+    code = ErrorCode.OUT_OF_ORDER_SEQUENCE
+
+
+class DuplicateSequenceError(BrokerResponseError):
+    code = ErrorCode.DUPLICATE_SEQUENCE
+
+
+class KafkaStorageError(BrokerResponseError):
+    code = ErrorCode.KAFKA_STORAGE_ERROR
+    retriable = True
+    invalid_metadata = True
+
+
+class FencedLeaderEpochError(BrokerResponseError):
+    """The requester's leader epoch is older than the broker's: refresh and retry."""
+
+    code = ErrorCode.FENCED_LEADER_EPOCH
+    retriable = True
+    invalid_metadata = True
+
+
+class UnknownLeaderEpochError(BrokerResponseError):
+    """The requester's leader epoch is newer than the broker's: the broker will catch up."""
+
+    code = ErrorCode.UNKNOWN_LEADER_EPOCH
+    retriable = True
+
+
+_CLASSES: dict[int, type[BrokerResponseError]] = {
+    cls.code: cls
+    for cls in (
+        OffsetOutOfRangeError,
+        CorruptMessageError,
+        UnknownTopicOrPartitionError,
+        LeaderNotAvailableError,
+        NotLeaderOrFollowerError,
+        RequestTimedOutError,
+        BrokerNotAvailableError,
+        MessageTooLargeError,
+        StaleControllerEpochError,
+        InvalidTopicError,
+        NotEnoughReplicasError,
+        NotEnoughReplicasAfterAppendError,
+        InvalidRequiredAcksError,
+        InvalidRequestError,
+        OutOfOrderSequenceError,
+        DuplicateSequenceError,
+        KafkaStorageError,
+        FencedLeaderEpochError,
+        UnknownLeaderEpochError,
+    )
+}
+
+_DESCRIPTIONS: dict[int, str] = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: "the server failed unexpectedly while handling the request",
+    ErrorCode.OFFSET_OUT_OF_RANGE: "the offset is outside the range the partition holds",
+    ErrorCode.CORRUPT_MESSAGE: "a record batch failed validation (CRC, length, magic or count)",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "this broker does not host that topic-partition",
+    ErrorCode.LEADER_NOT_AVAILABLE: "the partition has no leader right now (election under way)",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: (
+        "this broker is not the leader (or a replica) of that partition"
+    ),
+    ErrorCode.REQUEST_TIMED_OUT: "the request timed out",
+    ErrorCode.BROKER_NOT_AVAILABLE: "the broker is not available",
+    ErrorCode.MESSAGE_TOO_LARGE: "a record batch is larger than message.max.bytes",
+    ErrorCode.STALE_CONTROLLER_EPOCH: "the request came from a controller that has been replaced",
+    ErrorCode.INVALID_TOPIC: "the topic name is invalid",
+    ErrorCode.NOT_ENOUGH_REPLICAS: "fewer in-sync replicas than min.insync.replicas",
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: (
+        "written to the leader, but the ISR fell below min.insync.replicas"
+    ),
+    ErrorCode.INVALID_REQUIRED_ACKS: "acks must be 0, 1 or -1 (all)",
+    ErrorCode.INVALID_REQUEST: "the request is malformed",
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: "the producer's sequence number has a gap",
+    ErrorCode.DUPLICATE_SEQUENCE: "the producer's batch was already written",
+    ErrorCode.KAFKA_STORAGE_ERROR: "the broker could not read or write its log directory",
+    ErrorCode.FENCED_LEADER_EPOCH: "the leader epoch in the request is older than the broker's",
+    ErrorCode.UNKNOWN_LEADER_EPOCH: "the leader epoch in the request is newer than the broker's",
+}
+
+# Kafka's flags for the codes that have no class of their own.
+_RETRIABLE_CODES = frozenset(
+    {
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+        ErrorCode.NETWORK_EXCEPTION,
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+        ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        ErrorCode.ELECTION_NOT_NEEDED,
+    }
+)
+
+
+def for_code(code: int, message: str = "") -> BrokerResponseError | None:
+    """The exception for a response's error code, or None for ``NONE``."""
+    if code == ErrorCode.NONE:
+        return None
+    cls = _CLASSES.get(code)
+    if cls is not None:
+        return cls(message)
+    err = BrokerResponseError(message, code=code)
+    if code in _RETRIABLE_CODES:
+        err.retriable = True
+    return err
