@@ -1,0 +1,1077 @@
+"""A partition's log: its segments, offsets, recovery, retention and leader epoch cache.
+
+Kafka's ``Log`` (2.x), in directory ``<data-dir>/<topic>-<partition>/``::
+
+    00000000000000000000.log     record batches, Kafka v2 format (see broker.record_batch)
+    00000000000000000000.index   sparse offset index (see broker.offset_index)
+    00000000000000004096.log     the next segment, named after its first offset
+    00000000000000004096.index
+    leader-epoch-checkpoint      the epoch cache (broker.leader_epoch_cache)
+
+No ``.timeindex`` is written (optional per DESIGN.md); see broker.log_segment.
+
+Offsets are contiguous: each segment starts where the previous one ends and the batches of
+a segment follow each other without gaps, which recovery checks.
+
+Threading: every method is synchronous. The broker appends from its event loop thread and
+runs reads, flushes, retention and recovery in executor threads. One re-entrant lock guards
+the structure (segment list, offsets); reads take it only to snapshot which segments and
+byte ranges to read, then read without it. A read racing a truncation or a segment deletion
+notices (a truncation counter, SegmentClosedError) and starts over, so it returns what the
+log held at one instant or raises OffsetOutOfRangeError if its offset is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import re
+import shutil
+import struct
+import threading
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, NamedTuple
+
+from broker.leader_epoch_cache import CheckpointError, EpochEntry, LeaderEpochFileCache
+from broker.log_segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    LogSegment,
+    SegmentClosedError,
+    SegmentRead,
+)
+from broker.record_batch import (
+    NO_TIMESTAMP,
+    BatchHeader,
+    CorruptRecordError,
+    stamp_batch,
+    validate_batches,
+)
+from broker.topic_partition import TopicPartition
+
+__all__ = [
+    "LEADER_EPOCH_CHECKPOINT_FILE",
+    "FetchData",
+    "Log",
+    "LogAppendInfo",
+    "LogClosedError",
+    "LogConfig",
+    "LogError",
+    "OffsetOutOfRangeError",
+    "RecordTooLargeError",
+    "UnexpectedAppendOffsetError",
+]
+
+log = logging.getLogger(__name__)
+
+LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
+"""Leftovers of interrupted writes and deletions; removed when a log is opened."""
+
+_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index)")
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_BASE_OFFSET = struct.Struct(">q")
+_READ_ATTEMPTS = 5
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+class LogError(Exception):
+    """Base of the errors the Log raises about its own state or a request's offsets.
+
+    Invalid batches raise :class:`broker.record_batch.CorruptRecordError` (a ValueError) and
+    disk failures OSError, as they come.
+    """
+
+
+class OffsetOutOfRangeError(LogError):
+    """An offset outside ``[log start offset, log end offset]`` (OFFSET_OUT_OF_RANGE)."""
+
+
+class RecordTooLargeError(LogError):
+    """A batch above ``message.max.bytes`` or an append above ``segment.bytes``
+    (MESSAGE_TOO_LARGE)."""
+
+
+class UnexpectedAppendOffsetError(LogError):
+    """A follower append whose offsets do not continue the log end offset."""
+
+
+class LogClosedError(LogError):
+    """The log was closed or deleted."""
+
+
+# -- config ----------------------------------------------------------------------------------
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The per-log settings, under Kafka's names (topic-level name / broker-level name).
+
+    Validation errors are ValueErrors that name the Kafka property.
+    """
+
+    segment_bytes: int = 1024**3
+    """``segment.bytes`` / ``log.segment.bytes``: roll a new segment before this size."""
+    index_interval_bytes: int = 4096
+    """``index.interval.bytes`` / ``log.index.interval.bytes``: bytes between index entries."""
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    """``retention.ms`` / ``log.retention.ms`` (also ``.minutes``, ``.hours``); -1: no limit."""
+    retention_bytes: int = -1
+    """``retention.bytes`` / ``log.retention.bytes``; -1: no limit."""
+    flush_interval_messages: int | None = None
+    """``flush.messages`` / ``log.flush.interval.messages``: fsync after this many appended
+    records; None (Kafka's default, Long.MAX_VALUE) leaves flushing to the OS."""
+    max_message_bytes: int = 1048588
+    """``max.message.bytes`` / ``message.max.bytes``: largest batch accepted."""
+
+    # Kafka property -> (field, unit multiplier). Broker-level names come first so that a
+    # topic-level name in the same mapping overrides them; ms beats minutes beats hours.
+    PROPERTIES: ClassVar[dict[str, tuple[str, int]]] = {
+        "log.segment.bytes": ("segment_bytes", 1),
+        "log.index.interval.bytes": ("index_interval_bytes", 1),
+        "log.retention.hours": ("retention_ms", 3600 * 1000),
+        "log.retention.minutes": ("retention_ms", 60 * 1000),
+        "log.retention.ms": ("retention_ms", 1),
+        "log.retention.bytes": ("retention_bytes", 1),
+        "log.flush.interval.messages": ("flush_interval_messages", 1),
+        "message.max.bytes": ("max_message_bytes", 1),
+        "segment.bytes": ("segment_bytes", 1),
+        "index.interval.bytes": ("index_interval_bytes", 1),
+        "retention.ms": ("retention_ms", 1),
+        "retention.bytes": ("retention_bytes", 1),
+        "flush.messages": ("flush_interval_messages", 1),
+        "max.message.bytes": ("max_message_bytes", 1),
+    }
+
+    # Field -> (Kafka topic-level name, lowest, highest value).
+    BOUNDS: ClassVar[dict[str, tuple[str, int, int]]] = {
+        "segment_bytes": ("segment.bytes", 14, _INT32_MAX),
+        "index_interval_bytes": ("index.interval.bytes", 0, _INT32_MAX),
+        "retention_ms": ("retention.ms", -1, _INT64_MAX),
+        "retention_bytes": ("retention.bytes", -1, _INT64_MAX),
+        "flush_interval_messages": ("flush.messages", 1, _INT64_MAX),
+        "max_message_bytes": ("max.message.bytes", 0, _INT32_MAX),
+    }
+
+    def __post_init__(self) -> None:
+        for field, (name, low, high) in self.BOUNDS.items():
+            value = getattr(self, field)
+            if value is not None:
+                _check_range(name, value, low, high)
+
+    @classmethod
+    def from_properties(
+        cls, properties: Mapping[str, str], defaults: LogConfig | None = None
+    ) -> LogConfig:
+        """A config from Kafka properties over ``defaults`` (the built-in defaults if None).
+
+        Properties this class does not know are ignored (a topic config also holds
+        ``min.insync.replicas`` and the like). Raises ValueError naming the property for a
+        value that is not an integer or out of range.
+        """
+        values: dict[str, Any] = {}
+        for name, (field, unit) in cls.PROPERTIES.items():
+            text = properties.get(name)
+            if text is None:
+                continue
+            text = text.strip()
+            if not _INTEGER.fullmatch(text):
+                raise ValueError(f"invalid value for {name}: {text!r} is not an integer")
+            value = int(text)
+            if field == "flush_interval_messages" and value >= _INT64_MAX:
+                values[field] = None  # Kafka's default Long.MAX_VALUE: never
+                continue
+            _, low, high = cls.BOUNDS[field]
+            if unit != 1 and value < 0:
+                _check_range(name, value, low, high)  # -1 hours: no limit, like -1 ms
+            else:
+                _check_range(name, value, -(-low // unit), high // unit)
+                value *= unit
+            values[field] = value
+        return dataclasses.replace(cls() if defaults is None else defaults, **values)
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"invalid value for {name}: {value} (must be in [{low}, {high}])")
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append wrote (Kafka's ``LogAppendInfo``)."""
+
+    first_offset: int
+    last_offset: int
+    num_records: int
+    num_batches: int
+    valid_bytes: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    """Last offset of the first batch holding ``max_timestamp`` (Kafka's shallow offset)."""
+    batches: tuple[BatchHeader, ...]
+    """The batches' headers as written: base offsets and epochs stamped. The producer state
+    (idempotence) needs their producer ids, sequences and offsets."""
+    rolled: bool
+    """True when the append started a new segment. Kafka then flushes the old segment in
+    the background (raising the recovery point); the broker should call :meth:`Log.flush`
+    from an executor to do the same."""
+
+
+class FetchData(NamedTuple):
+    """What :meth:`Log.read` returns."""
+
+    records: bytes
+    """Whole v2 batches, possibly none."""
+    first_offset: int | None
+    """Base offset of the first returned batch (may be below the requested offset)."""
+    next_offset: int
+    """Offset after the last returned batch; the requested offset when nothing returned."""
+    log_start_offset: int
+    log_end_offset: int
+
+
+def _empty_append(offset: int) -> LogAppendInfo:
+    return LogAppendInfo(offset, offset - 1, 0, 0, 0, NO_TIMESTAMP, -1, (), False)
+
+
+# -- the log ---------------------------------------------------------------------------------
+
+
+class Log:
+    """A partition's append-only log on disk. Create with :meth:`open`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        topic_partition: TopicPartition,
+        segments: list[LogSegment],
+        epoch_cache: LeaderEpochFileCache,
+        *,
+        log_start_offset: int,
+    ) -> None:
+        """Use :meth:`open`, which loads and recovers the segments."""
+        self._directory = directory
+        self._config = config
+        self._topic_partition = topic_partition
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self._epoch_cache = epoch_cache
+        self._log_start_offset = log_start_offset
+        self._log_end_offset = segments[-1].next_offset
+        self._recovery_point = self._log_end_offset
+        self._lock = threading.RLock()
+        self._truncations = 0
+        """Bumped by every truncation, so a read racing one can tell and start over."""
+        self._dir_dirty = False
+        """True when a segment file was created or deleted since the directory was fsynced."""
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self._topic_partition}, start={self._log_start_offset}, "
+            f"end={self._log_end_offset}, segments={len(self._segments)})"
+        )
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        clean_shutdown: bool = False,
+    ) -> Log:
+        """Load the log in ``directory`` (created if missing), recovering it if needed.
+
+        Kafka's ``Log.loadSegments``/``recoverLog``: remove stray ``.tmp``/``.deleted``/
+        ``.cleaned``/``.swap`` files and orphan indexes; open every segment; recover (see
+        :meth:`LogSegment.recover`) every segment from the one holding ``recovery_point``
+        onward, plus any whose index is missing or corrupt (and those after it); at the
+        first torn or invalid batch truncate there and delete all later segments. With
+        ``clean_shutdown`` (Kafka's ``.kafka_cleanshutdown`` marker) nothing is recovered
+        unless an index is bad. An empty log gets a segment at ``log_start_offset``.
+        Afterwards the recovery point is the log end offset; recovered segments are fsynced
+        first so that it holds.
+
+        The epoch cache is reconciled with the recovered batches: entries in the recovered
+        range are replaced by the epoch changes the batches actually carry, then
+        ``truncate_from_end(LEO)`` and ``truncate_from_start(log start)`` as Kafka does.
+        (Kafka only assigns recovered epochs above the latest cached one; rebuilding the
+        range also repairs a checkpoint that disagrees with the log, e.g. after damage to
+        the uncovered partitionLeaderEpoch field.) An unreadable checkpoint is discarded
+        and the cache rebuilt by recovering the whole log.
+
+        Never raises on corrupt data, only on I/O errors (OSError), and ValueError when the
+        directory name is not ``<topic>-<partition>``.
+        """
+        topic_partition = TopicPartition.from_dir_name(directory.name)
+        directory.mkdir(parents=True, exist_ok=True)
+        _remove_stray_files(directory)
+        epoch_cache, cache_lost = _open_epoch_cache(directory / LEADER_EPOCH_CHECKPOINT_FILE)
+        segments: list[LogSegment] = []
+        try:
+            for base in _segment_base_offsets(directory):
+                segments.append(
+                    LogSegment.open(
+                        directory, base, index_interval_bytes=config.index_interval_bytes
+                    )
+                )
+            segments, recovered_from, epoch_starts = _recover(
+                segments,
+                start=_recovery_start(segments, recovery_point, clean_shutdown, cache_lost),
+            )
+            if not segments:
+                segments = [_create_segment(directory, config, log_start_offset)]
+            elif segments[-1].next_offset < log_start_offset:
+                # As Kafka's recoverLog: segment files were deleted from the file system
+                # under the checkpointed log start offset; start over there.
+                log.warning(
+                    "%s: log end offset %d is below the log start offset %d; deleting all segments",
+                    directory,
+                    segments[-1].next_offset,
+                    log_start_offset,
+                )
+                for segment in segments:
+                    segment.delete()
+                segments = [_create_segment(directory, config, log_start_offset)]
+                recovered_from, epoch_starts = None, []
+                epoch_cache.clear_and_flush()
+            log_end_offset = segments[-1].next_offset
+            start = max(log_start_offset, segments[0].base_offset)
+            if recovered_from is not None:
+                _reconcile_epochs(epoch_cache, recovered_from, log_end_offset, epoch_starts)
+                # The recovery point becomes the LEO: make that true even if the OS crashes
+                # before writing back what the crashed process left in the page cache.
+                for segment in segments:
+                    if segment.base_offset >= recovered_from:
+                        segment.flush()
+            _fsync_directory(directory)
+            epoch_cache.truncate_from_end(log_end_offset)
+            epoch_cache.truncate_from_start(start)
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        loaded = cls(
+            directory, config, topic_partition, segments, epoch_cache, log_start_offset=start
+        )
+        log.info("loaded %r", loaded)
+        return loaded
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return self._topic_partition
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply a changed topic config (index.interval.bytes applies to new segments)."""
+        with self._lock:
+            self._config = config
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets (LEO)."""
+        return self._log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset that may be read; raised by retention."""
+        return self._log_start_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """First offset not known to be fsynced: recovery after a crash starts here."""
+        return self._recovery_point
+
+    @property
+    def epoch_cache(self) -> LeaderEpochFileCache:
+        return self._epoch_cache
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._epoch_cache.latest_epoch()
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The segments in offset order (a snapshot); the last is the active one."""
+        with self._lock:
+            return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments[-1]
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(segment.size for segment in self._segments)
+
+    # -- appending -------------------------------------------------------------------------
+
+    def append_as_leader(
+        self, records: bytes | bytearray | memoryview, leader_epoch: int
+    ) -> LogAppendInfo:
+        """Validate produced batches, stamp offsets from the LEO and ``leader_epoch``, append.
+
+        Every batch must pass :func:`check_batch` (raises CorruptRecordError, as for empty
+        input) and fit ``message.max.bytes``, and all of them ``segment.bytes``
+        (RecordTooLargeError). The bytes are copied once and the two header fields outside
+        the CRC written in place; nothing is re-encoded.
+        """
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
+        headers = validate_batches(records)
+        if not headers:
+            raise CorruptRecordError("no record batches to append")
+        self._check_sizes(headers, len(records))
+        data = bytearray(records)
+        with self._lock:
+            self._check_open()
+            offset = self._log_end_offset
+            stamped = []
+            position = 0
+            for header in headers:
+                stamp_batch(data, position, offset, leader_epoch)
+                header = header.stamped(offset, leader_epoch)
+                stamped.append(header)
+                position += header.size
+                offset = header.next_offset
+            info = self._append_locked(data, stamped)
+            flush = self._flush_due()
+        if flush:
+            self.flush()
+        return info
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Append batches fetched from the leader, keeping their offsets and epochs.
+
+        The batches must be valid (CorruptRecordError), within ``message.max.bytes``
+        (RecordTooLargeError) and continue the log exactly: the first base offset equals
+        the LEO and each batch starts where the previous one ends
+        (UnexpectedAppendOffsetError). Empty input appends nothing. The epoch cache is fed
+        each batch's partition leader epoch, so it mirrors the leader's epochs.
+        """
+        headers = validate_batches(records)
+        if not headers:
+            return _empty_append(self._log_end_offset)
+        self._check_sizes(headers, len(records))
+        for previous, header in itertools.pairwise(headers):
+            if header.base_offset != previous.next_offset:
+                raise UnexpectedAppendOffsetError(
+                    f"{self._topic_partition}: fetched batch at offset {header.base_offset} "
+                    f"does not follow the previous one ending at {previous.next_offset - 1}"
+                )
+        data = bytes(records)
+        with self._lock:
+            self._check_open()
+            if headers[0].base_offset != self._log_end_offset:
+                raise UnexpectedAppendOffsetError(
+                    f"{self._topic_partition}: fetched batches start at offset "
+                    f"{headers[0].base_offset} but the log end offset is {self._log_end_offset}"
+                )
+            info = self._append_locked(data, headers)
+            flush = self._flush_due()
+        if flush:
+            self.flush()
+        return info
+
+    def _check_sizes(self, headers: Sequence[BatchHeader], total: int) -> None:
+        limit = self._config.max_message_bytes
+        for header in headers:
+            if header.size > limit:
+                raise RecordTooLargeError(
+                    f"{self._topic_partition}: batch of {header.size} bytes exceeds "
+                    f"message.max.bytes {limit}"
+                )
+        if total > self._config.segment_bytes:
+            raise RecordTooLargeError(
+                f"{self._topic_partition}: append of {total} bytes exceeds "
+                f"segment.bytes {self._config.segment_bytes}"
+            )
+
+    def _append_locked(
+        self, data: bytes | bytearray, headers: Sequence[BatchHeader]
+    ) -> LogAppendInfo:
+        segment = self._segments[-1]
+        rolled = False
+        # Kafka's LogSegment.shouldRoll: the append would overflow segment.bytes, or its last
+        # offset could not be stored relative to the segment's base offset.
+        if not segment.is_empty and (
+            segment.size > self._config.segment_bytes - len(data)
+            or not segment.fits_offset(headers[-1].last_offset)
+        ):
+            segment = self._roll_locked(headers[0].base_offset)
+            rolled = True
+        segment.append(data, headers)
+        self._log_end_offset = headers[-1].next_offset
+        latest = self._epoch_cache.latest_epoch()
+        max_timestamp, offset_of_max = NO_TIMESTAMP, -1
+        num_records = 0
+        for header in headers:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and epoch != latest:
+                self._epoch_cache.assign(epoch, header.base_offset)
+                latest = epoch
+            if header.max_timestamp > max_timestamp:
+                max_timestamp, offset_of_max = header.max_timestamp, header.last_offset
+            num_records += header.record_count
+        return LogAppendInfo(
+            first_offset=headers[0].base_offset,
+            last_offset=headers[-1].last_offset,
+            num_records=num_records,
+            num_batches=len(headers),
+            valid_bytes=len(data),
+            max_timestamp=max_timestamp,
+            offset_of_max_timestamp=offset_of_max,
+            batches=tuple(headers),
+            rolled=rolled,
+        )
+
+    def _flush_due(self) -> bool:
+        interval = self._config.flush_interval_messages
+        return interval is not None and self._log_end_offset - self._recovery_point >= interval
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the LEO (nothing happens if the active one is empty)."""
+        with self._lock:
+            self._check_open()
+            return self._roll_locked(self._log_end_offset)
+
+    def _roll_locked(self, base_offset: int) -> LogSegment:
+        active = self._segments[-1]
+        if active.is_empty:
+            return active
+        segment = _create_segment(self._directory, self._config, base_offset)
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        self._dir_dirty = True
+        log.info("%s: rolled segment %d", self._topic_partition, base_offset)
+        return segment
+
+    # -- flushing --------------------------------------------------------------------------
+
+    def flush(self, up_to_offset: int | None = None) -> None:
+        """fsync the segments holding offsets below ``up_to_offset`` (default: the LEO) and
+        raise the recovery point to it.
+
+        As in Kafka, the fsyncs run outside the lock; a truncation meanwhile leaves the
+        recovery point alone.
+        """
+        with self._lock:
+            self._check_open()
+            target = self._log_end_offset if up_to_offset is None else up_to_offset
+            target = min(target, self._log_end_offset)
+            if target <= self._recovery_point and not self._dir_dirty:
+                return
+            first = self._floor_index(self._recovery_point)
+            last = self._floor_index(max(target - 1, 0))
+            segments = self._segments[first : last + 1]
+            dir_dirty, self._dir_dirty = self._dir_dirty, False
+            generation = self._truncations
+        for segment in segments:
+            with contextlib.suppress(SegmentClosedError):  # deleted meanwhile: nothing to sync
+                segment.flush()
+        if dir_dirty:
+            _fsync_directory(self._directory)
+        with self._lock:
+            if generation == self._truncations and target > self._recovery_point:
+                self._recovery_point = target
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> FetchData:
+        """Whole batches from the one holding ``start_offset``, across segments.
+
+        At most ``max_bytes`` bytes, but with ``min_one_batch`` at least the first batch
+        even when it is larger (KIP-74), so a consumer can always make progress. Only
+        batches whose last offset is below ``max_offset`` (exclusive; the high watermark
+        for consumers) are returned. ``start_offset`` outside ``[log start offset, LEO]``
+        raises OffsetOutOfRangeError; at the LEO (or ``max_offset``) the result is empty.
+        """
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        for _ in range(_READ_ATTEMPTS):
+            with self._lock:
+                self._check_open()
+                start, end = self._log_start_offset, self._log_end_offset
+                if not start <= start_offset <= end:
+                    raise OffsetOutOfRangeError(
+                        f"{self._topic_partition}: offset {start_offset} is out of range: "
+                        f"log start offset {start}, log end offset {end}"
+                    )
+                if start_offset == end or (max_offset is not None and start_offset >= max_offset):
+                    return FetchData(b"", None, start_offset, start, end)
+                generation = self._truncations
+                plan = [
+                    (segment, segment.size)
+                    for segment in self._segments[self._floor_index(start_offset) :]
+                ]
+            try:
+                found = _read_segments(plan, start_offset, max_bytes, max_offset, min_one_batch)
+            except SegmentClosedError:
+                continue
+            if generation != self._truncations:
+                continue
+            records, first_offset, next_offset = found
+            return FetchData(records, first_offset, next_offset, start, end)
+        raise LogError(
+            f"{self._topic_partition}: read at offset {start_offset} raced truncation or "
+            f"retention {_READ_ATTEMPTS} times"
+        )
+
+    def offset_for_timestamp(self, timestamp: int) -> int:
+        """ListOffsets by timestamp: the first offset whose record timestamp is >= it.
+
+        -1 when no record qualifies. Kafka's special values (-2 earliest, -1 latest) are the
+        log start offset and the LEO (or high watermark), the caller's to answer.
+        """
+        for _ in range(_READ_ATTEMPTS):
+            with self._lock:
+                self._check_open()
+                start = self._log_start_offset
+                generation = self._truncations
+                plan = [
+                    (segment, segment.size)
+                    for segment in self._segments[self._floor_index(start) :]
+                ]
+            try:
+                for segment, size in plan:
+                    if segment.max_timestamp() < timestamp:
+                        continue
+                    offset = segment.find_offset_by_timestamp(timestamp, start, size)
+                    if offset is not None:
+                        break
+                else:
+                    offset = None
+            except SegmentClosedError:
+                continue
+            if generation == self._truncations:
+                return -1 if offset is None else offset
+        raise LogError(f"{self._topic_partition}: timestamp lookup raced truncation or retention")
+
+    # -- truncation ------------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove everything from ``offset`` on (a follower cutting a divergent tail).
+
+        Nothing happens if ``offset`` >= LEO (returns False). Later segments are deleted and
+        the active one cut; the LEO becomes ``offset``, or the start of the batch holding
+        it if ``offset`` falls inside a batch (batches are never split). The recovery point
+        and log start offset are lowered to the new LEO if above it, and the epoch cache is
+        truncated from the end there. Below the first segment: truncate_fully_and_start_at.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            if offset >= self._log_end_offset:
+                return False
+            if offset < self._segments[0].base_offset:
+                self.truncate_fully_and_start_at(offset)
+                return True
+            while self._segments[-1].base_offset > offset:
+                self._bases.pop()
+                self._segments.pop().delete()
+                self._dir_dirty = True
+            active = self._segments[-1]
+            active.truncate_to(offset)
+            end = active.next_offset
+            if end != offset:
+                log.warning(
+                    "%s: truncation to %d fell inside a batch; truncated to %d",
+                    self._topic_partition,
+                    offset,
+                    end,
+                )
+            self._truncations += 1
+            self._log_end_offset = end
+            self._recovery_point = min(self._recovery_point, end)
+            self._log_start_offset = min(self._log_start_offset, end)
+            self._epoch_cache.truncate_from_end(end)
+            log.info("%s: truncated to %d", self._topic_partition, end)
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart empty at ``offset``; clear the epoch cache.
+
+        For a follower whose log lies entirely outside the leader's (Kafka's
+        ``truncateFullyAndStartAt``).
+        """
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
+        with self._lock:
+            self._check_open()
+            for segment in self._segments:
+                segment.delete()
+            self._truncations += 1
+            self._segments = [_create_segment(self._directory, self._config, offset)]
+            self._bases = [offset]
+            self._dir_dirty = True
+            self._log_end_offset = offset
+            self._log_start_offset = offset
+            self._recovery_point = min(self._recovery_point, offset)
+            self._epoch_cache.clear_and_flush()
+            log.info("%s: truncated fully, starting at %d", self._topic_partition, offset)
+
+    # -- retention -------------------------------------------------------------------------
+
+    def delete_old_segments(self, high_watermark: int, now_ms: int) -> int:
+        """Apply retention; return the number of segments deleted.
+
+        Kafka's ``deleteOldSegments``: a prefix of segments goes when they are older than
+        ``retention.ms`` (by their largest record timestamp, or file mtime if they carry
+        none), when the log exceeds ``retention.bytes`` (oldest first, while the rest still
+        exceeds it), or when they lie wholly below the log start offset. Only segments
+        wholly below ``high_watermark`` are eligible; if every segment goes, a new empty one
+        is rolled first. The log start offset rises to the first remaining segment and the
+        epoch cache is truncated from the start there.
+        """
+        for segment in self.segments:
+            with contextlib.suppress(SegmentClosedError):
+                segment.max_timestamp()  # scan timestamps now rather than under the lock
+        with self._lock:
+            self._check_open()
+            deleted = 0
+            retention_ms = self._config.retention_ms
+            if retention_ms >= 0:
+                deleted += self._delete_prefix(
+                    high_watermark,
+                    lambda segment, _: now_ms - _largest_timestamp(segment) > retention_ms,
+                    "retention.ms",
+                )
+            retention_bytes = self._config.retention_bytes
+            excess = self.size_in_bytes - retention_bytes
+            if retention_bytes >= 0 and excess > 0:
+
+                def over_size(segment: LogSegment, _: LogSegment | None) -> bool:
+                    nonlocal excess
+                    if excess - segment.size < 0:
+                        return False
+                    excess -= segment.size
+                    return True
+
+                deleted += self._delete_prefix(high_watermark, over_size, "retention.bytes")
+            deleted += self._delete_prefix(
+                high_watermark,
+                lambda _, following: (
+                    following is not None and following.base_offset <= self._log_start_offset
+                ),
+                "log start offset",
+            )
+            return deleted
+
+    def _delete_prefix(
+        self,
+        high_watermark: int,
+        predicate: Callable[[LogSegment, LogSegment | None], bool],
+        reason: str,
+    ) -> int:
+        doomed = 0
+        for i, segment in enumerate(self._segments):
+            following = self._segments[i + 1] if i + 1 < len(self._segments) else None
+            upper = self._log_end_offset if following is None else following.base_offset
+            if following is None and segment.is_empty:
+                break
+            if high_watermark < upper or not predicate(segment, following):
+                break
+            doomed += 1
+        if not doomed:
+            return 0
+        if doomed == len(self._segments):
+            self._roll_locked(self._log_end_offset)
+        for segment in self._segments[:doomed]:
+            log.info(
+                "%s: deleting segment %d (%s)", self._topic_partition, segment.base_offset, reason
+            )
+            segment.delete()
+        del self._segments[:doomed]
+        del self._bases[:doomed]
+        self._dir_dirty = True
+        self._raise_log_start_offset(self._segments[0].base_offset)
+        return doomed
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Raise the log start offset (DeleteRecords, or following the leader's).
+
+        Returns False if it is already at or above ``offset``. The epoch cache forgets what
+        lies below. Raises OffsetOutOfRangeError above the LEO.
+        """
+        with self._lock:
+            self._check_open()
+            if offset > self._log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"{self._topic_partition}: cannot raise the log start offset to {offset}, "
+                    f"above the log end offset {self._log_end_offset}"
+                )
+            return self._raise_log_start_offset(offset)
+
+    def _raise_log_start_offset(self, offset: int) -> bool:
+        if offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = offset
+        self._epoch_cache.truncate_from_start(offset)
+        return True
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the files (without flushing: call :meth:`flush` first for a clean shutdown).
+
+        Reads in progress finish; later calls raise LogClosedError. Idempotent.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for segment in self._segments:
+                segment.close()
+
+    def delete(self) -> None:
+        """Close the log and remove its directory (topic deletion, replica removal)."""
+        with self._lock:
+            self.close()
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"{self._topic_partition}: log is closed")
+
+    def _floor_index(self, offset: int) -> int:
+        """Index of the segment holding ``offset`` (the first one for offsets below it)."""
+        return max(bisect_right(self._bases, offset) - 1, 0)
+
+
+# -- loading helpers -------------------------------------------------------------------------
+
+
+def _create_segment(directory: Path, config: LogConfig, base_offset: int) -> LogSegment:
+    return LogSegment.create(
+        directory, base_offset, index_interval_bytes=config.index_interval_bytes
+    )
+
+
+def _remove_stray_files(directory: Path) -> None:
+    """Delete leftovers of interrupted writes, and indexes whose log file is gone."""
+    names = {entry.name for entry in directory.iterdir() if entry.is_file()}
+    for name in names:
+        match = _SEGMENT_FILE.fullmatch(name)
+        orphan = (
+            match is not None
+            and match.group(2) == INDEX_SUFFIX
+            and match.group(1) + LOG_SUFFIX not in names
+        )
+        if orphan or name.endswith(STRAY_SUFFIXES):
+            log.warning("%s: removing stray file %s", directory, name)
+            (directory / name).unlink(missing_ok=True)
+
+
+def _segment_base_offsets(directory: Path) -> list[int]:
+    bases = []
+    for entry in directory.iterdir():
+        match = _SEGMENT_FILE.fullmatch(entry.name)
+        if match is not None and match.group(2) == LOG_SUFFIX and entry.is_file():
+            bases.append(int(match.group(1)))
+    return sorted(bases)
+
+
+def _open_epoch_cache(path: Path) -> tuple[LeaderEpochFileCache, bool]:
+    """The epoch cache, and whether its checkpoint was unreadable (and so discarded)."""
+    try:
+        return LeaderEpochFileCache(path), False
+    except CheckpointError as e:
+        log.warning("discarding %s, to be rebuilt from the log: %s", path, e)
+        path.unlink(missing_ok=True)
+        return LeaderEpochFileCache(path), True
+
+
+def _recovery_start(
+    segments: Sequence[LogSegment], recovery_point: int, clean_shutdown: bool, cache_lost: bool
+) -> int:
+    """Index of the first segment to recover (len(segments) for none)."""
+    if cache_lost:
+        return 0
+    if clean_shutdown:
+        start = len(segments)
+    else:
+        bases = [segment.base_offset for segment in segments]
+        start = max(bisect_right(bases, recovery_point) - 1, 0)
+    for i, segment in enumerate(segments[:start]):
+        if not segment.index_valid:
+            return i  # recovering from there keeps the recovered range contiguous
+    return start
+
+
+def _recover(
+    segments: list[LogSegment], *, start: int
+) -> tuple[list[LogSegment], int | None, list[tuple[int, int]]]:
+    """Recover ``segments[start:]``; return the kept segments, the base offset where
+    recovery began (None if nothing was recovered) and the recovered epoch changes.
+
+    The segments before ``start`` are trusted as Kafka trusts them; only the last batch of
+    the last one is read, for the offset and epoch the recovered part must continue.
+    """
+    previous_epoch: int | None = None
+    expected_base: int | None = None
+    while start > 0:
+        try:
+            last = segments[start - 1].last_batch()
+        except CorruptRecordError as e:
+            log.warning("%s: recovering it too: %s", segments[start - 1].log_path, e)
+            start -= 1
+            continue
+        if last is None:
+            expected_base = segments[start - 1].base_offset
+        else:
+            previous_epoch = last[1].partition_leader_epoch
+            expected_base = last[1].next_offset
+        if start == len(segments):
+            segments[-1].load_next_offset()
+        break
+    kept = segments[:start]
+    epoch_starts: list[tuple[int, int]] = []
+    recovered_from = segments[start].base_offset if start < len(segments) else None
+    for i in range(start, len(segments)):
+        segment = segments[i]
+        if expected_base is not None and segment.base_offset != expected_base:
+            log.warning(
+                "%s: segment starts at %d but the log before it ends at %d; deleting it and "
+                "the %d segments after it",
+                segment.log_path,
+                segment.base_offset,
+                expected_base,
+                len(segments) - i - 1,
+            )
+            for doomed in segments[i:]:
+                doomed.delete()
+            break
+        result = segment.recover(previous_epoch=previous_epoch)
+        kept.append(segment)
+        epoch_starts.extend(result.epoch_starts)
+        previous_epoch = result.last_epoch
+        expected_base = result.next_offset
+        if result.truncated_bytes and i + 1 < len(segments):
+            log.warning(
+                "%s: deleting the %d segments after the truncated one",
+                segment.log_path,
+                len(segments) - i - 1,
+            )
+            for doomed in segments[i + 1 :]:
+                doomed.delete()
+            break
+    return kept, recovered_from, epoch_starts
+
+
+def _reconcile_epochs(
+    cache: LeaderEpochFileCache,
+    recovered_from: int,
+    log_end_offset: int,
+    epoch_starts: Sequence[tuple[int, int]],
+) -> None:
+    """Make the cache's entries in ``[recovered_from, LEO)`` the epoch changes of the
+    recovered batches, keeping the entries below (which cover unrecovered segments).
+
+    Writes nothing when the checkpoint already agrees, the normal case.
+    """
+    entries = cache.entries()
+    below = [entry for entry in entries if entry.start_offset < recovered_from]
+    current = below[-1].epoch if below else None
+    wanted = []
+    for epoch, offset in epoch_starts:
+        if epoch >= 0 and epoch != current:
+            wanted.append(EpochEntry(epoch, offset))
+            current = epoch
+    held = [entry for entry in entries if recovered_from <= entry.start_offset < log_end_offset]
+    if held == wanted:
+        return
+    log.warning(
+        "leader epoch cache %s disagrees with the recovered log: %s instead of %s",
+        cache.checkpoint_path,
+        held,
+        wanted,
+    )
+    cache.truncate_from_end(recovered_from)
+    for entry in wanted:
+        cache.assign(entry.epoch, entry.start_offset)
+
+
+def _read_segments(
+    plan: Sequence[tuple[LogSegment, int]],
+    start_offset: int,
+    max_bytes: int,
+    max_offset: int | None,
+    min_one_batch: bool,
+) -> tuple[bytes, int | None, int]:
+    """Read across the planned (segment, size) pairs: (records, first offset, next offset)."""
+    chunks: list[bytes] = []
+    total = 0
+    offset = start_offset
+    first_offset: int | None = None
+    for segment, size in plan:
+        found: SegmentRead = segment.read(
+            offset,
+            max_bytes - total,
+            max_position=size,
+            max_offset=max_offset,
+            min_one_batch=min_one_batch and not chunks,
+        )
+        if found.records:
+            if first_offset is None:
+                (first_offset,) = _BASE_OFFSET.unpack_from(found.records)
+            chunks.append(found.records)
+            total += len(found.records)
+        if found.next_offset is not None:
+            offset = found.next_offset
+        if not found.end_of_segment or total >= max_bytes:
+            break
+    records = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return records, first_offset, offset
+
+
+def _largest_timestamp(segment: LogSegment) -> int:
+    """Kafka's ``LogSegment.largestTimestamp``: the max record timestamp, else the mtime."""
+    largest = segment.max_timestamp()
+    return largest if largest >= 0 else segment.last_modified_ms
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

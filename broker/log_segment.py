@@ -1,0 +1,684 @@
+"""One segment of a partition's log: ``<base>.log`` and its sparse ``<base>.index``.
+
+The ``.log`` file is the plain concatenation of v2 record batches, byte for byte what
+producers sent with baseOffset and partitionLeaderEpoch stamped (Kafka's format exactly).
+The first batch's base offset is the segment's base offset and offsets are contiguous.
+
+No ``.timeindex`` is written (DESIGN.md makes it optional): a segment's largest timestamp,
+used by time-based retention and ListOffsets by timestamp, is tracked while appending and
+recovering, and otherwise found once by scanning the batch headers of the file.
+
+Concurrency: the owning Log serialises appends, truncation, recovery and deletion; reads
+and timestamp lookups may run at the same time on other threads. Every file access goes
+through ``os.pread``/``os.pwrite`` on a descriptor that is closed only when its last user
+is done, so a read racing a deletion gets :class:`SegmentClosedError`, never bytes of some
+other file that reused the descriptor number.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+from broker.offset_index import CorruptIndexError, OffsetIndex
+from broker.record_batch import (
+    HEADER_SIZE,
+    MAGIC,
+    MIN_BATCH_LENGTH,
+    NO_TIMESTAMP,
+    BatchHeader,
+    CorruptRecordError,
+    decode_batch,
+    parse_header,
+    scan_batches,
+)
+
+__all__ = [
+    "LogSegment",
+    "SegmentClosedError",
+    "SegmentRead",
+    "SegmentRecovery",
+    "index_file_name",
+    "log_file_name",
+]
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+
+_INT32_MAX = 2**31 - 1
+_HEADER_SCAN_CHUNK = 16 * 1024
+"""Bytes read at a time when walking batch headers (index lookups, timestamps)."""
+_RECOVERY_CHUNK = 4 * 1024 * 1024
+"""Bytes read at a time when validating whole batches during recovery."""
+
+
+def log_file_name(base_offset: int) -> str:
+    """``00000000000000000042.log``: Kafka's 20-digit zero-padded segment name."""
+    return f"{base_offset:020d}{LOG_SUFFIX}"
+
+
+def index_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{INDEX_SUFFIX}"
+
+
+class SegmentClosedError(Exception):
+    """The segment was closed (deleted by retention or truncation) while being used."""
+
+
+class SegmentRead(NamedTuple):
+    """What :meth:`LogSegment.read` found."""
+
+    records: bytes
+    """Whole batches, possibly none."""
+    next_offset: int | None
+    """Offset after the last returned batch; None when no batch was returned."""
+    end_of_segment: bool
+    """True when the read reached ``max_position`` (the caller may go on to the next
+    segment); False when it stopped at ``max_bytes`` or ``max_offset``."""
+
+
+class SegmentRecovery(NamedTuple):
+    """The result of :meth:`LogSegment.recover`."""
+
+    valid_bytes: int
+    truncated_bytes: int
+    """Bytes cut off the end of the file (a torn or corrupt tail), 0 if it was all valid."""
+    next_offset: int
+    """Offset after the last valid batch (the segment's base offset if none)."""
+    batch_count: int
+    epoch_starts: list[tuple[int, int]]
+    """``(partition leader epoch, base offset)`` of each valid batch whose epoch differs from
+    the previous batch's (the first batch counts when ``previous_epoch`` is None). Only the
+    epoch changes, not every header, so a segment of millions of small batches costs little
+    memory; they are what the Log feeds to its epoch cache."""
+    last_epoch: int | None
+    """Partition leader epoch of the last valid batch (``previous_epoch`` if none)."""
+    stop_reason: str | None
+    """Why recovery stopped before the end of the file; None when everything was valid."""
+
+
+class _SegmentFile:
+    """A file descriptor shared by the writer and concurrent readers.
+
+    ``close`` marks the file closed at once (new users get SegmentClosedError) but releases the
+    descriptor only when the last user is done with it.
+    """
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self._users = 0
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def _acquire(self) -> int:
+        with self._lock:
+            if self._closed:
+                raise SegmentClosedError(f"{self.path} is closed")
+            self._users += 1
+            return self._fd
+
+    def _release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            if self._closed and self._users == 0:
+                self._close_fd()
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def pread(self, size: int, position: int) -> bytes:
+        fd = self._acquire()
+        try:
+            return os.pread(fd, size, position)
+        finally:
+            self._release()
+
+    def write_at(self, data: bytes | bytearray | memoryview, position: int) -> None:
+        fd = self._acquire()
+        try:
+            with memoryview(data) as view:
+                written = 0
+                while written < len(view):
+                    written += os.pwrite(fd, view[written:], position + written)
+        finally:
+            self._release()
+
+    def truncate(self, size: int) -> None:
+        fd = self._acquire()
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            self._release()
+
+    def fsync(self) -> None:
+        fd = self._acquire()
+        try:
+            os.fsync(fd)
+        finally:
+            self._release()
+
+    def size(self) -> int:
+        fd = self._acquire()
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._users == 0:
+                self._close_fd()
+
+
+class LogSegment:
+    """A ``.log`` file of record batches and its offset index.
+
+    Index entries follow Kafka's rule (``LogSegment.append``/``recover``): a batch that starts
+    more than ``index_interval_bytes`` after the last indexed batch (or the segment start)
+    gets an entry mapping its *last* offset to its start position. Kafka applies the rule
+    once per append call, using the append's last offset and start position; applying it per
+    batch is the same for single-batch appends, denser for multi-batch ones, and makes the
+    index rebuilt by recovery identical to the one written while appending.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        log_file: _SegmentFile,
+        index: OffsetIndex,
+        *,
+        index_interval_bytes: int,
+        size: int,
+        index_valid: bool,
+    ) -> None:
+        """Use :meth:`create` or :meth:`open`."""
+        self._directory = directory
+        self._base_offset = base_offset
+        self._file = log_file
+        self._index = index
+        self._index_interval_bytes = index_interval_bytes
+        self._size = size
+        self._index_valid = index_valid
+        self._next_offset: int | None = base_offset if size == 0 else None
+        last = index.last_entry()
+        self._last_indexed_position = 0 if last is None else last.position
+        # Largest timestamp = max(of the bytes present when the segment was opened (scanned
+        # lazily, None until then), of everything appended since).
+        self._loaded_max_timestamp: int | None = NO_TIMESTAMP if size == 0 else None
+        self._loaded_size = size
+        self._appended_max_timestamp = NO_TIMESTAMP
+        self._timestamp_generation = 0
+        self._timestamp_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"LogSegment({str(self.log_path)!r}, size={self._size})"
+
+    # -- creation --------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int) -> LogSegment:
+        """A new empty segment; existing files of that name are replaced."""
+        log_path = directory / log_file_name(base_offset)
+        fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            index = OffsetIndex.create(directory / index_file_name(base_offset), base_offset)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(
+            directory,
+            base_offset,
+            _SegmentFile(log_path, fd),
+            index,
+            index_interval_bytes=index_interval_bytes,
+            size=0,
+            index_valid=True,
+        )
+
+    @classmethod
+    def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int) -> LogSegment:
+        """Open an existing segment. A missing or corrupt index is replaced by an empty one
+        and :attr:`index_valid` is False: the caller must :meth:`recover` the segment, which
+        rebuilds it (Kafka does the same in ``loadSegmentFiles``)."""
+        log_path = directory / log_file_name(base_offset)
+        index_path = directory / index_file_name(base_offset)
+        fd = os.open(log_path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            index_valid = True
+            try:
+                index = OffsetIndex.load(index_path, base_offset, size)
+            except CorruptIndexError as e:
+                log.warning("rebuilding index of %s: %s", log_path, e)
+                index = OffsetIndex.create(index_path, base_offset)
+                index_valid = False
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(
+            directory,
+            base_offset,
+            _SegmentFile(log_path, fd),
+            index,
+            index_interval_bytes=index_interval_bytes,
+            size=size,
+            index_valid=index_valid,
+        )
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def log_path(self) -> Path:
+        return self._file.path
+
+    @property
+    def index_path(self) -> Path:
+        return self._index.path
+
+    @property
+    def index(self) -> OffsetIndex:
+        return self._index
+
+    @property
+    def size(self) -> int:
+        """Bytes of whole batches in the ``.log`` file."""
+        return self._size
+
+    @property
+    def is_empty(self) -> bool:
+        return self._size == 0
+
+    @property
+    def index_valid(self) -> bool:
+        """False when the index was missing or corrupt at open and awaits :meth:`recover`."""
+        return self._index_valid
+
+    @property
+    def next_offset(self) -> int:
+        """Offset after the segment's last batch.
+
+        Known after creation, recovery, :meth:`load_next_offset` or any append; asking
+        earlier is a programming error (RuntimeError).
+        """
+        if self._next_offset is None:
+            raise RuntimeError(f"{self.log_path}: next offset not loaded")
+        return self._next_offset
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def append(
+        self, records: bytes | bytearray | memoryview, batches: Sequence[BatchHeader]
+    ) -> None:
+        """Write whole, validated, stamped batches at the end of the segment.
+
+        ``batches`` are the headers of the batches in ``records``, in order, as stamped (with
+        their final base offsets); they drive the index and the largest timestamp.
+        """
+        position = self._size
+        self._file.write_at(records, position)
+        max_timestamp = self._appended_max_timestamp
+        for header in batches:
+            self._maybe_index(header, position)
+            position += header.size
+            if header.max_timestamp > max_timestamp:
+                max_timestamp = header.max_timestamp
+        if position != self._size + len(records):
+            raise ValueError(f"{self.log_path}: batch headers do not add up to the appended bytes")
+        self._appended_max_timestamp = max_timestamp
+        self._next_offset = batches[-1].next_offset
+        self._size = position
+
+    def _maybe_index(self, header: BatchHeader, position: int) -> None:
+        if position - self._last_indexed_position > self._index_interval_bytes:
+            self._index.append(header.last_offset, position)
+            self._last_indexed_position = position
+
+    def fits_offset(self, offset: int) -> bool:
+        """Whether ``offset`` can be stored relative to the base offset (Kafka's
+        ``canConvertToRelativeOffset``): the segment must roll before it is exceeded."""
+        return 0 <= offset - self._base_offset <= _INT32_MAX
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch holding offsets >= ``offset``; return the bytes removed.
+
+        A batch that straddles ``offset`` goes as a whole, as in Kafka (batches are never
+        split), so :attr:`next_offset` may end up below ``offset``.
+        """
+        found = self.translate_offset(offset)
+        if found is None:
+            return 0
+        position, header = found
+        removed = self._size - position
+        self._index.truncate_to_position(position)
+        last = self._index.last_entry()
+        self._last_indexed_position = 0 if last is None else last.position
+        self._file.truncate(position)
+        self._size = position
+        self._next_offset = header.base_offset
+        with self._timestamp_lock:
+            self._timestamp_generation += 1
+            self._loaded_size = position
+            self._loaded_max_timestamp = NO_TIMESTAMP if position == 0 else None
+            self._appended_max_timestamp = NO_TIMESTAMP
+        return removed
+
+    def flush(self) -> None:
+        """fsync the log and index files."""
+        self._file.fsync()
+        self._index.flush()
+
+    def close(self) -> None:
+        """Close both files (a concurrent reader finishes first). Idempotent."""
+        self._file.close()
+        self._index.close()
+
+    def delete(self) -> None:
+        """Close and remove both files. Readers already inside a read still finish it."""
+        self.close()
+        self.log_path.unlink(missing_ok=True)
+        self._index.path.unlink(missing_ok=True)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def recover(self, *, previous_epoch: int | None = None) -> SegmentRecovery:
+        """Validate every batch from the start, truncate at the first bad one, rebuild the index.
+
+        A batch is valid when it is whole, framed soundly (length, magic 2), passes
+        :func:`check_batch`'s CRC and record-count checks, its base offset continues the
+        previous batch's (the first one starts at the segment's base offset), its last
+        offset fits as a relative offset, its end lies within 2 GiB (index positions are
+        32-bit), and its partition leader epoch is not below the previous batch's
+        (``previous_epoch`` for the first). Kafka's ``LogSegment.recover``
+        checks only size, CRC and offset range; the continuity checks catch damage to the
+        two header fields the CRC does not cover.
+
+        Reads the file in large chunks; never raises on bad data, only on I/O errors.
+        """
+        self._index.reset()
+        self._last_indexed_position = 0
+        file_size = self._file.size()
+        position = 0
+        expected = self._base_offset
+        epoch = previous_epoch
+        epoch_starts: list[tuple[int, int]] = []
+        batch_count = 0
+        max_timestamp = NO_TIMESTAMP
+        stop: str | None = None
+        needed = 0
+        while position < file_size and stop is None:
+            chunk = self._file.pread(
+                min(max(_RECOVERY_CHUNK, needed), file_size - position), position
+            )
+            scan = scan_batches(chunk)
+            for found in scan:
+                header = found.header
+                problem = found.problem or self._continuity_problem(header, expected, epoch)
+                if problem is None and position + found.position + header.size > _INT32_MAX:
+                    problem = "segment grows past 2 GiB, beyond what its index can address"
+                if problem is not None:
+                    stop = f"batch at position {position + found.position}: {problem}"
+                    position += found.position
+                    break
+                self._maybe_index(header, position + found.position)
+                if epoch is None or header.partition_leader_epoch != epoch:
+                    epoch_starts.append((header.partition_leader_epoch, header.base_offset))
+                epoch = header.partition_leader_epoch
+                expected = header.next_offset
+                batch_count += 1
+                if header.max_timestamp > max_timestamp:
+                    max_timestamp = header.max_timestamp
+            else:
+                position += scan.end_position
+                if scan.stop_problem is None:
+                    needed = 0
+                elif scan.incomplete and position + scan.needed <= file_size:
+                    needed = scan.needed  # a batch larger than the chunk: read it whole
+                else:
+                    stop = f"batch at position {position}: {scan.stop_problem}"
+        truncated = file_size - position
+        if truncated:
+            log.warning(
+                "%s: truncating %d bytes at position %d: %s",
+                self.log_path,
+                truncated,
+                position,
+                stop,
+            )
+            self._file.truncate(position)
+        self._size = position
+        self._next_offset = expected
+        self._index_valid = True
+        with self._timestamp_lock:
+            self._timestamp_generation += 1
+            self._loaded_size = position
+            self._loaded_max_timestamp = max_timestamp
+            self._appended_max_timestamp = NO_TIMESTAMP
+        return SegmentRecovery(
+            valid_bytes=position,
+            truncated_bytes=truncated,
+            next_offset=expected,
+            batch_count=batch_count,
+            epoch_starts=epoch_starts,
+            last_epoch=epoch,
+            stop_reason=stop,
+        )
+
+    def _continuity_problem(
+        self, header: BatchHeader, expected_offset: int, previous_epoch: int | None
+    ) -> str | None:
+        if header.base_offset != expected_offset:
+            return f"base offset {header.base_offset}, expected {expected_offset}"
+        if not self.fits_offset(header.last_offset):
+            return (
+                f"last offset {header.last_offset} does not fit as a relative offset "
+                f"of segment {self._base_offset}"
+            )
+        if previous_epoch is not None and header.partition_leader_epoch < previous_epoch:
+            return (
+                f"leader epoch {header.partition_leader_epoch} is below the previous "
+                f"batch's {previous_epoch}"
+            )
+        return None
+
+    def load_next_offset(self) -> int:
+        """Find the next offset of a segment that is not recovered (below the recovery point,
+        or after a clean shutdown), from its last index entry and a short header scan.
+
+        Raises CorruptRecordError when the headers after that entry do not frame whole
+        batches; the caller then recovers the segment instead.
+        """
+        last = self.last_batch()
+        self._next_offset = self._base_offset if last is None else last[1].next_offset
+        return self._next_offset
+
+    def last_batch(self) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the last batch, found from the last index entry; None if
+        the segment is empty. Raises CorruptRecordError on headers that do not frame."""
+        start = self._index.last_entry()
+        headers = self._iter_headers(0 if start is None else start.position, self._size)
+        last = deque(headers, maxlen=1)
+        return last[0] if last else None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _iter_headers(self, start: int, end: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch in ``[start, end)``, reading headers only.
+
+        Raises CorruptRecordError if the bytes there do not frame whole batches: data changed
+        on disk after recovery, or a position that is not a batch boundary.
+        """
+        position = start
+        while position < end:
+            chunk = self._file.pread(min(_HEADER_SCAN_CHUNK, end - position), position)
+            offset = 0
+            while offset < len(chunk) and position + offset < end:
+                if len(chunk) - offset < HEADER_SIZE:
+                    break  # read the header again from the next chunk
+                header = parse_header(chunk, offset)
+                here = position + offset
+                if header.batch_length < MIN_BATCH_LENGTH or here + header.size > end:
+                    raise CorruptRecordError(
+                        f"{self.log_path}: batch at position {here} with length "
+                        f"{header.batch_length} does not fit in [{start}, {end})"
+                    )
+                yield here, header
+                offset += header.size
+            if offset == 0:
+                raise CorruptRecordError(
+                    f"{self.log_path}: truncated batch header at position {position}"
+                )
+            position += offset
+
+    def batch_headers(
+        self, start_position: int = 0, end_position: int | None = None
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of every batch, for tools and tests (no CRC check)."""
+        return self._iter_headers(
+            start_position, self._size if end_position is None else end_position
+        )
+
+    def translate_offset(
+        self, offset: int, max_position: int | None = None
+    ) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the first batch whose last offset is >= ``offset``.
+
+        Index lookup, then a forward scan of headers below ``max_position`` (default: the
+        current size); None if no such batch.
+        """
+        end = self._size if max_position is None else max_position
+        entry = self._index.lookup(offset)
+        start = entry.position
+        if start and not self._entry_matches(start, entry.offset, end):
+            # Segments below the recovery point are trusted without a full check, so a
+            # damaged but plausible index can survive loading; scan from the start instead.
+            # Slow but correct; recovery (e.g. with the index file removed) rebuilds it.
+            log.warning("%s: index entry %s is wrong; scanning the segment", self.log_path, entry)
+            start = 0
+        for position, header in self._iter_headers(start, end):
+            if header.last_offset >= offset:
+                return position, header
+        return None
+
+    def _entry_matches(self, position: int, offset: int, end: int) -> bool:
+        """Whether a batch ending exactly at ``offset`` starts at ``position``."""
+        if position + HEADER_SIZE > end:
+            return False
+        header = parse_header(self._file.pread(HEADER_SIZE, position))
+        return (
+            header.magic == MAGIC
+            and header.batch_length >= MIN_BATCH_LENGTH
+            and header.last_offset == offset
+            and position + header.size <= end
+        )
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_position: int,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> SegmentRead:
+        """Whole batches from the one holding ``start_offset``, below byte ``max_position``.
+
+        At most ``max_bytes`` bytes, except that with ``min_one_batch`` the first batch is
+        returned whole even if it is larger (KIP-74). A batch whose last offset is >=
+        ``max_offset`` ends the read and is not included.
+        """
+        found = self.translate_offset(start_offset, max_position)
+        if found is None:
+            return SegmentRead(b"", None, True)
+        position, first = found
+        if max_offset is not None and first.last_offset >= max_offset:
+            return SegmentRead(b"", None, False)
+        length = min(max_bytes, max_position - position)
+        if first.size > length:
+            if not min_one_batch:
+                return SegmentRead(b"", None, False)
+            length = first.size
+        data = self._file.pread(length, position)
+        if len(data) != length:
+            raise SegmentClosedError(f"{self.log_path} shrank during a read")
+        cut = 0
+        next_offset = None
+        stopped = False
+        while cut + HEADER_SIZE <= length:
+            header = parse_header(data, cut)
+            if header.batch_length < MIN_BATCH_LENGTH:
+                raise CorruptRecordError(
+                    f"{self.log_path}: batch at position {position + cut} has length "
+                    f"{header.batch_length}"
+                )
+            if cut + header.size > length:
+                break
+            if max_offset is not None and header.last_offset >= max_offset:
+                stopped = True
+                break
+            cut += header.size
+            next_offset = header.next_offset
+        records = data if cut == length else data[:cut]
+        return SegmentRead(records, next_offset, not stopped and position + cut == max_position)
+
+    # -- timestamps ------------------------------------------------------------------------
+
+    def max_timestamp(self) -> int:
+        """Largest batch maxTimestamp in the segment (NO_TIMESTAMP if none).
+
+        Scans the headers present at open the first time it is needed (no time index).
+        """
+        with self._timestamp_lock:
+            loaded = self._loaded_max_timestamp
+            generation = self._timestamp_generation
+            loaded_size = self._loaded_size
+        if loaded is None:
+            loaded = NO_TIMESTAMP
+            for _, header in self._iter_headers(0, loaded_size):
+                loaded = max(loaded, header.max_timestamp)
+            with self._timestamp_lock:
+                if generation == self._timestamp_generation:
+                    self._loaded_max_timestamp = loaded
+        return max(loaded, self._appended_max_timestamp)
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, start_offset: int, max_position: int
+    ) -> int | None:
+        """The first offset >= ``start_offset`` whose record timestamp is >= ``timestamp``.
+
+        Batch headers find the first batch with maxTimestamp >= ``timestamp``; that batch is
+        decoded for the exact record (a compressed one answers its first offset). None when
+        no record below ``max_position`` qualifies.
+        """
+        start = self._index.lookup(start_offset).position
+        for position, header in self._iter_headers(start, max_position):
+            if header.last_offset < start_offset or header.max_timestamp < timestamp:
+                continue
+            if header.compression != 0:
+                return max(header.base_offset, start_offset)
+            batch = decode_batch(self._file.pread(header.size, position))
+            for record in batch.records:
+                if record.offset >= start_offset and record.timestamp >= timestamp:
+                    return record.offset
+        return None

@@ -1,0 +1,222 @@
+"""A segment's sparse offset index, ``<20-digit base offset>.index``, in Kafka's format.
+
+The file is a sequence of 8-byte big-endian entries ``(relative offset i32, position i32)``:
+the offset relative to the segment's base offset, and the byte position in the ``.log`` file
+of the batch that holds it. Offsets and positions both increase strictly.
+
+Kafka memory-maps a preallocated file; here the entries live in memory (two arrays, 16
+bytes per entry, at most ``segment.bytes / index.interval.bytes`` of them) and each new entry
+is written at the end of the file with one ``pwrite``, so the file on disk always holds
+exactly the entries, with no trailing zeros to trim on roll or close.
+
+Which entries exist is the segment's decision (``LogSegment``): one per batch that starts
+more than ``index.interval.bytes`` after the previous entry.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+import threading
+from array import array
+from pathlib import Path
+from typing import NamedTuple
+
+__all__ = ["ENTRY_SIZE", "CorruptIndexError", "IndexEntry", "OffsetIndex"]
+
+ENTRY_SIZE = 8
+"""Bytes per index entry."""
+
+_ENTRY = struct.Struct(">ii")
+_INT32_MAX = 2**31 - 1
+
+
+class CorruptIndexError(Exception):
+    """An index file that cannot be used as it is; the segment rebuilds it from its log."""
+
+
+class IndexEntry(NamedTuple):
+    """One index entry, with the offset made absolute."""
+
+    offset: int
+    """Absolute offset: the last offset of the batch at ``position``."""
+    position: int
+    """Byte position of that batch in the segment's ``.log`` file."""
+
+
+class OffsetIndex:
+    """The in-memory entries of one ``.index`` file, kept in step with the file.
+
+    Thread-safe: the broker's loop thread appends and truncates while executor threads look
+    up positions for reads; a small lock keeps the two arrays consistent.
+    """
+
+    def __init__(self, path: Path, base_offset: int, fd: int) -> None:
+        """Use :meth:`create` or :meth:`load`."""
+        self._path = path
+        self._base_offset = base_offset
+        self._fd = fd
+        self._offsets = array("q")
+        self._positions = array("q")
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OffsetIndex({str(self._path)!r}, entries={len(self)})"
+
+    @classmethod
+    def create(cls, path: Path, base_offset: int) -> OffsetIndex:
+        """A new empty index at ``path``, replacing any file there."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        return cls(path, base_offset, fd)
+
+    @classmethod
+    def load(cls, path: Path, base_offset: int, log_size: int) -> OffsetIndex:
+        """Read an existing index, checking it against its log file's size.
+
+        Raises CorruptIndexError when the file is missing, its size is not a multiple of 8,
+        or its entries do not increase strictly from the base offset with positions inside
+        the log; the caller then rebuilds it. Kafka's sanity check looks only at the size
+        and the last entry; checking every entry is cheap with the entries in memory.
+        """
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            raise CorruptIndexError(f"{path}: missing") from None
+        index = cls(path, base_offset, fd)
+        try:
+            index._read_entries(log_size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return index
+
+    def _read_entries(self, log_size: int) -> None:
+        size = os.fstat(self._fd).st_size
+        if size % ENTRY_SIZE:
+            raise CorruptIndexError(f"{self._path}: size {size} is not a multiple of {ENTRY_SIZE}")
+        data = os.pread(self._fd, size, 0)
+        if len(data) != size:
+            raise CorruptIndexError(f"{self._path}: short read ({len(data)} of {size} bytes)")
+        last_offset, last_position = self._base_offset - 1, -1
+        for slot, (relative, position) in enumerate(_ENTRY.iter_unpack(data)):
+            offset = self._base_offset + relative
+            if relative < 0 or offset <= last_offset or position <= last_position:
+                raise CorruptIndexError(
+                    f"{self._path}: entry {slot} ({relative}, {position}) does not increase "
+                    f"from ({last_offset - self._base_offset}, {last_position})"
+                )
+            if position >= log_size:
+                raise CorruptIndexError(
+                    f"{self._path}: entry {slot} points at position {position}, "
+                    f"past the end of the log ({log_size} bytes)"
+                )
+            self._offsets.append(offset)
+            self._positions.append(position)
+            last_offset, last_position = offset, position
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self._offsets) * ENTRY_SIZE
+
+    def entries(self) -> list[IndexEntry]:
+        """A copy of all entries, in order."""
+        with self._lock:
+            return [IndexEntry(o, p) for o, p in zip(self._offsets, self._positions, strict=True)]
+
+    def last_entry(self) -> IndexEntry | None:
+        with self._lock:
+            if not self._offsets:
+                return None
+            return IndexEntry(self._offsets[-1], self._positions[-1])
+
+    # -- lookup ----------------------------------------------------------------------------
+
+    def lookup(self, target_offset: int) -> IndexEntry:
+        """The entry with the largest offset <= ``target_offset``.
+
+        ``(base_offset, 0)`` when there is none: the scan for the target then starts at the
+        beginning of the segment.
+        """
+        with self._lock:
+            slot = bisect.bisect_right(self._offsets, target_offset) - 1
+            if slot < 0:
+                return IndexEntry(self._base_offset, 0)
+            return IndexEntry(self._offsets[slot], self._positions[slot])
+
+    # -- changes ---------------------------------------------------------------------------
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry after the last one and write it to the file.
+
+        Raises ValueError if the entry does not increase strictly or does not fit in the
+        format (a relative offset or position beyond 32 bits): a programming error, the
+        segment rolls before either can happen.
+        """
+        relative = offset - self._base_offset
+        if not 0 <= relative <= _INT32_MAX or not 0 <= position <= _INT32_MAX:
+            raise ValueError(
+                f"index entry ({offset}, {position}) does not fit a segment at {self._base_offset}"
+            )
+        with self._lock:
+            if self._offsets and (offset <= self._offsets[-1] or position <= self._positions[-1]):
+                raise ValueError(
+                    f"index entry ({offset}, {position}) does not follow "
+                    f"({self._offsets[-1]}, {self._positions[-1]})"
+                )
+            os.pwrite(self._fd, _ENTRY.pack(relative, position), len(self._offsets) * ENTRY_SIZE)
+            self._offsets.append(offset)
+            self._positions.append(position)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries with an offset >= ``offset``."""
+        with self._lock:
+            self._truncate_slots(bisect.bisect_left(self._offsets, offset))
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop the entries pointing at or after byte ``position`` of the log."""
+        with self._lock:
+            self._truncate_slots(bisect.bisect_left(self._positions, position))
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        with self._lock:
+            self._truncate_slots(0)
+
+    def _truncate_slots(self, keep: int) -> None:
+        if keep >= len(self._offsets):
+            return
+        os.ftruncate(self._fd, keep * ENTRY_SIZE)
+        del self._offsets[keep:]
+        del self._positions[keep:]
+
+    # -- file ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the index file."""
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        """Close the file; the object must not be used afterwards. Idempotent."""
+        with self._lock:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+
+    def delete(self) -> None:
+        """Close and remove the file."""
+        self.close()
+        self._path.unlink(missing_ok=True)

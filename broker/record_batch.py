@@ -1,0 +1,700 @@
+"""Kafka's record batch v2 (magic 2): the one format on the wire and on disk.
+
+A batch is a 61-byte big-endian header followed by its records::
+
+    offset size field                   covered by the CRC
+    0      8    baseOffset i64          no   (the leader assigns it)
+    8      4    batchLength i32         no   (bytes after this field: size = batchLength + 12)
+    12     4    partitionLeaderEpoch    no   (the leader stamps it)
+    16     1    magic i8 = 2            no
+    17     4    crc u32                 no   (CRC-32C of bytes 21..end)
+    21     2    attributes i16          yes  (bits 0-2 compression, 3 timestamp type,
+                                              4 transactional, 5 control)
+    23     4    lastOffsetDelta i32     yes
+    27     8    baseTimestamp i64       yes
+    35     8    maxTimestamp i64        yes
+    43     8    producerId i64          yes
+    51     2    producerEpoch i16       yes
+    53     4    baseSequence i32        yes
+    57     4    recordCount i32         yes
+    61     ...  records                 yes
+
+Each record is ``length varint, attributes i8, timestampDelta varlong, offsetDelta varint,
+keyLength varint (-1 = null), key, valueLength varint (-1 = null), value, headerCount varint,
+headers (keyLength varint, key UTF-8, valueLength varint (-1 = null), value)``, varints being
+zig-zag encoded base-128 (at most 5 bytes, varlongs at most 10).
+
+Because baseOffset and partitionLeaderEpoch lie outside the CRC, the broker validates a
+produced batch with :func:`check_batch` (header, length, magic, CRC, record count; records are
+not decoded) and then :func:`stamp_batch` writes both fields in place: no re-encoding on the
+hot path. :func:`encode_batch` and :func:`decode_batch` are for clients, tools and tests.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import crc32c
+
+__all__ = [
+    "ATTRIBUTES_OFFSET",
+    "BASE_OFFSET_OFFSET",
+    "BASE_SEQUENCE_OFFSET",
+    "BASE_TIMESTAMP_OFFSET",
+    "BATCH_LENGTH_OFFSET",
+    "COMPRESSION_CODEC_MASK",
+    "COMPRESSION_NAMES",
+    "CONTROL_FLAG_MASK",
+    "CRC_OFFSET",
+    "HEADER_SIZE",
+    "LAST_OFFSET_DELTA_OFFSET",
+    "LOG_OVERHEAD",
+    "MAGIC",
+    "MAGIC_OFFSET",
+    "MAX_TIMESTAMP_OFFSET",
+    "MIN_BATCH_LENGTH",
+    "MIN_RECORD_SIZE",
+    "NO_PARTITION_LEADER_EPOCH",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "NO_TIMESTAMP",
+    "PARTITION_LEADER_EPOCH_OFFSET",
+    "PRODUCER_EPOCH_OFFSET",
+    "PRODUCER_ID_OFFSET",
+    "RECORDS_COUNT_OFFSET",
+    "RECORDS_OFFSET",
+    "TIMESTAMP_TYPE_MASK",
+    "TRANSACTIONAL_FLAG_MASK",
+    "BatchHeader",
+    "BatchScan",
+    "CorruptRecordError",
+    "DecodedBatch",
+    "Record",
+    "ScannedBatch",
+    "check_batch",
+    "compute_crc",
+    "decode_batch",
+    "decode_varint",
+    "decode_varlong",
+    "encode_batch",
+    "encode_varint",
+    "encode_varlong",
+    "parse_header",
+    "scan_batches",
+    "stamp_batch",
+    "validate_batches",
+]
+
+# -- layout ----------------------------------------------------------------------------------
+
+BASE_OFFSET_OFFSET = 0
+BATCH_LENGTH_OFFSET = 8
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+BASE_TIMESTAMP_OFFSET = 27
+MAX_TIMESTAMP_OFFSET = 35
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51
+BASE_SEQUENCE_OFFSET = 53
+RECORDS_COUNT_OFFSET = 57
+RECORDS_OFFSET = 61
+
+HEADER_SIZE = RECORDS_OFFSET
+"""Size of the batch header; a batch is never smaller."""
+LOG_OVERHEAD = BATCH_LENGTH_OFFSET + 4
+"""baseOffset + batchLength: the bytes not counted by batchLength."""
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+"""The smallest sane batchLength (49): a header without records."""
+MIN_RECORD_SIZE = 7
+"""Smallest encoded record: length, attributes, timestampDelta, offsetDelta, keyLength,
+valueLength and headerCount, one byte each. Lets a record count be sanity-checked without
+decoding the records."""
+
+MAGIC = 2
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+NO_PARTITION_LEADER_EPOCH = -1
+NO_TIMESTAMP = -1
+
+COMPRESSION_CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_FLAG_MASK = 0x10
+CONTROL_FLAG_MASK = 0x20
+COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_PREFIX = struct.Struct(">qiibI")  # baseOffset .. crc: the part outside the CRC
+_CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")  # attributes .. recordCount
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+assert _HEADER.size == HEADER_SIZE
+assert _PREFIX.size == ATTRIBUTES_OFFSET
+
+
+class CorruptRecordError(ValueError):
+    """A record batch (or a buffer of them) that is not a valid v2 batch.
+
+    The message says exactly what is wrong and where, e.g. ``batch at position 0: CRC
+    mismatch (stored 0x1234abcd, computed 0x89ef0123)``. Kafka's CORRUPT_MESSAGE.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        """What is wrong, for a person."""
+
+
+def compute_crc(data: bytes | bytearray | memoryview) -> int:
+    """CRC-32C (Castagnoli) of ``data``, hardware-accelerated by the ``crc32c`` package."""
+    value: int = crc32c.crc32c(data)
+    return value
+
+
+# -- header ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The 61-byte header of one v2 batch, field by field (no validation implied)."""
+
+    base_offset: int
+    batch_length: int
+    """Bytes following the batchLength field; the batch occupies ``batch_length + 12``."""
+    partition_leader_epoch: int
+    """Epoch of the leader that appended the batch; -1 until a leader stamps it."""
+    magic: int
+    crc: int
+    """Stored CRC-32C of bytes 21..end (unsigned)."""
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    def stamped(self, base_offset: int, partition_leader_epoch: int) -> BatchHeader:
+        """This header with the two fields :func:`stamp_batch` writes replaced."""
+        return BatchHeader(
+            base_offset,
+            self.batch_length,
+            partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.record_count,
+        )
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the batch, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        """The offset right after this batch (the LEO once it is appended)."""
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence of the last record, wrapping past INT32_MAX to 0 as Kafka's producer does.
+
+        NO_SEQUENCE when the batch carries none.
+        """
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        return (self.base_sequence + self.last_offset_delta) % (_INT32_MAX + 1)
+
+    @property
+    def compression(self) -> int:
+        """Compression codec id: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd."""
+        return self.attributes & COMPRESSION_CODEC_MASK
+
+    @property
+    def compression_name(self) -> str:
+        return COMPRESSION_NAMES.get(self.compression, f"unknown({self.compression})")
+
+    @property
+    def is_log_append_time(self) -> bool:
+        """True when the timestamps are the broker's LogAppendTime (maxTimestamp)."""
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG_MASK)
+
+    @property
+    def has_producer_id(self) -> bool:
+        """True for a batch from an idempotent producer."""
+        return self.producer_id != NO_PRODUCER_ID
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """The header of the batch at ``pos``, unchecked.
+
+    Raises CorruptRecordError when fewer than HEADER_SIZE bytes are left.
+    """
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptRecordError(
+            f"batch at position {pos}: truncated header "
+            f"({max(len(buf) - pos, 0)} of {HEADER_SIZE} bytes)"
+        )
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+def _framing_problem(header: BatchHeader, available: int) -> str | None:
+    """What makes the batch unusable as a unit: its length or magic (None when fine).
+
+    Past a framing problem nothing after the batch can be located, so scanners stop there.
+    """
+    if header.batch_length < MIN_BATCH_LENGTH:
+        return f"batch length {header.batch_length} is below the minimum {MIN_BATCH_LENGTH}"
+    if header.size > available:
+        return (
+            f"batch length {header.batch_length} needs {header.size} bytes "
+            f"but only {available} remain"
+        )
+    if header.magic != MAGIC:
+        return f"magic byte is {header.magic}, only {MAGIC} (record batch v2) is supported"
+    return None
+
+
+def _crc_problem(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> str | None:
+    with memoryview(buf) as view:
+        computed = compute_crc(view[pos + ATTRIBUTES_OFFSET : pos + header.size])
+    if computed != header.crc:
+        return f"CRC mismatch (stored 0x{header.crc:08x}, computed 0x{computed:08x})"
+    return None
+
+
+def _count_problem(header: BatchHeader) -> str | None:
+    """Record count against the offset range and the space the records occupy.
+
+    Kafka's LogValidator rejects a v2 batch whose count is not ``lastOffsetDelta + 1``
+    ("Inconsistent batch offset range and record count"); with it a client could not make
+    the leader skip offsets. The size bound catches a count too large for the bytes
+    without decoding the records (only for uncompressed batches).
+    """
+    count = header.record_count
+    if count < 1:
+        return f"record count is {count}, a batch holds at least one record"
+    if count != header.last_offset_delta + 1:
+        return (
+            f"record count {count} does not match lastOffsetDelta {header.last_offset_delta} "
+            f"(which implies {header.last_offset_delta + 1} records)"
+        )
+    records_size = header.size - HEADER_SIZE
+    if header.compression == 0 and count * MIN_RECORD_SIZE > records_size:
+        return f"record count {count} cannot fit in {records_size} bytes of records"
+    return None
+
+
+def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Validate the batch at ``pos`` without decoding its records; return its header.
+
+    Checks, in order: a whole header is present, batchLength >= 49, the whole batch is
+    present, magic == 2, the CRC-32C, and recordCount == lastOffsetDelta + 1 >= 1 (plus,
+    uncompressed, that many records fit in the bytes). This is what the broker runs on every
+    produced and fetched batch. Raises CorruptRecordError naming the problem.
+    """
+    header = parse_header(buf, pos)
+    problem = (
+        _framing_problem(header, len(buf) - pos)
+        or _crc_problem(buf, pos, header)
+        or _count_problem(header)
+    )
+    if problem is not None:
+        raise CorruptRecordError(f"batch at position {pos}: {problem}")
+    return header
+
+
+def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+    """Check every batch of a buffer of concatenated batches; return their headers.
+
+    The buffer must consist of whole valid batches only: trailing bytes that do not form a
+    batch raise CorruptRecordError like any other problem. An empty buffer gives ``[]``.
+    """
+    headers = []
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        header = check_batch(buf, pos)
+        headers.append(header)
+        pos += header.size
+    return headers
+
+
+def stamp_batch(
+    buf: bytearray | memoryview, pos: int, base_offset: int, partition_leader_epoch: int
+) -> None:
+    """Write baseOffset and partitionLeaderEpoch of the batch at ``pos`` in place.
+
+    Both fields lie outside the CRC, so the batch stays valid without re-encoding.
+    """
+    _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
+    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+# -- scanning --------------------------------------------------------------------------------
+
+
+class ScannedBatch(NamedTuple):
+    """One batch found by :func:`scan_batches`."""
+
+    position: int
+    """Byte position of the batch in the scanned buffer."""
+    header: BatchHeader
+    crc_ok: bool
+    problem: str | None
+    """Why check_batch would reject the batch (CRC or record count), None if it is valid."""
+
+
+class BatchScan:
+    """Walk the batches of a buffer, reporting where and why the walk ended.
+
+    Iterating yields every batch that is framed soundly (whole, sane length, magic 2),
+    whether or not its CRC holds, so that ``dump-log`` can show damaged batches and go on.
+    It stops without raising at the end of the buffer or at the first framing problem; then
+    :attr:`end_position`, :attr:`stop_problem` (:attr:`stop_reason` with the position),
+    :attr:`incomplete` and :attr:`needed` say
+    where and why. Recovery stops earlier itself, at the first batch with a ``problem``.
+    """
+
+    def __init__(self, buf: bytes | bytearray | memoryview, pos: int = 0) -> None:
+        self._buf = buf
+        self._start = pos
+        self.end_position = pos
+        """Position after the last batch yielded: where the valid framing ends."""
+        self.stop_problem: str | None = None
+        """Why the walk stopped early, without the position; None when it reached the end of
+        the buffer exactly at a batch boundary."""
+        self.incomplete = False
+        """True when the buffer ended inside a batch (a torn tail, or more data to read)."""
+        self.needed = 0
+        """When incomplete: bytes needed from end_position to hold the batch (or its header)."""
+
+    @property
+    def stop_reason(self) -> str | None:
+        """``stop_problem`` with the position: ``batch at position N: ...``."""
+        if self.stop_problem is None:
+            return None
+        return f"batch at position {self.end_position}: {self.stop_problem}"
+
+    def __iter__(self) -> Iterator[ScannedBatch]:
+        buf = self._buf
+        end = len(buf)
+        pos = self._start
+        while pos < end:
+            available = end - pos
+            if available < HEADER_SIZE:
+                self._stop_incomplete(pos, available)
+                return
+            header = parse_header(buf, pos)
+            problem = _framing_problem(header, available)
+            if problem is not None:
+                self.end_position = pos
+                self.stop_problem = problem
+                if header.batch_length >= MIN_BATCH_LENGTH and header.size > available:
+                    self.incomplete = True
+                    self.needed = header.size
+                return
+            crc_problem = _crc_problem(buf, pos, header)
+            yield ScannedBatch(
+                pos, header, crc_problem is None, crc_problem or _count_problem(header)
+            )
+            pos += header.size
+            self.end_position = pos
+
+    def _stop_incomplete(self, pos: int, available: int) -> None:
+        self.end_position = pos
+        self.incomplete = True
+        self.needed = HEADER_SIZE
+        if available >= LOG_OVERHEAD:
+            (length,) = _INT32.unpack_from(self._buf, pos + BATCH_LENGTH_OFFSET)
+            if length < MIN_BATCH_LENGTH:
+                self.incomplete = False
+                self.needed = 0
+                self.stop_problem = f"batch length {length} is below the minimum {MIN_BATCH_LENGTH}"
+                return
+            self.needed = length + LOG_OVERHEAD
+        self.stop_problem = f"truncated header ({available} of {HEADER_SIZE} bytes)"
+
+
+def scan_batches(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchScan:
+    """A :class:`BatchScan` of ``buf`` from ``pos``; iterate it, then read its stop fields."""
+    return BatchScan(buf, pos)
+
+
+# -- varints ---------------------------------------------------------------------------------
+
+
+def _unsigned_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+# Record lengths, offset deltas, key/value sizes and small timestamp deltas fall here.
+_SMALL_MIN, _SMALL_MAX = -64, 8192
+_SMALL_VARINTS = [_unsigned_varint((n << 1) ^ (n >> 63)) for n in range(_SMALL_MIN, _SMALL_MAX)]
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag base-128 encoding of a signed 32-bit value (1 to 5 bytes)."""
+    if _SMALL_MIN <= value < _SMALL_MAX:
+        return _SMALL_VARINTS[value - _SMALL_MIN]
+    if not _INT32_MIN <= value <= _INT32_MAX:
+        raise ValueError(f"varint value {value} does not fit in 32 bits")
+    return _unsigned_varint((value << 1) ^ (value >> 31))
+
+
+def encode_varlong(value: int) -> bytes:
+    """Zig-zag base-128 encoding of a signed 64-bit value (1 to 10 bytes)."""
+    if _SMALL_MIN <= value < _SMALL_MAX:
+        return _SMALL_VARINTS[value - _SMALL_MIN]
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"varlong value {value} does not fit in 64 bits")
+    return _unsigned_varint((value << 1) ^ (value >> 63))
+
+
+def _decode_zigzag(
+    buf: bytes | bytearray | memoryview, pos: int, max_bytes: int, bits: int
+) -> tuple[int, int]:
+    raw = 0
+    shift = 0
+    end = len(buf)
+    for i in range(max_bytes):
+        if pos + i >= end:
+            raise CorruptRecordError(f"varint at position {pos} runs past the end of the data")
+        byte = buf[pos + i]
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if raw >> bits:
+                raise CorruptRecordError(f"varint at position {pos} overflows {bits} bits")
+            return (raw >> 1) ^ -(raw & 1), pos + i + 1
+        shift += 7
+    raise CorruptRecordError(f"varint at position {pos} is longer than {max_bytes} bytes")
+
+
+def decode_varint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """Decode a zig-zag varint at ``pos``: (value, position after it).
+
+    Raises CorruptRecordError for a varint longer than 5 bytes, one overflowing 32 bits, or
+    one cut off by the end of the buffer.
+    """
+    if pos < len(buf) and buf[pos] < 0x80:
+        byte = buf[pos]
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    return _decode_zigzag(buf, pos, 5, 32)
+
+
+def decode_varlong(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """Decode a zig-zag varlong at ``pos`` (at most 10 bytes, 64 bits); see decode_varint."""
+    if pos < len(buf) and buf[pos] < 0x80:
+        byte = buf[pos]
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    return _decode_zigzag(buf, pos, 10, 64)
+
+
+# -- records ---------------------------------------------------------------------------------
+
+
+class Record(NamedTuple):
+    """One record: what a producer sends and a consumer gets back.
+
+    When encoding, ``offset`` is ignored (a record's offset delta is its index in the batch)
+    and ``timestamp`` is the record's CreateTime in ms. When decoding, both are absolute.
+    """
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: int = NO_TIMESTAMP
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    offset: int = 0
+
+
+class DecodedBatch(NamedTuple):
+    """A batch decoded by :func:`decode_batch`."""
+
+    header: BatchHeader
+    records: list[Record]
+
+
+def _encode_bytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        out += b"\x01"  # zig-zag -1: null
+    else:
+        out += encode_varint(len(data))
+        out += data
+
+
+def encode_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int = 0,
+    partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    base_timestamp: int | None = None,
+) -> bytes:
+    """Encode ``records`` as one uncompressed v2 batch (CreateTime timestamps).
+
+    ``base_timestamp`` defaults to the first record's timestamp, as Kafka's builder does;
+    maxTimestamp is the largest record timestamp. Raises ValueError for an empty batch or
+    a field that does not fit the format.
+    """
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    if base_timestamp is None:
+        base_timestamp = records[0].timestamp
+    body = bytearray()
+    max_timestamp = NO_TIMESTAMP
+    varint = encode_varint
+    for delta, record in enumerate(records):
+        timestamp = record.timestamp
+        if timestamp > max_timestamp:
+            max_timestamp = timestamp
+        part = bytearray(b"\x00")  # record attributes: unused in v2
+        part += encode_varlong(timestamp - base_timestamp)
+        part += varint(delta)
+        _encode_bytes(part, record.key)
+        _encode_bytes(part, record.value)
+        headers = record.headers
+        part += varint(len(headers))
+        for header_key, header_value in headers:
+            _encode_bytes(part, header_key.encode("utf-8"))
+            _encode_bytes(part, header_value)
+        body += varint(len(part))
+        body += part
+    count = len(records)
+    if HEADER_SIZE + len(body) - LOG_OVERHEAD > _INT32_MAX:
+        raise ValueError(f"batch of {len(body)} bytes of records is too large for the format")
+    covered = bytearray(
+        _CRC_COVERED_HEADER.pack(
+            0,  # attributes: no compression, CreateTime, not transactional, not control
+            count - 1,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        )
+    )
+    covered += body
+    prefix = _PREFIX.pack(
+        base_offset,
+        len(covered) + ATTRIBUTES_OFFSET - LOG_OVERHEAD,
+        partition_leader_epoch,
+        MAGIC,
+        compute_crc(covered),
+    )
+    return prefix + covered
+
+
+def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> DecodedBatch:
+    """Validate (as check_batch) and decode the batch at ``pos``.
+
+    Records get absolute offsets (baseOffset + offsetDelta) and timestamps (baseTimestamp +
+    timestampDelta, or maxTimestamp for LogAppendTime batches, as Kafka's consumer does).
+    Raises CorruptRecordError for an invalid batch, a compressed one (no codec is
+    supported), or records that do not parse to exactly the batch's end.
+    """
+    header = check_batch(buf, pos)
+    where = f"batch at position {pos}"
+    if header.compression != 0:
+        raise CorruptRecordError(
+            f"{where}: compression codec {header.compression_name} not supported"
+        )
+    end = pos + header.size
+    data = bytes(buf[pos:end]) if not isinstance(buf, bytes) else buf
+    if data is not buf:
+        end -= pos
+        pos = 0
+    p = pos + RECORDS_OFFSET
+    append_time = header.max_timestamp if header.is_log_append_time else None
+    records: list[Record] = []
+    for index in range(header.record_count):
+        try:
+            record, p = _decode_record(data, p, end, header, append_time)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(f"{where}: record {index}: {e.reason}") from None
+        records.append(record)
+    if p != end:
+        raise CorruptRecordError(f"{where}: {end - p} bytes after the last record")
+    return DecodedBatch(header, records)
+
+
+def _decode_record(
+    data: bytes, p: int, end: int, header: BatchHeader, append_time: int | None
+) -> tuple[Record, int]:
+    length, p = decode_varint(data, p)
+    record_end = p + length
+    if length < 0 or record_end > end:
+        raise CorruptRecordError(f"length {length} does not fit in the batch")
+    p += 1  # attributes: unused in v2
+    timestamp_delta, p = decode_varlong(data, p)
+    offset_delta, p = decode_varint(data, p)
+    key, p = _decode_bytes(data, p, record_end, "key")
+    value, p = _decode_bytes(data, p, record_end, "value")
+    header_count, p = decode_varint(data, p)
+    if header_count < 0:
+        raise CorruptRecordError("negative header count")
+    headers = []
+    for _ in range(header_count):
+        header_key, p = _decode_bytes(data, p, record_end, "header key")
+        if header_key is None:
+            raise CorruptRecordError("null header key")
+        header_value, p = _decode_bytes(data, p, record_end, "header value")
+        try:
+            headers.append((header_key.decode("utf-8"), header_value))
+        except UnicodeDecodeError:
+            raise CorruptRecordError("header key is not UTF-8") from None
+    if p != record_end:
+        raise CorruptRecordError(
+            f"length is {length} bytes but its fields take {p - record_end + length}"
+        )
+    timestamp = header.base_timestamp + timestamp_delta if append_time is None else append_time
+    return Record(key, value, timestamp, tuple(headers), header.base_offset + offset_delta), p
+
+
+def _decode_bytes(data: bytes, pos: int, limit: int, what: str) -> tuple[bytes | None, int]:
+    length, pos = decode_varint(data, pos)
+    if length == -1:
+        return None, pos
+    if length < -1 or pos + length > limit:
+        raise CorruptRecordError(f"{what} length {length} does not fit in its record")
+    return data[pos : pos + length], pos + length

@@ -1,0 +1,54 @@
+"""Shared fixtures: one real ZooKeeper per test session, a chrooted kazoo client per test.
+
+The ZooKeeper is the project's own harness (deploy/zookeeper.py) running Debian's
+package, so tests see real sessions, ephemerals and watches. It starts lazily: unit
+tests that use no ZooKeeper fixture never start a JVM.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[ZooKeeperServer]:
+    """One standalone ZooKeeper for the whole test session (on a free port).
+
+    Tests must not pause, kill or stop it: those that inject ZooKeeper faults start
+    their own ZooKeeperServer. A missing installation fails with a message that says to
+    run `make setup`, rather than skipping the integration tests silently.
+    """
+    server = ZooKeeperServer(ZooKeeperConfig())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zk_client(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
+    """A connected kazoo client chrooted to a fresh ``/t-<uuid>``, so tests sharing the
+    session's ZooKeeper cannot see each other's znodes. The chroot is removed after."""
+    chroot = f"/t-{uuid.uuid4().hex}"
+    root = KazooClient(hosts=zookeeper.connect_string)
+    root.start(timeout=10)
+    client = KazooClient(hosts=zookeeper.connect_string + chroot)
+    try:
+        root.ensure_path(chroot)
+        client.start(timeout=10)
+        yield client
+    finally:
+        client.stop()
+        client.close()
+        try:
+            root.delete(chroot, recursive=True)
+        finally:
+            root.stop()
+            root.close()

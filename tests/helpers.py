@@ -1,0 +1,39 @@
+"""Small test helpers shared by unit and integration tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(
+    predicate: Callable[[], T],
+    timeout: float,
+    interval: float = 0.05,
+    message: str | Callable[[], str] = "condition not met",
+) -> T:
+    """Poll ``predicate`` until it returns a truthy value, and return that value.
+
+    Tests wait on conditions with a deadline, never with fixed sleeps: a fixed sleep is
+    either too short on a busy CI machine (flaky) or too long everywhere else (slow).
+    The predicate is always tried once more after the deadline, so a condition that
+    became true while we slept is not reported as a timeout. Exceptions from the
+    predicate propagate. ``message`` may be a callable, to describe the state at the
+    moment of failure (e.g. the last value seen).
+
+    :raises AssertionError: with ``message`` and the elapsed time when time runs out.
+    """
+    start = time.monotonic()
+    deadline = start + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        now = time.monotonic()
+        if now >= deadline:
+            text = message() if callable(message) else message
+            raise AssertionError(f"{text} (waited {now - start:.2f}s, timeout {timeout:.2f}s)")
+        time.sleep(min(interval, max(0.0, deadline - now)))

@@ -1,0 +1,129 @@
+"""`minibroker dump-log` reports batches, bad CRCs and torn tails without raising."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.log import Log, LogConfig
+from broker.record_batch import Record, encode_batch
+from client.cli import main
+
+
+def _write_log(directory: Path, batches: int = 3) -> Log:
+    log = Log.open(directory, LogConfig())
+    for i in range(batches):
+        records = [
+            Record(key=f"k{i}".encode(), value=f"value-{i}-{j}".encode(), timestamp=1000 + j)
+            for j in range(2)
+        ]
+        log.append_as_leader(encode_batch(records), leader_epoch=i // 2)
+    log.flush()
+    return log
+
+
+def _dump_json(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict[str, Any]]:
+    assert main(["dump-log", str(path), "--json", *extra]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_json_lists_every_batch_with_design_fields(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = _write_log(tmp_path / "orders-0")
+    segment = log.segments[0].log_path
+    log.close()
+    lines = _dump_json(segment, capsys)
+    assert [(b["base_offset"], b["last_offset"], b["leader_epoch"], b["count"]) for b in lines] == [
+        (0, 1, 0, 2),
+        (2, 3, 0, 2),
+        (4, 5, 1, 2),
+    ]
+    assert all(b["crc_valid"] for b in lines)
+    assert lines[0]["position"] == 0
+    assert lines[1]["position"] == lines[0]["size"]
+    assert "records" not in lines[0]
+
+
+def test_print_data_shows_records_as_text_or_base64(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    batch = encode_batch(
+        [
+            Record(key=None, value=b"hello", timestamp=5, headers=(("h", b"v"),)),
+            Record(key=b"\xff\xfe", value=None, timestamp=6),
+        ]
+    )
+    log.append_as_leader(batch, leader_epoch=3)
+    log.close()
+    (line,) = _dump_json(tmp_path / "t-0", capsys, "--print-data")
+    assert line["records"] == [
+        {"offset": 0, "timestamp": 5, "key": None, "value": "hello", "headers": [["h", "v"]]},
+        {"offset": 1, "timestamp": 6, "key": {"base64": "//4="}, "value": None, "headers": []},
+    ]
+
+
+def test_bad_crc_is_reported_and_the_walk_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = _write_log(tmp_path / "p-0")
+    segment = log.segments[0].log_path
+    log.close()
+    first = _dump_json(segment, capsys)
+    data = bytearray(segment.read_bytes())
+    data[first[1]["position"] + 70] ^= 0xFF  # a byte inside batch 2's records
+    segment.write_bytes(bytes(data))
+    lines = _dump_json(segment, capsys, "--print-data")
+    assert [b["crc_valid"] for b in lines] == [True, False, True]
+    assert lines[1]["records_error"] == "CRC mismatch"
+    assert "CRC" in lines[1]["problem"]
+
+
+def test_torn_tail_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = _write_log(tmp_path / "p-0")
+    segment = log.segments[0].log_path
+    log.close()
+    size = segment.stat().st_size
+    with segment.open("r+b") as f:
+        f.truncate(size - 10)
+    lines = _dump_json(segment, capsys)
+    assert [b.get("base_offset") for b in lines[:2]] == [0, 2]
+    tail = lines[2]
+    assert tail["torn_tail"] is True
+    assert tail["position"] == lines[1]["position"] + lines[1]["size"]
+    assert tail["remaining_bytes"] == size - 10 - tail["position"]
+
+
+def test_text_output_of_a_partition_directory_covers_every_segment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = Log.open(tmp_path / "p-0", LogConfig(segment_bytes=200))
+    for i in range(4):
+        log.append_as_leader(encode_batch([Record(None, b"x" * 60, timestamp=i)]), leader_epoch=0)
+    log.close()
+    assert main(["dump-log", str(tmp_path / "p-0"), "--print-data"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("Dumping ") == len(list((tmp_path / "p-0").glob("*.log"))) > 1
+    assert out.count("baseOffset: ") == 4
+    assert 'payload: "xxxx' in out
+
+
+def test_missing_path_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "client.cli", "dump-log", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip()
+        == f"minibroker dump-log: no such file or directory: {tmp_path / 'nope'}"
+    )
+    assert "Traceback" not in proc.stderr

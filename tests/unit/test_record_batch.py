@@ -1,0 +1,471 @@
+"""Kafka record batch v2 codec: format pinned by golden bytes, validation, varints."""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker.record_batch import (
+    HEADER_SIZE,
+    MAGIC,
+    BatchHeader,
+    CorruptRecordError,
+    Record,
+    check_batch,
+    decode_batch,
+    decode_varint,
+    decode_varlong,
+    encode_batch,
+    encode_varint,
+    encode_varlong,
+    parse_header,
+    scan_batches,
+    stamp_batch,
+    validate_batches,
+)
+
+# One batch assembled by hand from the spec (kafka-replication.md section 8):
+#   record 0: key b"k", value b"v", timestamp 1000, one header ("h", b"x")
+#   record 1: key None, value b"", timestamp 1005, no headers
+GOLDEN_RECORDS = (
+    "18"  # length 12 (zig-zag 24)
+    "00"  # attributes
+    "00"  # timestampDelta 0
+    "00"  # offsetDelta 0
+    "02"
+    "6b"  # key length 1, "k"
+    "02"
+    "76"  # value length 1, "v"
+    "02"  # 1 header
+    "02"
+    "68"
+    "02"
+    "78"  # header key "h", value "x"
+    "0c"  # length 6
+    "00"  # attributes
+    "0a"  # timestampDelta 5
+    "02"  # offsetDelta 1
+    "01"  # key null (-1)
+    "00"  # value length 0
+    "00"  # no headers
+)
+GOLDEN_AFTER_CRC = (
+    "0000"  # attributes
+    "00000001"  # lastOffsetDelta
+    "00000000000003e8"  # baseTimestamp 1000
+    "00000000000003ed"  # maxTimestamp 1005
+    "ffffffffffffffff"  # producerId -1
+    "ffff"  # producerEpoch -1
+    "ffffffff"  # baseSequence -1
+    "00000002"  # recordCount
+) + GOLDEN_RECORDS
+GOLDEN_CRC = 0xAFB4817E
+GOLDEN = bytes.fromhex(
+    "0000000000000000"  # baseOffset 0
+    "00000045"  # batchLength 69 = 81 - 12
+    "ffffffff"  # partitionLeaderEpoch -1
+    "02"  # magic
+    f"{GOLDEN_CRC:08x}" + GOLDEN_AFTER_CRC
+)
+GOLDEN_INPUT = [
+    Record(b"k", b"v", 1000, (("h", b"x"),)),
+    Record(None, b"", 1005),
+]
+
+
+def recrc(batch: bytes | bytearray, pos: int = 0) -> bytearray:
+    """Recompute the CRC of the batch at ``pos`` after editing covered fields."""
+    out = bytearray(batch)
+    (length,) = struct.unpack_from(">i", out, pos + 8)
+    crc = crc32c.crc32c(bytes(out[pos + 21 : pos + 12 + length]))
+    struct.pack_into(">I", out, pos + 17, crc)
+    return out
+
+
+def simple_batch(n: int = 3, **kwargs: int) -> bytes:
+    return encode_batch([Record(b"key", b"value-%d" % i, 1000 + i) for i in range(n)], **kwargs)
+
+
+# -- golden bytes ----------------------------------------------------------------------------
+
+
+def test_golden_crc_is_crc32c_of_bytes_21_to_end() -> None:
+    assert crc32c.crc32c(GOLDEN[21:]) == GOLDEN_CRC
+    assert len(GOLDEN) == 81
+
+
+def test_encode_matches_golden_bytes() -> None:
+    assert encode_batch(GOLDEN_INPUT) == GOLDEN
+
+
+def test_decode_golden_bytes() -> None:
+    batch = decode_batch(GOLDEN)
+    assert batch.header == BatchHeader(
+        base_offset=0,
+        batch_length=69,
+        partition_leader_epoch=-1,
+        magic=2,
+        crc=GOLDEN_CRC,
+        attributes=0,
+        last_offset_delta=1,
+        base_timestamp=1000,
+        max_timestamp=1005,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        record_count=2,
+    )
+    assert batch.records == [
+        Record(b"k", b"v", 1000, (("h", b"x"),), offset=0),
+        Record(None, b"", 1005, (), offset=1),
+    ]
+
+
+def test_header_properties() -> None:
+    header = parse_header(simple_batch(5, base_offset=100, base_sequence=2**31 - 3))
+    assert header.size == len(simple_batch(5))
+    assert header.last_offset == 104
+    assert header.next_offset == 105
+    assert header.last_sequence == 1  # 2**31-3, -2, -1, then wraps to 0, 1 (Kafka)
+    assert header.compression == 0
+    assert header.compression_name == "none"
+    assert not header.is_transactional
+    assert not header.is_control
+    assert not header.is_log_append_time
+    assert not header.has_producer_id
+    assert parse_header(simple_batch()).last_sequence == -1
+
+
+def test_parse_header_rejects_short_buffer() -> None:
+    with pytest.raises(CorruptRecordError, match="truncated header"):
+        parse_header(GOLDEN[:60])
+
+
+# -- round trips -----------------------------------------------------------------------------
+
+optional_bytes = st.none() | st.binary(max_size=64) | st.binary(min_size=1000, max_size=5000)
+headers = st.lists(st.tuples(st.text(max_size=10), st.none() | st.binary(max_size=20)), max_size=3)
+records = st.lists(
+    st.builds(
+        Record,
+        key=optional_bytes,
+        value=optional_bytes,
+        timestamp=st.integers(0, 2**45),
+        headers=headers.map(tuple),
+    ),
+    min_size=1,
+    max_size=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    records=records,
+    base_offset=st.integers(0, 2**62),
+    epoch=st.integers(-1, 2**31 - 1),
+    producer_id=st.integers(-1, 2**63 - 1),
+    producer_epoch=st.integers(-1, 2**15 - 1),
+    base_sequence=st.integers(-1, 2**31 - 1),
+)
+def test_encode_decode_round_trip(
+    records: list[Record],
+    base_offset: int,
+    epoch: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+) -> None:
+    data = encode_batch(
+        records,
+        base_offset=base_offset,
+        partition_leader_epoch=epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+    assert validate_batches(data) == [check_batch(data)]
+    batch = decode_batch(data)
+    header = batch.header
+    assert header.size == len(data)
+    assert header.base_offset == base_offset
+    assert header.partition_leader_epoch == epoch
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (
+        producer_id,
+        producer_epoch,
+        base_sequence,
+    )
+    assert header.record_count == len(records)
+    assert header.base_timestamp == records[0].timestamp
+    assert header.max_timestamp == max(r.timestamp for r in records)
+    assert batch.records == [r._replace(offset=base_offset + i) for i, r in enumerate(records)]
+
+
+def test_decode_uses_log_append_time() -> None:
+    data = bytearray(simple_batch(3))
+    struct.pack_into(">h", data, 21, 0x08)  # timestamp type: LogAppendTime
+    struct.pack_into(">q", data, 35, 5555)  # maxTimestamp, the broker's append time
+    batch = decode_batch(recrc(data))
+    assert [r.timestamp for r in batch.records] == [5555, 5555, 5555]
+
+
+def test_decode_rejects_compressed_batch() -> None:
+    data = bytearray(simple_batch())
+    struct.pack_into(">h", data, 21, 1)  # gzip
+    data = recrc(data)
+    check_batch(data)  # framing and CRC are fine ...
+    with pytest.raises(CorruptRecordError, match="compression codec gzip not supported"):
+        decode_batch(data)  # ... but the records cannot be read
+
+
+def test_decode_rejects_record_with_wrong_length() -> None:
+    data = bytearray(GOLDEN)
+    data[61] = 0x16  # record 0 claims 11 bytes instead of 12
+    with pytest.raises(CorruptRecordError, match="batch at position 0: record 0: "):
+        decode_batch(recrc(data))
+
+
+def test_decode_rejects_bytes_after_last_record() -> None:
+    data = bytearray(simple_batch(1)) + b"\x00" * 7
+    struct.pack_into(">i", data, 8, len(data) - 12)
+    with pytest.raises(CorruptRecordError, match="7 bytes after the last record"):
+        decode_batch(recrc(data))
+
+
+def test_encode_rejects_empty_batch() -> None:
+    with pytest.raises(ValueError, match="at least one record"):
+        encode_batch([])
+
+
+# -- varints ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [
+        (0, "00"),
+        (-1, "01"),
+        (1, "02"),
+        (63, "7e"),
+        (-64, "7f"),
+        (64, "8001"),
+        (300, "d804"),
+        (2**31 - 1, "feffffff0f"),
+        (-(2**31), "ffffffff0f"),
+    ],
+)
+def test_varint_known_encodings(value: int, encoded: str) -> None:
+    assert encode_varint(value).hex() == encoded
+    assert decode_varint(bytes.fromhex(encoded), 0) == (value, len(encoded) // 2)
+
+
+def test_varlong_extremes() -> None:
+    assert encode_varlong(2**63 - 1).hex() == "feffffffffffffffff01"
+    assert encode_varlong(-(2**63)).hex() == "ffffffffffffffffff01"
+    assert decode_varlong(bytes.fromhex("ffffffffffffffffff01"), 0) == (-(2**63), 10)
+
+
+@given(st.integers(-(2**31), 2**31 - 1))
+def test_varint_round_trip(value: int) -> None:
+    data = b"\xaa" + encode_varint(value) + b"\xbb"
+    assert decode_varint(data, 1) == (value, len(data) - 1)
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_varlong_round_trip(value: int) -> None:
+    data = encode_varlong(value)
+    assert decode_varlong(data, 0) == (value, len(data))
+
+
+def test_encode_rejects_out_of_range() -> None:
+    with pytest.raises(ValueError, match="32 bits"):
+        encode_varint(2**31)
+    with pytest.raises(ValueError, match="64 bits"):
+        encode_varlong(-(2**63) - 1)
+
+
+def test_over_long_varints_are_rejected() -> None:
+    with pytest.raises(CorruptRecordError, match="longer than 5 bytes"):
+        decode_varint(bytes.fromhex("808080808001"), 0)
+    with pytest.raises(CorruptRecordError, match="longer than 10 bytes"):
+        decode_varlong(bytes.fromhex("8080808080808080808001"), 0)
+
+
+def test_overflowing_varints_are_rejected() -> None:
+    with pytest.raises(CorruptRecordError, match="overflows 32 bits"):
+        decode_varint(bytes.fromhex("ffffffff1f"), 0)
+    with pytest.raises(CorruptRecordError, match="overflows 64 bits"):
+        decode_varlong(bytes.fromhex("ffffffffffffffffff03"), 0)
+
+
+def test_truncated_varint_is_rejected() -> None:
+    with pytest.raises(CorruptRecordError, match="runs past the end"):
+        decode_varint(bytes.fromhex("8080"), 0)
+    with pytest.raises(CorruptRecordError, match="runs past the end"):
+        decode_varint(b"", 0)
+
+
+# -- check_batch -----------------------------------------------------------------------------
+
+
+def test_check_batch_accepts_valid_batch_at_offset() -> None:
+    data = b"xyz" + GOLDEN
+    assert check_batch(data, 3).crc == GOLDEN_CRC
+
+
+def test_check_batch_rejects_bad_crc() -> None:
+    data = bytearray(GOLDEN)
+    data[70] ^= 0x01
+    crc = crc32c.crc32c(bytes(data[21:]))
+    with pytest.raises(CorruptRecordError) as info:
+        check_batch(data)
+    assert str(info.value) == (
+        f"batch at position 0: CRC mismatch (stored 0x{GOLDEN_CRC:08x}, computed 0x{crc:08x})"
+    )
+
+
+def test_check_batch_rejects_wrong_magic() -> None:
+    data = bytearray(GOLDEN)
+    data[16] = 1
+    with pytest.raises(CorruptRecordError, match="magic byte is 1, only 2"):
+        check_batch(data)
+
+
+def test_check_batch_rejects_length_below_minimum() -> None:
+    data = bytearray(GOLDEN)
+    struct.pack_into(">i", data, 8, 48)
+    with pytest.raises(CorruptRecordError, match="batch length 48 is below the minimum 49"):
+        check_batch(data)
+    struct.pack_into(">i", data, 8, -5)
+    with pytest.raises(CorruptRecordError, match="batch length -5 is below"):
+        check_batch(data)
+
+
+def test_check_batch_rejects_length_beyond_buffer() -> None:
+    data = bytearray(GOLDEN)
+    struct.pack_into(">i", data, 8, 70)
+    with pytest.raises(CorruptRecordError, match="needs 82 bytes but only 81 remain"):
+        check_batch(data)
+    struct.pack_into(">i", data, 8, 2**31 - 1)
+    with pytest.raises(CorruptRecordError, match="only 81 remain"):
+        check_batch(data)
+
+
+def test_check_batch_rejects_length_too_short_for_content() -> None:
+    # A lying length that still lies inside the buffer: the CRC then covers the wrong bytes.
+    data = bytearray(GOLDEN)
+    struct.pack_into(">i", data, 8, 68)
+    with pytest.raises(CorruptRecordError, match="CRC mismatch"):
+        check_batch(data)
+
+
+def test_check_batch_rejects_truncated_buffer() -> None:
+    with pytest.raises(CorruptRecordError, match="truncated header \\(30 of 61 bytes\\)"):
+        check_batch(GOLDEN[:30])
+    with pytest.raises(CorruptRecordError, match="needs 81 bytes but only 80 remain"):
+        check_batch(GOLDEN[:80])
+
+
+def test_check_batch_rejects_count_not_matching_last_offset_delta() -> None:
+    data = bytearray(GOLDEN)
+    struct.pack_into(">i", data, 57, 3)
+    with pytest.raises(CorruptRecordError, match="record count 3 does not match lastOffsetDelta 1"):
+        check_batch(recrc(data))
+
+
+def test_check_batch_rejects_zero_records() -> None:
+    data = bytearray(GOLDEN)
+    struct.pack_into(">i", data, 23, -1)
+    struct.pack_into(">i", data, 57, 0)
+    with pytest.raises(CorruptRecordError, match="record count is 0"):
+        check_batch(recrc(data))
+
+
+def test_check_batch_rejects_count_too_large_for_bytes() -> None:
+    # 2**20 records claimed in 20 bytes of records, consistent with lastOffsetDelta: a
+    # client could otherwise make the leader skip a million offsets.
+    data = bytearray(GOLDEN)
+    struct.pack_into(">i", data, 23, 2**20 - 1)
+    struct.pack_into(">i", data, 57, 2**20)
+    with pytest.raises(CorruptRecordError, match="cannot fit in 20 bytes of records"):
+        check_batch(recrc(data))
+
+
+def test_validate_batches_checks_every_batch() -> None:
+    data = simple_batch(2) + GOLDEN + simple_batch(4)
+    headers = validate_batches(data)
+    assert [h.record_count for h in headers] == [2, 2, 4]
+    assert validate_batches(b"") == []
+    bad = bytearray(data)
+    bad[len(simple_batch(2)) + 70] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match=f"batch at position {len(simple_batch(2))}: CRC"):
+        validate_batches(bad)
+
+
+def test_validate_batches_rejects_trailing_bytes() -> None:
+    with pytest.raises(CorruptRecordError, match="batch at position 81: truncated header"):
+        validate_batches(GOLDEN + b"\x00" * 5)
+    with pytest.raises(CorruptRecordError, match="batch at position 81"):
+        validate_batches(GOLDEN + GOLDEN[:70])
+
+
+# -- stamping and scanning -------------------------------------------------------------------
+
+
+def test_stamp_batch_keeps_crc_valid() -> None:
+    data = bytearray(b"\x00" * 5 + GOLDEN)
+    stamp_batch(data, 5, 123456789012, 7)
+    header = check_batch(data, 5)
+    assert (header.base_offset, header.partition_leader_epoch) == (123456789012, 7)
+    assert header.crc == GOLDEN_CRC
+    assert bytes(data[5 + 17 :]) == GOLDEN[17:]
+    assert parse_header(GOLDEN).stamped(123456789012, 7) == header
+
+
+def test_scan_reports_crc_failures_and_continues() -> None:
+    first = simple_batch(2)
+    data = bytearray(first + GOLDEN + simple_batch(1))
+    data[len(first) + 70] ^= 0x01
+    scan = scan_batches(data)
+    found = list(scan)
+    assert [(b.position, b.crc_ok) for b in found] == [
+        (0, True),
+        (len(first), False),
+        (len(first) + 81, True),
+    ]
+    assert "CRC mismatch" in str(found[1].problem)
+    assert scan.stop_reason is None
+    assert scan.end_position == len(data)
+    assert not scan.incomplete
+
+
+def test_scan_stops_at_torn_tail() -> None:
+    data = GOLDEN + GOLDEN[:50]
+    scan = scan_batches(data)
+    assert [b.position for b in scan] == [0]
+    assert scan.end_position == 81
+    assert scan.incomplete
+    assert scan.needed == 81
+    assert scan.stop_reason == "batch at position 81: truncated header (50 of 61 bytes)"
+
+
+def test_scan_stops_at_bad_framing() -> None:
+    data = bytearray(GOLDEN + GOLDEN)
+    data[81 + 16] = 0
+    scan = scan_batches(data)
+    assert len(list(scan)) == 1
+    assert not scan.incomplete
+    assert "magic byte is 0" in str(scan.stop_reason)
+    short = bytearray(GOLDEN + GOLDEN[:20])
+    struct.pack_into(">i", short, 81 + 8, 3)
+    scan = scan_batches(short)
+    assert len(list(scan)) == 1
+    assert scan.stop_reason == "batch at position 81: batch length 3 is below the minimum 49"
+    assert not scan.incomplete
+
+
+def test_magic_constant_and_header_size() -> None:
+    assert (MAGIC, HEADER_SIZE) == (2, 61)
