@@ -114,6 +114,13 @@ class _AppendedBytes:
     totals: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
     total: int = 0
 
+    def reset(self, offset: int) -> None:
+        """Forget the marks: what is below ``offset`` is now of unknown size."""
+        self.offsets.clear()
+        self.totals.clear()
+        self.offsets.append(offset)
+        self.totals.append(self.total)
+
     def record(self, next_offset: int, size: int) -> None:
         self.total += size
         self.offsets.append(next_offset)
@@ -166,6 +173,7 @@ class Partition:
         must not acknowledge writes until the controller tells it its role again."""
         self._high_watermark = self._clamp(high_watermark)
         self._appended = _AppendedBytes()
+        self._appended.reset(log.log_end_offset)
 
     def __repr__(self) -> str:
         return (
@@ -411,10 +419,12 @@ class Partition:
         """Truncate the local log (follower truncation); the HW follows it down."""
         self.log.truncate_to(offset)
         self._high_watermark = self._clamp(self._high_watermark)
+        self._appended.reset(self.log.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
         self._high_watermark = self._clamp(offset)
+        self._appended.reset(offset)
 
     # -- reads -------------------------------------------------------------------------------
 

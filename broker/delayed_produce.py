@@ -1,0 +1,64 @@
+"""An acks=all produce waiting in the purgatory for the ISR (Kafka's ``DelayedProduce``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.partition import Partition
+from broker.purgatory import DelayedOperation
+from broker.topic_partition import TopicPartition
+from proto.minibroker_pb2 import ErrorCode
+
+
+@dataclass
+class ProducePartitionStatus:
+    """One partition of a waiting produce request."""
+
+    required_offset: int
+    """The HW must reach this (the last appended offset + 1) for the write to be acked."""
+    base_offset: int
+    error_code: int | None = None
+    """None while waiting; then NONE or the error the partition ended with."""
+
+
+class DelayedProduce(DelayedOperation):
+    """Completes when every partition's HW passed its ``required_offset`` or failed.
+
+    A partition that is gone or no longer led by this broker fails with its error; one whose
+    HW arrived while the ISR is below ``min.insync.replicas`` is answered
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND (written, but not as safe as acks=all promises). What
+    is still waiting at the timeout gets REQUEST_TIMED_OUT: the records may or may not
+    become committed, so a producer must treat that as unknown, not as failed.
+    """
+
+    def __init__(
+        self,
+        timeout_ms: int,
+        statuses: dict[TopicPartition, ProducePartitionStatus],
+        get_partition: Callable[[TopicPartition], Partition | None],
+    ) -> None:
+        super().__init__(timeout_ms)
+        self.statuses = statuses
+        self._get_partition = get_partition
+
+    def try_complete(self) -> bool:
+        pending = False
+        for tp, status in self.statuses.items():
+            if status.error_code is not None:
+                continue
+            partition = self._get_partition(tp)
+            if partition is None:
+                status.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            status.error_code = partition.produce_status(status.required_offset)
+            pending = pending or status.error_code is None
+        return False if pending else self.force_complete()
+
+    def on_complete(self) -> None:
+        """Nothing to build: the handler reads :attr:`statuses`."""
+
+    def on_expiration(self) -> None:
+        for status in self.statuses.values():
+            if status.error_code is None:
+                status.error_code = ErrorCode.REQUEST_TIMED_OUT
