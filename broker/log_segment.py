@@ -8,15 +8,16 @@ No ``.timeindex`` is written (DESIGN.md makes it optional): a segment's largest 
 used by time-based retention and ListOffsets by timestamp, is tracked while appending and
 recovering, and otherwise found once by scanning the batch headers of the file.
 
-Concurrency: the owning Log serialises appends, truncation, recovery and deletion; reads
-and timestamp lookups may run at the same time on other threads. Every file access goes
-through ``os.pread``/``os.pwrite`` on a descriptor that is closed only when its last user
-is done, so a read racing a deletion gets :class:`SegmentClosedError`, never bytes of some
-other file that reused the descriptor number.
+Concurrency: the owning Log serialises appends, truncation, recovery, closing and deletion;
+reads, timestamp lookups and flushes may run at the same time on other threads. Every file
+access goes through ``os.pread``/``os.pwritev`` on a descriptor that is closed only when its
+last reader is done, so a read racing a deletion gets :class:`SegmentClosedError`, never
+bytes of some other file that reused the descriptor number.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -28,6 +29,7 @@ from typing import NamedTuple
 from broker.offset_index import CorruptIndexError, OffsetIndex
 from broker.record_batch import (
     HEADER_SIZE,
+    LOG_OVERHEAD,
     MAGIC,
     MIN_BATCH_LENGTH,
     NO_TIMESTAMP,
@@ -36,6 +38,7 @@ from broker.record_batch import (
     decode_batch,
     parse_header,
     scan_batches,
+    stamped_buffers,
 )
 
 __all__ = [
@@ -57,6 +60,8 @@ _HEADER_SCAN_CHUNK = 16 * 1024
 """Bytes read at a time when walking batch headers (index lookups, timestamps)."""
 _RECOVERY_CHUNK = 4 * 1024 * 1024
 """Bytes read at a time when validating whole batches during recovery."""
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
+"""Most buffers one ``pwritev`` takes (1024 on Linux); 16 is POSIX's minimum."""
 
 
 def log_file_name(base_offset: int) -> str:
@@ -143,15 +148,20 @@ class _SegmentFile:
         finally:
             self._release()
 
-    def write_at(self, data: bytes | bytearray | memoryview, position: int) -> None:
-        fd = self._acquire()
-        try:
-            with memoryview(data) as view:
-                written = 0
-                while written < len(view):
-                    written += os.pwrite(fd, view[written:], position + written)
-        finally:
-            self._release()
+    def write_at(
+        self, buffers: Sequence[bytes | bytearray | memoryview], position: int, size: int
+    ) -> None:
+        """Write ``buffers`` (``size`` bytes in all) one after the other from ``position``.
+
+        Only for the segment's owner, which never closes the file during a write (see the
+        module docstring); so unlike readers it does not count itself as a user, which
+        would take a lock twice per append.
+        """
+        if self._closed:
+            raise SegmentClosedError(f"{self.path} is closed")
+        written = os.pwritev(self._fd, buffers, position) if len(buffers) <= _IOV_MAX else 0
+        if written != size:  # rare: pwritev wrote less than asked, or there are too many buffers
+            _pwritev_rest(self._fd, buffers, position, written)
 
     def truncate(self, size: int) -> None:
         fd = self._acquire()
@@ -181,6 +191,29 @@ class _SegmentFile:
             self._closed = True
             if self._users == 0:
                 self._close_fd()
+
+
+def _pwritev_rest(
+    fd: int, buffers: Sequence[bytes | bytearray | memoryview], position: int, written: int
+) -> None:
+    """Write what is left of ``buffers`` after ``written`` bytes of them went to ``position``.
+
+    pwritev may write less than asked (interrupted by a signal, or a disk that fills up
+    without failing the call) and takes at most IOV_MAX buffers at a time.
+    """
+    views = [memoryview(buffer) for buffer in buffers]
+    first = 0  # views[first] is the first buffer not wholly written
+    while True:
+        position += written
+        while first < len(views) and written >= len(views[first]):
+            written -= len(views[first])
+            first += 1
+        if first == len(views):
+            return
+        views[first] = views[first][written:]
+        written = os.pwritev(fd, views[first : first + _IOV_MAX], position)
+        if written <= 0:
+            raise OSError(errno.EIO, f"pwritev wrote nothing at position {position}")
 
 
 class LogSegment:
@@ -329,23 +362,40 @@ class LogSegment:
     # -- writing ---------------------------------------------------------------------------
 
     def append(
-        self, records: bytes | bytearray | memoryview, batches: Sequence[BatchHeader]
+        self,
+        records: bytes | bytearray | memoryview,
+        batches: Sequence[BatchHeader],
+        *,
+        stamp: bool = False,
     ) -> None:
-        """Write whole, validated, stamped batches at the end of the segment.
+        """Write whole, validated batches at the end of the segment.
 
-        ``batches`` are the headers of the batches in ``records``, in order, as stamped (with
-        their final base offsets); they drive the index and the largest timestamp.
+        ``batches`` are the headers of the batches in ``records``, in order, with their final
+        base offsets; they drive the index and the largest timestamp. With ``stamp``, their
+        baseOffset and partitionLeaderEpoch are written in place of those in ``records``
+        (which is not changed): the leader's offset assignment, done on the way to disk
+        by one vectored write rather than on a copy of the batches.
         """
-        position = self._size
-        self._file.write_at(records, position)
+        start = position = self._size
+        interval = self._index_interval_bytes
+        last_indexed = self._last_indexed_position
+        new_entries = []
         max_timestamp = self._appended_max_timestamp
         for header in batches:
-            self._maybe_index(header, position)
-            position += header.size
+            if position - last_indexed > interval:
+                new_entries.append((header.last_offset, position))
+                last_indexed = position
             if header.max_timestamp > max_timestamp:
                 max_timestamp = header.max_timestamp
-        if position != self._size + len(records):
+            position += header.batch_length + LOG_OVERHEAD
+        if position - start != len(records):
             raise ValueError(f"{self.log_path}: batch headers do not add up to the appended bytes")
+        buffers = stamped_buffers(records, batches) if stamp else [records]
+        self._file.write_at(buffers, start, position - start)
+        # Indexed only once written: a reader may look an entry up as soon as it exists.
+        for offset, at in new_entries:
+            self._index.append(offset, at)
+        self._last_indexed_position = last_indexed
         self._appended_max_timestamp = max_timestamp
         self._next_offset = batches[-1].next_offset
         self._size = position
@@ -385,20 +435,29 @@ class LogSegment:
         return removed
 
     def flush(self) -> None:
-        """fsync the log and index files."""
+        """fsync the log file, then write the pending index entries and fsync the index.
+
+        In that order so that entries that reach the disk point at batches already there.
+        """
         self._file.fsync()
         self._index.flush()
 
+    def on_become_inactive(self) -> None:
+        """Called when a newer segment becomes the active one: write the pending index
+        entries (Kafka's ``onBecomeInactiveSegment`` trims its preallocated index here)."""
+        self._index.write()
+
     def close(self) -> None:
-        """Close both files (a concurrent reader finishes first). Idempotent."""
+        """Close both files, writing the pending index entries without fsync (a concurrent
+        reader finishes first). Idempotent."""
         self._file.close()
         self._index.close()
 
     def delete(self) -> None:
         """Close and remove both files. Readers already inside a read still finish it."""
-        self.close()
+        self._file.close()
+        self._index.delete()
         self.log_path.unlink(missing_ok=True)
-        self._index.path.unlink(missing_ok=True)
 
     # -- recovery --------------------------------------------------------------------------
 

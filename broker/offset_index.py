@@ -4,10 +4,19 @@ The file is a sequence of 8-byte big-endian entries ``(relative offset i32, posi
 the offset relative to the segment's base offset, and the byte position in the ``.log`` file
 of the batch that holds it. Offsets and positions both increase strictly.
 
-Kafka memory-maps a preallocated file; here the entries live in memory (two arrays, 16
-bytes per entry, at most ``segment.bytes / index.interval.bytes`` of them) and each new entry
-is written at the end of the file with one ``pwrite``, so the file on disk always holds
-exactly the entries, with no trailing zeros to trim on roll or close.
+Kafka memory-maps a preallocated file, so a new entry is a store to memory that reaches the
+disk when the OS writes the page back or the segment is flushed. Here the entries live in
+memory (two arrays, 16 bytes per entry, at most ``segment.bytes / index.interval.bytes`` of
+them) and new ones are *pending* until :meth:`OffsetIndex.write` (called by ``flush``,
+``close`` and when the segment rolls) appends them to the file with one ``pwrite``: an
+append costs no system call, and the file holds only whole entries, with no trailing zeros
+to trim on roll or close.
+
+After a crash the file may therefore lack the latest entries. That index is still correct,
+only sparser (a lookup scans forward from an earlier entry), and :meth:`OffsetIndex.load`
+accepts it; and the entries are only missing from segments past the recovery point (a flush
+writes them before the recovery point passes the segment), whose index recovery rebuilds
+anyway.
 
 Which entries exist is the segment's decision (``LogSegment``): one per batch that starts
 more than ``index.interval.bytes`` after the previous entry.
@@ -46,10 +55,11 @@ class IndexEntry(NamedTuple):
 
 
 class OffsetIndex:
-    """The in-memory entries of one ``.index`` file, kept in step with the file.
+    """The entries of one ``.index`` file, in memory; the file holds a prefix of them.
 
     Thread-safe: the broker's loop thread appends and truncates while executor threads look
-    up positions for reads; a small lock keeps the two arrays consistent.
+    up positions for reads and flush; a small lock keeps the two arrays consistent with each
+    other and with the number of entries in the file.
     """
 
     def __init__(self, path: Path, base_offset: int, fd: int) -> None:
@@ -59,6 +69,12 @@ class OffsetIndex:
         self._fd = fd
         self._offsets = array("q")
         self._positions = array("q")
+        self._written = 0
+        """How many of the entries are in the file; the rest are pending."""
+        self._changes = 1
+        """Counts changes to the file (the first being whatever state it was opened in)."""
+        self._synced = 0
+        """``_changes`` as of the last completed fsync: equal means the file is durable."""
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -114,6 +130,7 @@ class OffsetIndex:
             self._offsets.append(offset)
             self._positions.append(position)
             last_offset, last_position = offset, position
+        self._written = len(self._offsets)
 
     # -- properties ------------------------------------------------------------------------
 
@@ -130,7 +147,13 @@ class OffsetIndex:
 
     @property
     def size_in_bytes(self) -> int:
+        """Bytes of all entries, pending ones included: the file's size once written."""
         return len(self._offsets) * ENTRY_SIZE
+
+    @property
+    def pending(self) -> int:
+        """Entries not yet in the file."""
+        return len(self._offsets) - self._written
 
     def entries(self) -> list[IndexEntry]:
         """A copy of all entries, in order."""
@@ -160,25 +183,24 @@ class OffsetIndex:
     # -- changes ---------------------------------------------------------------------------
 
     def append(self, offset: int, position: int) -> None:
-        """Add an entry after the last one and write it to the file.
+        """Add an entry after the last one, pending until :meth:`write`.
 
         Raises ValueError if the entry does not increase strictly or does not fit in the
         format (a relative offset or position beyond 32 bits): a programming error, the
         segment rolls before either can happen.
         """
-        relative = offset - self._base_offset
-        if not 0 <= relative <= _INT32_MAX or not 0 <= position <= _INT32_MAX:
+        if not 0 <= offset - self._base_offset <= _INT32_MAX or not 0 <= position <= _INT32_MAX:
             raise ValueError(
                 f"index entry ({offset}, {position}) does not fit a segment at {self._base_offset}"
             )
+        offsets = self._offsets
         with self._lock:
-            if self._offsets and (offset <= self._offsets[-1] or position <= self._positions[-1]):
+            if offsets and (offset <= offsets[-1] or position <= self._positions[-1]):
                 raise ValueError(
                     f"index entry ({offset}, {position}) does not follow "
-                    f"({self._offsets[-1]}, {self._positions[-1]})"
+                    f"({offsets[-1]}, {self._positions[-1]})"
                 )
-            os.pwrite(self._fd, _ENTRY.pack(relative, position), len(self._offsets) * ENTRY_SIZE)
-            self._offsets.append(offset)
+            offsets.append(offset)
             self._positions.append(position)
 
     def truncate_to(self, offset: int) -> None:
@@ -199,24 +221,74 @@ class OffsetIndex:
     def _truncate_slots(self, keep: int) -> None:
         if keep >= len(self._offsets):
             return
-        os.ftruncate(self._fd, keep * ENTRY_SIZE)
+        if keep < self._written:
+            os.ftruncate(self._fd, keep * ENTRY_SIZE)
+            self._written = keep
+            self._changes += 1
         del self._offsets[keep:]
         del self._positions[keep:]
 
     # -- file ------------------------------------------------------------------------------
 
+    def write(self) -> None:
+        """Append the pending entries to the file (no fsync). Nothing to do once closed."""
+        with self._lock:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        start, end = self._written, len(self._offsets)
+        if start == end or self._fd < 0:
+            return
+        base = self._base_offset
+        data = b"".join(
+            _ENTRY.pack(offset - base, position)
+            for offset, position in zip(
+                self._offsets[start:end], self._positions[start:end], strict=True
+            )
+        )
+        with memoryview(data) as view:
+            done = 0
+            while done < len(view):
+                done += os.pwrite(self._fd, view[done:], start * ENTRY_SIZE + done)
+        self._written = end
+        self._changes += 1
+
     def flush(self) -> None:
-        """fsync the index file."""
-        os.fsync(self._fd)
+        """Write the pending entries and fsync the file, unless it has not changed since the
+        last fsync (a flush after appends of less than ``index.interval.bytes`` costs one
+        fsync, not two). Nothing to do once closed.
+
+        The fsync runs outside the lock, so that lookups and appends need not wait for the
+        disk, on a duplicate of the descriptor, so that a concurrent close cannot pull it away.
+        """
+        with self._lock:
+            self._write_pending()
+            if self._fd < 0 or self._synced == self._changes:
+                return
+            changes = self._changes
+            fd = os.dup(self._fd)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with self._lock:
+            self._synced = max(self._synced, changes)
 
     def close(self) -> None:
-        """Close the file; the object must not be used afterwards. Idempotent."""
+        """Write the pending entries (no fsync) and close the file; the object must not be
+        used afterwards. Idempotent."""
+        with self._lock:
+            if self._fd >= 0:
+                try:
+                    self._write_pending()
+                finally:
+                    os.close(self._fd)
+                    self._fd = -1
+
+    def delete(self) -> None:
+        """Close and remove the file (pending entries are dropped, not written)."""
         with self._lock:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
-
-    def delete(self) -> None:
-        """Close and remove the file."""
-        self.close()
         self._path.unlink(missing_ok=True)

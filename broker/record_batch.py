@@ -25,16 +25,17 @@ headers (keyLength varint, key UTF-8, valueLength varint (-1 = null), value)``, 
 zig-zag encoded base-128 (at most 5 bytes, varlongs at most 10).
 
 Because baseOffset and partitionLeaderEpoch lie outside the CRC, the broker validates a
-produced batch with :func:`check_batch` (header, length, magic, CRC, record count; records are
-not decoded) and then :func:`stamp_batch` writes both fields in place: no re-encoding on the
-hot path. :func:`encode_batch` and :func:`decode_batch` are for clients, tools and tests.
+produced batch as :func:`check_batch` does (header, length, magic, CRC, record count; records
+are not decoded) and gives it its two fields without re-encoding it: :func:`assign_offsets`
+says which, and the log writes them with :func:`stamped_buffers`, which patches the first 16
+bytes on the way to disk instead of copying the batch to patch it (:func:`stamp_batch` does
+that, in place). :func:`encode_batch` and :func:`decode_batch` are for clients, tools and tests.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import crc32c
@@ -75,6 +76,7 @@ __all__ = [
     "DecodedBatch",
     "Record",
     "ScannedBatch",
+    "assign_offsets",
     "check_batch",
     "compute_crc",
     "decode_batch",
@@ -86,6 +88,7 @@ __all__ = [
     "parse_header",
     "scan_batches",
     "stamp_batch",
+    "stamped_buffers",
     "validate_batches",
 ]
 
@@ -135,11 +138,13 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _PREFIX = struct.Struct(">qiibI")  # baseOffset .. crc: the part outside the CRC
+_STAMPED_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 _CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")  # attributes .. recordCount
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 assert _HEADER.size == HEADER_SIZE
 assert _PREFIX.size == ATTRIBUTES_OFFSET
+assert _STAMPED_PREFIX.size == MAGIC_OFFSET
 
 
 class CorruptRecordError(ValueError):
@@ -155,18 +160,26 @@ class CorruptRecordError(ValueError):
         """What is wrong, for a person."""
 
 
+_crc32c = crc32c.crc32c  # called directly by the validation of every produced batch
+
+
 def compute_crc(data: bytes | bytearray | memoryview) -> int:
     """CRC-32C (Castagnoli) of ``data``, hardware-accelerated by the ``crc32c`` package."""
-    value: int = crc32c.crc32c(data)
+    value: int = _crc32c(data)
     return value
 
 
 # -- header ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The 61-byte header of one v2 batch, field by field (no validation implied)."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of one v2 batch, field by field (no validation implied).
+
+    A NamedTuple rather than a frozen dataclass because the broker builds one for every
+    batch produced or fetched: a frozen dataclass of 13 fields takes about 1.3 µs to
+    construct, ten times as long as a tuple and a fifth of the time the write of a 16 KiB
+    batch to the page cache takes.
+    """
 
     base_offset: int
     batch_length: int
@@ -187,20 +200,8 @@ class BatchHeader:
 
     def stamped(self, base_offset: int, partition_leader_epoch: int) -> BatchHeader:
         """This header with the two fields :func:`stamp_batch` writes replaced."""
-        return BatchHeader(
-            base_offset,
-            self.batch_length,
-            partition_leader_epoch,
-            self.magic,
-            self.crc,
-            self.attributes,
-            self.last_offset_delta,
-            self.base_timestamp,
-            self.max_timestamp,
-            self.producer_id,
-            self.producer_epoch,
-            self.base_sequence,
-            self.record_count,
+        return _new_header(
+            BatchHeader, (base_offset, self.batch_length, partition_leader_epoch, *self[3:])
         )
 
     @property
@@ -255,6 +256,11 @@ class BatchHeader:
         return self.producer_id != NO_PRODUCER_ID
 
 
+_new_header = tuple.__new__
+"""``_new_header(BatchHeader, fields)`` is ``BatchHeader(*fields)`` without the argument
+parsing of the generated ``__new__``: the fields come whole from ``_HEADER.unpack_from``."""
+
+
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """The header of the batch at ``pos``, unchecked.
 
@@ -265,10 +271,14 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
             f"batch at position {pos}: truncated header "
             f"({max(len(buf) - pos, 0)} of {HEADER_SIZE} bytes)"
         )
-    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+    return _new_header(BatchHeader, _HEADER.unpack_from(buf, pos))
 
 
 # -- validation ------------------------------------------------------------------------------
+
+
+# The checks, split by what a scanner can do after a failure (see BatchScan). check_batch
+# runs the same checks in one expression and calls these only to name a failure.
 
 
 def _framing_problem(header: BatchHeader, available: int) -> str | None:
@@ -326,15 +336,37 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     uncompressed, that many records fit in the bytes). This is what the broker runs on every
     produced and fetched batch. Raises CorruptRecordError naming the problem.
     """
-    header = parse_header(buf, pos)
+    with memoryview(buf) as view:
+        return _new_header(BatchHeader, _checked_fields(view, pos))
+
+
+def _checked_fields(view: memoryview, pos: int) -> tuple[int, ...]:
+    """The header fields of the batch at ``pos``, once it passes check_batch's checks."""
+    available = len(view) - pos
+    if available < HEADER_SIZE:
+        parse_header(view, pos)  # raises, naming the truncated header
+    fields: tuple[int, ...] = _HEADER.unpack_from(view, pos)
+    _, length, _, magic, crc, attributes, last_offset_delta, _, _, _, _, _, count = fields
+    size = length + LOG_OVERHEAD
+    # The checks of _framing_problem, _crc_problem and _count_problem in their order, as
+    # one expression on local names: on the produce path, calling those and reading the
+    # header's properties took half as long as the CRC of a 16 KiB batch.
+    if (
+        size >= HEADER_SIZE
+        and size <= available
+        and magic == MAGIC
+        and _crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) == crc
+        and 1 <= count == last_offset_delta + 1
+        and (attributes & COMPRESSION_CODEC_MASK or count * MIN_RECORD_SIZE <= size - HEADER_SIZE)
+    ):
+        return fields
+    header = _new_header(BatchHeader, fields)
     problem = (
-        _framing_problem(header, len(buf) - pos)
-        or _crc_problem(buf, pos, header)
+        _framing_problem(header, available)
+        or _crc_problem(view, pos, header)
         or _count_problem(header)
     )
-    if problem is not None:
-        raise CorruptRecordError(f"batch at position {pos}: {problem}")
-    return header
+    raise CorruptRecordError(f"batch at position {pos}: {problem}")
 
 
 def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
@@ -345,11 +377,37 @@ def validate_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
     """
     headers = []
     pos = 0
-    end = len(buf)
-    while pos < end:
-        header = check_batch(buf, pos)
-        headers.append(header)
-        pos += header.size
+    with memoryview(buf) as view:
+        end = len(view)
+        while pos < end:
+            header = _new_header(BatchHeader, _checked_fields(view, pos))
+            headers.append(header)
+            pos += header.batch_length + LOG_OVERHEAD
+    return headers
+
+
+def assign_offsets(
+    buf: bytes | bytearray | memoryview, base_offset: int, partition_leader_epoch: int
+) -> list[BatchHeader]:
+    """Check every batch as :func:`validate_batches` does; return the headers the leader
+    writes: base offsets consecutive from ``base_offset``, and ``partition_leader_epoch``.
+
+    Kafka's ``LogValidator.assignOffsetsNonCompressed``, except that ``buf`` is not
+    changed: :func:`stamped_buffers` gives the bytes with these headers to write.
+    """
+    headers = []
+    pos = 0
+    offset = base_offset
+    with memoryview(buf) as view:
+        end = len(view)
+        while pos < end:
+            fields = _checked_fields(view, pos)
+            header = _new_header(
+                BatchHeader, (offset, fields[1], partition_leader_epoch, *fields[3:])
+            )
+            headers.append(header)
+            pos += header.batch_length + LOG_OVERHEAD
+            offset += header.last_offset_delta + 1
     return headers
 
 
@@ -362,6 +420,33 @@ def stamp_batch(
     """
     _INT64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
     _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, partition_leader_epoch)
+
+
+def stamped_buffers(
+    buf: bytes | bytearray | memoryview, headers: Sequence[BatchHeader]
+) -> list[bytes | memoryview]:
+    """The batches of ``buf`` with the baseOffset and partitionLeaderEpoch of ``headers``,
+    as buffers for one vectored write (``os.pwritev``), leaving ``buf`` unchanged.
+
+    ``headers`` are those of the batches of ``buf``, in order, with the two fields to write
+    (:meth:`BatchHeader.stamped`). Per batch there are two buffers: its first 16 bytes
+    (baseOffset, batchLength, partitionLeaderEpoch) packed anew, and a view of the rest of
+    ``buf``. Writing them gives the bytes :func:`stamp_batch` gives on a copy, without
+    copying the batch: the stamp costs one small ``bytes`` instead of a copy of the whole.
+    """
+    buffers: list[bytes | memoryview] = []
+    pos = 0
+    view = memoryview(buf)  # not released here: the slices returned hold the buffer anyway
+    for header in headers:
+        end = pos + header.batch_length + LOG_OVERHEAD
+        buffers.append(
+            _STAMPED_PREFIX.pack(
+                header.base_offset, header.batch_length, header.partition_leader_epoch
+            )
+        )
+        buffers.append(view[pos + MAGIC_OFFSET : end])
+        pos = end
+    return buffers
 
 
 # -- scanning --------------------------------------------------------------------------------

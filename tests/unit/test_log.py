@@ -4,8 +4,10 @@ flushing, loading, thread safety, and Kafka byte compatibility of what it writes
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import crc32c
@@ -24,6 +26,7 @@ from broker.record_batch import (
     Record,
     decode_batch,
     encode_batch,
+    stamp_batch,
     validate_batches,
 )
 
@@ -220,6 +223,64 @@ def test_append_as_leader_stamps_offsets_and_epoch(tmp_path: Path) -> None:
     assert offsets(data) == list(range(9))
     assert log.epoch_cache.entries() == [EpochEntry(4, 0)]
     log.close()
+
+
+def copy_stamped(records: bytes, base_offset: int, epoch: int) -> bytes:
+    """What the leader must write, made the obvious way: a copy stamped batch by batch."""
+    data = bytearray(records)
+    position = 0
+    for header in validate_batches(records):
+        stamp_batch(data, position, base_offset, epoch)
+        base_offset += header.record_count
+        position += header.size
+    return bytes(data)
+
+
+def many_batches(count: int) -> bytes:
+    return b"".join(client_batch(1 + i % 3, ts=i, size=i % 50) for i in range(count))
+
+
+@pytest.mark.parametrize("count", [1, 2, 700])  # 700 batches: 1400 buffers, past IOV_MAX
+def test_append_as_leader_writes_what_stamping_a_copy_gives(tmp_path: Path, count: int) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(client_batch(2), 3)
+    records = bytearray(many_batches(count))
+    original = bytes(records)
+    log.append_as_leader(records, 5)
+    assert records == original  # the producer's buffer is not stamped
+    log.close()
+    expected = copy_stamped(client_batch(2), 0, 3) + copy_stamped(original, 2, 5)
+    assert (tmp_path / "orders-0" / f"{0:020d}.log").read_bytes() == expected
+
+
+def test_append_as_leader_survives_short_vectored_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_pwritev = os.pwritev
+    calls = [0]
+
+    def short_pwritev(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> int:
+        # Write at most 1000 bytes a call, ending inside a buffer, as a signal could.
+        calls[0] += 1
+        budget, taken = 1000, []
+        for buffer in buffers:
+            view = memoryview(buffer)[:budget]
+            taken.append(view)
+            budget -= len(view)
+            if not budget:
+                break
+        return real_pwritev(fd, taken, offset)
+
+    monkeypatch.setattr(os, "pwritev", short_pwritev)
+    records = many_batches(40)
+    log = open_log(tmp_path)
+    log.append_as_leader(records, 1)
+    fetched = copy_stamped(client_batch(3), log.log_end_offset, 1)
+    log.append_as_follower(fetched)
+    log.close()
+    assert calls[0] > len(records) // 1000
+    expected = copy_stamped(records, 0, 1) + fetched
+    assert (tmp_path / "orders-0" / f"{0:020d}.log").read_bytes() == expected
 
 
 def test_epoch_cache_gets_one_entry_per_epoch_change(tmp_path: Path) -> None:
@@ -534,6 +595,113 @@ def test_flush_interval_counts_records(tmp_path: Path) -> None:
     assert log.recovery_point == 0
     log.append_as_leader(client_batch(3), 0)
     assert log.recovery_point == 6
+    log.close()
+
+
+def index_file(log: Log, base_offset: int = 0) -> Path:
+    return log.directory / f"{base_offset:020d}.index"
+
+
+def test_index_entries_reach_the_file_on_flush_roll_and_close(tmp_path: Path) -> None:
+    log = open_log(tmp_path, index_interval_bytes=0, segment_bytes=5 * BATCH_SIZE)
+    for _ in range(3):
+        log.append_as_leader(client_batch(), 0)
+    assert index_file(log).read_bytes() == b""  # pending: appends make no index syscall
+    log.flush()
+    assert index_file(log).read_bytes() == struct.pack(">iiii", 5, BATCH_SIZE, 8, 2 * BATCH_SIZE)
+    for _ in range(3):
+        log.append_as_leader(client_batch(), 0)  # the last one rolls a new segment
+    assert [s.base_offset for s in log.segments] == [0, 15]
+    assert len(index_file(log).read_bytes()) == 4 * 8  # written when the segment rolled
+    log.append_as_leader(client_batch(), 0)
+    assert index_file(log, 15).read_bytes() == b""
+    log.close()
+    assert index_file(log, 15).read_bytes() == struct.pack(">ii", 5, BATCH_SIZE)
+
+
+def test_flush_fsyncs_the_index_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = open_log(tmp_path, index_interval_bytes=2 * BATCH_SIZE)
+    log.flush()
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    log_inode = (log.directory / f"{0:020d}.log").stat().st_ino
+    index_inode = index_file(log).stat().st_ino
+
+    def counting_fsync(fd: int) -> None:
+        if os.fstat(fd).st_ino in (log_inode, index_inode):  # not the epoch checkpoint
+            synced.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    log.append_as_leader(client_batch(), 0)
+    log.flush()  # the first sync of the index since it was opened
+    assert synced == [log_inode, index_inode]
+    # An entry for a batch more than 2 batches after position 0: the fourth.
+    for expected in ([log_inode], [log_inode], [log_inode, index_inode]):
+        synced.clear()
+        log.append_as_leader(client_batch(), 0)
+        log.flush()
+        assert synced == expected
+    log.close()
+
+
+def crash_copy(log: Log, destination: Path) -> Path:
+    """The files as a crash of the process would leave them now: what was written to the
+    OS, without what the Log holds in memory (pending index entries)."""
+    copy = destination / log.directory.name
+    shutil.copytree(log.directory, copy)
+    return copy
+
+
+@pytest.mark.parametrize("flushed", [True, False])
+def test_crash_with_pending_index_entries_recovers(tmp_path: Path, flushed: bool) -> None:
+    # Segments of 10 batches (30 offsets); one entry per batch but the first.
+    config = LogConfig(index_interval_bytes=0, segment_bytes=10 * BATCH_SIZE)
+    log = Log.open(tmp_path / "live" / "orders-0", config)
+    for i in range(14):
+        log.append_as_leader(client_batch(), i // 4)
+    if flushed:
+        log.flush()  # recovery point 42, in the second segment, with 3 entries written
+    for i in range(14, 18):
+        log.append_as_leader(client_batch(), i // 4)
+    expected = log.read(0, 10**9).records
+    directory = crash_copy(log, tmp_path / "crashed")
+    log.close()
+    # The rolled segment holds all its entries; the active one lacks the pending ones.
+    files = {p.name: p.stat().st_size for p in directory.glob("*.index")}
+    assert files == {f"{0:020d}.index": 9 * 8, f"{30:020d}.index": (3 if flushed else 0) * 8}
+    recovered = Log.open(directory, config, recovery_point=log.recovery_point)
+    assert recovered.log_end_offset == 54
+    assert recovered.read(0, 10**9).records == expected
+    assert [recovered.read(o, 1).first_offset for o in range(54)] == [o - o % 3 for o in range(54)]
+    assert [len(segment.index) for segment in recovered.segments] == [9, 7]  # rebuilt
+    assert (directory / f"{30:020d}.index").stat().st_size == 7 * 8
+    assert recovered.epoch_cache.entries() == [EpochEntry(e, 12 * e) for e in range(5)]
+    recovered.close()
+
+
+def test_short_index_below_the_recovery_point_is_trusted(tmp_path: Path) -> None:
+    # An index missing its latest entries (a crash after the recovery point moved past the
+    # segment cannot leave one, but an older broker could) is sparse, not wrong: it is
+    # loaded as it is, and reads scan forward from its last entry.
+    config = LogConfig(index_interval_bytes=0)
+    log = Log.open(tmp_path / "orders-0", config)
+    for _ in range(10):
+        log.append_as_leader(client_batch(), 0)
+    expected = log.read(0, 10**9).records
+    log.flush()
+    log.close()
+    index = index_file(log)
+    index.write_bytes(index.read_bytes()[:16])
+    log = Log.open(tmp_path / "orders-0", config, recovery_point=30, clean_shutdown=True)
+    assert log.active_segment.index.entries() == [(5, BATCH_SIZE), (8, 2 * BATCH_SIZE)]
+    assert log.read(0, 10**9).records == expected
+    assert [log.read(o, 1).first_offset for o in range(30)] == [o - o % 3 for o in range(30)]
+    log.append_as_leader(client_batch(), 0)
+    assert log.log_end_offset == 33
     log.close()
 
 

@@ -310,11 +310,28 @@ def test_max_timestamp_and_lookup_by_timestamp(tmp_path: Path, segment: LogSegme
     assert reopened.max_timestamp() == 1117
 
 
-def test_closed_segment_refuses_reads(segment: LogSegment) -> None:
+def test_closed_segment_refuses_reads_and_appends(segment: LogSegment) -> None:
     fill(segment, 3)
     segment.close()
     with pytest.raises(SegmentClosedError):
         segment.read(100, 1000, max_position=100)
+    data = batch(109, 1)
+    with pytest.raises(SegmentClosedError):
+        segment.append(data, validate_batches(data))
+
+
+def test_stamping_append_writes_the_headers_fields(segment: LogSegment) -> None:
+    client = batch(0, 2, epoch=-1) + batch(0, 3, epoch=-1)  # as a producer sends them
+    first, second = validate_batches(client)
+    headers = [first.stamped(100, 4), second.stamped(102, 4)]
+    segment.append(client, headers, stamp=True)
+    written = segment.log_path.read_bytes()
+    assert validate_batches(written) == headers
+    assert written == batch(100, 2, epoch=4) + batch(102, 3, epoch=4)
+    assert segment.next_offset == 105
+    with pytest.raises(ValueError, match="do not add up"):
+        segment.append(client + b"\x00", headers, stamp=True)
+    assert segment.size == len(written)
 
 
 def test_close_waits_for_readers_of_the_descriptor(segment: LogSegment) -> None:

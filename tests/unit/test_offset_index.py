@@ -1,4 +1,5 @@
-"""The sparse offset index: Kafka's 8-byte entry format, lookups, truncation, loading."""
+"""The sparse offset index: Kafka's 8-byte entry format, lookups, truncation, loading, and
+entries that reach the file only when written (flush, close, roll)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,38 @@ def make_index(tmp_path: Path, entries: list[tuple[int, int]]) -> OffsetIndex:
 
 def test_file_holds_big_endian_relative_entries(tmp_path: Path) -> None:
     index = make_index(tmp_path, [(1010, 4100), (1025, 8300)])
+    index.write()
     assert index.path.read_bytes() == struct.pack(">iiii", 10, 4100, 25, 8300)
     assert index.size_in_bytes == 16
     assert len(index) == 2
     index.close()
+
+
+def test_entries_are_pending_until_written(tmp_path: Path) -> None:
+    index = make_index(tmp_path, [(1010, 4100), (1025, 8300)])
+    assert index.path.read_bytes() == b""  # appending makes no system call
+    assert index.pending == 2
+    assert index.lookup(1030) == IndexEntry(1025, 8300)  # pending entries serve lookups
+    index.flush()
+    assert index.pending == 0
+    assert index.path.read_bytes() == struct.pack(">iiii", 10, 4100, 25, 8300)
+    index.append(1040, 12500)
+    index.write()  # only the new entry is appended
+    assert index.path.read_bytes() == struct.pack(">iiiiii", 10, 4100, 25, 8300, 40, 12500)
+    index.write()  # nothing pending: nothing changes
+    assert index.path.stat().st_size == 24
+    index.close()
+
+
+def test_close_writes_pending_entries_and_delete_drops_them(tmp_path: Path) -> None:
+    index = make_index(tmp_path, [(1010, 4100)])
+    index.close()
+    assert index.path.read_bytes() == struct.pack(">ii", 10, 4100)
+    index.flush()  # closed: nothing to do
+    index.write()
+    doomed = make_index(tmp_path, [(1010, 4100)])
+    doomed.delete()
+    assert not doomed.path.exists()
 
 
 def test_lookup_finds_largest_entry_at_or_below(tmp_path: Path) -> None:
@@ -62,12 +91,14 @@ def test_append_requires_strictly_increasing_entries(tmp_path: Path) -> None:
 
 def test_truncate(tmp_path: Path) -> None:
     index = make_index(tmp_path, [(1010, 4100), (1025, 8300), (1040, 12500)])
+    index.write()
     index.truncate_to(1026)
     assert index.entries() == [IndexEntry(1010, 4100), IndexEntry(1025, 8300)]
     index.truncate_to_position(8300)
     assert index.entries() == [IndexEntry(1010, 4100)]
     assert index.path.stat().st_size == 8
     index.append(1020, 6000)
+    index.write()
     assert index.path.read_bytes() == struct.pack(">iiii", 10, 4100, 20, 6000)
     index.reset()
     assert index.entries() == []
@@ -75,13 +106,46 @@ def test_truncate(tmp_path: Path) -> None:
     index.close()
 
 
+def test_truncate_of_pending_entries(tmp_path: Path) -> None:
+    index = make_index(tmp_path, [(1010, 4100), (1025, 8300)])
+    index.write()
+    index.append(1040, 12500)
+    index.append(1050, 16000)
+    index.truncate_to(1045)  # drops a pending entry: the file is untouched
+    assert index.path.stat().st_size == 16
+    assert index.pending == 1
+    index.truncate_to_position(8300)  # below the written ones: the file is cut
+    assert index.path.read_bytes() == struct.pack(">ii", 10, 4100)
+    assert index.pending == 0
+    index.append(1030, 9000)
+    index.close()
+    assert index.path.read_bytes() == struct.pack(">iiii", 10, 4100, 30, 9000)
+
+
 def test_load_round_trip(tmp_path: Path) -> None:
     make_index(tmp_path, [(1010, 4100), (1025, 8300)]).close()
     loaded = OffsetIndex.load(tmp_path / "00000000000000001000.index", BASE, log_size=9000)
     assert loaded.entries() == [IndexEntry(1010, 4100), IndexEntry(1025, 8300)]
+    assert loaded.pending == 0
     loaded.append(1030, 8800)
     loaded.close()
     assert (tmp_path / "00000000000000001000.index").stat().st_size == 24
+
+
+def test_load_accepts_an_index_missing_its_latest_entries(tmp_path: Path) -> None:
+    # What a crash leaves when entries were still pending: a prefix of the entries, which
+    # is a sparser but correct index.
+    index = make_index(tmp_path, [(1010, 4100)])
+    index.write()
+    index.append(1025, 8300)  # pending when the "crash" comes
+    copy = tmp_path / "copy" / index.path.name
+    copy.parent.mkdir()
+    copy.write_bytes(index.path.read_bytes())
+    index.close()
+    loaded = OffsetIndex.load(copy, BASE, log_size=9000)
+    assert loaded.entries() == [IndexEntry(1010, 4100)]
+    assert loaded.lookup(1030) == IndexEntry(1010, 4100)
+    loaded.close()
 
 
 @pytest.mark.parametrize(

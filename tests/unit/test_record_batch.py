@@ -15,6 +15,7 @@ from broker.record_batch import (
     BatchHeader,
     CorruptRecordError,
     Record,
+    assign_offsets,
     check_batch,
     decode_batch,
     decode_varint,
@@ -25,6 +26,7 @@ from broker.record_batch import (
     parse_header,
     scan_batches,
     stamp_batch,
+    stamped_buffers,
     validate_batches,
 )
 
@@ -412,6 +414,87 @@ def test_validate_batches_rejects_trailing_bytes() -> None:
         validate_batches(GOLDEN + GOLDEN[:70])
 
 
+def spec_valid(data: bytes) -> bool:
+    """Whether check_batch must accept the batch at the start of ``data``, from the spec."""
+    if len(data) < 61:
+        return False
+    _, length, _, magic, crc, attributes, last_delta, *_, count = struct.unpack_from(
+        ">qiibIhiqqqhii", data
+    )
+    size = length + 12
+    return bool(
+        length >= 49
+        and size <= len(data)
+        and magic == 2
+        and crc32c.crc32c(data[21:size]) == crc
+        and count >= 1
+        and count == last_delta + 1
+        and (attributes & 7 != 0 or count * 7 <= size - 61)
+    )
+
+
+@settings(max_examples=500)
+@given(
+    position=st.integers(0, len(GOLDEN) - 1),
+    value=st.integers(0, 255),
+    fix_crc=st.booleans(),
+    cut=st.integers(0, 3),
+)
+def test_check_batch_agrees_with_the_spec_after_any_byte_change(
+    position: int, value: int, fix_crc: bool, cut: int
+) -> None:
+    # check_batch tests its conditions in one expression and names a failure with separate
+    # functions: both must agree with the spec, whatever byte changes.
+    data = bytearray(GOLDEN)
+    data[position] = value
+    if fix_crc:
+        data = recrc(data)
+    data = data[: len(data) - cut]
+    if spec_valid(bytes(data)):
+        assert check_batch(data) == parse_header(data)
+    else:
+        with pytest.raises(CorruptRecordError, match="batch at position 0: "):
+            check_batch(data)
+    # validate_batches and assign_offsets want the buffer to be whole batches.
+    if spec_valid(bytes(data)) and struct.unpack_from(">i", data, 8)[0] + 12 == len(data):
+        assert validate_batches(data) == [parse_header(data)]
+        assert assign_offsets(data, 7, 1) == [parse_header(data).stamped(7, 1)]
+    else:
+        with pytest.raises(CorruptRecordError):
+            validate_batches(data)
+        with pytest.raises(CorruptRecordError):
+            assign_offsets(data, 7, 1)
+
+
+def test_assign_offsets_numbers_batches_from_the_base_offset() -> None:
+    data = simple_batch(2) + GOLDEN + simple_batch(4, base_offset=99, partition_leader_epoch=3)
+    headers = assign_offsets(data, 1000, 5)
+    assert [(h.base_offset, h.last_offset, h.partition_leader_epoch) for h in headers] == [
+        (1000, 1001, 5),
+        (1002, 1003, 5),
+        (1004, 1007, 5),
+    ]
+    assert headers == [
+        h.stamped(offset, 5)
+        for h, offset in zip(validate_batches(data), [1000, 1002, 1004], strict=True)
+    ]
+    assert assign_offsets(b"", 1000, 5) == []
+    bad = bytearray(data)
+    bad[len(simple_batch(2)) + 70] ^= 0xFF
+    with pytest.raises(CorruptRecordError, match=f"batch at position {len(simple_batch(2))}: CRC"):
+        assign_offsets(bad, 1000, 5)
+    with pytest.raises(CorruptRecordError, match="batch at position 81: truncated header"):
+        assign_offsets(GOLDEN + b"\x00" * 5, 0, 0)
+
+
+def test_batch_header_is_an_immutable_record() -> None:
+    header = parse_header(GOLDEN)
+    with pytest.raises(AttributeError):
+        header.base_offset = 5  # type: ignore[misc]
+    assert header._replace(base_offset=9, partition_leader_epoch=2) == header.stamped(9, 2)
+    assert header.stamped(9, 2).size == header.size == len(GOLDEN)
+
+
 # -- stamping and scanning -------------------------------------------------------------------
 
 
@@ -423,6 +506,23 @@ def test_stamp_batch_keeps_crc_valid() -> None:
     assert header.crc == GOLDEN_CRC
     assert bytes(data[5 + 17 :]) == GOLDEN[17:]
     assert parse_header(GOLDEN).stamped(123456789012, 7) == header
+
+
+def test_stamped_buffers_give_the_bytes_of_a_stamped_copy() -> None:
+    data = simple_batch(2) + GOLDEN + simple_batch(4)
+    headers = assign_offsets(data, 2**40, 7)
+    buffers = stamped_buffers(data, headers)
+    assert len(buffers) == 2 * len(headers)
+    assert [len(b) for b in buffers[::2]] == [16, 16, 16]  # only the prefixes are new bytes
+    assert all(isinstance(b, memoryview) for b in buffers[1::2])  # the rest is not copied
+    expected = bytearray(data)
+    position = 0
+    for header in headers:
+        stamp_batch(expected, position, header.base_offset, 7)
+        position += header.size
+    assert b"".join(buffers) == expected
+    assert validate_batches(b"".join(buffers)) == headers
+    assert stamped_buffers(b"", []) == []
 
 
 def test_scan_reports_crc_failures_and_continues() -> None:
