@@ -437,7 +437,7 @@ class Partition:
         return self._appended.between(fetch_offset, self.fetch_end_offset(is_follower_fetch))
 
     def read(
-        self, fetch_offset: int, max_bytes: int, *, is_follower_fetch: bool, min_one_batch: bool
+        self, fetch_offset: int, max_bytes: int, is_follower_fetch: bool, min_one_batch: bool
     ) -> FetchResult:
         """Read batches for a fetch (blocking file I/O: call it from an executor).
 

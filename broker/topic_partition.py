@@ -29,3 +29,28 @@ class TopicPartition(NamedTuple):
         if not sep or not topic or not partition.isdigit():
             raise ValueError(f"not a partition directory name: {name!r}")
         return cls(topic, int(partition))
+
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a legal Kafka topic name, or None if it is.
+
+    Kafka's rules: ASCII letters, digits, ``.``, ``_`` and ``-``; at most 249 characters
+    (the partition directory name must fit a file name); not ``.`` or ``..``.
+    """
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"topic name is {len(name)} characters long, the limit is {MAX_TOPIC_NAME_LENGTH}"
+    illegal = sorted(set(name) - _LEGAL_TOPIC_CHARS)
+    if illegal:
+        return (
+            f"topic name {name!r} contains {''.join(illegal)!r}: "
+            "only ASCII letters, digits, '.', '_' and '-' are allowed"
+        )
+    return None

@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from broker import main as broker_main
 from client import dump_log
 from proto.errors import MinibrokerError
 
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Kafka-style replicated log: brokers, controller, CLI and audit.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    broker_main.add_parser(commands)
     dump_log.add_parser(commands)
     return parser
 

@@ -33,6 +33,12 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
 
 
 @pytest.fixture
+def zk_connect(zookeeper: ZooKeeperServer, zk_client: KazooClient) -> str:
+    """The connect string (with this test's chroot) for brokers started by the test."""
+    return f"{zookeeper.connect_string}{zk_client.chroot}"
+
+
+@pytest.fixture
 def zk_client(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
     """A connected kazoo client chrooted to a fresh ``/t-<uuid>``, so tests sharing the
     session's ZooKeeper cannot see each other's znodes. The chroot is removed after."""

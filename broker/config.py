@@ -1,0 +1,458 @@
+"""A broker's configuration, under Kafka's property names (``server.properties``).
+
+Users who know Kafka recognise every key: ``broker.id``, ``zookeeper.connect``,
+``log.dirs``, ``replica.lag.time.max.ms``, ``min.insync.replicas``,
+``unclean.leader.election.enable`` and so on, with Kafka 2.4's defaults (the last release
+before 2.5 raised ``replica.lag.time.max.ms`` and ``zookeeper.session.timeout.ms``; DESIGN.md
+§5 keeps the older, snappier values). Two keys are ours:
+
+- ``replication.truncation.mode``: ``leader-epoch`` (default, KIP-101/KIP-279) or
+  ``high-watermark`` (pre-0.11 truncation, to reproduce its data loss and divergence);
+- ``test.follower.hw.update.delay.ms``: test only (see the field's docstring).
+
+Build a config with :meth:`BrokerConfig.from_properties` (strings, as from a properties
+file or ``--override key=value`` flags, see :func:`parse_overrides`), which rejects unknown
+keys with a suggestion, or construct :class:`BrokerConfig` directly in code; both validate
+every value and raise ``ValueError("invalid value for <name>: ...")`` naming the Kafka
+property. The log-level defaults (``log.segment.bytes``, ``log.retention.*``, ...) become
+:attr:`BrokerConfig.default_log_config`; a topic's overrides from ``/config/topics/<t>``
+are applied over it by :meth:`BrokerConfig.topic_config`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from broker.log import LogConfig
+from broker.truncation import TruncationMode
+
+__all__ = [
+    "LOG_PROPERTIES",
+    "TOPIC_PROPERTIES",
+    "BrokerConfig",
+    "TopicConfig",
+    "TruncationMode",
+    "parse_overrides",
+    "split_zookeeper_connect",
+]
+
+log = logging.getLogger(__name__)
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+LOG_PROPERTIES = (
+    "log.segment.bytes",
+    "log.retention.ms",
+    "log.retention.minutes",
+    "log.retention.hours",
+    "log.retention.bytes",
+    "log.index.interval.bytes",
+    "log.flush.interval.messages",
+)
+"""Broker-level defaults of the per-log settings, handed to :meth:`LogConfig.from_properties`
+(``message.max.bytes`` is a :class:`BrokerConfig` field and also feeds the LogConfig)."""
+
+TOPIC_PROPERTIES = (
+    "segment.bytes",
+    "index.interval.bytes",
+    "retention.ms",
+    "retention.bytes",
+    "flush.messages",
+    "max.message.bytes",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+)
+"""The topic-level overrides (``/config/topics/<t>``) this broker applies."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Property:
+    name: str
+    """The Kafka property name."""
+    field: str
+    """The BrokerConfig field."""
+    kind: str
+    """int, bool, str, path or mode."""
+    low: int = 0
+    high: int = _INT64_MAX
+
+
+_PROPERTIES = (
+    _Property("broker.id", "broker_id", "int", 0, _INT32_MAX),
+    _Property("host", "host", "str"),
+    _Property("port", "port", "int", 0, 65535),
+    _Property("zookeeper.connect", "zookeeper_connect", "str"),
+    _Property("log.dirs", "log_dir", "path"),
+    _Property("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", "int", 1, _INT32_MAX),
+    _Property(
+        "zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", "int", 1, _INT32_MAX
+    ),
+    _Property("replica.lag.time.max.ms", "replica_lag_time_max_ms", "int", 1),
+    _Property("min.insync.replicas", "min_insync_replicas", "int", 1, _INT32_MAX),
+    _Property("default.replication.factor", "default_replication_factor", "int", 1, _INT32_MAX),
+    _Property("num.partitions", "num_partitions", "int", 1, _INT32_MAX),
+    _Property("unclean.leader.election.enable", "unclean_leader_election_enable", "bool"),
+    _Property("replication.truncation.mode", "replication_truncation_mode", "mode"),
+    _Property("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", "int", 0, _INT32_MAX),
+    _Property("replica.fetch.min.bytes", "replica_fetch_min_bytes", "int", 0, _INT32_MAX),
+    _Property("replica.fetch.max.bytes", "replica_fetch_max_bytes", "int", 0, _INT32_MAX),
+    _Property(
+        "replica.fetch.response.max.bytes", "replica_fetch_response_max_bytes", "int", 0, _INT32_MAX
+    ),
+    _Property("replica.fetch.backoff.ms", "replica_fetch_backoff_ms", "int", 0, _INT32_MAX),
+    _Property(
+        "replica.high.watermark.checkpoint.interval.ms",
+        "replica_high_watermark_checkpoint_interval_ms",
+        "int",
+        1,
+    ),
+    _Property(
+        "log.flush.offset.checkpoint.interval.ms",
+        "log_flush_offset_checkpoint_interval_ms",
+        "int",
+        1,
+        _INT32_MAX,
+    ),
+    _Property(
+        "log.flush.start.offset.checkpoint.interval.ms",
+        "log_flush_start_offset_checkpoint_interval_ms",
+        "int",
+        1,
+        _INT32_MAX,
+    ),
+    _Property("log.retention.check.interval.ms", "log_retention_check_interval_ms", "int", 1),
+    _Property("message.max.bytes", "message_max_bytes", "int", 0, _INT32_MAX),
+    _Property("auto.leader.rebalance.enable", "auto_leader_rebalance_enable", "bool"),
+    _Property(
+        "leader.imbalance.check.interval.seconds",
+        "leader_imbalance_check_interval_seconds",
+        "int",
+        1,
+    ),
+    _Property(
+        "leader.imbalance.per.broker.percentage",
+        "leader_imbalance_per_broker_percentage",
+        "int",
+        0,
+        100,
+    ),
+    _Property("controlled.shutdown.enable", "controlled_shutdown_enable", "bool"),
+    _Property(
+        "controlled.shutdown.max.retries", "controlled_shutdown_max_retries", "int", 0, _INT32_MAX
+    ),
+    _Property(
+        "controlled.shutdown.retry.backoff.ms", "controlled_shutdown_retry_backoff_ms", "int"
+    ),
+    _Property("request.timeout.ms", "request_timeout_ms", "int", 1, _INT32_MAX),
+    _Property(
+        "test.follower.hw.update.delay.ms", "test_follower_hw_update_delay_ms", "int", 0, _INT32_MAX
+    ),
+)
+_BY_NAME = {prop.name: prop for prop in _PROPERTIES}
+_REQUIRED = ("broker.id", "zookeeper.connect", "log.dirs")
+_ALIASES = {"log.dir": "log.dirs"}
+"""Kafka's ``log.dir`` is the single-dir spelling; ``log.dirs`` wins when both are given."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """A topic's effective settings: the broker defaults with its overrides applied."""
+
+    log_config: LogConfig
+    min_insync_replicas: int
+    """Fewest in-sync replicas for an acks=all produce to be accepted."""
+    unclean_leader_election_enable: bool
+    """Whether an out-of-sync replica may become leader when no ISR member is alive."""
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """One broker's settings. Fields mirror the Kafka properties (``.`` becomes ``_``)."""
+
+    broker_id: int
+    """``broker.id`` (required): this broker's id, also stored in ``meta.properties``."""
+    zookeeper_connect: str
+    """``zookeeper.connect`` (required): ``host:port[,host:port...][/chroot]``."""
+    log_dir: Path
+    """``log.dirs`` (required; ``log.dir`` also accepted): the one data directory."""
+    host: str = "127.0.0.1"
+    """``host``: address the gRPC server binds and registers in ``/brokers/ids/<id>``."""
+    port: int = 9091
+    """``port``: the gRPC port; 0 binds a free one (the broker registers the bound port)."""
+    zookeeper_session_timeout_ms: int = 6000
+    zookeeper_connection_timeout_ms: int | None = None
+    """How long to wait for the first ZooKeeper connection; None: the session timeout."""
+    replica_lag_time_max_ms: int = 10_000
+    """A follower that has not caught up for this long leaves the ISR (DESIGN.md §5)."""
+    min_insync_replicas: int = 1
+    default_replication_factor: int = 1
+    num_partitions: int = 1
+    unclean_leader_election_enable: bool = False
+    replication_truncation_mode: TruncationMode = TruncationMode.LEADER_EPOCH
+    replica_fetch_wait_max_ms: int = 500
+    """Longest a follower's fetch waits at the leader for ``replica.fetch.min.bytes``."""
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_max_bytes: int = 1_048_576
+    """Per partition, per fetch (at least one batch is always returned, KIP-74)."""
+    replica_fetch_response_max_bytes: int = 10_485_760
+    """Per fetch response, all partitions together."""
+    replica_fetch_backoff_ms: int = 1000
+    """Pause before retrying a follower fetch that failed."""
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    log_flush_offset_checkpoint_interval_ms: int = 60_000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60_000
+    log_retention_check_interval_ms: int = 300_000
+    message_max_bytes: int = 1_048_588
+    """Largest record batch accepted (also the default ``max.message.bytes`` of topics)."""
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    leader_imbalance_per_broker_percentage: int = 10
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
+    request_timeout_ms: int = 30_000
+    """Timeout of the broker's own requests (to the controller, to other brokers)."""
+    test_follower_hw_update_delay_ms: int = 0
+    """Test only: a follower applies a fetched leader high watermark this long after the
+    fetch. It exists only so the DESIGN.md §8 scenarios can hold a follower's HW behind the
+    leader's; never set it outside tests."""
+    log_properties: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """The ``log.*`` defaults as given (see LOG_PROPERTIES), turned into default_log_config."""
+    default_log_config: LogConfig = field(init=False)
+    """The LogConfig of a topic without overrides."""
+
+    def __post_init__(self) -> None:
+        # Frozen: normalise through object.__setattr__, once, at construction.
+        set_ = object.__setattr__
+        if self.zookeeper_connection_timeout_ms is None:
+            set_(self, "zookeeper_connection_timeout_ms", self.zookeeper_session_timeout_ms)
+        for prop in _PROPERTIES:
+            _check_value(prop, getattr(self, prop.field))
+        split_zookeeper_connect(self.zookeeper_connect)
+        if not self.host.strip():
+            raise ValueError("invalid value for host: must not be empty")
+        if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms:
+            # As Kafka's KafkaConfig.validateValues: a follower whose fetch waits longer than
+            # the lag limit would drop out of the ISR while idle.
+            raise ValueError(
+                f"invalid value for replica.fetch.wait.max.ms: {self.replica_fetch_wait_max_ms} "
+                f"must not exceed replica.lag.time.max.ms ({self.replica_lag_time_max_ms})"
+            )
+        unknown = sorted(set(self.log_properties) - set(LOG_PROPERTIES))
+        if unknown:
+            raise ValueError(f"unknown log property {unknown[0]!r}{_suggest(unknown[0])}")
+        log_properties = MappingProxyType(dict(self.log_properties))
+        set_(self, "log_properties", log_properties)
+        set_(
+            self,
+            "default_log_config",
+            LogConfig.from_properties(
+                {**log_properties, "message.max.bytes": str(self.message_max_bytes)}
+            ),
+        )
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, str]) -> BrokerConfig:
+        """Parse Kafka properties (string values) into a validated config.
+
+        ``broker.id``, ``zookeeper.connect`` and ``log.dirs`` are required. Integers are
+        decimal, booleans ``true``/``false`` (any case), surrounding whitespace is ignored.
+        Raises ValueError naming the property for a missing key, an unknown key (with the
+        closest known one), a value of the wrong type or out of range, or ``log.dirs``
+        listing more than one directory.
+        """
+        values: dict[str, object] = {}
+        log_properties: dict[str, str] = {}
+        for given_name, raw in properties.items():
+            name = given_name.strip()
+            if name in _ALIASES:
+                if _ALIASES[name] in properties:
+                    continue
+                name = _ALIASES[name]
+            text = raw.strip()
+            if name in LOG_PROPERTIES:
+                log_properties[name] = text
+                continue
+            prop = _BY_NAME.get(name)
+            if prop is None:
+                raise ValueError(f"unknown broker property {name!r}{_suggest(name)}")
+            values[prop.field] = _parse_value(prop, text)
+        missing = [name for name in _REQUIRED if _BY_NAME[name].field not in values]
+        if missing:
+            raise ValueError(f"missing required broker properties: {', '.join(missing)}")
+        return cls(**values, log_properties=log_properties)  # type: ignore[arg-type]
+
+    def to_properties(self) -> dict[str, str]:
+        """The config as Kafka properties, every key included (logged at startup, as Kafka
+        logs its ``KafkaConfig values``); ``from_properties`` of the result is equal."""
+        result = {}
+        for prop in _PROPERTIES:
+            value = getattr(self, prop.field)
+            if isinstance(value, bool):
+                result[prop.name] = "true" if value else "false"
+            else:
+                result[prop.name] = str(value)
+        result.update(self.log_properties)
+        return result
+
+    def topic_config(self, overrides: Mapping[str, str], *, strict: bool = False) -> TopicConfig:
+        """The effective settings of a topic with ``overrides`` (``/config/topics/<t>``).
+
+        Topic-level names (TOPIC_PROPERTIES: ``segment.bytes``, ``retention.ms``,
+        ``min.insync.replicas``, ...) override the broker defaults. Other keys are Kafka topic
+        configs this broker does not implement (``cleanup.policy``, ...): ignored with a log
+        line, or with ``strict`` (for validating a new topic's config) a ValueError with the
+        closest known key. A bad value of a known key is always a ValueError.
+        """
+        known: dict[str, str] = {}
+        for name, value in overrides.items():
+            if name in TOPIC_PROPERTIES:
+                known[name] = value
+            elif strict:
+                raise ValueError(
+                    f"unknown topic property {name!r}{_suggest(name, TOPIC_PROPERTIES)}"
+                )
+            else:
+                log.info("ignoring unsupported topic config %s=%s", name, value)
+        log_config = LogConfig.from_properties(
+            {k: v for k, v in known.items() if k in LogConfig.PROPERTIES},
+            defaults=self.default_log_config,
+        )
+        min_isr = self.min_insync_replicas
+        if "min.insync.replicas" in known:
+            min_isr = _parse_int("min.insync.replicas", known["min.insync.replicas"].strip())
+            _check_range("min.insync.replicas", min_isr, 1, _INT32_MAX)
+        unclean = self.unclean_leader_election_enable
+        if "unclean.leader.election.enable" in known:
+            unclean = _parse_bool(
+                "unclean.leader.election.enable", known["unclean.leader.election.enable"].strip()
+            )
+        return TopicConfig(log_config, min_isr, unclean)
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    """``["key=value", ...]`` (the ``--override`` flags) -> ``{key: value}``.
+
+    Splits at the first ``=`` (values may contain ``=``), strips whitespace around key and
+    value; a later flag for the same key wins, as with Kafka's ``--override``. Raises
+    ValueError for an item without ``=`` or with an empty key.
+    """
+    result: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"--override {item!r}: expected key=value, e.g. broker.id=1")
+        if not key:
+            raise ValueError(f"--override {item!r}: the property name before '=' is empty")
+        result[key] = value.strip()
+    return result
+
+
+def split_zookeeper_connect(connect: str) -> tuple[str, str | None]:
+    """``"h1:2181,h2:2181/kafka"`` -> ``("h1:2181,h2:2181", "/kafka")``; no chroot -> None.
+
+    Raises ValueError for an empty host list, an empty host, a non-numeric port, or a
+    chroot ending in ``/`` or holding an empty segment.
+    """
+    text = connect.strip()
+    hosts, slash, chroot = text.partition("/")
+    if not hosts:
+        raise ValueError(f"invalid value for zookeeper.connect: {connect!r} names no host")
+    for entry in hosts.split(","):
+        address = entry.strip()
+        host, port = address, ""
+        if address.startswith("["):  # [ipv6]:port
+            host, _, rest = address[1:].partition("]")
+            port = rest.removeprefix(":")
+        elif ":" in address:
+            host, _, port = address.rpartition(":")
+        if not host or (port and not (port.isascii() and port.isdigit())):
+            raise ValueError(
+                f"invalid value for zookeeper.connect: {connect!r} has a bad host {entry!r} "
+                "(expected host:port)"
+            )
+    if not slash or chroot == "":
+        return hosts, None
+    chroot = "/" + chroot
+    if chroot.endswith("/") or "//" in chroot:
+        raise ValueError(f"invalid value for zookeeper.connect: bad chroot path {chroot!r}")
+    return hosts, chroot
+
+
+# -- parsing and checking --------------------------------------------------------------------
+
+
+def _suggest(name: str, candidates: Iterable[str] | None = None) -> str:
+    pool = list(candidates) if candidates is not None else [*_BY_NAME, *LOG_PROPERTIES]
+    close = difflib.get_close_matches(name, pool, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _parse_int(name: str, text: str) -> int:
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(f"invalid value for {name}: {text!r} is not an integer")
+    return int(text)
+
+
+def _parse_bool(name: str, text: str) -> bool:
+    lowered = text.lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(f"invalid value for {name}: {text!r} is not true or false")
+    return lowered == "true"
+
+
+def _parse_mode(name: str, text: str) -> TruncationMode:
+    try:
+        return TruncationMode(text)
+    except ValueError:
+        choices = " or ".join(repr(mode.value) for mode in TruncationMode)
+        raise ValueError(f"invalid value for {name}: {text!r} (must be {choices})") from None
+
+
+def _parse_value(prop: _Property, text: str) -> object:
+    if prop.kind == "int":
+        return _parse_int(prop.name, text)
+    if prop.kind == "bool":
+        return _parse_bool(prop.name, text)
+    if prop.kind == "mode":
+        return _parse_mode(prop.name, text)
+    if prop.kind == "path":
+        dirs = [part.strip() for part in text.split(",") if part.strip()]
+        if len(dirs) != 1:
+            raise ValueError(
+                f"invalid value for {prop.name}: {text!r} (exactly one data directory is supported)"
+            )
+        return Path(dirs[0])
+    return text
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"invalid value for {name}: {value} (must be in [{low}, {high}])")
+
+
+def _check_value(prop: _Property, value: object) -> None:
+    if prop.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"invalid value for {prop.name}: {value!r} is not an integer")
+        _check_range(prop.name, value, prop.low, prop.high)
+    elif prop.kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"invalid value for {prop.name}: {value!r} is not true or false")
+    elif prop.kind == "str":
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"invalid value for {prop.name}: {value!r} (must not be empty)")
+    elif prop.kind == "path" and not isinstance(value, Path):
+        raise ValueError(f"invalid value for {prop.name}: {value!r} is not a Path")
+    elif prop.kind == "mode" and not isinstance(value, TruncationMode):
+        raise ValueError(f"invalid value for {prop.name}: {value!r} is not a TruncationMode")

@@ -1,0 +1,462 @@
+"""The broker's data dir and every partition log in it (Kafka's ``LogManager``).
+
+Layout of the data dir (``log.dirs``, one directory)::
+
+    meta.properties                     broker.id that owns the dir (a foreign one is refused)
+    .lock                               held while a broker process uses the dir
+    .kafka_cleanshutdown                present only between a clean shutdown and the next start
+    recovery-point-offset-checkpoint    where recovery starts per log (written here)
+    log-start-offset-checkpoint         log start offsets raised past the first segment (here)
+    replication-offset-checkpoint       high watermarks (owned by the replica manager; read
+                                        and written through this class's helpers)
+    <topic>-<partition>/                one Log each (broker.log)
+    <topic>-<partition>.<uuid>-delete/  a log being deleted; removed at the next start
+
+Startup (:meth:`LogManager.startup`) reads and *deletes* the clean-shutdown marker before
+loading anything (KAFKA-10471), so a crash while loading counts as unclean next time; logs
+are then opened with recovery from their checkpointed recovery point unless the marker was
+there. A log that fails to open with an OSError is reported in :attr:`offline_logs` and does
+not stop the others. Shutdown flushes, checkpoints and closes every log, and only then
+writes the marker.
+
+Every method is synchronous: the broker calls the slow ones (startup, flushes,
+checkpoints, retention, shutdown) from an executor. One lock guards the set of logs, so
+lookups from the event loop thread and work in executor threads can interleave.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import IO
+
+from broker.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointError,
+    OffsetCheckpointFile,
+    atomic_write_text,
+    read_meta_properties,
+    write_meta_properties,
+)
+from broker.log import Log, LogClosedError, LogConfig
+from broker.topic_partition import TopicPartition
+
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE",
+    "LOCK_FILE",
+    "DataDirLockedError",
+    "InconsistentBrokerIdError",
+    "LogManager",
+    "LogManagerError",
+    "LogOfflineError",
+]
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+"""Written last at a clean shutdown; its presence at startup means no recovery is needed."""
+LOCK_FILE = ".lock"
+"""Locked (fcntl) by the process using the data dir, as Kafka's FileLock."""
+DELETE_DIR_SUFFIX = "-delete"
+FUTURE_DIR_SUFFIX = "-future"
+_DELETE_DIR = re.compile(r"(.+)-([0-9]+)\.([0-9a-f]{32})-delete")
+
+
+class LogManagerError(Exception):
+    """Root of the errors that stop the data dir from being used at all."""
+
+
+class InconsistentBrokerIdError(LogManagerError):
+    """``meta.properties`` names another broker.id (Kafka's InconsistentBrokerIdException)."""
+
+
+class DataDirLockedError(LogManagerError):
+    """Another process holds the data dir's ``.lock``."""
+
+
+class LogOfflineError(OSError):
+    """The partition's log failed to open at startup (KAFKA_STORAGE_ERROR)."""
+
+
+class LogManager:
+    """Opens, creates, checkpoints, cleans and deletes the logs of one data dir."""
+
+    def __init__(self, data_dir: Path, default_log_config: LogConfig, broker_id: int) -> None:
+        """Nothing touches the disk before :meth:`startup`."""
+        self._data_dir = data_dir
+        self._default_log_config = default_log_config
+        self._broker_id = broker_id
+        self._lock = threading.Lock()
+        """Guards _logs and _offline; held while a log is created or deleted."""
+        self._logs: dict[TopicPartition, Log] = {}
+        self._offline: dict[TopicPartition, OSError] = {}
+        self._offline_recovery_points: dict[TopicPartition, int] = {}
+        self._offline_start_offsets: dict[TopicPartition, int] = {}
+        self._recovery_points = OffsetCheckpointFile(data_dir / RECOVERY_POINT_OFFSET_CHECKPOINT)
+        self._log_start_offsets = OffsetCheckpointFile(data_dir / LOG_START_OFFSET_CHECKPOINT)
+        self._high_watermarks = OffsetCheckpointFile(data_dir / REPLICATION_OFFSET_CHECKPOINT)
+        self._lock_file: IO[bytes] | None = None
+        self._had_clean_shutdown = False
+        self._started = False
+
+    def __repr__(self) -> str:
+        return (
+            f"LogManager({str(self._data_dir)!r}, broker={self._broker_id}, logs={len(self._logs)})"
+        )
+
+    @property
+    def data_dir(self) -> Path:
+        return self._data_dir
+
+    @property
+    def had_clean_shutdown(self) -> bool:
+        """Whether the last run ended with a clean shutdown (known after :meth:`startup`)."""
+        return self._had_clean_shutdown
+
+    @property
+    def offline_logs(self) -> dict[TopicPartition, OSError]:
+        """Logs that failed to open at startup, with the error (a snapshot)."""
+        with self._lock:
+            return dict(self._offline)
+
+    # -- startup ---------------------------------------------------------------------------
+
+    def startup(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+        """Take the data dir and load every partition log in it.
+
+        Creates the dir, locks it (DataDirLockedError if another process holds it), writes
+        or checks ``meta.properties`` (InconsistentBrokerIdError for another broker.id),
+        reads and deletes the clean-shutdown marker, reads the recovery-point and
+        log-start-offset checkpoints (an unreadable one is logged and ignored: every log is
+        then recovered from its start, which is slower but safe) and opens each
+        ``<topic>-<partition>`` directory with the config in ``topic_configs`` for its
+        topic, else the default. Other directories are logged and skipped; leftovers of an
+        interrupted :meth:`delete_log` are removed.
+        """
+        if self._started:
+            raise RuntimeError("LogManager.startup() called twice")
+        self._data_dir.mkdir(parents=True, exist_ok=True)
+        self._acquire_dir_lock()
+        try:
+            self._check_meta_properties()
+            self._had_clean_shutdown = self._consume_clean_shutdown_marker()
+            recovery_points, clean = self._read_checkpoint(self._recovery_points)
+            start_offsets, _ = self._read_checkpoint(self._log_start_offsets)
+            clean_shutdown = self._had_clean_shutdown and clean
+            configs = topic_configs or {}
+            for directory in sorted(self._data_dir.iterdir()):
+                tp = self._partition_of(directory)
+                if tp is None:
+                    continue
+                self._load_log(
+                    tp,
+                    directory,
+                    configs.get(tp.topic, self._default_log_config),
+                    recovery_point=recovery_points.get(tp, 0),
+                    log_start_offset=start_offsets.get(tp, 0),
+                    clean_shutdown=clean_shutdown,
+                )
+        except BaseException:
+            for loaded in self._logs.values():
+                loaded.close()
+            self._logs.clear()
+            self._release_dir_lock()
+            raise
+        self._started = True
+        log.info(
+            "loaded %d logs from %s (clean shutdown: %s, offline: %d)",
+            len(self._logs),
+            self._data_dir,
+            self._had_clean_shutdown,
+            len(self._offline),
+        )
+
+    def _acquire_dir_lock(self) -> None:
+        path = self._data_dir / LOCK_FILE
+        lock_file = open(path, "ab")  # noqa: SIM115 - held open until shutdown
+        try:
+            # fcntl record locks are per process, as Java's FileChannel.tryLock on Linux: a
+            # second broker process on this dir is refused.
+            fcntl.lockf(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            lock_file.close()
+            raise DataDirLockedError(
+                f"failed to acquire the lock on {path}: another broker process is using the "
+                f"data dir {self._data_dir}"
+            ) from e
+        self._lock_file = lock_file
+
+    def _release_dir_lock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()  # closing the file releases the lock
+            self._lock_file = None
+
+    def _check_meta_properties(self) -> None:
+        stored = read_meta_properties(self._data_dir)
+        if stored is None:
+            write_meta_properties(self._data_dir, self._broker_id)
+        elif stored != self._broker_id:
+            raise InconsistentBrokerIdError(
+                f"configured broker.id {self._broker_id} does not match broker.id {stored} in "
+                f"{self._data_dir / 'meta.properties'}: this data dir belongs to broker "
+                f"{stored}; use that id or another log.dirs"
+            )
+
+    def _consume_clean_shutdown_marker(self) -> bool:
+        """KAFKA-10471: delete the marker as soon as it is read, and make the deletion
+        durable, so that a crash while loading is seen as unclean at the next start."""
+        marker = self._data_dir / CLEAN_SHUTDOWN_FILE
+        if not marker.exists():
+            return False
+        marker.unlink()
+        _fsync_dir(self._data_dir)
+        return True
+
+    def _read_checkpoint(
+        self, checkpoint: OffsetCheckpointFile
+    ) -> tuple[dict[TopicPartition, int], bool]:
+        """The checkpoint's entries and whether it was readable."""
+        try:
+            return checkpoint.read(), True
+        except CheckpointError as e:
+            log.warning("ignoring unreadable checkpoint (logs will be fully recovered): %s", e)
+            return {}, False
+
+    def _partition_of(self, directory: Path) -> TopicPartition | None:
+        """The partition a data dir entry holds, or None for anything else (logged)."""
+        name = directory.name
+        if not directory.is_dir() or name.startswith("."):
+            return None
+        if name.endswith(DELETE_DIR_SUFFIX):
+            if _DELETE_DIR.fullmatch(name):
+                log.info("removing %s, a log whose deletion was interrupted", directory)
+                shutil.rmtree(directory, ignore_errors=True)
+            else:
+                log.warning("skipping %s: not a partition directory", directory)
+            return None
+        if name.endswith(FUTURE_DIR_SUFFIX):
+            log.warning("skipping %s: future logs (replica moves) are not supported", directory)
+            return None
+        try:
+            return TopicPartition.from_dir_name(name)
+        except ValueError:
+            log.warning("skipping %s: not a partition directory", directory)
+            return None
+
+    def _load_log(
+        self,
+        tp: TopicPartition,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int,
+        log_start_offset: int,
+        clean_shutdown: bool,
+    ) -> None:
+        try:
+            opened = Log.open(
+                directory,
+                config,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+                clean_shutdown=clean_shutdown,
+            )
+        except OSError as e:
+            # Kafka takes the whole log dir offline; with one dir per broker that would stop
+            # every partition for one bad one, so only this partition goes offline.
+            log.error("log %s is offline: it failed to open: %s", tp, e)
+            self._offline[tp] = e
+            self._offline_recovery_points[tp] = recovery_point
+            self._offline_start_offsets[tp] = log_start_offset
+            return
+        self._logs[tp] = opened
+
+    # -- the logs --------------------------------------------------------------------------
+
+    def get_log(self, tp: TopicPartition) -> Log | None:
+        with self._lock:
+            return self._logs.get(tp)
+
+    def get_or_create_log(self, tp: TopicPartition, log_config: LogConfig | None = None) -> Log:
+        """The partition's log, created empty (with ``log_config``, else the default) if
+        there is none. An existing log keeps its config (see :meth:`Log.update_config`).
+
+        Raises LogOfflineError for a log that failed to open at startup, and OSError if the
+        new log cannot be created.
+        """
+        with self._lock:
+            self._check_started()
+            existing = self._logs.get(tp)
+            if existing is not None:
+                return existing
+            if tp in self._offline:
+                raise LogOfflineError(f"log {tp} is offline: {self._offline[tp]}")
+            created = Log.open(
+                self._data_dir / tp.dir_name,
+                log_config or self._default_log_config,
+            )
+            self._logs[tp] = created
+        log.info("created log %s in %s", tp, self._data_dir)
+        return created
+
+    def all_logs(self) -> dict[TopicPartition, Log]:
+        """Every online log (a snapshot)."""
+        with self._lock:
+            return dict(self._logs)
+
+    def delete_log(self, tp: TopicPartition) -> bool:
+        """Close the log and remove its directory; False if there was no such log.
+
+        The directory is first renamed to ``<topic>-<partition>.<uuid>-delete`` (Kafka's
+        name), so a crash half way through the removal never leaves a damaged log that the
+        next start would load; startup removes such leftovers.
+        """
+        with self._lock:
+            doomed = self._logs.pop(tp, None)
+            self._offline.pop(tp, None)
+            self._offline_recovery_points.pop(tp, None)
+            self._offline_start_offsets.pop(tp, None)
+            directory = self._data_dir / tp.dir_name
+            if doomed is not None:
+                doomed.close()
+            if not directory.exists():
+                return doomed is not None
+            renamed = self._data_dir / f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            directory.rename(renamed)
+            _fsync_dir(self._data_dir)
+        shutil.rmtree(renamed, ignore_errors=True)
+        log.info("deleted log %s", tp)
+        return True
+
+    # -- checkpoints and flushing ----------------------------------------------------------
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write every log's recovery point to ``recovery-point-offset-checkpoint``.
+
+        Offline logs keep the value they had at startup.
+        """
+        with self._lock:
+            points = dict(self._offline_recovery_points)
+            points.update({tp: log_.recovery_point for tp, log_ in self._logs.items()})
+        self._recovery_points.write(points)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write ``log-start-offset-checkpoint``: as Kafka, only the logs whose start offset
+        is above their first segment's base offset (raised by DeleteRecords or by following
+        a leader's); the others start at their first segment anyway."""
+        with self._lock:
+            offsets = dict(self._offline_start_offsets)
+            for tp, log_ in self._logs.items():
+                segments = log_.segments
+                if segments and log_.log_start_offset > segments[0].base_offset:
+                    offsets[tp] = log_.log_start_offset
+        self._log_start_offsets.write(offsets)
+
+    def flush_all(self) -> None:
+        """fsync every log up to its end (raising the recovery points). OSError propagates
+        after the other logs were flushed."""
+        _for_each(self.all_logs(), "flush", lambda log_: log_.flush())
+
+    def read_high_watermarks(self) -> dict[TopicPartition, int]:
+        """The high watermarks in ``replication-offset-checkpoint`` (``{}`` if none yet).
+
+        Raises CheckpointError (an OSError) for a corrupt file: the caller must not guess,
+        since a high watermark of 0 makes a high-watermark-mode follower truncate its log.
+        """
+        return self._high_watermarks.read()
+
+    def write_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
+        """Atomically replace ``replication-offset-checkpoint`` with ``high_watermarks``."""
+        self._high_watermarks.write(high_watermarks)
+
+    # -- retention -------------------------------------------------------------------------
+
+    def cleanup_logs(self, high_watermarks: Mapping[TopicPartition, int], now_ms: int) -> int:
+        """Apply retention to every log, only below its partition's high watermark; return
+        the number of segments deleted. A log missing from ``high_watermarks`` is left
+        alone (its committed range is not known). OSError propagates after the other logs
+        were cleaned."""
+        deleted = 0
+
+        def clean(log_: Log) -> None:
+            nonlocal deleted
+            high_watermark = high_watermarks.get(log_.topic_partition)
+            if high_watermark is not None:
+                deleted += log_.delete_old_segments(high_watermark, now_ms)
+
+        _for_each(self.all_logs(), "clean up", clean)
+        if deleted:
+            log.info("retention deleted %d segments", deleted)
+        return deleted
+
+    # -- shutdown --------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """Flush every log, write the checkpoints, close every log, then write the
+        clean-shutdown marker and release the data dir.
+
+        If flushing or checkpointing fails, the logs are still closed but no marker is
+        written (the next start recovers) and the first error propagates. Idempotent.
+        """
+        if not self._started:
+            return
+        error: BaseException | None = None
+        try:
+            self.flush_all()
+            self.checkpoint_recovery_points()
+            self.checkpoint_log_start_offsets()
+        except BaseException as e:
+            error = e
+        with self._lock:
+            logs, self._logs = self._logs, {}
+        for log_ in logs.values():
+            try:
+                log_.close()
+            except OSError as e:
+                log.error("failed to close log %s: %s", log_.topic_partition, e)
+                error = error or e
+        if error is None:
+            atomic_write_text(self._data_dir / CLEAN_SHUTDOWN_FILE, "")
+        self._release_dir_lock()
+        self._started = False
+        if error is not None:
+            log.error("unclean shutdown of %s: %s", self._data_dir, error)
+            raise error
+        log.info("shut down cleanly: %d logs in %s", len(logs), self._data_dir)
+
+    def _check_started(self) -> None:
+        if not self._started:
+            raise RuntimeError("LogManager is not started")
+
+
+def _for_each(logs: Mapping[TopicPartition, Log], what: str, action: Callable[[Log], None]) -> None:
+    """Run ``action(log)`` on every log; a log closed meanwhile (deleted) is skipped, an
+    OSError is logged and the first one re-raised once every log had its turn."""
+    first: OSError | None = None
+    for tp, log_ in logs.items():
+        try:
+            action(log_)
+        except LogClosedError:
+            continue
+        except OSError as e:
+            log.error("failed to %s log %s: %s", what, tp, e)
+            first = first or e
+    if first is not None:
+        raise first
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,90 @@
+"""The broker's view of the cluster, fed by UpdateMetadata (Kafka's ``MetadataCache``).
+
+Answers ``Metadata`` requests without touching ZooKeeper: live brokers, the controller, and
+each partition's leader, epoch, replicas and ISR as the controller last pushed them. Between
+controller updates it may be stale; clients cope through NOT_LEADER_OR_FOLLOWER and retry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.topic_partition import TopicPartition
+
+LEADER_DURING_DELETE = -2
+"""Kafka's marker leader for a partition whose topic is being deleted."""
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker's advertised gRPC endpoint."""
+
+    broker_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """What clients need to know about a partition."""
+
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+
+
+class MetadataCache:
+    """Live brokers and partition states as of the latest UpdateMetadata."""
+
+    def __init__(self) -> None:
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._partitions: dict[TopicPartition, PartitionInfo] = {}
+        self.controller_id = -1
+        self.controller_epoch = -1
+
+    def update(
+        self,
+        *,
+        controller_id: int,
+        controller_epoch: int,
+        brokers: list[BrokerInfo],
+        partitions: dict[TopicPartition, PartitionInfo],
+    ) -> list[TopicPartition]:
+        """Apply an UpdateMetadata; returns the partitions whose topic is being deleted.
+
+        Partition states are merged (an UpdateMetadata may name only the partitions that
+        changed); the broker list is replaced, as in Kafka.
+        """
+        self.controller_id = controller_id
+        self.controller_epoch = controller_epoch
+        self._brokers = {b.broker_id: b for b in brokers}
+        deleted = []
+        for tp, info in partitions.items():
+            if info.leader == LEADER_DURING_DELETE:
+                self._partitions.pop(tp, None)
+                deleted.append(tp)
+            else:
+                self._partitions[tp] = info
+        return deleted
+
+    def add_partition(self, tp: TopicPartition, info: PartitionInfo) -> None:
+        """Record what a LeaderAndIsr told us, so Metadata is right even before the
+        UpdateMetadata that follows it arrives."""
+        self._partitions[tp] = info
+
+    def brokers(self) -> list[BrokerInfo]:
+        return sorted(self._brokers.values(), key=lambda b: b.broker_id)
+
+    def broker(self, broker_id: int) -> BrokerInfo | None:
+        return self._brokers.get(broker_id)
+
+    def topics(self) -> set[str]:
+        return {tp.topic for tp in self._partitions}
+
+    def partitions_of(self, topic: str) -> dict[int, PartitionInfo]:
+        return {tp.partition: info for tp, info in self._partitions.items() if tp.topic == topic}
+
+    def partition(self, tp: TopicPartition) -> PartitionInfo | None:
+        return self._partitions.get(tp)

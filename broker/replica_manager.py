@@ -1,0 +1,761 @@
+"""The partitions this broker hosts and everything that moves them (Kafka's ``ReplicaManager``).
+
+It applies the controller's LeaderAndIsr/StopReplica/UpdateMetadata, serves produce, fetch,
+OffsetsForLeaderEpoch and ListOffsets for the gRPC layer, keeps the ISR (shrinking it on a
+timer, expanding it on follower fetches, writing every change to the state znode with a
+conditional update), checkpoints high watermarks, and fences its leaders when the ZooKeeper
+session is lost.
+
+Everything here runs on the broker's event loop. Appends run inline (page-cache writes of at
+most ``message.max.bytes``); reads, which may be large, and log creation go to the executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
+from broker.log import FetchData, OffsetOutOfRangeError, RecordTooLargeError
+from broker.log_manager import LogManager
+from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
+from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
+from broker.purgatory import DelayedOperationPurgatory
+from broker.record_batch import CorruptRecordError
+from broker.replica_fetcher import FetcherConfig, ReplicaFetcher, SourceBroker
+from broker.topic_partition import TopicPartition
+from broker.truncation import TruncationMode
+from broker.zk_client import BrokerZkClient
+from broker.zk_data import PartitionStateData
+from proto import errors
+from proto import minibroker_pb2 as pb
+from proto.minibroker_pb2 import ErrorCode
+
+logger = logging.getLogger(__name__)
+
+LIST_OFFSETS_LATEST = -1
+LIST_OFFSETS_EARLIEST = -2
+ISR_CHANGE_PROPAGATION_INTERVAL_MS = 2500
+"""Kafka's fixed cadence for checking pending ISR change notifications."""
+ISR_CHANGE_QUIET_MS = 5000
+"""Propagate once no ISR changed for this long (batches bursts of changes)..."""
+ISR_CHANGE_MAX_DELAY_MS = 60_000
+"""...or at the latest this long after the last propagation."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class ProduceResult:
+    """The outcome of one partition of a produce request."""
+
+    error_code: int
+    error_message: str = ""
+    base_offset: int = -1
+    log_start_offset: int = -1
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True)
+class FetchSpec:
+    """One partition of a fetch request."""
+
+    fetch_offset: int
+    max_bytes: int
+    current_leader_epoch: int | None = None
+    log_start_offset: int = -1
+
+
+@dataclass(frozen=True)
+class FetchPartitionResult:
+    """One partition of a fetch response."""
+
+    error_code: int
+    error_message: str = ""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    log_end_offset: int = -1
+    leader_epoch: int = -1
+    records: bytes = b""
+
+
+def _error_of(err: BaseException) -> tuple[int, str]:
+    """The error code and message a partition reports for an exception."""
+    if isinstance(err, errors.BrokerResponseError):
+        return err.code, str(err)
+    if isinstance(err, CorruptRecordError):
+        return ErrorCode.CORRUPT_MESSAGE, str(err)
+    if isinstance(err, RecordTooLargeError):
+        return ErrorCode.MESSAGE_TOO_LARGE, str(err)
+    if isinstance(err, OffsetOutOfRangeError):
+        return ErrorCode.OFFSET_OUT_OF_RANGE, str(err)
+    if isinstance(err, OSError):
+        return ErrorCode.KAFKA_STORAGE_ERROR, f"log directory I/O error: {err}"
+    raise err
+
+
+class ReplicaManager:
+    """Hosts this broker's partition replicas. Create, then ``start()``; ``shutdown()``."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        log_manager: LogManager,
+        zk: BrokerZkClient,
+        metadata_cache: MetadataCache,
+        executor: Executor,
+        *,
+        clock_ms: Callable[[], int] = now_ms,
+    ) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.log_manager = log_manager
+        self.zk = zk
+        self.metadata_cache = metadata_cache
+        self.executor = executor
+        self.clock_ms = clock_ms
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.controller_epoch = -1
+        self.broker_epoch = -1
+        self.produce_purgatory: DelayedOperationPurgatory[TopicPartition] = (
+            DelayedOperationPurgatory("produce")
+        )
+        self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory(
+            "fetch"
+        )
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._checkpointed_hws: dict[TopicPartition, int] = {}
+        self._pending_isr_changes: set[TopicPartition] = set()
+        self._last_isr_change_ms = 0
+        self._last_isr_propagation_ms = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._hw_checkpointing = False
+        self._lock = asyncio.Lock()
+        """Serialises control requests (LeaderAndIsr, StopReplica) against each other."""
+
+    def _ctx(self, **fields: object) -> str:
+        return " ".join(f"{k}={v}" for k, v in {"broker": self.broker_id, **fields}.items())
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._checkpointed_hws = await self._in_executor(self.log_manager.read_high_watermarks)
+        lag = self.config.replica_lag_time_max_ms
+        self._spawn(self._every(max(lag // 2, 50), self._maybe_shrink_isrs), "isr-expiration")
+        self._spawn(
+            self._every(ISR_CHANGE_PROPAGATION_INTERVAL_MS, self._maybe_propagate_isr_changes),
+            "isr-change-propagation",
+        )
+        self._spawn(
+            self._every(self.config.log_retention_check_interval_ms, self._cleanup_logs),
+            "log-retention",
+        )
+        self._spawn(self._every(1000, self._purge_purgatories), "purgatory-purge")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=f"broker-{self.broker_id}-{name}"))
+
+    async def _every(
+        self, interval_ms: int, action: Callable[[], Coroutine[Any, Any, None]]
+    ) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                await action()
+            except Exception:
+                logger.exception("periodic task failed %s", self._ctx(task=action.__name__))
+
+    async def shutdown(self) -> None:
+        """Stop fetchers and background tasks, then checkpoint the high watermarks."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await asyncio.gather(*(f.shutdown() for f in self.fetchers.values()))
+        self.fetchers.clear()
+        await self.checkpoint_high_watermarks()
+
+    async def _in_executor(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    # -- control requests ----------------------------------------------------------------------
+
+    def _check_controller_epoch(self, controller_epoch: int) -> None:
+        if controller_epoch < self.controller_epoch:
+            raise errors.StaleControllerEpochError(
+                f"request from controller epoch {controller_epoch}, "
+                f"broker {self.broker_id} has seen epoch {self.controller_epoch}"
+            )
+        self.controller_epoch = controller_epoch
+
+    async def become_leader_or_follower(
+        self, request: pb.LeaderAndIsrRequest
+    ) -> pb.LeaderAndIsrResponse:
+        """Apply a LeaderAndIsr request (Kafka's ``becomeLeaderOrFollower``).
+
+        A request from an older controller epoch is refused as a whole; a partition state
+        with an older leader epoch than the one this broker has is refused for that
+        partition (FENCED_LEADER_EPOCH); an equal epoch is a harmless repeat.
+        """
+        async with self._lock:
+            try:
+                self._check_controller_epoch(request.controller_epoch)
+            except errors.StaleControllerEpochError as err:
+                logger.warning("refused LeaderAndIsr %s", self._ctx(reason=err))
+                return pb.LeaderAndIsrResponse(error_code=err.code)
+            if request.broker_epoch >= 0:
+                self.broker_epoch = request.broker_epoch
+            endpoints = {
+                b.node_id: BrokerInfo(b.node_id, b.host, b.port) for b in request.live_leaders
+            }
+            response = pb.LeaderAndIsrResponse(error_code=ErrorCode.NONE)
+            new_followers: dict[int, dict[TopicPartition, Partition]] = {}
+            for ps in request.partition_states:
+                tp = TopicPartition(ps.topic_name, ps.partition_index)
+                code, message = await self._apply_partition_state(tp, ps, new_followers)
+                response.partition_errors.add(
+                    topic_name=tp.topic,
+                    partition_index=tp.partition,
+                    error_code=code,
+                    error_message=message,
+                )
+            self._start_fetchers(new_followers, endpoints)
+            self._hw_checkpointing_started()
+            return response
+
+    async def _apply_partition_state(
+        self,
+        tp: TopicPartition,
+        ps: pb.LeaderAndIsrPartitionState,
+        new_followers: dict[int, dict[TopicPartition, Partition]],
+    ) -> tuple[int, str]:
+        state = LeadershipState(
+            leader=ps.leader,
+            leader_epoch=ps.leader_epoch,
+            isr=tuple(ps.isr),
+            replicas=tuple(ps.replicas),
+            zk_version=ps.zk_version,
+            controller_epoch=ps.controller_epoch,
+        )
+        if self.broker_id not in state.replicas:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, (
+                f"broker {self.broker_id} is not a replica of {tp} "
+                f"(replicas {list(state.replicas)})"
+            )
+        existing = self.partitions.get(tp)
+        if existing is not None and state.leader_epoch < existing.leader_epoch:
+            logger.warning(
+                "ignored stale partition state %s",
+                self._ctx(tp=tp, request_epoch=state.leader_epoch, epoch=existing.leader_epoch),
+            )
+            return ErrorCode.FENCED_LEADER_EPOCH, (
+                f"{tp}: leader epoch {state.leader_epoch} is older than {existing.leader_epoch}"
+            )
+        if (
+            existing is not None
+            and state.leader_epoch == existing.leader_epoch
+            and (state.leader == existing.leader_id and not existing.fenced)
+        ):
+            return ErrorCode.NONE, ""
+        try:
+            partition = existing or await self._create_partition(tp)
+        except OSError as err:
+            logger.error("cannot open log %s", self._ctx(tp=tp, error=err))
+            return ErrorCode.KAFKA_STORAGE_ERROR, f"cannot open the log of {tp}: {err}"
+        self.metadata_cache.add_partition(
+            tp, PartitionInfo(state.leader, state.leader_epoch, state.replicas, state.isr)
+        )
+        if state.leader == self.broker_id:
+            self._remove_from_fetchers([tp])
+            partition.make_leader(state)
+            logger.info("became leader %s", self._ctx(**partition.log_context()))
+        else:
+            self._remove_from_fetchers([tp])
+            partition.make_follower(state)
+            if state.leader >= 0:
+                new_followers.setdefault(state.leader, {})[tp] = partition
+            logger.info("became follower %s", self._ctx(**partition.log_context()))
+        self._wake(tp)
+        return ErrorCode.NONE, ""
+
+    async def _create_partition(self, tp: TopicPartition) -> Partition:
+        topic_config = self.config.topic_config(await self.zk.get_topic_config(tp.topic))
+        log = await self._in_executor(
+            self.log_manager.get_or_create_log, tp, topic_config.log_config
+        )
+        partition = Partition(
+            tp,
+            self.broker_id,
+            log,
+            high_watermark=self._checkpointed_hws.get(tp, 0),
+            config=PartitionConfig(
+                min_insync_replicas=topic_config.min_insync_replicas,
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            ),
+            clock_ms=self.clock_ms,
+        )
+        self.partitions[tp] = partition
+        return partition
+
+    def _start_fetchers(
+        self,
+        new_followers: dict[int, dict[TopicPartition, Partition]],
+        endpoints: dict[int, BrokerInfo],
+    ) -> None:
+        for leader_id, partitions in new_followers.items():
+            endpoint = endpoints.get(leader_id) or self.metadata_cache.broker(leader_id)
+            if endpoint is None:
+                logger.warning(
+                    "no endpoint for leader %s",
+                    self._ctx(leader=leader_id, partitions=sorted(map(str, partitions))),
+                )
+                continue
+            fetcher = self.fetchers.get(leader_id)
+            if fetcher is not None and (fetcher.source.host, fetcher.source.port) != (
+                endpoint.host,
+                endpoint.port,
+            ):
+                # The leader restarted elsewhere: a new fetcher for its new address.
+                self._retire_fetcher(leader_id)
+                fetcher = None
+            if fetcher is None:
+                fetcher = ReplicaFetcher(
+                    SourceBroker(leader_id, endpoint.host, endpoint.port),
+                    self._fetcher_config(),
+                    executor=self.executor,
+                    on_partition_error=self._on_fetch_partition_error,
+                    on_high_watermark_change=self._wake,
+                )
+                self.fetchers[leader_id] = fetcher
+                fetcher.start()
+            fetcher.add_partitions(partitions)
+
+    def _fetcher_config(self) -> FetcherConfig:
+        c = self.config
+        return FetcherConfig(
+            local_broker_id=self.broker_id,
+            truncation_mode=TruncationMode(c.replication_truncation_mode),
+            fetch_wait_max_ms=c.replica_fetch_wait_max_ms,
+            fetch_min_bytes=c.replica_fetch_min_bytes,
+            fetch_max_bytes=c.replica_fetch_max_bytes,
+            fetch_response_max_bytes=c.replica_fetch_response_max_bytes,
+            fetch_backoff_ms=c.replica_fetch_backoff_ms,
+            follower_hw_update_delay_ms=c.test_follower_hw_update_delay_ms,
+            request_timeout_ms=c.request_timeout_ms,
+            broker_epoch=self.broker_epoch,
+        )
+
+    def _remove_from_fetchers(self, tps: Iterable[TopicPartition]) -> None:
+        tps = list(tps)
+        for leader_id, fetcher in list(self.fetchers.items()):
+            fetcher.remove_partitions(tps)
+            if fetcher.partition_count == 0:
+                self._retire_fetcher(leader_id)
+
+    def _retire_fetcher(self, leader_id: int) -> None:
+        fetcher = self.fetchers.pop(leader_id)
+        task = asyncio.create_task(fetcher.shutdown())
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
+
+    def _on_fetch_partition_error(self, tp: TopicPartition, err: BaseException) -> None:
+        logger.warning(
+            "fetching stopped until the next LeaderAndIsr %s", self._ctx(tp=tp, error=err)
+        )
+
+    async def stop_replicas(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
+        """Stop replicating partitions, deleting their logs when asked (topic deletion)."""
+        async with self._lock:
+            try:
+                self._check_controller_epoch(request.controller_epoch)
+            except errors.StaleControllerEpochError as err:
+                return pb.StopReplicaResponse(error_code=err.code)
+            response = pb.StopReplicaResponse(error_code=ErrorCode.NONE)
+            tps = [
+                TopicPartition(s.topic_name, s.partition_index) for s in request.partition_states
+            ]
+            self._remove_from_fetchers(tps)
+            for s, tp in zip(request.partition_states, tps, strict=True):
+                code, message = ErrorCode.NONE, ""
+                self.partitions.pop(tp, None)
+                self._checkpointed_hws.pop(tp, None)
+                self._wake(tp)
+                if s.delete_partition:
+                    try:
+                        await self._in_executor(self.log_manager.delete_log, tp)
+                    except OSError as err:
+                        code, message = ErrorCode.KAFKA_STORAGE_ERROR, str(err)
+                logger.info(
+                    "stopped replica %s", self._ctx(tp=tp, delete=s.delete_partition, error=code)
+                )
+                response.partition_errors.add(
+                    topic_name=tp.topic,
+                    partition_index=tp.partition,
+                    error_code=code,
+                    error_message=message,
+                )
+            return response
+
+    def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
+        try:
+            self._check_controller_epoch(request.controller_epoch)
+        except errors.StaleControllerEpochError as err:
+            return pb.UpdateMetadataResponse(error_code=err.code)
+        self.metadata_cache.update(
+            controller_id=request.controller_id,
+            controller_epoch=request.controller_epoch,
+            brokers=[BrokerInfo(b.node_id, b.host, b.port) for b in request.live_brokers],
+            partitions={
+                TopicPartition(s.topic_name, s.partition_index): PartitionInfo(
+                    s.leader,
+                    s.leader_epoch,
+                    tuple(s.replicas),
+                    tuple(s.isr),
+                    tuple(s.offline_replicas),
+                )
+                for s in request.partition_states
+            },
+        )
+        return pb.UpdateMetadataResponse(error_code=ErrorCode.NONE)
+
+    # -- produce -----------------------------------------------------------------------------
+
+    async def append_records(
+        self, required_acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes]
+    ) -> dict[TopicPartition, ProduceResult]:
+        """Append to the partitions this broker leads; with acks=all wait for the ISR.
+
+        Cancelling the call (the client went away) leaves what was appended in the logs;
+        it only stops waiting for the acknowledgement.
+        """
+        results: dict[TopicPartition, ProduceResult] = {}
+        waiting: dict[TopicPartition, ProducePartitionStatus] = {}
+        for tp, records in entries.items():
+            partition = self.partitions.get(tp)
+            if partition is None:
+                results[tp] = ProduceResult(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"broker {self.broker_id} does not host {tp}",
+                )
+                continue
+            try:
+                info = partition.append_records_to_leader(records, required_acks)
+            except Exception as err:
+                code, message = _error_of(err)
+                results[tp] = ProduceResult(code, message, leader_epoch=partition.leader_epoch)
+                continue
+            results[tp] = ProduceResult(
+                ErrorCode.NONE,
+                base_offset=info.first_offset,
+                log_start_offset=partition.log.log_start_offset,
+                leader_epoch=partition.leader_epoch,
+            )
+            if info.rolled:
+                asyncio.get_running_loop().run_in_executor(self.executor, partition.log.flush)
+            self._wake(tp)
+            if required_acks == ACKS_ALL:
+                waiting[tp] = ProducePartitionStatus(info.last_offset + 1, info.first_offset)
+        if not waiting:
+            return results
+        operation = DelayedProduce(timeout_ms, waiting, self.partitions.get)
+        if not self.produce_purgatory.try_complete_else_watch(operation, waiting):
+            await operation.wait()
+        for tp, status in waiting.items():
+            assert status.error_code is not None
+            if status.error_code != ErrorCode.NONE:
+                previous = results[tp]
+                results[tp] = ProduceResult(
+                    status.error_code,
+                    str(errors.for_code(status.error_code)),
+                    base_offset=previous.base_offset,
+                    leader_epoch=previous.leader_epoch,
+                )
+        return results
+
+    def _wake(self, tp: TopicPartition) -> None:
+        """The partition changed (append, HW, leadership): re-check what waits on it."""
+        self.produce_purgatory.check_and_complete(tp)
+        self.fetch_purgatory.check_and_complete(tp)
+
+    # -- fetch -------------------------------------------------------------------------------
+
+    async def fetch_messages(
+        self,
+        replica_id: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        specs: dict[TopicPartition, FetchSpec],
+    ) -> dict[TopicPartition, FetchPartitionResult]:
+        """Serve a fetch: long-poll until ``min_bytes`` or ``max_wait_ms``, then read.
+
+        A follower's fetch also tells the leader that follower's LEO, which may move the HW
+        and let the follower back into the ISR. Cancelling only abandons the long poll.
+        """
+        is_follower = replica_id >= 0
+        results = await self._read(replica_id, max_bytes, specs)
+        ready = sum(len(r.records) for r in results.values())
+        has_error = any(r.error_code != ErrorCode.NONE for r in results.values())
+        if max_wait_ms <= 0 or not specs or ready >= min_bytes or has_error:
+            return results
+        statuses = {
+            tp: FetchPartitionStatus(spec.fetch_offset, p.leader_epoch, p.is_leader)
+            for tp, spec in specs.items()
+            if (p := self.partitions.get(tp)) is not None
+        }
+        operation = DelayedFetch(max_wait_ms, min_bytes, is_follower, statuses, self.partitions.get)
+        if not self.fetch_purgatory.try_complete_else_watch(operation, statuses):
+            await operation.wait()
+        return await self._read(replica_id, max_bytes, specs)
+
+    async def _read(
+        self, replica_id: int, max_bytes: int, specs: dict[TopicPartition, FetchSpec]
+    ) -> dict[TopicPartition, FetchPartitionResult]:
+        is_follower = replica_id >= 0
+        results: dict[TopicPartition, FetchPartitionResult] = {}
+        budget = max_bytes
+        for tp, spec in specs.items():
+            partition = self.partitions.get(tp)
+            if partition is None:
+                results[tp] = FetchPartitionResult(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"broker {self.broker_id} does not host {tp}",
+                )
+                continue
+            try:
+                if not partition.is_leader or partition.fenced:
+                    raise errors.NotLeaderOrFollowerError(
+                        f"broker {self.broker_id} is not the leader of {tp} "
+                        f"(leader {partition.leader_id})"
+                    )
+                partition.check_leader_epoch(spec.current_leader_epoch)
+                # KIP-74: the first partition with data gets at least one whole batch, even
+                # one larger than the limits, so that a fetch can always make progress.
+                result = await self._in_executor(
+                    partition.read,
+                    spec.fetch_offset,
+                    max(0, min(spec.max_bytes, budget)),
+                    is_follower,
+                    budget == max_bytes,
+                )
+                data: FetchData = result.data
+            except Exception as err:
+                code, message = _error_of(err)
+                results[tp] = FetchPartitionResult(
+                    code,
+                    message,
+                    partition.high_watermark,
+                    partition.log.log_start_offset,
+                    partition.log_end_offset,
+                    partition.leader_epoch,
+                )
+                continue
+            budget -= len(data.records)
+            if is_follower:
+                self._record_follower_fetch(partition, replica_id, spec)
+            results[tp] = FetchPartitionResult(
+                ErrorCode.NONE,
+                high_watermark=result.high_watermark,
+                log_start_offset=result.log_start_offset,
+                log_end_offset=result.log_end_offset,
+                leader_epoch=result.leader_epoch,
+                records=data.records,
+            )
+        return results
+
+    def _record_follower_fetch(
+        self, partition: Partition, replica_id: int, spec: FetchSpec
+    ) -> None:
+        try:
+            hw_moved = partition.update_follower_fetch_state(
+                replica_id, spec.fetch_offset, spec.log_start_offset
+            )
+        except errors.NotLeaderOrFollowerError as err:
+            logger.warning(
+                "fetch from a non-replica %s", self._ctx(tp=partition.topic_partition, error=err)
+            )
+            return
+        if hw_moved:
+            self._wake(partition.topic_partition)
+        expanded = partition.isr_to_expand(replica_id)
+        if expanded is not None:
+            self._spawn_isr_update(partition, expanded, reason=f"follower {replica_id} caught up")
+
+    # -- OffsetsForLeaderEpoch and ListOffsets ------------------------------------------------
+
+    def last_offset_for_leader_epoch(
+        self, tp: TopicPartition, current_leader_epoch: int | None, leader_epoch: int
+    ) -> tuple[int, int, int]:
+        """(error code, epoch, end offset) for one partition, served by the leader only."""
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        try:
+            partition.check_leader_epoch(current_leader_epoch)
+            if not partition.is_leader:
+                raise errors.NotLeaderOrFollowerError()
+        except errors.BrokerResponseError as err:
+            return err.code, -1, -1
+        epoch, end_offset = partition.last_offset_for_leader_epoch(leader_epoch)
+        return ErrorCode.NONE, epoch, end_offset
+
+    async def list_offset(
+        self, tp: TopicPartition, current_leader_epoch: int | None, timestamp: int, replica_id: int
+    ) -> tuple[int, int, int]:
+        """(error code, offset, timestamp): earliest, latest (the HW for consumers) or by time."""
+        partition = self.partitions.get(tp)
+        if partition is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
+        try:
+            partition.check_leader_epoch(current_leader_epoch)
+            if not partition.is_leader:
+                raise errors.NotLeaderOrFollowerError()
+        except errors.BrokerResponseError as err:
+            return err.code, -1, -1
+        if timestamp == LIST_OFFSETS_EARLIEST:
+            return ErrorCode.NONE, partition.log.log_start_offset, -1
+        if timestamp == LIST_OFFSETS_LATEST:
+            if replica_id >= 0:
+                return ErrorCode.NONE, partition.log_end_offset, -1
+            if partition.high_watermark < partition.leader_epoch_start_offset:
+                # KIP-207: a new leader's HW may still be below what the old one exposed.
+                return ErrorCode.OFFSET_NOT_AVAILABLE, -1, -1
+            return ErrorCode.NONE, partition.high_watermark, -1
+        offset = await self._in_executor(partition.log.offset_for_timestamp, timestamp)
+        if offset >= partition.high_watermark:
+            offset = -1
+        return ErrorCode.NONE, offset, timestamp if offset >= 0 else -1
+
+    # -- ISR maintenance ---------------------------------------------------------------------
+
+    async def _maybe_shrink_isrs(self) -> None:
+        for partition in list(self.partitions.values()):
+            shrunk = partition.isr_to_shrink()
+            if shrunk is not None:
+                out = sorted(set(partition.isr) - set(shrunk))
+                self._spawn_isr_update(partition, shrunk, reason=f"followers {out} fell behind")
+
+    def _spawn_isr_update(self, partition: Partition, isr: tuple[int, ...], reason: str) -> None:
+        partition.isr_update_in_flight = True
+        task = asyncio.create_task(self._update_isr(partition, isr, reason))
+        self._tasks.append(task)
+        task.add_done_callback(self._tasks.remove)
+
+    async def _update_isr(self, partition: Partition, isr: tuple[int, ...], reason: str) -> None:
+        """Write the new ISR to the state znode, conditional on the version we hold.
+
+        Kafka's ZK-mode rule: the leader never overwrites a state it has not seen. On a
+        version conflict it keeps its ISR and waits for the controller's next LeaderAndIsr.
+        """
+        tp = partition.topic_partition
+        epoch = partition.leader_epoch
+        desired = PartitionStateData(
+            leader=self.broker_id,
+            leader_epoch=epoch,
+            isr=isr,
+            controller_epoch=partition.controller_epoch,
+        )
+        try:
+            # None: the znode moved on (the controller won); our own earlier write whose
+            # reply was lost counts as success inside the client.
+            version = await self.zk.update_partition_state_conditionally(
+                tp, desired, partition.zk_version
+            )
+        except Exception as err:
+            logger.warning("ISR update failed %s", self._ctx(tp=tp, isr=list(isr), error=err))
+            version = None
+        if partition.leader_epoch != epoch or not partition.is_leader:
+            return  # leadership changed meanwhile: the controller's state wins
+        if version is None:
+            partition.isr_update_in_flight = False
+            logger.warning(
+                "ISR update lost a race; waiting for the controller %s",
+                self._ctx(**partition.log_context(), wanted=list(isr)),
+            )
+            return
+        old = list(partition.isr)
+        if partition.apply_isr(isr, version):
+            self._wake(tp)
+        self.metadata_cache.add_partition(
+            tp, PartitionInfo(self.broker_id, epoch, partition.replicas, isr)
+        )
+        self._record_isr_change(tp)
+        logger.info(
+            "ISR changed %s",
+            self._ctx(
+                **partition.log_context(), old_isr=old, zk_version=version, reason=repr(reason)
+            ),
+        )
+
+    def _record_isr_change(self, tp: TopicPartition) -> None:
+        self._pending_isr_changes.add(tp)
+        self._last_isr_change_ms = self.clock_ms()
+
+    async def _maybe_propagate_isr_changes(self) -> None:
+        """Tell the controller through /isr_change_notification, in batches (Kafka's rule)."""
+        if not self._pending_isr_changes:
+            return
+        now = self.clock_ms()
+        if (
+            now - self._last_isr_change_ms < ISR_CHANGE_QUIET_MS
+            and now - self._last_isr_propagation_ms < ISR_CHANGE_MAX_DELAY_MS
+        ):
+            return
+        changed = sorted(self._pending_isr_changes)
+        await self.zk.create_isr_change_notification(changed)
+        self._pending_isr_changes.difference_update(changed)
+        self._last_isr_propagation_ms = now
+
+    # -- checkpoints, retention, session loss --------------------------------------------------
+
+    def _hw_checkpointing_started(self) -> None:
+        """Kafka starts the HW checkpoint task only after the first LeaderAndIsr, so a
+        restarted broker never overwrites the checkpointed HWs of partitions it has not
+        been told about yet."""
+        if not self._hw_checkpointing:
+            self._hw_checkpointing = True
+            self._spawn(
+                self._every(
+                    self.config.replica_high_watermark_checkpoint_interval_ms,
+                    self.checkpoint_high_watermarks,
+                ),
+                "hw-checkpoint",
+            )
+
+    async def checkpoint_high_watermarks(self) -> None:
+        # Keep the checkpointed HW of logs that have no partition object yet.
+        hws = {tp: hw for tp, hw in self._checkpointed_hws.items() if self.log_manager.get_log(tp)}
+        hws.update({tp: p.high_watermark for tp, p in self.partitions.items()})
+        await self._in_executor(self.log_manager.write_high_watermarks, hws)
+        self._checkpointed_hws = hws
+
+    async def _cleanup_logs(self) -> None:
+        hws = {tp: p.high_watermark for tp, p in self.partitions.items()}
+        await self._in_executor(self.log_manager.cleanup_logs, hws, self.clock_ms())
+
+    async def _purge_purgatories(self) -> None:
+        self.produce_purgatory.purge_completed()
+        self.fetch_purgatory.purge_completed()
+
+    def on_session_lost(self) -> None:
+        """No zombie leaders: with its session gone this broker may already have been
+        replaced, so it acknowledges nothing as leader until a LeaderAndIsr says otherwise."""
+        fenced = []
+        for tp, partition in self.partitions.items():
+            if partition.is_leader and not partition.fenced:
+                partition.fenced = True
+                fenced.append(str(tp))
+                self._wake(tp)
+        logger.warning("ZooKeeper session lost, fenced leaders %s", self._ctx(partitions=fenced))

@@ -1,0 +1,345 @@
+"""The gRPC face of a broker: the ``Broker`` and ``Control`` services of proto/minibroker.proto.
+
+This layer only translates: it checks that a request is well formed (a malformed request
+as a whole gets INVALID_ARGUMENT with a message a person can act on), turns it into calls on
+the :class:`ReplicaManager` and builds the response. Per-partition problems are per-partition
+error codes. Nothing a client sends may crash the broker: an unexpected exception while
+handling one request is logged and answered with INTERNAL, and the broker goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import grpc
+
+from broker.metadata_cache import MetadataCache
+from broker.replica_manager import FetchSpec, ReplicaManager
+from broker.topic_partition import TopicPartition, topic_name_problem
+from proto import minibroker_pb2 as pb
+from proto import minibroker_pb2_grpc as pb_grpc
+from proto.minibroker_pb2 import ErrorCode
+
+logger = logging.getLogger(__name__)
+
+ACKS_VALUES = (0, 1, -1)
+_Response = TypeVar("_Response")
+
+
+class InvalidRequest(Exception):
+    """The request as a whole is malformed: answered with gRPC INVALID_ARGUMENT."""
+
+
+async def _guarded(
+    context: grpc.aio.ServicerContext[object, object],
+    name: str,
+    handle: Callable[[], Awaitable[_Response]],
+) -> _Response:
+    try:
+        return await handle()
+    except InvalidRequest as err:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: {err}")
+    except grpc.aio.AbortError:
+        raise
+    except Exception:
+        logger.exception("request failed event=request_error rpc=%s", name)
+        await context.abort(grpc.StatusCode.INTERNAL, f"{name}: internal broker error (see log)")
+    raise AssertionError("unreachable: context.abort raises")
+
+
+def _unique(kind: str, keys: list[TopicPartition]) -> None:
+    seen: set[TopicPartition] = set()
+    for tp in keys:
+        if tp in seen:
+            raise InvalidRequest(f"{kind} names partition {tp} twice")
+        seen.add(tp)
+
+
+def _partition_problem(tp: TopicPartition) -> int | None:
+    if topic_name_problem(tp.topic) is not None:
+        return ErrorCode.INVALID_TOPIC
+    if tp.partition < 0:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return None
+
+
+class BrokerService(pb_grpc.BrokerServicer):
+    """Produce, Fetch, OffsetsForLeaderEpoch, ListOffsets and Metadata."""
+
+    def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache) -> None:
+        self.replica_manager = replica_manager
+        self.metadata_cache = metadata_cache
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.ProduceResponse:
+        return await _guarded(context, "Produce", lambda: self._produce(request))
+
+    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+        if request.acks not in ACKS_VALUES:
+            raise InvalidRequest(f"acks must be 0, 1 or -1 (all), got {request.acks}")
+        if request.timeout_ms < 0:
+            raise InvalidRequest(f"timeout_ms must be >= 0, got {request.timeout_ms}")
+        entries: dict[TopicPartition, bytes] = {}
+        refused: dict[TopicPartition, tuple[int, str]] = {}
+        order: list[TopicPartition] = []
+        for topic in request.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.index)
+                order.append(tp)
+                problem = _partition_problem(tp)
+                if problem is not None:
+                    refused[tp] = (problem, f"invalid partition {tp!r}")
+                elif not part.records:
+                    refused[tp] = (ErrorCode.CORRUPT_MESSAGE, f"{tp}: no record batches")
+                else:
+                    entries[tp] = part.records
+        _unique("produce request", order)
+        results = await self.replica_manager.append_records(
+            request.acks, request.timeout_ms, entries
+        )
+        response = pb.ProduceResponse()
+        by_topic: dict[str, pb.TopicProduceResponse] = {}
+        for tp in order:
+            topic_response = by_topic.get(tp.topic)
+            if topic_response is None:
+                topic_response = by_topic[tp.topic] = response.responses.add(name=tp.topic)
+            if tp in refused:
+                code, message = refused[tp]
+                topic_response.partitions.add(
+                    index=tp.partition,
+                    error_code=code,
+                    error_message=message,
+                    base_offset=-1,
+                    log_append_time_ms=-1,
+                    log_start_offset=-1,
+                    leader_epoch=-1,
+                )
+                continue
+            r = results[tp]
+            topic_response.partitions.add(
+                index=tp.partition,
+                error_code=r.error_code,
+                error_message=r.error_message,
+                base_offset=r.base_offset,
+                log_append_time_ms=-1,
+                log_start_offset=r.log_start_offset,
+                leader_epoch=r.leader_epoch,
+            )
+        return response
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.FetchResponse:
+        return await _guarded(context, "Fetch", lambda: self._fetch(request))
+
+    async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+        if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
+            raise InvalidRequest("max_wait_ms, min_bytes and max_bytes must be >= 0")
+        specs: dict[TopicPartition, FetchSpec] = {}
+        refused: dict[TopicPartition, int] = {}
+        order: list[TopicPartition] = []
+        for topic in request.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition)
+                order.append(tp)
+                problem = _partition_problem(tp)
+                if problem is not None:
+                    refused[tp] = problem
+                    continue
+                if part.fetch_offset < 0 or part.partition_max_bytes < 0:
+                    raise InvalidRequest(f"{tp}: fetch_offset and partition_max_bytes must be >= 0")
+                specs[tp] = FetchSpec(
+                    fetch_offset=part.fetch_offset,
+                    max_bytes=part.partition_max_bytes,
+                    current_leader_epoch=(
+                        part.current_leader_epoch if part.HasField("current_leader_epoch") else None
+                    ),
+                    log_start_offset=part.log_start_offset,
+                )
+        _unique("fetch request", order)
+        max_bytes = request.max_bytes or sum(s.max_bytes for s in specs.values())
+        results = await self.replica_manager.fetch_messages(
+            request.replica_id, request.max_wait_ms, request.min_bytes, max_bytes, specs
+        )
+        response = pb.FetchResponse(error_code=ErrorCode.NONE)
+        by_topic: dict[str, pb.FetchableTopicResponse] = {}
+        for tp in order:
+            topic_response = by_topic.get(tp.topic)
+            if topic_response is None:
+                topic_response = by_topic[tp.topic] = response.responses.add(topic=tp.topic)
+            if tp in refused:
+                topic_response.partitions.add(
+                    partition_index=tp.partition,
+                    error_code=refused[tp],
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                    log_end_offset=-1,
+                )
+                continue
+            r = results[tp]
+            topic_response.partitions.add(
+                partition_index=tp.partition,
+                error_code=r.error_code,
+                error_message=r.error_message,
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.high_watermark,
+                log_start_offset=r.log_start_offset,
+                log_end_offset=r.log_end_offset,
+                current_leader_epoch=r.leader_epoch,
+                records=r.records,
+            )
+        return response
+
+    async def OffsetsForLeaderEpoch(
+        self,
+        request: pb.OffsetsForLeaderEpochRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.OffsetsForLeaderEpochResponse:
+        async def handle() -> pb.OffsetsForLeaderEpochResponse:
+            response = pb.OffsetsForLeaderEpochResponse()
+            for topic in request.topics:
+                topic_response = response.topics.add(topic=topic.topic)
+                for part in topic.partitions:
+                    tp = TopicPartition(topic.topic, part.partition)
+                    problem = _partition_problem(tp)
+                    if problem is not None:
+                        code, epoch, end = problem, -1, -1
+                    else:
+                        current = (
+                            part.current_leader_epoch
+                            if part.HasField("current_leader_epoch")
+                            else None
+                        )
+                        code, epoch, end = self.replica_manager.last_offset_for_leader_epoch(
+                            tp, current, part.leader_epoch
+                        )
+                    topic_response.partitions.add(
+                        error_code=code, partition=tp.partition, leader_epoch=epoch, end_offset=end
+                    )
+            return response
+
+        return await _guarded(context, "OffsetsForLeaderEpoch", handle)
+
+    async def ListOffsets(
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.ListOffsetsResponse:
+        async def handle() -> pb.ListOffsetsResponse:
+            response = pb.ListOffsetsResponse()
+            for topic in request.topics:
+                topic_response = response.topics.add(name=topic.name)
+                for part in topic.partitions:
+                    tp = TopicPartition(topic.name, part.partition_index)
+                    problem = _partition_problem(tp)
+                    if problem is not None:
+                        code, offset, timestamp = problem, -1, -1
+                    else:
+                        current = (
+                            part.current_leader_epoch
+                            if part.HasField("current_leader_epoch")
+                            else None
+                        )
+                        code, offset, timestamp = await self.replica_manager.list_offset(
+                            tp, current, part.timestamp, request.replica_id
+                        )
+                    partition = self.replica_manager.partitions.get(tp)
+                    topic_response.partitions.add(
+                        partition_index=tp.partition,
+                        error_code=code,
+                        offset=offset,
+                        timestamp=timestamp,
+                        leader_epoch=partition.leader_epoch if partition else -1,
+                    )
+            return response
+
+        return await _guarded(context, "ListOffsets", handle)
+
+    async def Metadata(
+        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.MetadataResponse:
+        async def handle() -> pb.MetadataResponse:
+            cache = self.metadata_cache
+            response = pb.MetadataResponse(controller_id=cache.controller_id)
+            for b in cache.brokers():
+                response.brokers.add(node_id=b.broker_id, host=b.host, port=b.port)
+            names = list(request.topics) or sorted(cache.topics())
+            for name in names:
+                problem = topic_name_problem(name)
+                partitions = cache.partitions_of(name)
+                if problem is not None:
+                    response.topics.add(name=name, error_code=ErrorCode.INVALID_TOPIC)
+                    continue
+                if not partitions:
+                    response.topics.add(name=name, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    continue
+                topic = response.topics.add(name=name, error_code=ErrorCode.NONE)
+                live = {b.broker_id for b in cache.brokers()}
+                for index in sorted(partitions):
+                    info = partitions[index]
+                    leader_live = info.leader >= 0 and (not live or info.leader in live)
+                    topic.partitions.add(
+                        error_code=ErrorCode.NONE
+                        if leader_live
+                        else ErrorCode.LEADER_NOT_AVAILABLE,
+                        partition_index=index,
+                        leader_id=info.leader,
+                        leader_epoch=info.leader_epoch,
+                        replica_nodes=info.replicas,
+                        isr_nodes=info.isr,
+                        offline_replicas=info.offline_replicas,
+                    )
+            return response
+
+        return await _guarded(context, "Metadata", handle)
+
+    async def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.InitProducerIdResponse:
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "InitProducerId: idempotent producers are not supported by this broker yet",
+        )
+        raise AssertionError("unreachable: context.abort raises")
+
+
+class ControlService(pb_grpc.ControlServicer):
+    """LeaderAndIsr, UpdateMetadata and StopReplica from the controller."""
+
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self.replica_manager = replica_manager
+
+    async def LeaderAndIsr(
+        self, request: pb.LeaderAndIsrRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.LeaderAndIsrResponse:
+        return await _guarded(
+            context, "LeaderAndIsr", lambda: self.replica_manager.become_leader_or_follower(request)
+        )
+
+    async def UpdateMetadata(
+        self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.UpdateMetadataResponse:
+        async def handle() -> pb.UpdateMetadataResponse:
+            return self.replica_manager.update_metadata(request)
+
+        return await _guarded(context, "UpdateMetadata", handle)
+
+    async def StopReplica(
+        self, request: pb.StopReplicaRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.StopReplicaResponse:
+        return await _guarded(
+            context, "StopReplica", lambda: self.replica_manager.stop_replicas(request)
+        )
+
+    async def ControlledShutdown(
+        self,
+        request: pb.ControlledShutdownRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.ControlledShutdownResponse:
+        return pb.ControlledShutdownResponse(
+            error_code=ErrorCode.NOT_CONTROLLER,
+            error_message=f"broker is not the controller (controller is "
+            f"{self.replica_manager.metadata_cache.controller_id})",
+        )

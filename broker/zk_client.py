@@ -1,0 +1,754 @@
+"""A broker's ZooKeeper session, for asyncio code: registration, partition state, ISR changes.
+
+kazoo has no asyncio handler: its calls block, and its results, watches and state changes
+arrive on kazoo's own threads. :class:`BrokerZkClient` wraps one ``KazooClient`` so that the
+event loop never blocks on it:
+
+- every operation uses kazoo's ``*_async`` call and bridges the ``IAsyncResult`` to an
+  asyncio future (``rawlink`` + ``loop.call_soon_threadsafe``);
+- connect and close, which only exist as blocking calls, run in the loop's default executor;
+- state changes (CONNECTED, SUSPENDED, LOST) are handed to the loop thread with
+  ``call_soon_threadsafe`` and only then reach the registered callbacks, so callbacks may
+  touch the broker's state freely and may be coroutine functions (run as tasks).
+
+Sessions: SUSPENDED means the connection dropped but the session may live on (kazoo
+reconnects by itself); LOST means it expired and ZooKeeper deleted our ephemerals, above all
+``/brokers/ids/<id>``. The next CONNECTED then carries a new session: the broker must
+register again (:meth:`BrokerZkClient.on_session_established`) and, meanwhile, must not act
+as a leader (DESIGN.md §6: no zombie leader acknowledges writes).
+
+Operations interrupted by a connection loss are retried until they complete, the session
+expires or the client is closed (Kafka's ``retryRequestUntilConnected``); each write is safe
+to repeat (see each method). Cancelling an operation's coroutine stops the retrying, but a
+request already sent may still be applied by ZooKeeper.
+
+Errors::
+
+    ZkError
+     ├── ZkConnectionError        no connection within zookeeper.connection.timeout.ms,
+     │                            or the client was closed
+     ├── ZkSessionExpiredError    the session expired before the operation completed
+     └── BrokerIdInUseError       /brokers/ids/<id> belongs to another live session
+    ZkDataError (ValueError)      a znode's content is malformed (broker.zk_data)
+
+Other kazoo errors (e.g. ``NoAuthError``) propagate unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
+from kazoo.retry import KazooRetry
+
+from broker.config import BrokerConfig, split_zookeeper_connect
+from broker.topic_partition import TopicPartition
+from broker.zk_data import (
+    BROKER_IDS_PATH,
+    CONTROLLER_PATH,
+    ISR_CHANGE_NOTIFICATION_PATH,
+    ISR_CHANGE_PREFIX,
+    LEADER_NONE,
+    PartitionState,
+    PartitionStateData,
+    ZkDataError,
+    broker_path,
+    decode_broker_registration,
+    decode_controller,
+    decode_partition_state,
+    decode_topic_assignment,
+    decode_topic_config,
+    encode_broker_registration,
+    encode_isr_change_notification,
+    encode_partition_state,
+    partition_state_path,
+    topic_config_path,
+    topic_path,
+)
+
+__all__ = [
+    "LEADER_NONE",
+    "BrokerIdInUseError",
+    "BrokerZkClient",
+    "PartitionState",
+    "PartitionStateData",
+    "ZkConnectionError",
+    "ZkDataError",
+    "ZkError",
+    "ZkSessionExpiredError",
+    "ZkState",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SessionCallback = Callable[[], Awaitable[object] | None]
+"""Called on the event loop thread; a coroutine function's coroutine is run as a task."""
+
+_RETRY_MIN_S = 0.05
+_RETRY_MAX_S = 1.0
+_REGISTER_POLL_S = 0.2
+_RECONNECT_MAX_DELAY_S = 1.0
+"""kazoo backs off between reconnect attempts up to an hour by default; a broker must get
+back within its session timeout, so the delay is capped."""
+
+
+class ZkState(enum.StrEnum):
+    """The connection states kazoo reports (``KazooState``)."""
+
+    CONNECTED = "CONNECTED"
+    """Connected, in a session (the same one as before, or a new one after LOST)."""
+    SUSPENDED = "SUSPENDED"
+    """Connection lost; the session and its ephemerals may still be alive."""
+    LOST = "LOST"
+    """The session expired (or was closed): its ephemerals are gone."""
+
+
+class ZkError(Exception):
+    """Root of this module's errors."""
+
+
+class ZkConnectionError(ZkError):
+    """ZooKeeper could not be reached in time, or the client is closed."""
+
+
+class ZkSessionExpiredError(ZkError):
+    """The session expired while the operation was pending; it may or may not have been
+    applied. Wait for the new session (on_session_established) before retrying."""
+
+
+class BrokerIdInUseError(ZkError):
+    """``/brokers/ids/<id>`` is held by another live ZooKeeper session."""
+
+    def __init__(self, message: str, broker_id: int, owner_session_id: int) -> None:
+        super().__init__(message)
+        self.broker_id = broker_id
+        """The contested broker id."""
+        self.owner_session_id = owner_session_id
+        """The ZooKeeper session that owns the registration."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class BrokerZkClient:
+    """One broker's ZooKeeper session, used from its asyncio event loop.
+
+    Example usage::
+
+        zk = BrokerZkClient.from_config(config)
+        await zk.start()
+        zk.on_session_lost(replica_manager.stop_leading)
+        zk.on_session_established(register)       # an async def that calls register_broker
+        epoch = await zk.register_broker(config.broker_id, config.host, port)
+        ...
+        await zk.close()
+
+    All coroutines must be awaited on the loop that ran :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        *,
+        broker_id: int,
+        session_timeout_ms: int = 6000,
+        connection_timeout_ms: int | None = None,
+    ) -> None:
+        """``connect`` is ``host:port[,host:port...][/chroot]`` (``zookeeper.connect``); a
+        chroot that does not exist yet is created by :meth:`start`, as Kafka does.
+        ``broker_id`` labels the log lines. Raises ValueError for a malformed connect string.
+        """
+        self._hosts, self._chroot = split_zookeeper_connect(connect)
+        self._connect = connect.strip()
+        self._broker_id = broker_id
+        self._session_timeout_ms = session_timeout_ms
+        self._connection_timeout_ms = (
+            session_timeout_ms if connection_timeout_ms is None else connection_timeout_ms
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None
+        self._closing = False
+        self._session_id: int | None = None
+        """The current session (kept while SUSPENDED, cleared on LOST); loop thread only."""
+        self._last_session_id: int | None = None
+        """The latest session ever established, to tell a new session from a reconnect."""
+        self._lost_callbacks: list[SessionCallback] = []
+        self._established_callbacks: list[SessionCallback] = []
+        self._state_listeners: list[Callable[[ZkState], Awaitable[object] | None]] = []
+        self._tasks: set[asyncio.Future[object]] = set()
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> BrokerZkClient:
+        """A client with the config's ``zookeeper.*`` settings."""
+        return cls(
+            config.zookeeper_connect,
+            broker_id=config.broker_id,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+        )
+
+    def __repr__(self) -> str:
+        session = "none" if self._session_id is None else f"0x{self._session_id:x}"
+        return f"BrokerZkClient({self._connect!r}, broker={self._broker_id}, session={session})"
+
+    async def __aenter__(self) -> BrokerZkClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while connected to a ZooKeeper server (False while SUSPENDED or closed)."""
+        return self._client is not None and not self._closing and bool(self._client.connected)
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session's id (still set while SUSPENDED); None after LOST or close."""
+        return self._session_id
+
+    async def start(self) -> None:
+        """Connect and open a session, waiting up to ``zookeeper.connection.timeout.ms``.
+
+        Creates the chroot first if it is missing. Raises ZkConnectionError on timeout.
+        Cancelling it leaves the client unstarted (a session opened meanwhile is closed).
+        """
+        if self._client is not None:
+            raise RuntimeError("BrokerZkClient.start() called twice")
+        self._loop = loop = asyncio.get_running_loop()
+        timeout_s = self._connection_timeout_ms / 1000
+        if self._chroot is not None:
+            await loop.run_in_executor(None, self._ensure_chroot, self._chroot, timeout_s)
+        session_timeout_s = self._session_timeout_ms / 1000
+        client = KazooClient(
+            hosts=self._connect,
+            timeout=session_timeout_s,
+            connection_retry=KazooRetry(
+                max_tries=-1, max_delay=min(_RECONNECT_MAX_DELAY_S, session_timeout_s / 3)
+            ),
+        )
+        client.add_listener(self._kazoo_listener(client, loop))
+        self._client = client
+        connected = False
+        try:
+            connected = await loop.run_in_executor(None, _start_kazoo, client, timeout_s)
+        finally:
+            if not connected:
+                self._client = None
+                await asyncio.shield(loop.run_in_executor(None, _stop_kazoo, client))
+        if not connected:
+            raise ZkConnectionError(
+                f"could not connect to ZooKeeper at {self._connect} within "
+                f"{self._connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
+            )
+        client_id = client.client_id
+        if client_id is not None and self._session_id is None:
+            self._session_id = self._last_session_id = client_id[0]
+        self._event(logging.INFO, "connected", connect=self._connect, session=self._session_hex())
+
+    async def close(self) -> None:
+        """Close the session (ZooKeeper deletes its ephemerals at once) and stop kazoo.
+
+        No session callbacks run for this closing. Idempotent.
+        """
+        if self._client is None or self._closing:
+            return
+        self._closing = True
+        client = self._client
+        assert self._loop is not None
+        await asyncio.shield(self._loop.run_in_executor(None, _stop_kazoo, client))
+        for task in list(self._tasks):
+            task.cancel()
+        self._event(logging.INFO, "closed", session=self._session_hex())
+        self._session_id = None
+
+    def _ensure_chroot(self, chroot: str, timeout_s: float) -> None:
+        """Create the chroot with a client outside it (kazoo cannot create its own root)."""
+        root = KazooClient(hosts=self._hosts, timeout=self._session_timeout_ms / 1000)
+        try:
+            if not _start_kazoo(root, timeout_s):
+                raise ZkConnectionError(
+                    f"could not connect to ZooKeeper at {self._hosts} within "
+                    f"{self._connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
+                )
+            if root.exists(chroot) is None:
+                root.ensure_path(chroot)
+                self._event(logging.INFO, "chroot_created", path=chroot)
+        finally:
+            _stop_kazoo(root)
+
+    # -- session callbacks -----------------------------------------------------------------
+
+    def on_session_lost(self, callback: SessionCallback) -> None:
+        """Call ``callback()`` when the session expires (LOST): our ephemerals are gone.
+
+        Runs on the event loop thread, once per lost session, never for :meth:`close`.
+        """
+        self._lost_callbacks.append(callback)
+
+    def on_session_established(self, callback: SessionCallback) -> None:
+        """Call ``callback()`` when a new session replaces an expired one (the broker must
+        register again). Not called for the first session, nor for a reconnect that kept
+        the session (SUSPENDED then CONNECTED)."""
+        self._established_callbacks.append(callback)
+
+    def add_state_listener(self, listener: Callable[[ZkState], Awaitable[object] | None]) -> None:
+        """Call ``listener(state)`` on the event loop thread for every state change."""
+        self._state_listeners.append(listener)
+
+    def _kazoo_listener(
+        self, client: Any, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[str], None]:
+        def listener(state: str) -> None:
+            # On kazoo's connection thread: must not block; hand over to the loop. The
+            # session id is read here, where kazoo has just set it.
+            client_id = client.client_id if state == ZkState.CONNECTED else None
+            session_id = None if client_id is None else int(client_id[0])
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening
+                loop.call_soon_threadsafe(self._on_state, ZkState(state), session_id)
+
+        return listener
+
+    def _on_state(self, state: ZkState, session_id: int | None) -> None:
+        """Runs on the loop thread, in the order kazoo reported the changes."""
+        if self._closing:
+            return
+        if state is ZkState.SUSPENDED:
+            self._event(logging.WARNING, "suspended", session=self._session_hex())
+        elif state is ZkState.LOST:
+            self._session_lost()
+        elif session_id is not None:
+            if session_id == self._session_id:
+                self._event(logging.INFO, "reconnected", session=self._session_hex())
+            else:
+                if self._session_id is not None:  # a new session without LOST first
+                    self._session_lost()
+                previous, self._last_session_id = self._last_session_id, session_id
+                self._session_id = session_id
+                if previous is not None:
+                    self._event(
+                        logging.WARNING,
+                        "new_session",
+                        session=self._session_hex(),
+                        previous=f"0x{previous:x}",
+                    )
+                    self._fire(self._established_callbacks)
+        self._fire(self._state_listeners, state)
+
+    def _session_lost(self) -> None:
+        lost, self._session_id = self._session_id, None
+        if lost is None:
+            return
+        self._event(logging.ERROR, "session_lost", session=f"0x{lost:x}")
+        self._fire(self._lost_callbacks)
+
+    def _fire(
+        self, callbacks: Iterable[Callable[..., Awaitable[object] | None]], *args: Any
+    ) -> None:
+        for callback in list(callbacks):
+            try:
+                result = callback(*args)
+            except Exception:
+                log.exception("zk callback_failed broker=%s callback=%r", self._broker_id, callback)
+                continue
+            if result is not None:
+                task = asyncio.ensure_future(result)
+                self._tasks.add(task)
+                task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Future[object]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("zk callback_failed broker=%s", self._broker_id, exc_info=task.exception())
+
+    # -- broker registration ---------------------------------------------------------------
+
+    async def register_broker(
+        self, broker_id: int, host: str, port: int, *, wait_for_stale_s: float = 0.0
+    ) -> int:
+        """Create the ephemeral ``/brokers/ids/<id>`` and return the broker epoch (its czxid,
+        KIP-380). Parent znodes are created as needed.
+
+        If the znode already belongs to this session (a retry after a lost reply, or a
+        second call), it is kept (updated if host or port changed) and its czxid returned.
+        If another live session owns it, raises BrokerIdInUseError; with
+        ``wait_for_stale_s`` it first waits up to that long for the znode to go away, which
+        is what happens when this broker's previous process was killed and its session has
+        not timed out yet.
+        """
+        path = broker_path(broker_id)
+        data = encode_broker_registration(host, port, _now_ms())
+        loop = self._require_loop()
+        deadline = loop.time() + wait_for_stale_s
+        while True:
+            try:
+                _, stat = await self._call(
+                    "create",
+                    path,
+                    lambda c: c.create_async(
+                        path, data, ephemeral=True, makepath=True, include_data=True
+                    ),
+                )
+            except NodeExistsError:
+                pass
+            else:
+                self._event(
+                    logging.INFO,
+                    "broker_registered",
+                    path=path,
+                    endpoint=f"{host}:{port}",
+                    broker_epoch=stat.czxid,
+                    session=self._session_hex(),
+                )
+                return int(stat.czxid)
+            try:
+                existing, stat = await self._call("get", path, lambda c: c.get_async(path))
+            except NoNodeError:
+                continue  # its owner's session ended meanwhile: create it again
+            owner = int(stat.ephemeralOwner)
+            if owner == self._current_session_id():
+                current = self._decode(path, decode_broker_registration, existing)
+                if (current.host, current.port) != (host, port):
+                    await self._set(path, data, int(stat.version))
+                self._event(
+                    logging.INFO,
+                    "broker_registration_kept",
+                    path=path,
+                    broker_epoch=stat.czxid,
+                    session=self._session_hex(),
+                )
+                return int(stat.czxid)
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise BrokerIdInUseError(
+                    f"broker id {broker_id} is already registered at {path} by another live "
+                    f"ZooKeeper session 0x{owner:x} ({_describe_registration(existing)}): "
+                    "another broker with this id is running, or this broker's previous "
+                    "process died less than zookeeper.session.timeout.ms ago",
+                    broker_id,
+                    owner,
+                )
+            self._event(
+                logging.WARNING,
+                "broker_id_in_use_waiting",
+                path=path,
+                owner=f"0x{owner:x}",
+                remaining_s=f"{remaining:.1f}",
+            )
+            await asyncio.sleep(min(_REGISTER_POLL_S, remaining))
+
+    async def deregister_broker(self, broker_id: int) -> None:
+        """Delete ``/brokers/ids/<id>`` if this session owns it (never another broker's)."""
+        path = broker_path(broker_id)
+        try:
+            _, stat = await self._call("get", path, lambda c: c.get_async(path))
+        except NoNodeError:
+            return
+        owner = int(stat.ephemeralOwner)
+        if owner != self._current_session_id():
+            self._event(
+                logging.WARNING, "deregister_skipped_not_owner", path=path, owner=f"0x{owner:x}"
+            )
+            return
+        with contextlib.suppress(NoNodeError):
+            await self._call("delete", path, lambda c: c.delete_async(path, stat.version))
+        self._event(logging.INFO, "broker_deregistered", path=path)
+
+    # -- partition state -------------------------------------------------------------------
+
+    async def get_partition_state(self, tp: TopicPartition) -> PartitionState | None:
+        """The partition's state znode with its version, or None if it does not exist."""
+        path = partition_state_path(tp)
+        try:
+            data, stat = await self._call("get", path, lambda c: c.get_async(path))
+        except NoNodeError:
+            return None
+        return PartitionState.from_data(
+            self._decode(path, decode_partition_state, data), int(stat.version)
+        )
+
+    async def update_partition_state_conditionally(
+        self,
+        tp: TopicPartition,
+        new_state: PartitionStateData | PartitionState,
+        expected_version: int,
+    ) -> int | None:
+        """Write ``new_state`` only if the znode is still at ``expected_version``; return the
+        new version, or None if it moved on (or no longer exists). On None the caller must
+        re-read and must not overwrite: another writer (the controller) won.
+
+        When the znode already holds exactly ``new_state``, e.g. our own write whose reply
+        was lost to a connection loss, that counts as success and its version is returned
+        (Kafka's ``ReplicationUtils.checkLeaderAndIsrZkData``). A PartitionState may be
+        passed as ``new_state``; its ``zk_version`` is ignored.
+        """
+        if isinstance(new_state, PartitionState):
+            new_state = new_state.data  # its zk_version is ignored: expected_version rules
+        path = partition_state_path(tp)
+        data = encode_partition_state(new_state)
+        try:
+            stat = await self._call(
+                "set", path, lambda c: c.set_async(path, data, expected_version)
+            )
+        except NoNodeError:
+            self._event(logging.WARNING, "partition_state_missing", path=path)
+            return None
+        except BadVersionError:
+            current = await self.get_partition_state(tp)
+            if current is not None and current.data == new_state:
+                self._event(
+                    logging.INFO,
+                    "partition_state_already_written",
+                    path=path,
+                    version=current.zk_version,
+                )
+                return current.zk_version
+            self._event(
+                logging.INFO,
+                "partition_state_update_rejected",
+                path=path,
+                expected_version=expected_version,
+                actual_version=None if current is None else current.zk_version,
+            )
+            return None
+        self._event(
+            logging.INFO,
+            "partition_state_updated",
+            path=path,
+            version=stat.version,
+            leader=new_state.leader,
+            leader_epoch=new_state.leader_epoch,
+            isr=",".join(map(str, new_state.isr)),
+        )
+        return int(stat.version)
+
+    async def create_partition_state(
+        self, tp: TopicPartition, state: PartitionStateData
+    ) -> int | None:
+        """Create the state znode (and its parents); return its version (0), or None if it
+        already exists. For the controller and tests: a broker only updates states."""
+        path = partition_state_path(tp)
+        data = encode_partition_state(state)
+        try:
+            _, stat = await self._call(
+                "create",
+                path,
+                lambda c: c.create_async(path, data, makepath=True, include_data=True),
+            )
+        except NodeExistsError:
+            return None
+        self._event(logging.INFO, "partition_state_created", path=path)
+        return int(stat.version)
+
+    async def create_isr_change_notification(self, partitions: Iterable[TopicPartition]) -> str:
+        """Create ``/isr_change_notification/isr_change_<seq>`` naming ``partitions``; return
+        its path. A retry after a connection loss may create a duplicate, which the
+        controller handles like any repeated notification. Raises ValueError if empty."""
+        listed = list(partitions)
+        if not listed:
+            raise ValueError("an ISR change notification needs at least one partition")
+        data = encode_isr_change_notification(listed)
+        prefix = f"{ISR_CHANGE_NOTIFICATION_PATH}/{ISR_CHANGE_PREFIX}"
+        created: str = await self._call(
+            "create", prefix, lambda c: c.create_async(prefix, data, sequence=True, makepath=True)
+        )
+        self._event(
+            logging.INFO,
+            "isr_change_notified",
+            path=created,
+            partitions=",".join(str(tp) for tp in listed),
+        )
+        return created
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def get_topic_config(self, topic: str) -> dict[str, str]:
+        """The overrides in ``/config/topics/<t>``; ``{}`` if the znode does not exist."""
+        path = topic_config_path(topic)
+        try:
+            data, _ = await self._call("get", path, lambda c: c.get_async(path))
+        except NoNodeError:
+            return {}
+        return self._decode(path, decode_topic_config, data)
+
+    async def get_topic_assignment(self, topic: str) -> dict[int, list[int]] | None:
+        """Partition -> replicas (assignment order) from ``/brokers/topics/<t>``; None if the
+        topic does not exist."""
+        path = topic_path(topic)
+        try:
+            data, _ = await self._call("get", path, lambda c: c.get_async(path))
+        except NoNodeError:
+            return None
+        return self._decode(path, decode_topic_assignment, data)
+
+    async def get_live_brokers(self) -> dict[int, tuple[str, int]]:
+        """Broker id -> (host, port) of every registered broker, by id.
+
+        A broker that deregisters while being read is left out; a malformed registration is
+        logged and left out rather than failing the whole listing.
+        """
+        try:
+            children: list[str] = await self._call(
+                "get_children", BROKER_IDS_PATH, lambda c: c.get_children_async(BROKER_IDS_PATH)
+            )
+        except NoNodeError:
+            return {}
+        ids = sorted(int(child) for child in children if child.isascii() and child.isdigit())
+        results = await asyncio.gather(*(self._read_registration(broker_id) for broker_id in ids))
+        return {
+            broker_id: address
+            for broker_id, address in zip(ids, results, strict=True)
+            if address is not None
+        }
+
+    async def _read_registration(self, broker_id: int) -> tuple[str, int] | None:
+        path = broker_path(broker_id)
+        try:
+            data, _ = await self._call("get", path, lambda c: c.get_async(path))
+            registration = self._decode(path, decode_broker_registration, data)
+        except NoNodeError:
+            return None
+        except ZkDataError as e:
+            self._event(logging.WARNING, "bad_broker_registration", path=path, error=str(e))
+            return None
+        return registration.host, registration.port
+
+    async def get_controller_id(self) -> int | None:
+        """The active controller's broker id, or None when there is none."""
+        try:
+            data, _ = await self._call(
+                "get", CONTROLLER_PATH, lambda c: c.get_async(CONTROLLER_PATH)
+            )
+        except NoNodeError:
+            return None
+        return self._decode(CONTROLLER_PATH, decode_controller, data)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._client is None:
+            raise ZkConnectionError("BrokerZkClient is not started")
+        return self._loop
+
+    def _current_session_id(self) -> int | None:
+        """kazoo's session id right now (the loop's view may lag a state change)."""
+        client_id = self._client.client_id if self._client is not None else None
+        return self._session_id if client_id is None else int(client_id[0])
+
+    def _session_hex(self) -> str:
+        return "none" if self._session_id is None else f"0x{self._session_id:x}"
+
+    async def _call(self, op: str, path: str, start: Callable[[Any], Any]) -> Any:
+        """Run ``start(kazoo_client)`` (an ``*_async`` call) and await its result, retrying
+        on connection loss until the session expires or the client is closed."""
+        loop = self._require_loop()
+        delay = _RETRY_MIN_S
+        while True:
+            if self._closing:
+                raise ZkConnectionError(f"{op} {path}: the ZooKeeper client is closed")
+            try:
+                return await _bridge(loop, start(self._client))
+            except ConnectionLoss:
+                # kazoo queues requests made while it reconnects, so a retry waits for the
+                # connection; the pause only keeps a flapping connection from spinning.
+                self._event(logging.DEBUG, "retry_after_connection_loss", op=op, path=path)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+            except ConnectionClosedError as e:  # a SessionExpiredError subclass: test first
+                raise ZkConnectionError(f"{op} {path}: the ZooKeeper client is closed") from e
+            except SessionExpiredError as e:
+                raise ZkSessionExpiredError(
+                    f"{op} {path}: the ZooKeeper session expired before it completed"
+                ) from e
+
+    async def _set(self, path: str, data: bytes, version: int) -> Any:
+        return await self._call("set", path, lambda c: c.set_async(path, data, version))
+
+    def _decode(self, path: str, decode: Callable[[bytes], T], data: bytes) -> T:
+        try:
+            return decode(data)
+        except ZkDataError as e:
+            raise ZkDataError(f"znode {path}: {e}") from None
+
+    def _event(self, level: int, event: str, **fields: object) -> None:
+        """One log line per event: ``zk <event> broker=<id> key=value ...``."""
+        if log.isEnabledFor(level):
+            details = " ".join(f"{key}={value}" for key, value in fields.items())
+            log.log(
+                level,
+                "zk %s broker=%s %s",
+                event,
+                self._broker_id,
+                details,
+                extra={"zk_event": event, "broker_id": self._broker_id, "zk_fields": fields},
+            )
+
+
+# -- kazoo bridging ----------------------------------------------------------------------------
+
+
+def _bridge(loop: asyncio.AbstractEventLoop, result: Any) -> asyncio.Future[Any]:
+    """An asyncio future settled, on ``loop``, by kazoo's IAsyncResult ``result``."""
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def on_done(done: Any) -> None:
+        # On kazoo's completion thread (or inline if kazoo's handler is stopped).
+        error = None if done.successful() else done.exception
+        value = done.value if error is None else None
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits the result
+            loop.call_soon_threadsafe(_settle, future, value, error)
+
+    result.rawlink(on_done)
+    return future
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():  # cancelled by the awaiting side
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+def _start_kazoo(client: Any, timeout_s: float) -> bool:
+    """Blocking (run in an executor): start ``client``, True once connected in time."""
+    event = client.start_async()
+    event.wait(timeout_s)
+    return bool(client.connected)
+
+
+def _stop_kazoo(client: Any) -> None:
+    """Blocking (run in an executor): close the session and release kazoo's threads."""
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+def _describe_registration(data: bytes) -> str:
+    try:
+        registration = decode_broker_registration(data)
+    except ZkDataError:
+        return "unreadable registration"
+    return f"registered as {registration.host}:{registration.port}"

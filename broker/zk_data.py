@@ -1,0 +1,598 @@
+"""ZooKeeper paths and znode contents, in Kafka's exact layout (DESIGN.md §4).
+
+Pure functions, no I/O: the broker's :mod:`broker.zk_client` and the controller both encode
+and decode znodes here, so there is one definition of every path and JSON shape::
+
+    /brokers/ids/<id>                            ephemeral   broker registration
+    /brokers/topics/<t>                          persistent  replica assignment
+    /brokers/topics/<t>/partitions/<p>/state     persistent  leader, leader epoch, ISR
+    /controller                                  ephemeral   the active controller
+    /controller_epoch                            persistent  the bare integer, as text
+    /isr_change_notification/isr_change_<seq>    sequential  partitions whose ISR changed
+    /config/topics/<t>                           persistent  per-topic config overrides
+    /admin/delete_topics/<t>                     persistent  marker, no data
+    /admin/reassign_partitions                   persistent  target assignments
+    /admin/preferred_replica_election            persistent  partitions to re-elect
+    /latest_producer_id_block                    persistent  last reserved producer id block
+    /consumers/<g>/ids/<c>                       ephemeral   consumer subscription
+    /consumers/<g>/owners/<t>/<p>                ephemeral   owning consumer id (text)
+    /consumers/<g>/offsets/<t>/<p>               persistent  committed offset (text)
+
+Encoders write compact JSON (Kafka's ``Json.encodeAsBytes``) with the keys in the order
+DESIGN.md lists them; Kafka readers do not care about key order. Decoders accept what Kafka
+2.x writes too (broker registration versions 1-5, topic assignment versions 1-3, unknown
+extra keys), and raise :class:`ZkDataError` for anything malformed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from broker.topic_partition import TopicPartition
+
+__all__ = [
+    "ADMIN_DELETE_TOPICS_PATH",
+    "BROKER_IDS_PATH",
+    "BROKER_TOPICS_PATH",
+    "CONFIG_TOPICS_PATH",
+    "CONSUMERS_PATH",
+    "CONTROLLER_EPOCH_PATH",
+    "CONTROLLER_PATH",
+    "ENDPOINT_SCHEME",
+    "ISR_CHANGE_NOTIFICATION_PATH",
+    "ISR_CHANGE_PREFIX",
+    "LATEST_PRODUCER_ID_BLOCK_PATH",
+    "LEADER_NONE",
+    "PREFERRED_REPLICA_ELECTION_PATH",
+    "REASSIGN_PARTITIONS_PATH",
+    "BrokerRegistration",
+    "PartitionState",
+    "PartitionStateData",
+    "ProducerIdBlock",
+    "ZkDataError",
+    "broker_path",
+    "consumer_ids_path",
+    "consumer_offset_path",
+    "consumer_owner_path",
+    "decode_broker_registration",
+    "decode_consumer_offset",
+    "decode_consumer_subscription",
+    "decode_controller",
+    "decode_controller_epoch",
+    "decode_isr_change_notification",
+    "decode_partition_state",
+    "decode_preferred_replica_election",
+    "decode_producer_id_block",
+    "decode_reassign_partitions",
+    "decode_topic_assignment",
+    "decode_topic_config",
+    "delete_topic_path",
+    "encode_broker_registration",
+    "encode_consumer_offset",
+    "encode_consumer_subscription",
+    "encode_controller",
+    "encode_controller_epoch",
+    "encode_isr_change_notification",
+    "encode_partition_state",
+    "encode_preferred_replica_election",
+    "encode_producer_id_block",
+    "encode_reassign_partitions",
+    "encode_topic_assignment",
+    "encode_topic_config",
+    "format_endpoint",
+    "partition_state_path",
+    "partitions_path",
+    "topic_config_path",
+    "topic_path",
+]
+
+LEADER_NONE = -1
+"""``leader`` of a partition without a leader (Kafka's ``LeaderAndIsr.NoLeader``)."""
+ENDPOINT_SCHEME = "GRPC"
+"""The listener name in a broker registration's ``endpoints`` (Kafka's ``PLAINTEXT``)."""
+
+BROKER_IDS_PATH = "/brokers/ids"
+BROKER_TOPICS_PATH = "/brokers/topics"
+CONTROLLER_PATH = "/controller"
+CONTROLLER_EPOCH_PATH = "/controller_epoch"
+ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
+ISR_CHANGE_PREFIX = "isr_change_"
+"""Name prefix of the sequential notification znodes; ZooKeeper appends 10 digits."""
+CONFIG_TOPICS_PATH = "/config/topics"
+ADMIN_DELETE_TOPICS_PATH = "/admin/delete_topics"
+REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
+PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
+LATEST_PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+CONSUMERS_PATH = "/consumers"
+
+_JSON_SEPARATORS = (",", ":")
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_MAX_NAME_LENGTH = 249
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+class ZkDataError(ValueError):
+    """A znode whose content is not what Kafka writes there (bad JSON, missing or mistyped
+    field). :mod:`broker.zk_client` re-raises it with the znode's path in the message."""
+
+
+# -- paths -----------------------------------------------------------------------------------
+
+
+def _name(kind: str, name: str) -> str:
+    """A topic or group name, checked to be safe as one path segment (Kafka's legal chars)."""
+    if not _LEGAL_NAME.fullmatch(name) or name in (".", "..") or len(name) > _MAX_NAME_LENGTH:
+        raise ValueError(
+            f"illegal {kind} name {name!r}: use 1-{_MAX_NAME_LENGTH} of [a-zA-Z0-9._-], "
+            "not '.' or '..'"
+        )
+    return name
+
+
+def _partition(partition: int) -> int:
+    if partition < 0:
+        raise ValueError(f"partition must be >= 0, got {partition}")
+    return partition
+
+
+def broker_path(broker_id: int) -> str:
+    """``/brokers/ids/<id>``: a live broker's ephemeral registration."""
+    if broker_id < 0:
+        raise ValueError(f"broker id must be >= 0, got {broker_id}")
+    return f"{BROKER_IDS_PATH}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    """``/brokers/topics/<t>``: the topic's replica assignment."""
+    return f"{BROKER_TOPICS_PATH}/{_name('topic', topic)}"
+
+
+def partitions_path(topic: str) -> str:
+    """``/brokers/topics/<t>/partitions``: parent of the partitions' state znodes."""
+    return f"{topic_path(topic)}/partitions"
+
+
+def partition_state_path(tp: TopicPartition) -> str:
+    """``/brokers/topics/<t>/partitions/<p>/state``: leader, leader epoch and ISR."""
+    return f"{partitions_path(tp.topic)}/{_partition(tp.partition)}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    """``/config/topics/<t>``: the topic's config overrides."""
+    return f"{CONFIG_TOPICS_PATH}/{_name('topic', topic)}"
+
+
+def delete_topic_path(topic: str) -> str:
+    """``/admin/delete_topics/<t>``: marks the topic for deletion."""
+    return f"{ADMIN_DELETE_TOPICS_PATH}/{_name('topic', topic)}"
+
+
+def consumer_ids_path(group: str, consumer_id: str | None = None) -> str:
+    """``/consumers/<g>/ids`` or ``/consumers/<g>/ids/<c>``: the group's live members."""
+    path = f"{CONSUMERS_PATH}/{_name('group', group)}/ids"
+    return path if consumer_id is None else f"{path}/{_name('consumer id', consumer_id)}"
+
+
+def consumer_owner_path(group: str, tp: TopicPartition) -> str:
+    """``/consumers/<g>/owners/<t>/<p>``: which member consumes the partition."""
+    return (
+        f"{CONSUMERS_PATH}/{_name('group', group)}/owners/"
+        f"{_name('topic', tp.topic)}/{_partition(tp.partition)}"
+    )
+
+
+def consumer_offset_path(group: str, tp: TopicPartition) -> str:
+    """``/consumers/<g>/offsets/<t>/<p>``: the group's committed offset."""
+    return (
+        f"{CONSUMERS_PATH}/{_name('group', group)}/offsets/"
+        f"{_name('topic', tp.topic)}/{_partition(tp.partition)}"
+    )
+
+
+# -- JSON helpers ----------------------------------------------------------------------------
+
+
+def _dumps(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, separators=_JSON_SEPARATORS, ensure_ascii=False).encode("utf-8")
+
+
+def _loads_object(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ZkDataError(f"not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise ZkDataError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _field(obj: Mapping[str, Any], key: str) -> Any:
+    if key not in obj:
+        raise ZkDataError(f"missing field {key!r}")
+    return obj[key]
+
+
+def _int(value: Any, what: str) -> int:
+    # bool is an int subclass in Python; JSON true/false is never a valid id or epoch.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ZkDataError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _int_text(value: Any, what: str) -> int:
+    """An integer carried as a JSON string, as Kafka writes timestamps and block bounds."""
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
+        return int(value)
+    raise ZkDataError(f"{what} must be a string of digits, got {value!r}")
+
+
+def _int_list(value: Any, what: str) -> list[int]:
+    if not isinstance(value, list):
+        raise ZkDataError(f"{what} must be a list of integers, got {value!r}")
+    return [_int(item, what) for item in value]
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise ZkDataError(f"{what} must be a string, got {value!r}")
+    return value
+
+
+def _version(obj: Mapping[str, Any], supported: range) -> int:
+    version = _int(_field(obj, "version"), "version")
+    if version not in supported:
+        raise ZkDataError(
+            f"unsupported version {version} (supported: {supported.start}-{supported.stop - 1})"
+        )
+    return version
+
+
+def _partition_list(partitions: Iterable[TopicPartition]) -> list[dict[str, Any]]:
+    return [{"topic": tp.topic, "partition": tp.partition} for tp in partitions]
+
+
+def _decode_partition_list(obj: Mapping[str, Any]) -> list[TopicPartition]:
+    entries = _field(obj, "partitions")
+    if not isinstance(entries, list):
+        raise ZkDataError(f"partitions must be a list, got {entries!r}")
+    result = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ZkDataError(f"partition entry must be an object, got {entry!r}")
+        topic = _str(_field(entry, "topic"), "topic")
+        result.append(TopicPartition(topic, _int(_field(entry, "partition"), "partition")))
+    return result
+
+
+def _decode_text_int(data: bytes, what: str) -> int:
+    text = data.decode("utf-8", errors="replace").strip()
+    if not _INTEGER.fullmatch(text):
+        raise ZkDataError(f"{what} must be an integer as text, got {text!r}")
+    return int(text)
+
+
+# -- /brokers/ids/<id> -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """What a live broker publishes in ``/brokers/ids/<id>``."""
+
+    host: str
+    """Where clients and other brokers reach its gRPC server."""
+    port: int
+    timestamp_ms: int | None
+    """When it registered (epoch ms); None if the znode had no timestamp."""
+
+
+def format_endpoint(host: str, port: int) -> str:
+    """``GRPC://host:port``, with an IPv6 host in brackets (Kafka's ``Utils.formatAddress``)."""
+    address = f"[{host}]" if ":" in host else host
+    return f"{ENDPOINT_SCHEME}://{address}:{port}"
+
+
+def encode_broker_registration(host: str, port: int, timestamp_ms: int) -> bytes:
+    """``{"version":1,"host":..,"port":..,"timestamp":"<ms>","endpoints":["GRPC://host:port"]}``"""
+    return _dumps(
+        {
+            "version": 1,
+            "host": host,
+            "port": port,
+            "timestamp": str(timestamp_ms),
+            "endpoints": [format_endpoint(host, port)],
+        }
+    )
+
+
+_ENDPOINT = re.compile(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:/\[\]]*):([0-9]+)")
+
+
+def decode_broker_registration(data: bytes) -> BrokerRegistration:
+    """Our registration, or Kafka's versions 1-5: the ``GRPC://`` endpoint wins, else the
+    ``host``/``port`` fields (Kafka leaves them null/-1 when it has no PLAINTEXT listener)."""
+    obj = _loads_object(data)
+    _version(obj, range(1, 6))
+    timestamp = obj.get("timestamp")
+    timestamp_ms = None if timestamp is None else _int_text(timestamp, "timestamp")
+    endpoints = obj.get("endpoints", [])
+    if not isinstance(endpoints, list):
+        raise ZkDataError(f"endpoints must be a list, got {endpoints!r}")
+    for endpoint in endpoints:
+        match = _ENDPOINT.fullmatch(_str(endpoint, "endpoint"))
+        if match is None:
+            raise ZkDataError(f"malformed endpoint {endpoint!r}")
+        if match.group(1) == ENDPOINT_SCHEME:
+            return BrokerRegistration(match.group(2).strip("[]"), int(match.group(3)), timestamp_ms)
+    host = obj.get("host")
+    port = obj.get("port")
+    if not isinstance(host, str) or not host or isinstance(port, bool) or not isinstance(port, int):
+        raise ZkDataError(f"no {ENDPOINT_SCHEME} endpoint and no host/port")
+    return BrokerRegistration(host, port, timestamp_ms)
+
+
+# -- /brokers/topics/<t> ---------------------------------------------------------------------
+
+
+def encode_topic_assignment(assignment: Mapping[int, Iterable[int]]) -> bytes:
+    """``{"version":1,"partitions":{"0":[1,2,3],...}}``, partitions in numeric order; each
+    replica list keeps its order (the first replica is the preferred leader)."""
+    partitions = {str(p): list(assignment[p]) for p in sorted(assignment)}
+    return _dumps({"version": 1, "partitions": partitions})
+
+
+def decode_topic_assignment(data: bytes) -> dict[int, list[int]]:
+    """Partition -> replicas in assignment order; accepts Kafka's versions 1-3 (their
+    ``adding_replicas``/``removing_replicas``/``topic_id`` are ignored)."""
+    obj = _loads_object(data)
+    _version(obj, range(1, 4))
+    partitions = _field(obj, "partitions")
+    if not isinstance(partitions, dict):
+        raise ZkDataError(f"partitions must be an object, got {partitions!r}")
+    result: dict[int, list[int]] = {}
+    for key, replicas in partitions.items():
+        if not (key.isascii() and key.isdigit()):
+            raise ZkDataError(f"partition id must be a non-negative integer, got {key!r}")
+        result[int(key)] = _int_list(replicas, f"replicas of partition {key}")
+    return dict(sorted(result.items()))
+
+
+# -- /brokers/topics/<t>/partitions/<p>/state ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateData:
+    """The content of a partition's state znode (Kafka's ``LeaderIsrAndControllerEpoch``
+    without the zkVersion): what a conditional update writes."""
+
+    leader: int
+    """Broker id of the leader, or LEADER_NONE (-1) when the partition is offline."""
+    leader_epoch: int
+    """Bumped by the controller at every leader change; fences stale leaders."""
+    isr: tuple[int, ...]
+    """The in-sync replicas, leader included."""
+    controller_epoch: int
+    """Epoch of the controller that made the leadership decision behind this state."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A partition's state znode as read: its content and its version."""
+
+    leader: int
+    """Broker id of the leader, or LEADER_NONE (-1) when the partition is offline."""
+    leader_epoch: int
+    """Bumped by the controller at every leader change; fences stale leaders."""
+    isr: tuple[int, ...]
+    """The in-sync replicas, leader included."""
+    controller_epoch: int
+    """Epoch of the controller that made the leadership decision behind this state."""
+    zk_version: int
+    """The znode's ``stat.version``: the expected version of the next conditional update."""
+
+    @property
+    def data(self) -> PartitionStateData:
+        """The content without the version."""
+        return PartitionStateData(self.leader, self.leader_epoch, self.isr, self.controller_epoch)
+
+    @classmethod
+    def from_data(cls, data: PartitionStateData, zk_version: int) -> PartitionState:
+        return cls(data.leader, data.leader_epoch, data.isr, data.controller_epoch, zk_version)
+
+
+def encode_partition_state(state: PartitionStateData | PartitionState) -> bytes:
+    """``{"controller_epoch":N,"leader":B,"version":1,"leader_epoch":E,"isr":[...]}``"""
+    return _dumps(
+        {
+            "controller_epoch": state.controller_epoch,
+            "leader": state.leader,
+            "version": 1,
+            "leader_epoch": state.leader_epoch,
+            "isr": list(state.isr),
+        }
+    )
+
+
+def decode_partition_state(data: bytes) -> PartitionStateData:
+    """The state znode's content (HEAD's optional ``leader_recovery_state`` is ignored)."""
+    obj = _loads_object(data)
+    _version(obj, range(1, 2))
+    return PartitionStateData(
+        leader=_int(_field(obj, "leader"), "leader"),
+        leader_epoch=_int(_field(obj, "leader_epoch"), "leader_epoch"),
+        isr=tuple(_int_list(_field(obj, "isr"), "isr")),
+        controller_epoch=_int(_field(obj, "controller_epoch"), "controller_epoch"),
+    )
+
+
+# -- /controller and /controller_epoch -------------------------------------------------------
+
+
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    """``{"version":1,"brokerid":B,"timestamp":"<ms>"}``"""
+    return _dumps({"version": 1, "brokerid": broker_id, "timestamp": str(timestamp_ms)})
+
+
+def decode_controller(data: bytes) -> int:
+    """The controller's broker id (also from the bare integer of Kafka before 0.8.2)."""
+    text = data.decode("utf-8", errors="replace").strip()
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    obj = _loads_object(data)
+    _version(obj, range(1, 2))
+    return _int(_field(obj, "brokerid"), "brokerid")
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    """The bare integer as text, e.g. ``5`` (not JSON)."""
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    return _decode_text_int(data, "controller epoch")
+
+
+# -- /isr_change_notification and /admin/preferred_replica_election --------------------------
+
+
+def encode_isr_change_notification(partitions: Iterable[TopicPartition]) -> bytes:
+    """``{"version":1,"partitions":[{"topic":..,"partition":..}]}``, in the order given."""
+    return _dumps({"version": 1, "partitions": _partition_list(partitions)})
+
+
+def decode_isr_change_notification(data: bytes) -> list[TopicPartition]:
+    obj = _loads_object(data)
+    _version(obj, range(1, 2))
+    return _decode_partition_list(obj)
+
+
+def encode_preferred_replica_election(partitions: Iterable[TopicPartition]) -> bytes:
+    """``{"version":1,"partitions":[{"topic":..,"partition":..}]}``, as Kafka's tool writes."""
+    return _dumps({"version": 1, "partitions": _partition_list(partitions)})
+
+
+def decode_preferred_replica_election(data: bytes) -> list[TopicPartition]:
+    obj = _loads_object(data)
+    _version(obj, range(1, 2))
+    return _decode_partition_list(obj)
+
+
+# -- /admin/reassign_partitions --------------------------------------------------------------
+
+
+def encode_reassign_partitions(assignment: Mapping[TopicPartition, Iterable[int]]) -> bytes:
+    """``{"version":1,"partitions":[{"topic":..,"partition":..,"replicas":[...]}]}``"""
+    entries = [
+        {"topic": tp.topic, "partition": tp.partition, "replicas": list(assignment[tp])}
+        for tp in sorted(assignment)
+    ]
+    return _dumps({"version": 1, "partitions": entries})
+
+
+def decode_reassign_partitions(data: bytes) -> dict[TopicPartition, list[int]]:
+    obj = _loads_object(data)
+    _version(obj, range(1, 2))
+    entries = _field(obj, "partitions")
+    if not isinstance(entries, list):
+        raise ZkDataError(f"partitions must be a list, got {entries!r}")
+    result: dict[TopicPartition, list[int]] = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ZkDataError(f"partition entry must be an object, got {entry!r}")
+        tp = TopicPartition(
+            _str(_field(entry, "topic"), "topic"), _int(_field(entry, "partition"), "partition")
+        )
+        result[tp] = _int_list(_field(entry, "replicas"), f"replicas of {tp}")
+    return result
+
+
+# -- /config/topics/<t> ----------------------------------------------------------------------
+
+
+def encode_topic_config(config: Mapping[str, str]) -> bytes:
+    """``{"version":1,"config":{"min.insync.replicas":"2",...}}``; values are strings."""
+    return _dumps({"version": 1, "config": {key: str(config[key]) for key in sorted(config)}})
+
+
+def decode_topic_config(data: bytes) -> dict[str, str]:
+    obj = _loads_object(data)
+    _version(obj, range(1, 2))
+    config = _field(obj, "config")
+    if not isinstance(config, dict):
+        raise ZkDataError(f"config must be an object, got {config!r}")
+    return {key: _str(value, f"config value of {key!r}") for key, value in config.items()}
+
+
+# -- /latest_producer_id_block ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdBlock:
+    """A range of producer ids reserved by one broker (inclusive bounds)."""
+
+    broker: int
+    """The broker that reserved the block."""
+    block_start: int
+    block_end: int
+
+
+def encode_producer_id_block(block: ProducerIdBlock) -> bytes:
+    """``{"version":1,"broker":B,"block_start":"0","block_end":"999"}`` (bounds as strings)."""
+    return _dumps(
+        {
+            "version": 1,
+            "broker": block.broker,
+            "block_start": str(block.block_start),
+            "block_end": str(block.block_end),
+        }
+    )
+
+
+def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
+    obj = _loads_object(data)
+    _version(obj, range(1, 2))
+    return ProducerIdBlock(
+        broker=_int(_field(obj, "broker"), "broker"),
+        block_start=_int_text(_field(obj, "block_start"), "block_start"),
+        block_end=_int_text(_field(obj, "block_end"), "block_end"),
+    )
+
+
+# -- /consumers/<g>/... ----------------------------------------------------------------------
+
+
+def encode_consumer_subscription(topics: Mapping[str, int], timestamp_ms: int) -> bytes:
+    """``{"version":1,"subscription":{"t":1},"pattern":"static","timestamp":"<ms>"}``: topic
+    -> number of consumer threads, as Kafka's ZooKeeper consumer wrote it."""
+    subscription = {topic: topics[topic] for topic in sorted(topics)}
+    return _dumps(
+        {
+            "version": 1,
+            "subscription": subscription,
+            "pattern": "static",
+            "timestamp": str(timestamp_ms),
+        }
+    )
+
+
+def decode_consumer_subscription(data: bytes) -> dict[str, int]:
+    obj = _loads_object(data)
+    _version(obj, range(1, 2))
+    subscription = _field(obj, "subscription")
+    if not isinstance(subscription, dict):
+        raise ZkDataError(f"subscription must be an object, got {subscription!r}")
+    return {
+        topic: _int(count, f"thread count of {topic!r}") for topic, count in subscription.items()
+    }
+
+
+def encode_consumer_offset(offset: int) -> bytes:
+    """The committed offset as decimal text, e.g. ``42``."""
+    return str(offset).encode("ascii")
+
+
+def decode_consumer_offset(data: bytes) -> int:
+    return _decode_text_int(data, "offset")

@@ -1,0 +1,187 @@
+"""A broker as a real child process, for tests, chaos, benchmarks and ``cluster up``.
+
+The harness runs ``python -m client.cli broker ...`` exactly as a user would, logs to a
+file, and offers the faults chaos needs: SIGTERM (clean shutdown), SIGKILL, SIGSTOP and
+SIGCONT. Readiness is read from ZooKeeper, not from the broker's word: a broker is up when
+``/brokers/ids/<id>`` exists with a creation zxid newer than before it started, since a
+killed predecessor's ephemeral registration may linger until its session times out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.05
+
+
+class BrokerProcessError(RuntimeError):
+    """The broker process exited or did not come up in time (the message has its log tail)."""
+
+
+@dataclass
+class BrokerSpec:
+    """How to run one broker."""
+
+    broker_id: int
+    data_dir: Path
+    zookeeper_connect: str
+    port: int = 0
+    """0: let the broker pick a free port (learnt from its registration, then kept)."""
+    host: str = "127.0.0.1"
+    overrides: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    """Default: ``<data_dir>/../broker-<id>.log``."""
+    loop: str = "uvloop"
+
+
+class BrokerProcess:
+    """One broker child process. Not thread-safe."""
+
+    def __init__(self, spec: BrokerSpec) -> None:
+        self.spec = spec
+        self.log_path = spec.log_path or spec.data_dir.parent / f"broker-{spec.broker_id}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.port = spec.port
+
+    def __repr__(self) -> str:
+        return f"BrokerProcess(id={self.spec.broker_id}, port={self.port}, pid={self.pid})"
+
+    @property
+    def broker_id(self) -> int:
+        return self.spec.broker_id
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    @property
+    def is_running(self) -> bool:
+        return self.pid is not None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self._proc is None else self._proc.poll()
+
+    @property
+    def address(self) -> str:
+        return f"{self.spec.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        spec = self.spec
+        cmd = [
+            sys.executable, "-m", "client.cli", "broker",
+            "--id", str(spec.broker_id),
+            "--port", str(self.port),
+            "--host", spec.host,
+            "--zookeeper", spec.zookeeper_connect,
+            "--data-dir", str(spec.data_dir),
+            "--log-file", str(self.log_path),
+            "--loop", spec.loop,
+        ]  # fmt: skip
+        for key, value in sorted(spec.overrides.items()):
+            cmd += ["--override", f"{key}={value}"]
+        return cmd
+
+    def start(self, zk: KazooClient | None = None, timeout: float = 30.0) -> None:
+        """Start the process; with ``zk``, wait until it has registered."""
+        if self.is_running:
+            raise BrokerProcessError(f"broker {self.broker_id} is already running")
+        self.spec.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        before = _registration_czxid(zk, self.broker_id) if zk is not None else None
+        with open(os.devnull, "rb") as stdin, self.log_path.open("ab") as out:
+            self._proc = subprocess.Popen(
+                self.command(),
+                stdin=stdin,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # a terminal's Ctrl-C is for the harness, not brokers
+                cwd=Path(__file__).resolve().parent.parent,
+            )
+        log.info("started broker %d pid=%d", self.broker_id, self._proc.pid)
+        if zk is not None:
+            self.wait_until_registered(zk, before, timeout)
+
+    def wait_until_registered(
+        self, zk: KazooClient, previous_czxid: int | None, timeout: float = 30.0
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc is not None and self._proc.poll() is not None:
+                self._fail(f"exited with status {self._proc.returncode} while starting")
+            try:
+                data, stat = zk.get(f"/brokers/ids/{self.broker_id}")
+            except NoNodeError:
+                pass
+            else:
+                if previous_czxid is None or stat.czxid != previous_czxid:
+                    self.port = int(json.loads(data)["port"])
+                    return
+            time.sleep(_POLL_S)
+        self._fail(f"did not register in ZooKeeper within {timeout:.0f}s")
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM: a clean shutdown (checkpoints, deregistration). SIGKILL after timeout."""
+        return self._terminate(signal.SIGTERM, timeout)
+
+    def kill(self) -> int | None:
+        """SIGKILL: a crash. Nothing but fsynced or replicated data survives."""
+        return self._terminate(signal.SIGKILL, 10.0)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process freezes; its ZooKeeper session expires after the timeout."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            raise BrokerProcessError(f"broker {self.broker_id} is not running")
+        os.kill(self._proc.pid, signum)
+
+    def _terminate(self, signum: signal.Signals, timeout: float) -> int | None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return None if proc is None else proc.returncode
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signum)
+            os.kill(proc.pid, signal.SIGCONT)  # a paused broker must be able to exit
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("broker %d ignored %s; killing it", self.broker_id, signum.name)
+            proc.kill()
+            return proc.wait(10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def _fail(self, reason: str) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self.kill()
+        raise BrokerProcessError(
+            f"broker {self.broker_id} {reason}; last lines of {self.log_path}:\n{self.log_tail()}"
+        )
+
+
+def _registration_czxid(zk: KazooClient, broker_id: int) -> int | None:
+    stat = zk.exists(f"/brokers/ids/{broker_id}")
+    return None if stat is None else int(stat.czxid)

@@ -1,0 +1,129 @@
+"""Replication between real broker processes: HW, ISR, acks=all and min.insync.replicas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from broker.record_batch import scan_batches
+from broker.topic_partition import TopicPartition
+from proto import minibroker_pb2 as pb
+from tests.cluster import Cluster, running_cluster
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.integration
+
+TP = TopicPartition("replicated", 0)
+
+
+def replica_batches(
+    cluster: Cluster, broker_id: int, tp: TopicPartition
+) -> list[tuple[int, int, bytes]]:
+    """(base offset, leader epoch, bytes from the CRC on) of every batch in the replica's files."""
+    out: list[tuple[int, int, bytes]] = []
+    for segment in sorted(cluster.partition_dir(broker_id, tp).glob("*.log")):
+        data = segment.read_bytes()
+        scan = scan_batches(data)
+        for b in scan:
+            assert b.crc_ok, f"broker {broker_id} {segment.name}: bad CRC at {b.position}"
+            h = b.header
+            out.append(
+                (
+                    h.base_offset,
+                    h.partition_leader_epoch,
+                    data[b.position + 17 : b.position + h.size],
+                )
+            )
+        assert scan.stop_problem is None, scan.stop_reason
+    return out
+
+
+def log_end_offset(cluster: Cluster, broker_id: int, tp: TopicPartition) -> int:
+    batches = replica_batches(cluster, broker_id, tp)
+    return 0 if not batches else batches[-1][0] + _count(batches[-1][2])
+
+
+def _count(after_crc: bytes) -> int:
+    # lastOffsetDelta sits 2 bytes after the CRC field's end (attributes i16 first).
+    return int.from_bytes(after_crc[6:10], "big", signed=True) + 1
+
+
+def checkpointed_hw(cluster: Cluster, broker_id: int, tp: TopicPartition) -> int | None:
+    path = cluster.brokers[broker_id].spec.data_dir / REPLICATION_OFFSET_CHECKPOINT
+    return OffsetCheckpointFile(path).read().get(tp) if path.exists() else None
+
+
+def test_acks_all_records_reach_every_replica_byte_for_byte(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
+        cluster.controller.create_topic(TP.topic, {0: [1, 2, 3]})
+        offsets = []
+        for i in range(100):
+            values = [f"record-{i}-{j}".encode() for j in range(100)]
+            response = cluster.produce(1, TP, values, acks=-1)
+            assert response.error_code == pb.NONE, response.error_message
+            offsets.append(response.base_offset)
+        assert offsets == list(range(0, 10_000, 100))  # no offset assigned twice, no gap
+
+        consumed = cluster.consume_all(1, TP)  # asserts every offset is below the HW
+        assert [o for o, _ in consumed] == list(range(10_000))
+        assert consumed[1234][1] == b"record-12-34"
+
+        wait_for(
+            lambda: all(log_end_offset(cluster, b, TP) == 10_000 for b in (2, 3)),
+            20,
+            message="followers to hold all 10,000 records",
+        )
+        leader = replica_batches(cluster, 1, TP)
+        assert len(leader) == 100
+        assert all(epoch == 0 for _, epoch, _ in leader)
+        assert replica_batches(cluster, 2, TP) == leader
+        assert replica_batches(cluster, 3, TP) == leader
+        wait_for(
+            lambda: all(checkpointed_hw(cluster, b, TP) == 10_000 for b in (1, 2, 3)),
+            20,
+            message="every replica to checkpoint HW 10000",
+        )
+
+
+def test_min_insync_replicas_refuses_acks_all_then_followers_rejoin(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
+        controller = cluster.controller
+        controller.create_topic(TP.topic, {0: [1, 2, 3]}, config={"min.insync.replicas": "2"})
+        assert cluster.produce(1, TP, [b"a"]).error_code == pb.NONE
+
+        # A dead follower leaves the ISR once it has missed replica.lag.time.max.ms of
+        # writes (Kafka's rule); the write that waited for it then completes.
+        cluster.brokers[3].kill()
+        assert cluster.produce(1, TP, [b"b"]).error_code == pb.NONE
+        assert set(controller.state(TP).isr) == {1, 2}
+
+        cluster.brokers[2].kill()
+        after_append = cluster.produce(1, TP, [b"c"])
+        assert after_append.error_code == pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND, after_append
+        assert set(controller.state(TP).isr) == {1}
+        refused = cluster.produce(1, TP, [b"d"])
+        assert refused.error_code == pb.NOT_ENOUGH_REPLICAS, refused
+        assert cluster.produce(1, TP, [b"e"], acks=1).error_code == pb.NONE
+
+        for broker_id in (2, 3):
+            cluster.brokers[broker_id].start(zk_client)
+        controller.push([TP], to=[2, 3])
+        controller.wait_for_isr(TP, {1, 2, 3})
+        assert cluster.produce(1, TP, [b"f"]).error_code == pb.NONE
+        wait_for(
+            lambda: (
+                replica_batches(cluster, 2, TP)
+                == replica_batches(cluster, 1, TP)
+                == replica_batches(cluster, 3, TP)
+            ),
+            20,
+            message="rejoined followers to match the leader",
+        )
+        assert [v for _, v in cluster.consume_all(1, TP)] == [b"a", b"b", b"c", b"e", b"f"]

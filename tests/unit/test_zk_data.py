@@ -1,0 +1,288 @@
+"""zk_data: Kafka's ZooKeeper paths and the exact JSON of every znode (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from broker.topic_partition import TopicPartition
+from broker.zk_data import (
+    LEADER_NONE,
+    BrokerRegistration,
+    PartitionState,
+    PartitionStateData,
+    ProducerIdBlock,
+    ZkDataError,
+    broker_path,
+    consumer_ids_path,
+    consumer_offset_path,
+    consumer_owner_path,
+    decode_broker_registration,
+    decode_consumer_offset,
+    decode_consumer_subscription,
+    decode_controller,
+    decode_controller_epoch,
+    decode_isr_change_notification,
+    decode_partition_state,
+    decode_preferred_replica_election,
+    decode_producer_id_block,
+    decode_reassign_partitions,
+    decode_topic_assignment,
+    decode_topic_config,
+    delete_topic_path,
+    encode_broker_registration,
+    encode_consumer_offset,
+    encode_consumer_subscription,
+    encode_controller,
+    encode_controller_epoch,
+    encode_isr_change_notification,
+    encode_partition_state,
+    encode_preferred_replica_election,
+    encode_producer_id_block,
+    encode_reassign_partitions,
+    encode_topic_assignment,
+    encode_topic_config,
+    format_endpoint,
+    partition_state_path,
+    topic_config_path,
+    topic_path,
+)
+
+TP = TopicPartition("orders", 0)
+
+# -- paths -----------------------------------------------------------------------------------
+
+
+def test_paths_are_kafkas() -> None:
+    assert broker_path(3) == "/brokers/ids/3"
+    assert topic_path("orders") == "/brokers/topics/orders"
+    assert partition_state_path(TP) == "/brokers/topics/orders/partitions/0/state"
+    assert topic_config_path("orders") == "/config/topics/orders"
+    assert delete_topic_path("orders") == "/admin/delete_topics/orders"
+    assert consumer_ids_path("g") == "/consumers/g/ids"
+    assert consumer_ids_path("g", "g_host-1") == "/consumers/g/ids/g_host-1"
+    assert consumer_owner_path("g", TP) == "/consumers/g/owners/orders/0"
+    assert consumer_offset_path("g", TP) == "/consumers/g/offsets/orders/0"
+
+
+@pytest.mark.parametrize("topic", ["", ".", "..", "a/b", "a b", "ü", "x" * 250])
+def test_paths_refuse_names_that_are_not_one_path_segment(topic: str) -> None:
+    with pytest.raises(ValueError, match="illegal topic name"):
+        topic_path(topic)
+    with pytest.raises(ValueError, match="illegal topic name"):
+        partition_state_path(TopicPartition(topic, 0))
+
+
+def test_paths_refuse_negative_ids() -> None:
+    with pytest.raises(ValueError, match="broker id"):
+        broker_path(-1)
+    with pytest.raises(ValueError, match="partition"):
+        partition_state_path(TopicPartition("t", -1))
+
+
+# -- /brokers/ids/<id> -----------------------------------------------------------------------
+
+
+def test_broker_registration_exact_json() -> None:
+    data = encode_broker_registration("10.0.0.5", 9091, 1603451234567)
+    assert data == (
+        b'{"version":1,"host":"10.0.0.5","port":9091,"timestamp":"1603451234567",'
+        b'"endpoints":["GRPC://10.0.0.5:9091"]}'
+    )
+    assert decode_broker_registration(data) == BrokerRegistration("10.0.0.5", 9091, 1603451234567)
+
+
+def test_broker_registration_ipv6_endpoint() -> None:
+    assert format_endpoint("::1", 9091) == "GRPC://[::1]:9091"
+    data = encode_broker_registration("::1", 9091, 1)
+    assert decode_broker_registration(data) == BrokerRegistration("::1", 9091, 1)
+
+
+def test_broker_registration_decodes_kafka_v4_and_v1() -> None:
+    v4 = (
+        b'{"version":4,"host":"h1","port":9092,"jmx_port":-1,"timestamp":"1603451234567",'
+        b'"endpoints":["PLAINTEXT://h1:9092","GRPC://h1:9191"],'
+        b'"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"rack":"r1"}'
+    )
+    assert decode_broker_registration(v4) == BrokerRegistration("h1", 9191, 1603451234567)
+    v1 = b'{"jmx_port":-1,"timestamp":"1525741823119","version":1,"host":"hadoop1","port":9092}'
+    assert decode_broker_registration(v1) == BrokerRegistration("hadoop1", 9092, 1525741823119)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"not json",
+        b"[1]",
+        b'{"host":"h","port":1}',
+        b'{"version":9,"host":"h","port":1}',
+        b'{"version":1,"host":null,"port":-1,"endpoints":["PLAINTEXT://h:1"]}',
+        b'{"version":1,"host":"h","port":"1"}',
+        b'{"version":1,"host":"h","port":1,"timestamp":123}',
+        b'{"version":1,"endpoints":["nonsense"]}',
+    ],
+)
+def test_broker_registration_malformed(data: bytes) -> None:
+    with pytest.raises(ZkDataError):
+        decode_broker_registration(data)
+
+
+# -- /brokers/topics/<t> ---------------------------------------------------------------------
+
+
+def test_topic_assignment_exact_json() -> None:
+    data = encode_topic_assignment({1: [2, 3, 1], 0: [1, 2, 3], 10: [3, 1, 2]})
+    assert data == b'{"version":1,"partitions":{"0":[1,2,3],"1":[2,3,1],"10":[3,1,2]}}'
+    assert decode_topic_assignment(data) == {0: [1, 2, 3], 1: [2, 3, 1], 10: [3, 1, 2]}
+
+
+def test_topic_assignment_decodes_kafka_v2_and_v3() -> None:
+    v3 = (
+        b'{"version":3,"topic_id":"abc","partitions":{"1":[2,1],"0":[1,2]},'
+        b'"adding_replicas":{},"removing_replicas":{}}'
+    )
+    assert decode_topic_assignment(v3) == {0: [1, 2], 1: [2, 1]}
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"version":1,"partitions":{"x":[1]}}',
+        b'{"version":1,"partitions":{"0":[true]}}',
+        b'{"version":1,"partitions":[]}',
+        b'{"version":1}',
+    ],
+)
+def test_topic_assignment_malformed(data: bytes) -> None:
+    with pytest.raises(ZkDataError):
+        decode_topic_assignment(data)
+
+
+# -- partition state -------------------------------------------------------------------------
+
+
+def test_partition_state_exact_json() -> None:
+    state = PartitionStateData(leader=1, leader_epoch=4, isr=(1, 2, 3), controller_epoch=2)
+    data = encode_partition_state(state)
+    assert data == b'{"controller_epoch":2,"leader":1,"version":1,"leader_epoch":4,"isr":[1,2,3]}'
+    assert decode_partition_state(data) == state
+
+
+def test_partition_state_with_version() -> None:
+    data = PartitionStateData(LEADER_NONE, 7, (2,), 3)
+    state = PartitionState.from_data(data, zk_version=12)
+    assert state == PartitionState(-1, 7, (2,), 3, 12)
+    assert state.data == data
+    assert encode_partition_state(state) == encode_partition_state(data)  # no version inside
+
+
+def test_partition_state_decodes_kafka_examples() -> None:
+    # Key order does not matter; HEAD's leader_recovery_state is ignored.
+    text = b'{"isr":[3,0,1],"leader":3,"version":1,"leader_epoch":0,"controller_epoch":1}'
+    assert decode_partition_state(text) == PartitionStateData(3, 0, (3, 0, 1), 1)
+    head = (
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":[1],'
+        b'"leader_recovery_state":1}'
+    )
+    assert decode_partition_state(head).isr == (1,)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"controller_epoch":1,"leader":1,"version":1,"isr":[1]}',
+        b'{"controller_epoch":1,"leader":"1","version":1,"leader_epoch":0,"isr":[1]}',
+        b'{"controller_epoch":1,"leader":1,"version":2,"leader_epoch":0,"isr":[1]}',
+        b'{"controller_epoch":1,"leader":1,"version":1,"leader_epoch":0,"isr":1}',
+        b"\xff",
+    ],
+)
+def test_partition_state_malformed(data: bytes) -> None:
+    with pytest.raises(ZkDataError):
+        decode_partition_state(data)
+
+
+# -- controller ------------------------------------------------------------------------------
+
+
+def test_controller_exact_json() -> None:
+    data = encode_controller(2, 1603451234567)
+    assert data == b'{"version":1,"brokerid":2,"timestamp":"1603451234567"}'
+    assert decode_controller(data) == 2
+    assert decode_controller(b"5") == 5  # the bare id of Kafka before 0.8.2
+
+
+def test_controller_epoch_is_bare_text() -> None:
+    assert encode_controller_epoch(5) == b"5"
+    assert decode_controller_epoch(b"5") == 5
+    assert decode_controller_epoch(b"5\n") == 5
+    with pytest.raises(ZkDataError):
+        decode_controller_epoch(b'{"epoch":5}')
+
+
+# -- notifications and admin -----------------------------------------------------------------
+
+
+def test_isr_change_notification_exact_json() -> None:
+    tps = [TopicPartition("orders", 0), TopicPartition("orders", 1), TopicPartition("audit", 3)]
+    data = encode_isr_change_notification(tps)
+    assert data == (
+        b'{"version":1,"partitions":[{"topic":"orders","partition":0},'
+        b'{"topic":"orders","partition":1},{"topic":"audit","partition":3}]}'
+    )
+    assert decode_isr_change_notification(data) == tps
+
+
+def test_preferred_replica_election_exact_json() -> None:
+    data = encode_preferred_replica_election([TP])
+    assert data == b'{"version":1,"partitions":[{"topic":"orders","partition":0}]}'
+    assert decode_preferred_replica_election(data) == [TP]
+
+
+def test_reassign_partitions_exact_json() -> None:
+    data = encode_reassign_partitions({TopicPartition("b", 1): [3, 1], TP: [1, 2]})
+    assert data == (
+        b'{"version":1,"partitions":[{"topic":"b","partition":1,"replicas":[3,1]},'
+        b'{"topic":"orders","partition":0,"replicas":[1,2]}]}'
+    )
+    assert decode_reassign_partitions(data) == {TopicPartition("b", 1): [3, 1], TP: [1, 2]}
+
+
+def test_topic_config_exact_json() -> None:
+    data = encode_topic_config({"retention.ms": "1000", "min.insync.replicas": "2"})
+    assert data == b'{"version":1,"config":{"min.insync.replicas":"2","retention.ms":"1000"}}'
+    assert decode_topic_config(data) == {"min.insync.replicas": "2", "retention.ms": "1000"}
+    assert decode_topic_config(b'{"version":1,"config":{}}') == {}
+    with pytest.raises(ZkDataError, match="config value"):
+        decode_topic_config(b'{"version":1,"config":{"min.insync.replicas":2}}')
+
+
+def test_producer_id_block_exact_json() -> None:
+    block = ProducerIdBlock(broker=1, block_start=0, block_end=999)
+    data = encode_producer_id_block(block)
+    assert data == b'{"version":1,"broker":1,"block_start":"0","block_end":"999"}'
+    assert decode_producer_id_block(data) == block
+    with pytest.raises(ZkDataError, match="block_start"):
+        decode_producer_id_block(b'{"version":1,"broker":1,"block_start":0,"block_end":"9"}')
+
+
+def test_consumer_znodes() -> None:
+    data = encode_consumer_subscription({"orders": 1}, 1525741823119)
+    assert data == (
+        b'{"version":1,"subscription":{"orders":1},"pattern":"static","timestamp":"1525741823119"}'
+    )
+    assert decode_consumer_subscription(data) == {"orders": 1}
+    assert encode_consumer_offset(42) == b"42"
+    assert decode_consumer_offset(b"42") == 42
+
+
+def test_encoders_write_compact_json_readable_by_any_parser() -> None:
+    for data in (
+        encode_broker_registration("h", 1, 2),
+        encode_topic_assignment({0: [1]}),
+        encode_partition_state(PartitionStateData(1, 0, (1,), 1)),
+        encode_isr_change_notification([TP]),
+    ):
+        assert b" " not in data
+        assert json.loads(data)["version"] == 1
