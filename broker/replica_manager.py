@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -277,12 +277,13 @@ class ReplicaManager:
         self.metadata_cache.add_partition(
             tp, PartitionInfo(state.leader, state.leader_epoch, state.replicas, state.isr)
         )
+        # A fetched append still running in the executor must land before the new role
+        # records its epoch, or it would be written after the epoch cache moved on.
+        await self._remove_from_fetchers_and_wait([tp])
         if state.leader == self.broker_id:
-            self._remove_from_fetchers([tp])
             partition.make_leader(state)
             logger.info("became leader %s", self._ctx(**partition.log_context()))
         else:
-            self._remove_from_fetchers([tp])
             partition.make_follower(state)
             if state.leader >= 0:
                 new_followers.setdefault(state.leader, {})[tp] = partition
@@ -357,11 +358,14 @@ class ReplicaManager:
             broker_epoch=self.broker_epoch,
         )
 
-    def _remove_from_fetchers(self, tps: Iterable[TopicPartition]) -> None:
-        tps = list(tps)
+    async def _remove_from_fetchers_and_wait(self, tps: list[TopicPartition]) -> None:
+        """Stop fetching ``tps`` and wait until no fetched append of theirs is in flight."""
         for leader_id, fetcher in list(self.fetchers.items()):
+            if not fetcher.partitions() & set(tps):
+                continue
             fetcher.remove_partitions(tps)
-            if fetcher.partition_count == 0:
+            await fetcher.wait_for_appends(tps)
+            if fetcher.partition_count == 0 and self.fetchers.get(leader_id) is fetcher:
                 self._retire_fetcher(leader_id)
 
     def _retire_fetcher(self, leader_id: int) -> None:
@@ -386,7 +390,7 @@ class ReplicaManager:
             tps = [
                 TopicPartition(s.topic_name, s.partition_index) for s in request.partition_states
             ]
-            self._remove_from_fetchers(tps)
+            await self._remove_from_fetchers_and_wait(tps)
             for s, tp in zip(request.partition_states, tps, strict=True):
                 code, message = ErrorCode.NONE, ""
                 self.partitions.pop(tp, None)

@@ -56,6 +56,8 @@ class BrokerProcess:
         self.log_path = spec.log_path or spec.data_dir.parent / f"broker-{spec.broker_id}.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self.port = spec.port
+        self.paused = False
+        """SIGSTOPped by :meth:`pause` and not resumed since."""
 
     def __repr__(self) -> str:
         return f"BrokerProcess(id={self.spec.broker_id}, port={self.port}, pid={self.pid})"
@@ -144,9 +146,11 @@ class BrokerProcess:
     def pause(self) -> None:
         """SIGSTOP: the process freezes; its ZooKeeper session expires after the timeout."""
         self._signal(signal.SIGSTOP)
+        self.paused = True
 
     def resume(self) -> None:
         self._signal(signal.SIGCONT)
+        self.paused = False
 
     def _signal(self, signum: signal.Signals) -> None:
         if self._proc is None or self._proc.poll() is not None:
@@ -155,6 +159,7 @@ class BrokerProcess:
 
     def _terminate(self, signum: signal.Signals, timeout: float) -> int | None:
         proc = self._proc
+        self.paused = False
         if proc is None or proc.poll() is not None:
             return None if proc is None else proc.returncode
         with contextlib.suppress(ProcessLookupError):

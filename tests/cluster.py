@@ -17,6 +17,7 @@ import grpc
 from kazoo.client import KazooClient
 
 from broker import zk_data
+from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from broker.record_batch import Record, decode_batch, encode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess, BrokerSpec
@@ -38,6 +39,7 @@ class Cluster:
         root: Path,
         broker_ids: Iterable[int] = (1, 2, 3),
         overrides: Mapping[str, str] | None = None,
+        broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         self.zk = zk
         self.root = root
@@ -49,9 +51,15 @@ class Cluster:
             "replica.high.watermark.checkpoint.interval.ms": "200",
             **(overrides or {}),
         }
+        per_broker = broker_overrides or {}
         self.brokers = {
             i: BrokerProcess(
-                BrokerSpec(i, root / f"broker-{i}", zookeeper_connect, overrides=dict(base))
+                BrokerSpec(
+                    i,
+                    root / f"broker-{i}",
+                    zookeeper_connect,
+                    overrides={**base, **per_broker.get(i, {})},
+                )
             )
             for i in broker_ids
         }
@@ -86,10 +94,24 @@ class Cluster:
         return pb_grpc.ControlStub(self.channel(broker_id))
 
     def live(self) -> list[int]:
-        return [i for i, b in self.brokers.items() if b.is_running]
+        """Brokers that are running and not paused: those a controller can talk to."""
+        return [i for i, b in self.brokers.items() if b.is_running and not b.paused]
 
     def partition_dir(self, broker_id: int, tp: TopicPartition) -> Path:
         return self.brokers[broker_id].spec.data_dir / tp.dir_name
+
+    def replica_records(self, broker_id: int, tp: TopicPartition) -> list[tuple[int, bytes | None]]:
+        """(offset, value) of every record in a replica's segment files, read from disk."""
+        out: list[tuple[int, bytes | None]] = []
+        for segment in sorted(self.partition_dir(broker_id, tp).glob("*.log")):
+            data = segment.read_bytes()
+            for scanned in scan_batches(data):
+                out += [(r.offset, r.value) for r in decode_batch(data, scanned.position).records]
+        return out
+
+    def checkpointed_hw(self, broker_id: int, tp: TopicPartition) -> int | None:
+        path = self.brokers[broker_id].spec.data_dir / REPLICATION_OFFSET_CHECKPOINT
+        return OffsetCheckpointFile(path).read().get(tp) if path.exists() else None
 
     # -- client operations over the wire -----------------------------------------------------
 
@@ -244,7 +266,10 @@ class TestController:
                     zk_version=s.zk_version,
                     replicas=self.assignments[tp],
                 )
-            for leader in sorted(leaders & live):
+            # A paused leader is still alive as far as ZooKeeper knows (until its session
+            # expires), so a real controller would still name it.
+            running = {i for i, b in self.cluster.brokers.items() if b.is_running}
+            for leader in sorted(leaders & running):
                 b = self.cluster.brokers[leader]
                 request.live_leaders.add(node_id=leader, host=b.spec.host, port=b.port)
             if request.partition_states:
@@ -291,8 +316,9 @@ def running_cluster(
     root: Path,
     broker_ids: Iterable[int] = (1, 2, 3),
     overrides: Mapping[str, str] | None = None,
+    broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
 ) -> Iterator[Cluster]:
-    cluster = Cluster(zk, zookeeper_connect, root, broker_ids, overrides)
+    cluster = Cluster(zk, zookeeper_connect, root, broker_ids, overrides, broker_overrides)
     try:
         cluster.start()
         yield cluster

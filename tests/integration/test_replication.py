@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from broker.record_batch import scan_batches
 from broker.topic_partition import TopicPartition
 from proto import minibroker_pb2 as pb
@@ -51,11 +50,6 @@ def _count(after_crc: bytes) -> int:
     return int.from_bytes(after_crc[6:10], "big", signed=True) + 1
 
 
-def checkpointed_hw(cluster: Cluster, broker_id: int, tp: TopicPartition) -> int | None:
-    path = cluster.brokers[broker_id].spec.data_dir / REPLICATION_OFFSET_CHECKPOINT
-    return OffsetCheckpointFile(path).read().get(tp) if path.exists() else None
-
-
 def test_acks_all_records_reach_every_replica_byte_for_byte(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
@@ -84,7 +78,7 @@ def test_acks_all_records_reach_every_replica_byte_for_byte(
         assert replica_batches(cluster, 2, TP) == leader
         assert replica_batches(cluster, 3, TP) == leader
         wait_for(
-            lambda: all(checkpointed_hw(cluster, b, TP) == 10_000 for b in (1, 2, 3)),
+            lambda: all(cluster.checkpointed_hw(b, TP) == 10_000 for b in (1, 2, 3)),
             20,
             message="every replica to checkpoint HW 10000",
         )

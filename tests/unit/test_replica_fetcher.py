@@ -646,8 +646,7 @@ def test_out_of_range_below_the_leader_log_start_starts_over_there(tmp_path: Pat
     leader.log.truncate_fully_and_start_at(10)  # as if retention removed offsets 0-9
     assert leader.make_leader(leadership(0))
     produce(leader, b"m10", b"m11", b"m12")
-    follower = follower_partition(tmp_path)
-    copy_log = follower.log  # the follower's log has no epochs: it truncates to HW 0
+    follower = follower_partition(tmp_path)  # no epochs yet: it "truncates" to HW 0
 
     async def scenario(stack: contextlib.AsyncExitStack) -> None:
         servicer, _, port = await start_leader(stack, leader)
@@ -656,7 +655,7 @@ def test_out_of_range_below_the_leader_log_start_starts_over_there(tmp_path: Pat
         assert servicer.fetch_offsets[:2] == [(TP, 0), (TP, 10)]
 
     run(scenario)
-    assert copy_log.log_start_offset == 10
+    assert follower.log.log_start_offset == 10
     assert log_bytes(follower) == log_bytes(leader)
     assert values(follower) == [b"m10", b"m11", b"m12"]
 
