@@ -27,9 +27,6 @@ from proto import minibroker_pb2_grpc as pb_grpc
 
 logger = logging.getLogger(__name__)
 
-SOCKET_REQUEST_MAX_BYTES = 100 * 1024 * 1024
-"""Kafka's socket.request.max.bytes default: the largest request a broker accepts. Larger
-ones are refused by gRPC with RESOURCE_EXHAUSTED before they reach the handlers."""
 SHUTDOWN_GRACE_S = 5.0
 
 
@@ -67,8 +64,8 @@ class BrokerServer:
             options=[
                 # A restarted broker must not silently share its port with a stale one.
                 ("grpc.so_reuseport", 0),
-                ("grpc.max_receive_message_length", SOCKET_REQUEST_MAX_BYTES),
-                ("grpc.max_send_message_length", SOCKET_REQUEST_MAX_BYTES),
+                ("grpc.max_receive_message_length", self.config.socket_request_max_bytes),
+                ("grpc.max_send_message_length", self.config.socket_request_max_bytes),
             ]
         )
         pb_grpc.add_BrokerServicer_to_server(

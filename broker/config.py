@@ -131,6 +131,7 @@ _PROPERTIES = (
     ),
     _Property("log.retention.check.interval.ms", "log_retention_check_interval_ms", "int", 1),
     _Property("message.max.bytes", "message_max_bytes", "int", 0, _INT32_MAX),
+    _Property("socket.request.max.bytes", "socket_request_max_bytes", "int", 1024, _INT32_MAX),
     _Property("auto.leader.rebalance.enable", "auto_leader_rebalance_enable", "bool"),
     _Property(
         "leader.imbalance.check.interval.seconds",
@@ -212,6 +213,9 @@ class BrokerConfig:
     log_flush_start_offset_checkpoint_interval_ms: int = 60_000
     log_retention_check_interval_ms: int = 300_000
     message_max_bytes: int = 1_048_588
+    socket_request_max_bytes: int = 104_857_600
+    """The largest request the broker accepts; gRPC refuses larger ones with
+    RESOURCE_EXHAUSTED before they reach a handler."""
     """Largest record batch accepted (also the default ``max.message.bytes`` of topics)."""
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300

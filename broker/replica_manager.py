@@ -161,6 +161,20 @@ class ReplicaManager:
             "log-retention",
         )
         self._spawn(self._every(1000, self._purge_purgatories), "purgatory-purge")
+        self._spawn(
+            self._every(
+                self.config.log_flush_offset_checkpoint_interval_ms,
+                self._checkpoint_recovery_points,
+            ),
+            "recovery-point-checkpoint",
+        )
+        self._spawn(
+            self._every(
+                self.config.log_flush_start_offset_checkpoint_interval_ms,
+                self._checkpoint_log_start_offsets,
+            ),
+            "log-start-offset-checkpoint",
+        )
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.append(asyncio.create_task(coro, name=f"broker-{self.broker_id}-{name}"))
@@ -748,6 +762,12 @@ class ReplicaManager:
     async def _cleanup_logs(self) -> None:
         hws = {tp: p.high_watermark for tp, p in self.partitions.items()}
         await self._in_executor(self.log_manager.cleanup_logs, hws, self.clock_ms())
+
+    async def _checkpoint_recovery_points(self) -> None:
+        await self._in_executor(self.log_manager.checkpoint_recovery_points)
+
+    async def _checkpoint_log_start_offsets(self) -> None:
+        await self._in_executor(self.log_manager.checkpoint_log_start_offsets)
 
     async def _purge_purgatories(self) -> None:
         self.produce_purgatory.purge_completed()

@@ -7,13 +7,13 @@ tests that use no ZooKeeper fixture never start a JVM.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
 
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
+from tests.helpers import chrooted_client
 
 
 @pytest.fixture(scope="session")
@@ -40,21 +40,6 @@ def zk_connect(zookeeper: ZooKeeperServer, zk_client: KazooClient) -> str:
 
 @pytest.fixture
 def zk_client(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
-    """A connected kazoo client chrooted to a fresh ``/t-<uuid>``, so tests sharing the
-    session's ZooKeeper cannot see each other's znodes. The chroot is removed after."""
-    chroot = f"/t-{uuid.uuid4().hex}"
-    root = KazooClient(hosts=zookeeper.connect_string)
-    root.start(timeout=10)
-    client = KazooClient(hosts=zookeeper.connect_string + chroot)
-    try:
-        root.ensure_path(chroot)
-        client.start(timeout=10)
+    """A chrooted kazoo client for one test (see :func:`chrooted_client`)."""
+    with chrooted_client(zookeeper) as client:
         yield client
-    finally:
-        client.stop()
-        client.close()
-        try:
-            root.delete(chroot, recursive=True)
-        finally:
-            root.stop()
-            root.close()

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
+
+from kazoo.client import KazooClient
+
+from deploy.zookeeper import ZooKeeperServer
 
 T = TypeVar("T")
 
@@ -37,3 +43,25 @@ def wait_for(
             text = message() if callable(message) else message
             raise AssertionError(f"{text} (waited {now - start:.2f}s, timeout {timeout:.2f}s)")
         time.sleep(min(interval, max(0.0, deadline - now)))
+
+
+@contextmanager
+def chrooted_client(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
+    """A connected kazoo client chrooted to a fresh ``/t-<uuid>``, so tests sharing the
+    session's ZooKeeper cannot see each other's znodes. The chroot is removed after."""
+    chroot = f"/t-{uuid.uuid4().hex}"
+    root = KazooClient(hosts=zookeeper.connect_string)
+    root.start(timeout=10)
+    client = KazooClient(hosts=zookeeper.connect_string + chroot)
+    try:
+        root.ensure_path(chroot)
+        client.start(timeout=10)
+        yield client
+    finally:
+        client.stop()
+        client.close()
+        try:
+            root.delete(chroot, recursive=True)
+        finally:
+            root.stop()
+            root.close()
