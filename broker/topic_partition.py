@@ -35,22 +35,24 @@ MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
-def topic_name_problem(name: str) -> str | None:
+def topic_name_problem(name: str, kind: str = "topic") -> str | None:
     """Why ``name`` is not a legal Kafka topic name, or None if it is.
 
     Kafka's rules: ASCII letters, digits, ``.``, ``_`` and ``-``; at most 249 characters
-    (the partition directory name must fit a file name); not ``.`` or ``..``.
+    (the partition directory name must fit a file name); not ``.`` or ``..``. Consumer
+    group names become ZooKeeper path segments and follow the same rules (``kind``
+    names the thing in the message).
     """
     if not name:
-        return "topic name is empty"
+        return f"{kind} name is empty"
     if name in (".", ".."):
-        return f"topic name cannot be {name!r}"
+        return f"{kind} name cannot be {name!r}"
     if len(name) > MAX_TOPIC_NAME_LENGTH:
-        return f"topic name is {len(name)} characters long, the limit is {MAX_TOPIC_NAME_LENGTH}"
+        return f"{kind} name is {len(name)} characters long, the limit is {MAX_TOPIC_NAME_LENGTH}"
     illegal = sorted(set(name) - _LEGAL_TOPIC_CHARS)
     if illegal:
         return (
-            f"topic name {name!r} contains {''.join(illegal)!r}: "
+            f"{kind} name {name!r} contains {''.join(illegal)!r}: "
             "only ASCII letters, digits, '.', '_' and '-' are allowed"
         )
     return None

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.topic_partition import TopicPartition
+from broker.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [
     "ADMIN_DELETE_TOPICS_PATH",
@@ -110,8 +110,6 @@ LATEST_PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CONSUMERS_PATH = "/consumers"
 
 _JSON_SEPARATORS = (",", ":")
-_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
-_MAX_NAME_LENGTH = 249
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
@@ -125,11 +123,9 @@ class ZkDataError(ValueError):
 
 def _name(kind: str, name: str) -> str:
     """A topic or group name, checked to be safe as one path segment (Kafka's legal chars)."""
-    if not _LEGAL_NAME.fullmatch(name) or name in (".", "..") or len(name) > _MAX_NAME_LENGTH:
-        raise ValueError(
-            f"illegal {kind} name {name!r}: use 1-{_MAX_NAME_LENGTH} of [a-zA-Z0-9._-], "
-            "not '.' or '..'"
-        )
+    problem = topic_name_problem(name, kind)
+    if problem is not None:
+        raise ValueError(f"illegal {kind} name: {problem}")
     return name
 
 

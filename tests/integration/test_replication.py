@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from broker import zk_data
 from broker.record_batch import scan_batches
 from broker.topic_partition import TopicPartition
 from proto import minibroker_pb2 as pb
@@ -121,3 +122,18 @@ def test_min_insync_replicas_refuses_acks_all_then_followers_rejoin(
             message="rejoined followers to match the leader",
         )
         assert [v for _, v in cluster.consume_all(1, TP)] == [b"a", b"b", b"c", b"e", b"f"]
+
+        # The leader told the controller about its ISR changes, batched, in Kafka's format.
+        def notified() -> set[TopicPartition]:
+            path = zk_data.ISR_CHANGE_NOTIFICATION_PATH
+            children = zk_client.get_children(path) if zk_client.exists(path) else []
+            return {
+                tp
+                for child in children
+                if child.startswith(zk_data.ISR_CHANGE_PREFIX)
+                for tp in zk_data.decode_isr_change_notification(
+                    zk_client.get(f"{path}/{child}")[0]
+                )
+            }
+
+        wait_for(lambda: notified() == {TP}, 20, message="an isr_change_notification for TP")
