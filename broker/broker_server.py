@@ -10,28 +10,37 @@ writes the clean-shutdown marker last), then leave ZooKeeper.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 
 from broker.config import BrokerConfig
-from broker.log_manager import LogManager
+from broker.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ReplicaManager
 from broker.server import BrokerService, ControlService
-from broker.zk_client import BrokerZkClient
+from broker.zk_client import BrokerZkClient, ZkError
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.errors import MinibrokerError
 
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 5.0
 
 
-class PortInUseError(OSError):
-    """The broker's port is taken (gRPC reports a failed bind by returning port 0)."""
+class BrokerStartupError(MinibrokerError):
+    """The broker cannot start (port taken, data dir locked or foreign, ZooKeeper
+    unreachable, broker id in use); the message says what to do. What had been started is
+    stopped again before it is raised."""
+
+
+class PortInUseError(BrokerStartupError):
+    """The broker's port is taken (or cannot be bound for another reason)."""
 
 
 class BrokerServer:
@@ -53,13 +62,31 @@ class BrokerServer:
         )
         self.port: int | None = None
         self._grpc: grpc.aio.Server | None = None
+        self._replica_manager_started = False
         self._stopped = asyncio.Event()
 
     async def start(self) -> None:
+        """Load the logs, connect to ZooKeeper, serve gRPC, register.
+
+        On failure everything started so far is stopped again (the logs are closed cleanly:
+        they were recovered and nothing was appended yet) and the error is raised; the
+        failures a person can fix (port taken, data dir locked or foreign, ZooKeeper
+        unreachable, broker id in use) as BrokerStartupError.
+        """
+        try:
+            await self._start()
+        except BaseException as err:
+            await self._abandon_start()
+            if isinstance(err, LogManagerError | ZkError):
+                raise BrokerStartupError(f"broker {self.broker_id}: {err}") from err
+            raise
+
+    async def _start(self) -> None:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self.log_manager.startup)
         await self.zk.start()
         await self.replica_manager.start()
+        self._replica_manager_started = True
         self._grpc = grpc.aio.server(
             options=[
                 # A restarted broker must not silently share its port with a stale one.
@@ -73,9 +100,16 @@ class BrokerServer:
         )
         pb_grpc.add_ControlServicer_to_server(ControlService(self.replica_manager), self._grpc)
         address = f"{self.config.host}:{self.config.port}"
-        self.port = self._grpc.add_insecure_port(address)
+        try:
+            # grpcio >= 1.60 raises RuntimeError on a failed bind; older ones return 0.
+            self.port = self._grpc.add_insecure_port(address)
+        except RuntimeError:
+            self.port = 0
         if self.port == 0:
-            raise PortInUseError(f"broker {self.broker_id}: cannot listen on {address} (in use?)")
+            raise PortInUseError(
+                f"broker {self.broker_id} cannot listen on {address}: "
+                f"{_bind_problem(self.config.host, self.config.port)}"
+            )
         await self._grpc.start()
         self.zk.on_session_lost(self.replica_manager.on_session_lost)
         self.zk.on_session_established(self._register)
@@ -108,13 +142,46 @@ class BrokerServer:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
         await self.replica_manager.shutdown()
         await asyncio.get_running_loop().run_in_executor(self.executor, self.log_manager.shutdown)
-        try:
-            await self.zk.deregister_broker(self.broker_id)
-        finally:
-            await self.zk.close()
+        await self._deregister()
         self.executor.shutdown(wait=True)
         logger.info("broker stopped event=stopped broker=%d", self.broker_id)
         self._stopped.set()
+
+    async def _deregister(self) -> None:
+        """Delete the registration and close the session, for at most the session timeout.
+
+        ZooKeeper operations retry until the session expires, which a client cut off from
+        ZooKeeper never learns: without a bound, SIGTERM would hang for as long as
+        ZooKeeper is unreachable. Past the session timeout the server has expired the
+        session and deleted the registration anyway.
+        """
+        timeout_s = self.config.zookeeper_session_timeout_ms / 1000
+        try:
+            await asyncio.wait_for(self.zk.deregister_broker(self.broker_id), timeout_s)
+        except TimeoutError:
+            logger.warning(
+                "ZooKeeper unreachable at shutdown event=deregister_timeout broker=%d "
+                "timeout_s=%.1f: the registration goes when the session expires",
+                self.broker_id,
+                timeout_s,
+            )
+        finally:
+            await self.zk.close()
+
+    async def _abandon_start(self) -> None:
+        """Undo a partial start. The replica manager is only shut down if it started: before
+        it read the HW checkpoint, its shutdown would overwrite that file with nothing."""
+        if self._grpc is not None:
+            await self._grpc.stop(None)
+        if self._replica_manager_started:
+            await self.replica_manager.shutdown()
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self.executor, self.log_manager.shutdown)
+        except Exception:
+            logger.exception("closing the logs failed broker=%d", self.broker_id)
+        await self.zk.close()
+        self.executor.shutdown(wait=True)
 
     async def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then shut down cleanly."""
@@ -125,3 +192,20 @@ class BrokerServer:
         await self.start()
         await stop.wait()
         await self.stop()
+
+
+def _bind_problem(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be bound, in words: gRPC only says that binding failed."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        return f"cannot resolve {host}: {err}"
+    family, kind, proto, _, sockaddr = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        try:
+            probe.bind(sockaddr)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                return "the port is already in use by another process (pick another --port)"
+            return str(err)
+    return "gRPC could not bind it (it may have been freed since)"

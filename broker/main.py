@@ -80,7 +80,8 @@ def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from broker.broker_server import BrokerServer  # heavy (grpc): only when running one
+    # heavy (grpc): only when running one
+    from broker.broker_server import BrokerServer, BrokerStartupError
 
     config = config_from_args(args)
     handler: logging.Handler = (
@@ -89,5 +90,12 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, handlers=[handler], force=True)
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
-        runner.run(BrokerServer(config).run_until_signalled())
+        try:
+            runner.run(BrokerServer(config).run_until_signalled())
+        except BrokerStartupError as err:
+            # Something a person must fix: one line that says what, not a traceback.
+            logging.getLogger("broker").error("broker failed to start event=start_failed %s", err)
+            if args.log_file:
+                print(f"minibroker broker: {err} (see {args.log_file})", file=sys.stderr)
+            return 1
     return 0
