@@ -459,6 +459,8 @@ class ReplicaManager:
         it only stops waiting for the acknowledgement.
         """
         results: dict[TopicPartition, ProduceResult] = {}
+        if not await self.zk.ensure_session_lease():
+            return {tp: self._zombie_result(tp, "nothing was written") for tp in entries}
         waiting: dict[TopicPartition, ProducePartitionStatus] = {}
         for tp, records in entries.items():
             partition = self.partitions.get(tp)
@@ -485,8 +487,29 @@ class ReplicaManager:
             self._wake(tp)
             if required_acks == ACKS_ALL:
                 waiting[tp] = ProducePartitionStatus(info.last_offset + 1, info.first_offset)
-        if not waiting:
-            return results
+        if waiting:
+            await self._wait_for_isr(timeout_ms, waiting, results)
+        if not await self.zk.ensure_session_lease():
+            # The session may have expired while we appended or waited: this broker may
+            # have been replaced as leader, so it must not acknowledge (no zombie acks).
+            for tp, result in results.items():
+                if result.error_code == ErrorCode.NONE:
+                    results[tp] = self._zombie_result(tp, "written here but not acknowledged")
+        return results
+
+    def _zombie_result(self, tp: TopicPartition, what: str) -> ProduceResult:
+        return ProduceResult(
+            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            f"broker {self.broker_id} cannot confirm its ZooKeeper session, so it may have "
+            f"been replaced as leader of {tp}; {what}",
+        )
+
+    async def _wait_for_isr(
+        self,
+        timeout_ms: int,
+        waiting: dict[TopicPartition, ProducePartitionStatus],
+        results: dict[TopicPartition, ProduceResult],
+    ) -> None:
         operation = DelayedProduce(timeout_ms, waiting, self.partitions.get)
         if not self.produce_purgatory.try_complete_else_watch(operation, waiting):
             await operation.wait()
@@ -500,7 +523,6 @@ class ReplicaManager:
                     base_offset=previous.base_offset,
                     leader_epoch=previous.leader_epoch,
                 )
-        return results
 
     def _wake(self, tp: TopicPartition) -> None:
         """The partition changed (append, HW, leadership): re-check what waits on it."""

@@ -193,6 +193,9 @@ class BrokerZkClient:
         self._established_callbacks: list[SessionCallback] = []
         self._state_listeners: list[Callable[[ZkState], Awaitable[object] | None]] = []
         self._tasks: set[asyncio.Future[object]] = set()
+        self._lease_confirmed_at: float | None = None
+        """Loop time at which a request was sent that this session later saw answered."""
+        self._lease_task: asyncio.Task[None] | None = None
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> BrokerZkClient:
@@ -264,7 +267,55 @@ class BrokerZkClient:
         client_id = client.client_id
         if client_id is not None and self._session_id is None:
             self._session_id = self._last_session_id = client_id[0]
+        self._lease_confirmed_at = loop.time()
+        self._lease_task = loop.create_task(self._renew_session_lease())
         self._event(logging.INFO, "connected", connect=self._connect, session=self._session_hex())
+
+    # -- session lease ---------------------------------------------------------------------
+
+    def session_lease_valid(self) -> bool:
+        """Whether ZooKeeper cannot yet have expired this broker's session.
+
+        ZooKeeper expires a session only after hearing nothing from it for the session
+        timeout. A request sent at time t and answered proves the session was alive at some
+        moment after t, so it cannot expire before t + timeout. Past that, this broker may
+        already have been declared dead and replaced (a long GC pause, a SIGSTOP): a leader
+        must then acknowledge nothing until a fresh round trip proves the session alive.
+        The price: with ZooKeeper unreachable for a whole timeout, leaders stop accepting
+        writes, which is what "no zombie leaders" means.
+        """
+        confirmed = self._lease_confirmed_at
+        if confirmed is None or self._session_id is None or self._closing:
+            return False
+        return self._require_loop().time() - confirmed < self._session_timeout_ms / 1000
+
+    async def ensure_session_lease(self) -> bool:
+        """:meth:`session_lease_valid`, renewing a stale lease with one round trip first.
+
+        A stale lease with a live session is the normal state right after a long pause or
+        a new session; one read settles it. Cancelling only abandons the wait.
+        """
+        if self.session_lease_valid():
+            return True
+        if self._session_id is None or self._closing:
+            return False
+        with contextlib.suppress(ZkError, TimeoutError):
+            await asyncio.wait_for(self._ping(), self._session_timeout_ms / 3000)
+        return self.session_lease_valid()
+
+    async def _ping(self) -> None:
+        await self._call("exists", "/", lambda c: c.exists_async("/"))
+
+    async def _renew_session_lease(self) -> None:
+        """Renew the lease with a cheap read every third of the session timeout (every other
+        successful request renews it too, see :meth:`_call`)."""
+        loop = self._require_loop()
+        interval = self._session_timeout_ms / 3000
+        while not self._closing:
+            started = loop.time()
+            with contextlib.suppress(ZkError, TimeoutError):
+                await asyncio.wait_for(self._ping(), interval)
+            await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
 
     async def close(self) -> None:
         """Close the session (ZooKeeper deletes its ephemerals at once) and stop kazoo.
@@ -274,6 +325,8 @@ class BrokerZkClient:
         if self._client is None or self._closing:
             return
         self._closing = True
+        if self._lease_task is not None:
+            self._lease_task.cancel()
         client = self._client
         assert self._loop is not None
         await asyncio.shield(self._loop.run_in_executor(None, _stop_kazoo, client))
@@ -666,8 +719,9 @@ class BrokerZkClient:
         while True:
             if self._closing:
                 raise ZkConnectionError(f"{op} {path}: the ZooKeeper client is closed")
+            sent, session = loop.time(), self._session_id
             try:
-                return await _bridge(loop, start(self._client))
+                result = await _bridge(loop, start(self._client))
             except ConnectionLoss:
                 # kazoo queues requests made while it reconnects, so a retry waits for the
                 # connection; the pause only keeps a flapping connection from spinning.
@@ -680,6 +734,10 @@ class BrokerZkClient:
                 raise ZkSessionExpiredError(
                     f"{op} {path}: the ZooKeeper session expired before it completed"
                 ) from e
+            # An answer proves the session alive after `sent`: it renews the lease.
+            if session is not None and session == self._session_id:
+                self._lease_confirmed_at = max(self._lease_confirmed_at or sent, sent)
+            return result
 
     async def _set(self, path: str, data: bytes, version: int) -> Any:
         return await self._call("set", path, lambda c: c.set_async(path, data, version))
