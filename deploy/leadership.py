@@ -3,8 +3,9 @@
 :class:`StaticLeadership` does once what Kafka's controller does when a topic is created:
 it writes the assignment and each partition's state znode (leader = first replica, leader
 epoch 0, ISR = every replica), then sends LeaderAndIsr to the replicas and UpdateMetadata to
-every broker over the real ``Control`` gRPC service. It never elects again: a benchmark or a
-test that needs failover drives the brokers itself, or waits for the controller.
+every broker over the real ``Control`` gRPC service. It elects only when told to
+(:meth:`StaticLeadership.elect`): tests use that to drive failover by hand, exactly as the
+controller would write it, until the controller exists.
 
 Example usage::
 
@@ -15,7 +16,7 @@ Example usage::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import grpc
 from kazoo.client import KazooClient
@@ -43,7 +44,12 @@ class BrokerAddress(NamedTuple):
 
 
 class StaticLeadership:
-    """Writes topic and partition-state znodes and pushes them to the brokers, once."""
+    """Writes topic and partition-state znodes and pushes them to the brokers.
+
+    The brokers it talks to come from :meth:`reachable_brokers` and the leader endpoints it
+    names from :meth:`alive_brokers`; a subclass that watches processes come and go
+    overrides both.
+    """
 
     def __init__(
         self, zk: KazooClient, brokers: Mapping[int, BrokerAddress], controller_epoch: int = 1
@@ -62,6 +68,15 @@ class StaticLeadership:
         brokers = {p.broker_id: BrokerAddress(p.spec.host, p.port) for p in processes}
         return cls(zk, brokers, controller_epoch)
 
+    def reachable_brokers(self) -> dict[int, BrokerAddress]:
+        """The brokers requests are sent to."""
+        return dict(self.brokers)
+
+    def alive_brokers(self) -> dict[int, BrokerAddress]:
+        """The brokers ZooKeeper still counts as alive (a frozen one is, until its session
+        expires): their endpoints are named as leaders even if they cannot answer now."""
+        return self.reachable_brokers()
+
     def create_topic(
         self,
         topic: str,
@@ -70,6 +85,7 @@ class StaticLeadership:
     ) -> dict[TopicPartition, zk_data.PartitionState]:
         """Create ``topic`` with ``assignment`` (partition -> replicas, leader first).
 
+        Leader = first reachable replica, ISR = the reachable replicas, leader epoch 0.
         Returns the partition states as written. Raises kazoo's NodeExistsError if the topic
         exists, LeadershipError if a broker refuses a request, grpc.RpcError if one is down.
         """
@@ -79,11 +95,12 @@ class StaticLeadership:
             self.zk.create(
                 zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), makepath=True
             )
+        live = self.reachable_brokers()
         tps = []
         for partition, replicas in assignment.items():
             tp = TopicPartition(topic, partition)
             self.assignments[tp] = list(replicas)
-            isr = tuple(r for r in replicas if r in self.brokers)
+            isr = tuple(r for r in replicas if r in live)
             state = zk_data.PartitionStateData(isr[0], 0, isr, self.controller_epoch)
             self.zk.create(
                 zk_data.partition_state_path(tp),
@@ -91,23 +108,47 @@ class StaticLeadership:
                 makepath=True,
             )
             tps.append(tp)
-        states = {tp: self.state(tp) for tp in tps}
-        self.push(states)
-        return states
+        self.push(tps)
+        return {tp: self.state(tp) for tp in tps}
 
     def state(self, tp: TopicPartition) -> zk_data.PartitionState:
         """The partition's state znode as it is now (the leaders rewrite it on ISR changes)."""
         data, stat = self.zk.get(zk_data.partition_state_path(tp))
         return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
 
-    def push(self, states: Mapping[TopicPartition, zk_data.PartitionState]) -> None:
-        """LeaderAndIsr to each replica of ``states``, then UpdateMetadata to every broker.
+    def elect(
+        self, tp: TopicPartition, leader: int, isr: Iterable[int] | None = None
+    ) -> zk_data.PartitionState:
+        """Make ``leader`` the leader with the leader epoch bumped, as the controller does
+        (clean or unclean is the caller's choice), and push the new state."""
+        current = self.state(tp)
+        data = zk_data.PartitionStateData(
+            leader,
+            current.leader_epoch + 1,
+            tuple(isr) if isr is not None else current.isr,
+            self.controller_epoch,
+        )
+        self.zk.set(
+            zk_data.partition_state_path(tp),
+            zk_data.encode_partition_state(data),
+            version=current.zk_version,
+        )
+        self.push([tp])
+        return self.state(tp)
+
+    def push(self, tps: Iterable[TopicPartition], to: Iterable[int] | None = None) -> None:
+        """LeaderAndIsr with the current states of ``tps`` to their reachable replicas (or
+        only to ``to``), then UpdateMetadata to every reachable broker.
 
         In that order, as Kafka's controller sends them: a broker must know its role before
         clients are told to send it produce requests.
         """
-        leaders = {s.leader for s in states.values() if s.leader in self.brokers}
-        for broker_id, address in sorted(self.brokers.items()):
+        states = {tp: self.state(tp) for tp in tps}
+        reachable = self.reachable_brokers()
+        alive = self.alive_brokers()
+        targets = set(reachable) if to is None else set(to) & set(reachable)
+        leaders = sorted({s.leader for s in states.values()} & set(alive))
+        for broker_id in sorted(targets):
             request = pb.LeaderAndIsrRequest(
                 controller_id=CONTROLLER_ID, controller_epoch=self.controller_epoch, broker_epoch=-1
             )
@@ -116,53 +157,59 @@ class StaticLeadership:
                     request.partition_states.add(
                         topic_name=tp.topic,
                         partition_index=tp.partition,
-                        controller_epoch=s.controller_epoch,
-                        leader=s.leader,
-                        leader_epoch=s.leader_epoch,
-                        isr=s.isr,
-                        zk_version=s.zk_version,
                         replicas=self.assignments[tp],
+                        **_state_fields(s),
                     )
-            for leader in sorted(leaders):
-                leader_address = self.brokers[leader]
+            for leader in leaders:
                 request.live_leaders.add(
-                    node_id=leader, host=leader_address.host, port=leader_address.port
+                    node_id=leader, host=alive[leader].host, port=alive[leader].port
                 )
             if not request.partition_states:
                 continue
-            with _channel(address) as channel:
+            with _channel(reachable[broker_id]) as channel:
                 response = pb_grpc.ControlStub(channel).LeaderAndIsr(
                     request, timeout=REQUEST_TIMEOUT_S
                 )
             refused = [e for e in response.partition_errors if e.error_code != pb.NONE]
             if response.error_code != pb.NONE or refused:
                 raise LeadershipError(f"broker {broker_id} refused LeaderAndIsr: {response}")
-        self._update_metadata(states)
+        self._update_metadata(states, reachable)
 
-    def _update_metadata(self, states: Mapping[TopicPartition, zk_data.PartitionState]) -> None:
+    def _update_metadata(
+        self,
+        states: Mapping[TopicPartition, zk_data.PartitionState],
+        reachable: Mapping[int, BrokerAddress],
+    ) -> None:
         request = pb.UpdateMetadataRequest(
             controller_id=CONTROLLER_ID, controller_epoch=self.controller_epoch, broker_epoch=-1
         )
-        for broker_id, address in sorted(self.brokers.items()):
+        for broker_id, address in sorted(reachable.items()):
             request.live_brokers.add(node_id=broker_id, host=address.host, port=address.port)
         for tp, s in states.items():
             request.partition_states.add(
                 topic_name=tp.topic,
                 partition_index=tp.partition,
-                controller_epoch=s.controller_epoch,
-                leader=s.leader,
-                leader_epoch=s.leader_epoch,
-                isr=s.isr,
-                zk_version=s.zk_version,
                 replicas=self.assignments[tp],
+                **_state_fields(s),
             )
-        for broker_id, address in sorted(self.brokers.items()):
+        for broker_id, address in sorted(reachable.items()):
             with _channel(address) as channel:
                 response = pb_grpc.ControlStub(channel).UpdateMetadata(
                     request, timeout=REQUEST_TIMEOUT_S
                 )
             if response.error_code != pb.NONE:
                 raise LeadershipError(f"broker {broker_id} refused UpdateMetadata: {response}")
+
+
+def _state_fields(state: zk_data.PartitionState) -> dict[str, Any]:
+    """The state znode's fields as LeaderAndIsr and UpdateMetadata both carry them."""
+    return {
+        "controller_epoch": state.controller_epoch,
+        "leader": state.leader,
+        "leader_epoch": state.leader_epoch,
+        "isr": state.isr,
+        "zk_version": state.zk_version,
+    }
 
 
 def _channel(address: BrokerAddress) -> grpc.Channel:

@@ -1,9 +1,10 @@
 """Test-side cluster helpers: real broker processes plus a stand-in for the controller.
 
-Until the controller issue lands, :class:`TestController` plays its part as Kafka's
-controller would: it writes the topic assignment and the partition state znodes in
-ZooKeeper (the controller is their only writer of leader and leader_epoch) and then pushes
-LeaderAndIsr and UpdateMetadata to the brokers over the real ``Control`` gRPC service.
+Until the controller issue lands, :class:`TestController` (deploy.leadership's
+StaticLeadership over the cluster's processes) plays its part as Kafka's controller would:
+it writes the topic assignment and the partition state znodes in ZooKeeper (the controller
+is their only writer of leader and leader_epoch) and then pushes LeaderAndIsr and
+UpdateMetadata to the brokers over the real ``Control`` gRPC service.
 """
 
 from __future__ import annotations
@@ -16,17 +17,14 @@ from pathlib import Path
 import grpc
 from kazoo.client import KazooClient
 
-from broker import zk_data
 from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from broker.record_batch import Record, decode_batch, encode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess, BrokerSpec
+from deploy.leadership import BrokerAddress, StaticLeadership
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from tests.helpers import wait_for
-
-CONTROLLER_ID = 0
-"""Requests from the stand-in controller name broker 0, which never exists."""
 
 
 class Cluster:
@@ -183,123 +181,26 @@ def _batch_positions(records: bytes) -> Iterator[int]:
         yield scanned.position
 
 
-class TestController:
-    """Writes state znodes and sends LeaderAndIsr/UpdateMetadata as Kafka's controller does."""
+class TestController(StaticLeadership):
+    """The stand-in controller over a :class:`Cluster`'s processes: it talks to the brokers
+    that run and are not paused, and names a paused leader's endpoint (ZooKeeper still
+    counts it alive until its session expires)."""
 
     __test__ = False  # not a pytest test class
 
     def __init__(self, zk: KazooClient, cluster: Cluster, controller_epoch: int = 1) -> None:
-        self.zk = zk
+        super().__init__(zk, {}, controller_epoch)
         self.cluster = cluster
-        self.controller_epoch = controller_epoch
-        self.assignments: dict[TopicPartition, list[int]] = {}
 
-    def create_topic(
-        self,
-        topic: str,
-        assignment: Mapping[int, list[int]],
-        config: Mapping[str, str] | None = None,
-    ) -> None:
-        self.zk.ensure_path(zk_data.BROKER_TOPICS_PATH)
-        self.zk.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment))
-        if config:
-            self.zk.create(
-                zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), makepath=True
-            )
-        live = set(self.cluster.live())
-        for partition, replicas in assignment.items():
-            tp = TopicPartition(topic, partition)
-            self.assignments[tp] = list(replicas)
-            isr = tuple(r for r in replicas if r in live)
-            state = zk_data.PartitionStateData(isr[0], 0, isr, self.controller_epoch)
-            self.zk.create(
-                zk_data.partition_state_path(tp),
-                zk_data.encode_partition_state(state),
-                makepath=True,
-            )
-        self.push(list(self.assignments_of(topic)))
+    def reachable_brokers(self) -> dict[int, BrokerAddress]:
+        return {i: self._address(i) for i in self.cluster.live()}
 
-    def assignments_of(self, topic: str) -> list[TopicPartition]:
-        return [tp for tp in self.assignments if tp.topic == topic]
+    def alive_brokers(self) -> dict[int, BrokerAddress]:
+        return {i: self._address(i) for i, b in self.cluster.brokers.items() if b.is_running}
 
-    def state(self, tp: TopicPartition) -> zk_data.PartitionState:
-        data, stat = self.zk.get(zk_data.partition_state_path(tp))
-        return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
-
-    def elect(
-        self, tp: TopicPartition, leader: int, isr: Iterable[int] | None = None
-    ) -> zk_data.PartitionState:
-        """Make ``leader`` the leader with a bumped epoch (clean or unclean: the caller says)."""
-        current = self.state(tp)
-        new_isr = tuple(isr) if isr is not None else current.isr
-        data = zk_data.PartitionStateData(
-            leader, current.leader_epoch + 1, new_isr, self.controller_epoch
-        )
-        self.zk.set(
-            zk_data.partition_state_path(tp),
-            zk_data.encode_partition_state(data),
-            version=current.zk_version,
-        )
-        self.push([tp])
-        return self.state(tp)
-
-    def push(self, tps: list[TopicPartition], to: Iterable[int] | None = None) -> None:
-        """LeaderAndIsr to the live replicas of ``tps``, then UpdateMetadata to all live."""
-        live = set(self.cluster.live())
-        states = {tp: self.state(tp) for tp in tps}
-        leaders = {s.leader for s in states.values() if s.leader >= 0}
-        targets = set(to) if to is not None else live
-        for broker_id in sorted(targets & live):
-            request = pb.LeaderAndIsrRequest(
-                controller_id=CONTROLLER_ID, controller_epoch=self.controller_epoch, broker_epoch=-1
-            )
-            for tp, s in states.items():
-                if broker_id not in self.assignments[tp]:
-                    continue
-                request.partition_states.add(
-                    topic_name=tp.topic,
-                    partition_index=tp.partition,
-                    controller_epoch=s.controller_epoch,
-                    leader=s.leader,
-                    leader_epoch=s.leader_epoch,
-                    isr=s.isr,
-                    zk_version=s.zk_version,
-                    replicas=self.assignments[tp],
-                )
-            # A paused leader is still alive as far as ZooKeeper knows (until its session
-            # expires), so a real controller would still name it.
-            running = {i for i, b in self.cluster.brokers.items() if b.is_running}
-            for leader in sorted(leaders & running):
-                b = self.cluster.brokers[leader]
-                request.live_leaders.add(node_id=leader, host=b.spec.host, port=b.port)
-            if request.partition_states:
-                response = self.cluster.control_stub(broker_id).LeaderAndIsr(request, timeout=10)
-                assert response.error_code == pb.NONE, response
-                for err in response.partition_errors:
-                    assert err.error_code == pb.NONE, err
-        self.update_metadata(states)
-
-    def update_metadata(self, states: Mapping[TopicPartition, zk_data.PartitionState]) -> None:
-        live = self.cluster.live()
-        request = pb.UpdateMetadataRequest(
-            controller_id=CONTROLLER_ID, controller_epoch=self.controller_epoch, broker_epoch=-1
-        )
-        for broker_id in live:
-            b = self.cluster.brokers[broker_id]
-            request.live_brokers.add(node_id=broker_id, host=b.spec.host, port=b.port)
-        for tp, s in states.items():
-            request.partition_states.add(
-                topic_name=tp.topic,
-                partition_index=tp.partition,
-                controller_epoch=s.controller_epoch,
-                leader=s.leader,
-                leader_epoch=s.leader_epoch,
-                isr=s.isr,
-                zk_version=s.zk_version,
-                replicas=self.assignments[tp],
-            )
-        for broker_id in live:
-            self.cluster.control_stub(broker_id).UpdateMetadata(request, timeout=10)
+    def _address(self, broker_id: int) -> BrokerAddress:
+        broker = self.cluster.brokers[broker_id]
+        return BrokerAddress(broker.spec.host, broker.port)
 
     def wait_for_isr(self, tp: TopicPartition, isr: set[int], timeout: float = 20) -> None:
         wait_for(

@@ -28,10 +28,11 @@ from broker.record_batch import decode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from broker.zk_data import broker_path
 from deploy.broker_process import BrokerProcess, BrokerSpec
+from deploy.leadership import CONTROLLER_ID
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
-from tests.cluster import CONTROLLER_ID, Cluster, running_cluster
+from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
