@@ -137,3 +137,29 @@ def test_min_insync_replicas_refuses_acks_all_then_followers_rejoin(
             }
 
         wait_for(lambda: notified() == {TP}, 20, message="an isr_change_notification for TP")
+
+
+def test_acks_zero_writes_and_stop_replica_deletes_the_partition(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    with running_cluster(zk_client, zk_connect, tmp_path, (1, 2)) as cluster:
+        cluster.controller.create_topic(TP.topic, {0: [1, 2]})
+        fire_and_forget = cluster.produce(1, TP, [b"a", b"b"], acks=0)
+        assert fire_and_forget.error_code == pb.NONE
+        wait_for(
+            lambda: [v for _, v in cluster.replica_records(2, TP)] == [b"a", b"b"],
+            10,
+            message="the acks=0 records to replicate",
+        )
+
+        request = pb.StopReplicaRequest(controller_id=0, controller_epoch=1, broker_epoch=-1)
+        request.partition_states.add(
+            topic_name=TP.topic, partition_index=0, leader_epoch=-2, delete_partition=True
+        )
+        for broker_id in (2, 1):
+            response = cluster.control_stub(broker_id).StopReplica(request, timeout=10)
+            assert response.error_code == pb.NONE
+            assert [e.error_code for e in response.partition_errors] == [pb.NONE]
+            assert not cluster.partition_dir(broker_id, TP).exists()
+        gone = cluster.produce(1, TP, [b"c"], acks=1)
+        assert gone.error_code == pb.UNKNOWN_TOPIC_OR_PARTITION
