@@ -116,7 +116,8 @@ def _tmp_path(path: Path) -> Path:
     return path.with_name(path.name + ".tmp")
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
+    """Make a directory's entries (a created, renamed or deleted file) durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -150,7 +151,7 @@ def atomic_write_text(path: Path, text: str) -> None:
         except OSError:
             log.warning("could not remove %s after a failed checkpoint write", tmp)
         raise
-    _fsync_dir(path.parent)
+    fsync_directory(path.parent)
 
 
 def _read_text(path: Path) -> str | None:

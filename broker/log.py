@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import itertools
 import logging
-import os
 import re
 import shutil
 import struct
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
+from broker.checkpoints import fsync_directory
 from broker.leader_epoch_cache import CheckpointError, EpochEntry, LeaderEpochFileCache
 from broker.log_segment import (
     INDEX_SUFFIX,
@@ -366,7 +366,7 @@ class Log:
                 for segment in segments:
                     if segment.base_offset >= recovered_from:
                         segment.flush()
-            _fsync_directory(directory)
+            fsync_directory(directory)
             epoch_cache.truncate_from_end(log_end_offset)
             epoch_cache.truncate_from_start(start)
         except BaseException:
@@ -604,7 +604,7 @@ class Log:
             with contextlib.suppress(SegmentClosedError):  # deleted meanwhile: nothing to sync
                 segment.flush()
         if dir_dirty:
-            _fsync_directory(self._directory)
+            fsync_directory(self._directory)
         with self._lock:
             if generation == self._truncations and target > self._recovery_point:
                 self._recovery_point = target
@@ -1072,11 +1072,3 @@ def _largest_timestamp(segment: LogSegment) -> int:
     """Kafka's ``LogSegment.largestTimestamp``: the max record timestamp, else the mtime."""
     largest = segment.max_timestamp()
     return largest if largest >= 0 else segment.last_modified_ms
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import os
 import re
 import shutil
 import threading
@@ -44,6 +43,7 @@ from broker.checkpoints import (
     CheckpointError,
     OffsetCheckpointFile,
     atomic_write_text,
+    fsync_directory,
     read_meta_properties,
     write_meta_properties,
 )
@@ -218,7 +218,7 @@ class LogManager:
         if not marker.exists():
             return False
         marker.unlink()
-        _fsync_dir(self._data_dir)
+        fsync_directory(self._data_dir)
         return True
 
     def _read_checkpoint(
@@ -332,7 +332,7 @@ class LogManager:
                 return doomed is not None
             renamed = self._data_dir / f"{tp.dir_name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
             directory.rename(renamed)
-            _fsync_dir(self._data_dir)
+            fsync_directory(self._data_dir)
         shutil.rmtree(renamed, ignore_errors=True)
         log.info("deleted log %s", tp)
         return True
@@ -452,11 +452,3 @@ def _for_each(logs: Mapping[TopicPartition, Log], what: str, action: Callable[[L
             first = first or e
     if first is not None:
         raise first
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -635,17 +635,24 @@ class ReplicaManager:
 
     # -- OffsetsForLeaderEpoch and ListOffsets ------------------------------------------------
 
+    def _leader_partition(self, tp: TopicPartition, current_leader_epoch: int | None) -> Partition:
+        """The partition, if this broker leads it in the epoch the requester names."""
+        partition = self.partitions.get(tp)
+        if partition is None:
+            raise errors.UnknownTopicOrPartitionError(f"broker {self.broker_id} does not host {tp}")
+        partition.check_leader_epoch(current_leader_epoch)
+        if not partition.is_leader:
+            raise errors.NotLeaderOrFollowerError(
+                f"broker {self.broker_id} is not the leader of {tp} (leader {partition.leader_id})"
+            )
+        return partition
+
     def last_offset_for_leader_epoch(
         self, tp: TopicPartition, current_leader_epoch: int | None, leader_epoch: int
     ) -> tuple[int, int, int]:
         """(error code, epoch, end offset) for one partition, served by the leader only."""
-        partition = self.partitions.get(tp)
-        if partition is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
         try:
-            partition.check_leader_epoch(current_leader_epoch)
-            if not partition.is_leader:
-                raise errors.NotLeaderOrFollowerError()
+            partition = self._leader_partition(tp, current_leader_epoch)
         except errors.BrokerResponseError as err:
             return err.code, -1, -1
         epoch, end_offset = partition.last_offset_for_leader_epoch(leader_epoch)
@@ -655,13 +662,8 @@ class ReplicaManager:
         self, tp: TopicPartition, current_leader_epoch: int | None, timestamp: int, replica_id: int
     ) -> tuple[int, int, int]:
         """(error code, offset, timestamp): earliest, latest (the HW for consumers) or by time."""
-        partition = self.partitions.get(tp)
-        if partition is None:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1
         try:
-            partition.check_leader_epoch(current_leader_epoch)
-            if not partition.is_leader:
-                raise errors.NotLeaderOrFollowerError()
+            partition = self._leader_partition(tp, current_leader_epoch)
         except errors.BrokerResponseError as err:
             return err.code, -1, -1
         if timestamp == LIST_OFFSETS_EARLIEST:

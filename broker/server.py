@@ -65,6 +65,13 @@ def _partition_problem(tp: TopicPartition) -> int | None:
     return None
 
 
+def _current_leader_epoch(
+    part: pb.FetchPartition | pb.OffsetForLeaderPartition | pb.ListOffsetsPartition,
+) -> int | None:
+    """KIP-320's optional current_leader_epoch: None (no fencing) when the client omits it."""
+    return part.current_leader_epoch if part.HasField("current_leader_epoch") else None
+
+
 class BrokerService(pb_grpc.BrokerServicer):
     """Produce, Fetch, OffsetsForLeaderEpoch, ListOffsets and Metadata."""
 
@@ -154,9 +161,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 specs[tp] = FetchSpec(
                     fetch_offset=part.fetch_offset,
                     max_bytes=part.partition_max_bytes,
-                    current_leader_epoch=(
-                        part.current_leader_epoch if part.HasField("current_leader_epoch") else None
-                    ),
+                    current_leader_epoch=_current_leader_epoch(part),
                     log_start_offset=part.log_start_offset,
                 )
         _unique("fetch request", order)
@@ -209,11 +214,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     if problem is not None:
                         code, epoch, end = problem, -1, -1
                     else:
-                        current = (
-                            part.current_leader_epoch
-                            if part.HasField("current_leader_epoch")
-                            else None
-                        )
+                        current = _current_leader_epoch(part)
                         code, epoch, end = self.replica_manager.last_offset_for_leader_epoch(
                             tp, current, part.leader_epoch
                         )
@@ -237,11 +238,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     if problem is not None:
                         code, offset, timestamp = problem, -1, -1
                     else:
-                        current = (
-                            part.current_leader_epoch
-                            if part.HasField("current_leader_epoch")
-                            else None
-                        )
+                        current = _current_leader_epoch(part)
                         code, offset, timestamp = await self.replica_manager.list_offset(
                             tp, current, part.timestamp, request.replica_id
                         )
