@@ -206,7 +206,16 @@ class ReplicaManager:
 
     # -- control requests ----------------------------------------------------------------------
 
-    def _check_controller_epoch(self, controller_epoch: int) -> None:
+    def _check_control_request(self, controller_epoch: int, broker_epoch: int) -> None:
+        """Fence a control request from an old controller, or one addressed to an earlier
+        incarnation of this broker (KIP-380: the broker epoch is the czxid of our own
+        registration; -1 means the sender does not know it)."""
+        if 0 <= broker_epoch < self.broker_epoch:
+            raise errors.BrokerResponseError(
+                f"request for broker epoch {broker_epoch}, broker {self.broker_id} is at "
+                f"epoch {self.broker_epoch} (it restarted since)",
+                code=ErrorCode.STALE_BROKER_EPOCH,
+            )
         if controller_epoch < self.controller_epoch:
             raise errors.StaleControllerEpochError(
                 f"request from controller epoch {controller_epoch}, "
@@ -225,12 +234,10 @@ class ReplicaManager:
         """
         async with self._lock:
             try:
-                self._check_controller_epoch(request.controller_epoch)
-            except errors.StaleControllerEpochError as err:
+                self._check_control_request(request.controller_epoch, request.broker_epoch)
+            except errors.BrokerResponseError as err:
                 logger.warning("refused LeaderAndIsr %s", self._ctx(reason=err))
-                return pb.LeaderAndIsrResponse(error_code=err.code)
-            if request.broker_epoch >= 0:
-                self.broker_epoch = request.broker_epoch
+                return pb.LeaderAndIsrResponse(error_code=ErrorCode.ValueType(err.code))
             endpoints = {
                 b.node_id: BrokerInfo(b.node_id, b.host, b.port) for b in request.live_leaders
             }
@@ -397,9 +404,10 @@ class ReplicaManager:
         """Stop replicating partitions, deleting their logs when asked (topic deletion)."""
         async with self._lock:
             try:
-                self._check_controller_epoch(request.controller_epoch)
-            except errors.StaleControllerEpochError as err:
-                return pb.StopReplicaResponse(error_code=err.code)
+                self._check_control_request(request.controller_epoch, request.broker_epoch)
+            except errors.BrokerResponseError as err:
+                logger.warning("refused StopReplica %s", self._ctx(reason=err))
+                return pb.StopReplicaResponse(error_code=ErrorCode.ValueType(err.code))
             response = pb.StopReplicaResponse(error_code=ErrorCode.NONE)
             tps = [
                 TopicPartition(s.topic_name, s.partition_index) for s in request.partition_states
@@ -428,9 +436,10 @@ class ReplicaManager:
 
     def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
         try:
-            self._check_controller_epoch(request.controller_epoch)
-        except errors.StaleControllerEpochError as err:
-            return pb.UpdateMetadataResponse(error_code=err.code)
+            self._check_control_request(request.controller_epoch, request.broker_epoch)
+        except errors.BrokerResponseError as err:
+            logger.warning("refused UpdateMetadata %s", self._ctx(reason=err))
+            return pb.UpdateMetadataResponse(error_code=ErrorCode.ValueType(err.code))
         self.metadata_cache.update(
             controller_id=request.controller_id,
             controller_epoch=request.controller_epoch,

@@ -224,6 +224,12 @@ def test_stale_epochs_are_fenced(cluster: Cluster) -> None:
     )  # fmt: skip
     answer = cluster.control_stub(1).LeaderAndIsr(stale, timeout=10)
     assert answer.partition_errors[0].error_code == pb.FENCED_LEADER_EPOCH
+    # One addressed to an earlier incarnation of the broker (KIP-380 broker epoch).
+    stale.broker_epoch = 0
+    assert cluster.control_stub(1).LeaderAndIsr(stale, timeout=10).error_code == (
+        pb.STALE_BROKER_EPOCH
+    )
+    stale.broker_epoch = -1
     # And one from an older controller epoch.
     stale.controller_epoch = 0
     assert cluster.control_stub(1).LeaderAndIsr(stale, timeout=10).error_code == (
