@@ -5,7 +5,7 @@ arrive on kazoo's own threads. :class:`BrokerZkClient` wraps one ``KazooClient``
 event loop never blocks on it:
 
 - every operation uses kazoo's ``*_async`` call and bridges the ``IAsyncResult`` to an
-  asyncio future (``rawlink`` + ``loop.call_soon_threadsafe``);
+  asyncio future (``rawlink`` + ``loop.call_soon_threadsafe``, :mod:`broker.zk_async`);
 - connect and close, which only exist as blocking calls, run in the loop's default executor;
 - state changes (CONNECTED, SUSPENDED, LOST) are handed to the loop thread with
   ``call_soon_threadsafe`` and only then reach the registered callbacks, so callbacks may
@@ -57,6 +57,7 @@ from kazoo.retry import KazooRetry
 
 from broker.config import BrokerConfig, split_zookeeper_connect
 from broker.topic_partition import TopicPartition
+from broker.zk_async import bridge, start_kazoo, stop_kazoo
 from broker.zk_data import (
     BROKER_IDS_PATH,
     CONTROLLER_PATH,
@@ -254,11 +255,11 @@ class BrokerZkClient:
         self._client = client
         connected = False
         try:
-            connected = await loop.run_in_executor(None, _start_kazoo, client, timeout_s)
+            connected = await loop.run_in_executor(None, start_kazoo, client, timeout_s)
         finally:
             if not connected:
                 self._client = None
-                await asyncio.shield(loop.run_in_executor(None, _stop_kazoo, client))
+                await asyncio.shield(loop.run_in_executor(None, stop_kazoo, client))
         if not connected:
             raise ZkConnectionError(
                 f"could not connect to ZooKeeper at {self._connect} within "
@@ -329,7 +330,7 @@ class BrokerZkClient:
             self._lease_task.cancel()
         client = self._client
         assert self._loop is not None
-        await asyncio.shield(self._loop.run_in_executor(None, _stop_kazoo, client))
+        await asyncio.shield(self._loop.run_in_executor(None, stop_kazoo, client))
         for task in list(self._tasks):
             task.cancel()
         self._event(logging.INFO, "closed", session=self._session_hex())
@@ -339,7 +340,7 @@ class BrokerZkClient:
         """Create the chroot with a client outside it (kazoo cannot create its own root)."""
         root = KazooClient(hosts=self._hosts, timeout=self._session_timeout_ms / 1000)
         try:
-            if not _start_kazoo(root, timeout_s):
+            if not start_kazoo(root, timeout_s):
                 raise ZkConnectionError(
                     f"could not connect to ZooKeeper at {self._hosts} within "
                     f"{self._connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
@@ -348,7 +349,7 @@ class BrokerZkClient:
                 root.ensure_path(chroot)
                 self._event(logging.INFO, "chroot_created", path=chroot)
         finally:
-            _stop_kazoo(root)
+            stop_kazoo(root)
 
     # -- session callbacks -----------------------------------------------------------------
 
@@ -721,13 +722,14 @@ class BrokerZkClient:
                 raise ZkConnectionError(f"{op} {path}: the ZooKeeper client is closed")
             sent, session = loop.time(), self._session_id
             try:
-                result = await _bridge(loop, start(self._client))
+                result = await bridge(loop, start(self._client))
             except ConnectionLoss:
                 # kazoo queues requests made while it reconnects, so a retry waits for the
                 # connection; the pause only keeps a flapping connection from spinning.
                 self._event(logging.DEBUG, "retry_after_connection_loss", op=op, path=path)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
+                continue
             except ConnectionClosedError as e:  # a SessionExpiredError subclass: test first
                 raise ZkConnectionError(f"{op} {path}: the ZooKeeper client is closed") from e
             except SessionExpiredError as e:
@@ -760,48 +762,6 @@ class BrokerZkClient:
                 details,
                 extra={"zk_event": event, "broker_id": self._broker_id, "zk_fields": fields},
             )
-
-
-# -- kazoo bridging ----------------------------------------------------------------------------
-
-
-def _bridge(loop: asyncio.AbstractEventLoop, result: Any) -> asyncio.Future[Any]:
-    """An asyncio future settled, on ``loop``, by kazoo's IAsyncResult ``result``."""
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def on_done(done: Any) -> None:
-        # On kazoo's completion thread (or inline if kazoo's handler is stopped).
-        error = None if done.successful() else done.exception
-        value = done.value if error is None else None
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits the result
-            loop.call_soon_threadsafe(_settle, future, value, error)
-
-    result.rawlink(on_done)
-    return future
-
-
-def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.done():  # cancelled by the awaiting side
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-
-
-def _start_kazoo(client: Any, timeout_s: float) -> bool:
-    """Blocking (run in an executor): start ``client``, True once connected in time."""
-    event = client.start_async()
-    event.wait(timeout_s)
-    return bool(client.connected)
-
-
-def _stop_kazoo(client: Any) -> None:
-    """Blocking (run in an executor): close the session and release kazoo's threads."""
-    try:
-        client.stop()
-    finally:
-        client.close()
 
 
 def _describe_registration(data: bytes) -> str:

@@ -1,0 +1,1420 @@
+"""The controller's ZooKeeper access, for asyncio code: candidacy, fenced writes, reads, watches.
+
+Kafka's ``KafkaController`` does all its ZooKeeper work through ``KafkaZkClient``; this is
+that client for the controller that runs inside every minibroker process (DESIGN.md §6,
+reference/kafka-replication.md §6). It never blocks the event loop: every request is a
+kazoo ``*_async`` call bridged to an asyncio future (:mod:`broker.zk_async`), and every
+watch and state change is handed to the loop thread before any of our code runs.
+
+Candidacy (``KafkaController.elect``)
+    :meth:`ControllerZkClient.try_elect` creates the ephemeral ``/controller`` and bumps
+    ``/controller_epoch`` in **one multi-op** conditional on the epoch znode's zkVersion
+    (Kafka 2.x's ``KafkaZkClient.registerControllerAndIncrementControllerEpoch``): there is
+    no moment where ``/controller`` names a new controller while the epoch is still the old
+    one. The winner keeps the epoch znode's new zkVersion as its fencing token.
+
+Fencing (KAFKA-6082)
+    Every controller write (partition state create/set, topic assignment, deleting admin
+    znodes and ISR change notifications) is a multi-op whose first op checks
+    ``/controller_epoch`` at that token. If another controller was elected since, the check
+    fails, nothing of the write is applied, and :class:`ControllerMovedError` is raised
+    (Kafka's ``ControllerMovedException``): the caller resigns. Writes of independent
+    znodes are one multi each, all sent at once (pipelined, as ``KafkaZkClient`` does with
+    ``ZkVersionCheck`` on each request), so a batch costs about one round trip and one
+    partition's version conflict does not undo the others.
+
+Watches
+    ``watch_*`` set a standing watch whose callback runs on the event loop thread, with no
+    arguments: the caller re-reads what it needs, as Kafka's ``ZNodeChangeHandler`` /
+    ``ZNodeChildChangeHandler`` only enqueue a controller event that reads ZooKeeper when it
+    runs. The promise is *at least once after every change*: raw ZooKeeper watches fire
+    once, and kazoo drops them all on a connection loss without restoring them (it sends
+    no SetWatches, perf-ecosystem.md §A4), so each watch is re-registered after each fire
+    and after every reconnect, and the callback runs only once ZooKeeper acknowledged the
+    new registration (a later change fires it again, an earlier one is seen by the
+    re-read). It is also called once after every reconnect, because changes made while
+    disconnected are reported by nobody. Calls may be spurious. kazoo's DataWatch and
+    ChildrenWatch recipes are not used: they block while registering, a ChildrenWatch
+    whose znode is missing stops for good, they stay silent after a reconnect when the
+    children look unchanged (a broker that bounced meanwhile, KIP-380, would go unseen),
+    and they cannot be unregistered.
+
+Sessions
+    The controller's ``/controller`` is an ephemeral of this client's session. When the
+    session expires (LOST, or a new session without LOST first) the client forgets its
+    epoch, so later fenced writes raise ControllerMovedError, and calls the
+    :meth:`~ControllerZkClient.on_session_lost` callbacks: the caller must stop acting as
+    controller. kazoo then opens a new session by itself; the watches come back in it and
+    fire, so a ``watch_controller`` callback that runs :meth:`try_elect` stands again.
+    Unlike Kafka, where the controller shares the broker's session, this client has a
+    session of its own (one process, so both normally die together); the epoch fencing
+    does not depend on that.
+
+Requests interrupted by a connection loss are resent until they complete, the session
+expires (ZkSessionExpiredError) or the client is closed (ZkConnectionError), like Kafka's
+``retryRequestsUntilConnected``; each write is safe to resend (see each method). Cancelling
+a coroutine stops the waiting, but a request already sent may still be applied.
+
+Errors::
+
+    ZkError (broker.zk_client)
+     ├── ZkConnectionError        not started, unreachable at start, or closed
+     ├── ZkSessionExpiredError    the session expired while a request was pending
+     └── ControllerMovedError     a fenced write found another controller's epoch, or this
+                                  client is not the elected controller (any more)
+    ZkDataError (ValueError)      a znode's content is malformed (broker.zk_data)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import functools
+import inspect
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import EventType, KazooState
+from kazoo.retry import KazooRetry
+
+from broker.config import BrokerConfig, split_zookeeper_connect
+from broker.topic_partition import TopicPartition, topic_name_problem
+from broker.zk_async import bridge, on_loop, start_kazoo, stop_kazoo
+from broker.zk_client import ZkConnectionError, ZkError, ZkSessionExpiredError
+from broker.zk_data import (
+    ADMIN_DELETE_TOPICS_PATH,
+    BROKER_IDS_PATH,
+    BROKER_TOPICS_PATH,
+    CONTROLLER_EPOCH_PATH,
+    CONTROLLER_PATH,
+    ISR_CHANGE_NOTIFICATION_PATH,
+    ISR_CHANGE_PREFIX,
+    PREFERRED_REPLICA_ELECTION_PATH,
+    REASSIGN_PARTITIONS_PATH,
+    BrokerRegistration,
+    PartitionState,
+    PartitionStateData,
+    ZkDataError,
+    broker_path,
+    decode_broker_registration,
+    decode_controller,
+    decode_controller_epoch,
+    decode_isr_change_notification,
+    decode_partition_state,
+    decode_preferred_replica_election,
+    decode_reassign_partitions,
+    decode_topic_assignment,
+    delete_topic_path,
+    encode_controller,
+    encode_controller_epoch,
+    encode_partition_state,
+    encode_topic_assignment,
+    partition_state_path,
+    partitions_path,
+    topic_config_path,
+    topic_path,
+)
+
+__all__ = [
+    "INITIAL_CONTROLLER_EPOCH",
+    "ControllerMovedError",
+    "ControllerZkClient",
+    "LiveBroker",
+    "WatchCallback",
+    "WatchKind",
+    "ZkWatch",
+    "check_admin_path",
+    "fenced_results",
+    "isr_change_notification_path",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+INITIAL_CONTROLLER_EPOCH = 0
+"""What a missing ``/controller_epoch`` is created with, so the first controller has epoch 1
+(Kafka's ``KafkaController.InitialControllerEpoch``)."""
+
+WatchCallback = Callable[[], object]
+"""Called with no arguments on the event loop thread; an awaitable it returns is run as a
+task. The caller re-reads ZooKeeper: the call only says "something may have changed"."""
+
+_RETRY_MIN_S = 0.05
+_RETRY_MAX_S = 1.0
+_RECONNECT_MAX_DELAY_S = 1.0
+"""kazoo backs off between reconnect attempts up to an hour by default; a controller must get
+back within its session timeout, so the delay is capped (as BrokerZkClient does)."""
+_MULTI_BYSTANDERS = (RolledBackError, RuntimeInconsistency)
+"""What kazoo reports for the ops of a failed multi other than the one that failed it."""
+_TREE_DELETE_ATTEMPTS = 5
+"""How often :meth:`ControllerZkClient.delete_topic_znodes` re-lists a topic's subtree that
+changed under it before giving up."""
+
+
+class ControllerMovedError(ZkError):
+    """Kafka's ``ControllerMovedException`` (KAFKA-6082): this broker is not the controller.
+
+    Raised by a fenced write whose ``check`` of ``/controller_epoch`` failed (another
+    controller was elected since ours, nothing of the write was applied), or that was not
+    sent because this client holds no epoch (never elected, resigned, or its session
+    expired). The caller must resign: stop acting as controller and clear its state.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBroker:
+    """A registered broker as the controller sees it (Kafka's ``Broker`` + its epoch)."""
+
+    registration: BrokerRegistration
+    """The content of ``/brokers/ids/<id>``."""
+    broker_epoch: int
+    """The registration znode's czxid (KIP-380): it grows when the broker registers again,
+    so the controller can tell a bounced broker from one that stayed."""
+
+    @property
+    def host(self) -> str:
+        return self.registration.host
+
+    @property
+    def port(self) -> int:
+        return self.registration.port
+
+
+class WatchKind(enum.Enum):
+    """What a :class:`ZkWatch` reports."""
+
+    CHILDREN = "children"
+    """A child was created or deleted (the watched znode need not exist yet)."""
+    DATA = "data"
+    """The znode was created, changed or deleted."""
+
+
+# -- pure helpers ------------------------------------------------------------------------------
+
+
+def fenced_results(results: Sequence[Any], *, expected_version: int) -> list[Any]:
+    """The results of a fenced multi-op's own ops, without the leading epoch ``check``.
+
+    ``results`` is kazoo's answer to ``[check(/controller_epoch, v), op1, op2, ...]``: one
+    entry per op, each a value or, when the multi failed, an exception instance (the
+    failing op's own error, ``RolledBackError`` for the ops before it and
+    ``RuntimeInconsistency`` for those after). A failed check (BADVERSION, or NONODE for a
+    deleted epoch znode) means another controller was elected: ControllerMovedError.
+    """
+    if not results:
+        raise ZkError("a fenced multi-op returned no results")
+    check = results[0]
+    if isinstance(check, (BadVersionError, NoNodeError)):
+        raise ControllerMovedError(
+            f"{CONTROLLER_EPOCH_PATH} is no longer at zkVersion {expected_version}: "
+            "another controller was elected since (KAFKA-6082), nothing was written"
+        )
+    if isinstance(check, BaseException) and not isinstance(check, RolledBackError):
+        raise check
+    return list(results[1:])
+
+
+def isr_change_notification_path(name: str) -> str:
+    """``/isr_change_notification/<name>`` for a child name such as ``isr_change_0000000042``.
+
+    Raises ValueError for anything else, so a bad name cannot reach another znode.
+    """
+    suffix = name.removeprefix(ISR_CHANGE_PREFIX)
+    if suffix == name or not suffix.isascii() or not suffix.isdigit():
+        raise ValueError(f"not an ISR change notification name: {name!r}")
+    return f"{ISR_CHANGE_NOTIFICATION_PATH}/{name}"
+
+
+def check_admin_path(path: str) -> str:
+    """``path`` if it is one of the admin request znodes the controller deletes when done
+    (``/admin/reassign_partitions``, ``/admin/preferred_replica_election`` or
+    ``/admin/delete_topics/<t>``); ValueError otherwise."""
+    if path in (REASSIGN_PARTITIONS_PATH, PREFERRED_REPLICA_ELECTION_PATH):
+        return path
+    parent, _, topic = path.rpartition("/")
+    if parent == ADMIN_DELETE_TOPICS_PATH and topic_name_problem(topic) is None:
+        return path
+    raise ValueError(f"not an admin request znode: {path!r}")
+
+
+def _partition_path(tp: TopicPartition) -> str:
+    """``/brokers/topics/<t>/partitions/<p>``: the (empty) parent of the state znode."""
+    return partition_state_path(tp).rpartition("/")[0]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _register_controller(data: bytes, new_epoch: int, version: int) -> Callable[[Any], Any]:
+    """The election multi-op (Kafka's ``registerControllerAndIncrementControllerEpoch``):
+    create the ephemeral ``/controller`` and set ``/controller_epoch`` to ``new_epoch`` only
+    if it is still at ``version``, atomically."""
+
+    def start(client: Any) -> Any:
+        transaction = client.transaction()
+        transaction.create(CONTROLLER_PATH, data, ephemeral=True)
+        transaction.set_data(CONTROLLER_EPOCH_PATH, encode_controller_epoch(new_epoch), version)
+        return transaction.commit_async()
+
+    return start
+
+
+def _get(path: str) -> Callable[[Any], Any]:
+    return lambda client: client.get_async(path)
+
+
+def _get_children(path: str) -> Callable[[Any], Any]:
+    return lambda client: client.get_children_async(path)
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """One write op of a fenced multi."""
+
+    kind: Literal["create", "set", "delete"]
+    path: str
+    data: bytes = b""
+    version: int = -1
+    """Expected zkVersion for set and delete; -1 = any."""
+
+    def add_to(self, transaction: Any) -> None:
+        if self.kind == "create":
+            transaction.create(self.path, self.data)
+        elif self.kind == "set":
+            transaction.set_data(self.path, self.data, self.version)
+        else:
+            transaction.delete(self.path, self.version)
+
+
+# -- watches -----------------------------------------------------------------------------------
+
+
+class ZkWatch:
+    """A standing watch set by one of the ``ControllerZkClient.watch_*`` methods.
+
+    Its callback runs on the event loop thread at least once after every change (see
+    :class:`WatchKind`) and once after every reconnect. A ZooKeeper watch fires once, so
+    on each event a new registration is sent first, and the callback runs only once
+    ZooKeeper has acknowledged it. So when the callback runs the watch is set again: a
+    change made later fires it again, and one made before is seen by the callback's
+    re-read. Registrations that kazoo dropped with a connection are superseded by a new
+    generation on the next CONNECTED; late events of older generations are ignored.
+    :meth:`cancel` stops it (Kafka unregisters its handlers on resignation).
+    """
+
+    def __init__(
+        self,
+        owner: ControllerZkClient,
+        name: str,
+        kind: WatchKind,
+        path: str,
+        callback: WatchCallback,
+    ) -> None:
+        self._owner = owner
+        self.name = name
+        """Short label for logs, e.g. ``brokers``."""
+        self.kind = kind
+        self.path = path
+        self._callback = callback
+        self._generation = 0
+        self._cancelled = False
+        self._parent_missing = False
+        """A children watch on a missing znode watches for its creation instead."""
+        self._report: str | None = None
+        """Why the callback is due once the pending registration is acknowledged."""
+        self._armed = asyncio.Event()
+        self._arm_error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        state = "cancelled" if self._cancelled else "active"
+        return f"ZkWatch({self.name}, {self.kind.value} {self.path}, {state})"
+
+    @property
+    def active(self) -> bool:
+        """False once cancelled or the client closed."""
+        return not self._cancelled and not self._owner.closed
+
+    def cancel(self) -> None:
+        """Stop calling the callback (a registration already sent fires into nothing)."""
+        self._cancelled = True
+        self._owner._watches.discard(self)
+        self._armed.set()
+
+    async def _wait_armed(self) -> None:
+        await self._armed.wait()
+        if self._arm_error is not None:
+            raise self._arm_error
+        if self._owner.closed:
+            raise ZkConnectionError(f"watch {self.name}: the ZooKeeper client is closed")
+
+    def _arm(self, report: str | None = None) -> None:
+        """Send a new generation of the ZooKeeper watch (on the loop thread); once it is
+        acknowledged, call the callback if a ``report`` is due."""
+        owner = self._owner
+        client = owner._client
+        if self._cancelled or owner.closed or client is None:
+            return
+        if report is not None:
+            self._report = report
+        loop = owner._require_loop()
+        self._generation += 1
+        generation = self._generation
+        watcher = on_loop(loop, functools.partial(self._on_event, generation))
+        if self.kind is WatchKind.CHILDREN and not self._parent_missing:
+            result = client.get_children_async(self.path, watch=watcher)
+        else:
+            # exists() sets a watch whether or not the znode exists: created, changed, deleted.
+            result = client.exists_async(self.path, watch=watcher)
+        bridge(loop, result).add_done_callback(functools.partial(self._on_armed, generation))
+
+    def _on_armed(self, generation: int, future: asyncio.Future[Any]) -> None:
+        if future.cancelled() or self._cancelled or generation != self._generation:
+            return
+        error = future.exception()
+        if error is None:
+            if self._parent_missing and future.result() is not None:
+                # Created between our get_children and exists: watch its children now.
+                self._parent_missing = False
+                self._arm("created")
+                return
+            self._armed.set()
+            self._report_due()
+        elif isinstance(error, NoNodeError) and self.kind is WatchKind.CHILDREN:
+            self._parent_missing = True
+            self._arm()
+        elif isinstance(error, ConnectionLoss):
+            # kazoo dropped the registration with the connection; the next CONNECTED re-arms
+            # it and reports (any report due now is covered by that one).
+            self._owner._log(logging.DEBUG, "watch_arm_interrupted", watch=self.name)
+        elif isinstance(error, SessionExpiredError):  # ConnectionClosedError too
+            # Armed in the next session (or never, if closed): waiting longer helps nobody.
+            self._armed.set()
+        else:
+            self._owner._log(logging.ERROR, "watch_arm_failed", watch=self.name, error=repr(error))
+            self._arm_error = error
+            self._armed.set()
+            self._report_due()  # the caller's re-read will meet the error itself
+
+    def _report_due(self) -> None:
+        report, self._report = self._report, None
+        if report is not None:
+            self._owner._deliver(self, report)
+
+    def _on_event(self, generation: int, event: Any) -> None:
+        """A ZooKeeper watch event, on the loop thread."""
+        if self._cancelled or generation != self._generation or self._owner.closed:
+            return
+        if event.type == EventType.NONE:
+            return  # kazoo dropped the watch with the connection: CONNECTED re-arms it
+        self._parent_missing = False
+        self._arm(str(event.type).lower())
+
+    def _reconnected(self) -> None:
+        self._parent_missing = False
+        self._arm("reconnected")
+
+
+# -- the client --------------------------------------------------------------------------------
+
+
+class ControllerZkClient:
+    """One controller candidate's ZooKeeper session, used from its asyncio event loop.
+
+    Example usage (the controller's event loop does this)::
+
+        zk = ControllerZkClient.from_config(config)
+        await zk.start()
+        zk.on_session_lost(lambda: events.put_nowait(Expire()))
+        await zk.watch_controller(lambda: events.put_nowait(Reelect()))
+        epoch = await zk.try_elect()
+        if epoch is not None:
+            ...  # failover: watch_brokers(...), load state, fenced writes
+        ...
+        await zk.resign()
+        await zk.close()
+
+    All coroutines must be awaited on the loop that ran :meth:`start`.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        *,
+        broker_id: int,
+        session_timeout_ms: int = 6000,
+        connection_timeout_ms: int | None = None,
+    ) -> None:
+        """``connect`` is ``host:port[,host:port...][/chroot]`` (``zookeeper.connect``); a
+        missing chroot is created by :meth:`start`. ``broker_id`` is the candidate written
+        into ``/controller``. Raises ValueError for a malformed connect string.
+        """
+        self._hosts, self._chroot = split_zookeeper_connect(connect)
+        self._connect = connect.strip()
+        self._broker_id = broker_id
+        self._session_timeout_ms = session_timeout_ms
+        self._connection_timeout_ms = (
+            session_timeout_ms if connection_timeout_ms is None else connection_timeout_ms
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None
+        self._closing = False
+        self._connected_once = False
+        self._session_id: int | None = None
+        """The current session (kept while SUSPENDED, cleared on LOST); loop thread only."""
+        self._epoch: int | None = None
+        self._epoch_zk_version: int | None = None
+        self._lost_callbacks: list[Callable[[], object]] = []
+        self._watches: set[ZkWatch] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> ControllerZkClient:
+        """A client with the broker config's ``zookeeper.*`` settings and broker id."""
+        return cls(
+            config.zookeeper_connect,
+            broker_id=config.broker_id,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ControllerZkClient({self._connect!r}, broker={self._broker_id}, "
+            f"session={self._session_hex()}, epoch={self._epoch})"
+        )
+
+    async def __aenter__(self) -> ControllerZkClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def broker_id(self) -> int:
+        return self._broker_id
+
+    @property
+    def connected(self) -> bool:
+        """True while connected to a ZooKeeper server (False while SUSPENDED or closed)."""
+        return self._client is not None and not self._closing and bool(self._client.connected)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closing
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session's id (still set while SUSPENDED); None after LOST or close."""
+        return self._session_id
+
+    @property
+    def epoch(self) -> int | None:
+        """The controller epoch this client won, or None when it is not the controller."""
+        return self._epoch
+
+    @property
+    def epoch_zk_version(self) -> int | None:
+        """``/controller_epoch``'s zkVersion after our election: the fencing token."""
+        return self._epoch_zk_version
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect and open a session, waiting up to ``zookeeper.connection.timeout.ms``.
+
+        Creates the chroot first if it is missing. Raises ZkConnectionError on timeout.
+        """
+        if self._client is not None:
+            raise RuntimeError("ControllerZkClient.start() called twice")
+        self._loop = loop = asyncio.get_running_loop()
+        timeout_s = self._connection_timeout_ms / 1000
+        if self._chroot is not None:
+            await loop.run_in_executor(None, self._ensure_chroot, self._chroot, timeout_s)
+        session_timeout_s = self._session_timeout_ms / 1000
+        client = KazooClient(
+            hosts=self._connect,
+            timeout=session_timeout_s,
+            connection_retry=KazooRetry(
+                max_tries=-1, max_delay=min(_RECONNECT_MAX_DELAY_S, session_timeout_s / 3)
+            ),
+        )
+        client.add_listener(self._kazoo_listener(client, loop))
+        self._client = client
+        connected = False
+        try:
+            connected = await loop.run_in_executor(None, start_kazoo, client, timeout_s)
+        finally:
+            if not connected:
+                self._client = None
+                await asyncio.shield(loop.run_in_executor(None, stop_kazoo, client))
+        if not connected:
+            raise ZkConnectionError(
+                f"could not connect to ZooKeeper at {self._connect} within "
+                f"{self._connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
+            )
+        client_id = client.client_id
+        if client_id is not None and self._session_id is None:
+            self._session_id = int(client_id[0])
+        self._connected_once = True
+        self._log(logging.INFO, "connected", connect=self._connect, session=self._session_hex())
+
+    async def close(self) -> None:
+        """Close the session (ZooKeeper deletes ``/controller`` at once if it was ours) and
+        stop kazoo. No session-lost callbacks and no watches run for it. Idempotent."""
+        if self._client is None or self._closing:
+            return
+        self._closing = True
+        for watch in list(self._watches):
+            watch.cancel()
+        self._epoch = self._epoch_zk_version = None
+        await asyncio.shield(self._require_loop().run_in_executor(None, stop_kazoo, self._client))
+        for task in list(self._tasks):
+            task.cancel()
+        self._log(logging.INFO, "closed", session=self._session_hex())
+        self._session_id = None
+
+    def _ensure_chroot(self, chroot: str, timeout_s: float) -> None:
+        """Blocking (executor): create the chroot with a client outside it, as Kafka does."""
+        root = KazooClient(hosts=self._hosts, timeout=self._session_timeout_ms / 1000)
+        try:
+            if not start_kazoo(root, timeout_s):
+                raise ZkConnectionError(
+                    f"could not connect to ZooKeeper at {self._hosts} within "
+                    f"{self._connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
+                )
+            if root.exists(chroot) is None:
+                root.ensure_path(chroot)
+        finally:
+            stop_kazoo(root)
+
+    # -- session ---------------------------------------------------------------------------
+
+    def on_session_lost(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` on the loop thread when the session expires: ``/controller``
+        (if ours) is gone and the epoch is forgotten, so the caller must stop acting as
+        controller (Kafka's ``KafkaController.onControllerResignation`` after
+        ``Expire``). Once per lost session; never for :meth:`close`. An awaitable it returns
+        runs as a task."""
+        self._lost_callbacks.append(callback)
+
+    def _kazoo_listener(
+        self, client: Any, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[str], None]:
+        forward = on_loop(loop, self._on_state)
+
+        def listener(state: str) -> None:
+            # On kazoo's connection thread: read the session id kazoo has just set, hand over.
+            client_id = client.client_id if state == KazooState.CONNECTED else None
+            forward(str(state), None if client_id is None else int(client_id[0]))
+
+        return listener
+
+    def _on_state(self, state: str, session_id: int | None) -> None:
+        """Runs on the loop thread, in the order kazoo reported the changes."""
+        if self._closing:
+            return
+        if state == KazooState.SUSPENDED:
+            self._log(logging.WARNING, "suspended", session=self._session_hex())
+        elif state == KazooState.LOST:
+            self._session_lost()
+        elif state == KazooState.CONNECTED:
+            if session_id is not None and session_id != self._session_id:
+                if self._session_id is not None:  # a new session without LOST first
+                    self._session_lost()
+                self._session_id = session_id
+                if self._connected_once:
+                    self._log(logging.WARNING, "new_session", session=self._session_hex())
+            elif self._connected_once:
+                self._log(logging.INFO, "reconnected", session=self._session_hex())
+            # kazoo dropped every watch with the connection: set them again, and report,
+            # since nobody reports what changed while we were away.
+            for watch in list(self._watches):
+                watch._reconnected()
+
+    def _session_lost(self) -> None:
+        lost, self._session_id = self._session_id, None
+        if lost is None:
+            return
+        was_epoch = self._epoch
+        self._epoch = self._epoch_zk_version = None
+        self._log(
+            logging.ERROR,
+            "session_lost",
+            session=f"0x{lost:x}",
+            was_controller=was_epoch is not None,
+            lost_epoch=was_epoch,
+        )
+        for callback in list(self._lost_callbacks):
+            self._fire(callback)
+
+    # -- candidacy -------------------------------------------------------------------------
+
+    async def try_elect(self) -> int | None:
+        """Stand for controller once; return the new controller epoch if this broker won,
+        None if another broker is the controller (then :meth:`watch_controller` says when
+        to stand again).
+
+        Kafka's ``KafkaController.elect``: if ``/controller`` exists, stop. Else read
+        ``/controller_epoch`` (creating it with 0 if missing) and, in one multi-op, create
+        the ephemeral ``/controller`` and set the epoch to +1 at the version read. A lost
+        race on the epoch (BADVERSION) re-reads and tries again; a lost race on
+        ``/controller`` (NODEEXISTS) checks whether the winner is in fact us, i.e. the reply
+        to our own multi was lost and it was sent again. If this client already is the
+        controller, its epoch is returned. Cancelled after its multi-op was applied, it leaves
+        ``/controller`` ours with no epoch kept: the next call gives it up and stands again.
+        """
+        while True:
+            current = await self._read_controller()
+            if current is not None:
+                controller_id, owner = current
+                if owner == self._current_session_id():
+                    if self._epoch is not None:
+                        return self._epoch
+                    # Ours without a known epoch (an election cancelled after its multi was
+                    # applied): nobody else can win while it exists, and we cannot vouch for
+                    # the epoch, so give it up and stand again with a fresh one.
+                    self._log(logging.WARNING, "own_controller_without_epoch")
+                    await self._delete_own_controller()
+                    continue
+                self._forget_epoch("controller_exists", active_controller=controller_id)
+                return None
+            epoch, version = await self._read_or_create_epoch()
+            new_epoch = epoch + 1
+            data = encode_controller(self._broker_id, _now_ms())
+
+            [results] = await self._pipeline(
+                "elect", [_register_controller(data, new_epoch, version)]
+            )
+            _raise_unexpected(results)
+            created, epoch_stat = results
+            if not isinstance(created, BaseException):
+                return self._elected(new_epoch, int(epoch_stat.version))
+            if isinstance(created, NodeExistsError):
+                won = await self._won_anyway(new_epoch)
+                if won is not None:
+                    return self._elected(new_epoch, won)
+                self._log(logging.INFO, "election_lost", tried_epoch=new_epoch)
+                continue  # re-read: usually the winner is there now and we return None
+            if isinstance(epoch_stat, (BadVersionError, NoNodeError)):
+                self._log(logging.INFO, "election_epoch_race", tried_epoch=new_epoch)
+                continue
+            _raise_unexpected(created)
+            _raise_unexpected(epoch_stat)
+            raise ZkError(f"unexpected election multi-op result: {results!r}")
+
+    async def resign(self) -> None:
+        """Stop being the controller: forget the epoch (fenced writes now raise
+        ControllerMovedError) and delete ``/controller`` if this session holds it, so the
+        other candidates' watches fire. Never deletes another broker's ``/controller``.
+        Idempotent; a session that expired or was closed meanwhile took the znode with it.
+        """
+        self._forget_epoch("resigned")
+        with contextlib.suppress(ZkSessionExpiredError, ZkConnectionError):
+            await self._delete_own_controller()
+
+    async def controller_id(self) -> int | None:
+        """The active controller's broker id, or None when there is none."""
+        current = await self._read_controller()
+        return None if current is None else current[0]
+
+    async def controller_epoch(self) -> tuple[int, int] | None:
+        """``(epoch, zkVersion)`` of ``/controller_epoch`` as stored, or None if missing."""
+        [result] = await self._pipeline("get", [_get(CONTROLLER_EPOCH_PATH)])
+        if isinstance(result, NoNodeError):
+            return None
+        _raise_unexpected(result)
+        data, stat = result
+        epoch = self._decode(CONTROLLER_EPOCH_PATH, decode_controller_epoch, data)
+        return epoch, int(stat.version)
+
+    def _elected(self, epoch: int, zk_version: int) -> int:
+        self._epoch, self._epoch_zk_version = epoch, zk_version
+        self._log(logging.INFO, "elected", epoch_zk_version=zk_version, session=self._session_hex())
+        return epoch
+
+    def _forget_epoch(self, event: str, **fields: object) -> None:
+        if self._epoch is None:
+            self._log(logging.INFO, event, **fields)
+            return
+        self._log(logging.WARNING, event, resigned_epoch=self._epoch, **fields)
+        self._epoch = self._epoch_zk_version = None
+
+    async def _read_controller(self) -> tuple[int, int] | None:
+        """(broker id, owning session) of ``/controller``, or None if there is none."""
+        [result] = await self._pipeline("get", [_get(CONTROLLER_PATH)])
+        if isinstance(result, NoNodeError):
+            return None
+        _raise_unexpected(result)
+        data, stat = result
+        return self._decode(CONTROLLER_PATH, decode_controller, data), int(stat.ephemeralOwner)
+
+    async def _read_or_create_epoch(self) -> tuple[int, int]:
+        """(epoch, zkVersion) of ``/controller_epoch``, created with 0 when missing (Kafka's
+        ``KafkaController.maybeCreateControllerEpochZNode``)."""
+        initial = encode_controller_epoch(INITIAL_CONTROLLER_EPOCH)
+        while True:
+            [result] = await self._pipeline("get", [_get(CONTROLLER_EPOCH_PATH)])
+            if not isinstance(result, NoNodeError):
+                _raise_unexpected(result)
+                data, stat = result
+                epoch = self._decode(CONTROLLER_EPOCH_PATH, decode_controller_epoch, data)
+                return epoch, int(stat.version)
+            [created] = await self._pipeline(
+                "create",
+                [lambda client: client.create_async(CONTROLLER_EPOCH_PATH, initial)],
+            )
+            if not isinstance(created, NodeExistsError):  # else: another candidate made it
+                _raise_unexpected(created)
+                self._log(logging.INFO, "controller_epoch_created", path=CONTROLLER_EPOCH_PATH)
+
+    async def _won_anyway(self, new_epoch: int) -> int | None:
+        """After NODEEXISTS on ``/controller``: the epoch zkVersion if the znode is ours and
+        the epoch is the one we tried to write (our multi was applied, its reply lost)."""
+        controller, epoch = await self._pipeline(
+            "get", [_get(CONTROLLER_PATH), _get(CONTROLLER_EPOCH_PATH)]
+        )
+        if isinstance(controller, NoNodeError) or isinstance(epoch, NoNodeError):
+            return None
+        _raise_unexpected(controller)
+        _raise_unexpected(epoch)
+        if int(controller[1].ephemeralOwner) != self._current_session_id():
+            return None
+        stored = self._decode(CONTROLLER_EPOCH_PATH, decode_controller_epoch, epoch[0])
+        if stored == new_epoch:
+            return int(epoch[1].version)
+        # Ours, but the epoch is not the one we wrote: we cannot vouch for it. Give the znode
+        # up so that an election with a fresh epoch can run (ours or another candidate's).
+        self._log(logging.WARNING, "controller_epoch_mismatch", stored=stored, tried=new_epoch)
+        await self._delete_own_controller()
+        return None
+
+    async def _delete_own_controller(self) -> None:
+        [result] = await self._pipeline("get", [_get(CONTROLLER_PATH)])
+        if isinstance(result, NoNodeError):
+            return
+        _raise_unexpected(result)
+        stat = result[1]
+        if int(stat.ephemeralOwner) != self._current_session_id():
+            return
+        version = int(stat.version)
+        [deleted] = await self._pipeline(
+            "delete", [lambda client: client.delete_async(CONTROLLER_PATH, version)]
+        )
+        if not isinstance(deleted, (NoNodeError, BadVersionError)):
+            _raise_unexpected(deleted)
+            self._log(logging.INFO, "controller_znode_deleted")
+
+    # -- watches ---------------------------------------------------------------------------
+
+    async def watch_controller(self, callback: WatchCallback) -> ZkWatch:
+        """``/controller`` created, changed or deleted (Kafka's ``ControllerChangeHandler``):
+        a loser stands again with :meth:`try_elect`; a controller that sees another
+        broker's id there resigns."""
+        return await self._watch("controller", WatchKind.DATA, CONTROLLER_PATH, callback)
+
+    async def watch_brokers(self, callback: WatchCallback) -> ZkWatch:
+        """Children of ``/brokers/ids``: a broker registered or went away
+        (``BrokerChangeHandler``); compare :meth:`live_brokers` epochs to find bounces."""
+        return await self._watch("brokers", WatchKind.CHILDREN, BROKER_IDS_PATH, callback)
+
+    async def watch_topics(self, callback: WatchCallback) -> ZkWatch:
+        """Children of ``/brokers/topics``: topics created or deleted (``TopicChangeHandler``)."""
+        return await self._watch("topics", WatchKind.CHILDREN, BROKER_TOPICS_PATH, callback)
+
+    async def watch_topic_deletions(self, callback: WatchCallback) -> ZkWatch:
+        """Children of ``/admin/delete_topics`` (``TopicDeletionHandler``)."""
+        return await self._watch(
+            "topic_deletions", WatchKind.CHILDREN, ADMIN_DELETE_TOPICS_PATH, callback
+        )
+
+    async def watch_isr_change_notifications(self, callback: WatchCallback) -> ZkWatch:
+        """Children of ``/isr_change_notification`` (``IsrChangeNotificationHandler``)."""
+        return await self._watch(
+            "isr_change_notifications", WatchKind.CHILDREN, ISR_CHANGE_NOTIFICATION_PATH, callback
+        )
+
+    async def watch_reassignment(self, callback: WatchCallback) -> ZkWatch:
+        """``/admin/reassign_partitions`` created, changed or deleted
+        (``PartitionReassignmentHandler``)."""
+        return await self._watch("reassignment", WatchKind.DATA, REASSIGN_PARTITIONS_PATH, callback)
+
+    async def watch_preferred_replica_election(self, callback: WatchCallback) -> ZkWatch:
+        """``/admin/preferred_replica_election`` created, changed or deleted
+        (``PreferredReplicaElectionHandler``)."""
+        return await self._watch(
+            "preferred_replica_election",
+            WatchKind.DATA,
+            PREFERRED_REPLICA_ELECTION_PATH,
+            callback,
+        )
+
+    async def _watch(
+        self, name: str, kind: WatchKind, path: str, callback: WatchCallback
+    ) -> ZkWatch:
+        """Set a standing watch and return once ZooKeeper holds it, so a read made after
+        this returns cannot miss a later change. Not called for the current state: read it.
+        If the session expires meanwhile, it returns anyway (the watch is set, and fires,
+        in the next session). Cancelling the coroutine cancels the watch."""
+        self._require_loop()
+        if self._closing:
+            raise ZkConnectionError(f"watch {name}: the ZooKeeper client is closed")
+        watch = ZkWatch(self, name, kind, path, callback)
+        self._watches.add(watch)
+        watch._arm()
+        try:
+            await watch._wait_armed()
+        except BaseException:
+            watch.cancel()
+            raise
+        self._log(logging.INFO, "watch_set", watch=name, path=path, kind=kind.value)
+        return watch
+
+    def _deliver(self, watch: ZkWatch, reason: str) -> None:
+        self._log(logging.DEBUG, "watch_fired", watch=watch.name, path=watch.path, reason=reason)
+        self._fire(watch._callback)
+
+    def _fire(self, callback: Callable[[], object]) -> None:
+        try:
+            result = callback()
+        except Exception:
+            log.exception("controller_zk event=callback_failed broker=%s", self._broker_id)
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "controller_zk event=callback_failed broker=%s",
+                self._broker_id,
+                exc_info=task.exception(),
+            )
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def live_brokers(self) -> dict[int, LiveBroker]:
+        """Broker id -> registration and broker epoch (czxid) of every registered broker.
+
+        A broker that deregisters while being read is left out; so is a malformed
+        registration (logged), rather than failing the whole listing.
+        """
+        children = await self._children_or_empty(BROKER_IDS_PATH)
+        ids = sorted(int(child) for child in children if child.isascii() and child.isdigit())
+        results = await self._pipeline("get", [_get(broker_path(i)) for i in ids])
+        brokers: dict[int, LiveBroker] = {}
+        for broker_id, result in zip(ids, results, strict=True):
+            if isinstance(result, NoNodeError):
+                continue
+            _raise_unexpected(result)
+            data, stat = result
+            try:
+                registration = decode_broker_registration(data)
+            except ZkDataError as e:
+                path = broker_path(broker_id)
+                self._log(logging.WARNING, "bad_broker_registration", path=path, error=str(e))
+                continue
+            brokers[broker_id] = LiveBroker(registration, int(stat.czxid))
+        return brokers
+
+    async def topics(self) -> set[str]:
+        """Names of the topics under ``/brokers/topics`` (illegal names logged and left out:
+        no path can be built for them)."""
+        return self._legal_topics(
+            BROKER_TOPICS_PATH, await self._children_or_empty(BROKER_TOPICS_PATH)
+        )
+
+    async def topic_assignment(self, topic: str) -> dict[int, list[int]] | None:
+        """Partition -> replicas (assignment order) of ``/brokers/topics/<t>``; None if the
+        topic does not exist. Raises ZkDataError if the znode is malformed."""
+        path = topic_path(topic)
+        [result] = await self._pipeline("get", [_get(path)])
+        if isinstance(result, NoNodeError):
+            return None
+        _raise_unexpected(result)
+        return self._decode(path, decode_topic_assignment, result[0])
+
+    async def topic_assignments(self, topics: Iterable[str]) -> dict[str, dict[int, list[int]]]:
+        """:meth:`topic_assignment` of many topics, pipelined (the controller's failover
+        load). Missing topics are left out; so are malformed ones (logged), so one bad
+        znode cannot stop the controller from loading the rest."""
+        names = sorted(set(topics))
+        results = await self._pipeline("get", [_get(topic_path(t)) for t in names])
+        assignments: dict[str, dict[int, list[int]]] = {}
+        for topic, result in zip(names, results, strict=True):
+            if isinstance(result, NoNodeError):
+                continue
+            _raise_unexpected(result)
+            try:
+                assignments[topic] = decode_topic_assignment(result[0])
+            except ZkDataError as e:
+                self._log(logging.ERROR, "bad_topic_assignment", path=topic_path(topic), error=e)
+        return assignments
+
+    async def partition_states(
+        self, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, PartitionState]:
+        """The state znodes of ``tps`` with their zkVersions, pipelined. Partitions without
+        one are left out; so are malformed ones (logged)."""
+        wanted = sorted(set(tps))
+        results = await self._pipeline("get", [_get(partition_state_path(tp)) for tp in wanted])
+        states: dict[TopicPartition, PartitionState] = {}
+        for tp, result in zip(wanted, results, strict=True):
+            if isinstance(result, NoNodeError):
+                continue
+            _raise_unexpected(result)
+            data, stat = result
+            try:
+                states[tp] = PartitionState.from_data(
+                    decode_partition_state(data), int(stat.version)
+                )
+            except ZkDataError as e:
+                path = partition_state_path(tp)
+                self._log(logging.ERROR, "bad_partition_state", path=path, error=e)
+        return states
+
+    async def isr_change_notifications(self) -> list[tuple[str, list[TopicPartition]]]:
+        """(name, partitions) of every ``/isr_change_notification/isr_change_<seq>``, oldest
+        first. A malformed one comes with no partitions (logged) so that the caller still
+        deletes it, as Kafka's ``processIsrChangeNotification`` does."""
+        children = await self._children_or_empty(ISR_CHANGE_NOTIFICATION_PATH)
+        names = sorted(child for child in children if _is_isr_change_name(child))
+        results = await self._pipeline(
+            "get", [_get(isr_change_notification_path(name)) for name in names]
+        )
+        notifications: list[tuple[str, list[TopicPartition]]] = []
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, NoNodeError):
+                continue  # processed and deleted meanwhile
+            _raise_unexpected(result)
+            try:
+                partitions = decode_isr_change_notification(result[0])
+            except ZkDataError as e:
+                path = isr_change_notification_path(name)
+                self._log(logging.WARNING, "bad_isr_change_notification", path=path, error=e)
+                partitions = []
+            notifications.append((name, partitions))
+        return notifications
+
+    async def topics_to_delete(self) -> set[str]:
+        """Topics marked for deletion under ``/admin/delete_topics``."""
+        children = await self._children_or_empty(ADMIN_DELETE_TOPICS_PATH)
+        return self._legal_topics(ADMIN_DELETE_TOPICS_PATH, children)
+
+    async def reassign_request(self) -> dict[TopicPartition, list[int]] | None:
+        """The target replicas of ``/admin/reassign_partitions``; None if there is no
+        request. Raises ZkDataError if it is malformed (the caller deletes it)."""
+        return await self._read_admin(REASSIGN_PARTITIONS_PATH, decode_reassign_partitions)
+
+    async def preferred_replica_election_request(self) -> set[TopicPartition] | None:
+        """The partitions of ``/admin/preferred_replica_election``; None if there is no
+        request. Raises ZkDataError if it is malformed (the caller deletes it)."""
+        partitions = await self._read_admin(
+            PREFERRED_REPLICA_ELECTION_PATH, decode_preferred_replica_election
+        )
+        return None if partitions is None else set(partitions)
+
+    async def _read_admin(self, path: str, decode: Callable[[bytes], T]) -> T | None:
+        [result] = await self._pipeline("get", [_get(path)])
+        if isinstance(result, NoNodeError):
+            return None
+        _raise_unexpected(result)
+        return self._decode(path, decode, result[0])
+
+    async def _children_or_empty(self, path: str) -> list[str]:
+        [result] = await self._pipeline("get_children", [_get_children(path)])
+        if isinstance(result, NoNodeError):
+            return []
+        _raise_unexpected(result)
+        return list(result)
+
+    def _legal_topics(self, parent: str, names: Iterable[str]) -> set[str]:
+        topics = set()
+        for name in names:
+            problem = topic_name_problem(name)
+            if problem is None:
+                topics.add(name)
+            else:
+                self._log(logging.WARNING, "illegal_topic_znode", parent=parent, problem=problem)
+        return topics
+
+    # -- fenced writes (KAFKA-6082) --------------------------------------------------------
+
+    async def create_partition_states(
+        self, states: Mapping[TopicPartition, PartitionStateData]
+    ) -> dict[TopicPartition, int | None]:
+        """Create the state znodes of new partitions (Kafka's
+        ``PartitionStateMachine.initializeLeaderAndIsrForPartitions``); return each one's
+        zkVersion (0), or None where it was not created: it exists already with other
+        content (the caller re-reads), or the topic znode is gone.
+
+        The parents (``.../partitions`` and ``.../partitions/<p>``) are created first, in
+        the same pipeline, each under the epoch check; "exists already" is fine for them.
+        A state that already holds exactly ``states[tp]`` counts as created (our resent
+        create). Raises ControllerMovedError if another controller was elected.
+        """
+        if not states:
+            return {}
+        tps = sorted(states)
+        topics = sorted({tp.topic for tp in tps})
+        batches = (
+            [[_Op("create", partitions_path(topic))] for topic in topics]
+            + [[_Op("create", _partition_path(tp))] for tp in tps]
+            + [
+                [_Op("create", partition_state_path(tp), encode_partition_state(states[tp]))]
+                for tp in tps
+            ]
+        )
+        results = await self._fenced_pipeline("create_partition_states", batches)
+        for [parent] in results[: len(topics) + len(tps)]:
+            if not isinstance(parent, (NodeExistsError, NoNodeError)):
+                _raise_unexpected(parent)
+        created: dict[TopicPartition, int | None] = {}
+        existing: list[TopicPartition] = []
+        for tp, [result] in zip(tps, results[len(topics) + len(tps) :], strict=True):
+            if isinstance(result, NodeExistsError):
+                existing.append(tp)
+            elif isinstance(result, NoNodeError):
+                self._log(logging.WARNING, "partition_state_topic_missing", partition=tp)
+                created[tp] = None
+            else:
+                _raise_unexpected(result)
+                created[tp] = 0
+        created.update(await self._same_content(existing, states, "partition_state_exists"))
+        self._log_batch("partition_states_created", created)
+        return created
+
+    async def update_partition_states(
+        self, updates: Mapping[TopicPartition, tuple[PartitionStateData, int]]
+    ) -> dict[TopicPartition, int | None]:
+        """Write each partition's new state if its znode is still at the expected zkVersion;
+        return the new zkVersion, or None where it moved on or is gone (BADVERSION: the
+        caller re-reads and decides again, never overwrites). Kafka's
+        ``KafkaZkClient.updateLeaderAndIsr``.
+
+        One fenced multi per partition, all pipelined: a multi is all-or-nothing, so one
+        per partition keeps a conflict on one partition from failing the rest, without a
+        retry round per conflict; ZooKeeper answers the pipeline in one round trip and
+        group-commits it. A BADVERSION is re-read once: if the znode already holds exactly
+        our state, it was our own write whose reply was lost and resent, and its version
+        is returned. Raises ControllerMovedError if another controller was elected (the
+        writes answered before that were applied under our epoch and stay valid).
+        """
+        if not updates:
+            return {}
+        tps = sorted(updates)
+        batches = [
+            [
+                _Op(
+                    "set",
+                    partition_state_path(tp),
+                    encode_partition_state(updates[tp][0]),
+                    updates[tp][1],
+                )
+            ]
+            for tp in tps
+        ]
+        results = await self._fenced_pipeline("update_partition_states", batches)
+        written: dict[TopicPartition, int | None] = {}
+        conflicts: list[TopicPartition] = []
+        for tp, [result] in zip(tps, results, strict=True):
+            if isinstance(result, BadVersionError):
+                conflicts.append(tp)
+            elif isinstance(result, NoNodeError):
+                written[tp] = None
+            else:
+                _raise_unexpected(result)
+                written[tp] = int(result.version)
+        wanted = {tp: updates[tp][0] for tp in conflicts}
+        written.update(await self._same_content(conflicts, wanted, "partition_state_conflict"))
+        self._log_batch("partition_states_updated", written)
+        return written
+
+    async def set_topic_assignment(
+        self, topic: str, assignment: Mapping[int, Iterable[int]], *, expected_version: int = -1
+    ) -> int | None:
+        """Write ``/brokers/topics/<t>`` (reassignment completion, Kafka's
+        ``KafkaZkClient.setTopicAssignment``); return the new zkVersion, or None if the
+        topic does not exist or is not at ``expected_version`` (-1: any). Raises
+        ControllerMovedError if another controller was elected."""
+        path = topic_path(topic)
+        op = _Op("set", path, encode_topic_assignment(assignment), expected_version)
+        [[result]] = await self._fenced_pipeline("set_topic_assignment", [[op]])
+        if isinstance(result, (NoNodeError, BadVersionError)):
+            self._log(logging.WARNING, "topic_assignment_not_set", path=path, error=repr(result))
+            return None
+        _raise_unexpected(result)
+        self._log(logging.INFO, "topic_assignment_set", path=path, version=result.version)
+        return int(result.version)
+
+    async def delete_topic_znodes(self, topic: str) -> None:
+        """Delete a topic's znodes when its deletion is complete (Kafka's
+        ``TopicDeletionManager.completeDeleteTopic``): ``/brokers/topics/<t>`` with its
+        partitions and states, ``/config/topics/<t>`` and ``/admin/delete_topics/<t>``.
+
+        One fenced multi, children before parents, so the topic disappears all at once or
+        not at all. ZooKeeper has no recursive delete: the tree is listed first, and if it
+        changed before the multi ran (NONODE or NOTEMPTY) it is listed again. Missing
+        znodes are fine. Raises ControllerMovedError if another controller was elected.
+        """
+        roots = [topic_path(topic), topic_config_path(topic), delete_topic_path(topic)]
+        for _ in range(_TREE_DELETE_ATTEMPTS):
+            paths = await self._list_trees(roots)
+            if not paths:
+                return
+            ops = [_Op("delete", path) for path in reversed(paths)]  # children first
+            [results] = await self._fenced_pipeline("delete_topic_znodes", [ops])
+            failures = [r for r in results if isinstance(r, BaseException)]
+            causes = [r for r in failures if not isinstance(r, _MULTI_BYSTANDERS)]
+            if not failures:
+                self._log(logging.INFO, "topic_znodes_deleted", topic=topic, znodes=len(paths))
+                return
+            for cause in causes:
+                if not isinstance(cause, (NoNodeError, NotEmptyError)):
+                    raise cause
+            self._log(logging.INFO, "topic_znodes_changed_retrying", topic=topic)
+        raise ZkError(
+            f"delete_topic_znodes {topic}: its znodes kept changing, "
+            f"{_TREE_DELETE_ATTEMPTS} attempts failed"
+        )
+
+    async def delete_isr_change_notifications(self, names: Iterable[str]) -> None:
+        """Delete processed ``/isr_change_notification/<name>`` znodes (Kafka's
+        ``deleteIsrChangeNotifications``); already deleted is fine. Raises ValueError for
+        a name that is not a notification, ControllerMovedError if another controller was
+        elected."""
+        paths = [isr_change_notification_path(name) for name in names]
+        if not paths:
+            return
+        results = await self._fenced_pipeline(
+            "delete_isr_change_notifications", [[_Op("delete", p)] for p in paths]
+        )
+        for [result] in results:
+            if not isinstance(result, NoNodeError):
+                _raise_unexpected(result)
+        self._log(logging.DEBUG, "isr_change_notifications_deleted", count=len(paths))
+
+    async def delete_admin_node(self, path: str) -> None:
+        """Delete a handled admin request: ``/admin/reassign_partitions``,
+        ``/admin/preferred_replica_election`` or ``/admin/delete_topics/<t>``; already
+        deleted is fine. Raises ValueError for any other path, ControllerMovedError if
+        another controller was elected."""
+        check_admin_path(path)
+        [[result]] = await self._fenced_pipeline("delete_admin_node", [[_Op("delete", path)]])
+        if not isinstance(result, NoNodeError):
+            _raise_unexpected(result)
+        self._log(logging.INFO, "admin_node_deleted", path=path)
+
+    async def _same_content(
+        self,
+        tps: Sequence[TopicPartition],
+        wanted: Mapping[TopicPartition, PartitionStateData],
+        event: str,
+    ) -> dict[TopicPartition, int | None]:
+        """For writes refused with NODEEXISTS/BADVERSION: the zkVersion where the znode holds
+        exactly what we wanted (our own resent write), else None."""
+        if not tps:
+            return {}
+        current = await self.partition_states(tps)
+        outcome: dict[TopicPartition, int | None] = {}
+        for tp in tps:
+            state = current.get(tp)
+            if state is not None and state.data == wanted[tp]:
+                outcome[tp] = state.zk_version
+            else:
+                outcome[tp] = None
+                self._log(
+                    logging.INFO,
+                    event,
+                    partition=tp,
+                    actual_version=None if state is None else state.zk_version,
+                )
+        return outcome
+
+    async def _list_trees(self, roots: Sequence[str]) -> list[str]:
+        """Every existing znode under ``roots`` (roots included), parents before children,
+        one pipelined get_children per level."""
+        found: list[str] = []
+        level = list(roots)
+        while level:
+            results = await self._pipeline("get_children", [_get_children(p) for p in level])
+            next_level: list[str] = []
+            for path, result in zip(level, results, strict=True):
+                if isinstance(result, NoNodeError):
+                    continue
+                _raise_unexpected(result)
+                found.append(path)
+                next_level.extend(f"{path}/{child}" for child in sorted(result))
+            level = next_level
+        return found
+
+    def _fenced_version(self) -> int:
+        version = self._epoch_zk_version
+        if version is None:
+            raise ControllerMovedError(
+                f"broker {self._broker_id} is not the elected controller "
+                "(never elected, resigned, or its ZooKeeper session expired)"
+            )
+        return version
+
+    async def _fenced_pipeline(
+        self, what: str, batches: Sequence[Sequence[_Op]]
+    ) -> list[list[Any]]:
+        """Send one multi per batch, each ``[check(/controller_epoch, token), *ops]``, all at
+        once; return each batch's op results. Raises ControllerMovedError if any check
+        failed, or if this client lost its epoch before a (re)send."""
+        version = self._fenced_version()
+
+        def fenced(ops: Sequence[_Op]) -> Callable[[Any], Any]:
+            def start(client: Any) -> Any:
+                # Resent after a connection loss: only under the epoch we started with.
+                if self._epoch_zk_version != version:
+                    raise ControllerMovedError(
+                        f"{what}: broker {self._broker_id} stopped being the controller"
+                    )
+                transaction = client.transaction()
+                transaction.check(CONTROLLER_EPOCH_PATH, version)
+                for op in ops:
+                    op.add_to(transaction)
+                return transaction.commit_async()
+
+            return start
+
+        raw = await self._pipeline(what, [fenced(ops) for ops in batches])
+        results: list[list[Any]] = []
+        for outcome in raw:
+            _raise_unexpected(outcome)
+            try:
+                results.append(fenced_results(outcome, expected_version=version))
+            except ControllerMovedError:
+                self._log(logging.WARNING, "controller_moved", op=what, epoch_zk_version=version)
+                raise
+        return results
+
+    # -- internals -------------------------------------------------------------------------
+
+    async def _pipeline(self, what: str, requests: Sequence[Callable[[Any], Any]]) -> list[Any]:
+        """Send every request (``request(kazoo_client)`` starts an ``*_async`` call) at once
+        and return their results in order; ZooKeeper answers one session's requests in the
+        order sent. A ZooKeeper error answer (NoNodeError, ...) is returned as the result,
+        not raised. Requests lost to a connection loss are resent until the session
+        expires (ZkSessionExpiredError) or the client is closed (ZkConnectionError)."""
+        loop = self._require_loop()
+        results: list[Any] = [None] * len(requests)
+        pending = list(range(len(requests)))
+        delay = _RETRY_MIN_S
+        while pending:
+            if self._closing:
+                raise ZkConnectionError(f"{what}: the ZooKeeper client is closed")
+            futures: list[asyncio.Future[Any]] = []
+            try:
+                for index in pending:
+                    futures.append(bridge(loop, requests[index](self._client)))
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+            outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            lost: list[int] = []
+            for index, outcome in zip(pending, outcomes, strict=True):
+                if isinstance(outcome, ConnectionLoss):
+                    lost.append(index)
+                elif isinstance(outcome, ConnectionClosedError):  # a SessionExpiredError: first
+                    raise ZkConnectionError(f"{what}: the ZooKeeper client is closed") from outcome
+                elif isinstance(outcome, SessionExpiredError):
+                    raise ZkSessionExpiredError(
+                        f"{what}: the ZooKeeper session expired before it completed"
+                    ) from outcome
+                elif isinstance(outcome, BaseException) and not isinstance(outcome, KazooException):
+                    raise outcome
+                else:
+                    results[index] = outcome
+            pending = lost
+            if pending:
+                # kazoo queues requests while it reconnects; the pause only keeps a flapping
+                # connection from spinning.
+                self._log(logging.DEBUG, "retry_after_connection_loss", op=what, count=len(lost))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX_S)
+        return results
+
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._client is None:
+            raise ZkConnectionError("ControllerZkClient is not started")
+        return self._loop
+
+    def _current_session_id(self) -> int | None:
+        """kazoo's session id right now (the loop's view may lag a state change)."""
+        client_id = self._client.client_id if self._client is not None else None
+        return self._session_id if client_id is None else int(client_id[0])
+
+    def _session_hex(self) -> str:
+        return "none" if self._session_id is None else f"0x{self._session_id:x}"
+
+    def _decode(self, path: str, decode: Callable[[bytes], T], data: bytes) -> T:
+        try:
+            return decode(data)
+        except ZkDataError as e:
+            raise ZkDataError(f"znode {path}: {e}") from None
+
+    def _log_batch(self, event: str, outcome: Mapping[TopicPartition, int | None]) -> None:
+        refused = [str(tp) for tp, version in outcome.items() if version is None]
+        self._log(
+            logging.INFO,
+            event,
+            count=len(outcome),
+            refused=",".join(refused) if refused else "none",
+        )
+
+    def _log(self, level: int, event: str, **fields: object) -> None:
+        """One line per event: ``controller_zk event=<e> broker=<id> epoch=<e> key=value``."""
+        if log.isEnabledFor(level):
+            details = " ".join(f"{key}={value}" for key, value in fields.items())
+            log.log(
+                level,
+                "controller_zk event=%s broker=%s epoch=%s %s",
+                event,
+                self._broker_id,
+                self._epoch,
+                details,
+                extra={"zk_event": event, "broker_id": self._broker_id, "zk_fields": fields},
+            )
+
+
+def _raise_unexpected(result: Any) -> None:
+    """Raise ``result`` if it is an error answer the caller did not handle."""
+    if isinstance(result, BaseException):
+        raise result
+
+
+def _is_isr_change_name(name: str) -> bool:
+    try:
+        isr_change_notification_path(name)
+    except ValueError:
+        return False
+    return True
