@@ -36,6 +36,7 @@ from broker.zk_data import (
     encode_topic_config,
 )
 from deploy.zookeeper import ZooKeeperServer
+from tests.helpers import close_session_from_another_client
 
 zk_logger = logging.getLogger("broker.zk_client")
 
@@ -277,19 +278,6 @@ def test_reads_topic_config_assignment_brokers_and_controller(
 # -- sessions --------------------------------------------------------------------------------
 
 
-def _close_session_from_another_client(hosts: str, client_id: tuple[int, bytes]) -> None:
-    """Expire a session for real: attach a second client to it (same id and password) and
-    close it there. The server ends the session and deletes its ephemerals; the owner learns
-    it is gone when it reconnects (perf-ecosystem.md A4). kazoo.testing's expire_session()
-    only fakes the event on the client side."""
-    thief = KazooClient(hosts=hosts, client_id=client_id, timeout=10.0)
-    thief.start(timeout=10)
-    try:
-        thief.stop()  # sends closeSession for the session it holds
-    finally:
-        thief.close()
-
-
 def test_real_session_expiry_fires_lost_then_established_and_reregistration_restores_the_node(
     connect: str, zk_client: KazooClient
 ) -> None:
@@ -323,9 +311,7 @@ def test_real_session_expiry_fires_lost_then_established_and_reregistration_rest
                 assert asyncio.get_running_loop().time() < deadline, "the session never expired"
                 credentials = zk._client.client_id  # password: only a thief needs it
                 if credentials is not None and credentials[0] == old_session:
-                    await asyncio.to_thread(
-                        _close_session_from_another_client, connect, credentials
-                    )
+                    await asyncio.to_thread(close_session_from_another_client, connect, credentials)
                 try:
                     await asyncio.wait_for(lost.wait(), 3.0)
                 except TimeoutError:
