@@ -21,7 +21,98 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["bridge", "on_loop", "start_kazoo", "stop_kazoo"]
+from kazoo.client import KazooClient
+from kazoo.retry import KazooRetry
+
+__all__ = [
+    "RECONNECT_MAX_DELAY_S",
+    "ZkConnectionError",
+    "ZkError",
+    "ZkSessionExpiredError",
+    "bridge",
+    "connect_session",
+    "on_loop",
+    "start_kazoo",
+    "stop_kazoo",
+]
+
+RECONNECT_MAX_DELAY_S = 1.0
+"""Cap on kazoo's reconnect backoff: a session must find a restarted server well within
+its timeout, or it expires for nothing."""
+
+
+class ZkError(Exception):
+    """Root of the ZooKeeper clients' errors."""
+
+
+class ZkConnectionError(ZkError):
+    """ZooKeeper could not be reached in time, or the client is closed."""
+
+
+class ZkSessionExpiredError(ZkError):
+    """The session expired while the operation was pending; it may or may not have been
+    applied. Wait for the new session (on_session_established) before retrying."""
+
+
+async def connect_session(
+    connect: str,
+    *,
+    hosts: str,
+    chroot: str | None,
+    session_timeout_ms: int,
+    connection_timeout_ms: int,
+    listener: Callable[[KazooClient, asyncio.AbstractEventLoop], Callable[..., Any]],
+) -> tuple[KazooClient, bool]:
+    """A connected kazoo client for ``connect`` (``hosts[/chroot]``), and whether the
+    chroot had to be created first (kazoo cannot create its own root; Kafka creates a
+    missing chroot too). ``listener(client, loop)`` builds the state listener added before
+    connecting. Raises ZkConnectionError after ``connection_timeout_ms``; cancelling it
+    leaves nothing connected."""
+    loop = asyncio.get_running_loop()
+    timeout_s = connection_timeout_ms / 1000
+    unreachable = (
+        f"could not connect to ZooKeeper at {connect} within "
+        f"{connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
+    )
+    created = False
+    if chroot is not None:
+        created = await loop.run_in_executor(
+            None, _ensure_chroot, hosts, chroot, session_timeout_ms, timeout_s, unreachable
+        )
+    session_timeout_s = session_timeout_ms / 1000
+    client = KazooClient(
+        hosts=connect,
+        timeout=session_timeout_s,
+        connection_retry=KazooRetry(
+            max_tries=-1, max_delay=min(RECONNECT_MAX_DELAY_S, session_timeout_s / 3)
+        ),
+    )
+    client.add_listener(listener(client, loop))
+    connected = False
+    try:
+        connected = await loop.run_in_executor(None, start_kazoo, client, timeout_s)
+    finally:
+        if not connected:
+            await asyncio.shield(loop.run_in_executor(None, stop_kazoo, client))
+    if not connected:
+        raise ZkConnectionError(unreachable)
+    return client, created
+
+
+def _ensure_chroot(
+    hosts: str, chroot: str, session_timeout_ms: int, timeout_s: float, unreachable: str
+) -> bool:
+    """Blocking (executor): create the chroot with a client outside it."""
+    root = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000)
+    try:
+        if not start_kazoo(root, timeout_s):
+            raise ZkConnectionError(unreachable)
+        if root.exists(chroot) is not None:
+            return False
+        root.ensure_path(chroot)
+        return True
+    finally:
+        stop_kazoo(root)
 
 
 def bridge(loop: asyncio.AbstractEventLoop, result: Any) -> asyncio.Future[Any]:

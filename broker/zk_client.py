@@ -44,7 +44,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
@@ -53,11 +52,17 @@ from kazoo.exceptions import (
     NoNodeError,
     SessionExpiredError,
 )
-from kazoo.retry import KazooRetry
 
 from broker.config import BrokerConfig, split_zookeeper_connect
 from broker.topic_partition import TopicPartition
-from broker.zk_async import bridge, start_kazoo, stop_kazoo
+from broker.zk_async import (
+    ZkConnectionError,
+    ZkError,
+    ZkSessionExpiredError,
+    bridge,
+    connect_session,
+    stop_kazoo,
+)
 from broker.zk_data import (
     BROKER_IDS_PATH,
     CONTROLLER_PATH,
@@ -104,7 +109,6 @@ SessionCallback = Callable[[], Awaitable[object] | None]
 _RETRY_MIN_S = 0.05
 _RETRY_MAX_S = 1.0
 _REGISTER_POLL_S = 0.2
-_RECONNECT_MAX_DELAY_S = 1.0
 """kazoo backs off between reconnect attempts up to an hour by default; a broker must get
 back within its session timeout, so the delay is capped."""
 
@@ -118,19 +122,6 @@ class ZkState(enum.StrEnum):
     """Connection lost; the session and its ephemerals may still be alive."""
     LOST = "LOST"
     """The session expired (or was closed): its ephemerals are gone."""
-
-
-class ZkError(Exception):
-    """Root of this module's errors."""
-
-
-class ZkConnectionError(ZkError):
-    """ZooKeeper could not be reached in time, or the client is closed."""
-
-
-class ZkSessionExpiredError(ZkError):
-    """The session expired while the operation was pending; it may or may not have been
-    applied. Wait for the new session (on_session_established) before retrying."""
 
 
 class BrokerIdInUseError(ZkError):
@@ -240,31 +231,17 @@ class BrokerZkClient:
         if self._client is not None:
             raise RuntimeError("BrokerZkClient.start() called twice")
         self._loop = loop = asyncio.get_running_loop()
-        timeout_s = self._connection_timeout_ms / 1000
-        if self._chroot is not None:
-            await loop.run_in_executor(None, self._ensure_chroot, self._chroot, timeout_s)
-        session_timeout_s = self._session_timeout_ms / 1000
-        client = KazooClient(
-            hosts=self._connect,
-            timeout=session_timeout_s,
-            connection_retry=KazooRetry(
-                max_tries=-1, max_delay=min(_RECONNECT_MAX_DELAY_S, session_timeout_s / 3)
-            ),
+        client, created = await connect_session(
+            self._connect,
+            hosts=self._hosts,
+            chroot=self._chroot,
+            session_timeout_ms=self._session_timeout_ms,
+            connection_timeout_ms=self._connection_timeout_ms,
+            listener=self._kazoo_listener,
         )
-        client.add_listener(self._kazoo_listener(client, loop))
         self._client = client
-        connected = False
-        try:
-            connected = await loop.run_in_executor(None, start_kazoo, client, timeout_s)
-        finally:
-            if not connected:
-                self._client = None
-                await asyncio.shield(loop.run_in_executor(None, stop_kazoo, client))
-        if not connected:
-            raise ZkConnectionError(
-                f"could not connect to ZooKeeper at {self._connect} within "
-                f"{self._connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
-            )
+        if created:
+            self._event(logging.INFO, "chroot_created", path=self._chroot)
         client_id = client.client_id
         if client_id is not None and self._session_id is None:
             self._session_id = self._last_session_id = client_id[0]
@@ -335,21 +312,6 @@ class BrokerZkClient:
             task.cancel()
         self._event(logging.INFO, "closed", session=self._session_hex())
         self._session_id = None
-
-    def _ensure_chroot(self, chroot: str, timeout_s: float) -> None:
-        """Create the chroot with a client outside it (kazoo cannot create its own root)."""
-        root = KazooClient(hosts=self._hosts, timeout=self._session_timeout_ms / 1000)
-        try:
-            if not start_kazoo(root, timeout_s):
-                raise ZkConnectionError(
-                    f"could not connect to ZooKeeper at {self._hosts} within "
-                    f"{self._connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
-                )
-            if root.exists(chroot) is None:
-                root.ensure_path(chroot)
-                self._event(logging.INFO, "chroot_created", path=chroot)
-        finally:
-            stop_kazoo(root)
 
     # -- session callbacks -----------------------------------------------------------------
 

@@ -78,7 +78,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
@@ -92,12 +91,18 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.protocol.states import EventType, KazooState
-from kazoo.retry import KazooRetry
 
 from broker.config import BrokerConfig, split_zookeeper_connect
 from broker.topic_partition import TopicPartition, topic_name_problem
-from broker.zk_async import bridge, on_loop, start_kazoo, stop_kazoo
-from broker.zk_client import ZkConnectionError, ZkError, ZkSessionExpiredError
+from broker.zk_async import (
+    ZkConnectionError,
+    ZkError,
+    ZkSessionExpiredError,
+    bridge,
+    connect_session,
+    on_loop,
+    stop_kazoo,
+)
 from broker.zk_data import (
     ADMIN_DELETE_TOPICS_PATH,
     BROKER_IDS_PATH,
@@ -120,6 +125,7 @@ from broker.zk_data import (
     decode_partition_state,
     decode_preferred_replica_election,
     decode_reassign_partitions,
+    decode_topic_config,
     decode_topic_assignment,
     delete_topic_path,
     encode_controller,
@@ -159,7 +165,6 @@ task. The caller re-reads ZooKeeper: the call only says "something may have chan
 
 _RETRY_MIN_S = 0.05
 _RETRY_MAX_S = 1.0
-_RECONNECT_MAX_DELAY_S = 1.0
 """kazoo backs off between reconnect attempts up to an hour by default; a controller must get
 back within its session timeout, so the delay is capped (as BrokerZkClient does)."""
 _MULTI_BYSTANDERS = (RolledBackError, RuntimeInconsistency)
@@ -549,32 +554,16 @@ class ControllerZkClient:
         """
         if self._client is not None:
             raise RuntimeError("ControllerZkClient.start() called twice")
-        self._loop = loop = asyncio.get_running_loop()
-        timeout_s = self._connection_timeout_ms / 1000
-        if self._chroot is not None:
-            await loop.run_in_executor(None, self._ensure_chroot, self._chroot, timeout_s)
-        session_timeout_s = self._session_timeout_ms / 1000
-        client = KazooClient(
-            hosts=self._connect,
-            timeout=session_timeout_s,
-            connection_retry=KazooRetry(
-                max_tries=-1, max_delay=min(_RECONNECT_MAX_DELAY_S, session_timeout_s / 3)
-            ),
+        self._loop = asyncio.get_running_loop()
+        client, _ = await connect_session(
+            self._connect,
+            hosts=self._hosts,
+            chroot=self._chroot,
+            session_timeout_ms=self._session_timeout_ms,
+            connection_timeout_ms=self._connection_timeout_ms,
+            listener=self._kazoo_listener,
         )
-        client.add_listener(self._kazoo_listener(client, loop))
         self._client = client
-        connected = False
-        try:
-            connected = await loop.run_in_executor(None, start_kazoo, client, timeout_s)
-        finally:
-            if not connected:
-                self._client = None
-                await asyncio.shield(loop.run_in_executor(None, stop_kazoo, client))
-        if not connected:
-            raise ZkConnectionError(
-                f"could not connect to ZooKeeper at {self._connect} within "
-                f"{self._connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
-            )
         client_id = client.client_id
         if client_id is not None and self._session_id is None:
             self._session_id = int(client_id[0])
@@ -595,20 +584,6 @@ class ControllerZkClient:
             task.cancel()
         self._log(logging.INFO, "closed", session=self._session_hex())
         self._session_id = None
-
-    def _ensure_chroot(self, chroot: str, timeout_s: float) -> None:
-        """Blocking (executor): create the chroot with a client outside it, as Kafka does."""
-        root = KazooClient(hosts=self._hosts, timeout=self._session_timeout_ms / 1000)
-        try:
-            if not start_kazoo(root, timeout_s):
-                raise ZkConnectionError(
-                    f"could not connect to ZooKeeper at {self._hosts} within "
-                    f"{self._connection_timeout_ms} ms (zookeeper.connection.timeout.ms)"
-                )
-            if root.exists(chroot) is None:
-                root.ensure_path(chroot)
-        finally:
-            stop_kazoo(root)
 
     # -- session ---------------------------------------------------------------------------
 
@@ -1020,6 +995,24 @@ class ControllerZkClient:
                 partitions = []
             notifications.append((name, partitions))
         return notifications
+
+    async def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
+        """The overrides in ``/config/topics/<t>`` of each topic, pipelined; topics with no
+        config znode are left out, so are malformed ones (logged): the broker defaults then
+        apply, as Kafka's ``LogConfig.fromProps`` falls back to them."""
+        names = sorted(set(topics))
+        results = await self._pipeline("get", [_get(topic_config_path(t)) for t in names])
+        configs: dict[str, dict[str, str]] = {}
+        for topic, result in zip(names, results, strict=True):
+            if isinstance(result, NoNodeError):
+                continue
+            _raise_unexpected(result)
+            try:
+                configs[topic] = decode_topic_config(result[0])
+            except ZkDataError as e:
+                path = topic_config_path(topic)
+                self._log(logging.WARNING, "bad_topic_config", path=path, error=e)
+        return configs
 
     async def topics_to_delete(self) -> set[str]:
         """Topics marked for deletion under ``/admin/delete_topics``."""
