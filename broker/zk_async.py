@@ -19,13 +19,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
+from broker.config import split_zookeeper_connect
+from broker.zk_data import ZkDataError
+
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
+
+T = TypeVar("T")
+
 __all__ = [
     "RECONNECT_MAX_DELAY_S",
+    "KazooSessionClient",
     "ZkConnectionError",
     "ZkError",
     "ZkSessionExpiredError",
@@ -52,6 +61,108 @@ class ZkConnectionError(ZkError):
 class ZkSessionExpiredError(ZkError):
     """The session expired while the operation was pending; it may or may not have been
     applied. Wait for the new session (on_session_established) before retrying."""
+
+
+class KazooSessionClient:
+    """What the broker's and the controller's ZooKeeper clients share: the connect string
+    and timeouts, the kazoo client and the loop it reports to, the session id, and the
+    small helpers around them. Subclasses add their own requests and callbacks."""
+
+    def __init__(
+        self,
+        connect: str,
+        *,
+        broker_id: int,
+        session_timeout_ms: int = 6000,
+        connection_timeout_ms: int | None = None,
+    ) -> None:
+        """``connect`` is ``host:port[,host:port...][/chroot]`` (``zookeeper.connect``); a
+        chroot that does not exist yet is created on start, as Kafka does. ``broker_id``
+        labels the log lines. Raises ValueError for a malformed connect string."""
+        self._hosts, self._chroot = split_zookeeper_connect(connect)
+        self._connect = connect.strip()
+        self._broker_id = broker_id
+        self._session_timeout_ms = session_timeout_ms
+        self._connection_timeout_ms = (
+            session_timeout_ms if connection_timeout_ms is None else connection_timeout_ms
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None
+        self._closing = False
+        self._session_id: int | None = None
+        """The current session (kept while SUSPENDED, cleared on LOST); loop thread only."""
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> Self:
+        """A client with the config's ``zookeeper.*`` settings and broker id."""
+        return cls(
+            config.zookeeper_connect,
+            broker_id=config.broker_id,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+        )
+
+    async def start(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def connected(self) -> bool:
+        """True while connected to a ZooKeeper server (False while SUSPENDED or closed)."""
+        return self._client is not None and not self._closing and bool(self._client.connected)
+
+    @property
+    def session_id(self) -> int | None:
+        """The current session's id (still set while SUSPENDED); None after LOST or close."""
+        return self._session_id
+
+    async def _open_session(
+        self, listener: Callable[[KazooClient, asyncio.AbstractEventLoop], Callable[..., Any]]
+    ) -> bool:
+        """Connect (see :func:`connect_session`) and adopt the client and the running loop;
+        returns whether the chroot had to be created."""
+        if self._client is not None:
+            raise RuntimeError(f"{type(self).__name__}.start() called twice")
+        self._loop = asyncio.get_running_loop()
+        client, created = await connect_session(
+            self._connect,
+            hosts=self._hosts,
+            chroot=self._chroot,
+            session_timeout_ms=self._session_timeout_ms,
+            connection_timeout_ms=self._connection_timeout_ms,
+            listener=listener,
+        )
+        self._client = client
+        return created
+
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None or self._client is None:
+            raise ZkConnectionError(f"{type(self).__name__} is not started")
+        return self._loop
+
+    def _current_session_id(self) -> int | None:
+        """kazoo's session id right now (the loop's view may lag a state change)."""
+        client_id = self._client.client_id if self._client is not None else None
+        return self._session_id if client_id is None else int(client_id[0])
+
+    def _session_hex(self) -> str:
+        return "none" if self._session_id is None else f"0x{self._session_id:x}"
+
+    def _decode(self, path: str, decode: Callable[[bytes], T], data: bytes) -> T:
+        try:
+            return decode(data)
+        except ZkDataError as e:
+            raise ZkDataError(f"znode {path}: {e}") from None
 
 
 async def connect_session(

@@ -53,14 +53,13 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from broker.config import BrokerConfig, split_zookeeper_connect
 from broker.topic_partition import TopicPartition
 from broker.zk_async import (
+    KazooSessionClient,
     ZkConnectionError,
     ZkError,
     ZkSessionExpiredError,
     bridge,
-    connect_session,
     stop_kazoo,
 )
 from broker.zk_data import (
@@ -139,7 +138,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class BrokerZkClient:
+class BrokerZkClient(KazooSessionClient):
     """One broker's ZooKeeper session, used from its asyncio event loop.
 
     Example usage::
@@ -163,64 +162,27 @@ class BrokerZkClient:
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int | None = None,
     ) -> None:
-        """``connect`` is ``host:port[,host:port...][/chroot]`` (``zookeeper.connect``); a
-        chroot that does not exist yet is created by :meth:`start`, as Kafka does.
-        ``broker_id`` labels the log lines. Raises ValueError for a malformed connect string.
-        """
-        self._hosts, self._chroot = split_zookeeper_connect(connect)
-        self._connect = connect.strip()
-        self._broker_id = broker_id
-        self._session_timeout_ms = session_timeout_ms
-        self._connection_timeout_ms = (
-            session_timeout_ms if connection_timeout_ms is None else connection_timeout_ms
+        """See :class:`KazooSessionClient`; raises ValueError for a malformed connect string."""
+        super().__init__(
+            connect,
+            broker_id=broker_id,
+            session_timeout_ms=session_timeout_ms,
+            connection_timeout_ms=connection_timeout_ms,
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: Any = None
-        self._closing = False
-        self._session_id: int | None = None
-        """The current session (kept while SUSPENDED, cleared on LOST); loop thread only."""
         self._last_session_id: int | None = None
         """The latest session ever established, to tell a new session from a reconnect."""
         self._lost_callbacks: list[SessionCallback] = []
         self._established_callbacks: list[SessionCallback] = []
         self._state_listeners: list[Callable[[ZkState], Awaitable[object] | None]] = []
-        self._tasks: set[asyncio.Future[object]] = set()
         self._lease_confirmed_at: float | None = None
         """Loop time at which a request was sent that this session later saw answered."""
         self._lease_task: asyncio.Task[None] | None = None
-
-    @classmethod
-    def from_config(cls, config: BrokerConfig) -> BrokerZkClient:
-        """A client with the config's ``zookeeper.*`` settings."""
-        return cls(
-            config.zookeeper_connect,
-            broker_id=config.broker_id,
-            session_timeout_ms=config.zookeeper_session_timeout_ms,
-            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
-        )
 
     def __repr__(self) -> str:
         session = "none" if self._session_id is None else f"0x{self._session_id:x}"
         return f"BrokerZkClient({self._connect!r}, broker={self._broker_id}, session={session})"
 
-    async def __aenter__(self) -> BrokerZkClient:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
     # -- lifecycle -------------------------------------------------------------------------
-
-    @property
-    def connected(self) -> bool:
-        """True while connected to a ZooKeeper server (False while SUSPENDED or closed)."""
-        return self._client is not None and not self._closing and bool(self._client.connected)
-
-    @property
-    def session_id(self) -> int | None:
-        """The current session's id (still set while SUSPENDED); None after LOST or close."""
-        return self._session_id
 
     async def start(self) -> None:
         """Connect and open a session, waiting up to ``zookeeper.connection.timeout.ms``.
@@ -228,23 +190,12 @@ class BrokerZkClient:
         Creates the chroot first if it is missing. Raises ZkConnectionError on timeout.
         Cancelling it leaves the client unstarted (a session opened meanwhile is closed).
         """
-        if self._client is not None:
-            raise RuntimeError("BrokerZkClient.start() called twice")
-        self._loop = loop = asyncio.get_running_loop()
-        client, created = await connect_session(
-            self._connect,
-            hosts=self._hosts,
-            chroot=self._chroot,
-            session_timeout_ms=self._session_timeout_ms,
-            connection_timeout_ms=self._connection_timeout_ms,
-            listener=self._kazoo_listener,
-        )
-        self._client = client
-        if created:
+        if await self._open_session(self._kazoo_listener):
             self._event(logging.INFO, "chroot_created", path=self._chroot)
-        client_id = client.client_id
+        client_id = self._client.client_id
         if client_id is not None and self._session_id is None:
             self._session_id = self._last_session_id = client_id[0]
+        loop = self._require_loop()
         self._lease_confirmed_at = loop.time()
         self._lease_task = loop.create_task(self._renew_session_lease())
         self._event(logging.INFO, "connected", connect=self._connect, session=self._session_hex())
@@ -661,19 +612,6 @@ class BrokerZkClient:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _require_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None or self._client is None:
-            raise ZkConnectionError("BrokerZkClient is not started")
-        return self._loop
-
-    def _current_session_id(self) -> int | None:
-        """kazoo's session id right now (the loop's view may lag a state change)."""
-        client_id = self._client.client_id if self._client is not None else None
-        return self._session_id if client_id is None else int(client_id[0])
-
-    def _session_hex(self) -> str:
-        return "none" if self._session_id is None else f"0x{self._session_id:x}"
-
     async def _call(self, op: str, path: str, start: Callable[[Any], Any]) -> Any:
         """Run ``start(kazoo_client)`` (an ``*_async`` call) and await its result, retrying
         on connection loss until the session expires or the client is closed."""
@@ -705,12 +643,6 @@ class BrokerZkClient:
 
     async def _set(self, path: str, data: bytes, version: int) -> Any:
         return await self._call("set", path, lambda c: c.set_async(path, data, version))
-
-    def _decode(self, path: str, decode: Callable[[bytes], T], data: bytes) -> T:
-        try:
-            return decode(data)
-        except ZkDataError as e:
-            raise ZkDataError(f"znode {path}: {e}") from None
 
     def _event(self, level: int, event: str, **fields: object) -> None:
         """One log line per event: ``zk <event> broker=<id> key=value ...``."""

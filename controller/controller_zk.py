@@ -92,14 +92,13 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType, KazooState
 
-from broker.config import BrokerConfig, split_zookeeper_connect
 from broker.topic_partition import TopicPartition, topic_name_problem
 from broker.zk_async import (
+    KazooSessionClient,
     ZkConnectionError,
     ZkError,
     ZkSessionExpiredError,
     bridge,
-    connect_session,
     on_loop,
     stop_kazoo,
 )
@@ -441,7 +440,7 @@ class ZkWatch:
 # -- the client --------------------------------------------------------------------------------
 
 
-class ControllerZkClient:
+class ControllerZkClient(KazooSessionClient):
     """One controller candidate's ZooKeeper session, used from its asyncio event loop.
 
     Example usage (the controller's event loop does this)::
@@ -468,51 +467,25 @@ class ControllerZkClient:
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int | None = None,
     ) -> None:
-        """``connect`` is ``host:port[,host:port...][/chroot]`` (``zookeeper.connect``); a
-        missing chroot is created by :meth:`start`. ``broker_id`` is the candidate written
-        into ``/controller``. Raises ValueError for a malformed connect string.
-        """
-        self._hosts, self._chroot = split_zookeeper_connect(connect)
-        self._connect = connect.strip()
-        self._broker_id = broker_id
-        self._session_timeout_ms = session_timeout_ms
-        self._connection_timeout_ms = (
-            session_timeout_ms if connection_timeout_ms is None else connection_timeout_ms
+        """See :class:`KazooSessionClient`; ``broker_id`` is also the candidate written into
+        ``/controller``. Raises ValueError for a malformed connect string."""
+        super().__init__(
+            connect,
+            broker_id=broker_id,
+            session_timeout_ms=session_timeout_ms,
+            connection_timeout_ms=connection_timeout_ms,
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._client: Any = None
-        self._closing = False
         self._connected_once = False
-        self._session_id: int | None = None
-        """The current session (kept while SUSPENDED, cleared on LOST); loop thread only."""
         self._epoch: int | None = None
         self._epoch_zk_version: int | None = None
         self._lost_callbacks: list[Callable[[], object]] = []
         self._watches: set[ZkWatch] = set()
-        self._tasks: set[asyncio.Future[Any]] = set()
-
-    @classmethod
-    def from_config(cls, config: BrokerConfig) -> ControllerZkClient:
-        """A client with the broker config's ``zookeeper.*`` settings and broker id."""
-        return cls(
-            config.zookeeper_connect,
-            broker_id=config.broker_id,
-            session_timeout_ms=config.zookeeper_session_timeout_ms,
-            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
-        )
 
     def __repr__(self) -> str:
         return (
             f"ControllerZkClient({self._connect!r}, broker={self._broker_id}, "
             f"session={self._session_hex()}, epoch={self._epoch})"
         )
-
-    async def __aenter__(self) -> ControllerZkClient:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     # -- state -----------------------------------------------------------------------------
 
@@ -521,19 +494,9 @@ class ControllerZkClient:
         return self._broker_id
 
     @property
-    def connected(self) -> bool:
-        """True while connected to a ZooKeeper server (False while SUSPENDED or closed)."""
-        return self._client is not None and not self._closing and bool(self._client.connected)
-
-    @property
     def closed(self) -> bool:
         """True once :meth:`close` was called."""
         return self._closing
-
-    @property
-    def session_id(self) -> int | None:
-        """The current session's id (still set while SUSPENDED); None after LOST or close."""
-        return self._session_id
 
     @property
     def epoch(self) -> int | None:
@@ -552,19 +515,8 @@ class ControllerZkClient:
 
         Creates the chroot first if it is missing. Raises ZkConnectionError on timeout.
         """
-        if self._client is not None:
-            raise RuntimeError("ControllerZkClient.start() called twice")
-        self._loop = asyncio.get_running_loop()
-        client, _ = await connect_session(
-            self._connect,
-            hosts=self._hosts,
-            chroot=self._chroot,
-            session_timeout_ms=self._session_timeout_ms,
-            connection_timeout_ms=self._connection_timeout_ms,
-            listener=self._kazoo_listener,
-        )
-        self._client = client
-        client_id = client.client_id
+        await self._open_session(self._kazoo_listener)
+        client_id = self._client.client_id
         if client_id is not None and self._session_id is None:
             self._session_id = int(client_id[0])
         self._connected_once = True
@@ -1355,25 +1307,6 @@ class ControllerZkClient:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
         return results
-
-    def _require_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None or self._client is None:
-            raise ZkConnectionError("ControllerZkClient is not started")
-        return self._loop
-
-    def _current_session_id(self) -> int | None:
-        """kazoo's session id right now (the loop's view may lag a state change)."""
-        client_id = self._client.client_id if self._client is not None else None
-        return self._session_id if client_id is None else int(client_id[0])
-
-    def _session_hex(self) -> str:
-        return "none" if self._session_id is None else f"0x{self._session_id:x}"
-
-    def _decode(self, path: str, decode: Callable[[bytes], T], data: bytes) -> T:
-        try:
-            return decode(data)
-        except ZkDataError as e:
-            raise ZkDataError(f"znode {path}: {e}") from None
 
     def _log_batch(self, event: str, outcome: Mapping[TopicPartition, int | None]) -> None:
         refused = [str(tp) for tp, version in outcome.items() if version is None]
