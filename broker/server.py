@@ -16,7 +16,7 @@ from typing import TypeVar
 import grpc
 
 from broker.metadata_cache import MetadataCache
-from broker.replica_manager import FetchSpec, ReplicaManager
+from broker.replica_manager import FetchPartitionResult, FetchSpec, ProduceResult, ReplicaManager
 from broker.topic_partition import TopicPartition, topic_name_problem
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
@@ -57,6 +57,14 @@ def _unique(kind: str, keys: list[TopicPartition]) -> None:
         seen.add(tp)
 
 
+def _by_topic(order: list[TopicPartition]) -> dict[str, list[TopicPartition]]:
+    """The partitions grouped by topic, topics and partitions in request order."""
+    grouped: dict[str, list[TopicPartition]] = {}
+    for tp in order:
+        grouped.setdefault(tp.topic, []).append(tp)
+    return grouped
+
+
 def _partition_problem(tp: TopicPartition) -> int | None:
     if topic_name_problem(tp.topic) is not None:
         return ErrorCode.INVALID_TOPIC
@@ -90,7 +98,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         if request.timeout_ms < 0:
             raise InvalidRequest(f"timeout_ms must be >= 0, got {request.timeout_ms}")
         entries: dict[TopicPartition, bytes] = {}
-        refused: dict[TopicPartition, tuple[int, str]] = {}
+        refused: dict[TopicPartition, ProduceResult] = {}
         order: list[TopicPartition] = []
         for topic in request.topics:
             for part in topic.partitions:
@@ -98,43 +106,32 @@ class BrokerService(pb_grpc.BrokerServicer):
                 order.append(tp)
                 problem = _partition_problem(tp)
                 if problem is not None:
-                    refused[tp] = (problem, f"invalid partition {tp!r}")
+                    refused[tp] = ProduceResult(problem, f"invalid partition {tp!r}")
                 elif not part.records:
-                    refused[tp] = (ErrorCode.CORRUPT_MESSAGE, f"{tp}: no record batches")
+                    refused[tp] = ProduceResult(
+                        ErrorCode.CORRUPT_MESSAGE, f"{tp}: no record batches"
+                    )
                 else:
                     entries[tp] = part.records
         _unique("produce request", order)
         results = await self.replica_manager.append_records(
             request.acks, request.timeout_ms, entries
         )
+        results.update(refused)
         response = pb.ProduceResponse()
-        by_topic: dict[str, pb.TopicProduceResponse] = {}
-        for tp in order:
-            topic_response = by_topic.get(tp.topic)
-            if topic_response is None:
-                topic_response = by_topic[tp.topic] = response.responses.add(name=tp.topic)
-            if tp in refused:
-                code, message = refused[tp]
+        for name, tps in _by_topic(order).items():
+            topic_response = response.responses.add(name=name)
+            for tp in tps:
+                r = results[tp]
                 topic_response.partitions.add(
                     index=tp.partition,
-                    error_code=code,
-                    error_message=message,
-                    base_offset=-1,
+                    error_code=r.error_code,
+                    error_message=r.error_message,
+                    base_offset=r.base_offset,
                     log_append_time_ms=-1,
-                    log_start_offset=-1,
-                    leader_epoch=-1,
+                    log_start_offset=r.log_start_offset,
+                    leader_epoch=r.leader_epoch,
                 )
-                continue
-            r = results[tp]
-            topic_response.partitions.add(
-                index=tp.partition,
-                error_code=r.error_code,
-                error_message=r.error_message,
-                base_offset=r.base_offset,
-                log_append_time_ms=-1,
-                log_start_offset=r.log_start_offset,
-                leader_epoch=r.leader_epoch,
-            )
         return response
 
     async def Fetch(
@@ -146,7 +143,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
             raise InvalidRequest("max_wait_ms, min_bytes and max_bytes must be >= 0")
         specs: dict[TopicPartition, FetchSpec] = {}
-        refused: dict[TopicPartition, int] = {}
+        refused: dict[TopicPartition, FetchPartitionResult] = {}
         order: list[TopicPartition] = []
         for topic in request.topics:
             for part in topic.partitions:
@@ -154,7 +151,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 order.append(tp)
                 problem = _partition_problem(tp)
                 if problem is not None:
-                    refused[tp] = problem
+                    refused[tp] = FetchPartitionResult(problem, f"invalid partition {tp!r}")
                     continue
                 if part.fetch_offset < 0 or part.partition_max_bytes < 0:
                     raise InvalidRequest(f"{tp}: fetch_offset and partition_max_bytes must be >= 0")
@@ -169,34 +166,23 @@ class BrokerService(pb_grpc.BrokerServicer):
         results = await self.replica_manager.fetch_messages(
             request.replica_id, request.max_wait_ms, request.min_bytes, max_bytes, specs
         )
+        results.update(refused)
         response = pb.FetchResponse(error_code=ErrorCode.NONE)
-        by_topic: dict[str, pb.FetchableTopicResponse] = {}
-        for tp in order:
-            topic_response = by_topic.get(tp.topic)
-            if topic_response is None:
-                topic_response = by_topic[tp.topic] = response.responses.add(topic=tp.topic)
-            if tp in refused:
+        for name, tps in _by_topic(order).items():
+            topic_response = response.responses.add(topic=name)
+            for tp in tps:
+                r = results[tp]
                 topic_response.partitions.add(
                     partition_index=tp.partition,
-                    error_code=refused[tp],
-                    high_watermark=-1,
-                    last_stable_offset=-1,
-                    log_start_offset=-1,
-                    log_end_offset=-1,
+                    error_code=r.error_code,
+                    error_message=r.error_message,
+                    high_watermark=r.high_watermark,
+                    last_stable_offset=r.high_watermark,
+                    log_start_offset=r.log_start_offset,
+                    log_end_offset=r.log_end_offset,
+                    current_leader_epoch=r.leader_epoch,
+                    records=r.records,
                 )
-                continue
-            r = results[tp]
-            topic_response.partitions.add(
-                partition_index=tp.partition,
-                error_code=r.error_code,
-                error_message=r.error_message,
-                high_watermark=r.high_watermark,
-                last_stable_offset=r.high_watermark,
-                log_start_offset=r.log_start_offset,
-                log_end_offset=r.log_end_offset,
-                current_leader_epoch=r.leader_epoch,
-                records=r.records,
-            )
         return response
 
     async def OffsetsForLeaderEpoch(
