@@ -153,6 +153,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+K = TypeVar("K")
+V = TypeVar("V")
 
 INITIAL_CONTROLLER_EPOCH = 0
 """What a missing ``/controller_epoch`` is created with, so the first controller has epoch 1
@@ -890,40 +892,51 @@ class ControllerZkClient(KazooSessionClient):
         """:meth:`topic_assignment` of many topics, pipelined (the controller's failover
         load). Missing topics are left out; so are malformed ones (logged), so one bad
         znode cannot stop the controller from loading the rest."""
-        names = sorted(set(topics))
-        results = await self._pipeline("get", [_get(topic_path(t)) for t in names])
-        assignments: dict[str, dict[int, list[int]]] = {}
-        for topic, result in zip(names, results, strict=True):
-            if isinstance(result, NoNodeError):
-                continue
-            _raise_unexpected(result)
-            try:
-                assignments[topic] = decode_topic_assignment(result[0])
-            except ZkDataError as e:
-                self._log(logging.ERROR, "bad_topic_assignment", path=topic_path(topic), error=e)
-        return assignments
+        return await self._get_many(
+            sorted(set(topics)),
+            topic_path,
+            lambda data, _: decode_topic_assignment(data),
+            logging.ERROR,
+            "bad_topic_assignment",
+        )
 
     async def partition_states(
         self, tps: Iterable[TopicPartition]
     ) -> dict[TopicPartition, PartitionState]:
         """The state znodes of ``tps`` with their zkVersions, pipelined. Partitions without
         one are left out; so are malformed ones (logged)."""
-        wanted = sorted(set(tps))
-        results = await self._pipeline("get", [_get(partition_state_path(tp)) for tp in wanted])
-        states: dict[TopicPartition, PartitionState] = {}
-        for tp, result in zip(wanted, results, strict=True):
+        return await self._get_many(
+            sorted(set(tps)),
+            partition_state_path,
+            lambda data, stat: PartitionState.from_data(
+                decode_partition_state(data), int(stat.version)
+            ),
+            logging.ERROR,
+            "bad_partition_state",
+        )
+
+    async def _get_many(
+        self,
+        keys: Sequence[K],
+        path_of: Callable[[K], str],
+        decode: Callable[[bytes, Any], V],
+        level: int,
+        bad_event: str,
+    ) -> dict[K, V]:
+        """Read the znodes of ``keys`` in one pipeline and decode them (data, stat). Missing
+        znodes are left out, and so are malformed ones (logged as ``bad_event``): one bad
+        znode must not stop the controller from loading the rest."""
+        results = await self._pipeline("get", [_get(path_of(key)) for key in keys])
+        decoded: dict[K, V] = {}
+        for key, result in zip(keys, results, strict=True):
             if isinstance(result, NoNodeError):
                 continue
             _raise_unexpected(result)
-            data, stat = result
             try:
-                states[tp] = PartitionState.from_data(
-                    decode_partition_state(data), int(stat.version)
-                )
+                decoded[key] = decode(result[0], result[1])
             except ZkDataError as e:
-                path = partition_state_path(tp)
-                self._log(logging.ERROR, "bad_partition_state", path=path, error=e)
-        return states
+                self._log(level, bad_event, path=path_of(key), error=e)
+        return decoded
 
     async def isr_change_notifications(self) -> list[tuple[str, list[TopicPartition]]]:
         """(name, partitions) of every ``/isr_change_notification/isr_change_<seq>``, oldest
@@ -952,19 +965,13 @@ class ControllerZkClient(KazooSessionClient):
         """The overrides in ``/config/topics/<t>`` of each topic, pipelined; topics with no
         config znode are left out, so are malformed ones (logged): the broker defaults then
         apply, as Kafka's ``LogConfig.fromProps`` falls back to them."""
-        names = sorted(set(topics))
-        results = await self._pipeline("get", [_get(topic_config_path(t)) for t in names])
-        configs: dict[str, dict[str, str]] = {}
-        for topic, result in zip(names, results, strict=True):
-            if isinstance(result, NoNodeError):
-                continue
-            _raise_unexpected(result)
-            try:
-                configs[topic] = decode_topic_config(result[0])
-            except ZkDataError as e:
-                path = topic_config_path(topic)
-                self._log(logging.WARNING, "bad_topic_config", path=path, error=e)
-        return configs
+        return await self._get_many(
+            sorted(set(topics)),
+            topic_config_path,
+            lambda data, _: decode_topic_config(data),
+            logging.WARNING,
+            "bad_topic_config",
+        )
 
     async def topics_to_delete(self) -> set[str]:
         """Topics marked for deletion under ``/admin/delete_topics``."""
