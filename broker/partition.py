@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -105,13 +104,17 @@ class FetchResult:
     leader_epoch: int
 
 
+_APPENDED_MARKS = 4096
+"""How many recent appends a partition remembers the sizes of (at least)."""
+
+
 @dataclass
 class _AppendedBytes:
     """Recent (next offset, cumulative bytes) marks, to estimate the bytes a fetch would get
     without touching the disk (the fetch purgatory's ``min_bytes`` check)."""
 
-    offsets: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
-    totals: deque[int] = field(default_factory=lambda: deque(maxlen=4096))
+    offsets: list[int] = field(default_factory=list)
+    totals: list[int] = field(default_factory=list)
     total: int = 0
 
     def reset(self, offset: int) -> None:
@@ -125,6 +128,10 @@ class _AppendedBytes:
         self.total += size
         self.offsets.append(next_offset)
         self.totals.append(self.total)
+        if len(self.offsets) > 2 * _APPENDED_MARKS:
+            # Forget the oldest half at once: amortised O(1), and lists stay bisectable.
+            del self.offsets[:_APPENDED_MARKS]
+            del self.totals[:_APPENDED_MARKS]
 
     def between(self, start_offset: int, end_offset: int) -> int:
         if end_offset <= start_offset:
@@ -132,9 +139,8 @@ class _AppendedBytes:
         if not self.offsets or start_offset < self.offsets[0]:
             # Older than what we remember: at least one whole batch, probably much more.
             return 1 << 30
-        offsets = list(self.offsets)
-        start = bisect.bisect_right(offsets, start_offset) - 1
-        end = bisect.bisect_right(offsets, end_offset) - 1
+        start = bisect.bisect_right(self.offsets, start_offset) - 1
+        end = bisect.bisect_right(self.offsets, end_offset) - 1
         return max(1, self.totals[end] - self.totals[start]) if end >= 0 else 1
 
 
