@@ -2,9 +2,11 @@
 
 Start-up order matters: logs are loaded and recovered before the broker registers in
 ZooKeeper, because registering is what makes the controller send it work; the gRPC port is
-bound (and checked) before registering, because the registration advertises it. Shutdown
-runs the other way: stop serving, stop replicating, checkpoint and close the logs (which
-writes the clean-shutdown marker last), then leave ZooKeeper.
+bound (and checked) before registering, because the registration advertises it; the
+controller candidate starts last, once registered. Shutdown runs the other way: a
+controlled shutdown first (the controller moves leadership away while the broker still
+serves), then stop serving, stop replicating, stop the controller candidate, checkpoint and
+close the logs (which writes the clean-shutdown marker last), then leave ZooKeeper.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from pathlib import Path
 import grpc
 
 from broker.config import BrokerConfig
+from broker.controlled_shutdown import controlled_shutdown
 from broker.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import ReplicaManager
 from broker.server import BrokerService, ControlService
 from broker.zk_client import BrokerZkClient, ZkError
+from controller.kafka_controller import KafkaController
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
 
@@ -60,7 +64,9 @@ class BrokerServer:
         self.replica_manager = ReplicaManager(
             config, self.log_manager, self.zk, self.metadata_cache, self.executor
         )
+        self.controller = KafkaController.from_config(config)
         self.port: int | None = None
+        self._controller_started = False
         self._grpc: grpc.aio.Server | None = None
         self._replica_manager_started = False
         self._stopped = asyncio.Event()
@@ -98,7 +104,9 @@ class BrokerServer:
         pb_grpc.add_BrokerServicer_to_server(
             BrokerService(self.replica_manager, self.metadata_cache), self._grpc
         )
-        pb_grpc.add_ControlServicer_to_server(ControlService(self.replica_manager), self._grpc)
+        pb_grpc.add_ControlServicer_to_server(
+            ControlService(self.replica_manager, self.controller), self._grpc
+        )
         address = f"{self.config.host}:{self.config.port}"
         try:
             # grpcio >= 1.60 raises RuntimeError on a failed bind; older ones return 0.
@@ -114,6 +122,9 @@ class BrokerServer:
         self.zk.on_session_lost(self.replica_manager.on_session_lost)
         self.zk.on_session_established(self._register)
         await self._register()
+        # After registering, as Kafka does: a controller elected here finds itself alive.
+        self._controller_started = True
+        await self.controller.start()
         logger.info(
             "broker started event=started broker=%d port=%d data_dir=%s zookeeper=%s",
             self.broker_id,
@@ -138,9 +149,12 @@ class BrokerServer:
     async def stop(self) -> None:
         """Clean shutdown: checkpoints written, the registration removed."""
         logger.info("broker stopping event=stopping broker=%d", self.broker_id)
+        if self.config.controlled_shutdown_enable and self._controller_started:
+            await controlled_shutdown(self.config, self.zk, self.replica_manager.broker_epoch)
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
         await self.replica_manager.shutdown()
+        await self.controller.stop()
         await asyncio.get_running_loop().run_in_executor(self.executor, self.log_manager.shutdown)
         await self._deregister()
         self.executor.shutdown(wait=True)
@@ -173,6 +187,8 @@ class BrokerServer:
         it read the HW checkpoint, its shutdown would overwrite that file with nothing."""
         if self._grpc is not None:
             await self._grpc.stop(None)
+        if self._controller_started:
+            await self.controller.stop()
         if self._replica_manager_started:
             await self.replica_manager.shutdown()
         loop = asyncio.get_running_loop()

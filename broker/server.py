@@ -18,6 +18,8 @@ import grpc
 from broker.metadata_cache import MetadataCache
 from broker.replica_manager import FetchPartitionResult, FetchSpec, ProduceResult, ReplicaManager
 from broker.topic_partition import TopicPartition, topic_name_problem
+from controller.kafka_controller import KafkaController
+from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.minibroker_pb2 import ErrorCode
@@ -289,10 +291,15 @@ class BrokerService(pb_grpc.BrokerServicer):
 
 
 class ControlService(pb_grpc.ControlServicer):
-    """LeaderAndIsr, UpdateMetadata and StopReplica from the controller."""
+    """LeaderAndIsr, UpdateMetadata and StopReplica from the controller; ControlledShutdown
+    from brokers to this broker's controller, when it is the active one."""
 
-    def __init__(self, replica_manager: ReplicaManager) -> None:
+    def __init__(
+        self, replica_manager: ReplicaManager, controller: KafkaController | None = None
+    ) -> None:
         self.replica_manager = replica_manager
+        self.controller = controller
+        """This broker's controller candidate: ControlledShutdown goes to it when active."""
 
     async def LeaderAndIsr(
         self, request: pb.LeaderAndIsrRequest, context: grpc.aio.ServicerContext[object, object]
@@ -321,8 +328,21 @@ class ControlService(pb_grpc.ControlServicer):
         request: pb.ControlledShutdownRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> pb.ControlledShutdownResponse:
-        return pb.ControlledShutdownResponse(
-            error_code=ErrorCode.NOT_CONTROLLER,
-            error_message=f"broker is not the controller (controller is "
-            f"{self.replica_manager.metadata_cache.controller_id})",
-        )
+        if self.controller is None or not self.controller.is_active:
+            return pb.ControlledShutdownResponse(
+                error_code=ErrorCode.NOT_CONTROLLER,
+                error_message=f"broker is not the controller (controller is "
+                f"{self.replica_manager.metadata_cache.controller_id})",
+            )
+        try:
+            remaining = await self.controller.controlled_shutdown(
+                request.broker_id, request.broker_epoch
+            )
+        except errors.BrokerResponseError as err:
+            return pb.ControlledShutdownResponse(
+                error_code=ErrorCode.ValueType(err.code), error_message=str(err)
+            )
+        response = pb.ControlledShutdownResponse(error_code=ErrorCode.NONE)
+        for tp in remaining:
+            response.remaining_partitions.add(topic_name=tp.topic, partition_index=tp.partition)
+        return response

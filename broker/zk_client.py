@@ -600,6 +600,10 @@ class BrokerZkClient(KazooSessionClient):
             return None
         return registration.host, registration.port
 
+    async def get_broker_address(self, broker_id: int) -> tuple[str, int] | None:
+        """A live broker's (host, port), or None if it is not registered."""
+        return await self._read_registration(broker_id)
+
     async def get_controller_id(self) -> int | None:
         """The active controller's broker id, or None when there is none."""
         try:

@@ -35,6 +35,10 @@ class ControllerContext:
     """The state znodes as last read or written, with their zkVersions."""
     topics_being_deleted: set[str] = field(default_factory=set)
     shutting_down_brokers: set[int] = field(default_factory=set)
+    """Brokers in a controlled shutdown: still registered, but no longer elected, and not
+    sent LeaderAndIsr (Kafka's ``shuttingDownBrokerIds``)."""
+    reassignments: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
+    """Partitions being reassigned, with their target replicas."""
 
     def reset(self) -> None:
         """Forget everything (on resignation)."""
@@ -45,9 +49,11 @@ class ControllerContext:
         self.partition_states.clear()
         self.topics_being_deleted.clear()
         self.shutting_down_brokers.clear()
+        self.reassignments.clear()
 
     def live_broker_ids(self) -> set[int]:
-        return set(self.live_brokers)
+        """Brokers that can be elected or join an ISR: registered and not shutting down."""
+        return set(self.live_brokers) - self.shutting_down_brokers
 
     def add_topic(self, topic: str, assignment: Mapping[int, Iterable[int]]) -> None:
         self.all_topics.add(topic)
@@ -60,6 +66,7 @@ class ControllerContext:
         for tp in self.partitions_of_topic(topic):
             self.assignments.pop(tp, None)
             self.partition_states.pop(tp, None)
+            self.reassignments.pop(tp, None)
 
     def partitions_of_topic(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.assignments if tp.topic == topic)
@@ -69,12 +76,17 @@ class ControllerContext:
         return sorted(tp for tp, replicas in self.assignments.items() if broker_id in replicas)
 
     def live_replicas(self, tp: TopicPartition) -> list[int]:
-        """The live replicas of ``tp``, in assignment order."""
-        return [r for r in self.assignments.get(tp, ()) if r in self.live_brokers]
+        """The live replicas of ``tp`` not shutting down, in assignment order: the
+        recipients of its LeaderAndIsr."""
+        live = self.live_broker_ids()
+        return [r for r in self.assignments.get(tp, ()) if r in live]
 
     def is_online(self, tp: TopicPartition) -> bool:
         """``tp`` has a state whose leader is a live broker."""
         state = self.partition_states.get(tp)
         return (
-            state is not None and state.leader != LEADER_NONE and state.leader in self.live_brokers
+            state is not None
+            and state.leader != LEADER_NONE
+            and state.leader in self.live_brokers
+            and state.leader not in self.shutting_down_brokers
         )

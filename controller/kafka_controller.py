@@ -21,13 +21,20 @@ Events handled:
 - ``TopicChange``: new topics get their initial states and LeaderAndIsr.
 - ``IsrChangeNotification``: re-read the named states, UpdateMetadata to all, delete the
   notifications.
+- ``TopicDeletion`` (``/admin/delete_topics/<t>``): UpdateMetadata marks the topic's
+  partitions deleted (leader -2), StopReplica(delete) goes to every replica; once all
+  answered, the znodes go. A replica on a dead broker holds the deletion until it returns.
+- ``ControlledShutdown`` (a broker's RPC on SIGTERM): leadership moves to another ISR
+  member, the broker leaves every ISR and stops its replicas; the answer lists what it
+  still leads (no other ISR member), and the broker retries.
+- ``PreferredReplicaElection`` (``/admin/preferred_replica_election``) and
+  ``AutoRebalance`` (every ``leader.imbalance.check.interval.seconds`` when
+  ``auto.leader.rebalance.enable``): leadership back to the first assigned replica.
+- ``Reassignment`` (``/admin/reassign_partitions``): the steps of
+  :mod:`controller.reassignment`, advanced again by ISR changes and broker startups.
 - ``Resign`` (ControllerMovedError from a fenced write, session loss, a broker answering
   STALE_CONTROLLER_EPOCH, another broker in ``/controller``): drop the cache and the
   channels, then stand again.
-
-Not handled yet (left for later): topic deletion, controlled shutdown, preferred replica
-election and partition reassignment (their pure decisions exist in
-:mod:`controller.leader_election` and :mod:`controller.reassignment`).
 
 Requests to brokers are queued on the :class:`ControllerChannelManager` without waiting for
 the answers (Kafka's send threads), so a slow broker never holds up the event loop.
@@ -39,23 +46,44 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
+from broker.config import BrokerConfig
 from broker.topic_partition import TopicPartition
 from broker.zk_async import ZkError, ZkSessionExpiredError
-from broker.zk_data import LEADER_NONE, PartitionState, PartitionStateData
+from broker.zk_data import (
+    LEADER_NONE,
+    PREFERRED_REPLICA_ELECTION_PATH,
+    REASSIGN_PARTITIONS_PATH,
+    PartitionState,
+    PartitionStateData,
+    ZkDataError,
+    delete_topic_path,
+)
 from controller.channel_manager import ControllerChannelManager
 from controller.controller_context import ControllerContext
 from controller.controller_zk import ControllerMovedError, ControllerZkClient, ZkWatch
 from controller.leader_election import (
+    controlled_shutdown_leader_election,
+    elected_state,
     initial_leader_and_isr,
     new_leader_and_isr,
     offline_partition_leader_election,
+    preferred_replica_leader_election,
     remove_replica_from_isr,
 )
+from controller.preferred_replica import partitions_to_rebalance
+from controller.reassignment import (
+    ReassignmentAction,
+    next_reassignment_step,
+    validate_reassignment,
+)
+from controller.replica_assignment import InvalidReplicaAssignmentError
 from controller.request_batch import (
     ALL_LIVE_BROKERS,
+    EPOCH_DURING_DELETE,
     ControllerBrokerRequestBatch,
     ControlRequest,
     ControlResponse,
@@ -63,7 +91,9 @@ from controller.request_batch import (
     PartitionLeadership,
     request_kind,
 )
-from proto.errors import StaleControllerEpochError
+from proto import minibroker_pb2 as pb
+from proto.errors import BrokerResponseError, StaleControllerEpochError
+from proto.minibroker_pb2 import ErrorCode
 
 __all__ = ["KafkaController"]
 
@@ -71,6 +101,9 @@ log = logging.getLogger(__name__)
 
 FAILOVER_RETRY_BACKOFF_S = 1.0
 """Pause before standing again after a failover failed with an unexpected error."""
+
+TOPIC_DELETION_RETRY_BACKOFF_S = 1.0
+"""Pause before sending StopReplica again to replicas that failed to delete a topic."""
 
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
 _UPDATE_ATTEMPTS = 3
@@ -101,6 +134,44 @@ class _IsrChangeNotification:
 
 
 @dataclass(frozen=True, slots=True)
+class _TopicDeletion:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicDeletionStopped:
+    """The replicas sent StopReplica(delete) for ``topic`` answered: ``deleted`` confirmed,
+    ``failed`` did not."""
+
+    topic: str
+    epoch: int
+    deleted: tuple[int, ...]
+    failed: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _ControlledShutdown:
+    broker_id: int
+    broker_epoch: int
+    reply: asyncio.Future[list[TopicPartition]]
+
+
+@dataclass(frozen=True, slots=True)
+class _PreferredReplicaElection:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _AutoRebalance:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Reassignment:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
 class _Resign:
     reason: str
     epoch: int | None = None
@@ -110,7 +181,26 @@ class _Resign:
 _Decide = Callable[[TopicPartition, PartitionState], PartitionStateData | None]
 """A state change: the new content for a partition's current state, or None (no change)."""
 
-_Event = _Elect | _BrokerChange | _TopicChange | _IsrChangeNotification | _Resign
+
+class _Sent(NamedTuple):
+    broker_id: int
+    request: ControlRequest
+    response: asyncio.Future[Any]
+
+
+_Event = (
+    _Elect
+    | _BrokerChange
+    | _TopicChange
+    | _IsrChangeNotification
+    | _TopicDeletion
+    | _TopicDeletionStopped
+    | _ControlledShutdown
+    | _PreferredReplicaElection
+    | _AutoRebalance
+    | _Reassignment
+    | _Resign
+)
 
 
 class KafkaController:
@@ -125,6 +215,9 @@ class KafkaController:
         connection_timeout_ms: int | None = None,
         request_timeout_s: float = 30.0,
         unclean_leader_election_enable: bool = False,
+        auto_leader_rebalance_enable: bool = False,
+        leader_imbalance_check_interval_s: float = 300.0,
+        leader_imbalance_per_broker_percentage: int = 10,
     ) -> None:
         """``unclean_leader_election_enable`` is the broker default, which a topic's
         ``/config/topics/<t>`` overrides."""
@@ -136,7 +229,15 @@ class KafkaController:
             connection_timeout_ms=connection_timeout_ms,
         )
         self._request_timeout_s = request_timeout_s
+        self._session_timeout_s = session_timeout_ms / 1000
         self._default_unclean = unclean_leader_election_enable
+        self._auto_rebalance = auto_leader_rebalance_enable
+        self._imbalance_check_interval_s = leader_imbalance_check_interval_s
+        self._imbalance_percentage = leader_imbalance_per_broker_percentage
+        self._rebalance_task: asyncio.Task[None] | None = None
+        self._deletions_in_flight: set[str] = set()
+        self._deleted_replicas: dict[str, set[int]] = {}
+        """Per topic being deleted: brokers that confirmed deleting their replicas."""
         self._ctx = ControllerContext()
         self._active = False
         self._channels: ControllerChannelManager | None = None
@@ -144,6 +245,21 @@ class KafkaController:
         self._loop_task: asyncio.Task[None] | None = None
         self._watches: list[ZkWatch] = []
         self._send_tasks: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> KafkaController:
+        """The candidate a broker process runs, with the broker's Kafka properties."""
+        return cls(
+            config.broker_id,
+            config.zookeeper_connect,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+            request_timeout_s=config.request_timeout_ms / 1000,
+            unclean_leader_election_enable=config.unclean_leader_election_enable,
+            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds,
+            leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
+        )
 
     # -- public ------------------------------------------------------------------------------
 
@@ -167,8 +283,9 @@ class KafkaController:
         return self._ctx
 
     async def start(self) -> None:
-        """Connect to ZooKeeper, set the watches and stand for election (in the background:
-        this returns once the candidacy is queued, not once elected). Raises
+        """Connect to ZooKeeper and start the event loop, which sets the watches and then
+        stands for election (in the background: this returns once connected, not once
+        elected, so a broker's start-up never waits on the watches). Raises
         ZkConnectionError if ZooKeeper is unreachable. Cancelling it leaves the controller
         half started: call :meth:`stop`."""
         await self._zk.start()
@@ -176,15 +293,49 @@ class KafkaController:
         self._loop_task = asyncio.get_running_loop().create_task(
             self._run(), name=f"controller-{self._broker_id}"
         )
-        self._watches = [
-            await self._zk.watch_controller(lambda: self._put(_Elect("controller_changed"))),
-            await self._zk.watch_brokers(lambda: self._put(_BrokerChange())),
-            await self._zk.watch_topics(lambda: self._put(_TopicChange())),
-            await self._zk.watch_isr_change_notifications(
+
+    async def _set_watches(self) -> None:
+        """Set the standing watches (they re-arm themselves after each fire and after a
+        reconnect); on a ZooKeeper error cancel those set so far and try again."""
+        setters: list[Callable[[], Awaitable[ZkWatch]]] = [
+            lambda: self._zk.watch_controller(lambda: self._put(_Elect("controller_changed"))),
+            lambda: self._zk.watch_brokers(lambda: self._put(_BrokerChange())),
+            lambda: self._zk.watch_topics(lambda: self._put(_TopicChange())),
+            lambda: self._zk.watch_isr_change_notifications(
                 lambda: self._put(_IsrChangeNotification())
             ),
+            lambda: self._zk.watch_topic_deletions(lambda: self._put(_TopicDeletion())),
+            lambda: self._zk.watch_preferred_replica_election(
+                lambda: self._put(_PreferredReplicaElection())
+            ),
+            lambda: self._zk.watch_reassignment(lambda: self._put(_Reassignment())),
         ]
-        self._put(_Elect("startup"))
+        while True:
+            try:
+                for setter in setters:
+                    self._watches.append(await setter())
+                return
+            except ZkError as e:
+                self._log(logging.WARNING, "watches_not_set", error=repr(e))
+                for watch in self._watches:
+                    watch.cancel()
+                self._watches = []
+                await asyncio.sleep(FAILOVER_RETRY_BACKOFF_S)
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
+        """Handle a broker's ControlledShutdown (Kafka's ``doControlledShutdown``): move its
+        leaderships to other ISR members, take it out of every ISR, stop its replicas.
+        Returns the partitions it still leads (no other ISR member could take over); the
+        broker retries until none is left. Raises BrokerResponseError NOT_CONTROLLER if
+        this broker is not the controller, STALE_BROKER_EPOCH for an old incarnation,
+        BROKER_NOT_AVAILABLE for a broker that is not registered."""
+        if not self._active:
+            raise BrokerResponseError(
+                f"broker {self._broker_id} is not the controller", code=ErrorCode.NOT_CONTROLLER
+            )
+        reply: asyncio.Future[list[TopicPartition]] = asyncio.get_running_loop().create_future()
+        self._put(_ControlledShutdown(broker_id, broker_epoch, reply))
+        return await reply
 
     async def stop(self) -> None:
         """Stop the event loop, give up ``/controller`` if held, close the channels and the
@@ -198,9 +349,20 @@ class KafkaController:
                 await self._loop_task
             self._loop_task = None
         if self._active:
-            await self._resign("stopped", stand_again=False)
+            # Deleting /controller lets a successor stand at once; if ZooKeeper does not
+            # answer, closing the session (or its expiry) removes it anyway.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._resign("stopped", stand_again=False), self._session_timeout_s
+                )
         await self._close_channels()
         await self._zk.close()
+        while not self._queue.empty():  # nobody will answer these any more
+            event = self._queue.get_nowait()
+            if isinstance(event, _ControlledShutdown) and not event.reply.done():
+                event.reply.set_exception(
+                    BrokerResponseError("the controller stopped", code=ErrorCode.NOT_CONTROLLER)
+                )
 
     # -- the event loop ----------------------------------------------------------------------
 
@@ -208,15 +370,21 @@ class KafkaController:
         self._queue.put_nowait(event)
 
     async def _run(self) -> None:
+        await self._set_watches()
+        self._put(_Elect("startup"))
         while True:
             event = await self._queue.get()
             try:
                 await self._handle(event)
             except asyncio.CancelledError:
+                if isinstance(event, _ControlledShutdown) and not event.reply.done():
+                    event.reply.cancel()
                 raise
             except (ControllerMovedError, StaleControllerEpochError) as e:
+                self._refuse(event)
                 await self._resign(f"{type(e).__name__}: {e}")
             except ZkSessionExpiredError:
+                self._refuse(event)
                 await self._resign("session_expired")
             except Exception:
                 log.exception(
@@ -225,12 +393,24 @@ class KafkaController:
                     self.epoch,
                     type(event).__name__,
                 )
+                if isinstance(event, _ControlledShutdown) and not event.reply.done():
+                    event.reply.set_exception(
+                        BrokerResponseError("the controller failed to handle it; retry")
+                    )
                 if isinstance(event, _Elect):
                     # A failed election or failover: give up what we hold and try again,
                     # after a pause so that a persistent fault does not spin.
                     await self._resign("failover_failed", stand_again=False)
                     await asyncio.sleep(FAILOVER_RETRY_BACKOFF_S)
                     self._put(_Elect("retry_after_failed_failover"))
+
+    @staticmethod
+    def _refuse(event: _Event) -> None:
+        """Answer a waiting ControlledShutdown NOT_CONTROLLER: its broker asks again."""
+        if isinstance(event, _ControlledShutdown) and not event.reply.done():
+            event.reply.set_exception(
+                BrokerResponseError("the controller moved", code=ErrorCode.NOT_CONTROLLER)
+            )
 
     async def _handle(self, event: _Event) -> None:
         if isinstance(event, _Elect):
@@ -239,13 +419,25 @@ class KafkaController:
             if self._active and event.epoch in (None, self._ctx.epoch):
                 await self._resign(event.reason)
         elif not self._active:
-            return  # only the controller acts on the cluster's changes
+            self._refuse(event)  # only the controller acts on the cluster's changes
         elif isinstance(event, _BrokerChange):
             await self._on_broker_change()
         elif isinstance(event, _TopicChange):
             await self._on_topic_change()
-        else:
+        elif isinstance(event, _IsrChangeNotification):
             await self._on_isr_change_notification()
+        elif isinstance(event, _TopicDeletion):
+            await self._on_topic_deletion()
+        elif isinstance(event, _TopicDeletionStopped):
+            await self._on_topic_deletion_stopped(event)
+        elif isinstance(event, _ControlledShutdown):
+            await self._on_controlled_shutdown(event)
+        elif isinstance(event, _PreferredReplicaElection):
+            await self._on_preferred_replica_election()
+        elif isinstance(event, _AutoRebalance):
+            await self._on_auto_rebalance()
+        else:
+            await self._on_reassignment()
 
     # -- election and failover ---------------------------------------------------------------
 
@@ -282,7 +474,20 @@ class KafkaController:
             ctx.add_topic(topic, assignment)
         ctx.partition_states.update(await self._zk.partition_states(ctx.assignments))
         batch = ControllerBrokerRequestBatch()
-        changed = await self._bring_online(sorted(ctx.assignments), batch)
+        # Brokers that died while there was no controller (or with the old one) are still
+        # leaders or ISR members in the states: handle them as a broker failure now
+        # (Kafka's replica state machine startup takes their replicas offline).
+        dead = {
+            b
+            for state in ctx.partition_states.values()
+            for b in (state.leader, *state.isr)
+            if b != LEADER_NONE and b not in ctx.live_brokers
+        }
+        changed: set[TopicPartition] = set()
+        if dead:
+            self._log(logging.INFO, "failover_dead_brokers", dead=sorted(dead))
+            changed |= await self._on_broker_failure(dead, batch)
+        changed |= await self._bring_online(sorted(ctx.assignments), batch)
         for tp, state in ctx.partition_states.items():
             if tp not in changed and state.leader != LEADER_NONE:
                 batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
@@ -295,8 +500,15 @@ class KafkaController:
             partitions=len(ctx.assignments),
         )
         self._send(batch)
-        # Notifications written while there was no controller are processed now.
+        # Work requested while there was no controller is picked up now.
         self._put(_IsrChangeNotification())
+        self._put(_TopicDeletion())
+        self._put(_Reassignment())
+        self._put(_PreferredReplicaElection())
+        if self._auto_rebalance:
+            self._rebalance_task = asyncio.get_running_loop().create_task(
+                self._rebalance_timer(self._ctx.epoch), name=f"rebalance-{self._broker_id}"
+            )
 
     async def _resign(self, reason: str, *, stand_again: bool = True) -> None:
         """Kafka's ``onControllerResignation``: stop acting, forget the cache, close the
@@ -304,6 +516,11 @@ class KafkaController:
         was_epoch = self._ctx.epoch if self._active else None
         self._active = False
         self._ctx.reset()
+        self._deletions_in_flight.clear()
+        self._deleted_replicas.clear()
+        if self._rebalance_task is not None:
+            self._rebalance_task.cancel()
+            self._rebalance_task = None
         await self._close_channels()
         with contextlib.suppress(ZkError):
             await self._zk.resign()
@@ -338,6 +555,7 @@ class KafkaController:
             return
         self._log(logging.INFO, "broker_change", dead=dead, new=new, bounced=bounced)
         for broker_id in (*dead, *bounced):
+            self._ctx.shutting_down_brokers.discard(broker_id)
             await self._remove_live_broker(broker_id)
         batch = ControllerBrokerRequestBatch()
         if dead or bounced:
@@ -350,10 +568,15 @@ class KafkaController:
         # Every UpdateMetadata carries the broker list: all brokers learn who is alive.
         batch.add_update_metadata(ALL_LIVE_BROKERS)
         self._send(batch)
+        if new or bounced:
+            if self._ctx.topics_being_deleted:
+                self._put(_TopicDeletion())  # a replica that held a deletion may be back
+            if self._ctx.reassignments:
+                await self._advance_reassignments(sorted(self._ctx.reassignments))
 
     async def _on_broker_failure(
         self, dead: Iterable[int], batch: ControllerBrokerRequestBatch
-    ) -> None:
+    ) -> set[TopicPartition]:
         """Elect new leaders for the partitions the dead brokers led and take them out of
         the ISR of the others (Kafka's ``onBrokerFailure``: OfflinePartition then
         OfflineReplica transitions, written here as one state change per partition)."""
@@ -369,7 +592,7 @@ class KafkaController:
         def decide(tp: TopicPartition, current: PartitionState) -> PartitionStateData | None:
             return self._after_failure(tp, current, gone, tp.topic in unclean)
 
-        await self._change_states(affected, decide, batch)
+        return await self._change_states(affected, decide, batch)
 
     def _after_failure(
         self, tp: TopicPartition, current: PartitionState, gone: set[int], unclean: bool
@@ -458,6 +681,353 @@ class KafkaController:
             notifications=len(notifications),
             partitions=",".join(f"{tp}:{list(s.isr)}" for tp, s in sorted(states.items())),
         )
+        moving = [tp for tp in tps if tp in ctx.reassignments]
+        if moving:
+            await self._advance_reassignments(moving)
+
+    # -- topic deletion (Kafka's TopicDeletionManager) ---------------------------------------
+
+    async def _on_topic_deletion(self) -> None:
+        """Start or resume deleting every topic under ``/admin/delete_topics``."""
+        ctx = self._ctx
+        requested = await self._zk.topics_to_delete()
+        for topic in sorted(requested - ctx.all_topics):
+            # Nothing to delete (never existed, or already gone): just drop the request.
+            self._log(logging.INFO, "topic_deletion_unknown_topic", topic=topic)
+            await self._zk.delete_admin_node(delete_topic_path(topic))
+        for topic in sorted(requested & ctx.all_topics):
+            if topic not in ctx.topics_being_deleted:
+                ctx.topics_being_deleted.add(topic)
+                self._log(logging.INFO, "topic_deletion_started", topic=topic)
+            self._resume_topic_deletion(topic)
+
+    def _resume_topic_deletion(self, topic: str) -> None:
+        """Mark the partitions deleted everywhere and send StopReplica(delete) to every live
+        replica that has not confirmed yet; the answers come back as a
+        ``_TopicDeletionStopped`` event. A replica on a dead broker is ineligible until it
+        returns (its log would survive otherwise): the znodes go once every replica has
+        confirmed (Kafka's TopicDeletionManager)."""
+        ctx = self._ctx
+        if topic in self._deletions_in_flight:
+            return
+        tps = ctx.partitions_of_topic(topic)
+        confirmed = self._deleted_replicas.setdefault(topic, set())
+        replicas = sorted({r for tp in tps for r in ctx.assignments[tp]} - confirmed)
+        offline = [r for r in replicas if r not in ctx.live_brokers]
+        targets = [r for r in replicas if r in ctx.live_brokers]
+        if offline:
+            self._log(logging.INFO, "topic_deletion_ineligible", topic=topic, offline=offline)
+        batch = ControllerBrokerRequestBatch()
+        batch.add_update_metadata(
+            ALL_LIVE_BROKERS,
+            {tp: PartitionLeadership(s, ctx.assignments[tp]) for tp, s in self._states(tps)},
+            deleting=True,
+        )
+        for tp in tps:
+            batch.add_stop_replica(
+                [r for r in ctx.assignments[tp] if r in targets], tp, True, EPOCH_DURING_DELETE
+            )
+        sent = [s for s in self._send(batch) if isinstance(s.request, pb.StopReplicaRequest)]
+        if not sent:
+            return
+        self._deletions_in_flight.add(topic)
+        epoch = ctx.epoch
+
+        async def collect() -> None:
+            done, failed = [], []
+            for item in sent:
+                try:
+                    response = await item.response
+                except Exception:
+                    failed.append(item.broker_id)
+                    continue
+                if response.error_code or any(e.error_code for e in response.partition_errors):
+                    failed.append(item.broker_id)
+                else:
+                    done.append(item.broker_id)
+            self._put(_TopicDeletionStopped(topic, epoch, tuple(done), tuple(failed)))
+
+        self._background(collect())
+
+    async def _on_topic_deletion_stopped(self, event: _TopicDeletionStopped) -> None:
+        ctx = self._ctx
+        if event.epoch != ctx.epoch or event.topic not in ctx.topics_being_deleted:
+            return
+        self._deletions_in_flight.discard(event.topic)
+        confirmed = self._deleted_replicas.setdefault(event.topic, set())
+        confirmed.update(event.deleted)
+        if event.failed:
+            self._log(
+                logging.WARNING,
+                "topic_deletion_replicas_failed",
+                topic=event.topic,
+                brokers=list(event.failed),
+            )
+
+            async def retry() -> None:
+                await asyncio.sleep(TOPIC_DELETION_RETRY_BACKOFF_S)
+                self._put(_TopicDeletion())
+
+            self._background(retry())
+            return
+        replicas = {r for tp in ctx.partitions_of_topic(event.topic) for r in ctx.assignments[tp]}
+        if not replicas <= confirmed:
+            return  # a dead replica still holds it: resumed when that broker registers
+        await self._zk.delete_topic_znodes(event.topic)
+        ctx.remove_topic(event.topic)
+        self._deleted_replicas.pop(event.topic, None)
+        self._log(logging.INFO, "topic_deleted", topic=event.topic)
+
+    # -- controlled shutdown -----------------------------------------------------------------
+
+    async def _on_controlled_shutdown(self, event: _ControlledShutdown) -> None:
+        ctx = self._ctx
+        broker = ctx.live_brokers.get(event.broker_id)
+        if broker is None:
+            event.reply.set_exception(
+                BrokerResponseError(
+                    f"broker {event.broker_id} is not registered",
+                    code=ErrorCode.BROKER_NOT_AVAILABLE,
+                )
+            )
+            return
+        if 0 <= event.broker_epoch < broker.epoch:
+            event.reply.set_exception(
+                BrokerResponseError(
+                    f"broker epoch {event.broker_epoch} is older than {broker.epoch}",
+                    code=ErrorCode.STALE_BROKER_EPOCH,
+                )
+            )
+            return
+        leaving = event.broker_id
+        ctx.shutting_down_brokers.add(leaving)
+        live = ctx.live_broker_ids()
+        tps = [
+            tp
+            for tp in ctx.partitions_on_broker(leaving)
+            if tp.topic not in ctx.topics_being_deleted and tp in ctx.partition_states
+        ]
+
+        def decide(tp: TopicPartition, current: PartitionState) -> PartitionStateData | None:
+            if current.leader == leaving:
+                result = controlled_shutdown_leader_election(
+                    ctx.assignments[tp], current.isr, live | {leaving}, ctx.shutting_down_brokers
+                )
+                return elected_state(current.data, result, ctx.epoch)
+            return remove_replica_from_isr(current.data, leaving, ctx.epoch)
+
+        batch = ControllerBrokerRequestBatch()
+        await self._change_states(tps, decide, batch)
+        remaining = sorted(
+            tp
+            for tp in tps
+            if ctx.partition_states[tp].leader == leaving and len(ctx.assignments[tp]) > 1
+        )
+        # The leaving broker stops every replica it no longer leads: it refuses produce
+        # at once (retriable NOT_LEADER_OR_FOLLOWER) and stops fetching, so no leader adds
+        # it back to an ISR on its way out.
+        for tp in tps:
+            if ctx.partition_states[tp].leader != leaving:
+                batch.add_stop_replica([leaving], tp, False, ctx.partition_states[tp].leader_epoch)
+        batch.add_update_metadata(
+            ALL_LIVE_BROKERS,
+            {tp: PartitionLeadership(s, ctx.assignments[tp]) for tp, s in self._states(tps)},
+        )
+        self._send(batch)
+        self._log(
+            logging.INFO,
+            "controlled_shutdown",
+            shutting_down=leaving,
+            partitions=len(tps),
+            remaining=remaining,
+        )
+        if not event.reply.done():
+            event.reply.set_result(remaining)
+
+    # -- preferred replica election ----------------------------------------------------------
+
+    async def _on_preferred_replica_election(self) -> None:
+        """``/admin/preferred_replica_election``: elect the preferred replica of each named
+        partition where it is live and in the ISR, then delete the request."""
+        try:
+            requested = await self._zk.preferred_replica_election_request()
+        except ZkDataError as e:
+            self._log(logging.WARNING, "bad_preferred_replica_election", error=str(e))
+            await self._zk.delete_admin_node(PREFERRED_REPLICA_ELECTION_PATH)
+            return
+        if requested is None:
+            return
+        ctx = self._ctx
+        unknown = sorted(tp for tp in requested if tp not in ctx.assignments)
+        if unknown:
+            self._log(logging.WARNING, "preferred_replica_election_unknown", partitions=unknown)
+        await self._elect_preferred_replicas(
+            sorted(tp for tp in requested if tp in ctx.assignments), "admin_request"
+        )
+        await self._zk.delete_admin_node(PREFERRED_REPLICA_ELECTION_PATH)
+
+    async def _on_auto_rebalance(self) -> None:
+        """Kafka's ``checkAndTriggerAutoLeaderRebalance``."""
+        ctx = self._ctx
+        tps = partitions_to_rebalance(
+            ctx.assignments,
+            {tp: state.data for tp, state in ctx.partition_states.items()},
+            ctx.live_broker_ids(),
+            self._imbalance_percentage,
+            topics_being_deleted=ctx.topics_being_deleted,
+            reassignment_in_progress=bool(ctx.reassignments),
+        )
+        if tps:
+            await self._elect_preferred_replicas(tps, "auto_rebalance")
+
+    async def _elect_preferred_replicas(self, tps: list[TopicPartition], reason: str) -> None:
+        ctx = self._ctx
+        live = ctx.live_broker_ids()
+        wanted = [
+            tp
+            for tp in tps
+            if tp.topic not in ctx.topics_being_deleted
+            and tp in ctx.partition_states
+            and ctx.partition_states[tp].leader != ctx.assignments[tp][0]
+        ]
+
+        def decide(tp: TopicPartition, current: PartitionState) -> PartitionStateData | None:
+            if current.leader == ctx.assignments[tp][0]:
+                return None  # ELECTION_NOT_NEEDED
+            result = preferred_replica_leader_election(ctx.assignments[tp], current.isr, live)
+            return elected_state(current.data, result, ctx.epoch)
+
+        batch = ControllerBrokerRequestBatch()
+        changed = await self._change_states(wanted, decide, batch)
+        batch.add_update_metadata(
+            ALL_LIVE_BROKERS,
+            {tp: PartitionLeadership(s, ctx.assignments[tp]) for tp, s in self._states(changed)},
+        )
+        self._send(batch)
+        self._log(
+            logging.INFO,
+            "preferred_replica_election",
+            reason=reason,
+            elected=sorted(changed),
+            not_eligible=sorted(set(wanted) - changed),
+        )
+
+    async def _rebalance_timer(self, epoch: int) -> None:
+        while self._active and self._ctx.epoch == epoch:
+            await asyncio.sleep(self._imbalance_check_interval_s)
+            self._put(_AutoRebalance())
+
+    # -- partition reassignment --------------------------------------------------------------
+
+    async def _on_reassignment(self) -> None:
+        """``/admin/reassign_partitions`` created or changed: validate the targets, then
+        advance each partition's reassignment as far as it goes now."""
+        ctx = self._ctx
+        try:
+            request = await self._zk.reassign_request()
+        except ZkDataError as e:
+            self._log(logging.WARNING, "bad_reassignment_request", error=str(e))
+            await self._zk.delete_admin_node(REASSIGN_PARTITIONS_PATH)
+            return
+        if request is None:
+            ctx.reassignments.clear()
+            return
+        for tp, target in sorted(request.items()):
+            if ctx.reassignments.get(tp) == tuple(target):
+                continue
+            problem = None
+            if tp not in ctx.assignments or tp not in ctx.partition_states:
+                problem = "the partition does not exist"
+            elif tp.topic in ctx.topics_being_deleted:
+                problem = "its topic is being deleted"
+            else:
+                try:
+                    validate_reassignment(ctx.assignments[tp], target, ctx.live_broker_ids())
+                except InvalidReplicaAssignmentError as e:
+                    problem = str(e)
+            if problem is not None:
+                self._log(logging.WARNING, "reassignment_refused", partition=tp, problem=problem)
+                continue
+            ctx.reassignments[tp] = tuple(target)
+            self._log(logging.INFO, "reassignment_started", partition=tp, target=list(target))
+        await self._advance_reassignments(sorted(ctx.reassignments))
+
+    async def _advance_reassignments(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            await self._advance_reassignment(tp)
+        if not self._ctx.reassignments:
+            await self._zk.delete_admin_node(REASSIGN_PARTITIONS_PATH)
+
+    async def _advance_reassignment(self, tp: TopicPartition) -> None:
+        """Apply :func:`~controller.reassignment.next_reassignment_step` until it waits or
+        is done. Every step writes the state znode first (conditional), then the replica
+        list, then talks to the brokers."""
+        ctx = self._ctx
+        for _ in range(8):  # ADD, MOVE, REMOVE, DONE, and a few re-reads after races
+            target = ctx.reassignments.get(tp)
+            current = ctx.partition_states.get(tp)
+            if target is None or current is None or tp not in ctx.assignments:
+                ctx.reassignments.pop(tp, None)
+                return
+            step = next_reassignment_step(
+                ctx.assignments[tp], target, current.data, ctx.live_broker_ids(), ctx.epoch
+            )
+            self._log(
+                logging.INFO,
+                "reassignment_step",
+                partition=tp,
+                action=step.action.value,
+                detail=step.reason,
+            )
+            if step.action is ReassignmentAction.WAIT:
+                return
+            if step.action is ReassignmentAction.DONE:
+                ctx.reassignments.pop(tp, None)
+                batch = ControllerBrokerRequestBatch()
+                batch.add_update_metadata(
+                    ALL_LIVE_BROKERS, {tp: PartitionLeadership(current, ctx.assignments[tp])}
+                )
+                self._send(batch)
+                return
+            if step.state is not None:
+                written = await self._zk.update_partition_states(
+                    {tp: (step.state, current.zk_version)}
+                )
+                version = written.get(tp)
+                if version is None:  # a leader changed the ISR meanwhile: decide again
+                    ctx.partition_states.update(await self._zk.partition_states([tp]))
+                    continue
+                ctx.partition_states[tp] = PartitionState.from_data(step.state, version)
+                self._log_state("partition_state_changed", tp, ctx.partition_states[tp])
+            if tuple(ctx.assignments[tp]) != step.replicas:
+                topic_assignment = {
+                    p.partition: list(step.replicas) if p == tp else ctx.assignments[p]
+                    for p in ctx.partitions_of_topic(tp.topic)
+                }
+                if await self._zk.set_topic_assignment(tp.topic, topic_assignment) is None:
+                    ctx.reassignments.pop(tp, None)  # the topic is gone
+                    return
+                ctx.assignments[tp] = list(step.replicas)
+            state = ctx.partition_states[tp]
+            batch = ControllerBrokerRequestBatch()
+            batch.add_leader_and_isr(
+                ctx.live_replicas(tp),
+                tp,
+                state,
+                ctx.assignments[tp],
+                is_new=bool(step.new_replicas),
+            )
+            for removed in step.removed_replicas:
+                batch.add_stop_replica([removed], tp, True, state.leader_epoch)
+            batch.add_update_metadata(
+                ALL_LIVE_BROKERS, {tp: PartitionLeadership(state, ctx.assignments[tp])}
+            )
+            self._send(batch)
+        self._log(logging.WARNING, "reassignment_not_settled", partition=tp)
+
+    def _states(self, tps: Iterable[TopicPartition]) -> list[tuple[TopicPartition, PartitionState]]:
+        states = self._ctx.partition_states
+        return [(tp, states[tp]) for tp in sorted(tps) if tp in states]
 
     # -- state changes -----------------------------------------------------------------------
 
@@ -502,6 +1072,8 @@ class KafkaController:
                 )
                 if result.leader is None:
                     return None
+                if result.unclean:
+                    self._log(logging.WARNING, "unclean_leader_election", partition=tp)
                 return new_leader_and_isr(current.data, result.leader, result.isr, ctx.epoch)
 
             changed |= await self._change_states(offline, decide, batch)
@@ -519,6 +1091,10 @@ class KafkaController:
         ctx = self._ctx
         pending = list(tps)
         changed: set[TopicPartition] = set()
+        # Decide from the znodes as they are now, as Kafka's elections do: leaders change
+        # their ISR without telling the controller until the (batched) notification.
+        if pending:
+            ctx.partition_states.update(await self._zk.partition_states(pending))
         for _ in range(_UPDATE_ATTEMPTS):
             updates: dict[TopicPartition, tuple[PartitionStateData, int]] = {}
             for tp in pending:
@@ -583,14 +1159,15 @@ class KafkaController:
         if self._channels is not None:
             await self._channels.remove_broker(broker_id)
 
-    def _send(self, batch: ControllerBrokerRequestBatch) -> None:
+    def _send(self, batch: ControllerBrokerRequestBatch) -> list[_Sent]:
         """Queue the batch's requests now (one per broker and kind, in Kafka's order) and
-        log the answers in the background; the event loop does not wait for brokers."""
+        log the answers in the background; the event loop does not wait for brokers.
+        Returns what was queued, for the rare handler that wants the answers."""
         channels = self._channels
         if channels is None or batch.is_empty:
-            return
+            return []
         requests = batch.build(self._broker_id, self._ctx.epoch, self._ctx.live_brokers)
-        futures = [(b, r, channels.send(b, r)) for b, r in requests]
+        futures = [_Sent(b, r, channels.send(b, r)) for b, r in requests]
         for broker_id, request, _ in futures:
             self._log(
                 logging.DEBUG,
@@ -622,7 +1199,11 @@ class KafkaController:
                         error_code=code,
                     )
 
-        task = asyncio.get_running_loop().create_task(report())
+        self._background(report())
+        return futures
+
+    def _background(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
         self._send_tasks.add(task)
         task.add_done_callback(self._send_tasks.discard)
 

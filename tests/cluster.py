@@ -1,30 +1,35 @@
-"""Test-side cluster helpers: real broker processes plus a stand-in for the controller.
+"""Test-side cluster helpers: real broker processes, each running its controller candidate.
 
-Until the controller issue lands, :class:`TestController` (deploy.leadership's
-StaticLeadership over the cluster's processes) plays its part as Kafka's controller would:
-it writes the topic assignment and the partition state znodes in ZooKeeper (the controller
-is their only writer of leader and leader_epoch) and then pushes LeaderAndIsr and
-UpdateMetadata to the brokers over the real ``Control`` gRPC service.
+By default the brokers elect their controller and it does all leadership work: a test
+creates a topic as an admin client does (:meth:`Cluster.create_topic` writes
+``/config/topics/<t>`` and ``/brokers/topics/<t>``) and observes the outcome in ZooKeeper
+and through the brokers. With ``scripted_controller=True`` a
+:class:`~tests.scripted_controller.ScriptedController` wins the election before the
+brokers start and the test dictates each LeaderAndIsr (see that module for when that is
+needed).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
+from broker import zk_data
 from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from broker.record_batch import Record, decode_batch, encode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess, BrokerSpec
-from deploy.leadership import BrokerAddress, StaticLeadership
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from tests.helpers import wait_for
+from tests.scripted_controller import BrokerAddress, ScriptedController
 
 
 class Cluster:
@@ -38,6 +43,8 @@ class Cluster:
         broker_ids: Iterable[int] = (1, 2, 3),
         overrides: Mapping[str, str] | None = None,
         broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
+        *,
+        scripted_controller: bool = False,
     ) -> None:
         self.zk = zk
         self.root = root
@@ -47,6 +54,8 @@ class Cluster:
             "replica.fetch.wait.max.ms": "200",
             "replica.fetch.backoff.ms": "100",
             "replica.high.watermark.checkpoint.interval.ms": "200",
+            "controlled.shutdown.retry.backoff.ms": "100",
+            "request.timeout.ms": "5000",
             **(overrides or {}),
         }
         per_broker = broker_overrides or {}
@@ -61,19 +70,29 @@ class Cluster:
             )
             for i in broker_ids
         }
-        self.controller = TestController(zk, self)
+        self._scripted = TestController(zk, self) if scripted_controller else None
+        if self._scripted is not None:
+            self._scripted.take_over()
         self._channels: dict[int, tuple[str, grpc.Channel]] = {}
+
+    @property
+    def controller(self) -> TestController:
+        """The scripted controller (only with ``scripted_controller=True``)."""
+        assert self._scripted is not None, "this cluster's brokers elect their own controller"
+        return self._scripted
 
     def start(self, *ids: int) -> None:
         for i in ids or tuple(self.brokers):
             self.brokers[i].start(self.zk)
 
     def stop_all(self) -> None:
+        """Stop every broker cleanly, all at once (each one's controlled shutdown finds the
+        others still there or gone; either way it ends within its few retries)."""
         for channel in self._channels.values():
             channel[1].close()
         self._channels.clear()
-        for broker in self.brokers.values():
-            broker.stop()
+        with ThreadPoolExecutor(max_workers=len(self.brokers)) as pool:
+            list(pool.map(lambda broker: broker.stop(), self.brokers.values()))
 
     def channel(self, broker_id: int) -> grpc.Channel:
         address = self.brokers[broker_id].address
@@ -90,6 +109,113 @@ class Cluster:
 
     def control_stub(self, broker_id: int) -> pb_grpc.ControlStub:
         return pb_grpc.ControlStub(self.channel(broker_id))
+
+    # -- leadership as the real controller decides it -----------------------------------------
+
+    def create_topic(
+        self,
+        topic: str,
+        assignment: Mapping[int, list[int]],
+        config: Mapping[str, str] | None = None,
+        *,
+        timeout: float = 20,
+    ) -> None:
+        """Create ``topic`` as Kafka's admin client does (config first, then the assignment
+        that the controller watches) and wait until every partition's leader serves it."""
+        if config:
+            self.zk.create(
+                zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), makepath=True
+            )
+        self.zk.create(
+            zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True
+        )
+        for partition in assignment:
+            self.wait_for_leader(TopicPartition(topic, partition), timeout=timeout)
+
+    def state(self, tp: TopicPartition) -> zk_data.PartitionState | None:
+        """The partition's state znode now, or None if it has none."""
+        stat = self.zk.exists(zk_data.partition_state_path(tp))
+        if stat is None:
+            return None
+        data, stat = self.zk.get(zk_data.partition_state_path(tp))
+        return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
+
+    def leader_serving(self, tp: TopicPartition) -> int | None:
+        """The leader named by the state znode if it is running and its metadata says it
+        leads at that epoch (LeaderAndIsr precedes UpdateMetadata, so it has become
+        leader), else None."""
+        state = self.state(tp)
+        if state is None or state.leader < 0:
+            return None
+        broker = self.brokers.get(state.leader)
+        if broker is None or not broker.is_running or broker.paused:
+            return None
+        try:
+            meta = self.broker_stub(state.leader).Metadata(
+                pb.MetadataRequest(topics=[tp.topic]), timeout=5
+            )
+        except grpc.RpcError:
+            return None
+        for topic in meta.topics:
+            for part in topic.partitions:
+                if (
+                    topic.name == tp.topic
+                    and part.partition_index == tp.partition
+                    and part.leader_id == state.leader
+                    and part.leader_epoch == state.leader_epoch
+                ):
+                    return state.leader
+        return None
+
+    def wait_for_leader(
+        self, tp: TopicPartition, accept: Iterable[int] | None = None, timeout: float = 20
+    ) -> int:
+        """Wait until a leader (one of ``accept``, if given) serves ``tp``; return it."""
+        wanted = None if accept is None else set(accept)
+        found: list[int] = []
+
+        def serving() -> bool:
+            leader = self.leader_serving(tp)
+            if leader is None or (wanted is not None and leader not in wanted):
+                return False
+            found.append(leader)
+            return True
+
+        wait_for(serving, timeout, message=f"a leader of {tp} in {wanted or 'any broker'}")
+        return found[-1]
+
+    def wait_for_isr(self, tp: TopicPartition, isr: set[int], timeout: float = 20) -> None:
+        def matches() -> bool:
+            state = self.state(tp)
+            return state is not None and set(state.isr) == isr
+
+        wait_for(matches, timeout, message=f"ISR of {tp} to become {sorted(isr)}")
+
+    def controller_id(self) -> int | None:
+        """The broker in ``/controller`` now, or None."""
+        try:
+            data, _ = self.zk.get(zk_data.CONTROLLER_PATH)
+        except NoNodeError:
+            return None
+        return zk_data.decode_controller(data)
+
+    def controller_epoch(self) -> int:
+        data, _ = self.zk.get(zk_data.CONTROLLER_EPOCH_PATH)
+        return zk_data.decode_controller_epoch(data)
+
+    def wait_for_controller(self, accept: Iterable[int] | None = None, timeout: float = 20) -> int:
+        wanted = set(accept) if accept is not None else set(self.brokers)
+        found: list[int] = []
+
+        def elected() -> bool:
+            current = self.controller_id()
+            if current in wanted:
+                found.append(current)
+                return True
+            return False
+
+        wait_for(elected, timeout, message=f"a controller among {sorted(wanted)}")
+        return found[-1]
 
     def live(self) -> list[int]:
         """Brokers that are running and not paused: those a controller can talk to."""
@@ -181,8 +307,8 @@ def _batch_positions(records: bytes) -> Iterator[int]:
         yield scanned.position
 
 
-class TestController(StaticLeadership):
-    """The stand-in controller over a :class:`Cluster`'s processes: it talks to the brokers
+class TestController(ScriptedController):
+    """The scripted controller over a :class:`Cluster`'s processes: it talks to the brokers
     that run and are not paused, and names a paused leader's endpoint (ZooKeeper still
     counts it alive until its session expires)."""
 
@@ -218,8 +344,18 @@ def running_cluster(
     broker_ids: Iterable[int] = (1, 2, 3),
     overrides: Mapping[str, str] | None = None,
     broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
+    *,
+    scripted_controller: bool = False,
 ) -> Iterator[Cluster]:
-    cluster = Cluster(zk, zookeeper_connect, root, broker_ids, overrides, broker_overrides)
+    cluster = Cluster(
+        zk,
+        zookeeper_connect,
+        root,
+        broker_ids,
+        overrides,
+        broker_overrides,
+        scripted_controller=scripted_controller,
+    )
     try:
         cluster.start()
         yield cluster

@@ -43,7 +43,14 @@ def cluster(
     root = tmp_path_factory.mktemp("bad-input")
     with (
         chrooted_client(zookeeper) as zk,
-        running_cluster(zk, zookeeper.connect_string + zk.chroot, root, (1,), overrides) as c,
+        running_cluster(
+            zk,
+            zookeeper.connect_string + zk.chroot,
+            root,
+            (1,),
+            overrides,
+            scripted_controller=True,
+        ) as c,
     ):
         c.controller.create_topic(TP.topic, {0: [1]})
         assert c.produce(1, TP, [b"first"]).error_code == pb.NONE

@@ -28,12 +28,12 @@ from broker.record_batch import decode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from broker.zk_data import broker_path
 from deploy.broker_process import BrokerProcess, BrokerSpec
-from deploy.leadership import CONTROLLER_ID
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
+from tests.scripted_controller import CONTROLLER_ID
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -73,7 +73,9 @@ def test_startup_registers_kafka_json_and_serves_grpc_on_the_registered_port(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
     before_ms = int(time.time() * 1000)
-    with running_cluster(zk_client, zk_connect, tmp_path, (1,)) as cluster:
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, (1,), scripted_controller=True
+    ) as cluster:
         data, stat = zk_client.get(broker_path(1))
         registration = json.loads(data)
         port = registration["port"]
@@ -100,7 +102,9 @@ def test_startup_registers_kafka_json_and_serves_grpc_on_the_registered_port(
 def test_sigterm_shuts_down_cleanly_and_restart_skips_recovery(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path, (1, 2)) as cluster:
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, (1, 2), scripted_controller=True
+    ) as cluster:
         cluster.controller.create_topic(TP.topic, {0: [1, 2]})
         sent = [f"clean-{i}-{j}".encode() for i in range(10) for j in range(10)]
         for i in range(10):
@@ -167,7 +171,7 @@ def test_sigterm_while_zookeeper_is_unreachable_still_exits_cleanly(tmp_path: Pa
 def test_sigkill_of_a_follower_loses_nothing_replicated(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
+    with running_cluster(zk_client, zk_connect, tmp_path, scripted_controller=True) as cluster:
         controller = cluster.controller
         controller.create_topic(TP.topic, {0: [1, 2, 3]})
         acked = [f"acked-{i}-{j}".encode() for i in range(20) for j in range(10)]
@@ -205,7 +209,7 @@ def test_sigkill_of_a_follower_loses_nothing_replicated(
 def test_leader_whose_session_expired_while_paused_acks_nothing_until_leader_and_isr(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
+    with running_cluster(zk_client, zk_connect, tmp_path, scripted_controller=True) as cluster:
         controller = cluster.controller
         controller.create_topic(TP.topic, {0: [1, 2, 3]})
         _produce_ok(cluster, 1, [b"before"])
@@ -245,7 +249,7 @@ def test_zombie_leader_replaced_while_paused_acks_nothing_and_loses_its_tail(
 ) -> None:
     # Kafka's sequence: the controller sees the leader's session expire and elects another
     # ISR member; the old leader wakes up believing it still leads.
-    with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
+    with running_cluster(zk_client, zk_connect, tmp_path, scripted_controller=True) as cluster:
         controller = cluster.controller
         controller.create_topic(TP.topic, {0: [1, 2, 3]})
         _produce_ok(cluster, 1, [b"m0"])
@@ -365,7 +369,9 @@ def test_offsets_for_leader_epoch_and_list_offsets_across_two_epochs(
 ) -> None:
     # A long lag time keeps a paused follower in the ISR, so the HW stays below the LEO.
     overrides = {"replica.lag.time.max.ms": "30000"}
-    with running_cluster(zk_client, zk_connect, tmp_path, (1, 2), overrides) as cluster:
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, (1, 2), overrides, scripted_controller=True
+    ) as cluster:
         controller = cluster.controller
         controller.create_topic(TP.topic, {0: [1, 2]})
         _produce_ok(cluster, 1, [b"e0-a", b"e0-b", b"e0-c"])  # epoch 0: offsets 0-2
@@ -437,7 +443,7 @@ def _partitions(
 def test_metadata_lists_brokers_controller_and_partitions_as_pushed(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
+    with running_cluster(zk_client, zk_connect, tmp_path, scripted_controller=True) as cluster:
         controller = cluster.controller
         controller.create_topic("alpha", {0: [1, 2, 3], 1: [2, 3, 1]})
         controller.create_topic("beta", {0: [3, 1]})
@@ -486,7 +492,9 @@ def _records(part: pb.FetchPartitionData) -> list[tuple[int, bytes | None]]:
 def test_consumer_fetch_long_poll_wakes_on_produce_and_times_out_empty(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path, (1, 2)) as cluster:
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, (1, 2), scripted_controller=True
+    ) as cluster:
         cluster.controller.create_topic(TP.topic, {0: [1, 2]})
         _produce_ok(cluster, 1, [b"first"])
         hw = 1

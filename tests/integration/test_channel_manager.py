@@ -190,7 +190,7 @@ def retries_to(caplog: pytest.LogCaptureFixture, broker_id: int) -> list[str]:
 def test_new_topic_batch_makes_brokers_lead_and_follow(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
+    with running_cluster(zk_client, zk_connect, tmp_path, scripted_controller=True) as cluster:
         brokers = live_brokers(zk_client)
         assert sorted(brokers) == [1, 2, 3]
         # DESIGN.md §6 placement over [1, 2, 3]: partition i starts at broker i mod 3.
@@ -240,7 +240,9 @@ def test_new_topic_batch_makes_brokers_lead_and_follow(
 def test_request_queued_for_killed_broker_is_delivered_after_restart(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path, logs: pytest.LogCaptureFixture
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path, broker_ids=(1, 2)) as cluster:
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, broker_ids=(1, 2), scripted_controller=True
+    ) as cluster:
         brokers = live_brokers(zk_client)
         partitions = create_topic(zk_client, "bounce", {0: [1, 2]})
         tp = TopicPartition("bounce", 0)
@@ -282,7 +284,9 @@ def test_request_queued_for_killed_broker_is_delivered_after_restart(
 def test_requests_to_one_broker_are_applied_in_order(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path, broker_ids=(1,)) as cluster:
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, broker_ids=(1,), scripted_controller=True
+    ) as cluster:
         brokers = live_brokers(zk_client)
         partitions = create_topic(zk_client, "ordered", {0: [1]})
         [(tp, (created, replicas))] = partitions.items()
@@ -311,7 +315,9 @@ def test_requests_to_one_broker_are_applied_in_order(
 def test_old_controller_epoch_is_refused_and_reported(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path, broker_ids=(1,)) as cluster:
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, broker_ids=(1,), scripted_controller=True
+    ) as cluster:
         brokers = live_brokers(zk_client)
         partitions = create_topic(zk_client, "fenced", {0: [1]})
         reported: list[tuple[int, ControlRequest, ControlResponse]] = []

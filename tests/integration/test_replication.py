@@ -55,7 +55,7 @@ def test_acks_all_records_reach_every_replica_byte_for_byte(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
     with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
-        cluster.controller.create_topic(TP.topic, {0: [1, 2, 3]})
+        cluster.create_topic(TP.topic, {0: [1, 2, 3]})
         offsets = []
         for i in range(100):
             values = [f"record-{i}-{j}".encode() for j in range(100)]
@@ -89,28 +89,27 @@ def test_min_insync_replicas_refuses_acks_all_then_followers_rejoin(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
     with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
-        controller = cluster.controller
-        controller.create_topic(TP.topic, {0: [1, 2, 3]}, config={"min.insync.replicas": "2"})
+        cluster.create_topic(TP.topic, {0: [1, 2, 3]}, config={"min.insync.replicas": "2"})
         assert cluster.produce(1, TP, [b"a"]).error_code == pb.NONE
 
         # A dead follower leaves the ISR once it has missed replica.lag.time.max.ms of
         # writes (Kafka's rule); the write that waited for it then completes.
         cluster.brokers[3].kill()
         assert cluster.produce(1, TP, [b"b"]).error_code == pb.NONE
-        assert set(controller.state(TP).isr) == {1, 2}
+        cluster.wait_for_isr(TP, {1, 2})
 
         cluster.brokers[2].kill()
         after_append = cluster.produce(1, TP, [b"c"])
         assert after_append.error_code == pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND, after_append
-        assert set(controller.state(TP).isr) == {1}
+        cluster.wait_for_isr(TP, {1})
         refused = cluster.produce(1, TP, [b"d"])
         assert refused.error_code == pb.NOT_ENOUGH_REPLICAS, refused
         assert cluster.produce(1, TP, [b"e"], acks=1).error_code == pb.NONE
 
         for broker_id in (2, 3):
             cluster.brokers[broker_id].start(zk_client)
-        controller.push([TP], to=[2, 3])
-        controller.wait_for_isr(TP, {1, 2, 3})
+        # The controller sees them register and sends them LeaderAndIsr: they follow again.
+        cluster.wait_for_isr(TP, {1, 2, 3})
         assert cluster.produce(1, TP, [b"f"]).error_code == pb.NONE
         wait_for(
             lambda: (
@@ -123,26 +122,30 @@ def test_min_insync_replicas_refuses_acks_all_then_followers_rejoin(
         )
         assert [v for _, v in cluster.consume_all(1, TP)] == [b"a", b"b", b"c", b"e", b"f"]
 
-        # The leader told the controller about its ISR changes, batched, in Kafka's format.
-        def notified() -> set[TopicPartition]:
-            path = zk_data.ISR_CHANGE_NOTIFICATION_PATH
-            children = zk_client.get_children(path) if zk_client.exists(path) else []
-            return {
-                tp
-                for child in children
-                if child.startswith(zk_data.ISR_CHANGE_PREFIX)
-                for tp in zk_data.decode_isr_change_notification(
-                    zk_client.get(f"{path}/{child}")[0]
-                )
-            }
+        # The leader told the controller about its ISR changes (isr_change_notification);
+        # the controller told every broker (UpdateMetadata) and deleted the notifications.
+        def isr_in_metadata(broker_id: int) -> set[int]:
+            meta = cluster.broker_stub(broker_id).Metadata(
+                pb.MetadataRequest(topics=[TP.topic]), timeout=5
+            )
+            return set(meta.topics[0].partitions[0].isr_nodes)
 
-        wait_for(lambda: notified() == {TP}, 20, message="an isr_change_notification for TP")
+        wait_for(
+            lambda: all(isr_in_metadata(b) == {1, 2, 3} for b in (1, 2, 3)),
+            20,
+            message="every broker's metadata to show the ISR [1, 2, 3]",
+        )
+        path = zk_data.ISR_CHANGE_NOTIFICATION_PATH
+        wait_for(lambda: not zk_client.get_children(path), 20, message="notifications processed")
 
 
 def test_acks_zero_writes_and_stop_replica_deletes_the_partition(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path, (1, 2)) as cluster:
+    # The test sends StopReplica itself: the scripted controller holds the election.
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, (1, 2), scripted_controller=True
+    ) as cluster:
         cluster.controller.create_topic(TP.topic, {0: [1, 2]})
         fire_and_forget = cluster.produce(1, TP, [b"a", b"b"], acks=0)
         assert fire_and_forget.error_code == pb.NONE

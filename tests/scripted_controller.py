@@ -1,20 +1,27 @@
-"""Fixed partition leadership for a cluster that has no controller yet.
+"""A scripted controller for broker tests that must dictate every leadership decision.
 
-:class:`StaticLeadership` does once what Kafka's controller does when a topic is created:
-it writes the assignment and each partition's state znode (leader = first replica, leader
-epoch 0, ISR = every replica), then sends LeaderAndIsr to the replicas and UpdateMetadata to
-every broker over the real ``Control`` gRPC service. It elects only when told to
-(:meth:`StaticLeadership.elect`): tests use that to drive failover by hand, exactly as the
-controller would write it, until the controller exists.
+Every broker process runs a real controller candidate (controller/). A few broker tests
+need control requests no real controller would send at that moment: the DESIGN.md §8
+data-loss interleaving (a restarted follower still in the ISR when the leader dies, which
+the controller's KIP-380 bounce handling never allows), a LeaderAndIsr with the same
+leader and a new epoch, a zombie leader at an exact epoch. :class:`ScriptedController`
+plays the controller for those: :meth:`ScriptedController.take_over` wins the real
+election (it creates the ephemeral ``/controller`` in the test's session and bumps
+``/controller_epoch`` in the same multi, as the controller does), so the brokers'
+candidates stand by, and its requests carry the newest controller epoch. It then writes
+the state znodes and sends LeaderAndIsr and UpdateMetadata over the real ``Control``
+gRPC service, exactly when the test says.
 
 Example usage::
 
-    leadership = StaticLeadership.of(zk, brokers)   # BrokerProcesses already registered
-    leadership.create_topic("bench", {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
+    controller = ScriptedController(zk, {1: BrokerAddress("127.0.0.1", 9091)})
+    controller.take_over()          # before the brokers start
+    controller.create_topic("t", {0: [1, 2]})
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -28,7 +35,8 @@ from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 
 CONTROLLER_ID = 0
-"""Requests from the stand-in name broker 0 as their controller; no broker has id 0."""
+"""Requests from the scripted controller name broker 0 as their controller; no broker has
+id 0."""
 REQUEST_TIMEOUT_S = 10.0
 
 
@@ -43,7 +51,7 @@ class BrokerAddress(NamedTuple):
     port: int
 
 
-class StaticLeadership:
+class ScriptedController:
     """Writes topic and partition-state znodes and pushes them to the brokers.
 
     The brokers it talks to come from :meth:`reachable_brokers` and the leader endpoints it
@@ -63,10 +71,34 @@ class StaticLeadership:
     @classmethod
     def of(
         cls, zk: KazooClient, processes: Iterable[BrokerProcess], controller_epoch: int = 1
-    ) -> StaticLeadership:
+    ) -> ScriptedController:
         """For running, registered broker processes (their ports are known once registered)."""
         brokers = {p.broker_id: BrokerAddress(p.spec.host, p.port) for p in processes}
         return cls(zk, brokers, controller_epoch)
+
+    def take_over(self) -> int:
+        """Become the controller through the real election: create ``/controller`` (an
+        ephemeral of this kazoo session) and bump ``/controller_epoch`` in one multi.
+        Returns the new controller epoch, which every request then carries. Raises
+        kazoo's NodeExistsError if another controller holds ``/controller``."""
+        self.zk.ensure_path(zk_data.CONTROLLER_EPOCH_PATH)
+        data, stat = self.zk.get(zk_data.CONTROLLER_EPOCH_PATH)
+        epoch = (zk_data.decode_controller_epoch(data) if data else 0) + 1
+        transaction = self.zk.transaction()
+        transaction.create(
+            zk_data.CONTROLLER_PATH,
+            zk_data.encode_controller(CONTROLLER_ID, int(time.time() * 1000)),
+            ephemeral=True,
+        )
+        transaction.set_data(
+            zk_data.CONTROLLER_EPOCH_PATH, str(epoch).encode(), version=stat.version
+        )
+        results = transaction.commit()
+        failures = [r for r in results if isinstance(r, Exception)]
+        if failures:
+            raise failures[0]
+        self.controller_epoch = epoch
+        return epoch
 
     def reachable_brokers(self) -> dict[int, BrokerAddress]:
         """The brokers requests are sent to."""
