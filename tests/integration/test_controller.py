@@ -326,9 +326,11 @@ def test_all_replicas_down_goes_offline_and_an_isr_member_brings_it_back(
         wait_for_state(cluster, tp, timeout, leader=2, leader_epoch=1, isr=[2])
         cluster.brokers[2].kill()
         wait_for_state(cluster, tp, timeout, leader=-1, leader_epoch=2, isr=[2])
-        for broker_id in cluster.live():
-            [meta] = describe(cluster, broker_id, tp.topic).partitions
-            assert meta.leader_id == -1
+        wait_for(
+            lambda: describe(cluster, 3, tp.topic).partitions[0].leader_id == -1,
+            10,
+            message="broker 3's metadata to show the partition offline",
+        )
 
         # Broker 1 is not in the ISR: its return does not bring the partition back.
         cluster.brokers[1].start(zk_client)
@@ -509,6 +511,11 @@ def test_reassignment_from_1_2_3_to_2_3_4(
             message="the new replica to hold everything",
         )
         assert values(cluster, 4, tp)[:100] == before
-        for broker_id in (2, 3, 4):
-            [meta] = describe(cluster, broker_id, tp.topic).partitions
-            assert list(meta.replica_nodes) == [2, 3, 4]
+        wait_for(
+            lambda: all(
+                list(describe(cluster, b, tp.topic).partitions[0].replica_nodes) == [2, 3, 4]
+                for b in (2, 3, 4)
+            ),
+            10,
+            message="every broker's metadata to show the replicas [2, 3, 4]",
+        )
