@@ -3,8 +3,11 @@
 The cluster is real: a ZooKeeper and three broker processes, with their default (Kafka-like)
 settings: followers long-poll the leader (``replica.fetch.wait.max.ms`` 500,
 ``replica.fetch.min.bytes`` 1) and nothing is fsynced (``log.flush.interval.messages`` unset).
-There is no controller yet, so :class:`deploy.leadership.StaticLeadership` creates the topic
-as the controller would: partitions 0, 1, 2 led by brokers 1, 2, 3, every replica in the ISR.
+Each broker runs its controller candidate; the topic is created as Kafka's admin client does
+(:func:`create_topic` writes ``/brokers/topics/<t>``), and the elected controller makes the
+first replica of each partition its leader: partitions 0, 1, 2 led by brokers 1, 2, 3, every
+replica in the ISR. The producer starts once each leader serves its partition at the epoch
+of its state znode (:func:`wait_for_leader`).
 
 This process is the producer: one grpc.aio channel per partition leader on a uvloop loop, batches of
 100-byte records pre-encoded to just under 16 KiB (Kafka's default ``batch.size``), one batch
@@ -18,6 +21,10 @@ The run fails loudly (:class:`BenchmarkError`) on any error code, offsets that d
 each partition from 0 without gap or overlap, an ISR that shrank during the run, replicas
 that disagree on their record count once the brokers have stopped, or a broker that did not
 exit cleanly. Broker logs are scanned for WARNING, ERROR and tracebacks, which are reported.
+
+The cluster helpers (:func:`zookeeper`, :func:`kazoo`, :func:`brokers`, :func:`create_topic`,
+:func:`partition_state`, :func:`leader_serving`, :func:`wait_for_leader`) are shared with
+:mod:`bench.failover`.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -37,13 +45,14 @@ from typing import NamedTuple
 import grpc
 import uvloop
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from bench.log_append import BATCH_BYTES, RECORD_VALUE_BYTES
+from broker import zk_data
 from broker.config import BrokerConfig
 from broker.record_batch import Record, encode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess, BrokerSpec
-from deploy.leadership import BrokerAddress, StaticLeadership
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
@@ -167,8 +176,16 @@ def make_batches(count: int = BATCH_POOL) -> tuple[list[bytes], int]:
 # -- the cluster -----------------------------------------------------------------------------
 
 
+LEADER_TIMEOUT_S = 30.0
+"""How long a new topic's partitions may take to get a serving leader: the controller is
+elected once the brokers have registered, then it writes the state znodes and sends
+LeaderAndIsr."""
+_POLL_S = 0.02
+
+
 @contextmanager
-def _zookeeper(root: Path) -> Iterator[ZooKeeperServer]:
+def zookeeper(root: Path) -> Iterator[ZooKeeperServer]:
+    """A standalone ZooKeeper with its data under ``root``, stopped on exit."""
     server = ZooKeeperServer(ZooKeeperConfig(data_dir=root / "zookeeper"))
     server.start()
     try:
@@ -178,7 +195,8 @@ def _zookeeper(root: Path) -> Iterator[ZooKeeperServer]:
 
 
 @contextmanager
-def _kazoo(connect: str) -> Iterator[KazooClient]:
+def kazoo(connect: str) -> Iterator[KazooClient]:
+    """The bench's own ZooKeeper session: it creates topics and reads partition states."""
     client = KazooClient(hosts=connect)
     client.start(timeout=10)
     try:
@@ -189,17 +207,114 @@ def _kazoo(connect: str) -> Iterator[KazooClient]:
 
 
 @contextmanager
-def _brokers(root: Path, zk: KazooClient, connect: str) -> Iterator[dict[int, BrokerProcess]]:
-    brokers = {i: BrokerProcess(BrokerSpec(i, root / f"broker-{i}", connect)) for i in BROKER_IDS}
+def brokers(
+    root: Path,
+    zk: KazooClient,
+    connect: str,
+    broker_ids: Iterable[int] = BROKER_IDS,
+    overrides: Mapping[str, str] | None = None,
+) -> Iterator[dict[int, BrokerProcess]]:
+    """Broker processes under ``root``, all started at once and registered; every one still
+    running is stopped (SIGTERM, all at once) on exit."""
+    procs = {
+        i: BrokerProcess(
+            BrokerSpec(i, root / f"broker-{i}", connect, overrides=dict(overrides or {}))
+        )
+        for i in broker_ids
+    }
     try:
-        for broker in brokers.values():  # all at once: each takes a second or two to import
+        for broker in procs.values():  # all at once: each takes a second or two to import
             broker.start()
-        for broker in brokers.values():
+        for broker in procs.values():
             broker.wait_until_registered(zk, None)
-        yield brokers
+        yield procs
     finally:
-        for broker in brokers.values():
-            broker.stop()
+        stop_all(procs.values())
+
+
+def stop_all(procs: Iterable[BrokerProcess]) -> dict[int, int | None]:
+    """SIGTERM every broker at once and wait for each: their controlled shutdowns overlap
+    rather than queue one behind the other. Returns each broker's exit status."""
+    procs = list(procs)
+    if not procs:
+        return {}
+    with ThreadPoolExecutor(max_workers=len(procs)) as pool:
+        statuses = list(pool.map(lambda broker: broker.stop(), procs))
+    return {broker.broker_id: status for broker, status in zip(procs, statuses, strict=True)}
+
+
+# -- topics and leaders, as the controller makes them ----------------------------------------
+
+
+def create_topic(
+    zk: KazooClient,
+    topic: str,
+    assignment: Mapping[int, list[int]],
+    config: Mapping[str, str] | None = None,
+) -> None:
+    """Create ``topic`` as Kafka's admin client does: its config first (if any), then the
+    replica assignment, which the controller watches and acts on."""
+    if config:
+        zk.create(
+            zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), makepath=True
+        )
+    zk.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True)
+
+
+def partition_state(zk: KazooClient, tp: TopicPartition) -> zk_data.PartitionState | None:
+    """The partition's state znode now, or None while it has none."""
+    try:
+        data, stat = zk.get(zk_data.partition_state_path(tp))
+    except NoNodeError:
+        return None
+    return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
+
+
+def leader_serving(
+    zk: KazooClient, tp: TopicPartition, addresses: Mapping[int, str]
+) -> zk_data.PartitionState | None:
+    """The partition's state if the leader it names is among ``addresses`` (broker id ->
+    ``host:port`` of the brokers to ask) and its Metadata shows itself leading at the
+    state's leader epoch (it applies LeaderAndIsr before UpdateMetadata, so it has become
+    the leader); else None."""
+    state = partition_state(zk, tp)
+    if state is None or state.leader == zk_data.LEADER_NONE or state.leader not in addresses:
+        return None
+    try:
+        with grpc.insecure_channel(addresses[state.leader]) as channel:
+            meta = pb_grpc.BrokerStub(channel).Metadata(
+                pb.MetadataRequest(topics=[tp.topic]), timeout=5
+            )
+    except grpc.RpcError:
+        return None
+    for topic in meta.topics:
+        for part in topic.partitions:
+            if (
+                topic.name == tp.topic
+                and part.partition_index == tp.partition
+                and part.leader_id == state.leader
+                and part.leader_epoch == state.leader_epoch
+            ):
+                return state
+    return None
+
+
+def wait_for_leader(
+    zk: KazooClient,
+    tp: TopicPartition,
+    addresses: Mapping[int, str],
+    timeout: float = LEADER_TIMEOUT_S,
+) -> zk_data.PartitionState:
+    """Wait until :func:`leader_serving` finds a serving leader of ``tp``; its state."""
+    deadline = time.monotonic() + timeout
+    while (state := leader_serving(zk, tp, addresses)) is None:
+        if time.monotonic() >= deadline:
+            raise BenchmarkError(
+                f"{tp}: no leader serving it within {timeout:.0f} s (state znode: "
+                f"{partition_state(zk, tp)}); see the broker logs"
+            )
+        time.sleep(_POLL_S)
+    return state
 
 
 def _cpu_seconds(pids: Mapping[str, int | None]) -> dict[str, float]:
@@ -220,7 +335,7 @@ def _cpu_seconds(pids: Mapping[str, int | None]) -> dict[str, float]:
 
 
 async def _produce(
-    leaders: Mapping[int, BrokerAddress],
+    leaders: Mapping[int, str],
     batches: list[bytes],
     records_per_batch: int,
     *,
@@ -253,10 +368,7 @@ async def _produce(
             )
             i += in_flight
 
-    channels = {
-        p: grpc.aio.insecure_channel(f"{address.host}:{address.port}")
-        for p, address in leaders.items()
-    }
+    channels = {p: grpc.aio.insecure_channel(address) for p, address in leaders.items()}
     try:
         async with asyncio.TaskGroup() as group:
             group.create_task(sample_cpu_after_warmup())
@@ -329,14 +441,14 @@ def _check_offsets(acks: list[_Ack]) -> dict[int, int]:
     return ends
 
 
-def _check_isr(leadership: StaticLeadership) -> None:
+def _check_isr(zk: KazooClient) -> None:
     for partition, replicas in ASSIGNMENT.items():
-        state = leadership.state(TopicPartition(TOPIC, partition))
-        if sorted(state.isr) != sorted(replicas) or state.leader != replicas[0]:
+        state = partition_state(zk, TopicPartition(TOPIC, partition))
+        if state is None or sorted(state.isr) != sorted(replicas) or state.leader != replicas[0]:
             # acks=all waits only for the ISR: with a replica out, the figures flatter us.
             raise BenchmarkError(
-                f"{TOPIC}-{partition}: leader {state.leader}, ISR {list(state.isr)} after the run "
-                f"(expected leader {replicas[0]}, ISR {replicas}); see the broker logs"
+                f"{TOPIC}-{partition}: state {state} after the run (expected leader "
+                f"{replicas[0]}, ISR {replicas}); see the broker logs"
             )
 
 
@@ -429,14 +541,22 @@ def measure(
     root = Path(tempfile.mkdtemp(prefix="replication-", dir=work_dir))
     try:
         with ExitStack() as stack:
-            zookeeper = stack.enter_context(_zookeeper(root))
-            zk = stack.enter_context(_kazoo(zookeeper.connect_string))
-            brokers = stack.enter_context(_brokers(root, zk, zookeeper.connect_string))
-            leadership = StaticLeadership.of(zk, brokers.values())
-            leadership.create_topic(TOPIC, ASSIGNMENT)
-            leaders = {p: leadership.brokers[replicas[0]] for p, replicas in ASSIGNMENT.items()}
-            pids = {f"broker {i}": b.pid for i, b in brokers.items()}
-            pids["zookeeper"] = zookeeper.pid
+            server = stack.enter_context(zookeeper(root))
+            zk = stack.enter_context(kazoo(server.connect_string))
+            procs = stack.enter_context(brokers(root, zk, server.connect_string))
+            addresses = {i: b.address for i, b in procs.items()}
+            create_topic(zk, TOPIC, ASSIGNMENT)
+            leaders: dict[int, str] = {}
+            for partition, replicas in ASSIGNMENT.items():
+                state = wait_for_leader(zk, TopicPartition(TOPIC, partition), addresses)
+                if state.leader != replicas[0] or sorted(state.isr) != sorted(replicas):
+                    raise BenchmarkError(
+                        f"{TOPIC}-{partition}: the controller made {state} (expected leader "
+                        f"{replicas[0]}, ISR {replicas})"
+                    )
+                leaders[partition] = addresses[state.leader]
+            pids = {f"broker {i}": b.pid for i, b in procs.items()}
+            pids["zookeeper"] = server.pid
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 run = runner.run(
                     _produce(
@@ -450,14 +570,13 @@ def measure(
                     )
                 )
             ends = _check_offsets(run.acks)
-            _check_isr(leadership)
-            run_log_sizes = {i: _size(b.log_path) for i, b in brokers.items()}
-            for broker in brokers.values():
-                status = broker.stop()
+            _check_isr(zk)
+            run_log_sizes = {i: _size(b.log_path) for i, b in procs.items()}
+            for broker_id, status in stop_all(procs.values()).items():
                 if status != 0:
-                    raise BenchmarkError(f"broker {broker.broker_id} exited with status {status}")
-            on_disk = _check_replicas(brokers, ends)
-            findings = _log_findings(brokers, run_log_sizes)
+                    raise BenchmarkError(f"broker {broker_id} exited with status {status}")
+            on_disk = _check_replicas(procs, ends)
+            findings = _log_findings(procs, run_log_sizes)
     except BaseException as err:
         err.add_note(f"bench/replication: kept {root} (ZooKeeper, broker data and logs)")
         raise

@@ -8,15 +8,18 @@ previous RESULTS.md. Every section says when and on what machine it was measured
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import shlex
+import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import log_append, replication
+from bench import failover, log_append, replication
 from bench.machine import describe
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -132,6 +135,148 @@ def _replication_section(run: _Run) -> list[str]:
     return lines
 
 
+def _failover_section(run: _Run) -> list[str]:
+    r = failover.measure(WORK_DIR)
+    kills = r.kills
+    total, expiry, elected = r.failover, r.expiry, r.elected
+    settings = ", ".join(f"`{k}` {v}" for k, v in r.broker_overrides.items())
+    topic_config = ", ".join(f"`{k}` {v}" for k, v in r.topic_config.items())
+    lines = [
+        f"## Failover: kill -9 of the leader, {len(failover.BROKER_IDS)} brokers, RF 3, acks=all",
+        "",
+        *run.stamp,
+        "",
+        f"{len(failover.BROKER_IDS)} broker processes, each running its controller candidate, "
+        f"plus ZooKeeper (tickTime {r.tick_ms} ms) on this machine. Topic `{failover.TOPIC}`: "
+        f"1 partition, replicas {failover.ASSIGNMENT[0]}, {topic_config}, created through "
+        f"ZooKeeper and led as the controller decides. Brokers: {settings}. Each of "
+        f"{len(kills)} rounds: wait until the leader named by the state znode serves the "
+        "partition and the ISR has all 3 replicas; one acks=all produce acknowledged by that "
+        "leader; `t0`, then SIGKILL the leader; then, like a client refreshing its metadata, "
+        "read the state znode and send one acks=all produce (1 record, request timeout "
+        f"{failover.PRODUCE_TIMEOUT_MS} ms) to the leader it names, every "
+        f"{failover.RETRY_BACKOFF_S * 1000:.0f} ms, until a broker other than the killed one "
+        "acknowledges: `t1`. Failover time = `t1 - t0`. Then restart the killed broker and "
+        "wait until it is back in the ISR. Two timestamps split each failover: the bench's "
+        "ZooKeeper watch on `/brokers/ids` firing (the killed broker's session expired: the "
+        "event the controller acts on) and the new state znode's mtime (the controller has "
+        "written the new leader).",
+        "",
+        "| from the kill to | median ms | p90 ms | min ms | max ms |",
+        "|---|---:|---:|---:|---:|",
+        _summary_row("the first acks=all acknowledgement by the new leader", total),
+    ]
+    if expiry is not None:
+        lines.append(_summary_row("the killed broker's session expiry (watch fired)", expiry))
+    lines += [
+        _summary_row("the new state znode (its mtime)", elected),
+        "",
+        "| session timeout ms | median failover ms | median / session timeout | kills |",
+        "|---:|---:|---:|---:|",
+        f"| {r.session_timeout_ms:,} | {total.median * 1000:,.0f} "
+        f"| {r.median_over_session_timeout:.2f} | {len(kills)} |",
+        "",
+        f"p90 is the nearest rank ({math.ceil(0.9 * len(kills))}th of {len(kills)}).",
+        "",
+        "| round | killed | killed the controller too | new leader | leader epoch "
+        "| expiry ms | elected ms | first ack ms | failed produces |",
+        "|---:|---:|---|---:|---|---:|---:|---:|---:|",
+    ]
+    for k in kills:
+        lines.append(
+            f"| {k.round} | {k.victim} | {'yes' if k.victim_was_controller else 'no'} "
+            f"| {k.new_leader} | {k.old_epoch} -> {k.new_epoch} | {_ms(k.expiry_s)} "
+            f"| {_ms(k.elected_s)} | {_ms(k.failover_s)} | {k.attempts - 1} |"
+        )
+    lines += ["", *_failover_findings(r)]
+    print(
+        f"failover: median {total.median * 1000:,.0f} ms, p90 {total.p90 * 1000:,.0f} ms, "
+        f"min {total.min * 1000:,.0f} ms, max {total.max * 1000:,.0f} ms over {len(kills)} "
+        f"kills; session timeout {r.session_timeout_ms:,} ms, median/timeout "
+        f"{r.median_over_session_timeout:.2f}; wall {r.wall_s:.0f} s"
+    )
+    for line in r.log_findings[:_PRINTED_LOG_LINES]:
+        print(f"failover: broker log: {line}")
+    if len(r.log_findings) > _PRINTED_LOG_LINES:
+        print(f"failover: ... and {len(r.log_findings) - _PRINTED_LOG_LINES} more")
+    return lines
+
+
+def _failover_findings(r: failover.FailoverResult) -> list[str]:
+    """The bullets under the failover tables: what dominates, checks, logs."""
+    kills = r.kills
+    total = r.failover
+    bullets = []
+    timed = [(k, k.expiry_s) for k in kills if k.expiry_s is not None]
+    if timed:
+        expiry = statistics.median(expired for _, expired in timed)
+        elect = statistics.median(k.elected_s - expired for k, expired in timed)
+        ack = statistics.median(k.failover_s - k.elected_s for k in kills)
+        bullets.append(
+            f"- what dominates: detecting the death. The median kill-to-expiry, "
+            f"{expiry * 1000:,.0f} ms, is {expiry / total.median:.0%} of the median failover; "
+            f"ZooKeeper expires a session one timeout ({r.session_timeout_ms:,} ms) after it "
+            f"last heard from the client, checked every tick ({r.tick_ms} ms), so the expiry "
+            "falls a little before the timeout (the broker's last ping preceded the kill) or "
+            "up to a tick after it. After the expiry, the controller needs a median "
+            f"{elect * 1000:,.0f} ms to write the new leader, and the new leader's first "
+            f"acks=all acknowledgement comes a median {ack * 1000:,.0f} ms after that write "
+            "(LeaderAndIsr, the follower re-fetching from the new leader, and this producer's "
+            f"{failover.RETRY_BACKOFF_S * 1000:.0f} ms retry period)."
+        )
+    co = [k.failover_s for k in kills if k.victim_was_controller]
+    alone = [k.failover_s for k in kills if not k.victim_was_controller]
+    if co and alone:
+        bullets.append(
+            f"- {len(co)} of {len(kills)} kills also killed the controller (a new one is "
+            "elected from the same session expiry, then loads the cluster and elects the "
+            f"leader): median {statistics.median(co) * 1000:,.0f} ms, against "
+            f"{statistics.median(alone) * 1000:,.0f} ms for the others"
+        )
+    elif co:
+        bullets.append(
+            "- every kill also killed the controller: a new one was elected from the same "
+            "session expiry before it elected the leader"
+        )
+    else:
+        controllers = sorted({k.controller_after for k in kills if k.controller_after is not None})
+        bullets.append(
+            f"- no killed leader was also the controller (controller: broker "
+            f"{', '.join(map(str, controllers)) or 'unknown'}); the bench records it per kill, "
+            "since such a kill adds a controller election from the same expiry"
+        )
+    causes: Counter[str] = Counter()
+    for k in kills:
+        causes.update(k.errors)
+    if causes:
+        bullets.append(
+            "- failed produces after the kills, by cause: "
+            + ", ".join(f"{cause} {count:,}" for cause, count in causes.most_common())
+            + " (UNAVAILABLE: sent to the killed broker while the state znode still named it)"
+        )
+    rejoin = statistics.median(k.rejoin_s for k in kills)
+    bullets += [
+        "- checks passed: every new leader's epoch was the old one + 1; every new leader's "
+        "first acknowledged offset was past the killed leader's last acknowledged one; after "
+        f"every restart the ISR had all 3 replicas again (median {rejoin * 1000:,.0f} ms from "
+        "the restart)",
+        f"- broker log ERROR/traceback lines: {_findings_summary(r.log_findings)}",
+        f"- wall time of this bench (start-up to clean-up): {r.wall_s:.0f} s",
+    ]
+    return bullets
+
+
+def _summary_row(label: str, s: failover.Summary) -> str:
+    return (
+        f"| {label} | {s.median * 1000:,.0f} | {s.p90 * 1000:,.0f} | {s.min * 1000:,.0f} "
+        f"| {s.max * 1000:,.0f} |"
+    )
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:,.0f}"
+
+
 _PRINTED_LOG_LINES = 20
 
 
@@ -148,6 +293,7 @@ def _findings_summary(findings: list[str]) -> str:
 SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "log_append": _log_append_section,
     "replication": _replication_section,
+    "failover": _failover_section,
 }
 """In RESULTS.md order; log_append first, since replication quotes its raw-write figure."""
 

@@ -138,7 +138,7 @@ class ReplicaManager:
         self._pending_isr_changes: set[TopicPartition] = set()
         self._last_isr_change_ms = 0
         self._last_isr_propagation_ms = 0
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
         self._hw_checkpointing = False
         self._lock = asyncio.Lock()
         """Serialises control requests (LeaderAndIsr, StopReplica) against each other."""
@@ -177,7 +177,7 @@ class ReplicaManager:
         )
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        self._tasks.append(asyncio.create_task(coro, name=f"broker-{self.broker_id}-{name}"))
+        self._tasks.add(asyncio.create_task(coro, name=f"broker-{self.broker_id}-{name}"))
 
     async def _every(
         self, interval_ms: int, action: Callable[[], Coroutine[Any, Any, None]]
@@ -191,9 +191,10 @@ class ReplicaManager:
 
     async def shutdown(self) -> None:
         """Stop fetchers and background tasks, then checkpoint the high watermarks."""
-        for task in self._tasks:
+        tasks = list(self._tasks)  # finishing tasks remove themselves from the set
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
@@ -392,8 +393,8 @@ class ReplicaManager:
     def _retire_fetcher(self, leader_id: int) -> None:
         fetcher = self.fetchers.pop(leader_id)
         task = asyncio.create_task(fetcher.shutdown())
-        self._tasks.append(task)
-        task.add_done_callback(self._tasks.remove)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _on_fetch_partition_error(self, tp: TopicPartition, err: BaseException) -> None:
         logger.warning(
@@ -701,8 +702,8 @@ class ReplicaManager:
     def _spawn_isr_update(self, partition: Partition, isr: tuple[int, ...], reason: str) -> None:
         partition.isr_update_in_flight = True
         task = asyncio.create_task(self._update_isr(partition, isr, reason))
-        self._tasks.append(task)
-        task.add_done_callback(self._tasks.remove)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _update_isr(self, partition: Partition, isr: tuple[int, ...], reason: str) -> None:
         """Write the new ISR to the state znode, conditional on the version we hold.

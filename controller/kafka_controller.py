@@ -818,10 +818,15 @@ class KafkaController:
 
         batch = ControllerBrokerRequestBatch()
         await self._change_states(tps, decide, batch)
+        # Still led by the leaving broker: worth a retry only if another replica is up (it
+        # may be catching up to the ISR). Kafka also retries when every other replica is
+        # down; nothing can change then, and the last broker of a cluster would wait out
+        # all its retries.
         remaining = sorted(
             tp
             for tp in tps
-            if ctx.partition_states[tp].leader == leaving and len(ctx.assignments[tp]) > 1
+            if ctx.partition_states[tp].leader == leaving
+            and any(r != leaving and r in live for r in ctx.assignments[tp])
         )
         # The leaving broker stops every replica it no longer leads: it refuses produce
         # at once (retriable NOT_LEADER_OR_FOLLOWER) and stops fetching, so no leader adds
