@@ -1,0 +1,110 @@
+"""``minibroker cluster ...`` as a user runs it: subprocesses against real processes."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+def minibroker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "client.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def free_port_run(count: int) -> int:
+    """A base port such that ``count`` consecutive ports are free right now."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + count >= 65535:
+            continue
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError("no run of free ports found")
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Iterator[Path]:
+    data_dir = tmp_path / "cluster"
+    yield data_dir
+    if (data_dir / "cluster.json").exists():
+        minibroker("cluster", "down", "--data-dir", str(data_dir))
+
+
+def test_cluster_up_status_kill_start_stop_down(cluster_dir: Path) -> None:
+    base = free_port_run(4)
+    data = ["--data-dir", str(cluster_dir)]
+    up = minibroker(
+        "cluster", "up", *data, "--base-port", str(base), "--zookeeper-port", str(base + 3)
+    )
+    assert up.returncode == 0, up.stderr
+    assert f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}" in up.stdout
+    assert (cluster_dir / "cluster.json").exists()
+    assert (cluster_dir / "logs" / "broker-1.log").exists()
+
+    status = minibroker("cluster", "status", *data)
+    assert status.returncode == 0, status.stderr
+    assert "Controller: " in status.stdout
+    assert status.stdout.count("yes") == 3
+
+    again = minibroker("cluster", "up", *data, "--base-port", str(base))
+    assert again.returncode == 1
+    assert "already running" in again.stderr
+    assert "Traceback" not in again.stderr
+
+    assert minibroker("cluster", "kill", "2", *data).returncode == 0
+    after_kill = minibroker("cluster", "status", *data).stdout
+    assert "not running" in after_kill
+    assert minibroker("cluster", "start", "2", *data).returncode == 0
+    assert minibroker("cluster", "stop", "3", *data).returncode == 0
+    stopped = minibroker("cluster", "status", *data).stdout
+    assert stopped.count("not running") == 1
+
+    no_such = minibroker("cluster", "kill", "7", *data)
+    assert no_such.returncode == 1
+    assert "not part of this cluster" in no_such.stderr
+
+    down = minibroker("cluster", "down", *data)
+    assert down.returncode == 0, down.stderr
+    assert not (cluster_dir / "cluster.json").exists()
+    gone = minibroker("cluster", "status", *data)
+    assert gone.returncode == 1
+    assert "no cluster" in gone.stderr
+
+
+def test_cluster_up_refuses_a_taken_port_with_one_line(cluster_dir: Path) -> None:
+    base = free_port_run(4)
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", base + 1))
+        squatter.listen()
+        result = minibroker(
+            "cluster", "up", "--data-dir", str(cluster_dir),
+            "--base-port", str(base), "--zookeeper-port", str(base + 3),
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert f"broker 2 port {base + 1} already in use" in result.stderr
+    assert not (cluster_dir / "cluster.json").exists()
