@@ -25,6 +25,7 @@ from broker.config import BrokerConfig
 from broker.controlled_shutdown import controlled_shutdown
 from broker.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
+from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from broker.server import BrokerService, ControlService
 from broker.zk_client import BrokerZkClient, ZkError
@@ -64,6 +65,7 @@ class BrokerServer:
         self.replica_manager = ReplicaManager(
             config, self.log_manager, self.zk, self.metadata_cache, self.executor
         )
+        self.producer_id_manager = ProducerIdManager(config.broker_id, self.zk)
         self.controller = KafkaController.from_config(config)
         self.port: int | None = None
         self._controller_started = False
@@ -102,7 +104,13 @@ class BrokerServer:
             ]
         )
         pb_grpc.add_BrokerServicer_to_server(
-            BrokerService(self.replica_manager, self.metadata_cache), self._grpc
+            BrokerService(
+                self.replica_manager,
+                self.metadata_cache,
+                self.producer_id_manager,
+                producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
+            ),
+            self._grpc,
         )
         pb_grpc.add_ControlServicer_to_server(
             ControlService(self.replica_manager, self.controller), self._grpc

@@ -8,6 +8,10 @@ Kafka's ``Log`` (2.x), in directory ``<data-dir>/<topic>-<partition>/``::
     00000000000000004096.index
     leader-epoch-checkpoint      the epoch cache (broker.leader_epoch_cache)
 
+Each log also holds the state of its idempotent producers (broker.producer_state), in
+memory only: rebuilt from the batch headers when the log is opened or truncated, updated by
+every append, checked by every leader append.
+
 No ``.timeindex`` is written (optional per DESIGN.md); see broker.log_segment.
 
 Offsets are contiguous: each segment starts where the previous one ends and the batches of
@@ -46,6 +50,7 @@ from broker.log_segment import (
     SegmentClosedError,
     SegmentRead,
 )
+from broker.producer_state import BatchMetadata, ProducerStateManager
 from broker.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
@@ -232,6 +237,10 @@ class LogAppendInfo(NamedTuple):
     """True when the append started a new segment. Kafka then flushes the old segment in
     the background (raising the recovery point); the broker should call :meth:`Log.flush`
     from an executor to do the same."""
+    duplicate: bool = False
+    """True when nothing was appended because the batches repeat ones an idempotent
+    producer wrote before: ``first_offset`` and ``last_offset`` are where they were written
+    then (Kafka answers a retried batch with its original offsets)."""
 
 
 class FetchData(NamedTuple):
@@ -249,6 +258,21 @@ class FetchData(NamedTuple):
 
 def _empty_append(offset: int) -> LogAppendInfo:
     return LogAppendInfo(offset, offset - 1, 0, 0, 0, NO_TIMESTAMP, -1, (), False)
+
+
+def _duplicate_append(original: BatchMetadata) -> LogAppendInfo:
+    return LogAppendInfo(
+        original.base_offset,
+        original.last_offset,
+        0,
+        0,
+        0,
+        NO_TIMESTAMP,
+        -1,
+        (),
+        False,
+        duplicate=True,
+    )
 
 
 # -- the log ---------------------------------------------------------------------------------
@@ -274,6 +298,7 @@ class Log:
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
         self._epoch_cache = epoch_cache
+        self._producer_state = ProducerStateManager(topic_partition)
         self._log_start_offset = log_start_offset
         self._log_end_offset = segments[-1].next_offset
         self._recovery_point = self._log_end_offset
@@ -321,6 +346,9 @@ class Log:
         range also repairs a checkpoint that disagrees with the log, e.g. after damage to
         the uncovered partitionLeaderEpoch field.) An unreadable checkpoint is discarded
         and the cache rebuilt by recovering the whole log.
+
+        The producer state is rebuilt from the batch headers of every segment (headers
+        only; records are not decoded).
 
         Never raises on corrupt data, only on I/O errors (OSError), and ValueError when the
         directory name is not ``<topic>-<partition>``.
@@ -376,6 +404,11 @@ class Log:
         loaded = cls(
             directory, config, topic_partition, segments, epoch_cache, log_start_offset=start
         )
+        try:
+            loaded._replay_producer_state(0)
+        except BaseException:
+            loaded.close()
+            raise
         log.info("loaded %r", loaded)
         return loaded
 
@@ -422,6 +455,12 @@ class Log:
         return self._epoch_cache.latest_epoch()
 
     @property
+    def producer_state(self) -> ProducerStateManager:
+        """The idempotent producers' state (guarded by the log's lock: read it only while
+        nothing appends or truncates, e.g. in tests)."""
+        return self._producer_state
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         """The segments in offset order (a snapshot); the last is the active one."""
         with self._lock:
@@ -448,6 +487,12 @@ class Log:
         (RecordTooLargeError). Nothing is re-encoded or copied: the segment writes each
         batch's stamped first 16 bytes and the rest of ``records`` with one vectored write,
         leaving ``records`` unchanged.
+
+        Batches of idempotent producers must continue their producers' sequences
+        (:meth:`ProducerStateManager.check_leader_append` says what it raises, all
+        :class:`proto.errors.BrokerResponseError`); when they all repeat batches written
+        before, nothing is appended and the result (``duplicate=True``) says where they were
+        written.
         """
         if leader_epoch < 0:
             raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
@@ -460,6 +505,9 @@ class Log:
             if not headers:
                 raise CorruptRecordError("no record batches to append")
             self._check_sizes(headers, len(records))
+            original = self._producer_state.check_leader_append(headers)
+            if original is not None:
+                return _duplicate_append(original)
             info = self._append_locked(records, headers, stamp=True)
             flush = self._flush_due()
         if flush:
@@ -535,6 +583,7 @@ class Log:
             rolled = True
         segment.append(records, headers, stamp=stamp)
         self._log_end_offset = last.next_offset
+        self._producer_state.update(headers)
         latest = self._epoch_cache.latest_epoch()
         max_timestamp, offset_of_max = NO_TIMESTAMP, -1
         num_records = 0
@@ -573,6 +622,9 @@ class Log:
         if active.is_empty:
             return active
         segment = _create_segment(self._directory, self._config, base_offset)
+        # Kafka snapshots the producer state at every roll: a truncation then replays the
+        # batches of one segment only.
+        self._producer_state.take_snapshot(base_offset)
         active.on_become_inactive()
         self._segments.append(segment)
         self._bases.append(base_offset)
@@ -698,6 +750,8 @@ class Log:
         it if ``offset`` falls inside a batch (batches are never split). The recovery point
         and log start offset are lowered to the new LEO if above it, and the epoch cache is
         truncated from the end there. Below the first segment: truncate_fully_and_start_at.
+        The producer state forgets the removed batches (replaying headers from the last
+        snapshot if any producer had batches there).
         """
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
@@ -727,6 +781,9 @@ class Log:
             self._recovery_point = min(self._recovery_point, end)
             self._log_start_offset = min(self._log_start_offset, end)
             self._epoch_cache.truncate_from_end(end)
+            replay_from = self._producer_state.truncate_to(end)
+            if replay_from is not None:
+                self._replay_producer_state(replay_from)
             log.info("%s: truncated to %d", self._topic_partition, end)
             return True
 
@@ -750,6 +807,8 @@ class Log:
             self._log_start_offset = offset
             self._recovery_point = min(self._recovery_point, offset)
             self._epoch_cache.clear_and_flush()
+            self._producer_state.clear()
+            self._producer_state.take_snapshot(offset)
             log.info("%s: truncated fully, starting at %d", self._topic_partition, offset)
 
     # -- retention -------------------------------------------------------------------------
@@ -876,6 +935,33 @@ class Log:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"{self._topic_partition}: log is closed")
+
+    def _replay_producer_state(self, from_offset: int) -> None:
+        """Feed the producer state the batches from ``from_offset`` to the LEO, reading
+        only their headers, and snapshot it at each segment boundary on the way.
+
+        Runs when the log is opened (from 0) and after a truncation removed some producer's
+        batches (from the last snapshot: normally the active segment's base). A segment whose
+        bytes do not frame batches (damage below the recovery point, which recovery trusts)
+        ends the replay with a warning: the state then lacks what follows.
+        """
+        state = self._producer_state
+        for segment in self._segments[self._floor_index(from_offset) :]:
+            if segment.base_offset >= from_offset:
+                state.take_snapshot(segment.base_offset)
+            try:
+                state.update(
+                    header
+                    for _, header in segment.batch_headers()
+                    if header.base_offset >= from_offset
+                )
+            except CorruptRecordError as e:
+                log.warning(
+                    "%s: producer state not rebuilt past a damaged segment: %s",
+                    self._topic_partition,
+                    e,
+                )
+                return
 
     def _floor_index(self, offset: int) -> int:
         """Index of the segment holding ``offset`` (the first one for offsets below it)."""

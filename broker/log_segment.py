@@ -57,7 +57,8 @@ INDEX_SUFFIX = ".index"
 
 _INT32_MAX = 2**31 - 1
 _HEADER_SCAN_CHUNK = 16 * 1024
-"""Bytes read at a time when walking batch headers (index lookups, timestamps)."""
+"""Bytes read at a time when walking batch headers (index lookups, timestamps, producer
+state), unless the batches are larger: then each read takes one header only."""
 _RECOVERY_CHUNK = 4 * 1024 * 1024
 """Bytes read at a time when validating whole batches during recovery."""
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
@@ -589,8 +590,9 @@ class LogSegment:
         on disk after recovery, or a position that is not a batch boundary.
         """
         position = start
+        read_size = _HEADER_SCAN_CHUNK
         while position < end:
-            chunk = self._file.pread(min(_HEADER_SCAN_CHUNK, end - position), position)
+            chunk = self._file.pread(min(read_size, end - position), position)
             offset = 0
             while offset < len(chunk) and position + offset < end:
                 if len(chunk) - offset < HEADER_SIZE:
@@ -604,6 +606,9 @@ class LogSegment:
                     )
                 yield here, header
                 offset += header.size
+                # Batches larger than a chunk: a chunk would hold one header and thousands
+                # of record bytes nobody looks at, so read just the next header.
+                read_size = HEADER_SIZE if header.size >= _HEADER_SCAN_CHUNK else _HEADER_SCAN_CHUNK
             if offset == 0:
                 raise CorruptRecordError(
                     f"{self.log_path}: truncated batch header at position {position}"
@@ -613,7 +618,8 @@ class LogSegment:
     def batch_headers(
         self, start_position: int = 0, end_position: int | None = None
     ) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of every batch, for tools and tests (no CRC check)."""
+        """(position, header) of every batch, reading headers only (no CRC check): for the
+        producer state's replay, tools and tests."""
         return self._iter_headers(
             start_position, self._size if end_position is None else end_position
         )

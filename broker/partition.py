@@ -291,7 +291,12 @@ class Partition:
         """Append a producer's batches (Kafka's ``appendRecordsToLeader``).
 
         With acks=all, a partition whose ISR is below ``min.insync.replicas`` refuses the
-        write before touching the log (NOT_ENOUGH_REPLICAS).
+        write before touching the log (NOT_ENOUGH_REPLICAS). Batches of an idempotent
+        producer are checked against its sequence (the Log raises OUT_OF_ORDER_SEQUENCE or
+        INVALID_PRODUCER_EPOCH errors); a retried batch is not appended again, and the
+        result (``duplicate``) carries its original offsets, which the caller answers and,
+        for acks=all, waits on like a fresh append: the first attempt may not be
+        replicated yet.
         """
         self._require_leader()
         min_isr = self.config.min_insync_replicas
@@ -301,8 +306,9 @@ class Partition:
                 f"min.insync.replicas is {min_isr}"
             )
         info = self.log.append_as_leader(records, self.leader_epoch)
-        self._appended.record(info.last_offset + 1, info.valid_bytes)
-        self.maybe_increment_high_watermark()
+        if not info.duplicate:
+            self._appended.record(info.last_offset + 1, info.valid_bytes)
+            self.maybe_increment_high_watermark()
         return info
 
     def produce_status(self, required_offset: int) -> int | None:

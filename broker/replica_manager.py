@@ -465,6 +465,9 @@ class ReplicaManager:
     ) -> dict[TopicPartition, ProduceResult]:
         """Append to the partitions this broker leads; with acks=all wait for the ISR.
 
+        Every acks setting gets the idempotent producer's checks (Partition.
+        append_records_to_leader): a gap or a fenced epoch is a per-partition error, a
+        retried batch is answered with its original base offset and not written again.
         Cancelling the call (the client went away) leaves what was appended in the logs;
         it only stops waiting for the acknowledgement.
         """
@@ -492,9 +495,17 @@ class ReplicaManager:
                 log_start_offset=partition.log.log_start_offset,
                 leader_epoch=partition.leader_epoch,
             )
-            if info.rolled:
-                asyncio.get_running_loop().run_in_executor(self.executor, partition.log.flush)
-            self._wake(tp)
+            if info.duplicate:
+                # A retry of an idempotent producer's batch: answered with its original
+                # offsets, and for acks=all only once those are replicated, like a new one.
+                logger.debug(
+                    "duplicate batch not appended %s",
+                    self._ctx(tp=tp, base_offset=info.first_offset, last_offset=info.last_offset),
+                )
+            else:
+                if info.rolled:
+                    asyncio.get_running_loop().run_in_executor(self.executor, partition.log.flush)
+                self._wake(tp)
             if required_acks == ACKS_ALL:
                 waiting[tp] = ProducePartitionStatus(info.last_offset + 1, info.first_offset)
         if waiting:

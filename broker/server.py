@@ -9,6 +9,7 @@ handling one request is logged and answered with INTERNAL, and the broker goes o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -16,8 +17,10 @@ from typing import TypeVar
 import grpc
 
 from broker.metadata_cache import MetadataCache
+from broker.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
 from broker.replica_manager import FetchPartitionResult, FetchSpec, ProduceResult, ReplicaManager
 from broker.topic_partition import TopicPartition, topic_name_problem
+from broker.zk_client import ZkDataError, ZkError
 from controller.kafka_controller import KafkaController
 from proto import errors
 from proto import minibroker_pb2 as pb
@@ -83,11 +86,21 @@ def _current_leader_epoch(
 
 
 class BrokerService(pb_grpc.BrokerServicer):
-    """Produce, Fetch, OffsetsForLeaderEpoch, ListOffsets and Metadata."""
+    """Produce, Fetch, OffsetsForLeaderEpoch, ListOffsets, Metadata and InitProducerId."""
 
-    def __init__(self, replica_manager: ReplicaManager, metadata_cache: MetadataCache) -> None:
+    def __init__(
+        self,
+        replica_manager: ReplicaManager,
+        metadata_cache: MetadataCache,
+        producer_id_manager: ProducerIdManager,
+        *,
+        producer_id_timeout_ms: int = 6000,
+    ) -> None:
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
+        self.producer_id_manager = producer_id_manager
+        self.producer_id_timeout_ms = producer_id_timeout_ms
+        """How long InitProducerId waits for ZooKeeper when it must reserve a block."""
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
@@ -283,11 +296,53 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.InitProducerIdResponse:
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "InitProducerId: idempotent producers are not supported by this broker yet",
+        return await _guarded(context, "InitProducerId", lambda: self._init_producer_id(request))
+
+    async def _init_producer_id(
+        self, request: pb.InitProducerIdRequest
+    ) -> pb.InitProducerIdResponse:
+        """A new producer id at epoch 0, for an idempotent producer (no transactions).
+
+        Any broker answers (Kafka routes a request without transactional id to any broker
+        too). ZooKeeper not answering in time is REQUEST_TIMED_OUT, retriable: a block may
+        have to be reserved first.
+        """
+        if request.transactional_id:
+            raise InvalidRequest(
+                "transactional_id is set, but this broker supports no transactions; "
+                "leave it empty to get a producer id for an idempotent producer"
+            )
+        failed = pb.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
+        try:
+            producer_id = await asyncio.wait_for(
+                self.producer_id_manager.generate_producer_id(),
+                self.producer_id_timeout_ms / 1000,
+            )
+        except (TimeoutError, ZkError) as err:
+            logger.warning(
+                "no producer id: ZooKeeper unavailable event=init_producer_id_failed "
+                "broker=%d error=%r",
+                self.replica_manager.broker_id,
+                err,
+            )
+            failed.error_code = ErrorCode.REQUEST_TIMED_OUT
+            return failed
+        except (ZkDataError, ProducerIdsExhaustedError) as err:
+            logger.error(
+                "no producer id event=init_producer_id_failed broker=%d error=%s",
+                self.replica_manager.broker_id,
+                err,
+            )
+            failed.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+            return failed
+        logger.info(
+            "producer id handed out event=init_producer_id broker=%d producer_id=%d",
+            self.replica_manager.broker_id,
+            producer_id,
         )
-        raise AssertionError("unreachable: context.abort raises")
+        return pb.InitProducerIdResponse(
+            error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0
+        )
 
 
 class ControlService(pb_grpc.ControlServicer):

@@ -1,4 +1,5 @@
-"""A broker's ZooKeeper session, for asyncio code: registration, partition state, ISR changes.
+"""A broker's ZooKeeper session, for asyncio code: registration, partition state, ISR changes,
+producer id blocks.
 
 kazoo has no asyncio handler: its calls block, and its results, watches and state changes
 arrive on kazoo's own threads. :class:`BrokerZkClient` wraps one ``KazooClient`` so that the
@@ -67,19 +68,23 @@ from broker.zk_data import (
     CONTROLLER_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
     ISR_CHANGE_PREFIX,
+    LATEST_PRODUCER_ID_BLOCK_PATH,
     LEADER_NONE,
     PartitionState,
     PartitionStateData,
+    ProducerIdBlock,
     ZkDataError,
     broker_path,
     decode_broker_registration,
     decode_controller,
     decode_partition_state,
+    decode_producer_id_block,
     decode_topic_assignment,
     decode_topic_config,
     encode_broker_registration,
     encode_isr_change_notification,
     encode_partition_state,
+    encode_producer_id_block,
     partition_state_path,
     topic_config_path,
     topic_path,
@@ -546,6 +551,63 @@ class BrokerZkClient(KazooSessionClient):
             partitions=",".join(str(tp) for tp in listed),
         )
         return created
+
+    # -- producer id blocks ----------------------------------------------------------------
+
+    async def get_producer_id_block(self) -> tuple[ProducerIdBlock | None, int | None]:
+        """``/latest_producer_id_block``: (the last reserved block, the znode's version).
+
+        (None, None) when the znode does not exist; (None, version) when it exists but is
+        empty (Kafka creates it empty at start-up). Raises ZkDataError when malformed.
+        """
+        path = LATEST_PRODUCER_ID_BLOCK_PATH
+        try:
+            data, stat = await self._call("get", path, lambda c: c.get_async(path))
+        except NoNodeError:
+            return None, None
+        if not data:
+            return None, int(stat.version)
+        return self._decode(path, decode_producer_id_block, data), int(stat.version)
+
+    async def set_producer_id_block_conditionally(
+        self, block: ProducerIdBlock, expected_version: int | None
+    ) -> bool:
+        """Reserve ``block``: write it only if the znode is still at ``expected_version``
+        (create it when that is None); return whether this write won.
+
+        False means another broker reserved a block meanwhile: re-read and try the next.
+        When the znode already holds exactly ``block``, our own write whose reply was lost
+        to a connection loss, that counts as a win (Kafka's ``checkProducerIdBlockZkData``;
+        the block names this broker, so no other broker's write can look like it).
+        """
+        path = LATEST_PRODUCER_ID_BLOCK_PATH
+        data = encode_producer_id_block(block)
+        try:
+            if expected_version is None:
+                await self._call(
+                    "create", path, lambda c: c.create_async(path, data, makepath=True)
+                )
+            else:
+                await self._set(path, data, expected_version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            current, _ = await self.get_producer_id_block()
+            if current != block:
+                self._event(
+                    logging.INFO,
+                    "producer_id_block_race_lost",
+                    path=path,
+                    expected_version=expected_version,
+                    wanted=f"{block.block_start}-{block.block_end}",
+                )
+                return False
+        self._event(
+            logging.INFO,
+            "producer_id_block_reserved",
+            path=path,
+            block_start=block.block_start,
+            block_end=block.block_end,
+        )
+        return True
 
     # -- reads -----------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ client turns a response's code back into the exception with :func:`for_code`.
         ├── InvalidRequestError
         ├── OutOfOrderSequenceError
         ├── DuplicateSequenceError
+        ├── InvalidProducerEpochError        (a newer epoch of the producer id exists)
         ├── KafkaStorageError                retriable, invalid_metadata
         ├── FencedLeaderEpochError           retriable, invalid_metadata
         ├── UnknownLeaderEpochError          retriable
@@ -147,6 +148,13 @@ class DuplicateSequenceError(BrokerResponseError):
     code = ErrorCode.DUPLICATE_SEQUENCE
 
 
+class InvalidProducerEpochError(BrokerResponseError):
+    """The batch's producer epoch is older than the one the partition has seen for its
+    producer id: another producer with the same id has fenced this one."""
+
+    code = ErrorCode.INVALID_PRODUCER_EPOCH
+
+
 class KafkaStorageError(BrokerResponseError):
     code = ErrorCode.KAFKA_STORAGE_ERROR
     retriable = True
@@ -187,6 +195,7 @@ _CLASSES: dict[int, type[BrokerResponseError]] = {
         InvalidRequestError,
         OutOfOrderSequenceError,
         DuplicateSequenceError,
+        InvalidProducerEpochError,
         KafkaStorageError,
         FencedLeaderEpochError,
         UnknownLeaderEpochError,
@@ -215,6 +224,8 @@ _DESCRIPTIONS: dict[int, str] = {
     ErrorCode.INVALID_REQUEST: "the request is malformed",
     ErrorCode.OUT_OF_ORDER_SEQUENCE: "the producer's sequence number has a gap",
     ErrorCode.DUPLICATE_SEQUENCE: "the producer's batch was already written",
+    ErrorCode.INVALID_PRODUCER_EPOCH: "the producer was fenced by a newer epoch of its producer id",
+    ErrorCode.UNKNOWN_PRODUCER_ID: "the partition holds no state for this producer id",
     ErrorCode.KAFKA_STORAGE_ERROR: "the broker could not read or write its log directory",
     ErrorCode.FENCED_LEADER_EPOCH: "the leader epoch in the request is older than the broker's",
     ErrorCode.UNKNOWN_LEADER_EPOCH: "the leader epoch in the request is newer than the broker's",

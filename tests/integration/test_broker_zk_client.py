@@ -1,6 +1,6 @@
 """BrokerZkClient against a real ZooKeeper: registration and broker epoch, a broker id held by
-another session, conditional partition-state updates, ISR change notifications, reads, and a
-real session expiry followed by re-registration.
+another session, conditional partition-state updates, producer id block reservations, ISR
+change notifications, reads, and a real session expiry followed by re-registration.
 
 Each test runs its coroutine on uvloop (the broker's loop) in a chroot of its own
 (``zk_client.chroot``), and observes ZooKeeper through the fixture's plain kazoo client.
@@ -31,6 +31,7 @@ from broker.zk_client import (
     ZkState,
 )
 from broker.zk_data import (
+    ProducerIdBlock,
     encode_controller,
     encode_topic_assignment,
     encode_topic_config,
@@ -206,6 +207,41 @@ def test_conditional_partition_state_update(connect: str, zk_client: KazooClient
             state = await zk.get_partition_state(missing)
             assert state is not None
             assert state.leader == LEADER_NONE
+
+    run(scenario())
+
+
+def test_conditional_producer_id_block_reservation(connect: str, zk_client: KazooClient) -> None:
+    first = ProducerIdBlock(broker=1, block_start=0, block_end=999)
+    rival = ProducerIdBlock(broker=2, block_start=0, block_end=999)
+    second = ProducerIdBlock(broker=2, block_start=1000, block_end=1999)
+
+    async def scenario() -> None:
+        async with client(connect) as one, client(connect, broker_id=2) as two:
+            assert await one.get_producer_id_block() == (None, None)
+            assert await one.set_producer_id_block_conditionally(first, None)  # created
+            assert not await two.set_producer_id_block_conditionally(rival, None)  # exists
+            assert await two.get_producer_id_block() == (first, 0)
+            assert await two.set_producer_id_block_conditionally(second, 0)
+            # A stale version loses; the same block at a stale version is our own earlier
+            # write whose reply was lost, and wins.
+            assert not await one.set_producer_id_block_conditionally(first, 0)
+            assert await two.set_producer_id_block_conditionally(second, 0)
+            assert await one.get_producer_id_block() == (second, 1)
+
+    run(scenario())
+    data, _ = zk_client.get("/latest_producer_id_block")
+    assert data == b'{"version":1,"broker":2,"block_start":"1000","block_end":"1999"}'
+
+
+def test_an_empty_producer_id_block_znode_reads_as_no_block(
+    connect: str, zk_client: KazooClient
+) -> None:
+    zk_client.create("/latest_producer_id_block", b"")  # as Kafka creates it at start-up
+
+    async def scenario() -> None:
+        async with client(connect) as zk:
+            assert await zk.get_producer_id_block() == (None, 0)
 
     run(scenario())
 

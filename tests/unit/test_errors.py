@@ -23,6 +23,8 @@ def test_none_is_not_an_error() -> None:
         (ErrorCode.MESSAGE_TOO_LARGE, errors.MessageTooLargeError, False, False),
         (ErrorCode.OFFSET_OUT_OF_RANGE, errors.OffsetOutOfRangeError, False, False),
         (ErrorCode.INVALID_TOPIC, errors.InvalidTopicError, False, False),
+        (ErrorCode.OUT_OF_ORDER_SEQUENCE, errors.OutOfOrderSequenceError, False, False),
+        (ErrorCode.INVALID_PRODUCER_EPOCH, errors.InvalidProducerEpochError, False, False),
     ],
 )
 def test_codes_map_to_classes_with_kafkas_flags(

@@ -866,7 +866,7 @@ def test_segment_files_are_kafka_v2_byte_compatible(tmp_path: Path) -> None:
         [Record(b"a", b"1", 77), Record(None, b"2", 79)],
         producer_id=12345,
         producer_epoch=3,
-        base_sequence=40,
+        base_sequence=0,  # a new producer's first batch: the leader refuses anything else
     )
     log = open_log(tmp_path, segment_bytes=BATCH_SIZE + len(idempotent) + 1)
     log.append_as_leader(client_batch(3, ts=500), 0)
@@ -894,7 +894,7 @@ def test_segment_files_are_kafka_v2_byte_compatible(tmp_path: Path) -> None:
             "epoch": 2,
             "attributes": 0,
             "max_ts": 79,
-            "producer": (12345, 3, 40),
+            "producer": (12345, 3, 0),
             "records": [(3, 77, b"a", b"1"), (4, 79, None, b"2")],
         },
         {

@@ -1,0 +1,59 @@
+"""BrokerService.InitProducerId's answers when ZooKeeper cannot reserve a block: a retriable
+REQUEST_TIMED_OUT when it does not answer in time, UNKNOWN_SERVER_ERROR when the znode is
+unusable. (Success against a real ZooKeeper: tests/integration/test_idempotent_producer.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from broker.metadata_cache import MetadataCache
+from broker.producer_id_manager import ProducerIdManager
+from broker.replica_manager import ReplicaManager
+from broker.server import BrokerService
+from broker.zk_data import ProducerIdBlock, ZkDataError
+from proto import minibroker_pb2 as pb
+
+
+class _Replicas:
+    broker_id = 1
+
+
+class _UnreachableZooKeeper:
+    """Never answers, as kazoo retrying through a long connection loss."""
+
+    async def get_producer_id_block(self) -> tuple[ProducerIdBlock | None, int | None]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async def set_producer_id_block_conditionally(
+        self, block: ProducerIdBlock, expected_version: int | None
+    ) -> bool:
+        raise AssertionError("never reached")
+
+
+class _MalformedZnode(_UnreachableZooKeeper):
+    async def get_producer_id_block(self) -> tuple[ProducerIdBlock | None, int | None]:
+        raise ZkDataError("znode /latest_producer_id_block: not valid JSON")
+
+
+def init_producer_id(store: Any) -> pb.InitProducerIdResponse:
+    service = BrokerService(
+        cast(ReplicaManager, _Replicas()),
+        MetadataCache(),
+        ProducerIdManager(1, store),
+        producer_id_timeout_ms=50,
+    )
+    return asyncio.run(service._init_producer_id(pb.InitProducerIdRequest()))
+
+
+def test_zookeeper_not_answering_is_a_retriable_timeout() -> None:
+    response = init_producer_id(_UnreachableZooKeeper())
+    assert response.error_code == pb.REQUEST_TIMED_OUT
+    assert (response.producer_id, response.producer_epoch) == (-1, -1)
+
+
+def test_a_malformed_block_znode_is_a_server_error() -> None:
+    response = init_producer_id(_MalformedZnode())
+    assert response.error_code == pb.UNKNOWN_SERVER_ERROR
+    assert response.producer_id == -1
