@@ -1,0 +1,859 @@
+"""Producer and Sender against stand-in brokers: real gRPC servers in this process that keep
+an in-memory log per partition, answer Metadata from one shared view of leadership, check
+idempotent sequences as the broker contract says (a duplicate of the last batch gets
+NONE with its original offset, a gap OUT_OF_ORDER_SEQUENCE), and fail as each test
+scripts it. Batching, grouping per leader, retries, metadata refresh, timeouts, sequences.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+from broker.record_batch import decode_batch, parse_header
+from broker.topic_partition import TopicPartition
+from client.metadata import BrokerConnections, BrokerUnreachableError, ClientError
+from client.partitioner import Partitioner, partition_for_key
+from client.producer import (
+    DeliveryTimeoutError,
+    Producer,
+    ProducerClosedError,
+    ProducerConfig,
+    RecordMetadata,
+    RecordTooLargeError,
+)
+from proto import errors
+from proto import minibroker_pb2 as pb
+from proto import minibroker_pb2_grpc as pb_grpc
+from proto.minibroker_pb2 import ErrorCode
+
+pytestmark = pytest.mark.timeout(60)
+
+APPEND_THEN = "append-then"
+"""Script marker: append the batch, then answer with the scripted error (the ack is lost)."""
+
+
+@dataclass
+class ProducerState:
+    last_sequence: int
+    last_base_offset: int
+    next_sequence: int
+
+
+@dataclass
+class FakeCluster:
+    """What every stand-in broker agrees on: topics, leaders, logs, producer ids."""
+
+    topics: dict[str, int] = field(default_factory=dict)
+    leaders: dict[TopicPartition, int] = field(default_factory=dict)
+    brokers: dict[int, FakeBroker] = field(default_factory=dict)
+    logs: dict[TopicPartition, list[bytes]] = field(default_factory=lambda: defaultdict(list))
+    """Appended batches per partition, as sent (the log's offsets: see ``offsets``)."""
+    next_offset: dict[TopicPartition, int] = field(default_factory=lambda: defaultdict(int))
+    producers: dict[tuple[int, TopicPartition], ProducerState] = field(default_factory=dict)
+    next_producer_id: int = 1000
+    init_producer_id_script: deque[grpc.StatusCode | int] = field(default_factory=deque)
+    init_producer_id_calls: int = 0
+
+    def create(self, topic: str, partitions: int, leaders: list[int] | None = None) -> None:
+        self.topics[topic] = partitions
+        ids = sorted(self.brokers)
+        for p in range(partitions):
+            self.leaders[TopicPartition(topic, p)] = (
+                leaders[p] if leaders is not None else ids[p % len(ids)]
+            )
+
+    def records(self, tp: TopicPartition) -> list[bytes | None]:
+        return [r.value for batch in self.logs[tp] for r in decode_batch(batch).records]
+
+    def append(self, tp: TopicPartition, batch: bytes) -> tuple[int, int]:
+        header = parse_header(batch)
+        if header.producer_id >= 0:
+            state = self.producers.get((header.producer_id, tp))
+            if state is not None and header.base_sequence == state.last_sequence:
+                return ErrorCode.NONE, state.last_base_offset  # a duplicate of the last batch
+            expected = 0 if state is None else state.next_sequence
+            if header.base_sequence != expected:
+                return ErrorCode.OUT_OF_ORDER_SEQUENCE, -1
+        base = self.next_offset[tp]
+        self.next_offset[tp] += header.record_count
+        self.logs[tp].append(batch)
+        if header.producer_id >= 0:
+            self.producers[(header.producer_id, tp)] = ProducerState(
+                header.base_sequence, base, header.base_sequence + header.record_count
+            )
+        return ErrorCode.NONE, base
+
+
+class FakeBroker(pb_grpc.BrokerServicer):
+    def __init__(self, cluster: FakeCluster, node_id: int) -> None:
+        self.cluster = cluster
+        self.node_id = node_id
+        self.port = 0
+        self.produce_requests: list[pb.ProduceRequest] = []
+        self.metadata_requests = 0
+        self.script: dict[TopicPartition, deque[int | tuple[str, int]]] = defaultdict(deque)
+        """Per partition: error codes to answer before behaving normally."""
+        self.abort_next: deque[grpc.StatusCode] = deque()
+        """gRPC statuses to fail the next Produce requests with."""
+        self.hold: asyncio.Event | None = None
+        """While set to an unset event, Produce requests wait for it."""
+        self.in_flight: dict[TopicPartition, int] = defaultdict(int)
+        self.max_in_flight: dict[TopicPartition, int] = defaultdict(int)
+
+    async def Metadata(
+        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.MetadataResponse:
+        self.metadata_requests += 1
+        cluster = self.cluster
+        response = pb.MetadataResponse(controller_id=min(cluster.brokers))
+        for b in cluster.brokers.values():
+            response.brokers.add(node_id=b.node_id, host="127.0.0.1", port=b.port)
+        for name in request.topics or sorted(cluster.topics):
+            if name not in cluster.topics:
+                response.topics.add(name=name, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            topic = response.topics.add(name=name, error_code=ErrorCode.NONE)
+            for p in range(cluster.topics[name]):
+                leader = cluster.leaders.get(TopicPartition(name, p), -1)
+                topic.partitions.add(
+                    partition_index=p,
+                    leader_id=leader,
+                    error_code=ErrorCode.NONE if leader >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+                    replica_nodes=sorted(cluster.brokers),
+                    isr_nodes=sorted(cluster.brokers),
+                )
+        return response
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        self.produce_requests.append(request)
+        tps = [TopicPartition(t.name, p.index) for t in request.topics for p in t.partitions]
+        for tp in tps:
+            self.in_flight[tp] += 1
+            self.max_in_flight[tp] = max(self.max_in_flight[tp], self.in_flight[tp])
+        try:
+            if self.hold is not None:
+                await self.hold.wait()
+            if self.abort_next:
+                await context.abort(self.abort_next.popleft(), "scripted")
+            response = pb.ProduceResponse()
+            for t in request.topics:
+                topic = response.responses.add(name=t.name)
+                for p in t.partitions:
+                    code, base = self._produce(TopicPartition(t.name, p.index), p.records)
+                    topic.partitions.add(index=p.index, error_code=code, base_offset=base)
+            return response
+        finally:
+            for tp in tps:
+                self.in_flight[tp] -= 1
+
+    def _produce(self, tp: TopicPartition, records: bytes) -> tuple[int, int]:
+        script = self.script[tp]
+        if script:
+            step = script.popleft()
+            if isinstance(step, tuple):
+                self.cluster.append(tp, records)
+                return step[1], -1
+            return step, -1
+        if self.cluster.leaders.get(tp) != self.node_id:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, -1
+        return self.cluster.append(tp, records)
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+        raise AssertionError("unreachable")
+
+    async def ListOffsets(
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListOffsetsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+        raise AssertionError("unreachable")
+
+    async def OffsetsForLeaderEpoch(
+        self,
+        request: pb.OffsetsForLeaderEpochRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.OffsetsForLeaderEpochResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+        raise AssertionError("unreachable")
+
+    async def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.InitProducerIdResponse:
+        cluster = self.cluster
+        cluster.init_producer_id_calls += 1
+        if cluster.init_producer_id_script:
+            step = cluster.init_producer_id_script.popleft()
+            if isinstance(step, grpc.StatusCode):
+                await context.abort(step, "scripted")
+            return pb.InitProducerIdResponse(error_code=step)  # type: ignore[arg-type]
+        cluster.next_producer_id += 1
+        return pb.InitProducerIdResponse(producer_id=cluster.next_producer_id, producer_epoch=0)
+
+    def batches(self) -> list[tuple[TopicPartition, bytes]]:
+        """Every batch received, in arrival order."""
+        return [
+            (TopicPartition(t.name, p.index), p.records)
+            for r in self.produce_requests
+            for t in r.topics
+            for p in t.partitions
+        ]
+
+
+@contextlib.asynccontextmanager
+async def fake_cluster(brokers: int = 1) -> AsyncIterator[FakeCluster]:
+    cluster = FakeCluster()
+    servers = []
+    try:
+        for node_id in range(1, brokers + 1):
+            broker = FakeBroker(cluster, node_id)
+            server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+            pb_grpc.add_BrokerServicer_to_server(broker, server)
+            broker.port = server.add_insecure_port("127.0.0.1:0")
+            await server.start()
+            servers.append(server)
+            cluster.brokers[node_id] = broker
+        yield cluster
+    finally:
+        await asyncio.gather(*(s.stop(None) for s in servers))
+
+
+@contextlib.asynccontextmanager
+async def connected(cluster: FakeCluster) -> AsyncIterator[BrokerConnections]:
+    first = cluster.brokers[min(cluster.brokers)]
+    async with BrokerConnections([("127.0.0.1", first.port)], request_timeout_s=5) as c:
+        yield c
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())
+
+
+async def eventually(predicate: Callable[[], object], within: float = 5.0, what: str = "") -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {within}s: {what}")
+        await asyncio.sleep(0.01)
+
+
+def fast(**settings: Any) -> ProducerConfig:
+    """A config with short backoffs and timeouts, overridden by ``settings``."""
+    defaults: dict[str, Any] = {
+        "retry_backoff_ms": 10,
+        "request_timeout_ms": 2000,
+        "delivery_timeout_ms": 10_000,
+    }
+    return ProducerConfig(**{**defaults, **settings})
+
+
+# -- placement and batching ----------------------------------------------------------------------
+
+
+def test_keyed_records_land_on_kafkas_partition_in_send_order() -> None:
+    async def scenario() -> None:
+        async with fake_cluster(2) as cluster, connected(cluster) as connections:
+            cluster.create("orders", 5)
+            async with Producer(connections, fast()) as producer:
+                futures = []
+                for i in range(300):
+                    key = f"customer-{i % 13}".encode()
+                    futures.append(await producer.send("orders", f"{i}".encode(), key=key))
+                results = await asyncio.gather(*futures)
+            for i, meta in enumerate(results):
+                assert meta.partition == partition_for_key(f"customer-{i % 13}".encode(), 5)
+            for p in range(5):
+                tp = TopicPartition("orders", p)
+                values = [int(v or b"") for v in cluster.records(tp)]
+                assert values == sorted(values)  # per-partition (hence per-key) order
+                offsets = [m.offset for m in results if m.partition == p]
+                assert offsets == list(range(len(values)))
+
+    run(scenario)
+
+
+def test_linger_gathers_records_into_one_batch_and_one_request() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            config = fast(linger_ms=200)
+            async with Producer(connections, config) as producer:
+                futures = [await producer.send("t", b"v%d" % i) for i in range(10)]
+                await asyncio.gather(*futures)
+            broker = cluster.brokers[1]
+            assert len(broker.produce_requests) == 1
+            (batch,) = cluster.logs[TopicPartition("t", 0)]
+            assert parse_header(batch).record_count == 10
+
+    run(scenario)
+
+
+def test_batch_size_bounds_every_batch() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            config = fast(batch_size=1000, linger_ms=50)
+            async with Producer(connections, config) as producer:
+                futures = [await producer.send("t", bytes(90), partition=0) for _ in range(100)]
+                await asyncio.gather(*futures)
+            batches = cluster.logs[TopicPartition("t", 0)]
+            assert sum(parse_header(b).record_count for b in batches) == 100
+            assert len(batches) >= 10
+            assert all(len(b) <= 1000 for b in batches)
+
+    run(scenario)
+
+
+def test_keyless_records_stick_to_a_partition_until_its_batch_is_full() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 4)
+            config = fast(batch_size=1000, linger_ms=5_000)
+            async with Producer(connections, config) as producer:
+                futures = [await producer.send("t", bytes(90)) for _ in range(40)]
+                await producer.flush()
+            partitions = [(await f).partition for f in futures]
+            runs = [partitions[0]]
+            for p in partitions[1:]:
+                if p != runs[-1]:
+                    runs.append(p)
+            # Whole batches on one partition each, then a different partition.
+            assert 3 <= len(runs) <= 6
+            for tp, batches in cluster.logs.items():
+                for b in batches:
+                    assert parse_header(b).record_count >= 8 or tp.partition == partitions[-1]
+
+    run(scenario)
+
+
+def test_ready_batches_for_one_leader_travel_in_one_request() -> None:
+    async def scenario() -> None:
+        async with fake_cluster(2) as cluster, connected(cluster) as connections:
+            cluster.create("t", 4, leaders=[1, 2, 1, 2])
+            config = fast(linger_ms=5_000)
+            async with Producer(connections, config) as producer:
+                futures = [await producer.send("t", b"v", partition=p) for p in range(4)]
+                await producer.flush()
+                await asyncio.gather(*futures)
+            for broker_id, partitions in ((1, {0, 2}), (2, {1, 3})):
+                requests = cluster.brokers[broker_id].produce_requests
+                assert len(requests) == 1
+                assert {p.index for t in requests[0].topics for p in t.partitions} == partitions
+
+    run(scenario)
+
+
+def test_flush_does_not_wait_for_linger() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            async with Producer(connections, fast(linger_ms=5_000)) as producer:
+                future = await producer.send("t", b"v")
+                await asyncio.wait_for(producer.flush(), 5)
+                assert future.done()
+                assert (await future).offset == 0
+
+    run(scenario)
+
+
+def test_one_request_in_flight_per_partition_keeps_order() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 2)
+            broker = cluster.brokers[1]
+            broker.hold = asyncio.Event()
+            config = fast(batch_size=0, linger_ms=0)
+            async with Producer(connections, config) as producer:
+                futures = [await producer.send("t", b"%d" % i, partition=i % 2) for i in range(20)]
+                await eventually(lambda: len(broker.produce_requests) == 1, what="first request")
+                await asyncio.sleep(0.05)  # give a second request the chance to (wrongly) go
+                assert len(broker.produce_requests) == 1  # both partitions wait for its answer
+                broker.hold.set()
+                results = await asyncio.gather(*futures)
+            assert max(broker.max_in_flight.values()) == 1
+            for p in range(2):
+                assert [m.offset for m in results if m.partition == p] == list(range(10))
+                assert cluster.records(TopicPartition("t", p)) == [
+                    b"%d" % i for i in range(p, 20, 2)
+                ]
+
+    run(scenario)
+
+
+# -- retries and failures ------------------------------------------------------------------------
+
+
+def test_not_leader_refreshes_metadata_and_retries_on_the_new_leader() -> None:
+    async def scenario() -> None:
+        async with fake_cluster(2) as cluster, connected(cluster) as connections:
+            cluster.create("t", 1, leaders=[1])
+            tp = TopicPartition("t", 0)
+            async with Producer(connections, fast()) as producer:
+                assert (await (await producer.send("t", b"before"))).offset == 0
+                cluster.leaders[tp] = 2  # an election the producer has not heard of
+                meta = await (await producer.send("t", b"after"))
+            assert meta.offset == 1
+            assert len(cluster.brokers[1].produce_requests) == 2  # the second got NOT_LEADER
+            assert len(cluster.brokers[2].produce_requests) == 1
+            assert cluster.records(tp) == [b"before", b"after"]
+
+    run(scenario)
+
+
+def test_an_unreachable_leader_is_retried_after_a_metadata_refresh() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            broker = cluster.brokers[1]
+            broker.abort_next.extend([grpc.StatusCode.UNAVAILABLE] * 2)
+            async with Producer(connections, fast()) as producer:
+                await producer.start()
+                metadata_before = broker.metadata_requests
+                meta = await (await producer.send("t", b"v"))
+            assert meta.offset == 0
+            assert len(broker.produce_requests) == 3
+            assert broker.metadata_requests > metadata_before + 1
+
+    run(scenario)
+
+
+def test_retriable_errors_are_retried_until_delivery_timeout_then_fail_with_the_error() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            tp = TopicPartition("t", 0)
+            cluster.brokers[1].script[tp].extend([ErrorCode.NOT_ENOUGH_REPLICAS] * 10_000)
+            config = ProducerConfig(
+                linger_ms=0, retry_backoff_ms=20, request_timeout_ms=200, delivery_timeout_ms=400
+            )
+            async with Producer(connections, config) as producer:
+                future = await producer.send("t", b"v")
+                with pytest.raises(errors.NotEnoughReplicasError) as caught:
+                    await future
+            message = str(caught.value)
+            assert message.startswith("NOT_ENOUGH_REPLICAS: t-0: ")
+            assert "delivery_timeout_ms=400 expired" in message
+            assert "\n" not in message
+            assert 3 <= len(cluster.brokers[1].produce_requests) <= 25
+
+    run(scenario)
+
+
+def test_retries_bound_the_attempts() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            cluster.brokers[1].script[TopicPartition("t", 0)].extend(
+                [ErrorCode.REQUEST_TIMED_OUT] * 10
+            )
+            config = fast(retries=2, enable_idempotence=False)
+            async with Producer(connections, config) as producer:
+                with pytest.raises(errors.RequestTimedOutError, match="after 3 attempts"):
+                    await (await producer.send("t", b"v"))
+            assert len(cluster.brokers[1].produce_requests) == 3
+
+    run(scenario)
+
+
+def test_a_non_retriable_error_fails_the_records_at_once() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            cluster.brokers[1].script[TopicPartition("t", 0)].append(ErrorCode.MESSAGE_TOO_LARGE)
+            async with Producer(connections, fast()) as producer:
+                futures = [await producer.send("t", b"v") for _ in range(3)]
+                outcomes = await asyncio.gather(*futures, return_exceptions=True)
+                assert all(isinstance(o, errors.MessageTooLargeError) for o in outcomes)
+                assert str(outcomes[0]).startswith("MESSAGE_TOO_LARGE: t-0: ")
+                # The producer goes on: a later record is delivered.
+                assert (await (await producer.send("t", b"w"))).offset == 0
+            assert len(cluster.brokers[1].produce_requests) == 2
+
+    run(scenario)
+
+
+def test_records_without_a_leader_expire_with_the_reason() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1, leaders=[-1])
+            config = ProducerConfig(
+                linger_ms=0, retry_backoff_ms=20, request_timeout_ms=200, delivery_timeout_ms=300
+            )
+            async with Producer(connections, config) as producer:
+                with pytest.raises(errors.LeaderNotAvailableError, match="no leader for t-0"):
+                    await (await producer.send("t", b"v"))
+            assert cluster.brokers[1].produce_requests == []
+
+    run(scenario)
+
+
+def test_a_refused_request_fails_with_the_brokers_explanation() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            cluster.brokers[1].abort_next.append(grpc.StatusCode.INVALID_ARGUMENT)
+            async with Producer(connections, fast()) as producer:
+                with pytest.raises(ClientError, match="refused the produce request: INVALID_ARG"):
+                    await (await producer.send("t", b"v"))
+
+    run(scenario)
+
+
+# -- send() errors -------------------------------------------------------------------------------
+
+
+def test_unknown_topic_is_a_client_error_after_a_few_refreshes() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            config = fast(max_block_ms=1000)  # the wait is min(3 s, this)
+            async with Producer(connections, config) as producer:
+                before = cluster.brokers[1].metadata_requests
+                with pytest.raises(ClientError, match=r"^unknown topic 'nope'$"):
+                    await producer.send("nope", b"v")
+                assert cluster.brokers[1].metadata_requests - before >= 3
+
+    run(scenario)
+
+
+def test_a_topic_that_appears_while_send_waits_is_used() -> None:
+    async def scenario() -> None:
+        async with (
+            fake_cluster() as cluster,
+            connected(cluster) as connections,
+            Producer(connections, fast()) as producer,
+        ):
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.3, cluster.create, "late", 1)
+            assert (await (await producer.send("late", b"v"))).offset == 0
+
+    run(scenario)
+
+
+def test_invalid_topic_name_is_refused_without_asking() -> None:
+    async def scenario() -> None:
+        async with (
+            fake_cluster() as cluster,
+            connected(cluster) as connections,
+            Producer(connections, fast()) as producer,
+        ):
+            with pytest.raises(ClientError, match=r"^topic name 'a b' contains ' ': only ASCII"):
+                await producer.send("a b", b"v")
+
+    run(scenario)
+
+
+def test_partition_out_of_range_is_a_client_error() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 3)
+            async with Producer(connections, fast()) as producer:
+                with pytest.raises(
+                    ClientError,
+                    match=r"partition 3 out of range: topic 't' has 3 partition\(s\), 0 to 2",
+                ):
+                    await producer.send("t", b"v", partition=3)
+                with pytest.raises(ClientError, match="partition -1 out of range"):
+                    await producer.send("t", b"v", partition=-1)
+
+    run(scenario)
+
+
+def test_a_record_larger_than_max_request_size_is_refused() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            config = fast(max_request_size=1000)
+            async with Producer(connections, config) as producer:
+                with pytest.raises(RecordTooLargeError, match="larger than max_request_size"):
+                    await producer.send("t", bytes(1000))
+
+    run(scenario)
+
+
+def test_values_must_be_bytes() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            async with Producer(connections, fast()) as producer:
+                with pytest.raises(TypeError, match="value must be bytes or None, got str"):
+                    await producer.send("t", "text")  # type: ignore[arg-type]
+
+    run(scenario)
+
+
+def test_no_broker_reachable_names_the_addresses() -> None:
+    async def scenario() -> None:
+        async with BrokerConnections([("127.0.0.1", 1)], request_timeout_s=1) as connections:
+            config = fast(enable_idempotence=False, max_block_ms=300)
+            async with Producer(connections, config) as producer:
+                with pytest.raises(BrokerUnreachableError, match=r"127\.0\.0\.1:1"):
+                    await producer.send("t", b"v")
+
+    run(scenario)
+
+
+# -- acks ----------------------------------------------------------------------------------------
+
+
+def test_acks_0_completes_with_offset_minus_one() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            async with Producer(connections, fast(acks=0)) as producer:
+                meta = await (await producer.send("t", b"v", timestamp_ms=1234))
+            assert meta == RecordMetadata("t", 0, -1, 1234)
+            assert cluster.brokers[1].produce_requests[0].acks == 0
+            assert parse_header(cluster.logs[TopicPartition("t", 0)][0]).producer_id == -1
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("acks", [1, -1])
+def test_acks_travel_in_the_request(acks: int) -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            config = fast(acks=acks)
+            async with Producer(connections, config) as producer:
+                await (await producer.send("t", b"v"))
+            request = cluster.brokers[1].produce_requests[0]
+            assert (request.acks, request.timeout_ms) == (acks, 2000)
+
+    run(scenario)
+
+
+# -- idempotence ---------------------------------------------------------------------------------
+
+
+def test_sequences_count_records_per_partition_from_zero() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 2)
+            async with Producer(connections, fast()) as producer:
+                for count in (3, 1, 4):
+                    for p in range(2):
+                        for _ in range(count):
+                            await producer.send("t", b"v", partition=p)
+                    await producer.flush()
+                pid = producer.producer_id
+            assert pid == 1001
+            for p in range(2):
+                headers = [
+                    parse_header(b)
+                    for tp, b in cluster.brokers[1].batches()
+                    if tp == TopicPartition("t", p)
+                ]
+                assert [(h.producer_id, h.base_sequence, h.record_count) for h in headers] == [
+                    (1001, 0, 3),
+                    (1001, 3, 1),
+                    (1001, 4, 4),
+                ]
+
+    run(scenario)
+
+
+def test_a_retry_resends_the_same_bytes_and_the_broker_drops_the_duplicate() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            tp = TopicPartition("t", 0)
+            async with Producer(connections, fast()) as producer:
+                assert (await (await producer.send("t", b"first"))).offset == 0
+                # Written, but the acknowledgement is lost: the producer must retry, and
+                # the broker recognises the retry by its sequence.
+                cluster.brokers[1].script[tp].append((APPEND_THEN, ErrorCode.REQUEST_TIMED_OUT))
+                meta = await (await producer.send("t", b"second"))
+            assert meta.offset == 1  # the original offset, not 2
+            assert cluster.records(tp) == [b"first", b"second"]
+            sent = [b for _, b in cluster.brokers[1].batches()]
+            assert len(sent) == 3
+            assert sent[1] == sent[2]  # byte for byte
+
+    run(scenario)
+
+
+def test_without_idempotence_a_lost_acknowledgement_duplicates_the_record() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            tp = TopicPartition("t", 0)
+            cluster.brokers[1].script[tp].append((APPEND_THEN, ErrorCode.REQUEST_TIMED_OUT))
+            config = fast(enable_idempotence=False)
+            async with Producer(connections, config) as producer:
+                assert (await (await producer.send("t", b"once"))).offset == 1
+            assert cluster.records(tp) == [b"once", b"once"]
+
+    run(scenario)
+
+
+def test_a_failed_sequenced_batch_gets_the_producer_a_new_id() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            tp = TopicPartition("t", 0)
+            async with Producer(connections, fast()) as producer:
+                assert (await (await producer.send("t", b"a"))).offset == 0
+                cluster.brokers[1].script[tp].append(ErrorCode.OUT_OF_ORDER_SEQUENCE)
+                with pytest.raises(errors.OutOfOrderSequenceError, match="t-0"):
+                    await (await producer.send("t", b"b"))
+                assert (await (await producer.send("t", b"c"))).offset == 1
+                assert producer.producer_id == 1002
+            headers = [parse_header(b) for _, b in cluster.brokers[1].batches()]
+            assert [(h.producer_id, h.base_sequence) for h in headers] == [
+                (1001, 0),
+                (1001, 1),
+                (1002, 0),
+            ]
+            assert cluster.records(tp) == [b"a", b"c"]
+
+    run(scenario)
+
+
+def test_init_producer_id_is_retried_while_no_broker_can_answer() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            cluster.init_producer_id_script.extend(
+                [grpc.StatusCode.UNAVAILABLE, ErrorCode.NOT_CONTROLLER]
+            )
+            async with Producer(connections, fast()) as producer:
+                assert producer.producer_id == 1001
+                assert (await (await producer.send("t", b"v"))).offset == 0
+            assert cluster.init_producer_id_calls == 3
+
+    run(scenario)
+
+
+def test_a_broker_without_init_producer_id_is_a_clear_error() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.init_producer_id_script.append(grpc.StatusCode.UNIMPLEMENTED)
+            producer = Producer(connections, fast())
+            with pytest.raises(ClientError, match="set enable_idempotence=False"):
+                await producer.start()
+            await producer.close()
+
+    run(scenario)
+
+
+def test_init_producer_id_gives_up_after_max_block_ms() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.init_producer_id_script.extend([ErrorCode.NOT_CONTROLLER] * 1000)
+            producer = Producer(connections, fast(max_block_ms=200))
+            with pytest.raises(ClientError, match=r"could not get a producer id within 200 ms"):
+                await producer.start()
+            await producer.close()
+
+    run(scenario)
+
+
+# -- close ---------------------------------------------------------------------------------------
+
+
+def test_close_delivers_what_was_sent() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            producer = Producer(connections, fast(linger_ms=5_000))
+            futures = [await producer.send("t", b"%d" % i) for i in range(5)]
+            await asyncio.wait_for(producer.close(), 5)
+            assert [(await f).offset for f in futures] == list(range(5))
+            with pytest.raises(ProducerClosedError):
+                await producer.send("t", b"late")
+
+    run(scenario)
+
+
+def test_close_with_a_timeout_fails_what_could_not_be_delivered() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1, leaders=[-1])
+            producer = Producer(connections, fast())
+            future = await producer.send("t", b"v")
+            await producer.close(timeout_s=0.1)
+            with pytest.raises(ProducerClosedError, match="closed before delivery"):
+                await future
+
+    run(scenario)
+
+
+def test_buffer_memory_blocks_send_until_records_are_acknowledged() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            broker = cluster.brokers[1]
+            broker.hold = asyncio.Event()
+            config = fast(buffer_memory=300, max_block_ms=100, linger_ms=0)
+            async with Producer(connections, config) as producer:
+                first = await producer.send("t", bytes(150))
+                with pytest.raises(ClientError, match="producer buffer full"):
+                    await producer.send("t", bytes(150))
+                broker.hold.set()
+                await first
+                second = await producer.send("t", bytes(150))
+                assert (await second).offset == 1
+
+    run(scenario)
+
+
+def test_deliberate_partitioner_can_be_given() -> None:
+    class Always2(Partitioner):
+        def partition(
+            self,
+            topic: str,
+            key: bytes | None,
+            num_partitions: int,
+            available: Any,
+            partition: int | None = None,
+        ) -> int:
+            return 2
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 3)
+            async with Producer(connections, fast(), partitioner=Always2()) as p:
+                assert (await (await p.send("t", b"v", key=b"k"))).partition == 2
+
+    run(scenario)
+
+
+def test_a_silent_leader_fails_the_request_at_its_deadline_and_expires_what_waits() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            config = ProducerConfig(
+                linger_ms=0, retry_backoff_ms=20, request_timeout_ms=100, delivery_timeout_ms=150
+            )
+            async with Producer(connections, config) as producer:
+                await producer.send("t", b"warm-up")
+                await producer.flush()
+                broker = cluster.brokers[1]
+                broker.hold = asyncio.Event()  # the next request hangs past its deadline
+                future = await producer.send("t", b"v")
+                await eventually(lambda: len(broker.produce_requests) == 2, what="the request")
+                queued = await producer.send("t", b"w")
+                # Queued behind the hanging request, the second record is never sent.
+                with pytest.raises(
+                    DeliveryTimeoutError,
+                    match=r"^t-0: 1 record\(s\) expired: 150 ms \(delivery_timeout_ms\) passed",
+                ):
+                    await queued
+                with pytest.raises(BrokerUnreachableError, match="did not answer: deadline"):
+                    await future
+                broker.hold.set()
+
+    run(scenario)
