@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from broker import main as broker_main
-from client import cluster_cli, dump_log
+from client import cluster_cli, consume_cli, dump_log, produce_cli, topics_cli
 from proto.errors import MinibrokerError
 
 
@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     broker_main.add_parser(commands)
     cluster_cli.add_parser(commands)
+    topics_cli.add_parser(commands)
+    produce_cli.add_parser(commands)
+    consume_cli.add_parser(commands)
     dump_log.add_parser(commands)
     return parser
 

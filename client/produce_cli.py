@@ -1,0 +1,139 @@
+"""``minibroker produce TOPIC``: one record per stdin line (Kafka's console producer).
+
+The whole line is the value, unless ``--key-separator`` splits it into key and value at
+its first occurrence. Records are batched and sent as the producer does for any client;
+at the end every record has been acknowledged or the command says, on one line, how many
+failed and why, and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import BinaryIO
+
+from client.cli_common import acks_argument, add_bootstrap_option, connections, run_async
+from client.metadata import ClientError
+from client.producer import Producer, ProducerConfig, RecordMetadata
+
+_READ_CHUNK = 1 << 16
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "produce",
+        help="send stdin lines as records",
+        description="Send one record per line of stdin (the line is the value).",
+    )
+    parser.add_argument("topic")
+    add_bootstrap_option(parser)
+    parser.add_argument("--acks", type=acks_argument, default=-1, help="all (default), 1 or 0")
+    parser.add_argument(
+        "--key-separator",
+        default=None,
+        help="split each line at the first occurrence into key and value",
+    )
+    parser.add_argument("--partition", type=int, default=None, help="send every record here")
+    parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=16384)
+    parser.add_argument(
+        "--delivery-timeout-ms",
+        type=int,
+        default=60_000,
+        help="give up on a record after this long (default 60000)",
+    )
+    parser.set_defaults(run=lambda a: run_async(produce(a, sys.stdin.buffer)))
+
+
+class _Outcome:
+    """Counts acknowledgements without keeping every future alive."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.acked = 0
+        self.failed = 0
+        self.first_error: BaseException | None = None
+        self.pending: set[asyncio.Future[RecordMetadata]] = set()
+
+    def track(self, future: asyncio.Future[RecordMetadata]) -> None:
+        self.sent += 1
+        self.pending.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: asyncio.Future[RecordMetadata]) -> None:
+        self.pending.discard(future)
+        if future.cancelled():
+            self.failed += 1
+        elif future.exception() is not None:
+            self.failed += 1
+            self.first_error = self.first_error or future.exception()
+        else:
+            self.acked += 1
+
+
+async def produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
+    separator = args.key_separator.encode() if args.key_separator is not None else None
+    if separator == b"":
+        raise ClientError("--key-separator must not be empty")
+    config = ProducerConfig(
+        acks=args.acks,
+        linger_ms=args.linger_ms,
+        batch_size=args.batch_size,
+        delivery_timeout_ms=args.delivery_timeout_ms,
+        request_timeout_ms=min(30_000, max(1, args.delivery_timeout_ms - args.linger_ms)),
+    )
+    outcome = _Outcome()
+    loop = asyncio.get_running_loop()
+    async with connections(args) as conns:
+        producer = Producer(conns, config)
+        await producer.start()
+        try:
+            rest = b""
+            while True:
+                chunk = await loop.run_in_executor(None, _read, stdin)
+                if not chunk:
+                    break
+                *lines, rest = (rest + chunk).split(b"\n")
+                for line in lines:
+                    await _send_line(producer, args, line, separator, outcome)
+                if outcome.first_error is not None and isinstance(outcome.first_error, ClientError):
+                    break  # e.g. unknown topic: every further record would fail the same way
+            if rest:
+                await _send_line(producer, args, rest, separator, outcome)
+        finally:
+            await producer.close()
+    if outcome.pending:
+        await asyncio.gather(*outcome.pending, return_exceptions=True)
+    if outcome.failed:
+        raise ClientError(
+            f"{outcome.failed} of {outcome.sent} records were not acknowledged: "
+            f"{outcome.first_error}"
+        )
+    return 0
+
+
+def _read(stdin: BinaryIO) -> bytes:
+    read1 = getattr(stdin, "read1", None)
+    return bytes(read1(_READ_CHUNK) if read1 is not None else stdin.read(_READ_CHUNK))
+
+
+async def _send_line(
+    producer: Producer,
+    args: argparse.Namespace,
+    line: bytes,
+    separator: bytes | None,
+    outcome: _Outcome,
+) -> None:
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    key: bytes | None = None
+    value = line
+    if separator is not None:
+        key, found, value = line.partition(separator)
+        if not found:
+            raise ClientError(
+                f"line {outcome.sent + 1} has no key separator {args.key_separator!r}"
+            )
+    future = await producer.send(args.topic, value, key=key, partition=args.partition)
+    outcome.track(future)
