@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from broker import main as broker_main
-from client import cluster_cli, consume_cli, dump_log, produce_cli, topics_cli
+from client import cluster_cli, consume_cli, dump_log, perf_cli, produce_cli, topics_cli
 from proto.errors import MinibrokerError
 
 
@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics_cli.add_parser(commands)
     produce_cli.add_parser(commands)
     consume_cli.add_parser(commands)
+    perf_cli.add_parser(commands)
     dump_log.add_parser(commands)
     return parser
 

@@ -1,0 +1,171 @@
+"""``minibroker perf produce|consume``: throughput and latency (Kafka's perf-test tools).
+
+``perf produce`` sends ``--num-records`` records of ``--record-size`` bytes as fast as the
+producer takes them (or at ``--throughput`` records/s) and reports records/s, MB/s and the
+latency of each acknowledgement (send to ack): p50, p95, p99 and max. ``perf consume``
+reads ``--messages`` records from the beginning and reports records/s and MB/s. Both show
+a progress bar on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from client.cli_common import acks_argument, add_bootstrap_option, connections, run_async
+from client.consumer import Consumer, ConsumerConfig
+from client.metadata import ClientError
+from client.producer import Producer, ProducerConfig, RecordMetadata
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser("perf", help="measure produce or consume throughput and latency")
+    kinds = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
+    produce = kinds.add_parser("produce", help="produce records and measure")
+    produce.add_argument("topic")
+    produce.add_argument("--num-records", type=int, default=100_000)
+    produce.add_argument("--record-size", type=int, default=100, help="value bytes")
+    produce.add_argument(
+        "--throughput", type=int, default=-1, help="records/s limit (-1: as fast as possible)"
+    )
+    produce.add_argument("--acks", type=acks_argument, default=-1)
+    produce.add_argument("--batch-size", type=int, default=16384)
+    produce.add_argument("--linger-ms", type=int, default=5)
+    produce.set_defaults(run=lambda a: run_async(perf_produce(a)))
+    consume = kinds.add_parser("consume", help="consume records from the beginning and measure")
+    consume.add_argument("topic")
+    consume.add_argument("--messages", type=int, default=100_000)
+    consume.add_argument(
+        "--timeout-ms", type=int, default=10_000, help="give up after this long without records"
+    )
+    consume.set_defaults(run=lambda a: run_async(perf_consume(a)))
+    for sub in (produce, consume):
+        add_bootstrap_option(sub)
+
+
+@dataclass(frozen=True)
+class PerfResult:
+    records: int
+    seconds: float
+    value_bytes: int
+    latencies_ms: list[float]
+
+    def summary(self) -> str:
+        rate = self.records / self.seconds if self.seconds else 0.0
+        mb = self.value_bytes / self.seconds / 1e6 if self.seconds else 0.0
+        text = (
+            f"{self.records} records in {self.seconds:.2f} s: {rate:,.0f} records/s, {mb:.2f} MB/s"
+        )
+        if self.latencies_ms:
+            ordered = sorted(self.latencies_ms)
+            text += (
+                f"; latency ms p50 {percentile(ordered, 50):.1f}, p95 {percentile(ordered, 95):.1f}"
+                f", p99 {percentile(ordered, 99):.1f}, max {ordered[-1]:.1f}"
+            )
+        return text
+
+
+def percentile(ordered: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    if not ordered:
+        return 0.0
+    rank = max(1, min(len(ordered), int(-(-p * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def _progress() -> Progress:
+    return Progress(
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(file=sys.stderr),
+        transient=True,
+    )
+
+
+async def perf_produce(args: argparse.Namespace) -> int:
+    if args.num_records < 1 or args.record_size < 0:
+        raise ClientError("--num-records must be >= 1 and --record-size >= 0")
+    config = ProducerConfig(acks=args.acks, batch_size=args.batch_size, linger_ms=args.linger_ms)
+    value = os.urandom(args.record_size)
+    latencies: list[float] = []
+    errors: list[BaseException] = []
+    async with connections(args) as conns, Producer(conns, config) as producer:
+        with _progress() as progress:
+            task = progress.add_task("produce", total=args.num_records)
+            started = time.monotonic()
+            for i in range(args.num_records):
+                if args.throughput > 0:
+                    due = started + i / args.throughput
+                    delay = due - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                sent_at = time.monotonic()
+                future = await producer.send(args.topic, value)
+                future.add_done_callback(
+                    _on_ack(sent_at, latencies, errors, lambda: progress.advance(task))
+                )
+            await producer.flush()
+            elapsed = time.monotonic() - started
+    if errors:
+        raise ClientError(f"{len(errors)} of {args.num_records} records failed: {errors[0]}")
+    print(
+        PerfResult(
+            args.num_records, elapsed, args.num_records * args.record_size, latencies
+        ).summary()
+    )
+    return 0
+
+
+def _on_ack(
+    sent_at: float,
+    latencies: list[float],
+    errors: list[BaseException],
+    advance: Callable[[], None],
+) -> Callable[[asyncio.Future[RecordMetadata]], None]:
+    def done(future: asyncio.Future[RecordMetadata]) -> None:
+        if future.cancelled():
+            errors.append(asyncio.CancelledError())
+        elif future.exception() is not None:
+            errors.append(future.exception() or RuntimeError("unknown failure"))
+        else:
+            latencies.append((time.monotonic() - sent_at) * 1000)
+        advance()
+
+    return done
+
+
+async def perf_consume(args: argparse.Namespace) -> int:
+    if args.messages < 1:
+        raise ClientError("--messages must be >= 1")
+    count = value_bytes = 0
+    config = ConsumerConfig(auto_offset_reset="earliest", max_poll_records=5000)
+    async with connections(args) as conns, Consumer(conns, config) as consumer:
+        consumer.assign(await consumer.partitions_for(args.topic))
+        with _progress() as progress:
+            task = progress.add_task("consume", total=args.messages)
+            started = last = time.monotonic()
+            while count < args.messages:
+                records = await consumer.poll(timeout_ms=500, max_records=args.messages - count)
+                now = time.monotonic()
+                if not records:
+                    if (now - last) * 1000 >= args.timeout_ms:
+                        break
+                    continue
+                last = now
+                count += len(records)
+                value_bytes += sum(len(r.value or b"") for r in records)
+                progress.advance(task, len(records))
+            elapsed = last - started
+    print(PerfResult(count, elapsed, value_bytes, []).summary())
+    if count < args.messages:
+        raise ClientError(f"only {count} of {args.messages} records arrived within --timeout-ms")
+    return 0
