@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -79,3 +83,44 @@ def close_session_from_another_client(hosts: str, client_id: tuple[int, bytes]) 
         thief.stop()  # sends closeSession for the session it holds
     finally:
         thief.close()
+
+
+def minibroker(
+    *args: str,
+    input_text: str | None = None,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``minibroker`` CLI as a user does (a subprocess of this interpreter)."""
+    return subprocess.run(
+        [sys.executable, "-m", "client.cli", *args],
+        capture_output=True,
+        text=True,
+        input=input_text,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def free_port_run(count: int) -> int:
+    """A base port such that ``count`` consecutive ports are free right now."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + count >= 65535:
+            continue
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError("no run of free ports found")
