@@ -9,7 +9,7 @@ INSTALLED := $(VENV)/.installed
 ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
 PYTEST_ARGS ?=
 
-.PHONY: help setup system-deps test check unit integration proto bench up down run chaos audit image clean
+.PHONY: help setup system-deps test check unit integration proto bench up down down-volumes run chaos audit image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -54,11 +54,15 @@ proto: $(INSTALLED) ## regenerate the committed gRPC stubs from proto/minibroker
 bench: setup ## run the benchmarks and write bench/RESULTS.md
 	$(PY) -m bench.run
 
-up: ## the cluster in Docker (ZooKeeper + 3 brokers): not built yet, see README
-	@echo "make up: the Docker deployment is not built yet (issue 6); see README.md" >&2; exit 1
+# The Docker cluster (deploy/docker-compose.yml, deploy/docker/): README, section "Docker".
+up: image ## the cluster in Docker: ZooKeeper + 3 brokers, waits for health, prints the bootstrap address
+	@deploy/docker/compose.sh up
 
-down: ## stop the Docker cluster
-	@echo "make down: the Docker deployment is not built yet (issue 6)" >&2; exit 1
+down: ## stop and remove the Docker cluster's containers (the data volumes stay)
+	@deploy/docker/compose.sh down
+
+down-volumes: ## stop the Docker cluster and drop its data volumes
+	@deploy/docker/compose.sh down-volumes
 
 run: ## local demo cluster: not built yet
 	@echo "make run: the local cluster launcher is not built yet (issue 5)" >&2; exit 1
@@ -69,8 +73,8 @@ chaos: ## chaos scenarios: not built yet
 audit: ## Spark audit of replica logs: not built yet
 	@echo "make audit: not built yet (issue 7)" >&2; exit 1
 
-image: ## Docker image: not built yet
-	@echo "make image: not built yet (issue 6)" >&2; exit 1
+image: ## the Docker image minibroker:latest (an offline Debian base where no registry answers)
+	@deploy/docker/build-image.sh
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

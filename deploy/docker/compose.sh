@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The Docker cluster's commands behind `make up`, `make down` and `make down-volumes`.
+#
+#   deploy/docker/compose.sh up             start (image built by `make image`), wait for health
+#   deploy/docker/compose.sh down           stop and remove the containers and the network
+#   deploy/docker/compose.sh down-volumes   the same and the data volumes
+#   deploy/docker/compose.sh ARGS...        any compose command on the project (ps, logs, ...)
+#
+# Uses `docker compose` (v2) when present, else `docker-compose` (v1), always with the fixed
+# project name $MINIBROKER_PROJECT (default minibroker) and deploy/docker-compose.yml (plus
+# deploy/docker-compose.override.yml when it exists).
+#
+# Environment: MINIBROKER_PROJECT, MINIBROKER_PORT_1..3 (9091..9093),
+# MINIBROKER_ZOOKEEPER_PORT (2181), MINIBROKER_UP_TIMEOUT (seconds to wait for health, 180),
+# MINIBROKER_OVERRIDES and the others listed in deploy/docker-compose.yml.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+export MINIBROKER_PROJECT="${MINIBROKER_PROJECT:-minibroker}"
+project="$MINIBROKER_PROJECT"
+compose_file=deploy/docker-compose.yml
+services=(zookeeper broker-1 broker-2 broker-3)
+
+die() { echo "make ${command:-up}: $*" >&2; exit 1; }
+
+if docker compose version >/dev/null 2>&1; then
+    compose=(docker compose)
+elif command -v docker-compose >/dev/null 2>&1; then
+    compose=(docker-compose)
+else
+    die "neither \`docker compose\` (v2) nor \`docker-compose\` (v1) is installed"
+fi
+compose+=(-p "$project" -f "$compose_file")
+# A local override file (per-broker settings, more services), as compose itself would read
+# one next to the compose file if it were not given -f.
+if [ -f deploy/docker-compose.override.yml ]; then
+    compose+=(-f deploy/docker-compose.override.yml)
+fi
+
+container_of() { echo "$project-$1"; }
+
+ports() {
+    echo "zookeeper ${MINIBROKER_ZOOKEEPER_PORT:-2181} MINIBROKER_ZOOKEEPER_PORT"
+    echo "broker-1 ${MINIBROKER_PORT_1:-9091} MINIBROKER_PORT_1"
+    echo "broker-2 ${MINIBROKER_PORT_2:-9092} MINIBROKER_PORT_2"
+    echo "broker-3 ${MINIBROKER_PORT_3:-9093} MINIBROKER_PORT_3"
+}
+
+bootstrap() {
+    echo "127.0.0.1:${MINIBROKER_PORT_1:-9091},127.0.0.1:${MINIBROKER_PORT_2:-9092},127.0.0.1:${MINIBROKER_PORT_3:-9093}"
+}
+
+# A port is taken when something on the host accepts connections on 127.0.0.1:<port> and
+# it is not this project's own running container (a second `make up` is fine).
+check_ports() {
+    local service port variable published
+    while read -r service port variable; do
+        published="$(docker port "$(container_of "$service")" 2>/dev/null || true)"
+        if grep -q "127.0.0.1:$port\$" <<<"$published"; then
+            continue
+        fi
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            die "port $port (for $service) is already taken on 127.0.0.1 by another program" \
+                "(see \`ss -ltnp 'sport = :$port'\`); stop it or choose another port, e.g." \
+                "$variable=$((port + 10000)) make up"
+        fi
+    done < <(ports)
+}
+
+# healthy / starting / unhealthy while it runs; "exited (exit code N)" once it stopped.
+health() {
+    docker inspect -f '{{if ne .State.Status "running"}}{{.State.Status}} (exit code {{.State.ExitCode}}){{else if .State.Health}}{{.State.Health.Status}}{{else}}running{{end}}' \
+        "$1" 2>/dev/null || echo missing
+}
+state() { docker inspect -f '{{.State.Status}}' "$1" 2>/dev/null || echo missing; }
+
+report_unhealthy() {
+    "${compose[@]}" ps >&2 || true
+    local service container
+    for service in "${services[@]}"; do
+        container="$(container_of "$service")"
+        if [ "$(health "$container")" != healthy ]; then
+            echo >&2
+            echo "---- $service ($container): $(health "$container"); last health check:" >&2
+            docker inspect -f '{{if .State.Health}}{{range .State.Health.Log}}{{.Output}}{{end}}{{end}}' \
+                "$container" 2>/dev/null | tail -n 3 >&2 || true
+            echo "---- logs of $service:" >&2
+            "${compose[@]}" logs --no-color --tail=60 "$service" >&2 || true
+        fi
+    done
+}
+
+up() {
+    docker info >/dev/null 2>&1 || die "no Docker engine answers (is dockerd running, may you use it?)"
+    docker image inspect "${MINIBROKER_IMAGE:-minibroker:latest}" >/dev/null 2>&1 \
+        || die "image ${MINIBROKER_IMAGE:-minibroker:latest} is missing: run \`make image\` (\`make up\` does)"
+    check_ports
+    local start=$SECONDS timeout="${MINIBROKER_UP_TIMEOUT:-180}"
+    "${compose[@]}" up -d --no-build --remove-orphans
+    echo "make up: waiting for ZooKeeper and the brokers to be healthy (at most ${timeout} s)" >&2
+    local service container status pending
+    while :; do
+        pending=()
+        for service in "${services[@]}"; do
+            container="$(container_of "$service")"
+            status="$(health "$container")"
+            [ "$status" = healthy ] && continue
+            pending+=("$service:$status")
+            if [ "$(state "$container")" != running ] || [ "$status" = unhealthy ]; then
+                echo "make up: $service is $status" >&2
+                report_unhealthy
+                die "the cluster did not come up ($service: $status); \`make down\` cleans up"
+            fi
+        done
+        [ "${#pending[@]}" -eq 0 ] && break
+        if [ $((SECONDS - start)) -ge "$timeout" ]; then
+            echo "make up: not healthy after ${timeout} s: ${pending[*]}" >&2
+            report_unhealthy
+            die "the cluster did not become healthy in ${timeout} s; \`make down\` cleans up"
+        fi
+        sleep 1
+    done
+    local servers zk
+    servers="$(bootstrap)"
+    zk="127.0.0.1:${MINIBROKER_ZOOKEEPER_PORT:-2181}"
+    cat <<EOF
+make up: ZooKeeper and 3 brokers are healthy after $((SECONDS - start)) s (project $project).
+
+  bootstrap servers: $servers
+  zookeeper:         $zk
+
+Next:
+  export MINIBROKER_BOOTSTRAP=$servers MINIBROKER_ZOOKEEPER=$zk
+  minibroker topics create orders --partitions 3 --replication-factor 3
+  seq 1000 | minibroker produce orders --acks all
+  minibroker consume orders --from-beginning --timeout-ms 5000
+  minibroker topics describe orders
+  docker kill $project-broker-1; docker start $project-broker-1    # a crash and a restart
+  make down              # stop (data kept); make down-volumes also drops the data
+EOF
+}
+
+command="${1:-}"
+case "$command" in
+    up) up ;;
+    down) "${compose[@]}" down --remove-orphans ;;
+    down-volumes) "${compose[@]}" down --volumes --remove-orphans ;;
+    "") die "usage: $0 up|down|down-volumes|COMPOSE-ARGS..." ;;
+    *) "${compose[@]}" "$@" ;;
+esac
