@@ -64,8 +64,19 @@ down: ## stop and remove the Docker cluster's containers (the data volumes stay)
 down-volumes: ## stop the Docker cluster and drop its data volumes
 	@deploy/docker/compose.sh down-volumes
 
-run: ## local demo cluster: not built yet
-	@echo "make run: the local cluster launcher is not built yet (issue 5)" >&2; exit 1
+run: setup ## a local cluster of processes (cluster up), a demo topic, a few records, next steps
+	@$(PY) -m client.cli cluster status >/dev/null 2>&1 || $(PY) -m client.cli cluster up
+	@$(PY) -m client.cli topics create demo --partitions 3 --replication-factor 3 --if-not-exists
+	@printf 'hello\nfrom\nminibroker\n' | $(PY) -m client.cli produce demo --acks all
+	@$(PY) -m client.cli consume demo --from-beginning --max-messages 3 --timeout-ms 10000
+	@echo
+	@echo "The cluster runs on 127.0.0.1:9091-9093 (ZooKeeper 2181), data in ./minibroker-data. Next:"
+	@echo "  . $(VENV)/bin/activate"
+	@echo "  minibroker topics describe demo"
+	@echo "  seq 1 1000 | minibroker produce demo --acks all"
+	@echo "  minibroker consume demo --from-beginning --timeout-ms 2000"
+	@echo "  minibroker cluster kill 1; minibroker cluster status; minibroker cluster start 1"
+	@echo "  minibroker cluster down"
 
 chaos: ## chaos scenarios: not built yet
 	@echo "make chaos: not built yet" >&2; exit 1

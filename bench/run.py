@@ -340,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 previous.get(name)
                 or _wrap(name, [f"_Not run yet: `python -m bench.run --only {name}`._"])
             )
+    # Sections written by other tools (e.g. the Docker build times of
+    # deploy/docker/build-image.sh) are kept as they are, after ours.
+    sections += [text for name, text in previous.items() if name not in SECTIONS]
     header = (
         "# Benchmark results\n\n"
         "`make bench` runs every section; `python -m bench.run --only NAME` reruns one and "
