@@ -23,6 +23,7 @@ import grpc
 
 from broker.config import BrokerConfig
 from broker.controlled_shutdown import controlled_shutdown
+from broker.grpc_keepalive import SERVER_KEEPALIVE_OPTIONS
 from broker.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
@@ -97,6 +98,7 @@ class BrokerServer:
         self._replica_manager_started = True
         self._grpc = grpc.aio.server(
             options=[
+                *SERVER_KEEPALIVE_OPTIONS,
                 # A restarted broker must not silently share its port with a stale one.
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", self.config.socket_request_max_bytes),

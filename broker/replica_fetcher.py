@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
+from broker.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from broker.log import LogAppendInfo, LogClosedError, UnexpectedAppendOffsetError
 from broker.partition import Partition
 from broker.record_batch import CorruptRecordError, parse_header
@@ -266,6 +267,7 @@ class ReplicaFetcher:
         self._channel = grpc.aio.insecure_channel(
             f"{self.source.host}:{self.source.port}",
             options=[
+                *CLIENT_KEEPALIVE_OPTIONS,
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
                 ("grpc.initial_reconnect_backoff_ms", backoff),

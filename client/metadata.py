@@ -25,6 +25,7 @@ from types import TracebackType
 
 import grpc
 
+from broker.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from broker.topic_partition import TopicPartition
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
@@ -50,6 +51,7 @@ DEFAULT_BOOTSTRAP = "localhost:9091"
 NO_LEADER = -1
 
 _CHANNEL_OPTIONS = [
+    *CLIENT_KEEPALIVE_OPTIONS,
     # Kafka's reconnect.backoff.ms / reconnect.backoff.max.ms: a restarted broker is found
     # again within a second, not after gRPC's default backoff of up to two minutes.
     ("grpc.initial_reconnect_backoff_ms", 50),

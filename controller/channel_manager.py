@@ -43,6 +43,7 @@ from typing import Any, NamedTuple, overload
 import grpc
 import grpc.aio
 
+from broker.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from broker.metadata_cache import BrokerInfo
 from controller.request_batch import BrokerRequest, ControlRequest, ControlResponse, request_kind
 from proto import minibroker_pb2 as pb
@@ -84,13 +85,9 @@ RETRIABLE_CODES = frozenset(
 _CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    # Notice a frozen broker (SIGSTOP, a partition) during a call before its deadline. Only
-    # while a call is open: the broker's server keeps gRPC's default ping policy (no pings
-    # without calls; one per 5 min without data, GOAWAY after 2 strikes), which a 20 s ping
-    # never violates within a 30 s call.
-    ("grpc.keepalive_time_ms", 20_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 0),
+    # Notice a frozen broker (SIGSTOP, a partition) before a call's deadline, and a
+    # black-holed idle connection before the next request is sent into it.
+    *CLIENT_KEEPALIVE_OPTIONS,
     # Reconnect quickly to a restarted broker: gRPC's defaults back off up to 120 s.
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1_000),
