@@ -14,14 +14,16 @@ groups (:mod:`client.group`). Example usage::
 Without a group, :meth:`Consumer.assign` names the partitions and :meth:`Consumer.seek`
 (or ``auto_offset_reset``) the starting offsets.
 
-How a poll works (Kafka's ``Fetcher``): for every assigned partition with a known position
-and no fetched records waiting, one Fetch per leader (``replica_id`` -1, the leader epoch
-from the metadata for KIP-320 fencing) stays in flight, long-polling up to
-``fetch_max_wait_ms``; poll returns as soon as one of them brings records, and keeps the
-others in flight for the next poll. A partition's position moves only when poll returns
-its records, so the position is always "the next record the application has not seen":
-what a commit writes, and what a seek or rebalance replaces (fetched data that no longer
-starts at the position is dropped).
+Split as Kafka's consumer is, each piece with one job:
+
+- :class:`ConsumerConfig` and :class:`ConsumerRecord` (``client.consumer_config``): the
+  settings, and what poll returns;
+- :class:`SubscriptionState` (``client.subscription_state``): which partitions are read and
+  from where, and the ``auto_offset_reset`` policies;
+- :class:`Fetcher` (``client.fetcher``): the fetches in flight to the leaders and the
+  records they brought, the offset lookups of resets; how a poll fetches is told there;
+- :class:`Consumer` (this module): the user's face (assign, subscribe, seek, poll, commit),
+  the metadata refreshes and the group.
 
 Errors, per partition: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, an unknown partition, a
 missing leader, or a leader that cannot be reached refresh the metadata (at most once per
@@ -36,27 +38,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from types import TracebackType
 
-import grpc
-
-from broker.record_batch import CorruptRecordError, decode_batch, scan_batches
 from broker.topic_partition import TopicPartition, topic_name_problem
-from client.group import GroupMember, RebalanceFailedError, ZkError, group_name_problem
-from client.metadata import (
-    BrokerConnections,
-    BrokerNode,
-    BrokerUnreachableError,
-    ClientError,
-    ClusterMetadata,
-    MetadataClient,
+from client.consumer_config import ConsumerConfig, ConsumerRecord
+from client.fetcher import Fetcher, records_from_fetch
+from client.group import GroupMember, RebalanceFailedError, ZkError
+from client.metadata import BrokerConnections, BrokerUnreachableError, ClientError, MetadataClient
+from client.subscription_state import (
+    AUTO_OFFSET_RESET_POLICIES,
+    EARLIEST,
+    LATEST,
+    NoOffsetForPartitionError,
+    SubscriptionState,
 )
-from proto import errors
 from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
 
 __all__ = [
     "AUTO_OFFSET_RESET_POLICIES",
@@ -69,255 +66,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-AUTO_OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
-EARLIEST = "earliest"
-LATEST = "latest"
-_LIST_OFFSETS_TIMESTAMP = {EARLIEST: -2, LATEST: -1}
-"""ListOffsets' special timestamps: -2 the log start offset, -1 the high watermark."""
-
-
-class NoOffsetForPartitionError(ClientError):
-    """A partition has no position and ``auto_offset_reset`` is ``none`` (Kafka's
-    ``NoOffsetForPartitionException``), or its position fell out of range under ``none``."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerConfig:
-    """The consumer's settings, named as Kafka's consumer configs (dots become underscores).
-
-    Raises ClientError for a value Kafka would refuse.
-    """
-
-    group_id: str | None = None
-    """The group whose offsets are committed and whose members share the partitions;
-    None: no group (assign and seek only, nothing committed)."""
-    client_id: str = "minibroker-consumer"
-    auto_offset_reset: str = LATEST
-    """Where to start without a committed offset or seek, and after OFFSET_OUT_OF_RANGE:
-    ``earliest``, ``latest`` (the high watermark) or ``none`` (raise)."""
-    fetch_max_wait_ms: int = 500
-    """How long a leader may hold a fetch waiting for ``fetch_min_bytes``."""
-    fetch_min_bytes: int = 1
-    fetch_max_bytes: int = 50 * 1024 * 1024
-    """Cap on one fetch response (the first batch is returned even when larger)."""
-    max_partition_fetch_bytes: int = 1024 * 1024
-    max_poll_records: int = 500
-    """Most records one poll returns (the rest stay buffered for the next poll)."""
-    enable_auto_commit: bool = True
-    """Commit the positions every ``auto_commit_interval_ms`` (checked in poll), before each
-    rebalance and on close. Without it only :meth:`Consumer.commit` commits."""
-    auto_commit_interval_ms: int = 1000
-    request_timeout_ms: int = 30_000
-    """Deadline of one request to a broker, on top of a fetch's ``fetch_max_wait_ms``."""
-    retry_backoff_ms: int = 100
-    """Pause before retrying a failed request or refreshing the metadata again."""
-    default_api_timeout_ms: int = 10_000
-    """How long :meth:`Consumer.position` and friends may wait for the cluster, and how long
-    a topic may stay unknown before poll gives up on it (Kafka's default is 60000)."""
-    zookeeper_session_timeout_ms: int = 6000
-    """The group member's ZooKeeper session: a consumer that dies is replaced this long after."""
-    rebalance_max_retries: int = 4
-    """Kafka's old-consumer setting: attempts after the first before a rebalance fails."""
-    rebalance_backoff_ms: int = 2000
-    """Kafka's old-consumer setting: how long one attempt waits for the partitions other
-    members have not released yet, and the pause between attempts."""
-
-    def __post_init__(self) -> None:
-        if self.group_id is not None:
-            problem = group_name_problem(self.group_id)
-            if problem is not None:
-                raise ClientError(f"illegal group name: {problem}")
-        if self.auto_offset_reset not in AUTO_OFFSET_RESET_POLICIES:
-            raise ClientError(
-                f"auto_offset_reset must be one of {', '.join(AUTO_OFFSET_RESET_POLICIES)}, "
-                f"got {self.auto_offset_reset!r}"
-            )
-        for name in (
-            "fetch_min_bytes",
-            "fetch_max_bytes",
-            "max_partition_fetch_bytes",
-            "max_poll_records",
-            "auto_commit_interval_ms",
-            "request_timeout_ms",
-            "default_api_timeout_ms",
-            "zookeeper_session_timeout_ms",
-        ):
-            if getattr(self, name) <= 0:
-                raise ClientError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("fetch_max_wait_ms", "retry_backoff_ms", "rebalance_max_retries"):
-            if getattr(self, name) < 0:
-                raise ClientError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.rebalance_backoff_ms <= 0:
-            raise ClientError(
-                f"rebalance_backoff_ms must be positive, got {self.rebalance_backoff_ms}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    """One record as poll returns it."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-    """CreateTime in ms (LogAppendTime for topics that use it); -1 when unset."""
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-
-    @property
-    def tp(self) -> TopicPartition:
-        return TopicPartition(self.topic, self.partition)
-
-
-def records_from_fetch(
-    tp: TopicPartition, fetch_offset: int, data: bytes
-) -> tuple[list[ConsumerRecord], int]:
-    """Decode the batches a leader returned for a fetch at ``fetch_offset``.
-
-    Returns the records at or after ``fetch_offset`` (a fetch starts at the batch holding
-    that offset, so the first batch may hold earlier ones) and the next fetch offset: after
-    the last whole batch, or ``fetch_offset`` when there is none. Control batches advance
-    the offset without yielding records; a partial batch at the end is left for the next
-    fetch. Raises CorruptRecordError for a batch that fails validation.
-    """
-    records: list[ConsumerRecord] = []
-    next_offset = fetch_offset
-    scan = scan_batches(data)
-    for scanned in scan:
-        if scanned.problem is not None:
-            raise CorruptRecordError(f"batch at position {scanned.position}: {scanned.problem}")
-        header = scanned.header
-        if header.next_offset <= fetch_offset:
-            continue
-        if not header.is_control:
-            for record in decode_batch(data, scanned.position).records:
-                if record.offset >= fetch_offset:
-                    records.append(
-                        ConsumerRecord(
-                            tp.topic,
-                            tp.partition,
-                            record.offset,
-                            record.key,
-                            record.value,
-                            record.timestamp,
-                            record.headers,
-                        )
-                    )
-        next_offset = max(next_offset, header.next_offset)
-    if scan.stop_problem is not None and not scan.incomplete:
-        raise CorruptRecordError(scan.stop_reason or "unreadable batch")
-    return records, next_offset
-
-
-class SubscriptionState:
-    """Which partitions the consumer reads and from where (Kafka's ``SubscriptionState``).
-
-    Each assigned partition has a position (the next offset to return) or none yet, in
-    which case it waits for a reset: the strategy asked by seek_to_beginning/end, else the
-    default policy. Pure bookkeeping, no I/O.
-    """
-
-    def __init__(self, default_reset: str = LATEST) -> None:
-        if default_reset not in AUTO_OFFSET_RESET_POLICIES:
-            raise ValueError(f"unknown offset reset policy {default_reset!r}")
-        self.default_reset = default_reset
-        self._positions: dict[TopicPartition, int | None] = {}
-        self._resets: dict[TopicPartition, str] = {}
-        """Strategies asked for explicitly (seek_to_beginning/end, out of range)."""
-
-    def assigned(self) -> list[TopicPartition]:
-        """The assigned partitions, sorted."""
-        return sorted(self._positions)
-
-    def is_assigned(self, tp: TopicPartition) -> bool:
-        return tp in self._positions
-
-    def assign(
-        self, tps: Iterable[TopicPartition], positions: Mapping[TopicPartition, int | None] = {}
-    ) -> None:
-        """Replace the assignment. A partition given a position in ``positions`` starts
-        there; one that stays assigned keeps its position; any other waits for a reset."""
-        wanted = set(tps)
-        previous = self._positions
-        self._positions = {}
-        for tp in sorted(wanted):
-            given = positions.get(tp)
-            self._positions[tp] = given if given is not None else previous.get(tp)
-        self._resets = {tp: s for tp, s in self._resets.items() if tp in wanted}
-        for tp, position in self._positions.items():
-            if position is not None:
-                self._resets.pop(tp, None)
-
-    def position(self, tp: TopicPartition) -> int | None:
-        """The next offset to return, None while a reset is pending. Raises KeyError for
-        a partition that is not assigned."""
-        return self._positions[tp]
-
-    def positions(self) -> dict[TopicPartition, int]:
-        """The known positions of the assigned partitions."""
-        return {tp: p for tp, p in self._positions.items() if p is not None}
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Set the position (KeyError if not assigned, ValueError if negative)."""
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
-        if tp not in self._positions:
-            raise KeyError(tp)
-        self._positions[tp] = offset
-        self._resets.pop(tp, None)
-
-    def request_reset(self, tp: TopicPartition, strategy: str | None = None) -> None:
-        """Forget the position; the next reset uses ``strategy`` (default: the policy)."""
-        if tp not in self._positions:
-            raise KeyError(tp)
-        self._positions[tp] = None
-        self._resets[tp] = strategy or self.default_reset
-
-    def awaiting_committed(self) -> list[TopicPartition]:
-        """Partitions without a position and without an explicit reset: a consumer with a
-        group starts them at the committed offset, if there is one."""
-        return [tp for tp, p in self._positions.items() if p is None and tp not in self._resets]
-
-    def pending_resets(self) -> dict[TopicPartition, str]:
-        """Partitions without a position -> the strategy that will give them one."""
-        return {
-            tp: self._resets.get(tp, self.default_reset)
-            for tp, p in self._positions.items()
-            if p is None
-        }
-
-    def complete_reset(self, tp: TopicPartition, strategy: str, offset: int) -> bool:
-        """Apply a reset's answer if the partition still waits for that strategy (a seek
-        or reassignment meanwhile wins); returns whether it was applied."""
-        if self._positions.get(tp, 0) is not None:
-            return False
-        if self._resets.get(tp, self.default_reset) != strategy:
-            return False
-        self.seek(tp, offset)
-        return True
-
-
-@dataclass(slots=True)
-class _CompletedFetch:
-    """Records fetched for one partition, returned by poll a slice at a time."""
-
-    tp: TopicPartition
-    position: int
-    """Where the remaining records start: valid while it equals the partition's position."""
-    records: list[ConsumerRecord]
-    next_offset: int
-    """The position once every record is returned."""
-    index: int = 0
-
-
-@dataclass(slots=True)
-class _InflightFetch:
-    node_id: int
-    offsets: dict[TopicPartition, int]
-    task: asyncio.Task[pb.FetchResponse]
 
 
 class Consumer:
@@ -344,12 +92,11 @@ class Consumer:
         self._subscription: frozenset[str] | None = None
         self._user_assigned = False
         self._closed = False
-        self._completed: deque[_CompletedFetch] = deque()
-        self._inflight: dict[int, _InflightFetch] = {}
-        self._node_backoff_until: dict[int, float] = {}
+        self._fetcher = Fetcher(
+            connections, self.config, self._state, self._metadata, self._request_metadata_update
+        )
         self._metadata_stale = False
         self._last_refresh = -float("inf")
-        self._reset_backoff_until = -float("inf")
         self._unknown_since: dict[str | TopicPartition, float] = {}
         """Topic (or partition of a known topic) -> loop time since which it has been
         missing from the metadata (or, for a group's topics, from ZooKeeper)."""
@@ -389,7 +136,7 @@ class Consumer:
                 raise ClientError(f"partition must be >= 0, got {tp}")
         self._user_assigned = True
         self._state.assign(wanted)
-        self._drop_unassigned()
+        self._fetcher.drop_unassigned()
 
     def subscribe(self, topics: Iterable[str]) -> None:
         """Join ``config.group_id`` for ``topics``: the group splits their partitions among
@@ -528,204 +275,26 @@ class Consumer:
             if self._subscription is not None:
                 await self._await_rebalance(deadline)
             await self._maybe_auto_commit()
-            self._collect_fetches()
-            records = self._drain(limit)
+            self._fetcher.collect_fetches()
+            records = self._fetcher.fetched_records(limit)
             if records:
                 return records
             self._check_unknown_topics()
             await self._maybe_refresh_metadata()
             await self._update_positions()
-            self._send_fetches()
+            self._fetcher.send_fetches()
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return []
-            tasks = {f.task for f in self._inflight.values()}
+            tasks = self._fetcher.in_flight
             if tasks:
                 await asyncio.wait(tasks, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             else:
                 await asyncio.sleep(min(remaining, self._retry_backoff_s))
 
-    def _drain(self, limit: int) -> list[ConsumerRecord]:
-        """Up to ``limit`` buffered records that start at their partitions' positions,
-        moving the positions past them; stale buffers (seek, reassignment) are dropped."""
-        out: list[ConsumerRecord] = []
-        while self._completed and len(out) < limit:
-            done = self._completed[0]
-            if (
-                not self._state.is_assigned(done.tp)
-                or self._state.position(done.tp) != done.position
-            ):
-                self._completed.popleft()
-                continue
-            taken = done.records[done.index : done.index + limit - len(out)]
-            out += taken
-            done.index += len(taken)
-            if done.index >= len(done.records):
-                done.position = done.next_offset
-                self._completed.popleft()
-            else:
-                done.position = taken[-1].offset + 1
-            self._state.seek(done.tp, done.position)
-        return out
-
-    # -- fetching --------------------------------------------------------------------------
-
     @property
     def _retry_backoff_s(self) -> float:
         return self.config.retry_backoff_ms / 1000
-
-    def _send_fetches(self) -> None:
-        """Start one fetch per leader for the partitions that have a position, no buffered
-        records and no fetch in flight."""
-        metadata = self._metadata.current
-        if metadata is None:
-            return
-        now = asyncio.get_running_loop().time()
-        busy = {tp for f in self._inflight.values() for tp in f.offsets}
-        busy |= {c.tp for c in self._completed}
-        by_node: dict[int, dict[TopicPartition, int]] = {}
-        nodes: dict[int, BrokerNode] = {}
-        epochs: dict[TopicPartition, int] = {}
-        for tp, position in self._state.positions().items():
-            if tp in busy:
-                continue
-            leader = _live_leader(metadata, tp)
-            if leader is None:
-                self._metadata_stale = True
-                continue
-            node, epoch = leader
-            if node.node_id in self._inflight:
-                continue
-            if self._node_backoff_until.get(node.node_id, 0.0) > now:
-                continue
-            by_node.setdefault(node.node_id, {})[tp] = position
-            nodes[node.node_id] = node
-            epochs[tp] = epoch
-        for node_id, offsets in by_node.items():
-            request = pb.FetchRequest(
-                replica_id=-1,
-                max_wait_ms=self.config.fetch_max_wait_ms,
-                min_bytes=self.config.fetch_min_bytes,
-                max_bytes=self.config.fetch_max_bytes,
-                client_id=self.config.client_id,
-                replica_epoch=-1,
-            )
-            topics: dict[str, pb.FetchTopic] = {}
-            for tp, offset in offsets.items():
-                topic = topics.get(tp.topic)
-                if topic is None:
-                    topic = topics[tp.topic] = request.topics.add(topic=tp.topic)
-                topic.partitions.add(
-                    partition=tp.partition,
-                    current_leader_epoch=epochs[tp],
-                    fetch_offset=offset,
-                    log_start_offset=-1,
-                    partition_max_bytes=self.config.max_partition_fetch_bytes,
-                )
-            stub = pb_grpc.BrokerStub(self._connections.channel(nodes[node_id].address))
-            timeout = (self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000
-            task = asyncio.ensure_future(stub.Fetch(request, timeout=timeout))
-            self._inflight[node_id] = _InflightFetch(node_id, offsets, task)
-
-    def _collect_fetches(self) -> None:
-        """Turn finished fetches into buffered records, resets and metadata refreshes."""
-        for node_id, fetch in list(self._inflight.items()):
-            if not fetch.task.done():
-                continue
-            del self._inflight[node_id]
-            if fetch.task.cancelled():
-                continue
-            error = fetch.task.exception()
-            if isinstance(error, grpc.aio.AioRpcError):
-                self._leader_failed(node_id, f"fetch failed: {error.code().name}")
-                continue
-            if error is not None:
-                raise error
-            self._handle_fetch_response(node_id, fetch.offsets, fetch.task.result())
-
-    def _handle_fetch_response(
-        self, node_id: int, offsets: Mapping[TopicPartition, int], response: pb.FetchResponse
-    ) -> None:
-        if response.error_code != pb.NONE:
-            self._leader_failed(node_id, f"fetch refused: {pb.ErrorCode.Name(response.error_code)}")
-            return
-        for topic in response.responses:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.topic, part.partition_index)
-                fetch_offset = offsets.get(tp)
-                if (
-                    fetch_offset is None
-                    or not self._state.is_assigned(tp)
-                    or self._state.position(tp) != fetch_offset
-                ):
-                    continue  # seek'd or reassigned while the fetch was in flight
-                if part.error_code == pb.NONE:
-                    try:
-                        records, next_offset = records_from_fetch(tp, fetch_offset, part.records)
-                    except CorruptRecordError as e:
-                        raise ClientError(
-                            f"corrupt record batch in {tp} at offset {fetch_offset}: {e}"
-                        ) from None
-                    if next_offset > fetch_offset:
-                        self._completed.append(
-                            _CompletedFetch(tp, fetch_offset, records, next_offset)
-                        )
-                elif part.error_code == pb.OFFSET_OUT_OF_RANGE:
-                    log.info(
-                        "consumer offset_out_of_range tp=%s offset=%d log_start=%d hw=%d reset=%s",
-                        tp,
-                        fetch_offset,
-                        part.log_start_offset,
-                        part.high_watermark,
-                        self.config.auto_offset_reset,
-                    )
-                    if self.config.auto_offset_reset == "none":
-                        raise NoOffsetForPartitionError(
-                            f"offset {fetch_offset} of {tp} is out of range (log start "
-                            f"{part.log_start_offset}, high watermark {part.high_watermark}) "
-                            "and auto_offset_reset is none"
-                        )
-                    self._state.request_reset(tp)
-                else:
-                    self._partition_failed(node_id, tp, part.error_code, part.error_message)
-
-    def _partition_failed(self, node_id: int, tp: TopicPartition, code: int, message: str) -> None:
-        error = errors.for_code(code, message)
-        if error is None:
-            return
-        if code == pb.UNKNOWN_TOPIC_OR_PARTITION:
-            self._metadata_stale = True
-        elif not error.retriable:
-            raise ClientError(f"cannot fetch {tp}: {error}")
-        log.debug("consumer fetch_error broker=%d tp=%s error=%s", node_id, tp, error)
-        if error.invalid_metadata:
-            self._metadata_stale = True
-        self._node_backoff_until[node_id] = (
-            asyncio.get_running_loop().time() + self._retry_backoff_s
-        )
-
-    def _leader_failed(self, node_id: int, why: str) -> None:
-        """A leader could not be reached or refused the request: find the leaders again."""
-        log.info("consumer leader_unreachable broker=%d %s", node_id, why)
-        self._metadata_stale = True
-        self._node_backoff_until[node_id] = (
-            asyncio.get_running_loop().time() + self._retry_backoff_s
-        )
-
-    def _cancel_fetches(self) -> None:
-        """Abandon every fetch in flight and every buffered record (seek and reassignment
-        make them stale; the positions stay where the application is)."""
-        for fetch in self._inflight.values():
-            if fetch.task.done():
-                if not fetch.task.cancelled():
-                    fetch.task.exception()  # retrieved: asyncio does not log it as lost
-            else:
-                fetch.task.cancel()
-        self._inflight.clear()
-        self._completed.clear()
-
-    def _drop_unassigned(self) -> None:
-        self._completed = deque(c for c in self._completed if self._state.is_assigned(c.tp))
 
     # -- metadata and positions ------------------------------------------------------------
 
@@ -767,6 +336,11 @@ class Consumer:
                     known = known_topic and found is not None and tp.partition in found.partitions
                     self._note_known(tp, known or not known_topic, now)
 
+    def _request_metadata_update(self) -> None:
+        """The fetcher found a leader missing, moved or unreachable: refresh the metadata
+        at the next chance (at most once per ``retry_backoff_ms``)."""
+        self._metadata_stale = True
+
     def _note_known(self, what: str | TopicPartition, known: bool, now: float) -> None:
         """Track since when a topic (or a partition of a known topic) has been missing."""
         if known:
@@ -805,83 +379,7 @@ class Consumer:
                     self._last_committed[tp] = committed[tp]
                 else:
                     self._state.request_reset(tp)
-        await self._reset_positions()
-
-    async def _reset_positions(self) -> None:
-        """Look up the offsets of partitions waiting for a reset (ListOffsets to leaders)."""
-        pending = self._state.pending_resets()
-        if not pending:
-            return
-        for tp, strategy in pending.items():
-            if strategy == "none":
-                raise NoOffsetForPartitionError(
-                    f"{tp} has no committed offset and auto_offset_reset is none"
-                )
-        loop = asyncio.get_running_loop()
-        metadata = self._metadata.current
-        if metadata is None or loop.time() < self._reset_backoff_until:
-            return
-        by_node: dict[int, list[tuple[TopicPartition, str, int]]] = {}
-        nodes: dict[int, BrokerNode] = {}
-        for tp, strategy in pending.items():
-            leader = _live_leader(metadata, tp)
-            if leader is None:
-                self._metadata_stale = True
-                continue
-            node, epoch = leader
-            by_node.setdefault(node.node_id, []).append((tp, strategy, epoch))
-            nodes[node.node_id] = node
-        if not by_node:
-            return
-        results = await asyncio.gather(
-            *(self._list_offsets(nodes[n], parts) for n, parts in by_node.items()),
-            return_exceptions=True,
-        )
-        failed = False
-        for node_id, result in zip(by_node, results, strict=True):
-            if isinstance(result, grpc.aio.AioRpcError):
-                self._leader_failed(node_id, f"ListOffsets failed: {result.code().name}")
-                failed = True
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            strategies = {tp: s for tp, s, _ in by_node[node_id]}
-            for tp, code, offset in result:
-                if code == pb.NONE and offset >= 0:
-                    if self._state.is_assigned(tp):
-                        self._state.complete_reset(tp, strategies[tp], offset)
-                    continue
-                failed = True
-                error = errors.for_code(code) if code != pb.NONE else None
-                if error is not None and not error.retriable:
-                    raise ClientError(f"cannot find the {strategies[tp]} offset of {tp}: {error}")
-                if error is None or error.invalid_metadata:
-                    self._metadata_stale = True
-        if failed:
-            self._reset_backoff_until = loop.time() + self._retry_backoff_s
-
-    async def _list_offsets(
-        self, node: BrokerNode, parts: list[tuple[TopicPartition, str, int]]
-    ) -> list[tuple[TopicPartition, int, int]]:
-        request = pb.ListOffsetsRequest(replica_id=-1, isolation_level=0)
-        topics: dict[str, pb.ListOffsetsTopic] = {}
-        for tp, strategy, epoch in parts:
-            topic = topics.get(tp.topic)
-            if topic is None:
-                topic = topics[tp.topic] = request.topics.add(name=tp.topic)
-            topic.partitions.add(
-                partition_index=tp.partition,
-                current_leader_epoch=epoch,
-                timestamp=_LIST_OFFSETS_TIMESTAMP[strategy],
-            )
-        response = await pb_grpc.BrokerStub(self._connections.channel(node.address)).ListOffsets(
-            request, timeout=self.config.request_timeout_ms / 1000
-        )
-        return [
-            (TopicPartition(t.name, p.partition_index), p.error_code, p.offset)
-            for t in response.topics
-            for p in t.partitions
-        ]
+        await self._fetcher.reset_positions()
 
     # -- group -----------------------------------------------------------------------------
 
@@ -994,7 +492,7 @@ class Consumer:
             if self.config.enable_auto_commit:
                 self._pending_commit.update(self._state.positions())
             self._state.assign([])
-            self._cancel_fetches()
+            self._fetcher.cancel_fetches()
             try:
                 if self._pending_commit:
                     await group.commit(self._pending_commit)
@@ -1056,8 +554,8 @@ class Consumer:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        inflight = [f.task for f in self._inflight.values()]
-        self._cancel_fetches()
+        inflight = self._fetcher.in_flight
+        self._fetcher.cancel_fetches()
         if inflight:
             await asyncio.gather(*inflight, return_exceptions=True)
         group, self._group = self._group, None
@@ -1090,13 +588,3 @@ def _unknown_topic_message(topic: str, config: ConsumerConfig) -> str:
         f"unknown topic {topic!r} (not in the cluster after {config.default_api_timeout_ms} ms; "
         "create it with `minibroker topics create`)"
     )
-
-
-def _live_leader(metadata: ClusterMetadata, tp: TopicPartition) -> tuple[BrokerNode, int] | None:
-    """The partition's leader and leader epoch, or None while it has none usable."""
-    topic = metadata.topics.get(tp.topic)
-    partition = None if topic is None else topic.partitions.get(tp.partition)
-    if partition is None or partition.error_code != pb.NONE:
-        return None
-    node = metadata.leader_of(tp)
-    return None if node is None else (node, partition.leader_epoch)

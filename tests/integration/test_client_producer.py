@@ -85,7 +85,7 @@ def test_keyed_records_land_on_murmur2_partitions_in_key_order(
 def test_producer_rides_through_kill_9_of_a_partition_leader(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="client.producer")
+    caplog.set_level(logging.DEBUG, logger="client.sender")
     with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
         assignment = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
         cluster.create_topic("failover", assignment, {"min.insync.replicas": "2"})

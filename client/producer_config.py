@@ -1,0 +1,152 @@
+"""The producer's settings and what its API hands back: :class:`ProducerConfig` (named as
+Kafka's producer configs), the ``acks`` values, :class:`RecordMetadata` (what an acknowledged
+record's future holds) and the errors only the producer raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.record_batch import HEADER_SIZE
+from broker.topic_partition import TopicPartition
+from client.metadata import ClientError
+
+__all__ = [
+    "ACKS_ALL",
+    "DeliveryTimeoutError",
+    "ProducerClosedError",
+    "ProducerConfig",
+    "RecordMetadata",
+    "RecordTooLargeError",
+    "parse_acks",
+]
+
+ACKS_ALL = -1
+"""``acks=all``: the whole ISR has the records before they are acknowledged."""
+_INT32_MAX = 2**31 - 1
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+class ProducerClosedError(ClientError):
+    """The producer was closed before the record could be delivered."""
+
+
+class DeliveryTimeoutError(ClientError):
+    """``delivery_timeout_ms`` passed before the record could even be sent (Kafka's
+    TimeoutException "Expiring N record(s)")."""
+
+    retriable = True
+
+
+class RecordTooLargeError(ClientError):
+    """A record larger than ``max_request_size`` (Kafka's RecordTooLargeException)."""
+
+
+# -- config ----------------------------------------------------------------------------------
+
+
+def parse_acks(value: str | int) -> int:
+    """``"all"``, ``"-1"``, ``"1"``, ``"0"`` (or the ints) -> -1, 1 or 0."""
+    text = str(value).strip().lower()
+    if text == "all":
+        return ACKS_ALL
+    if text in ("-1", "0", "1"):
+        return int(text)
+    raise ClientError(f"acks must be 0, 1 or all (-1), got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """The producer's settings, named as Kafka's (``batch.size`` -> ``batch_size``).
+
+    Raises ClientError for a value Kafka would refuse too.
+    """
+
+    acks: int = ACKS_ALL
+    """0, 1 or -1 (all); :func:`parse_acks` reads ``"all"``."""
+    batch_size: int = 16384
+    """Upper bound of one partition's batch in bytes (a larger record gets a batch of its
+    own); 0 sends every record alone."""
+    linger_ms: int = 5
+    """How long a batch that is not full waits for more records before it is sent."""
+    retries: int = _INT32_MAX
+    """How often a batch is resent after a retriable error; ``delivery_timeout_ms`` is the
+    bound that matters with the default."""
+    retry_backoff_ms: int = 100
+    """Pause before a batch is resent, and between metadata refreshes."""
+    request_timeout_ms: int = 30000
+    """How long one Produce request may take (also the broker's acks=all wait)."""
+    delivery_timeout_ms: int = 120000
+    """From ``send`` to the final outcome: after this a record fails with its last error.
+    At least ``linger_ms + request_timeout_ms``."""
+    enable_idempotence: bool | None = None
+    """Producer id + sequence numbers, so retries cannot duplicate or reorder records.
+    None (the default): on, unless ``acks`` is 0 or 1 or ``retries`` is 0 (Kafka 3's rule);
+    True with acks 0/1 is an error. Resolved to a bool when the config is built."""
+    max_request_size: int = 1048576
+    """Largest Produce request; a record that cannot fit alone is refused by ``send``."""
+    buffer_memory: int = 33554432
+    """Bytes of records waiting to be acknowledged before ``send`` blocks."""
+    max_block_ms: int = 60000
+    """How long ``send`` and ``start`` may block: buffer full, metadata, producer id."""
+    client_id: str = "minibroker-producer"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.acks, bool) or self.acks not in (0, 1, ACKS_ALL):
+            raise ClientError(f"acks must be 0, 1 or all (-1), got {self.acks!r}")
+        for name, minimum in (
+            ("batch_size", 0),
+            ("linger_ms", 0),
+            ("retries", 0),
+            ("retry_backoff_ms", 0),
+            ("request_timeout_ms", 1),
+            ("delivery_timeout_ms", 1),
+            ("max_request_size", HEADER_SIZE + 7),
+            ("buffer_memory", 1),
+            ("max_block_ms", 0),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ClientError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if self.delivery_timeout_ms < self.linger_ms + self.request_timeout_ms:
+            raise ClientError(
+                f"delivery_timeout_ms ({self.delivery_timeout_ms}) must be at least "
+                f"linger_ms + request_timeout_ms ({self.linger_ms + self.request_timeout_ms})"
+            )
+        idempotent = self.enable_idempotence
+        if idempotent is None:
+            idempotent = self.acks == ACKS_ALL and self.retries > 0
+        elif idempotent and self.acks != ACKS_ALL:
+            raise ClientError(
+                f"enable_idempotence requires acks=all (-1), got acks={self.acks}; "
+                "set acks=all or disable idempotence"
+            )
+        elif idempotent and self.retries == 0:
+            raise ClientError("enable_idempotence requires retries > 0")
+        object.__setattr__(self, "enable_idempotence", idempotent)
+
+    @property
+    def idempotent(self) -> bool:
+        return bool(self.enable_idempotence)
+
+
+# -- acknowledgements ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record was written."""
+
+    topic: str
+    partition: int
+    offset: int
+    """-1 with acks=0, and for a batch the broker reported as DUPLICATE_SEQUENCE (written
+    earlier, offset not known)."""
+    timestamp: int
+    """The record's CreateTime in ms, or the broker's LogAppendTime if the topic uses it."""
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)

@@ -1,0 +1,362 @@
+"""Batching, the producer's accumulator (aiokafka's and Kafka's ``RecordAccumulator``):
+records collect into one open :class:`ProducerBatch` per partition, up to ``batch_size`` bytes
+or ``linger_ms`` of waiting, until the sender drains them. :func:`record_size` is the exact
+arithmetic behind ``batch_size``; :class:`BufferPool` is ``buffer_memory``, the bound that
+makes ``send`` block while too many bytes wait for acknowledgement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import deque
+from collections.abc import Callable, Collection, Sequence
+
+from broker.record_batch import (
+    HEADER_SIZE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    Record,
+    encode_batch,
+)
+from broker.topic_partition import TopicPartition
+from client.metadata import ClientError
+from client.producer_config import RecordMetadata
+
+__all__ = ["BufferPool", "ProducerBatch", "RecordAccumulator", "record_size"]
+
+
+# -- records and batches -----------------------------------------------------------------------
+
+
+def _varint_size(value: int) -> int:
+    """Bytes of ``value`` as a zig-zag varint/varlong (the record format's encoding)."""
+    zigzag = (value << 1) ^ (value >> 63)
+    return max(1, (zigzag.bit_length() + 6) // 7)
+
+
+def _bytes_size(data: bytes | None) -> int:
+    return 1 if data is None else _varint_size(len(data)) + len(data)
+
+
+def record_size(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> int:
+    """Exact encoded size of one record in a v2 batch (Kafka's ``DefaultRecord.sizeInBytes``)."""
+    body = (
+        1  # attributes
+        + _varint_size(timestamp_delta)
+        + _varint_size(offset_delta)
+        + _bytes_size(key)
+        + _bytes_size(value)
+        + _varint_size(len(headers))
+    )
+    for header_key, header_value in headers:
+        body += _bytes_size(header_key.encode("utf-8")) + _bytes_size(header_value)
+    return _varint_size(body) + body
+
+
+class ProducerBatch:
+    """The records of one partition that travel together, and their futures."""
+
+    __slots__ = (
+        "attempts",
+        "base_sequence",
+        "closed",
+        "created",
+        "deadline",
+        "done",
+        "futures",
+        "last_error",
+        "payload",
+        "producer_epoch",
+        "producer_id",
+        "records",
+        "reserved",
+        "retry_at",
+        "size",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, created: float, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        self.tp = tp
+        self.records: list[Record] = []
+        self.futures: list[asyncio.Future[RecordMetadata]] = []
+        self.size = HEADER_SIZE
+        """Encoded size of the batch so far."""
+        self.reserved = 0
+        """Bytes of ``buffer_memory`` its records hold."""
+        self.created = created
+        """Loop time of the first record (linger and delivery timeout count from here)."""
+        self.deadline = deadline
+        self.closed = False
+        """No more records go in: full, drained, or back for a retry."""
+        self.payload: bytes | None = None
+        """The encoded batch, fixed at the first drain: every retry sends these bytes."""
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self.base_sequence = NO_SEQUENCE
+        self.attempts = 0
+        self.retry_at = 0.0
+        """Loop time before which a retry must not be sent (retry_backoff_ms)."""
+        self.last_error: Exception | None = None
+        self.done: asyncio.Future[None] = loop.create_future()
+        """Settled when every record's future is (flush and close wait for it)."""
+
+    def __repr__(self) -> str:
+        return (
+            f"ProducerBatch({self.tp}, records={len(self.records)}, size={self.size}, "
+            f"sequence={self.base_sequence}, attempts={self.attempts})"
+        )
+
+    def try_append(self, record: Record, batch_size: int) -> asyncio.Future[RecordMetadata] | None:
+        """Add ``record`` if it fits (the first record always does); None if it does not."""
+        if self.records:
+            size = record_size(
+                len(self.records),
+                record.timestamp - self.records[0].timestamp,
+                record.key,
+                record.value,
+                record.headers,
+            )
+            if self.size + size > batch_size:
+                return None
+        else:
+            size = record_size(0, 0, record.key, record.value, record.headers)
+        self.size += size
+        self.records.append(record)
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        self.futures.append(future)
+        return future
+
+    def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.base_sequence = base_sequence
+        self.payload = encode_batch(
+            self.records,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+        )
+        return self.payload
+
+    def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
+        """Every record acknowledged, the first at ``base_offset`` (-1: unknown)."""
+        topic, partition = self.tp
+        for delta, (record, future) in enumerate(zip(self.records, self.futures, strict=True)):
+            if not future.done():
+                future.set_result(
+                    RecordMetadata(
+                        topic,
+                        partition,
+                        base_offset + delta if base_offset >= 0 else -1,
+                        log_append_time_ms if log_append_time_ms >= 0 else record.timestamp,
+                    )
+                )
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def fail(self, error: Exception) -> None:
+        for future in self.futures:
+            if not future.done():
+                future.set_exception(error)
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+# -- accumulator -------------------------------------------------------------------------------
+
+
+class RecordAccumulator:
+    """One queue of batches per partition; the last batch of a queue is the open one.
+
+    Times are loop times in seconds, passed in, so the logic can be tested without a
+    clock. Kafka's ``RecordAccumulator`` with its ``ready``/``drain``/``expiredBatches``.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        linger_ms: int,
+        delivery_timeout_ms: int,
+        on_batch_closed: Callable[[TopicPartition], None] | None = None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.linger_s = linger_ms / 1000
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self._on_batch_closed = on_batch_closed
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.incomplete: set[ProducerBatch] = set()
+        """Every batch created and not yet done: queued or in flight."""
+        self.flushing = 0
+        """Callers inside flush(): while > 0, every batch is ready regardless of linger."""
+        self.closing = False
+        self.wakeup = asyncio.Event()
+        """Set when the sender may have something new to do (a batch created, filled,
+        re-queued; a flush)."""
+
+    def append(
+        self,
+        tp: TopicPartition,
+        record: Record,
+        now: float,
+        *,
+        reserved: int = 0,
+        abort_on_new_batch: bool = False,
+    ) -> asyncio.Future[RecordMetadata] | None:
+        """Add ``record`` to the open batch of ``tp`` or to a new one; the batch holds
+        ``reserved`` more bytes of buffer memory until it is done.
+
+        With ``abort_on_new_batch`` (a keyless record on the sticky partition), a record
+        that does not fit the open batch closes it and returns None instead: closing told
+        the partitioner to move on, so the caller asks it again (KIP-480).
+        """
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        elif queue and not queue[-1].closed:
+            last = queue[-1]
+            future = last.try_append(record, self.batch_size)
+            if future is not None:
+                last.reserved += reserved
+                if last.size >= self.batch_size:
+                    self._close(last)
+                return future
+            self._close(last)
+            if abort_on_new_batch:
+                return None
+        batch = ProducerBatch(tp, now, now + self.delivery_timeout_s)
+        future = batch.try_append(record, self.batch_size)
+        assert future is not None, "an empty batch takes any record"
+        batch.reserved += reserved
+        queue.append(batch)
+        self.incomplete.add(batch)
+        if batch.size >= self.batch_size:
+            self._close(batch)
+        self.wakeup.set()
+        return future
+
+    def _close(self, batch: ProducerBatch) -> None:
+        if not batch.closed:
+            batch.closed = True
+            self.wakeup.set()
+            if self._on_batch_closed is not None:
+                self._on_batch_closed(batch.tp)
+
+    def ready(
+        self, now: float, muted: Collection[TopicPartition] = ()
+    ) -> tuple[list[ProducerBatch], float]:
+        """The head batches that may be sent now (their partition has nothing in flight),
+        and the loop time when the next one becomes ready or expires (inf: nothing)."""
+        ready = []
+        next_time = math.inf
+        exhausted = self.flushing > 0 or self.closing
+        for tp, queue in self._queues.items():
+            if not queue:
+                continue
+            head = queue[0]
+            next_time = min(next_time, head.deadline)
+            if tp in muted:
+                continue
+            if head.retry_at > now:
+                next_time = min(next_time, head.retry_at)
+            elif (
+                head.closed  # full, or back for a retry
+                or len(queue) > 1  # a newer batch exists, so this one is full
+                or exhausted
+                or head.created + self.linger_s <= now
+            ):
+                ready.append(head)
+            else:
+                next_time = min(next_time, head.created + self.linger_s)
+        return ready, next_time
+
+    def drain(self, batch: ProducerBatch) -> None:
+        """Take ``batch`` (a head returned by :meth:`ready`) out of its queue to send it."""
+        queue = self._queues[batch.tp]
+        assert queue[0] is batch, f"{batch} is not the head of its queue"
+        queue.popleft()
+        self._close(batch)
+        if not queue:
+            del self._queues[batch.tp]
+
+    def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
+        """Put a batch that failed retriably back at the head of its queue."""
+        batch.retry_at = retry_at
+        batch.closed = True
+        queue = self._queues.get(batch.tp)
+        if queue is None:
+            queue = self._queues[batch.tp] = deque()
+        queue.appendleft(batch)
+        self.wakeup.set()
+
+    def expire(self, now: float) -> list[ProducerBatch]:
+        """Remove and return the queued batches whose delivery deadline has passed (queues
+        are in creation order, so only heads need a look)."""
+        expired = []
+        for tp in list(self._queues):
+            queue = self._queues[tp]
+            while queue and queue[0].deadline <= now:
+                batch = queue.popleft()
+                self._close(batch)
+                expired.append(batch)
+            if not queue:
+                del self._queues[tp]
+        return expired
+
+    def remove_all(self) -> list[ProducerBatch]:
+        """Empty every queue (close without delivery); returns what was queued."""
+        batches = [b for queue in self._queues.values() for b in queue]
+        self._queues.clear()
+        return batches
+
+    def done(self, batch: ProducerBatch) -> None:
+        self.incomplete.discard(batch)
+
+    def queued(self, tp: TopicPartition) -> list[ProducerBatch]:
+        """The batches of ``tp`` waiting to be sent, oldest first."""
+        return list(self._queues.get(tp, ()))
+
+    @property
+    def has_queued(self) -> bool:
+        return any(self._queues.values())
+
+
+# -- buffer memory -----------------------------------------------------------------------------
+
+
+class BufferPool:
+    """``buffer_memory``: how many bytes of records may wait for acknowledgement."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._freed = asyncio.Event()
+
+    async def reserve(self, size: int, timeout_s: float) -> None:
+        """Wait until ``size`` more bytes fit (or nothing is used: a huge record still
+        goes, alone). Raises ClientError after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.used and self.used + size > self.limit:
+            self._freed.clear()
+            remaining = deadline - loop.time()
+            try:
+                await asyncio.wait_for(self._freed.wait(), max(0.0, remaining))
+            except TimeoutError:
+                raise ClientError(
+                    f"producer buffer full: {self.used} bytes waiting for acknowledgement "
+                    f"(buffer_memory={self.limit}) for {timeout_s * 1000:.0f} ms (max_block_ms)"
+                ) from None
+        self.used += size
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        self._freed.set()

@@ -1,0 +1,502 @@
+"""The producer's network loop (Kafka's ``Sender``) and what it needs from the cluster.
+
+- :class:`Sender` (one asyncio task) drains the accumulator's ready batches, groups them per
+  leader into one ``Produce`` request, retries what failed with a retriable error and
+  completes the records' futures;
+- :class:`ProducerMetadata` keeps the leaders of the producer's topics, refreshed when an
+  error says the leadership it knew is stale;
+- :class:`IdempotenceState` and :func:`init_producer_id` give the batches their producer id
+  and sequence numbers.
+
+Ordering and the idempotent producer. Kafka allows up to 5 requests in flight per
+connection and, with idempotence, relies on the broker's sequence checks to keep order
+across retries. This producer keeps it simpler: **at most one request in flight per
+partition**, always. A batch that fails with a retriable error goes back to the head of
+its partition's queue and is resent before anything behind it, so retries never reorder
+records, with or without idempotence. The price is throughput per partition (one batch per
+round trip); requests to one leader still carry every partition that is ready.
+
+With idempotence (the default with ``acks=all``) the producer gets a producer id from
+``InitProducerId`` at start and gives each batch, when it is first drained, the next
+sequence number of its partition; a retry resends the very same bytes, so a batch whose
+first attempt was written but not acknowledged (a timeout, a leader that died after
+appending) is recognised by the broker as a duplicate and answered with its original
+offset instead of being written twice. If a batch that carries a sequence number fails for
+good (non-retriable error, or ``delivery_timeout_ms`` expired), the broker's expected
+sequence for that partition is unknown; as Kafka does (KIP-360 in spirit), the producer
+waits for its in-flight requests, asks for a new producer id and restarts every sequence
+at 0. Batches still queued then are sent under the new id (re-encoded), so a record that
+was in doubt at that moment may be written twice: exactly-once holds only within one
+producer id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Callable
+
+import grpc
+
+from broker.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from broker.topic_partition import TopicPartition
+from client.metadata import (
+    BrokerConnections,
+    BrokerNode,
+    BrokerUnreachableError,
+    ClientError,
+    ClusterMetadata,
+    MetadataClient,
+)
+from client.producer_config import DeliveryTimeoutError, ProducerConfig
+from client.record_accumulator import ProducerBatch, RecordAccumulator
+from proto import errors
+from proto import minibroker_pb2 as pb
+from proto import minibroker_pb2_grpc as pb_grpc
+from proto.minibroker_pb2 import ErrorCode
+
+__all__ = ["IdempotenceState", "ProducerMetadata", "Sender", "init_producer_id"]
+
+log = logging.getLogger(__name__)
+
+_INT32_MAX = 2**31 - 1
+_RETRIABLE_STATUS = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
+"""gRPC statuses that mean "the broker did not answer": retry, after a metadata refresh."""
+_DEADLINE_MARGIN_S = 1.0
+"""The gRPC deadline exceeds the broker-side ``timeout_ms`` by this much, so an acks=all
+request that times out at the broker comes back as REQUEST_TIMED_OUT, not as a deadline."""
+
+
+# -- idempotence -------------------------------------------------------------------------------
+
+
+class IdempotenceState:
+    """The producer id and epoch, and each partition's next sequence number (the
+    non-transactional part of Kafka's ``TransactionManager``)."""
+
+    def __init__(self) -> None:
+        self.producer_id = NO_PRODUCER_ID
+        self.producer_epoch = NO_PRODUCER_EPOCH
+        self._next_sequence: dict[TopicPartition, int] = {}
+        self.needs_reset = False
+        """A batch with a sequence number failed for good: get a new producer id before
+        sending anything else."""
+
+    @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id != NO_PRODUCER_ID
+
+    def set_producer_id(self, producer_id: int, producer_epoch: int) -> None:
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self._next_sequence.clear()
+        self.needs_reset = False
+
+    def next_sequence(self, tp: TopicPartition, count: int) -> int:
+        """The base sequence for a batch of ``count`` records, and advance; sequences wrap
+        from INT32_MAX to 0 as Kafka's do."""
+        base = self._next_sequence.get(tp, 0)
+        self._next_sequence[tp] = (base + count) % (_INT32_MAX + 1)
+        return base
+
+    def sequence_of(self, tp: TopicPartition) -> int:
+        """The sequence the next batch of ``tp`` will get."""
+        return self._next_sequence.get(tp, 0)
+
+
+async def init_producer_id(
+    connections: BrokerConnections, request_timeout_s: float
+) -> tuple[int, int] | Exception:
+    """One pass over the known brokers: (producer id, epoch) from the first that gives
+    one, else the problem as a retriable error. Raises ClientError when a broker says it
+    cannot ever give one (no InitProducerId, or a non-retriable error code)."""
+    problems = []
+    for address in connections.candidate_addresses():
+        stub = pb_grpc.BrokerStub(connections.channel(address))
+        try:
+            response = await stub.InitProducerId(
+                pb.InitProducerIdRequest(), timeout=request_timeout_s
+            )
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise ClientError(
+                    f"broker {address} does not support the idempotent producer "
+                    f"({e.details()}); set enable_idempotence=False (or acks 0/1)"
+                ) from None
+            problems.append(f"{address} ({e.code().name.lower()})")
+            continue
+        error = errors.for_code(response.error_code)
+        if error is None:
+            return response.producer_id, response.producer_epoch
+        if not error.retriable:
+            raise ClientError(f"InitProducerId refused by {address}: {error}")
+        problems.append(f"{address} ({error.code_name})")
+    return BrokerUnreachableError("no broker gave a producer id: " + ", ".join(problems))
+
+
+# -- metadata ----------------------------------------------------------------------------------
+
+
+class ProducerMetadata:
+    """The cluster metadata of the topics this producer writes to: one refresh at a time,
+    background refreshes coalesced and at most one per ``retry_backoff_ms``."""
+
+    def __init__(self, connections: BrokerConnections, retry_backoff_ms: int) -> None:
+        self.client = MetadataClient(connections)
+        self.topics: set[str] = set()
+        self.backoff_s = retry_backoff_ms / 1000
+        self.last_error: Exception | None = None
+        """Why the last refresh failed (None if it succeeded)."""
+        self.on_update: Callable[[], None] | None = None
+        self._lock = asyncio.Lock()
+        self._last_attempt = -math.inf
+        self._update_requested = False
+        self._updater: asyncio.Task[None] | None = None
+        self._available: dict[str, list[int]] = {}
+
+    @property
+    def current(self) -> ClusterMetadata | None:
+        return self.client.current
+
+    async def refresh(self) -> ClusterMetadata:
+        """Ask the cluster for every topic of this producer now. Raises
+        BrokerUnreachableError when no broker answers."""
+        async with self._lock:
+            self._last_attempt = asyncio.get_running_loop().time()
+            try:
+                result = await self.client.refresh(sorted(self.topics))
+            except ClientError as e:
+                self.last_error = e
+                raise
+            finally:
+                if self.on_update is not None:
+                    self.on_update()
+            self.last_error = None
+            self._available.clear()
+            return result
+
+    def request_update(self) -> None:
+        """Refresh in the background soon (coalesced with one under way or pending)."""
+        self._update_requested = True
+        if self._updater is None or self._updater.done():
+            self._updater = asyncio.create_task(self._update_loop())
+
+    async def _update_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._update_requested:
+            self._update_requested = False
+            pause = self._last_attempt + self.backoff_s - loop.time()
+            if pause > 0:
+                await asyncio.sleep(pause)
+            try:
+                await self.refresh()
+            except ClientError as e:
+                log.debug("metadata refresh failed: %s", e)
+
+    def partitions(self, topic: str) -> int | None:
+        """How many partitions ``topic`` has, or None while the metadata does not know it."""
+        cluster = self.client.current
+        found = cluster.topics.get(topic) if cluster is not None else None
+        if found is None or found.error_code != ErrorCode.NONE or not found.partitions:
+            return None
+        return len(found.partitions)
+
+    def available(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` with a live leader."""
+        cached = self._available.get(topic)
+        if cached is None:
+            cluster = self.client.current
+            cached = (
+                []
+                if cluster is None
+                else [
+                    p.tp.partition
+                    for p in cluster.partitions_of(topic)
+                    if p.leader >= 0 and p.leader in cluster.brokers
+                ]
+            )
+            self._available[topic] = cached
+        return cached
+
+    def leader_of(self, tp: TopicPartition) -> BrokerNode | None:
+        cluster = self.client.current
+        return None if cluster is None else cluster.leader_of(tp)
+
+    async def close(self) -> None:
+        if self._updater is not None:
+            self._updater.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._updater
+
+
+# -- sender ------------------------------------------------------------------------------------
+
+
+def _message_of(error: Exception) -> str:
+    if isinstance(error, errors.BrokerResponseError):
+        return str(error.args[0]) if error.args else ""
+    return str(error)
+
+
+def _with_context(error: Exception, context: str) -> Exception:
+    """``error`` again, its message prefixed/suffixed with what failed, same class and
+    flags (the CLI prints the message as its one line)."""
+    text = context.format(_message_of(error))
+    if isinstance(error, errors.BrokerResponseError):
+        found = errors.for_code(error.code, text)
+        assert found is not None
+        return found
+    if isinstance(error, ClientError):
+        return type(error)(text)
+    return ClientError(text)
+
+
+class Sender:
+    """The network loop (Kafka's ``Sender``): drain, group per leader, send, complete."""
+
+    def __init__(
+        self,
+        connections: BrokerConnections,
+        config: ProducerConfig,
+        accumulator: RecordAccumulator,
+        metadata: ProducerMetadata,
+        idempotence: IdempotenceState | None,
+        on_batch_done: Callable[[ProducerBatch], None],
+    ) -> None:
+        self.connections = connections
+        self.config = config
+        self.accumulator = accumulator
+        self.metadata = metadata
+        self.idempotence = idempotence
+        self._on_batch_done = on_batch_done
+        self.in_flight: dict[TopicPartition, ProducerBatch] = {}
+        """The one batch per partition whose Produce request is under way."""
+        self._requests: set[asyncio.Task[None]] = set()
+        self._stopping = False
+        self._reset_not_before = 0.0
+        self.requests_sent = 0
+        """Produce requests sent so far (for tests and perf)."""
+
+    def stop_when_done(self) -> None:
+        """Finish once every batch is delivered or failed (close)."""
+        self._stopping = True
+        self.accumulator.closing = True  # no more lingering: send everything now
+        self.accumulator.wakeup.set()
+
+    async def run(self) -> None:
+        """Until stopped with nothing left; cancel it to stop at once."""
+        loop = asyncio.get_running_loop()
+        accumulator = self.accumulator
+        try:
+            while True:
+                accumulator.wakeup.clear()
+                now = loop.time()
+                for batch in accumulator.expire(now):
+                    self._fail(batch, self._expired_error(batch), now)
+                if self._stopping and not accumulator.incomplete and not self.in_flight:
+                    return
+                next_time = await self._run_once(now)
+                timeout = None if next_time == math.inf else max(0.0, next_time - now)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(accumulator.wakeup.wait(), timeout)
+        finally:
+            for task in list(self._requests):
+                task.cancel()
+            if self._requests:
+                await asyncio.gather(*self._requests, return_exceptions=True)
+
+    async def _run_once(self, now: float) -> float:
+        """Send what is ready; returns when to look again."""
+        idempotence = self.idempotence
+        if idempotence is not None and idempotence.needs_reset:
+            if self.in_flight:
+                return math.inf  # a response will wake us
+            if now < self._reset_not_before:
+                return self._reset_not_before
+            await self._reset_producer_id()
+            return now
+        ready, next_time = self.accumulator.ready(now, self.in_flight)
+        by_leader: dict[BrokerNode, list[ProducerBatch]] = {}
+        missing_leader = False
+        for batch in ready:
+            leader = self.metadata.leader_of(batch.tp)
+            if leader is None:
+                missing_leader = True
+                if batch.last_error is None:
+                    batch.last_error = self.metadata.last_error or errors.LeaderNotAvailableError(
+                        f"no leader for {batch.tp} in the cluster metadata"
+                    )
+                continue
+            by_leader.setdefault(leader, []).append(batch)
+        if missing_leader:
+            self.metadata.request_update()
+        for node, batches in by_leader.items():
+            drained, left = self._drain(batches)
+            if left:
+                next_time = now  # the rest goes in the next request
+            task = asyncio.create_task(self._send(node, drained))
+            self._requests.add(task)
+            task.add_done_callback(self._requests.discard)
+        return next_time
+
+    def _drain(self, batches: list[ProducerBatch]) -> tuple[list[ProducerBatch], bool]:
+        """Take batches for one request, up to ``max_request_size`` (at least one); give
+        each its sequence and bytes on its first drain. Returns (drained, any left)."""
+        drained: list[ProducerBatch] = []
+        total = 0
+        idempotence = self.idempotence
+        for batch in batches:
+            if drained and total + batch.size > self.config.max_request_size:
+                return drained, True
+            self.accumulator.drain(batch)
+            if batch.payload is None or (
+                idempotence is not None and batch.producer_id != idempotence.producer_id
+            ):
+                if idempotence is not None:
+                    sequence = idempotence.next_sequence(batch.tp, len(batch.records))
+                    batch.encode(idempotence.producer_id, idempotence.producer_epoch, sequence)
+                else:
+                    batch.encode(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+            assert batch.payload is not None
+            total += len(batch.payload)
+            batch.attempts += 1
+            self.in_flight[batch.tp] = batch
+            drained.append(batch)
+        return drained, False
+
+    async def _send(self, node: BrokerNode, batches: list[ProducerBatch]) -> None:
+        config = self.config
+        request = pb.ProduceRequest(
+            acks=config.acks, timeout_ms=config.request_timeout_ms, client_id=config.client_id
+        )
+        topics: dict[str, pb.TopicProduceData] = {}
+        for batch in batches:
+            topic = topics.get(batch.tp.topic)
+            if topic is None:
+                topic = topics[batch.tp.topic] = request.topics.add(name=batch.tp.topic)
+            topic.partitions.add(index=batch.tp.partition, records=batch.payload)
+        self.requests_sent += 1
+        loop = asyncio.get_running_loop()
+        try:
+            try:
+                stub = pb_grpc.BrokerStub(self.connections.channel(node.address))
+                response = await stub.Produce(
+                    request, timeout=config.request_timeout_ms / 1000 + _DEADLINE_MARGIN_S
+                )
+            except grpc.aio.AioRpcError as e:
+                error = self._transport_error(node, e)
+                now = loop.time()
+                for batch in batches:
+                    self._retry_or_fail(batch, error, now)
+                return
+            now = loop.time()
+            results = {(t.name, p.index): p for t in response.responses for p in t.partitions}
+            for batch in batches:
+                part = results.get(batch.tp)
+                if part is None:
+                    self._retry_or_fail(
+                        batch,
+                        errors.BrokerResponseError(
+                            f"broker {node.node_id} answered without a result for {batch.tp}"
+                        ),
+                        now,
+                    )
+                elif config.acks == 0:
+                    if part.error_code != ErrorCode.NONE:
+                        # Nobody waits for an acks=0 outcome; still, a hint that the
+                        # leadership moved is worth a refresh for the next batches.
+                        self.metadata.request_update()
+                    self._complete(batch, -1, -1)
+                elif part.error_code == ErrorCode.NONE:
+                    self._complete(batch, part.base_offset, part.log_append_time_ms)
+                elif part.error_code == ErrorCode.DUPLICATE_SEQUENCE:
+                    # Kafka's Sender: the broker has the batch already (older than the
+                    # ones whose offsets it remembers): a success without an offset.
+                    self._complete(batch, -1, -1)
+                else:
+                    refused = errors.for_code(part.error_code, part.error_message)
+                    assert refused is not None
+                    self._retry_or_fail(batch, refused, now)
+        finally:
+            for batch in batches:
+                if self.in_flight.get(batch.tp) is batch:
+                    del self.in_flight[batch.tp]
+            self.accumulator.wakeup.set()
+
+    def _transport_error(self, node: BrokerNode, e: grpc.aio.AioRpcError) -> ClientError:
+        code = e.code()
+        where = f"broker {node.node_id} ({node.address})"
+        if code in _RETRIABLE_STATUS:
+            # Unreachable or silent: the leadership may have moved; ask again.
+            self.metadata.request_update()
+            return BrokerUnreachableError(f"{where} did not answer: {code.name.lower()}")
+        return ClientError(f"{where} refused the produce request: {code.name}: {e.details()}")
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: Exception, now: float) -> None:
+        batch.last_error = error
+        retriable = isinstance(error, errors.MinibrokerError) and error.retriable
+        if retriable and batch.attempts <= self.config.retries and now < batch.deadline:
+            if isinstance(error, errors.MinibrokerError) and error.invalid_metadata:
+                self.metadata.request_update()
+            log.debug("retrying %s after %s", batch, error)
+            self.accumulator.reenqueue(batch, now + self.config.retry_backoff_ms / 1000)
+            return
+        if retriable and batch.attempts > self.config.retries:
+            context = f"{batch.tp}: {{}} (gave up after {batch.attempts} attempts: retries)"
+        elif retriable:
+            context = (
+                f"{batch.tp}: {{}} (gave up after {batch.attempts} attempt(s): "
+                f"delivery_timeout_ms={self.config.delivery_timeout_ms} expired)"
+            )
+        else:
+            context = f"{batch.tp}: {{}}"
+        self._fail(batch, _with_context(error, context), now)
+
+    def _expired_error(self, batch: ProducerBatch) -> Exception:
+        timeout_ms = self.config.delivery_timeout_ms
+        if batch.last_error is not None:
+            return _with_context(
+                batch.last_error,
+                f"{batch.tp}: {{}} (gave up after {batch.attempts} attempt(s): "
+                f"delivery_timeout_ms={timeout_ms} expired)",
+            )
+        return DeliveryTimeoutError(
+            f"{batch.tp}: {len(batch.records)} record(s) expired: {timeout_ms} ms "
+            "(delivery_timeout_ms) passed before they could be sent"
+        )
+
+    def _complete(self, batch: ProducerBatch, base_offset: int, log_append_time_ms: int) -> None:
+        batch.complete(base_offset, log_append_time_ms)
+        self._on_batch_done(batch)
+
+    def _fail(self, batch: ProducerBatch, error: Exception, now: float) -> None:
+        log.debug("failed %s: %s", batch, error)
+        batch.fail(error)
+        self._on_batch_done(batch)
+        idempotence = self.idempotence
+        if (
+            idempotence is not None
+            and batch.base_sequence != NO_SEQUENCE
+            and batch.producer_id == idempotence.producer_id
+        ):
+            # The broker's next expected sequence for this partition is now unknown.
+            idempotence.needs_reset = True
+
+    async def _reset_producer_id(self) -> None:
+        assert self.idempotence is not None
+        loop = asyncio.get_running_loop()
+        try:
+            found = await init_producer_id(self.connections, self.config.request_timeout_ms / 1000)
+        except ClientError as e:
+            found = e
+        if isinstance(found, Exception):
+            log.warning("could not get a new producer id, will retry: %s", found)
+            self._reset_not_before = loop.time() + self.config.retry_backoff_ms / 1000
+            return
+        old = self.idempotence.producer_id
+        self.idempotence.set_producer_id(*found)
+        log.info("producer id reset from %d to %d (a sequenced batch failed)", old, found[0])
