@@ -6,7 +6,7 @@ The cluster is real: a ZooKeeper (tickTime 200 ms) and three broker processes, e
 its controller candidate, with ``zookeeper.session.timeout.ms`` :data:`SESSION_TIMEOUT_MS`
 and the fetch settings of the integration tests (:data:`BROKER_OVERRIDES`). One topic, one
 partition, RF 3, ``min.insync.replicas`` 2, created as Kafka's admin client does
-(:func:`bench.replication.create_topic`); the controller elects its leaders.
+(:func:`deploy.cluster_probe.create_topic`); the controller elects its leaders.
 
 Each round:
 
@@ -58,9 +58,7 @@ from kazoo.protocol.states import WatchedEvent
 from bench.replication import (
     BenchmarkError,
     brokers,
-    create_topic,
     kazoo,
-    partition_state,
     stop_all,
     wait_for_leader,
     zookeeper,
@@ -69,6 +67,7 @@ from broker import zk_data
 from broker.record_batch import Record, encode_batch
 from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess
+from deploy.cluster_probe import create_topic, partition_state
 from deploy.zookeeper import ZooKeeperConfig
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc

@@ -22,8 +22,8 @@ each partition from 0 without gap or overlap, an ISR that shrank during the run,
 that disagree on their record count once the brokers have stopped, or a broker that did not
 exit cleanly. Broker logs are scanned for WARNING, ERROR and tracebacks, which are reported.
 
-The cluster helpers (:func:`zookeeper`, :func:`kazoo`, :func:`brokers`, :func:`create_topic`,
-:func:`partition_state`, :func:`leader_serving`, :func:`wait_for_leader`) are shared with
+The cluster helpers (:func:`zookeeper`, :func:`kazoo`, :func:`brokers`, :func:`wait_for_leader`,
+and deploy.cluster_probe's :func:`create_topic`, :func:`partition_state`) are shared with
 :mod:`bench.failover`.
 """
 
@@ -45,7 +45,6 @@ from typing import NamedTuple
 import grpc
 import uvloop
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from bench.log_append import BATCH_BYTES, RECORD_VALUE_BYTES
 from broker import zk_data
@@ -53,6 +52,7 @@ from broker.config import BrokerConfig
 from broker.record_batch import Record, encode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess, BrokerSpec
+from deploy.cluster_probe import create_topic, leader_serving, partition_state
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
@@ -244,59 +244,6 @@ def stop_all(procs: Iterable[BrokerProcess]) -> dict[int, int | None]:
 
 
 # -- topics and leaders, as the controller makes them ----------------------------------------
-
-
-def create_topic(
-    zk: KazooClient,
-    topic: str,
-    assignment: Mapping[int, list[int]],
-    config: Mapping[str, str] | None = None,
-) -> None:
-    """Create ``topic`` as Kafka's admin client does: its config first (if any), then the
-    replica assignment, which the controller watches and acts on."""
-    if config:
-        zk.create(
-            zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), makepath=True
-        )
-    zk.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True)
-
-
-def partition_state(zk: KazooClient, tp: TopicPartition) -> zk_data.PartitionState | None:
-    """The partition's state znode now, or None while it has none."""
-    try:
-        data, stat = zk.get(zk_data.partition_state_path(tp))
-    except NoNodeError:
-        return None
-    return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
-
-
-def leader_serving(
-    zk: KazooClient, tp: TopicPartition, addresses: Mapping[int, str]
-) -> zk_data.PartitionState | None:
-    """The partition's state if the leader it names is among ``addresses`` (broker id ->
-    ``host:port`` of the brokers to ask) and its Metadata shows itself leading at the
-    state's leader epoch (it applies LeaderAndIsr before UpdateMetadata, so it has become
-    the leader); else None."""
-    state = partition_state(zk, tp)
-    if state is None or state.leader == zk_data.LEADER_NONE or state.leader not in addresses:
-        return None
-    try:
-        with grpc.insecure_channel(addresses[state.leader]) as channel:
-            meta = pb_grpc.BrokerStub(channel).Metadata(
-                pb.MetadataRequest(topics=[tp.topic]), timeout=5
-            )
-    except grpc.RpcError:
-        return None
-    for topic in meta.topics:
-        for part in topic.partitions:
-            if (
-                topic.name == tp.topic
-                and part.partition_index == tp.partition
-                and part.leader_id == state.leader
-                and part.leader_epoch == state.leader_epoch
-            ):
-                return state
-    return None
 
 
 def wait_for_leader(

@@ -31,7 +31,6 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -42,6 +41,7 @@ from broker import zk_data
 from broker.config import BrokerConfig, split_zookeeper_connect
 from broker.topic_partition import topic_name_problem
 from broker.zk_async import bridge, start_kazoo, stop_kazoo
+from client.closing import AsyncClosing
 from client.metadata import (
     BrokerConnections,
     BrokerNode,
@@ -74,7 +74,7 @@ class ClusterDescription:
     """Partitions without a leader (leader -1)."""
 
 
-class AdminClient:
+class AdminClient(AsyncClosing):
     """Creates, lists, describes and deletes topics; describes the cluster.
 
     ``zookeeper_connect`` is ``host:port[,host:port...][/chroot]``, as the brokers'
@@ -98,17 +98,6 @@ class AdminClient:
         self._metadata = MetadataClient(connections)
         self._zk: Any = None
         self._zk_lock: asyncio.Lock | None = None
-
-    async def __aenter__(self) -> AdminClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """End the ZooKeeper session, if one was opened."""

@@ -39,9 +39,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
-from types import TracebackType
 
 from broker.topic_partition import TopicPartition, topic_name_problem
+from client.closing import AsyncClosing
 from client.consumer_config import ConsumerConfig, ConsumerRecord
 from client.fetcher import Fetcher, records_from_fetch
 from client.group import GroupMember, RebalanceFailedError, ZkError
@@ -68,7 +68,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class Consumer:
+class Consumer(AsyncClosing):
     """Reads records from partition leaders; see the module docstring.
 
     Use it as an async context manager (or call :meth:`close`). Its methods must be called
@@ -107,17 +107,6 @@ class Consumer:
         """Positions a running rebalance has yet to commit (committed on close if it dies)."""
         self._last_committed: dict[TopicPartition, int] = {}
         self._next_auto_commit = 0.0
-
-    async def __aenter__(self) -> Consumer:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     # -- what to read ----------------------------------------------------------------------
 

@@ -21,12 +21,12 @@ import asyncio
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 
 import grpc
 
 from broker.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from broker.topic_partition import TopicPartition
+from client.closing import AsyncClosing
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
@@ -168,7 +168,7 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
     return addresses
 
 
-class BrokerConnections:
+class BrokerConnections(AsyncClosing):
     """One gRPC channel per broker address, shared by a client's producers and consumers."""
 
     def __init__(self, bootstrap: Sequence[tuple[str, int]], request_timeout_s: float = 30.0):
@@ -183,17 +183,6 @@ class BrokerConnections:
     @classmethod
     def from_bootstrap(cls, servers: str, request_timeout_s: float = 30.0) -> BrokerConnections:
         return cls(parse_bootstrap(servers), request_timeout_s)
-
-    async def __aenter__(self) -> BrokerConnections:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def channel(self, address: str) -> grpc.aio.Channel:
         found = self._channels.get(address)

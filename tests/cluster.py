@@ -26,6 +26,7 @@ from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFi
 from broker.record_batch import Record, decode_batch, encode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess, BrokerSpec
+from deploy.cluster_probe import create_topic, leader_serving, partition_state
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from tests.helpers import wait_for
@@ -122,50 +123,20 @@ class Cluster:
     ) -> None:
         """Create ``topic`` as Kafka's admin client does (config first, then the assignment
         that the controller watches) and wait until every partition's leader serves it."""
-        if config:
-            self.zk.create(
-                zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), makepath=True
-            )
-        self.zk.create(
-            zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True
-        )
+        create_topic(self.zk, topic, assignment, config)
         for partition in assignment:
             self.wait_for_leader(TopicPartition(topic, partition), timeout=timeout)
 
     def state(self, tp: TopicPartition) -> zk_data.PartitionState | None:
         """The partition's state znode now, or None if it has none."""
-        stat = self.zk.exists(zk_data.partition_state_path(tp))
-        if stat is None:
-            return None
-        data, stat = self.zk.get(zk_data.partition_state_path(tp))
-        return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
+        return partition_state(self.zk, tp)
 
     def leader_serving(self, tp: TopicPartition) -> int | None:
-        """The leader named by the state znode if it is running and its metadata says it
-        leads at that epoch (LeaderAndIsr precedes UpdateMetadata, so it has become
-        leader), else None."""
-        state = self.state(tp)
-        if state is None or state.leader < 0:
-            return None
-        broker = self.brokers.get(state.leader)
-        if broker is None or not broker.is_running or broker.paused:
-            return None
-        try:
-            meta = self.broker_stub(state.leader).Metadata(
-                pb.MetadataRequest(topics=[tp.topic]), timeout=5
-            )
-        except grpc.RpcError:
-            return None
-        for topic in meta.topics:
-            for part in topic.partitions:
-                if (
-                    topic.name == tp.topic
-                    and part.partition_index == tp.partition
-                    and part.leader_id == state.leader
-                    and part.leader_epoch == state.leader_epoch
-                ):
-                    return state.leader
-        return None
+        """The leader named by the state znode if it is running, not paused, and its
+        metadata says it leads at that epoch (it has become leader), else None."""
+        addresses = {i: b.address for i, b in self.brokers.items() if b.is_running and not b.paused}
+        state = leader_serving(self.zk, tp, addresses)
+        return None if state is None else state.leader
 
     def wait_for_leader(
         self, tp: TopicPartition, accept: Iterable[int] | None = None, timeout: float = 20

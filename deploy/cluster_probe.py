@@ -1,0 +1,78 @@
+"""Probes of a running cluster through ZooKeeper and the brokers, shared by the tests, the
+benchmarks and chaos (the harness, DESIGN.md §1): create a topic as an admin client does,
+read a partition's state znode, and tell whether the leader it names has taken over.
+
+Example usage::
+
+    create_topic(zk, "orders", {0: [1, 2, 3]})
+    while leader_serving(zk, TopicPartition("orders", 0), {1: "127.0.0.1:9091", ...}) is None:
+        time.sleep(0.05)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import grpc
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from broker import zk_data
+from broker.topic_partition import TopicPartition
+from proto import minibroker_pb2 as pb
+from proto import minibroker_pb2_grpc as pb_grpc
+
+__all__ = ["create_topic", "leader_serving", "partition_state"]
+
+
+def create_topic(
+    zk: KazooClient,
+    topic: str,
+    assignment: Mapping[int, list[int]],
+    config: Mapping[str, str] | None = None,
+) -> None:
+    """Create ``topic`` as Kafka's admin client does: its config first (if any), then the
+    replica assignment, which the controller watches and acts on."""
+    if config:
+        zk.create(
+            zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), makepath=True
+        )
+    zk.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True)
+
+
+def partition_state(zk: KazooClient, tp: TopicPartition) -> zk_data.PartitionState | None:
+    """The partition's state znode now, or None while it has none."""
+    try:
+        data, stat = zk.get(zk_data.partition_state_path(tp))
+    except NoNodeError:
+        return None
+    return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
+
+
+def leader_serving(
+    zk: KazooClient, tp: TopicPartition, addresses: Mapping[int, str]
+) -> zk_data.PartitionState | None:
+    """The partition's state if the leader it names is among ``addresses`` (broker id ->
+    ``host:port`` of the brokers to ask) and its Metadata shows itself leading at the
+    state's leader epoch (it applies LeaderAndIsr before UpdateMetadata, so it has become
+    the leader); else None."""
+    state = partition_state(zk, tp)
+    if state is None or state.leader == zk_data.LEADER_NONE or state.leader not in addresses:
+        return None
+    try:
+        with grpc.insecure_channel(addresses[state.leader]) as channel:
+            meta = pb_grpc.BrokerStub(channel).Metadata(
+                pb.MetadataRequest(topics=[tp.topic]), timeout=5
+            )
+    except grpc.RpcError:
+        return None
+    for topic in meta.topics:
+        for part in topic.partitions:
+            if (
+                topic.name == tp.topic
+                and part.partition_index == tp.partition
+                and part.leader_id == state.leader
+                and part.leader_epoch == state.leader_epoch
+            ):
+                return state
+    return None
