@@ -8,13 +8,19 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 ZOOKEEPER_JAR := /usr/share/java/zookeeper.jar
 PYTEST_ARGS ?=
+# make audit: the local cluster's broker dirs unless DATA names others.
+DATA ?= $(wildcard minibroker-data/broker-*)
+HISTORY ?=
+TIMELINE ?=
+REPORT ?= audit-report
+MASTER ?=
 
 .PHONY: help setup system-deps test check unit integration proto bench up down down-volumes run chaos audit image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup: system-deps $(INSTALLED) ## install what is missing: ZooKeeper, Java 17, the venv with minibroker[dev]
+setup: system-deps $(INSTALLED) ## install what is missing: ZooKeeper, Java 17, the venv with minibroker[dev,audit]
 
 # Debian's zookeeper package and a Java 17 runtime, installed only when missing.
 system-deps:
@@ -31,7 +37,7 @@ system-deps:
 $(INSTALLED): pyproject.toml
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,audit]'
 	@touch $@
 
 check: $(INSTALLED) ## lint (ruff) and type-check (mypy)
@@ -81,8 +87,15 @@ run: setup ## a local cluster of processes (cluster up), a demo topic, a few rec
 chaos: ## chaos scenarios: not built yet
 	@echo "make chaos: not built yet" >&2; exit 1
 
-audit: ## Spark audit of replica logs: not built yet
-	@echo "make audit: not built yet (issue 7)" >&2; exit 1
+audit: $(INSTALLED) ## Spark audit of replica logs: make audit [DATA="D1 D2 D3"] [HISTORY=F] [REPORT=D] [TIMELINE=F] [MASTER=URL]
+	@if [ -z "$(strip $(DATA))" ]; then \
+	  echo "make audit: no data dirs: give DATA, one data dir per broker, or start a local cluster (make run)" >&2; \
+	  echo "usage: make audit DATA=\"DIR [DIR ...]\" [HISTORY=history.jsonl] [REPORT=audit-report] [TIMELINE=timeline.jsonl] [MASTER=spark://host:7077]" >&2; \
+	  exit 2; \
+	fi
+	$(PY) -m client.cli audit --data $(DATA) --report $(REPORT) \
+	  $(if $(HISTORY),--history $(HISTORY)) $(if $(TIMELINE),--timeline $(TIMELINE)) \
+	  $(if $(MASTER),--master $(MASTER))
 
 image: ## the Docker image minibroker:latest (an offline Debian base where no registry answers)
 	@deploy/docker/build-image.sh

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from broker import main as broker_main
+from chaos.audit import cli as audit_cli
 from client import cluster_cli, consume_cli, dump_log, perf_cli, produce_cli, topics_cli
 from proto.errors import MinibrokerError
 
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     consume_cli.add_parser(commands)
     perf_cli.add_parser(commands)
     dump_log.add_parser(commands)
+    audit_cli.add_parser(commands)
     return parser
 
 

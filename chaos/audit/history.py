@@ -1,0 +1,218 @@
+"""The history and nemesis timeline files of DESIGN.md §9, one JSON object per line.
+
+History (the workload's producers, Jepsen's vocabulary)::
+
+    {"time": 1732252800.5, "process": 3, "type": "ok", "topic": "t", "partition": 0,
+     "value": "p3-17", "offset": 41}
+
+``ok``: acknowledged, written at ``offset``; ``fail``: certainly not written; ``info``:
+unknown (a timeout, a lost connection). ``fail`` and ``info`` lines may leave ``partition``
+and ``offset`` null or out when the producer never learnt them.
+
+Timeline (the nemesis)::
+
+    {"time": 1732252803.0, "process": "nemesis", "type": "info", "f": "kill", "target": 2}
+
+A history file may hold nemesis lines as well (Jepsen writes both to one file); they are
+parsed as timeline events. Blank lines are skipped. Anything else is bad input, reported
+with its 1-based line number so a person can open the file there.
+
+These functions run in Spark's executors (the history can be as large as the logs), so they
+depend on nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, NamedTuple
+
+__all__ = [
+    "HISTORY_SCHEMA",
+    "OP_TYPES",
+    "HistoryError",
+    "HistoryOp",
+    "NemesisEvent",
+    "history_rows",
+    "parse_history_line",
+    "parse_timeline_line",
+]
+
+OP_TYPES = ("ok", "fail", "info")
+NEMESIS = "nemesis"
+
+
+class HistoryError(ValueError):
+    """A line of a history or timeline file that is not what DESIGN.md §9 describes."""
+
+    def __init__(self, line_number: int, reason: str) -> None:
+        super().__init__(f"line {line_number}: {reason}")
+        self.line_number = line_number
+        """1-based number of the offending line."""
+        self.reason = reason
+
+
+class HistoryOp(NamedTuple):
+    """One operation outcome of the workload."""
+
+    line: int
+    """1-based line number in the history file."""
+    time: float
+    """Unix seconds when the outcome was known."""
+    process: int
+    type: str
+    """``ok``, ``fail`` or ``info``."""
+    topic: str
+    partition: int | None
+    """None only for a fail or info whose partition the producer never learnt."""
+    value: str
+    offset: int | None
+    """Where an ``ok`` write landed; None for fail and info unless the producer knew it."""
+
+
+class NemesisEvent(NamedTuple):
+    """One fault (or its end) of the nemesis timeline."""
+
+    line: int
+    time: float
+    f: str
+    """What the nemesis did: ``kill``, ``start``, ``pause``, ``resume``, ``partition``..."""
+    target: str
+    """The broker(s) acted on, as text (``2``, ``[1, 3]``), empty when none."""
+
+
+def _load(line_number: int, text: str | bytes) -> dict[str, Any] | None:
+    """The line's JSON object, None for a blank line."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise HistoryError(line_number, f"not UTF-8 (byte {e.start})") from None
+    if not text.strip():
+        return None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HistoryError(line_number, f"not valid JSON ({e.msg} at column {e.colno})") from None
+    if not isinstance(obj, dict):
+        raise HistoryError(line_number, f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _time(line_number: int, obj: dict[str, Any]) -> float:
+    value = obj.get("time")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise HistoryError(line_number, f'"time" must be a number of unix seconds, got {value!r}')
+    return float(value)
+
+
+def _integer(
+    line_number: int, obj: dict[str, Any], field: str, *, required: bool, why: str = ""
+) -> int | None:
+    value = obj.get(field)
+    if value is None:
+        if required:
+            raise HistoryError(line_number, f'"{field}" is missing{why}')
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HistoryError(line_number, f'"{field}" must be a non-negative integer, got {value!r}')
+    return value
+
+
+def _event(line_number: int, obj: dict[str, Any]) -> NemesisEvent:
+    f = obj.get("f")
+    if not isinstance(f, str) or not f:
+        raise HistoryError(line_number, f'a nemesis line needs "f" (what it did), got {f!r}')
+    target = obj.get("target")
+    shown = "" if target is None else target if isinstance(target, str) else json.dumps(target)
+    return NemesisEvent(line_number, _time(line_number, obj), f, shown)
+
+
+def parse_history_line(line_number: int, text: str | bytes) -> HistoryOp | NemesisEvent | None:
+    """One line of a history file: an operation, a nemesis event, or None when blank.
+
+    Raises HistoryError naming the line and what is wrong with it.
+    """
+    obj = _load(line_number, text)
+    if obj is None:
+        return None
+    process = obj.get("process")
+    if process == NEMESIS:
+        return _event(line_number, obj)
+    if isinstance(process, bool) or not isinstance(process, int):
+        raise HistoryError(
+            line_number, f'"process" must be an integer (or "nemesis"), got {process!r}'
+        )
+    op_type = obj.get("type")
+    if op_type not in OP_TYPES:
+        raise HistoryError(line_number, f'"type" must be "ok", "fail" or "info", got {op_type!r}')
+    topic = obj.get("topic")
+    if not isinstance(topic, str) or not topic:
+        raise HistoryError(line_number, f'"topic" must be a non-empty string, got {topic!r}')
+    value = obj.get("value")
+    if not isinstance(value, str):
+        raise HistoryError(line_number, f'"value" must be a string, got {value!r}')
+    for field, text_value in (("topic", topic), ("value", value)):
+        try:
+            text_value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HistoryError(
+                line_number, f'"{field}" is not valid Unicode (it holds a lone surrogate)'
+            ) from None
+    ok = op_type == "ok"
+    why = " (an acknowledged write must say where it was written)" if ok else ""
+    partition = _integer(line_number, obj, "partition", required=ok, why=why)
+    offset = _integer(line_number, obj, "offset", required=ok, why=why)
+    return HistoryOp(
+        line_number, _time(line_number, obj), process, op_type, topic, partition, value, offset
+    )
+
+
+def parse_timeline_line(line_number: int, text: str | bytes) -> NemesisEvent | None:
+    """One line of a nemesis timeline file; None for a blank line or a non-nemesis line
+    (a timeline may be a whole Jepsen history: only the nemesis lines matter here).
+
+    Raises HistoryError naming the line.
+    """
+    obj = _load(line_number, text)
+    if obj is None or obj.get("process") != NEMESIS:
+        return None
+    return _event(line_number, obj)
+
+
+HISTORY_SCHEMA = (
+    "line bigint, error string, time double, type string, topic string, partition int, "
+    "value binary, offset bigint, f string, target string"
+)
+"""Rows of :func:`history_rows`: an operation (``type`` ok/fail/info, ``value`` as UTF-8
+bytes, compared with the records' bytes), a nemesis event (``type`` nemesis, ``f``,
+``target``), or a bad line (``error`` set, nothing else)."""
+
+
+def history_rows(numbered: tuple[bytes | str, int]) -> list[tuple[Any, ...]]:
+    """The row of one history line, given with its 0-based index (Spark's
+    ``zipWithIndex``): [] for a blank line, an error row for a bad one."""
+    text, index = numbered
+    line = index + 1
+    try:
+        parsed = parse_history_line(line, text)
+    except HistoryError as e:
+        return [(line, e.reason, None, None, None, None, None, None, None, None)]
+    if parsed is None:
+        return []
+    if isinstance(parsed, NemesisEvent):
+        return [(line, None, parsed.time, NEMESIS, None, None, None, None, parsed.f, parsed.target)]
+    return [
+        (
+            line,
+            None,
+            parsed.time,
+            parsed.type,
+            parsed.topic,
+            parsed.partition,
+            parsed.value.encode("utf-8"),
+            parsed.offset,
+            None,
+            None,
+        )
+    ]

@@ -1,0 +1,196 @@
+"""What an audit finds: violations and the per-partition summary (plain data, no Spark)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from chaos.audit.history import NemesisEvent
+
+__all__ = [
+    "KINDS",
+    "AuditResult",
+    "PartitionSummary",
+    "ReplicaSummary",
+    "TornTail",
+    "Violation",
+]
+
+KINDS = (
+    "lost_ack",
+    "divergence",
+    "duplicate",
+    "gap",
+    "crc",
+    "epoch_cache",
+    "hw_above_leo",
+    "phantom",
+)
+"""The violation kinds of DESIGN.md §9, in the order the report lists them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One finding: a single offset or a run of offsets with the same fault."""
+
+    kind: str
+    topic: str
+    partition: int
+    offset: int
+    """The first offset concerned."""
+    last_offset: int
+    """The last offset of the run (== offset for a single one)."""
+    count: int
+    """How many records (or offsets, entries) the run covers."""
+    brokers: tuple[int, ...]
+    detail: str
+    """What is wrong and what to look at, for a person."""
+    time: float | None = None
+    """lost_ack: when the first of the records was acknowledged (history time)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "last_offset": self.last_offset,
+            "count": self.count,
+            "brokers": list(self.brokers),
+            "detail": self.detail,
+            "time": self.time,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TornTail:
+    """Bytes at the end of a replica's last segment that do not form a whole batch: what a
+    crash leaves and recovery truncates. Reported, not a violation."""
+
+    segment: str
+    position: int
+    remaining_bytes: int
+    reason: str
+
+
+@dataclass(slots=True)
+class ReplicaSummary:
+    """One broker's replica of a partition."""
+
+    broker: int
+    log_start_offset: int
+    log_end_offset: int
+    """Offset after the last batch the replica holds (the last segment's base when empty)."""
+    high_watermark: int | None
+    """As checkpointed; None when the checkpoint has no entry."""
+    batches: int
+    records: int
+    """Records in batches that passed their CRC (the ones compared)."""
+    epoch_starts: list[tuple[int, int]]
+    """(epoch, first offset) of each run of batches of one leader epoch, in log order."""
+    checkpoint_epochs: list[tuple[int, int]]
+    """The leader-epoch-checkpoint entries, (epoch, start offset)."""
+    first_batch_offset: int | None = None
+    """Base offset of the first batch in the replica's files; None when it holds none."""
+    torn_tail: TornTail | None = None
+    undecoded_batches: int = 0
+    """Compressed batches, whose records the audit cannot decode and so does not check."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "broker": self.broker,
+            "log_start_offset": self.log_start_offset,
+            "log_end_offset": self.log_end_offset,
+            "high_watermark": self.high_watermark,
+            "batches": self.batches,
+            "records": self.records,
+            "epochs": [[e, o] for e, o in self.epoch_starts],
+            "leader_epoch_checkpoint": [[e, o] for e, o in self.checkpoint_epochs],
+            "torn_tail": None
+            if self.torn_tail is None
+            else {
+                "segment": self.torn_tail.segment,
+                "position": self.torn_tail.position,
+                "remaining_bytes": self.torn_tail.remaining_bytes,
+                "reason": self.torn_tail.reason,
+            },
+            "undecoded_batches": self.undecoded_batches,
+        }
+
+
+@dataclass(slots=True)
+class PartitionSummary:
+    """One partition across its replicas."""
+
+    topic: str
+    partition: int
+    replicas: list[ReplicaSummary]
+    committed_end: int
+    """The committed range ends here: the largest checkpointed HW among the replicas,
+    bounded by the largest log end offset (what the replicas hold)."""
+    log_start_offset: int
+    """The smallest log start offset among the replicas: acknowledged records below it
+    were deleted by retention, not lost."""
+    acked: int = 0
+    """``ok`` operations of the history for this partition."""
+    acked_checked: int = 0
+    """Those at or above the log start offset, checked against the log."""
+    violations: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "replicas": [r.to_json() for r in self.replicas],
+            "committed_end": self.committed_end,
+            "log_start_offset": self.log_start_offset,
+            "acked": self.acked,
+            "acked_checked": self.acked_checked,
+            "violations": self.violations,
+        }
+
+
+@dataclass(slots=True)
+class AuditResult:
+    """Everything the reports are made of."""
+
+    violations: list[Violation]
+    partitions: list[PartitionSummary]
+    brokers: dict[int, str]
+    """Broker id -> its data dir."""
+    history: str | None
+    """The history file, None when none was given."""
+    operations: dict[str, int] = field(default_factory=dict)
+    """History operations by type (ok, fail, info)."""
+    acks_per_second: list[tuple[int, str, int]] = field(default_factory=list)
+    """(unix second, op type, count) from the history, for the timeline."""
+    timeline: list[NemesisEvent] = field(default_factory=list)
+    records_decoded: int = 0
+    """Records decoded across all replicas."""
+    seconds: float = 0.0
+    """Wall time of the Spark job (session start-up excluded)."""
+    phases: dict[str, float] = field(default_factory=dict)
+    """Wall seconds of the job's phases: history (read and parse it), segments (scan and
+    decode them), checks (every violation query), statistics."""
+
+    def by_kind(self) -> dict[str, int]:
+        counts = dict.fromkeys(KINDS, 0)
+        for v in self.violations:
+            counts[v.kind] += 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "violations": [v.to_json() for v in self.violations],
+            "summary": {
+                "clean": not self.violations,
+                "violations_by_kind": self.by_kind(),
+                "brokers": {str(b): path for b, path in sorted(self.brokers.items())},
+                "history": self.history,
+                "operations": self.operations,
+                "records_decoded": self.records_decoded,
+                "seconds": round(self.seconds, 3),
+                "phases": {k: round(v, 3) for k, v in self.phases.items()},
+                "partitions": [p.to_json() for p in self.partitions],
+            },
+        }

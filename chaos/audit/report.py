@@ -1,0 +1,503 @@
+"""The audit's outputs: ``report.json``, a summary on stdout and ``report.html``.
+
+``report.html`` is one self-contained page (inline CSS and SVG, no script, no external
+asset: it opens offline). Per partition it plots the leader epoch of each replica's batches
+over the offsets, with divergent ranges shaded and lost acknowledgements marked; with a
+nemesis timeline it draws the faults on a time axis above the acknowledgements per second.
+Every piece of data (topic names, values, paths) is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import math
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from rich.console import Console
+from rich.table import Table
+
+from chaos.audit.model import KINDS, AuditResult, PartitionSummary, Violation
+
+__all__ = [
+    "HTML_NAME",
+    "JSON_NAME",
+    "STDOUT_VIOLATIONS",
+    "print_summary",
+    "render_html",
+    "write_reports",
+]
+
+JSON_NAME = "report.json"
+HTML_NAME = "report.html"
+STDOUT_VIOLATIONS = 100
+"""Violations printed on stdout; report.json and report.html list every one."""
+
+_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
+_KIND_COLOURS = {
+    "lost_ack": "#d62728",
+    "divergence": "#ff7f0e",
+    "duplicate": "#9467bd",
+    "gap": "#7f7f7f",
+    "crc": "#000000",
+    "epoch_cache": "#17becf",
+    "hw_above_leo": "#8c564b",
+    "phantom": "#e377c2",
+}
+
+
+def write_reports(result: AuditResult, out_dir: Path) -> tuple[Path, Path]:
+    """Write report.json and report.html into ``out_dir`` (created if missing)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / JSON_NAME
+    json_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    html_path = out_dir / HTML_NAME
+    html_path.write_text(render_html(result))
+    return json_path, html_path
+
+
+# -- stdout ----------------------------------------------------------------------------------
+
+
+def _per_replica(part: PartitionSummary, value: str) -> str:
+    cells = []
+    for r in part.replicas:
+        if value == "leo":
+            shown = str(r.log_end_offset)
+        elif value == "hw":
+            shown = "-" if r.high_watermark is None else str(r.high_watermark)
+        else:
+            shown = ",".join(str(e) for e, _ in r.epoch_starts) or "-"
+        cells.append(f"{r.broker}:{shown}")
+    return " ".join(cells) or "-"
+
+
+def print_summary(result: AuditResult, out: IO[str], *, report_dir: Path | None = None) -> None:
+    """The per-partition table and the violations (the first STDOUT_VIOLATIONS)."""
+    console = Console(file=out, width=160 if not out.isatty() else None, highlight=False)
+    table = Table(title="minibroker audit", title_justify="left")
+    table.add_column("partition")
+    table.add_column("replicas")
+    table.add_column("LEO (broker:offset)")
+    table.add_column("HW (broker:offset)")
+    table.add_column("committed end", justify="right")
+    table.add_column("epochs (broker:epochs)")
+    table.add_column("acked checked", justify="right")
+    table.add_column("violations", justify="right")
+    for part in result.partitions:
+        table.add_row(
+            f"{part.topic}-{part.partition}",
+            ",".join(str(r.broker) for r in part.replicas) or "none",
+            _per_replica(part, "leo"),
+            _per_replica(part, "hw"),
+            str(part.committed_end),
+            _per_replica(part, "epochs"),
+            f"{part.acked_checked:,}" if result.history else "-",
+            str(part.violations) if part.violations else "0",
+            style="red" if part.violations else None,
+        )
+    console.print(table)
+    for part in result.partitions:
+        for r in part.replicas:
+            if r.torn_tail is not None:
+                console.print(
+                    f"note: {part.topic}-{part.partition} broker {r.broker}: torn tail in "
+                    f"{r.torn_tail.segment} at position {r.torn_tail.position} "
+                    f"({r.torn_tail.remaining_bytes} bytes, {r.torn_tail.reason}); recovery "
+                    "truncates it"
+                )
+            if r.undecoded_batches:
+                console.print(
+                    f"note: {part.topic}-{part.partition} broker {r.broker}: "
+                    f"{r.undecoded_batches} compressed batches not decoded, their records "
+                    "not checked"
+                )
+    if result.history is None:
+        console.print("note: no --history given: lost_ack and phantom were not checked")
+    if result.violations:
+        shown = result.violations[:STDOUT_VIOLATIONS]
+        violations = Table(title=f"{len(result.violations)} violations", title_justify="left")
+        violations.add_column("kind")
+        violations.add_column("partition")
+        violations.add_column("offsets")
+        violations.add_column("brokers")
+        violations.add_column("detail", overflow="fold")
+        for v in shown:
+            violations.add_row(
+                v.kind,
+                f"{v.topic}-{v.partition}",
+                _range(v),
+                ",".join(map(str, v.brokers)),
+                v.detail,
+            )
+        console.print(violations)
+        if len(result.violations) > len(shown):
+            where = f" in {report_dir / JSON_NAME}" if report_dir else ""
+            console.print(f"... and {len(result.violations) - len(shown)} more{where}")
+    counts = ", ".join(f"{k} {n}" for k, n in result.by_kind().items() if n)
+    console.print(
+        f"{'VIOLATIONS: ' + counts if result.violations else 'clean: no violations'}; "
+        f"{result.records_decoded:,} records decoded in {result.seconds:.1f} s"
+        + (f"; reports in {report_dir}" if report_dir else "")
+    )
+
+
+def _range(v: Violation) -> str:
+    if v.offset == v.last_offset:
+        return str(v.offset)
+    return f"{v.offset}..{v.last_offset} ({v.count})"
+
+
+# -- HTML ------------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: sans-serif; margin: 1.5em; color: #222; max-width: 1100px; }
+h1 { font-size: 1.5em; } h2 { margin-top: 1.5em; border-bottom: 1px solid #ccc; }
+table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
+td, th { border: 1px solid #ccc; padding: 3px 7px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; } .bad { color: #b00; font-weight: bold; } .ok { color: #080; }
+.kind { font-family: monospace; white-space: nowrap; }
+svg { background: #fcfcfc; border: 1px solid #ddd; margin: 0.5em 0; }
+svg text { font-family: sans-serif; font-size: 11px; fill: #333; }
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _ticks(low: float, high: float, count: int = 5) -> list[int]:
+    """Whole-number tick values (1, 2 or 5 times a power of ten apart) spanning [low, high]."""
+    span = max(high - low, 1)
+    step = 10 ** max(math.floor(math.log10(span / count)), 0)
+    for factor in (1, 2, 5, 10):
+        if span / (step * factor) <= count:
+            step *= factor
+            break
+    first = math.ceil(low / step) * step
+    return [first + i * step for i in range(int((high - first) // step) + 1)]
+
+
+def _epoch_plot(part: PartitionSummary, violations: Sequence[Violation]) -> str:
+    """Leader epoch over offset for each replica, as an inline SVG."""
+    width, height, left, right, top, bottom = 900, 230, 55, 150, 20, 40
+    plot_w, plot_h = width - left - right, height - top - bottom
+    x0 = min((r.log_start_offset for r in part.replicas), default=0)
+    ends = [r.log_end_offset for r in part.replicas] + [part.committed_end]
+    ends += [v.last_offset + 1 for v in violations]
+    x1 = max([x0 + 1, *ends])
+    epochs = [e for r in part.replicas for e, _ in r.epoch_starts]
+    y_max = max([1, *epochs])
+
+    def x(offset: float) -> float:
+        return left + (offset - x0) / (x1 - x0) * plot_w
+
+    def y(epoch: float) -> float:  # a little room above and below for the nudged lines
+        return top + plot_h - (epoch + 0.15) / (y_max + 0.3) * plot_h
+
+    out = [
+        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="leader epoch over offset, {_e(part.topic)}-{part.partition}">'
+    ]
+    # Violations first, so the replicas' lines are drawn over them.
+    for v in violations:
+        colour = _KIND_COLOURS.get(v.kind, "#d62728")
+        vx, vw = x(v.offset), max(x(v.last_offset + 1) - x(v.offset), 2)
+        tip = f"<title>{_e(v.kind)} at {_e(_range(v))}: {_e(v.detail)}</title>"
+        if v.kind == "divergence":
+            out.append(
+                f'<rect x="{vx:.1f}" y="{top}" width="{vw:.1f}" height="{plot_h}" '
+                f'fill="{colour}" fill-opacity="0.25">{tip}</rect>'
+            )
+            out.append(f'<text x="{vx + 2:.1f}" y="{top + 12}" fill="{colour}">divergent</text>')
+        else:
+            out.append(
+                f'<rect x="{vx:.1f}" y="{top + plot_h + 3}" width="{vw:.1f}" height="6" '
+                f'fill="{colour}">{tip}</rect>'
+            )
+    # Axes and ticks.
+    out.append(
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" '
+        'stroke="#999"/>'
+    )
+    out.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#999"/>')
+    for tick in _ticks(x0, x1):
+        tx = x(tick)
+        out.append(
+            f'<line x1="{tx:.1f}" y1="{top + plot_h}" x2="{tx:.1f}" y2="{top + plot_h + 12}" '
+            'stroke="#999"/>'
+        )
+        out.append(
+            f'<text x="{tx:.1f}" y="{top + plot_h + 24}" text-anchor="middle">{tick:,}</text>'
+        )
+    for tick in _ticks(0, y_max, min(y_max, 6)):
+        ty = y(tick)
+        out.append(f'<line x1="{left - 4}" y1="{ty:.1f}" x2="{left}" y2="{ty:.1f}" stroke="#999"/>')
+        out.append(f'<text x="{left - 7}" y="{ty + 4:.1f}" text-anchor="end">{tick}</text>')
+    out.append(
+        f'<text x="{left + plot_w / 2:.0f}" y="{height - 3}" text-anchor="middle">offset</text>'
+    )
+    mid = top + plot_h / 2
+    out.append(
+        f'<text x="12" y="{mid:.0f}" transform="rotate(-90 12 {mid:.0f})" '
+        'text-anchor="middle">leader epoch</text>'
+    )
+    # The committed end.
+    cx = x(part.committed_end)
+    out.append(
+        f'<line x1="{cx:.1f}" y1="{top}" x2="{cx:.1f}" y2="{top + plot_h}" stroke="#555" '
+        'stroke-dasharray="4 3"><title>committed end (largest checkpointed high watermark, '
+        f"bounded by the replicas' log end offsets): {part.committed_end}</title></line>"
+    )
+    # One step line per replica, nudged apart so that equal lines stay visible, and broken
+    # where the replica has a gap.
+    for i, r in enumerate(part.replicas):
+        colour = _COLOURS[i % len(_COLOURS)]
+        nudge = (i - (len(part.replicas) - 1) / 2) * 3
+        holes = [
+            (v.offset, v.last_offset + 1)
+            for v in violations
+            if v.kind == "gap" and v.brokers == (r.broker,)
+        ]
+        tip = (
+            f"<title>broker {r.broker}: epochs "
+            f"{_e(', '.join(f'{e}@{o}' for e, o in r.epoch_starts))}, log end offset "
+            f"{r.log_end_offset}</title>"
+        )
+        for piece in _pieces(r.epoch_starts, r.log_end_offset, holes):
+            points = " ".join(f"{x(o):.1f},{y(e) + nudge:.1f}" for o, e in piece)
+            out.append(
+                f'<polyline points="{points}" fill="none" stroke="{colour}" '
+                f'stroke-width="2.5">{tip}</polyline>'
+            )
+        ly = top + 12 + i * 16
+        out.append(
+            f'<line x1="{width - right + 12}" y1="{ly - 4}" x2="{width - right + 32}" '
+            f'y2="{ly - 4}" stroke="{colour}" stroke-width="2.5"/>'
+        )
+        out.append(
+            f'<text x="{width - right + 37}" y="{ly}">broker {r.broker} (LEO '
+            f"{r.log_end_offset:,})</text>"
+        )
+    # A key for the violations drawn, under the brokers'.
+    kinds = sorted({v.kind for v in violations}, key=KINDS.index)
+    for j, kind in enumerate(kinds):
+        ly = top + 12 + (len(part.replicas) + j) * 16 + 6
+        opacity = ' fill-opacity="0.25"' if kind == "divergence" else ""
+        out.append(
+            f'<rect x="{width - right + 12}" y="{ly - 9}" width="20" height="8" '
+            f'fill="{_KIND_COLOURS.get(kind, "#d62728")}"{opacity}/>'
+        )
+        out.append(f'<text x="{width - right + 37}" y="{ly}">{kind}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _pieces(
+    starts: Sequence[tuple[int, int]], end: int, holes: Sequence[tuple[int, int]]
+) -> list[list[tuple[int, int]]]:
+    """The points (offset, epoch) of a replica's step line, cut into pieces around
+    ``holes`` ([from, to) offset ranges it does not hold)."""
+    runs = [
+        (start, starts[j + 1][1] if j + 1 < len(starts) else end, epoch)
+        for j, (epoch, start) in enumerate(starts)
+    ]
+    cuts = sorted({o for hole in holes for o in hole if o > 0})
+    pieces: list[list[tuple[int, int]]] = [[]]
+    for start, stop, epoch in runs:
+        bounds = [start, *(c for c in cuts if start < c < stop), max(stop, start)]
+        for low, high in itertools.pairwise(bounds):
+            if any(a <= low and high <= b for a, b in holes):
+                if pieces[-1]:
+                    pieces.append([])
+                continue
+            pieces[-1] += [(low, epoch), (high, epoch)]
+    return [p for p in pieces if p]
+
+
+def _timeline(result: AuditResult) -> str:
+    """Faults on a time axis above the acknowledgements (and failures) per time bucket."""
+    seconds = [s for s, _, _ in result.acks_per_second]
+    times = [*seconds, *(e.time for e in result.timeline)]
+    if not times:
+        return "<p>No timed operations or faults to draw.</p>"
+    t0, t1 = math.floor(min(times)), math.ceil(max(times)) + 1
+    buckets = min(120, max(1, t1 - t0))
+    size = (t1 - t0) / buckets
+    counts: dict[str, list[int]] = {k: [0] * buckets for k in ("ok", "info", "fail")}
+    for second, op_type, n in result.acks_per_second:
+        if op_type in counts:
+            counts[op_type][min(int((second - t0) / size), buckets - 1)] += n
+    peak = max([1, *(sum(counts[k][b] for k in counts) for b in range(buckets))])
+    width, left, right, top = 900, 55, 40, 20
+    fault_h, bars_h, axis_h = 70, 130, 36
+    height = top + fault_h + bars_h + axis_h
+    plot_w = width - left - right
+
+    def x(t: float) -> float:
+        return left + (t - t0) / (t1 - t0) * plot_w
+
+    base = top + fault_h + bars_h
+    out = [
+        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        'aria-label="faults and acknowledgements over time">',
+        f'<text x="{left}" y="{top - 6}">faults</text>',
+        f'<text x="{left}" y="{top + fault_h + 10}">operations per {size:.3g} s: '
+        '<tspan fill="#2ca02c">ok</tspan>, <tspan fill="#999">info</tspan>, '
+        '<tspan fill="#d62728">fail</tspan></text>',
+    ]
+    bar_w = plot_w / buckets
+    for b in range(buckets):
+        y: float = base
+        for op_type, colour in (("ok", "#2ca02c"), ("info", "#999999"), ("fail", "#d62728")):
+            n = counts[op_type][b]
+            if not n:
+                continue
+            h = n / peak * (bars_h - 16)
+            y -= h
+            start = t0 + b * size
+            out.append(
+                f'<rect x="{x(start):.1f}" y="{y:.1f}" width="{max(bar_w - 1, 1):.1f}" '
+                f'height="{h:.1f}" fill="{colour}"><title>{n:,} {op_type} from '
+                f"{_e(_clock(start))}</title></rect>"
+            )
+    for v in result.violations:
+        if v.kind == "lost_ack" and v.time is not None:
+            vx = x(v.time)
+            out.append(
+                f'<path d="M{vx:.1f},{base + 2} l-5,9 l10,0 z" fill="#d62728"><title>lost '
+                f"acknowledgement: {_e(v.detail)}</title></path>"
+            )
+    for i, event in enumerate(result.timeline):
+        ex = x(event.time)
+        label = f"{event.f} {event.target}".strip()
+        out.append(
+            f'<line x1="{ex:.1f}" y1="{top}" x2="{ex:.1f}" y2="{base}" stroke="#d62728" '
+            f'stroke-dasharray="3 2"><title>{_e(_clock(event.time))}: {_e(label)}</title></line>'
+        )
+        out.append(
+            f'<text x="{ex + 3:.1f}" y="{top + 12 + (i % 4) * 14}" fill="#d62728">'
+            f"{_e(label)}</text>"
+        )
+    out.append(f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#999"/>')
+    for tick in _ticks(t0, t1, 6):
+        tx = x(tick)
+        out.append(f'<line x1="{tx:.1f}" y1="{base}" x2="{tx:.1f}" y2="{base + 5}" stroke="#999"/>')
+        out.append(
+            f'<text x="{tx:.1f}" y="{base + 18}" text-anchor="middle">{_e(_clock(tick))}</text>'
+        )
+    out.append(
+        f'<text x="{left + plot_w / 2:.0f}" y="{height - 3}" text-anchor="middle">time (UTC)</text>'
+    )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(t))
+
+
+def _violation_rows(violations: Sequence[Violation]) -> str:
+    rows = [
+        "<table><tr><th>kind</th><th>partition</th><th>offsets</th><th>brokers</th>"
+        "<th>detail</th></tr>"
+    ]
+    for v in violations:
+        rows.append(
+            f'<tr><td class="kind">{_e(v.kind)}</td><td>{_e(v.topic)}-{v.partition}</td>'
+            f"<td>{_e(_range(v))}</td><td>{_e(', '.join(map(str, v.brokers)))}</td>"
+            f"<td>{_e(v.detail)}</td></tr>"
+        )
+    rows.append("</table>")
+    return "\n".join(rows)
+
+
+def render_html(result: AuditResult) -> str:
+    """The one-page report."""
+    by_partition: dict[tuple[str, int], list[Violation]] = defaultdict(list)
+    for v in result.violations:
+        by_partition[(v.topic, v.partition)].append(v)
+    status = (
+        f'<span class="bad">{len(result.violations)} violations</span>'
+        if result.violations
+        else '<span class="ok">clean: no violations</span>'
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        "<title>minibroker audit</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>minibroker audit: {status}</h1>",
+        "<p>Brokers: "
+        + ", ".join(f"{b} ({_e(path)})" for b, path in sorted(result.brokers.items()))
+        + f". History: {_e(result.history or 'none (lost_ack and phantom not checked)')}"
+        + (
+            ". Operations: "
+            + ", ".join(f"{_e(k)} {n:,}" for k, n in sorted(result.operations.items()))
+            if result.operations
+            else ""
+        )
+        + f". {result.records_decoded:,} records decoded in {result.seconds:.1f} s.</p>",
+        "<table><tr>"
+        + "".join(f'<th class="kind">{k}</th>' for k in KINDS)
+        + "</tr><tr>"
+        + "".join(f'<td class="{"bad" if n else "ok"}">{n}</td>' for n in result.by_kind().values())
+        + "</tr></table>",
+    ]
+    if result.timeline:
+        parts += ["<h2>Faults and acknowledgements</h2>", _timeline(result)]
+    parts.append("<h2>Partitions</h2>")
+    for part in result.partitions:
+        found = by_partition.get((part.topic, part.partition), [])
+        anchor = _e(f"p-{part.topic}-{part.partition}")
+        parts.append(f'<h3 id="{anchor}">{_e(part.topic)}-{part.partition}</h3>')
+        parts.append(
+            f"<p>Committed end {part.committed_end:,} (the largest checkpointed high "
+            f"watermark, bounded by the replicas' log end offsets); log start "
+            f"{part.log_start_offset:,}; acknowledged records checked {part.acked_checked:,}"
+            f" of {part.acked:,}; "
+            + (
+                f'<span class="bad">{len(found)} violations</span>'
+                if found
+                else '<span class="ok">no violations</span>'
+            )
+            + ".</p>"
+        )
+        parts.append(
+            "<table><tr><th>broker</th><th>log start</th><th>log end offset</th>"
+            "<th>high watermark</th><th>batches</th><th>records</th>"
+            "<th>epochs (epoch@first offset)</th><th>leader-epoch-checkpoint</th>"
+            "<th>notes</th></tr>"
+        )
+        for r in part.replicas:
+            notes = []
+            if r.torn_tail is not None:
+                notes.append(
+                    f"torn tail in {r.torn_tail.segment} at {r.torn_tail.position} "
+                    f"({r.torn_tail.remaining_bytes} bytes): {r.torn_tail.reason}"
+                )
+            if r.undecoded_batches:
+                notes.append(f"{r.undecoded_batches} compressed batches not decoded")
+            parts.append(
+                f"<tr><td>{r.broker}</td><td>{r.log_start_offset:,}</td>"
+                f"<td>{r.log_end_offset:,}</td>"
+                f"<td>{'-' if r.high_watermark is None else f'{r.high_watermark:,}'}</td>"
+                f"<td>{r.batches:,}</td><td>{r.records:,}</td>"
+                f"<td>{_e(', '.join(f'{e}@{o}' for e, o in r.epoch_starts))}</td>"
+                f"<td>{_e(', '.join(f'{e}@{o}' for e, o in r.checkpoint_epochs))}</td>"
+                f"<td>{_e('; '.join(notes))}</td></tr>"
+            )
+        parts.append("</table>")
+        if part.replicas:
+            parts.append(_epoch_plot(part, found))
+        if found:
+            parts.append(_violation_rows(found))
+    if result.violations:
+        parts += ["<h2>All violations</h2>", _violation_rows(result.violations)]
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

@@ -1,0 +1,170 @@
+"""Build broker data dirs and histories for the audit's tests and benchmark.
+
+A :class:`BrokerDataDir` writes what a broker leaves on disk, with the project's own
+storage code: ``meta.properties``, partition logs written by :class:`broker.log.Log` (as a
+leader, or as a follower copying another broker's batches), and the three offset
+checkpoints when it is closed. Faults are planted by the caller, through the log (truncate
+it, append a different record) or by editing bytes afterwards::
+
+    with BrokerDataDir(tmp / "b1", 1) as a, BrokerDataDir(tmp / "b2", 2) as b:
+        a.produce(tp, ["m0", "m1"], epoch=0)
+        b.replicate(tp, a)
+        a.high_watermarks[tp] = b.high_watermarks[tp] = 2
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from broker.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+    write_meta_properties,
+)
+from broker.log import Log, LogConfig
+from broker.record_batch import Record, encode_batch
+from broker.topic_partition import TopicPartition
+
+__all__ = ["BrokerDataDir", "history_line", "write_lines"]
+
+_TIMESTAMP = 1_700_000_000_000
+
+
+class BrokerDataDir:
+    """One broker's data dir, written through :class:`Log`. Close it (or use ``with``) to
+    write the checkpoints and close the logs."""
+
+    def __init__(self, path: Path, broker_id: int, config: LogConfig | None = None) -> None:
+        self.path = path
+        self.broker_id = broker_id
+        self.config = config or LogConfig()
+        self.configs: dict[TopicPartition, LogConfig] = {}
+        """Per-partition configs overriding ``config`` (set before the first write)."""
+        self.high_watermarks: dict[TopicPartition, int] = {}
+        """Written to replication-offset-checkpoint on close; a partition left out has no
+        entry."""
+        self._logs: dict[TopicPartition, Log] = {}
+        path.mkdir(parents=True, exist_ok=True)
+        write_meta_properties(path, broker_id)
+
+    def __enter__(self) -> BrokerDataDir:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def log(self, tp: TopicPartition) -> Log:
+        """The partition's log, created on first use."""
+        if tp not in self._logs:
+            config = self.configs.get(tp, self.config)
+            self._logs[tp] = Log.open(self.path / tp.dir_name, config)
+        return self._logs[tp]
+
+    def partition_dir(self, tp: TopicPartition) -> Path:
+        return self.path / tp.dir_name
+
+    def produce(
+        self,
+        tp: TopicPartition,
+        values: Sequence[str | bytes | None],
+        *,
+        epoch: int,
+        per_batch: int = 100,
+    ) -> int:
+        """Append ``values`` as the leader in ``epoch``, ``per_batch`` records per batch;
+        return the offset of the first one."""
+        log = self.log(tp)
+        first = log.log_end_offset
+        for i in range(0, len(values), per_batch):
+            chunk = values[i : i + per_batch]
+            records = [
+                Record(
+                    key=None,
+                    value=v.encode() if isinstance(v, str) else v,
+                    timestamp=_TIMESTAMP + first + i + j,
+                )
+                for j, v in enumerate(chunk)
+            ]
+            log.append_as_leader(encode_batch(records), epoch)
+        return first
+
+    def become_leader(self, tp: TopicPartition, epoch: int) -> None:
+        """What a new leader does before it writes: record its epoch at its log end offset
+        (KAFKA-7415)."""
+        log = self.log(tp)
+        log.epoch_cache.assign(epoch, log.log_end_offset)
+
+    def replicate(
+        self, tp: TopicPartition, leader: BrokerDataDir, up_to: int | None = None
+    ) -> None:
+        """Copy the leader's batches from this log's end, as a follower's fetches do, up to
+        offset ``up_to`` (exclusive; the leader's LEO by default)."""
+        log, source = self.log(tp), leader.log(tp)
+        end = source.log_end_offset if up_to is None else up_to
+        while log.log_end_offset < end:
+            # At most a segment per append, as a follower sized by replica.fetch.max.bytes.
+            limit = min(1 << 20, log.config.segment_bytes)
+            data = source.read(log.log_end_offset, limit, max_offset=end)
+            if not data.records:
+                raise ValueError(
+                    f"{tp}: cannot replicate up to {end}: the leader's batch holding offset "
+                    f"{log.log_end_offset} ends past it (batches are copied whole)"
+                )
+            log.append_as_follower(data.records)
+
+    def truncate(self, tp: TopicPartition, offset: int) -> None:
+        self.log(tp).truncate_to(offset)
+
+    def close(self) -> None:
+        """Flush and close the logs, then write the three offset checkpoints."""
+        recovery_points, log_starts = {}, {}
+        for tp, log in self._logs.items():
+            log.flush()
+            recovery_points[tp] = log.recovery_point
+            if log.log_start_offset > 0:
+                log_starts[tp] = log.log_start_offset
+            log.close()
+        self._logs.clear()
+        OffsetCheckpointFile(self.path / REPLICATION_OFFSET_CHECKPOINT).write(self.high_watermarks)
+        OffsetCheckpointFile(self.path / RECOVERY_POINT_OFFSET_CHECKPOINT).write(recovery_points)
+        OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT).write(log_starts)
+
+
+def history_line(
+    op_type: str,
+    tp: TopicPartition,
+    value: str,
+    offset: int | None = None,
+    *,
+    time: float = 1_700_000_000.0,
+    process: int = 0,
+) -> dict[str, Any]:
+    """One history operation (DESIGN.md §9)."""
+    return {
+        "time": time,
+        "process": process,
+        "type": op_type,
+        "topic": tp.topic,
+        "partition": tp.partition,
+        "value": value,
+        "offset": offset,
+    }
+
+
+def write_lines(path: Path, lines: Iterable[dict[str, Any]]) -> Path:
+    """Write JSON lines (a history or a timeline); return ``path``."""
+    with path.open("w") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+    return path

@@ -1,0 +1,431 @@
+"""The Spark audit (DESIGN.md §9) on replica data dirs written with the project's Log.
+
+Every violation kind is planted alone in a partition of its own, next to a healthy one and
+the end states of the two scenarios of DESIGN.md §8; one audit finds them all, and a clean
+copy of the same data (each fault left out, the same history) is found clean. One
+SparkSession serves the module: it takes 8-21 s to start on two busy cores.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from broker.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
+from broker.leader_epoch_cache import EpochEntry
+from broker.log import LogConfig
+from broker.record_batch import scan_batches
+from broker.topic_partition import TopicPartition
+from chaos.audit.cli import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_VIOLATIONS, audit_command
+from chaos.audit.model import KINDS
+from chaos.audit.session import start_session
+from chaos.audit.testing import BrokerDataDir, history_line, write_lines
+
+pytestmark = pytest.mark.integration
+
+A, B, C = 1, 2, 3
+T0 = 1_700_000_000.0
+
+CLEAN = TopicPartition("clean", 0)
+LOST = TopicPartition("lost", 0)
+DIVERGED = TopicPartition("diverged", 0)
+DUPLICATED = TopicPartition("duplicated", 0)
+GAPPED = TopicPartition("gapped", 0)
+CORRUPT = TopicPartition("corrupt", 0)
+EPOCHS = TopicPartition("epochs", 0)
+HW = TopicPartition("hw", 0)
+PHANTOM = TopicPartition("phantom", 0)
+# DESIGN.md §8, A (broker 1) and B (broker 2), in each truncation mode.
+LOSS_HW = TopicPartition("loss-high-watermark", 0)
+LOSS_LE = TopicPartition("loss-leader-epoch", 0)
+DIVERGENCE_HW = TopicPartition("divergence-high-watermark", 0)
+DIVERGENCE_LE = TopicPartition("divergence-leader-epoch", 0)
+
+
+@dataclass
+class Run:
+    status: int
+    report: dict[str, Any]
+    stdout: str
+    report_dir: Path
+    data: list[Path]
+
+    def findings(self, tp: TopicPartition) -> list[dict[str, Any]]:
+        return [
+            v
+            for v in self.report["violations"]
+            if (v["topic"], v["partition"]) == (tp.topic, tp.partition)
+        ]
+
+
+def _values(tp: TopicPartition, start: int, stop: int) -> list[str]:
+    return [f"{tp.topic}-{i}" for i in range(start, stop)]
+
+
+class _Builder:
+    """Three brokers' data dirs and the history of what was acknowledged."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.history: list[dict[str, Any]] = []
+        self.dirs = {
+            broker: BrokerDataDir(root / f"broker-{broker}", broker) for broker in (A, B, C)
+        }
+
+    def ack(self, tp: TopicPartition, values: list[str], first: int) -> None:
+        for i, value in enumerate(values):
+            t = T0 + len(self.history) * 0.05
+            self.history.append(history_line("ok", tp, value, first + i, time=t, process=i % 3))
+
+    def hw(self, tp: TopicPartition, hw: int, brokers: tuple[int, ...] = (A, B, C)) -> None:
+        for broker in brokers:
+            self.dirs[broker].high_watermarks[tp] = hw
+
+    def replicate(self, tp: TopicPartition, leader: int, followers: tuple[int, ...]) -> None:
+        for broker in followers:
+            self.dirs[broker].replicate(tp, self.dirs[leader])
+
+
+def _build(root: Path, *, faults: bool) -> tuple[list[Path], Path]:
+    """The data dirs and history; ``faults`` plants one fault per partition and adds the
+    §8 end states."""
+    root.mkdir(parents=True)
+    w = _Builder(root)
+    a, b, c = w.dirs[A], w.dirs[B], w.dirs[C]
+
+    values = _values(CLEAN, 0, 30)
+    a.produce(CLEAN, values, epoch=0, per_batch=5)
+    w.ack(CLEAN, values, 0)
+    w.replicate(CLEAN, A, (B, C))
+    w.hw(CLEAN, 30)
+
+    # lost_ack: every replica lost the acknowledged tail 20..24 (truncated, HW lowered).
+    values = _values(LOST, 0, 25)
+    a.produce(LOST, values, epoch=0, per_batch=5)
+    w.ack(LOST, values, 0)
+    w.replicate(LOST, A, (B, C))
+    w.hw(LOST, 25)
+    if faults:
+        for d in (a, b, c):
+            d.truncate(LOST, 20)
+        w.hw(LOST, 20)
+
+    # divergence: A kept an unacknowledged epoch-0 tail where B (epoch 1) wrote 10..14.
+    values = _values(DIVERGED, 0, 10)
+    a.produce(DIVERGED, values, epoch=0, per_batch=5)
+    w.ack(DIVERGED, values, 0)
+    w.replicate(DIVERGED, A, (B, C))
+    if faults:
+        a.produce(DIVERGED, [f"stale-{i}" for i in range(10, 15)], epoch=0, per_batch=5)
+    b.become_leader(DIVERGED, 1)
+    values = _values(DIVERGED, 10, 15)
+    b.produce(DIVERGED, values, epoch=1, per_batch=5)
+    w.ack(DIVERGED, values, 10)
+    w.replicate(DIVERGED, B, (C,) if faults else (A, C))
+    w.hw(DIVERGED, 15)
+
+    # duplicate: a retried produce of dup-7..9 appended again at 10..12.
+    values = _values(DUPLICATED, 0, 10)
+    a.produce(DUPLICATED, values, epoch=0, per_batch=5)
+    w.ack(DUPLICATED, values, 0)
+    if faults:
+        a.produce(DUPLICATED, values[7:], epoch=0)
+    w.replicate(DUPLICATED, A, (B, C))
+    w.hw(DUPLICATED, a.log(DUPLICATED).log_end_offset)
+
+    # gap: broker 2's second segment file is deleted (small segments: several per log).
+    for d in (a, b, c):
+        d.configs[GAPPED] = LogConfig(segment_bytes=512)
+    values = _values(GAPPED, 0, 40)
+    a.produce(GAPPED, values, epoch=0, per_batch=5)
+    w.ack(GAPPED, values, 0)
+    w.replicate(GAPPED, A, (B, C))
+    w.hw(GAPPED, 40)
+
+    # crc: a byte of broker 3's third batch flips after the write.
+    values = _values(CORRUPT, 0, 20)
+    a.produce(CORRUPT, values, epoch=0, per_batch=5)
+    w.ack(CORRUPT, values, 0)
+    w.replicate(CORRUPT, A, (B, C))
+    w.hw(CORRUPT, 20)
+
+    # epoch_cache: broker 1's leader-epoch-checkpoint is rewritten wrong afterwards.
+    values = _values(EPOCHS, 0, 10)
+    a.produce(EPOCHS, values, epoch=0, per_batch=5)
+    w.ack(EPOCHS, values, 0)
+    w.replicate(EPOCHS, A, (B, C))
+    b.become_leader(EPOCHS, 1)
+    values = _values(EPOCHS, 10, 20)
+    b.produce(EPOCHS, values, epoch=1, per_batch=5)
+    w.ack(EPOCHS, values, 10)
+    w.replicate(EPOCHS, B, (A, C))
+    w.hw(EPOCHS, 20)
+
+    # hw_above_leo: broker 3 checkpoints HW 15 for a log ending at 10.
+    values = _values(HW, 0, 10)
+    a.produce(HW, values, epoch=0, per_batch=5)
+    w.ack(HW, values, 0)
+    w.replicate(HW, A, (B, C))
+    w.hw(HW, 10)
+    if faults:
+        c.high_watermarks[HW] = 15
+
+    # phantom: a committed record no operation wrote.
+    values = _values(PHANTOM, 0, 10)
+    a.produce(PHANTOM, values, epoch=0, per_batch=5)
+    w.ack(PHANTOM, values, 0)
+    if faults:
+        a.produce(PHANTOM, ["ghost"], epoch=0)
+    w.replicate(PHANTOM, A, (B, C))
+    w.hw(PHANTOM, a.log(PHANTOM).log_end_offset)
+
+    if faults:
+        _design_scenarios(w)
+    for d in w.dirs.values():
+        d.close()
+
+    if faults:
+        gapped = sorted((root / "broker-2" / GAPPED.dir_name).glob("*.log"))
+        assert len(gapped) >= 3, "the gap needs a middle segment"
+        gapped[1].unlink()
+        gapped[1].with_suffix(".index").unlink(missing_ok=True)
+
+        segment = root / "broker-3" / CORRUPT.dir_name / f"{0:020d}.log"
+        data = bytearray(segment.read_bytes())
+        third = list(scan_batches(bytes(data)))[2]
+        data[third.position + third.header.size - 3] ^= 0xFF  # inside the last record
+        segment.write_bytes(bytes(data))
+
+        LeaderEpochCheckpointFile(
+            root / "broker-1" / EPOCHS.dir_name / LEADER_EPOCH_CHECKPOINT
+        ).write([EpochEntry(0, 0), EpochEntry(1, 12)])
+
+    history = write_lines(root / "history.jsonl", w.history)
+    return [w.dirs[broker].path for broker in (A, B, C)], history
+
+
+def _design_scenarios(w: _Builder) -> None:
+    """The end states of DESIGN.md §8's tests (tests/integration/
+    test_high_watermark_failure_scenarios.py), A leading B, RF 2."""
+    a, b = w.dirs[A], w.dirs[B]
+    # Data loss: both held m0, m1 (A's HW 2, B's 1); B restarts, A dies, B leads.
+    for tp in (LOSS_HW, LOSS_LE):
+        a.produce(tp, ["m0"], epoch=0)
+        b.replicate(tp, a)
+        a.produce(tp, ["m1"], epoch=0)
+        b.replicate(tp, a)
+        w.ack(tp, ["m0", "m1"], 0)
+    b.truncate(LOSS_HW, 1)  # high-watermark mode: B truncates to its HW on restart
+    for tp in (LOSS_HW, LOSS_LE):
+        b.become_leader(tp, 1)
+    a.truncate(LOSS_HW, 1)  # A follows B, whose log ends at 1
+    w.hw(LOSS_HW, 1, (A, B))
+    w.hw(LOSS_LE, 2, (A, B))
+    # Divergence: A alone holds m1 (HW 2), B holds m0; both die, B leads (unclean) and
+    # writes m2 at offset 1; A returns.
+    for tp in (DIVERGENCE_HW, DIVERGENCE_LE):
+        a.produce(tp, ["m0"], epoch=0)
+        b.replicate(tp, a)
+        a.produce(tp, ["m1"], epoch=0)
+        w.ack(tp, ["m0", "m1"], 0)
+        b.become_leader(tp, 1)
+        b.produce(tp, ["m2"], epoch=1)
+        w.ack(tp, ["m2"], 1)
+        w.hw(tp, 2, (A, B))
+    a.truncate(DIVERGENCE_LE, 1)  # leader-epoch mode: the end of epoch 0 on B is 1
+    a.replicate(DIVERGENCE_LE, b)
+
+
+TIMELINE = [
+    {"time": T0 + 1.0, "process": "nemesis", "type": "info", "f": "kill", "target": 2},
+    {"time": T0 + 2.5, "process": "nemesis", "type": "info", "f": "start", "target": 2},
+]
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = start_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _run(spark: SparkSession, root: Path, *, faults: bool, timeline: Path | None = None) -> Run:
+    data, history = _build(root / "data", faults=faults)
+    out = io.StringIO()
+    report_dir = root / "report"
+    status = audit_command(
+        data=data, history=history, report=report_dir, timeline=timeline, spark=spark, out=out
+    )
+    report = json.loads((report_dir / "report.json").read_text())
+    return Run(status, report, out.getvalue(), report_dir, data)
+
+
+@pytest.fixture(scope="module")
+def faulty(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    root = tmp_path_factory.mktemp("faulty")
+    return _run(spark, root, faults=True, timeline=write_lines(root / "timeline.jsonl", TIMELINE))
+
+
+@pytest.fixture(scope="module")
+def clean(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return _run(spark, tmp_path_factory.mktemp("clean"), faults=False)
+
+
+def _one(run: Run, tp: TopicPartition) -> dict[str, Any]:
+    found = run.findings(tp)
+    assert len(found) == 1, json.dumps(found, indent=1)
+    return found[0]
+
+
+def _gap_range(run: Run) -> tuple[int, int]:
+    """Offsets of broker 2's deleted segment: from its base to the next segment's base."""
+    bases = sorted(
+        int(p.stem) for p in (run.data[0] / GAPPED.dir_name).glob("*.log")
+    )  # broker 1 still has every segment
+    return bases[1], bases[2] - 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "tp", "first", "last", "count", "brokers", "says"),
+    [
+        ("lost_ack", LOST, 20, 24, 5, [A, B, C], "in no replica's log"),
+        ("divergence", DIVERGED, 10, 14, 5, [A, B, C], "broker 1 'stale-10' (epoch 0)"),
+        ("duplicate", DUPLICATED, 7, 9, 3, [A, B, C], "appear 2 times"),
+        ("gap", GAPPED, None, None, None, [B], "has no batch for offsets"),
+        ("crc", CORRUPT, 10, 14, 5, [C], "CRC mismatch"),
+        ("epoch_cache", EPOCHS, 10, 10, 2, [A], "the file says [0@0, 1@12]"),
+        ("hw_above_leo", HW, 10, 14, 5, [C], "high watermark is 15 but its log ends at 10"),
+        ("phantom", PHANTOM, 10, 10, 1, [A, B, C], "'ghost' at offset 10 is committed"),
+    ],
+)
+def test_a_planted_fault_is_reported_alone_with_its_partition_offsets_and_brokers(
+    faulty: Run,
+    kind: str,
+    tp: TopicPartition,
+    first: int | None,
+    last: int | None,
+    count: int | None,
+    brokers: list[int],
+    says: str,
+) -> None:
+    if kind == "gap":
+        first, last = _gap_range(faulty)
+        count = last - first + 1
+    finding = _one(faulty, tp)
+    assert finding["kind"] == kind
+    assert (finding["offset"], finding["last_offset"], finding["count"]) == (first, last, count)
+    assert finding["brokers"] == brokers
+    assert says in finding["detail"]
+
+
+def test_the_faulty_run_exits_1_and_counts_every_kind(faulty: Run) -> None:
+    assert faulty.status == EXIT_VIOLATIONS
+    assert faulty.findings(CLEAN) == []
+    by_kind = faulty.report["summary"]["violations_by_kind"]
+    assert all(by_kind[kind] >= 1 for kind in KINDS), by_kind
+
+
+def test_a_clean_copy_of_the_same_data_has_no_violation_and_exits_0(clean: Run) -> None:
+    assert clean.report["violations"] == []
+    assert clean.status == EXIT_CLEAN
+    assert clean.report["summary"]["clean"] is True
+    parts = {(p["topic"], p["partition"]): p for p in clean.report["summary"]["partitions"]}
+    assert parts[("clean", 0)]["acked_checked"] == 30
+    assert "clean: no violations" in clean.stdout
+
+
+def test_high_watermark_mode_outcomes_are_a_lost_ack_and_a_divergence(faulty: Run) -> None:
+    loss = _one(faulty, LOSS_HW)
+    assert (loss["kind"], loss["offset"], loss["brokers"]) == ("lost_ack", 1, [A, B])
+    assert "'m1'" in loss["detail"]
+    found = sorted(faulty.findings(DIVERGENCE_HW), key=lambda v: v["kind"])
+    assert [(v["kind"], v["offset"], v["brokers"]) for v in found] == [
+        ("divergence", 1, [A, B]),
+        ("lost_ack", 1, [A, B]),
+    ]
+    assert "broker 1 'm1' (epoch 0), broker 2 'm2' (epoch 1)" in found[0]["detail"]
+    assert "broker 1 still holds the acknowledged record" in found[1]["detail"]
+
+
+def test_leader_epoch_mode_loses_only_what_the_unclean_election_gave_up(faulty: Run) -> None:
+    assert faulty.findings(LOSS_LE) == []
+    (lost,) = faulty.findings(DIVERGENCE_LE)
+    assert (lost["kind"], lost["offset"]) == ("lost_ack", 1)
+    assert "'m1'" in lost["detail"]
+    assert "holds 'm2'" in lost["detail"]
+
+
+def test_report_json_follows_the_design_schema(faulty: Run) -> None:
+    report = faulty.report
+    assert set(report) == {"violations", "summary"}
+    for v in report["violations"]:
+        assert {"kind", "topic", "partition", "offset", "brokers", "detail"} <= set(v)
+        assert v["kind"] in KINDS
+        assert isinstance(v["offset"], int)
+        assert isinstance(v["last_offset"], int)
+        assert all(isinstance(b, int) for b in v["brokers"])
+        assert v["detail"].endswith(".")
+    summary = report["summary"]
+    assert summary["brokers"] == {
+        str(b): str(p) for b, p in zip((A, B, C), faulty.data, strict=True)
+    }
+    assert summary["operations"]["ok"] > 0
+    part = next(p for p in summary["partitions"] if p["topic"] == "epochs")
+    assert [r["broker"] for r in part["replicas"]] == [A, B, C]
+    replica = part["replicas"][0]
+    assert replica["log_end_offset"] == 20
+    assert replica["high_watermark"] == 20
+    assert replica["epochs"] == [[0, 0], [1, 10]]
+    assert replica["leader_epoch_checkpoint"] == [[0, 0], [1, 12]]
+
+
+def test_html_report_is_one_offline_page_with_a_plot_per_partition(faulty: Run) -> None:
+    page = (faulty.report_dir / "report.html").read_text()
+    assert not re.search(r"https?://|src=|href=(?!\"#)|url\(|@import", page)
+    partitions = len(faulty.report["summary"]["partitions"])
+    assert page.count('aria-label="leader epoch over offset') == partitions
+    assert "divergent" in page
+    assert 'aria-label="faults and acknowledgements over time"' in page
+    assert "kill 2" in page
+
+
+def test_stdout_has_the_per_partition_table_and_the_violations(faulty: Run) -> None:
+    out = faulty.stdout
+    assert "LEO (broker:offset)" in out
+    assert "epochs-0" in out
+    assert "1:0,1 2:0,1 3:0,1" in out
+    assert "VIOLATIONS:" in out
+
+
+def test_a_malformed_history_line_exits_2_and_names_the_line(
+    spark: SparkSession, faulty: Run, tmp_path: Path
+) -> None:
+    history = tmp_path / "history.jsonl"
+    good = json.dumps(history_line("ok", CLEAN, "clean-0", 0))
+    history.write_text(f"{good}\n{good}\n{{not json\n{good}\n")
+    err = io.StringIO()
+    status = audit_command(
+        data=faulty.data, history=history, report=tmp_path / "out", spark=spark, err=err
+    )
+    assert status == EXIT_BAD_INPUT
+    assert f"history {history}, line 3: not valid JSON" in err.getvalue()
+
+
+def test_an_unreadable_data_dir_exits_2(spark: SparkSession, faulty: Run, tmp_path: Path) -> None:
+    missing = tmp_path / "broker-9"
+    err = io.StringIO()
+    status = audit_command(
+        data=[*faulty.data, missing], report=tmp_path / "out", spark=spark, err=err
+    )
+    assert status == EXIT_BAD_INPUT
+    assert f"data dir {missing} does not exist" in err.getvalue()

@@ -1,0 +1,100 @@
+"""History and nemesis timeline lines (DESIGN.md §9): what is accepted, what is bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chaos.audit.history import (
+    HistoryError,
+    HistoryOp,
+    NemesisEvent,
+    history_rows,
+    parse_history_line,
+    parse_timeline_line,
+)
+
+OK = {
+    "time": 1.5,
+    "process": 3,
+    "type": "ok",
+    "topic": "t",
+    "partition": 2,
+    "value": "v",
+    "offset": 9,
+}
+
+
+def _line(**changes: object) -> str:
+    obj = {**OK, **changes}
+    return json.dumps({k: v for k, v in obj.items() if v is not ...})
+
+
+def test_an_ok_line_is_an_operation() -> None:
+    assert parse_history_line(4, _line()) == HistoryOp(4, 1.5, 3, "ok", "t", 2, "v", 9)
+
+
+def test_fail_and_info_may_leave_out_partition_and_offset() -> None:
+    op = parse_history_line(1, _line(type="info", partition=..., offset=None))
+    assert isinstance(op, HistoryOp)
+    assert (op.type, op.partition, op.offset) == ("info", None, None)
+
+
+def test_blank_lines_are_skipped_and_bytes_are_decoded() -> None:
+    assert parse_history_line(1, "   ") is None
+    assert parse_history_line(1, _line().encode()) == parse_history_line(1, _line())
+
+
+def test_a_nemesis_line_in_a_history_is_an_event() -> None:
+    line = json.dumps(
+        {"time": 2, "process": "nemesis", "type": "info", "f": "kill", "target": [1, 3]}
+    )
+    assert parse_history_line(7, line) == NemesisEvent(7, 2.0, "kill", "[1, 3]")
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "expected a JSON object, got list"),
+        (_line(type="maybe"), '"type" must be "ok", "fail" or "info"'),
+        (_line(offset=...), '"offset" is missing (an acknowledged write must say where'),
+        (_line(partition=-1), '"partition" must be a non-negative integer'),
+        (_line(offset=True), '"offset" must be a non-negative integer'),
+        (_line(process="p1"), '"process" must be an integer (or "nemesis")'),
+        (_line(time="noon"), '"time" must be a number of unix seconds'),
+        (_line(value=5), '"value" must be a string'),
+        (_line(topic=""), '"topic" must be a non-empty string'),
+        ('{"time": 1, "process": 1, "type": "ok", "topic": "t", "partition": 0, '
+         '"value": "\\ud800", "offset": 0}', '"value" is not valid Unicode'),
+    ],
+)  # fmt: skip
+def test_a_bad_line_is_reported_with_its_number_and_reason(text: str, reason: str) -> None:
+    with pytest.raises(HistoryError) as caught:
+        parse_history_line(12, text)
+    assert caught.value.line_number == 12
+    assert str(caught.value).startswith(f"line 12: {reason}")
+
+
+def test_invalid_utf8_is_bad_input() -> None:
+    with pytest.raises(HistoryError, match="line 3: not UTF-8"):
+        parse_history_line(3, b"\xff\xfe")
+
+
+def test_history_rows_number_lines_from_one_and_flag_errors() -> None:
+    assert history_rows((b"", 0)) == []
+    (row,) = history_rows((_line().encode(), 0))
+    assert row == (1, None, 1.5, "ok", "t", 2, b"v", 9, None, None)
+    (bad,) = history_rows((b"{", 41))
+    assert bad[0] == 42
+    assert bad[1].startswith("not valid JSON")
+    assert bad[2:] == (None,) * 8
+
+
+def test_a_timeline_keeps_only_nemesis_lines() -> None:
+    kill = json.dumps({"time": 5, "process": "nemesis", "f": "pause", "target": 2})
+    assert parse_timeline_line(1, kill) == NemesisEvent(1, 5.0, "pause", "2")
+    assert parse_timeline_line(2, _line()) is None
+    with pytest.raises(HistoryError, match='line 3: a nemesis line needs "f"'):
+        parse_timeline_line(3, json.dumps({"time": 5, "process": "nemesis"}))
