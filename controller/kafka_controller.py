@@ -720,7 +720,7 @@ class KafkaController:
         batch = ControllerBrokerRequestBatch()
         batch.add_update_metadata(
             ALL_LIVE_BROKERS,
-            {tp: PartitionLeadership(s, ctx.assignments[tp]) for tp, s in self._states(tps)},
+            self._leaderships(tps),
             deleting=True,
         )
         for tp in tps:
@@ -836,7 +836,7 @@ class KafkaController:
                 batch.add_stop_replica([leaving], tp, False, ctx.partition_states[tp].leader_epoch)
         batch.add_update_metadata(
             ALL_LIVE_BROKERS,
-            {tp: PartitionLeadership(s, ctx.assignments[tp]) for tp, s in self._states(tps)},
+            self._leaderships(tps),
         )
         self._send(batch)
         self._log(
@@ -906,7 +906,7 @@ class KafkaController:
         changed = await self._change_states(wanted, decide, batch)
         batch.add_update_metadata(
             ALL_LIVE_BROKERS,
-            {tp: PartitionLeadership(s, ctx.assignments[tp]) for tp, s in self._states(changed)},
+            self._leaderships(changed),
         )
         self._send(batch)
         self._log(
@@ -1030,9 +1030,16 @@ class KafkaController:
             self._send(batch)
         self._log(logging.WARNING, "reassignment_not_settled", partition=tp)
 
-    def _states(self, tps: Iterable[TopicPartition]) -> list[tuple[TopicPartition, PartitionState]]:
-        states = self._ctx.partition_states
-        return [(tp, states[tp]) for tp in sorted(tps) if tp in states]
+    def _leaderships(
+        self, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, PartitionLeadership]:
+        """UpdateMetadata content for the known partitions among ``tps``."""
+        ctx = self._ctx
+        return {
+            tp: PartitionLeadership(ctx.partition_states[tp], ctx.assignments[tp])
+            for tp in sorted(tps)
+            if tp in ctx.partition_states and tp in ctx.assignments
+        }
 
     # -- state changes -----------------------------------------------------------------------
 
@@ -1145,12 +1152,7 @@ class KafkaController:
         return enabled
 
     def _all_leaderships(self) -> dict[TopicPartition, PartitionLeadership]:
-        ctx = self._ctx
-        return {
-            tp: PartitionLeadership(state, ctx.assignments[tp])
-            for tp, state in ctx.partition_states.items()
-            if tp in ctx.assignments
-        }
+        return self._leaderships(self._ctx.partition_states)
 
     # -- brokers and sending -----------------------------------------------------------------
 

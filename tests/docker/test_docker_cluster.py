@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -25,6 +24,7 @@ import pytest
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from tests.docker.conftest import REPO, DockerCluster
+from tests.helpers import wait_for
 
 T = TypeVar("T")
 
@@ -75,18 +75,20 @@ def partitions(cluster: DockerCluster, topic: str) -> dict[int, pb.PartitionMeta
 
 
 def wait_until(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
+    """``wait_for`` for checks that may fail with an AssertionError while a broker is
+    between answers: that counts as "not yet"."""
+    last: list[object] = [None]
+
+    def attempt() -> T | None:
         try:
-            result = check()
-        except AssertionError as err:  # a broker between answers: try again
-            last = err
-            result = None
-        if result:
-            return result
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last})")
+            return check()
+        except AssertionError as err:
+            last[0] = err
+            return None
+
+    found = wait_for(attempt, timeout, interval=0.5, message=lambda: f"{what} (last: {last[0]})")
+    assert found is not None
+    return found
 
 
 def docker(*args: str) -> None:

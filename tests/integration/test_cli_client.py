@@ -132,7 +132,7 @@ def test_consumer_group_splits_rebalances_and_resumes_from_committed_offsets(
     try:
         # All three have joined when each owns its two partitions in ZooKeeper; records
         # written from then on are split 2/2/2.
-        wait_for(lambda: _owners(cluster, group, topic) == 6, 60, message="6 owned partitions")
+        wait_for(lambda: len(_owners(cluster, group, topic)) == 6, 60, message="6 owned partitions")
         produce(0, 600)
         wait_for(lambda: sum(len(read(p)) for p in outputs) >= 600, 60, message="600 read")
         partitions = [{p for p, _ in read(path)} for path in outputs]
@@ -160,21 +160,8 @@ def test_consumer_group_splits_rebalances_and_resumes_from_committed_offsets(
     assert sorted(rest.split()) == sorted(f"v{i}" for i in range(900, 910))
 
 
-def _owners(cluster: LocalCluster, group: str, topic: str) -> int:
-    from kazoo.client import KazooClient
-
-    zk = KazooClient(hosts=cluster.env["MINIBROKER_ZOOKEEPER"])
-    zk.start(10)
-    try:
-        path = f"/consumers/{group}/owners/{topic}"
-        return len(zk.get_children(path)) if zk.exists(path) else 0
-    finally:
-        zk.stop()
-        zk.close()
-
-
-def _owner_ids(cluster: LocalCluster, group: str, topic: str) -> int:
-    """How many distinct members own the topic's partitions (all six owned), else 0."""
+def _owners(cluster: LocalCluster, group: str, topic: str) -> list[bytes]:
+    """The member id owning each owned partition of ``topic`` in ``group``."""
     from kazoo.client import KazooClient
 
     zk = KazooClient(hosts=cluster.env["MINIBROKER_ZOOKEEPER"])
@@ -182,12 +169,16 @@ def _owner_ids(cluster: LocalCluster, group: str, topic: str) -> int:
     try:
         path = f"/consumers/{group}/owners/{topic}"
         children = zk.get_children(path) if zk.exists(path) else []
-        if len(children) != 6:
-            return 0
-        return len({zk.get(f"{path}/{c}")[0] for c in children})
+        return [zk.get(f"{path}/{c}")[0] for c in children]
     finally:
         zk.stop()
         zk.close()
+
+
+def _owner_ids(cluster: LocalCluster, group: str, topic: str) -> int:
+    """How many distinct members own the topic's partitions (all six owned), else 0."""
+    owners = _owners(cluster, group, topic)
+    return len(set(owners)) if len(owners) == 6 else 0
 
 
 def test_user_errors_are_one_line_and_a_non_zero_exit(cluster: LocalCluster) -> None:
