@@ -2,24 +2,29 @@
 
 The plain baseline writes each 16 KiB batch with one unbuffered ``write`` (the Log's segment
 makes one ``pwritev`` per append), so the ratio isolates what the Log adds: validation
-(header parse and CRC32C), stamping base offset and leader epoch (a 16-byte buffer before
-the rest of the batch in that ``pwritev``), index and epoch-cache bookkeeping; with fsync,
-also the index file's fsync.
+(header parse, CRC32C, and broker.log_validator's walk over every record: here runs of
+records of one layout, checked a column at a time), stamping base offset and leader epoch
+(a 16-byte buffer before the rest of the batch in that ``pwritev``), index and epoch-cache
+bookkeeping; with fsync, also the index file's fsync.
 Both runs use the same directory (so the same disk) and alternate, best of ``rounds``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import random
 import shutil
 import tempfile
 import time
+import timeit
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker.log import Log, LogConfig
-from broker.record_batch import Record, encode_batch
+from broker.log_validator import validate_client_batches
+from broker.record_batch import Record, encode_batch, validate_batches
 
 BATCH_BYTES = 16 * 1024
 RECORD_VALUE_BYTES = 100
@@ -40,14 +45,38 @@ class AppendResult:
         return self.log_mb_s / self.plain_mb_s
 
 
-def make_batch() -> bytes:
-    """A v2 batch of 100-byte records, as close to 16 KiB as whole records allow."""
+def make_batch(value_bytes: Callable[[], int] = lambda: RECORD_VALUE_BYTES) -> bytes:
+    """A v2 batch of records of 100-byte values (or of ``value_bytes()`` each), as close to
+    16 KiB as whole records allow."""
     records: list[Record] = []
     while True:
-        records.append(Record(key=None, value=os.urandom(RECORD_VALUE_BYTES), timestamp=0))
+        records.append(Record(key=None, value=os.urandom(value_bytes()), timestamp=0))
         if len(encode_batch(records)) > BATCH_BYTES:
             records.pop()
             return encode_batch(records)
+
+
+@dataclass(frozen=True)
+class ValidatorCost:
+    """µs per record of the leader's record checks (broker.log_validator), per batch kind."""
+
+    one_layout_us: float
+    """A batch of 100-byte values: runs of one layout, checked a column at a time."""
+    varied_us: float
+    """A batch of 50- to 150-byte values: the records are walked one by one."""
+
+
+def validator_cost(rounds: int = 7, number: int = 500) -> ValidatorCost:
+    """The validator alone (header checks excluded), best of ``rounds`` timeit runs."""
+    sizes = random.Random(11)
+    costs = []
+    for batch in (make_batch(), make_batch(lambda: sizes.randint(50, 150))):
+        headers = validate_batches(batch)
+        count = sum(header.record_count for header in headers)
+        check = functools.partial(validate_client_batches, batch, headers)
+        seconds = min(timeit.repeat(check, number=number, repeat=rounds))
+        costs.append(seconds / number / count * 1e6)
+    return ValidatorCost(*costs)
 
 
 def _plain(directory: Path, batch: bytes, batches: int, fsync_every: int | None) -> float:

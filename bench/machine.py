@@ -40,10 +40,18 @@ def _filesystem(path: Path) -> str:
         return "unknown filesystem"
 
 
+def _load() -> str:
+    try:
+        return f"load average {os.getloadavg()[0]:.1f} at the start"
+    except OSError:
+        return "load average unknown"
+
+
 def describe(data_path: Path) -> str:
-    """One line: CPU, cores, memory, OS, Python, and the filesystem holding ``data_path``."""
+    """One line: CPU, cores, memory, OS, Python, the filesystem holding ``data_path``, and
+    the 1-minute load average (other work on the machine slows the Python side most)."""
     return (
         f"{_cpu_model()}, {os.cpu_count()} cores, {_memory()}, "
         f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
-        f"data on {_filesystem(data_path)}"
+        f"data on {_filesystem(data_path)}, {_load()}"
     )

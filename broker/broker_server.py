@@ -1,11 +1,12 @@
 """A broker process: start-up, serving and clean shutdown (Kafka's ``KafkaServer``).
 
-Start-up order matters: logs are loaded and recovered before the broker registers in
-ZooKeeper, because registering is what makes the controller send it work; the gRPC port is
-bound (and checked) before registering, because the registration advertises it; the
-controller candidate starts last, once registered. Shutdown runs the other way: a
-controlled shutdown first (the controller moves leadership away while the broker still
-serves), then stop serving, stop replicating, stop the controller candidate, checkpoint and
+Start-up order matters: logs are loaded and recovered, and the dynamic broker configs
+(:mod:`broker.dynamic_config`) read, before the broker registers in ZooKeeper, because
+registering is what makes the controller send it work; the gRPC port is bound (and checked)
+before registering, because the registration advertises it; the controller candidate starts
+last, once registered. Shutdown runs the other way: a controlled shutdown first (the
+controller moves leadership away while the broker still serves), then stop serving, stop
+watching config changes, stop replicating, stop the controller candidate, checkpoint and
 close the logs (which writes the clean-shutdown marker last), then leave ZooKeeper.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
@@ -23,12 +25,14 @@ import grpc
 
 from broker.config import BrokerConfig
 from broker.controlled_shutdown import controlled_shutdown
+from broker.dynamic_config import DynamicConfigManager
 from broker.grpc_keepalive import SERVER_KEEPALIVE_OPTIONS
 from broker.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from broker.server import BrokerService, ControlService
+from broker.undecodable_requests import UndecodableRequests
 from broker.zk_client import BrokerZkClient, ZkError
 from controller.kafka_controller import KafkaController
 from proto import minibroker_pb2_grpc as pb_grpc
@@ -37,6 +41,9 @@ from proto.errors import MinibrokerError
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_GRACE_S = 5.0
+ZOOKEEPER_SESSION_FILE = ".zookeeper-session"
+"""In the data dir, with ``test.zookeeper.session.export.enable``: ``<id hex> <password hex>``
+of the broker's registration session."""
 
 
 class BrokerStartupError(MinibrokerError):
@@ -68,6 +75,9 @@ class BrokerServer:
         )
         self.producer_id_manager = ProducerIdManager(config.broker_id, self.zk)
         self.controller = KafkaController.from_config(config)
+        self.dynamic_config = DynamicConfigManager(
+            config, self.zk, self.replica_manager, self.controller
+        )
         self.port: int | None = None
         self._controller_started = False
         self._grpc: grpc.aio.Server | None = None
@@ -94,16 +104,20 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self.log_manager.startup)
         await self.zk.start()
+        # Dynamic broker configs apply before anything is hosted (Kafka reads them right
+        # after connecting to ZooKeeper).
+        await self.dynamic_config.start()
         await self.replica_manager.start()
         self._replica_manager_started = True
         self._grpc = grpc.aio.server(
+            interceptors=[UndecodableRequests(self.broker_id)],
             options=[
                 *SERVER_KEEPALIVE_OPTIONS,
                 # A restarted broker must not silently share its port with a stale one.
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", self.config.socket_request_max_bytes),
                 ("grpc.max_send_message_length", self.config.socket_request_max_bytes),
-            ]
+            ],
         )
         pb_grpc.add_BrokerServicer_to_server(
             BrokerService(
@@ -155,6 +169,21 @@ class BrokerServer:
         )
         self.replica_manager.broker_epoch = epoch
         logger.info("registered event=registered broker=%d broker_epoch=%d", self.broker_id, epoch)
+        if self.config.test_zookeeper_session_export_enable:
+            await asyncio.get_running_loop().run_in_executor(self.executor, self._export_session)
+
+    def _export_session(self) -> None:
+        """``test.zookeeper.session.export.enable``: the session a chaos tool may expire."""
+        credentials = self.zk.session_credentials()
+        if credentials is None:
+            return
+        session_id, password = credentials
+        path = self.config.log_dir / ZOOKEEPER_SESSION_FILE
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{session_id:x} {password.hex()}\n")
+        os.replace(tmp, path)
 
     async def stop(self) -> None:
         """Clean shutdown: checkpoints written, the registration removed."""
@@ -163,6 +192,7 @@ class BrokerServer:
             await controlled_shutdown(self.config, self.zk, self.replica_manager.broker_epoch)
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
+        await self.dynamic_config.stop()
         await self.replica_manager.shutdown()
         await self.controller.stop()
         await asyncio.get_running_loop().run_in_executor(self.executor, self.log_manager.shutdown)
@@ -199,6 +229,7 @@ class BrokerServer:
             await self._grpc.stop(None)
         if self._controller_started:
             await self.controller.stop()
+        await self.dynamic_config.stop()
         if self._replica_manager_started:
             await self.replica_manager.shutdown()
         loop = asyncio.get_running_loop()

@@ -8,7 +8,8 @@ before 2.5 raised ``replica.lag.time.max.ms`` and ``zookeeper.session.timeout.ms
 
 - ``replication.truncation.mode``: ``leader-epoch`` (default, KIP-101/KIP-279) or
   ``high-watermark`` (pre-0.11 truncation, to reproduce its data loss and divergence);
-- ``test.follower.hw.update.delay.ms``: test only (see the field's docstring).
+- ``test.follower.hw.update.delay.ms`` and ``test.zookeeper.session.export.enable``: test
+  and chaos only (see the fields' docstrings).
 
 Build a config with :meth:`BrokerConfig.from_properties` (strings, as from a properties
 file or ``--override key=value`` flags, see :func:`parse_overrides`), which rejects unknown
@@ -33,6 +34,7 @@ from broker.log import LogConfig
 from broker.truncation import TruncationMode
 
 __all__ = [
+    "BROKER_PROPERTIES",
     "LOG_PROPERTIES",
     "TOPIC_PROPERTIES",
     "BrokerConfig",
@@ -155,10 +157,20 @@ _PROPERTIES = (
     ),
     _Property("request.timeout.ms", "request_timeout_ms", "int", 1, _INT32_MAX),
     _Property(
+        "control.request.unknown.broker.epoch.enable",
+        "control_request_unknown_broker_epoch_enable",
+        "bool",
+    ),
+    _Property(
         "test.follower.hw.update.delay.ms", "test_follower_hw_update_delay_ms", "int", 0, _INT32_MAX
+    ),
+    _Property(
+        "test.zookeeper.session.export.enable", "test_zookeeper_session_export_enable", "bool"
     ),
 )
 _BY_NAME = {prop.name: prop for prop in _PROPERTIES}
+BROKER_PROPERTIES = (*_BY_NAME, *LOG_PROPERTIES)
+"""Every broker property name this broker knows (besides the ``log.dir`` alias)."""
 _REQUIRED = ("broker.id", "zookeeper.connect", "log.dirs")
 _ALIASES = {"log.dir": "log.dirs"}
 """Kafka's ``log.dir`` is the single-dir spelling; ``log.dirs`` wins when both are given."""
@@ -225,10 +237,20 @@ class BrokerConfig:
     controlled_shutdown_retry_backoff_ms: int = 5000
     request_timeout_ms: int = 30_000
     """Timeout of the broker's own requests (to the controller, to other brokers)."""
+    control_request_unknown_broker_epoch_enable: bool = False
+    """Upgrade setting: accept LeaderAndIsr, UpdateMetadata and StopReplica whose
+    ``broker_epoch`` is -1 (unknown), as controllers from before KIP-380 (Kafka < 2.2) sent
+    them. Off, such a request is refused STALE_BROKER_EPOCH: with -1 anyone could skip the
+    check that a request is meant for this incarnation of the broker."""
     test_follower_hw_update_delay_ms: int = 0
-    """Test only: a follower applies a fetched leader high watermark this long after the
-    fetch. It exists only so the DESIGN.md §8 scenarios can hold a follower's HW behind the
+    """Test only (the §8 tests and ``chaos scenario hw-data-loss``): a follower applies a
+    fetched leader HW this long after the fetch, so those scenarios can hold its HW behind the
     leader's; never set it outside tests."""
+    test_zookeeper_session_export_enable: bool = False
+    """Test and chaos only: write the registration session's id and password to
+    ``<log.dirs>/.zookeeper-session`` (mode 0600) each time the broker registers, so that the
+    chaos tool's ``zk-expire`` nemesis can end that session for real without killing the
+    broker (as Jepsen does). Whoever reads the file can expire the broker's session."""
     log_properties: Mapping[str, str] = field(default_factory=dict, hash=False)
     """The ``log.*`` defaults as given (see LOG_PROPERTIES), turned into default_log_config."""
     default_log_config: LogConfig = field(init=False)

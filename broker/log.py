@@ -50,13 +50,14 @@ from broker.log_segment import (
     SegmentClosedError,
     SegmentRead,
 )
+from broker.log_validator import validate_client_batches
 from broker.producer_state import BatchMetadata, ProducerStateManager
 from broker.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     CorruptRecordError,
-    assign_offsets,
     validate_batches,
+    with_offsets,
 )
 from broker.topic_partition import TopicPartition
 
@@ -92,7 +93,9 @@ _READ_ATTEMPTS = 5
 class LogError(Exception):
     """Base of the errors the Log raises about its own state or a request's offsets.
 
-    Invalid batches raise :class:`broker.record_batch.CorruptRecordError` (a ValueError) and
+    Invalid batches raise :class:`broker.record_batch.CorruptRecordError` (a ValueError), or
+    for a leader append also :class:`proto.errors.InvalidRecordError` and
+    :class:`proto.errors.UnsupportedCompressionTypeError` (see broker.log_validator), and
     disk failures OSError, as they come.
     """
 
@@ -482,11 +485,17 @@ class Log:
     ) -> LogAppendInfo:
         """Validate produced batches, stamp offsets from the LEO and ``leader_epoch``, append.
 
-        Every batch must pass :func:`check_batch` (raises CorruptRecordError, as for empty
-        input) and fit ``message.max.bytes``, and all of them ``segment.bytes``
-        (RecordTooLargeError). Nothing is re-encoded or copied: the segment writes each
-        batch's stamped first 16 bytes and the rest of ``records`` with one vectored write,
-        leaving ``records`` unchanged.
+        The batches are checked as Kafka's leader checks them, and refused whole (nothing
+        written) at the first problem: each must pass :func:`check_batch`
+        (CorruptRecordError, as for empty input) and fit ``message.max.bytes``, and all of
+        them ``segment.bytes`` (RecordTooLargeError); then
+        :func:`broker.log_validator.validate_client_batches` checks their attributes and
+        every record (CorruptRecordError, :class:`proto.errors.InvalidRecordError`,
+        :class:`proto.errors.UnsupportedCompressionTypeError`), so that no follower,
+        consumer or audit ever meets a batch here that it cannot decode. Nothing is
+        re-encoded or copied: the segment writes each batch's stamped first 16 bytes and
+        the rest of ``records`` with one vectored write, leaving ``records`` unchanged
+        (which must not change during the call).
 
         Batches of idempotent producers must continue their producers' sequences
         (:meth:`ProducerStateManager.check_leader_append` says what it raises, all
@@ -496,15 +505,16 @@ class Log:
         """
         if leader_epoch < 0:
             raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
+        # Kafka's analyzeAndValidateRecords, then its LogValidator: pure over the bytes, so
+        # done before taking the lock, which readers and the fetcher need too.
+        headers = validate_batches(records)
+        if not headers:
+            raise CorruptRecordError("no record batches to append")
+        self._check_sizes(headers, len(records))
+        validate_client_batches(records, headers)
         with self._lock:
-            # Validated under the lock (as Kafka's LogValidator runs) so that one pass over
-            # the headers also assigns the offsets from the LEO. Readers take the lock only
-            # to snapshot offsets; the CRC of a batch keeps them a microsecond longer.
             self._check_open()
-            headers = assign_offsets(records, self._log_end_offset, leader_epoch)
-            if not headers:
-                raise CorruptRecordError("no record batches to append")
-            self._check_sizes(headers, len(records))
+            headers = with_offsets(headers, self._log_end_offset, leader_epoch)
             original = self._producer_state.check_leader_append(headers)
             if original is not None:
                 return _duplicate_append(original)

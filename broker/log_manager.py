@@ -48,12 +48,13 @@ from broker.checkpoints import (
     write_meta_properties,
 )
 from broker.log import Log, LogClosedError, LogConfig
-from broker.topic_partition import TopicPartition
+from broker.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "LOCK_FILE",
     "DataDirLockedError",
+    "IllegalPartitionPathError",
     "InconsistentBrokerIdError",
     "LogManager",
     "LogManagerError",
@@ -85,6 +86,11 @@ class DataDirLockedError(LogManagerError):
 
 class LogOfflineError(OSError):
     """The partition's log failed to open at startup (KAFKA_STORAGE_ERROR)."""
+
+
+class IllegalPartitionPathError(ValueError):
+    """A partition whose directory would not be a direct child of the data dir: an illegal
+    topic name (``../x``, ``/abs``), a negative partition, or a symlink leading out."""
 
 
 class LogManager:
@@ -247,10 +253,12 @@ class LogManager:
             log.warning("skipping %s: future logs (replica moves) are not supported", directory)
             return None
         try:
-            return TopicPartition.from_dir_name(name)
-        except ValueError:
+            tp = TopicPartition.from_dir_name(name)
+            self.partition_dir(tp)
+        except ValueError:  # IllegalPartitionPathError too (e.g. a symlink leading out)
             log.warning("skipping %s: not a partition directory", directory)
             return None
+        return tp
 
     def _load_log(
         self,
@@ -301,12 +309,36 @@ class LogManager:
             if tp in self._offline:
                 raise LogOfflineError(f"log {tp} is offline: {self._offline[tp]}")
             created = Log.open(
-                self._data_dir / tp.dir_name,
+                self.partition_dir(tp),
                 log_config or self._default_log_config,
             )
             self._logs[tp] = created
         log.info("created log %s in %s", tp, self._data_dir)
         return created
+
+    def partition_dir(self, tp: TopicPartition) -> Path:
+        """``<data-dir>/<topic>-<partition>``, checked to be a direct child of the data dir
+        once resolved, before anything creates, renames or deletes it.
+
+        Topic names reach here from requests and znodes, so they are hostile until checked:
+        the topic-name rule keeps out ``..``, ``/`` and absolute names, and resolving the path
+        keeps out a partition directory that is a symlink to somewhere else. Raises
+        IllegalPartitionPathError.
+        """
+        problem = topic_name_problem(tp.topic)
+        if problem is not None or tp.partition < 0:
+            raise IllegalPartitionPathError(
+                f"no partition directory for {tp.topic!r} partition {tp.partition}: "
+                f"{problem or 'negative partition'}"
+            )
+        directory = self._data_dir / tp.dir_name
+        root = self._data_dir.resolve()
+        if directory.resolve().parent != root:
+            raise IllegalPartitionPathError(
+                f"partition directory {directory} resolves to {directory.resolve()}, "
+                f"outside the data dir {root}"
+            )
+        return directory
 
     def all_logs(self) -> dict[TopicPartition, Log]:
         """Every online log (a snapshot)."""
@@ -320,12 +352,12 @@ class LogManager:
         name), so a crash half way through the removal never leaves a damaged log that the
         next start would load; startup removes such leftovers.
         """
+        directory = self.partition_dir(tp)
         with self._lock:
             doomed = self._logs.pop(tp, None)
             self._offline.pop(tp, None)
             self._offline_recovery_points.pop(tp, None)
             self._offline_start_offsets.pop(tp, None)
-            directory = self._data_dir / tp.dir_name
             if doomed is not None:
                 doomed.close()
             if not directory.exists():

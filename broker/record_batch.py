@@ -25,8 +25,9 @@ headers (keyLength varint, key UTF-8, valueLength varint (-1 = null), value)``, 
 zig-zag encoded base-128 (at most 5 bytes, varlongs at most 10).
 
 Because baseOffset and partitionLeaderEpoch lie outside the CRC, the broker validates a
-produced batch as :func:`check_batch` does (header, length, magic, CRC, record count; records
-are not decoded) and gives it its two fields without re-encoding it: :func:`assign_offsets`
+produced batch (:func:`check_batch`: header, length, magic, CRC, record count; then, on the
+leader, broker.log_validator walks the records) and gives it its two fields without
+re-encoding it: :func:`assign_offsets` (or :func:`with_offsets`, for batches checked before)
 says which, and the log writes them with :func:`stamped_buffers`, which patches the first 16
 bytes on the way to disk instead of copying the batch to patch it (:func:`stamp_batch` does
 that, in place). :func:`encode_batch` and :func:`decode_batch` are for clients, tools and tests.
@@ -90,6 +91,7 @@ __all__ = [
     "stamp_batch",
     "stamped_buffers",
     "validate_batches",
+    "with_offsets",
 ]
 
 # -- layout ----------------------------------------------------------------------------------
@@ -333,8 +335,9 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
 
     Checks, in order: a whole header is present, batchLength >= 49, the whole batch is
     present, magic == 2, the CRC-32C, and recordCount == lastOffsetDelta + 1 >= 1 (plus,
-    uncompressed, that many records fit in the bytes). This is what the broker runs on every
-    produced and fetched batch. Raises CorruptRecordError naming the problem.
+    uncompressed, that many records fit in the bytes). The broker runs it on every produced
+    and fetched batch (the leader then checks the records: broker.log_validator). Raises
+    CorruptRecordError naming the problem.
     """
     with memoryview(buf) as view:
         return _new_header(BatchHeader, _checked_fields(view, pos))
@@ -409,6 +412,25 @@ def assign_offsets(
             pos += header.batch_length + LOG_OVERHEAD
             offset += header.last_offset_delta + 1
     return headers
+
+
+def with_offsets(
+    headers: Sequence[BatchHeader], base_offset: int, partition_leader_epoch: int
+) -> list[BatchHeader]:
+    """``headers`` (of batches already checked) as the leader writes them: base offsets
+    consecutive from ``base_offset``, and ``partition_leader_epoch``.
+
+    :func:`assign_offsets` without the checks, for batches validated before (the leader
+    validates outside its log's lock and assigns offsets under it).
+    """
+    stamped = []
+    offset = base_offset
+    for header in headers:
+        stamped.append(
+            _new_header(BatchHeader, (offset, header[1], partition_leader_epoch, *header[3:]))
+        )
+        offset += header.last_offset_delta + 1
+    return stamped
 
 
 def stamp_batch(

@@ -14,32 +14,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, TopicConfig
+from broker.control_request_checks import (
+    StopReplicaFacts,
+    broker_epoch_refusal,
+    controller_epoch_refusal,
+    leader_and_isr_refusal,
+    stop_replica_refusal,
+)
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
 from broker.log import FetchData, OffsetOutOfRangeError, RecordTooLargeError
-from broker.log_manager import LogManager
+from broker.log_manager import IllegalPartitionPathError, LogManager
 from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.purgatory import DelayedOperationPurgatory
 from broker.record_batch import CorruptRecordError
 from broker.replica_fetcher import FetcherConfig, ReplicaFetcher, SourceBroker
-from broker.topic_partition import TopicPartition
+from broker.topic_partition import TopicPartition, topic_name_problem
 from broker.truncation import TruncationMode
-from broker.zk_client import BrokerZkClient
-from broker.zk_data import PartitionStateData
+from broker.zk_client import BrokerZkClient, ZkError
+from broker.zk_data import PartitionState, PartitionStateData
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto.minibroker_pb2 import ErrorCode
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
@@ -87,6 +96,16 @@ class FetchPartitionResult:
     log_end_offset: int = -1
     leader_epoch: int = -1
     records: bytes = b""
+
+
+def _checked_endpoint(endpoint: pb.BrokerEndpoint, field: str) -> BrokerInfo:
+    """A broker endpoint from a control request, if it could be connected to."""
+    if endpoint.node_id < 0 or not endpoint.host or not 0 < endpoint.port < 65536:
+        raise errors.InvalidRequestError(
+            f"{field} names broker {endpoint.node_id} at {endpoint.host!r}:{endpoint.port}, "
+            "which is not a broker id and address"
+        )
+    return BrokerInfo(endpoint.node_id, endpoint.host, endpoint.port)
 
 
 def _error_of(err: BaseException) -> tuple[int, str]:
@@ -142,6 +161,9 @@ class ReplicaManager:
         self._hw_checkpointing = False
         self._lock = asyncio.Lock()
         """Serialises control requests (LeaderAndIsr, StopReplica) against each other."""
+        self._epoch_check_lock = asyncio.Lock()
+        """Serialises the controller-epoch checks of all control requests (UpdateMetadata
+        too), which may wait for ZooKeeper."""
 
     def _ctx(self, **fields: object) -> str:
         return " ".join(f"{k}={v}" for k, v in {"broker": self.broker_id, **fields}.items())
@@ -207,22 +229,58 @@ class ReplicaManager:
 
     # -- control requests ----------------------------------------------------------------------
 
-    def _check_control_request(self, controller_epoch: int, broker_epoch: int) -> None:
-        """Fence a control request from an old controller, or one addressed to an earlier
+    async def _check_control_request(
+        self, kind: str, controller_epoch: int, broker_epoch: int, tps: list[TopicPartition]
+    ) -> None:
+        """Fence a control request from an old controller, one addressed to an earlier
         incarnation of this broker (KIP-380: the broker epoch is the czxid of our own
-        registration; -1 means the sender does not know it)."""
-        if 0 <= broker_epoch < self.broker_epoch:
-            raise errors.BrokerResponseError(
-                f"request for broker epoch {broker_epoch}, broker {self.broker_id} is at "
-                f"epoch {self.broker_epoch} (it restarted since)",
-                code=ErrorCode.STALE_BROKER_EPOCH,
-            )
-        if controller_epoch < self.controller_epoch:
-            raise errors.StaleControllerEpochError(
-                f"request from controller epoch {controller_epoch}, "
-                f"broker {self.broker_id} has seen epoch {self.controller_epoch}"
-            )
-        self.controller_epoch = controller_epoch
+        registration), one claiming a controller epoch ZooKeeper does not hold, or one
+        naming a partition that could not be a directory of the data dir
+        (:mod:`broker.control_request_checks`). Raises BrokerResponseError."""
+        for tp in tps:
+            if topic_name_problem(tp.topic) is not None or tp.partition < 0:
+                raise errors.InvalidRequestError(
+                    f"{kind} names an invalid partition {tp.topic!r}/{tp.partition}: "
+                    f"{topic_name_problem(tp.topic) or 'negative partition'}"
+                )
+        refusal = broker_epoch_refusal(
+            broker_epoch,
+            self.broker_epoch,
+            accept_unknown=self.config.control_request_unknown_broker_epoch_enable,
+        )
+        # FIFO: checks complete in the order requests arrived, so a request's epoch is
+        # adopted before a later one is compared with it.
+        async with self._epoch_check_lock:
+            if refusal is None and controller_epoch > self.controller_epoch:
+                # A new controller, or a forger: only ZooKeeper can tell (never adopt an
+                # epoch beyond /controller_epoch, or one request could make this broker
+                # refuse the real controller for ever).
+                zookeeper_epoch = await self._zookeeper(
+                    "the controller epoch", self._synced_controller_epoch()
+                )
+                refusal = controller_epoch_refusal(
+                    controller_epoch, self.controller_epoch, zookeeper_epoch
+                )
+            elif refusal is None:
+                refusal = controller_epoch_refusal(controller_epoch, self.controller_epoch, None)
+            if refusal is not None:
+                raise errors.BrokerResponseError(refusal.message, code=refusal.code)
+            self.controller_epoch = controller_epoch
+
+    async def _synced_controller_epoch(self) -> int | None:
+        await self.zk.sync()
+        return await self.zk.get_controller_epoch()
+
+    async def _zookeeper(self, what: str, read: Coroutine[Any, Any, _T]) -> _T:
+        """Await a ZooKeeper read that a control request's check depends on; ZooKeeper
+        unreachable refuses the request (retriable: the controller sends again once this
+        broker's session is back, or a new one once it re-registers)."""
+        try:
+            return await read
+        except ZkError as err:
+            raise errors.RequestTimedOutError(
+                f"cannot check {what} against ZooKeeper: {err}"
+            ) from err
 
     async def become_leader_or_follower(
         self, request: pb.LeaderAndIsrRequest
@@ -234,28 +292,64 @@ class ReplicaManager:
         partition (FENCED_LEADER_EPOCH); an equal epoch is a harmless repeat.
         """
         async with self._lock:
+            tps = [
+                TopicPartition(ps.topic_name, ps.partition_index) for ps in request.partition_states
+            ]
             try:
-                self._check_control_request(request.controller_epoch, request.broker_epoch)
+                await self._check_control_request(
+                    "LeaderAndIsr", request.controller_epoch, request.broker_epoch, tps
+                )
+                endpoints = {
+                    b.node_id: _checked_endpoint(b, "live_leaders") for b in request.live_leaders
+                }
+                zookeeper_states = await self._zookeeper(
+                    "the partition states", self._synced_partition_states(tps)
+                )
             except errors.BrokerResponseError as err:
                 logger.warning("refused LeaderAndIsr %s", self._ctx(reason=err))
                 return pb.LeaderAndIsrResponse(error_code=ErrorCode.ValueType(err.code))
-            endpoints = {
-                b.node_id: BrokerInfo(b.node_id, b.host, b.port) for b in request.live_leaders
-            }
             response = pb.LeaderAndIsrResponse(error_code=ErrorCode.NONE)
             new_followers: dict[int, dict[TopicPartition, Partition]] = {}
-            for ps in request.partition_states:
-                tp = TopicPartition(ps.topic_name, ps.partition_index)
-                code, message = await self._apply_partition_state(tp, ps, new_followers)
-                response.partition_errors.add(
-                    topic_name=tp.topic,
-                    partition_index=tp.partition,
-                    error_code=code,
-                    error_message=message,
+            try:
+                await self._apply_partition_states(
+                    request, tps, zookeeper_states, new_followers, response
                 )
-            self._start_fetchers(new_followers, endpoints)
+            finally:
+                # Whatever failed or was cancelled part way, every partition that became a
+                # follower fetches: a follower without a fetcher never catches up.
+                self._start_fetchers(new_followers, endpoints)
             self._hw_checkpointing_started()
             return response
+
+    async def _apply_partition_states(
+        self,
+        request: pb.LeaderAndIsrRequest,
+        tps: list[TopicPartition],
+        zookeeper_states: dict[TopicPartition, PartitionState | None],
+        new_followers: dict[int, dict[TopicPartition, Partition]],
+        response: pb.LeaderAndIsrResponse,
+    ) -> None:
+        for ps, tp in zip(request.partition_states, tps, strict=True):
+            refusal = leader_and_isr_refusal(tp, ps.leader, ps.leader_epoch, zookeeper_states[tp])
+            if refusal is not None:
+                logger.warning(
+                    "refused partition state %s",
+                    self._ctx(
+                        tp=tp,
+                        leader=ps.leader,
+                        leader_epoch=ps.leader_epoch,
+                        reason=refusal.message,
+                    ),
+                )
+                code, message = refusal.code, refusal.message
+            else:
+                code, message = await self._apply_partition_state(tp, ps, new_followers)
+            response.partition_errors.add(
+                topic_name=tp.topic,
+                partition_index=tp.partition,
+                error_code=code,
+                error_message=message,
+            )
 
     async def _apply_partition_state(
         self,
@@ -290,12 +384,26 @@ class ReplicaManager:
             and state.leader_epoch == existing.leader_epoch
             and (state.leader == existing.leader_id and not existing.fenced)
         ):
+            if existing.is_leader or state.leader < 0 or self._is_fetching(tp):
+                return ErrorCode.NONE, ""
+            # A follower at this epoch that fetches from nobody (its fetcher stopped on an
+            # error, or an earlier request failed before it started one): the controller's
+            # repeat is the "next LeaderAndIsr" that starts it again.
+            new_followers.setdefault(state.leader, {})[tp] = existing
+            logger.info("follower fetches again %s", self._ctx(**existing.log_context()))
             return ErrorCode.NONE, ""
         try:
             partition = existing or await self._create_partition(tp)
+        except IllegalPartitionPathError as err:
+            return ErrorCode.INVALID_TOPIC, str(err)
         except OSError as err:
             logger.error("cannot open log %s", self._ctx(tp=tp, error=err))
             return ErrorCode.KAFKA_STORAGE_ERROR, f"cannot open the log of {tp}: {err}"
+        except ZkError as err:
+            # The topic's config could not be read (this broker's session ended meanwhile):
+            # the controller sends the state again once the broker is registered anew.
+            logger.warning("cannot read topic config %s", self._ctx(tp=tp, error=err))
+            return ErrorCode.REQUEST_TIMED_OUT, f"{tp}: cannot read the topic config: {err}"
         self.metadata_cache.add_partition(
             tp, PartitionInfo(state.leader, state.leader_epoch, state.replicas, state.isr)
         )
@@ -313,11 +421,20 @@ class ReplicaManager:
         self._wake(tp)
         return ErrorCode.NONE, ""
 
+    async def _synced_partition_states(
+        self, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, PartitionState | None]:
+        await self.zk.sync()
+        return await self.zk.get_partition_states(tps)
+
     async def _create_partition(self, tp: TopicPartition) -> Partition:
         topic_config = self.config.topic_config(await self.zk.get_topic_config(tp.topic))
         log = await self._in_executor(
             self.log_manager.get_or_create_log, tp, topic_config.log_config
         )
+        # A log loaded at startup got the broker defaults (the topic configs are read from
+        # ZooKeeper only now): apply the topic's overrides to it too.
+        log.update_config(topic_config.log_config)
         partition = Partition(
             tp,
             self.broker_id,
@@ -331,6 +448,30 @@ class ReplicaManager:
         )
         self.partitions[tp] = partition
         return partition
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Take the broker's config with its dynamic changes (only the dynamic settings of
+        :mod:`broker.dynamic_broker_config` differ): partitions created from now on use its
+        defaults; hosted ones get theirs through :meth:`update_topic_config`."""
+        self.config = config
+
+    def update_topic_config(self, topic: str, topic_config: TopicConfig) -> list[TopicPartition]:
+        """Apply a changed config of ``topic`` to its partitions hosted here, without a
+        restart (Kafka's ``TopicConfigHandler``): the log settings (segment size, retention,
+        flush interval, max message size: each read at its next use) and
+        ``min.insync.replicas`` (read by the next acks=all produce). Returns the partitions
+        updated; a partition created later reads the config from ZooKeeper itself."""
+        updated = sorted(tp for tp in self.partitions if tp.topic == topic)
+        for tp in updated:
+            partition = self.partitions[tp]
+            partition.log.update_config(topic_config.log_config)
+            partition.config = dataclasses.replace(
+                partition.config, min_insync_replicas=topic_config.min_insync_replicas
+            )
+        return updated
+
+    def _is_fetching(self, tp: TopicPartition) -> bool:
+        return any(tp in fetcher.partitions() for fetcher in self.fetchers.values())
 
     def _start_fetchers(
         self,
@@ -404,17 +545,45 @@ class ReplicaManager:
     async def stop_replicas(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
         """Stop replicating partitions, deleting their logs when asked (topic deletion)."""
         async with self._lock:
+            tps = [
+                TopicPartition(s.topic_name, s.partition_index) for s in request.partition_states
+            ]
             try:
-                self._check_control_request(request.controller_epoch, request.broker_epoch)
+                await self._check_control_request(
+                    "StopReplica", request.controller_epoch, request.broker_epoch, tps
+                )
+                facts = await self._zookeeper(
+                    "the partitions to stop", self._stop_replica_facts(tps)
+                )
             except errors.BrokerResponseError as err:
                 logger.warning("refused StopReplica %s", self._ctx(reason=err))
                 return pb.StopReplicaResponse(error_code=ErrorCode.ValueType(err.code))
             response = pb.StopReplicaResponse(error_code=ErrorCode.NONE)
-            tps = [
-                TopicPartition(s.topic_name, s.partition_index) for s in request.partition_states
-            ]
-            await self._remove_from_fetchers_and_wait(tps)
+            stopping: list[tuple[pb.StopReplicaPartitionState, TopicPartition]] = []
             for s, tp in zip(request.partition_states, tps, strict=True):
+                refusal = stop_replica_refusal(
+                    self.broker_id, tp, s.leader_epoch, s.delete_partition, facts[tp]
+                )
+                if refusal is None:
+                    stopping.append((s, tp))
+                    continue
+                logger.warning(
+                    "refused to stop replica %s",
+                    self._ctx(
+                        tp=tp,
+                        delete=s.delete_partition,
+                        leader_epoch=s.leader_epoch,
+                        reason=refusal.message,
+                    ),
+                )
+                response.partition_errors.add(
+                    topic_name=tp.topic,
+                    partition_index=tp.partition,
+                    error_code=ErrorCode.ValueType(refusal.code),
+                    error_message=refusal.message,
+                )
+            await self._remove_from_fetchers_and_wait([tp for _, tp in stopping])
+            for s, tp in stopping:
                 code, message = ErrorCode.NONE, ""
                 self.partitions.pop(tp, None)
                 self._checkpointed_hws.pop(tp, None)
@@ -422,6 +591,8 @@ class ReplicaManager:
                 if s.delete_partition:
                     try:
                         await self._in_executor(self.log_manager.delete_log, tp)
+                    except IllegalPartitionPathError as err:
+                        code, message = ErrorCode.INVALID_TOPIC, str(err)
                     except OSError as err:
                         code, message = ErrorCode.KAFKA_STORAGE_ERROR, str(err)
                 logger.info(
@@ -435,16 +606,43 @@ class ReplicaManager:
                 )
             return response
 
-    def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
+    async def _stop_replica_facts(
+        self, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, StopReplicaFacts]:
+        await self.zk.sync()
+        topics = sorted({tp.topic for tp in tps})
+        assignments, marked, states = await asyncio.gather(
+            asyncio.gather(*(self.zk.get_topic_assignment(t) for t in topics)),
+            asyncio.gather(*(self.zk.is_topic_marked_for_deletion(t) for t in topics)),
+            self.zk.get_partition_states(tps),
+        )
+        by_topic = dict(zip(topics, zip(assignments, marked, strict=True), strict=True))
+        facts = {}
+        for tp in tps:
+            assignment, marked_for_deletion = by_topic[tp.topic]
+            local = self.partitions.get(tp)
+            facts[tp] = StopReplicaFacts(
+                assignment=None if assignment is None else assignment.get(tp.partition),
+                marked_for_deletion=marked_for_deletion,
+                state=states[tp],
+                local_leader_epoch=None if local is None else local.leader_epoch,
+            )
+        return facts
+
+    async def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
+        tps = [TopicPartition(s.topic_name, s.partition_index) for s in request.partition_states]
         try:
-            self._check_control_request(request.controller_epoch, request.broker_epoch)
+            await self._check_control_request(
+                "UpdateMetadata", request.controller_epoch, request.broker_epoch, tps
+            )
+            brokers = [_checked_endpoint(b, "live_brokers") for b in request.live_brokers]
         except errors.BrokerResponseError as err:
             logger.warning("refused UpdateMetadata %s", self._ctx(reason=err))
             return pb.UpdateMetadataResponse(error_code=ErrorCode.ValueType(err.code))
         self.metadata_cache.update(
             controller_id=request.controller_id,
             controller_epoch=request.controller_epoch,
-            brokers=[BrokerInfo(b.node_id, b.host, b.port) for b in request.live_brokers],
+            brokers=brokers,
             partitions={
                 TopicPartition(s.topic_name, s.partition_index): PartitionInfo(
                     s.leader,

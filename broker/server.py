@@ -366,10 +366,9 @@ class ControlService(pb_grpc.ControlServicer):
     async def UpdateMetadata(
         self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.UpdateMetadataResponse:
-        async def handle() -> pb.UpdateMetadataResponse:
-            return self.replica_manager.update_metadata(request)
-
-        return await _guarded(context, "UpdateMetadata", handle)
+        return await _guarded(
+            context, "UpdateMetadata", lambda: self.replica_manager.update_metadata(request)
+        )
 
     async def StopReplica(
         self, request: pb.StopReplicaRequest, context: grpc.aio.ServicerContext[object, object]

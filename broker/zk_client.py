@@ -57,14 +57,19 @@ from kazoo.exceptions import (
 from broker.topic_partition import TopicPartition
 from broker.zk_async import (
     KazooSessionClient,
+    WatchCallback,
+    WatchKind,
     ZkConnectionError,
     ZkError,
     ZkSessionExpiredError,
+    ZkWatch,
     bridge,
     stop_kazoo,
 )
 from broker.zk_data import (
     BROKER_IDS_PATH,
+    CONFIG_CHANGES_PATH,
+    CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
     ISR_CHANGE_PREFIX,
@@ -74,13 +79,17 @@ from broker.zk_data import (
     PartitionStateData,
     ProducerIdBlock,
     ZkDataError,
+    broker_config_path,
     broker_path,
+    config_change_path,
     decode_broker_registration,
     decode_controller,
+    decode_controller_epoch,
     decode_partition_state,
     decode_producer_id_block,
     decode_topic_assignment,
     decode_topic_config,
+    delete_topic_path,
     encode_broker_registration,
     encode_isr_change_notification,
     encode_partition_state,
@@ -259,6 +268,7 @@ class BrokerZkClient(KazooSessionClient):
         if self._client is None or self._closing:
             return
         self._closing = True
+        self._cancel_watches()
         if self._lease_task is not None:
             self._lease_task.cancel()
         client = self._client
@@ -325,6 +335,7 @@ class BrokerZkClient(KazooSessionClient):
                         previous=f"0x{previous:x}",
                     )
                     self._fire(self._established_callbacks)
+            self._rearm_watches()
         self._fire(self._state_listeners, state)
 
     def _session_lost(self) -> None:
@@ -676,7 +687,107 @@ class BrokerZkClient(KazooSessionClient):
             return None
         return self._decode(CONTROLLER_PATH, decode_controller, data)
 
+    def session_credentials(self) -> tuple[int, bytes] | None:
+        """The current session's (id, password), or None without a session. Only for
+        ``test.zookeeper.session.export.enable``: with them a second client can end it."""
+        client_id = self._client.client_id
+        if client_id is None or self._session_id is None:
+            return None
+        return int(client_id[0]), bytes(client_id[1])
+
+    # -- what ZooKeeper says, for checking control requests ---------------------------------
+
+    async def sync(self) -> None:
+        """Make the next reads see every write committed before this call (ZooKeeper's
+        ``sync``): reads are served by whichever server the session is on, which may lag
+        the ensemble's leader. Checks of a control request against ZooKeeper sync first, so
+        that the real controller's fresh writes are never mistaken for absent."""
+        await self._call("sync", "/", lambda c: c.sync_async("/"))
+
+    async def get_controller_epoch(self) -> int | None:
+        """``/controller_epoch``, or None if no controller was ever elected."""
+        path = CONTROLLER_EPOCH_PATH
+        try:
+            data, _ = await self._call("get", path, lambda c: c.get_async(path))
+        except NoNodeError:
+            return None
+        return self._decode(path, decode_controller_epoch, data)
+
+    async def get_partition_states(
+        self, tps: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, PartitionState | None]:
+        """The state znodes of ``tps`` (None where absent), read concurrently (kazoo sends
+        the requests back to back on its one connection)."""
+        wanted = list(dict.fromkeys(tps))
+        states = await asyncio.gather(*(self.get_partition_state(tp) for tp in wanted))
+        return dict(zip(wanted, states, strict=True))
+
+    async def is_topic_marked_for_deletion(self, topic: str) -> bool:
+        """Whether ``/admin/delete_topics/<topic>`` exists."""
+        path = delete_topic_path(topic)
+        return await self._call("exists", path, lambda c: c.exists_async(path)) is not None
+
+    # -- dynamic configs (Kafka's ZkNodeChangeNotificationListener side) ---------------------
+
+    async def watch_config_changes(self, callback: WatchCallback) -> ZkWatch:
+        """Children of ``/config/changes`` (a config entity changed), with the promise of
+        :class:`~broker.zk_async.ZkWatch`: at least once after every change, and once after
+        every reconnect. Returns once ZooKeeper holds the watch."""
+        return await self._watch(
+            "config_changes", WatchKind.CHILDREN, CONFIG_CHANGES_PATH, callback
+        )
+
+    async def config_change_names(self) -> list[str]:
+        """The names of the ``/config/changes`` notifications, oldest first; other children
+        (anything a stranger created there) are left out."""
+        try:
+            children: list[str] = await self._call(
+                "get_children",
+                CONFIG_CHANGES_PATH,
+                lambda c: c.get_children_async(CONFIG_CHANGES_PATH),
+            )
+        except NoNodeError:
+            return []
+        names = []
+        for child in children:
+            try:
+                config_change_path(child)
+            except ValueError:
+                continue
+            names.append(child)
+        return sorted(names)
+
+    async def get_config_change(self, name: str) -> tuple[bytes, int] | None:
+        """A notification's content (:func:`~broker.zk_data.decode_config_change` reads it)
+        and its creation time (ms), or None if it is gone (purged meanwhile)."""
+        path = config_change_path(name)
+        try:
+            data, stat = await self._call("get", path, lambda c: c.get_async(path))
+        except NoNodeError:
+            return None
+        return bytes(data), int(stat.ctime)
+
+    async def delete_config_change(self, name: str) -> None:
+        """Delete an expired notification (Kafka's ``purgeObsoleteNotifications``); gone
+        already is fine."""
+        path = config_change_path(name)
+        with contextlib.suppress(NoNodeError):
+            await self._call("delete", path, lambda c: c.delete_async(path))
+
+    async def get_broker_config(self, entity: int | str) -> dict[str, str]:
+        """The dynamic configs in ``/config/brokers/<id>`` or ``/config/brokers/<default>``;
+        ``{}`` if the znode does not exist."""
+        path = broker_config_path(entity)
+        try:
+            data, _ = await self._call("get", path, lambda c: c.get_async(path))
+        except NoNodeError:
+            return {}
+        return self._decode(path, decode_topic_config, data)
+
     # -- internals -------------------------------------------------------------------------
+
+    def _log(self, level: int, event: str, **fields: object) -> None:
+        self._event(level, event, **fields)
 
     async def _call(self, op: str, path: str, start: Callable[[Any], Any]) -> Any:
         """Run ``start(kazoo_client)`` (an ``*_async`` call) and await its result, retrying

@@ -10,6 +10,9 @@ and decode znodes here, so there is one definition of every path and JSON shape:
     /controller_epoch                            persistent  the bare integer, as text
     /isr_change_notification/isr_change_<seq>    sequential  partitions whose ISR changed
     /config/topics/<t>                           persistent  per-topic config overrides
+    /config/brokers/<id> or /config/brokers/<default>
+                                                 persistent  dynamic broker configs
+    /config/changes/config_change_<seq>          sequential  "entity <path> changed"
     /admin/delete_topics/<t>                     persistent  marker, no data
     /admin/reassign_partitions                   persistent  target assignments
     /admin/preferred_replica_election            persistent  partitions to re-elect
@@ -38,10 +41,14 @@ __all__ = [
     "ADMIN_DELETE_TOPICS_PATH",
     "BROKER_IDS_PATH",
     "BROKER_TOPICS_PATH",
+    "CONFIG_BROKERS_PATH",
+    "CONFIG_CHANGES_PATH",
+    "CONFIG_CHANGE_PREFIX",
     "CONFIG_TOPICS_PATH",
     "CONSUMERS_PATH",
     "CONTROLLER_EPOCH_PATH",
     "CONTROLLER_PATH",
+    "DEFAULT_BROKER_ENTITY",
     "ENDPOINT_SCHEME",
     "ISR_CHANGE_NOTIFICATION_PATH",
     "ISR_CHANGE_PREFIX",
@@ -54,11 +61,15 @@ __all__ = [
     "PartitionStateData",
     "ProducerIdBlock",
     "ZkDataError",
+    "broker_config_path",
     "broker_path",
+    "config_change_path",
     "consumer_ids_path",
     "consumer_offset_path",
     "consumer_owner_path",
     "decode_broker_registration",
+    "decode_config_change",
+    "decode_config_entity_path",
     "decode_consumer_offset",
     "decode_consumer_subscription",
     "decode_controller",
@@ -72,6 +83,8 @@ __all__ = [
     "decode_topic_config",
     "delete_topic_path",
     "encode_broker_registration",
+    "encode_config_change",
+    "encode_config_entity_path",
     "encode_consumer_offset",
     "encode_consumer_subscription",
     "encode_controller",
@@ -103,6 +116,12 @@ ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 """Name prefix of the sequential notification znodes; ZooKeeper appends 10 digits."""
 CONFIG_TOPICS_PATH = "/config/topics"
+CONFIG_BROKERS_PATH = "/config/brokers"
+CONFIG_CHANGES_PATH = "/config/changes"
+CONFIG_CHANGE_PREFIX = "config_change_"
+"""Name prefix of the sequential change notifications; ZooKeeper appends 10 digits."""
+DEFAULT_BROKER_ENTITY = "<default>"
+"""The broker entity of the cluster-wide defaults (Kafka's ``ConfigEntityName.Default``)."""
 ADMIN_DELETE_TOPICS_PATH = "/admin/delete_topics"
 REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
@@ -160,6 +179,32 @@ def partition_state_path(tp: TopicPartition) -> str:
 def topic_config_path(topic: str) -> str:
     """``/config/topics/<t>``: the topic's config overrides."""
     return f"{CONFIG_TOPICS_PATH}/{_name('topic', topic)}"
+
+
+def broker_config_path(entity: int | str) -> str:
+    """``/config/brokers/<id>`` (one broker's dynamic configs) or ``/config/brokers/<default>``
+    (the cluster-wide defaults): ``entity`` is a broker id or :data:`DEFAULT_BROKER_ENTITY`."""
+    return f"{CONFIG_BROKERS_PATH}/{_broker_entity(entity)}"
+
+
+def _broker_entity(entity: int | str) -> str:
+    if entity == DEFAULT_BROKER_ENTITY:
+        return DEFAULT_BROKER_ENTITY
+    text = str(entity)
+    if isinstance(entity, bool) or not (text.isascii() and text.isdigit()):
+        raise ValueError(
+            f"a broker config entity is a broker id or {DEFAULT_BROKER_ENTITY}, got {entity!r}"
+        )
+    return str(int(text))
+
+
+def config_change_path(name: str) -> str:
+    """``/config/changes/<name>`` for a child name such as ``config_change_0000000042``;
+    ValueError for anything else, so a hostile child name cannot reach another znode."""
+    suffix = name.removeprefix(CONFIG_CHANGE_PREFIX)
+    if suffix == name or not suffix.isascii() or not suffix.isdigit():
+        raise ValueError(f"not a config change notification name: {name!r}")
+    return f"{CONFIG_CHANGES_PATH}/{name}"
 
 
 def delete_topic_path(topic: str) -> str:
@@ -238,6 +283,19 @@ def _str(value: Any, what: str) -> str:
     return value
 
 
+def _topic_partition(entry: Mapping[str, Any]) -> TopicPartition:
+    """A ``{"topic": T, "partition": P}`` entry of a znode's content. Names inside znode
+    content are as hostile as the znodes' own names: the one topic-name rule applies."""
+    topic = _str(_field(entry, "topic"), "topic")
+    problem = topic_name_problem(topic)
+    if problem is not None:
+        raise ZkDataError(problem)
+    partition = _int(_field(entry, "partition"), "partition")
+    if partition < 0:
+        raise ZkDataError(f"partition of topic {topic!r} is {partition}, must be >= 0")
+    return TopicPartition(topic, partition)
+
+
 def _version(obj: Mapping[str, Any], supported: range) -> int:
     version = _int(_field(obj, "version"), "version")
     if version not in supported:
@@ -259,8 +317,7 @@ def _decode_partition_list(obj: Mapping[str, Any]) -> list[TopicPartition]:
     for entry in entries:
         if not isinstance(entry, dict):
             raise ZkDataError(f"partition entry must be an object, got {entry!r}")
-        topic = _str(_field(entry, "topic"), "topic")
-        result.append(TopicPartition(topic, _int(_field(entry, "partition"), "partition")))
+        result.append(_topic_partition(entry))
     return result
 
 
@@ -498,18 +555,17 @@ def decode_reassign_partitions(data: bytes) -> dict[TopicPartition, list[int]]:
     for entry in entries:
         if not isinstance(entry, dict):
             raise ZkDataError(f"partition entry must be an object, got {entry!r}")
-        tp = TopicPartition(
-            _str(_field(entry, "topic"), "topic"), _int(_field(entry, "partition"), "partition")
-        )
+        tp = _topic_partition(entry)
         result[tp] = _int_list(_field(entry, "replicas"), f"replicas of {tp}")
     return result
 
 
-# -- /config/topics/<t> ----------------------------------------------------------------------
+# -- /config/topics/<t>, /config/brokers/<id> ------------------------------------------------
 
 
 def encode_topic_config(config: Mapping[str, str]) -> bytes:
-    """``{"version":1,"config":{"min.insync.replicas":"2",...}}``; values are strings."""
+    """``{"version":1,"config":{"min.insync.replicas":"2",...}}``; values are strings. A
+    broker entity's dynamic configs (``/config/brokers/...``) have the same form."""
     return _dumps({"version": 1, "config": {key: str(config[key]) for key in sorted(config)}})
 
 
@@ -520,6 +576,52 @@ def decode_topic_config(data: bytes) -> dict[str, str]:
     if not isinstance(config, dict):
         raise ZkDataError(f"config must be an object, got {config!r}")
     return {key: _str(value, f"config value of {key!r}") for key, value in config.items()}
+
+
+# -- /config/changes/config_change_<seq> ----------------------------------------------------
+
+
+def encode_config_entity_path(entity_type: str, name: int | str) -> str:
+    """``topics/<t>``, ``brokers/<id>`` or ``brokers/<default>``: a config entity as a
+    change notification names it. ValueError for another type or an illegal name."""
+    if entity_type == "topics":
+        return f"topics/{_name('topic', str(name))}"
+    if entity_type == "brokers":
+        return f"brokers/{_broker_entity(name)}"
+    raise ValueError(f"unknown config entity type {entity_type!r} (topics or brokers)")
+
+
+def decode_config_entity_path(entity_path: str) -> tuple[str, str]:
+    """``topics/<t>`` -> ``("topics", t)``; ``brokers/<id>`` and ``brokers/<default>`` ->
+    ``("brokers", id or "<default>")``. ZkDataError for another entity type (Kafka also
+    has users and clients, which nothing here reads) or an illegal name: notifications are
+    written by anyone, and the name becomes a path."""
+    entity_type, sep, name = entity_path.partition("/")
+    if not sep:
+        raise ZkDataError(f"entity_path must be <type>/<name>, got {entity_path!r}")
+    try:
+        return entity_type, encode_config_entity_path(entity_type, name).partition("/")[2]
+    except ValueError as e:
+        raise ZkDataError(f"entity_path {entity_path!r}: {e}") from None
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """``{"version":2,"entity_path":"topics/orders"}`` (Kafka's ``ConfigEntityChangeNotification``
+    version 2, as ``AdminZkClient.changeConfigs`` writes it)."""
+    decode_config_entity_path(entity_path)
+    return _dumps({"version": 2, "entity_path": entity_path})
+
+
+def decode_config_change(data: bytes) -> tuple[str, str]:
+    """The changed entity as ``(entity_type, name)``. Version 1 (``entity_type`` and
+    ``entity_name`` fields, Kafka < 0.10.1) is read too."""
+    obj = _loads_object(data)
+    if _version(obj, range(1, 3)) == 1:
+        entity_type = _str(_field(obj, "entity_type"), "entity_type")
+        entity_path = f"{entity_type}/{_str(_field(obj, 'entity_name'), 'entity_name')}"
+    else:
+        entity_path = _str(_field(obj, "entity_path"), "entity_path")
+    return decode_config_entity_path(entity_path)
 
 
 # -- /latest_producer_id_block ---------------------------------------------------------------

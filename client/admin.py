@@ -12,8 +12,17 @@ admin client writes znodes and the controller does the rest (DESIGN.md §4, §6)
   and removes the topic's znodes. With ``wait``, the client waits for
   ``/brokers/topics/<t>`` to disappear.
 
+- add partitions: the extended assignment in ``/brokers/topics/<t>`` (Kafka 2.x's
+  ``AdminZkClient.addPartitions``), new partitions placed by
+  :func:`controller.replica_assignment.assign_new_partitions`; the controller watches the
+  znode and initialises them.
+- alter configs: the entity's ``/config/topics/<t>`` or ``/config/brokers/<id|<default>>``,
+  then a ``/config/changes/config_change_<seq>`` notification that every broker watches
+  (``AdminZkClient.changeConfigs``; :mod:`broker.dynamic_config` applies it).
+
 Reading (list, describe, cluster state) asks the brokers' Metadata instead, so it needs
-no ZooKeeper: the ZooKeeper session is opened on the first write only.
+no ZooKeeper: the ZooKeeper session is opened on the first ZooKeeper request only. Configs
+and consumer groups live in ZooKeeper and are read there.
 
 ZooKeeper calls go through kazoo's asynchronous API bridged onto the event loop
 (:func:`broker.zk_async.bridge`), and its only blocking calls, connect and close, run in an
@@ -33,13 +42,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
 from broker import zk_data
 from broker.config import BrokerConfig, split_zookeeper_connect
-from broker.topic_partition import topic_name_problem
+from broker.dynamic_broker_config import check_dynamic_broker_config
+from broker.topic_partition import TopicPartition, topic_name_problem
 from broker.zk_async import bridge, start_kazoo, stop_kazoo
 from client.closing import AsyncClosing
 from client.metadata import (
@@ -52,10 +63,27 @@ from client.metadata import (
     PartitionMetadata,
     TopicMetadata,
 )
-from controller.replica_assignment import assign_replicas
+from controller.replica_assignment import assign_new_partitions, assign_replicas
+from proto import errors
+from proto import minibroker_pb2 as pb
+from proto import minibroker_pb2_grpc as pb_grpc
 from proto.minibroker_pb2 import ErrorCode
 
-__all__ = ["AdminClient", "ClusterDescription"]
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "AdminClient",
+    "ClusterDescription",
+    "EntityConfig",
+    "ListOffsetsResult",
+]
+
+EARLIEST = -2
+"""ListOffsets' timestamp for the log start offset."""
+LATEST = -1
+"""ListOffsets' timestamp for the high watermark (the end a consumer sees)."""
+CONFIG_ENTITY_TYPES = ("topics", "brokers")
+_CONDITIONAL_WRITE_ATTEMPTS = 5
 
 _POLL_S = 0.1
 
@@ -72,6 +100,29 @@ class ClusterDescription:
     """Partitions whose ISR is smaller than their replica list."""
     offline: list[PartitionMetadata]
     """Partitions without a leader (leader -1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EntityConfig:
+    """One config entity's dynamic configs, as ZooKeeper holds them."""
+
+    entity_type: str
+    """``topics`` or ``brokers``."""
+    entity: str
+    """The topic, the broker id, or ``<default>`` (the cluster-wide broker defaults)."""
+    overrides: dict[str, str]
+    """The entity's own configs (``/config/topics/<t>``, ``/config/brokers/<entity>``)."""
+    cluster_default: dict[str, str]
+    """``/config/brokers/<default>``: the layer under a topic's or a broker's own configs."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResult:
+    """The answers of :meth:`AdminClient.list_offsets`."""
+
+    offsets: dict[TopicPartition, int]
+    errors: dict[TopicPartition, str]
+    """Partitions without an answer, with the reason (no leader, unknown, ...)."""
 
 
 class AdminClient(AsyncClosing):
@@ -192,6 +243,265 @@ class AdminClient(AsyncClosing):
                     f"{self.wait_timeout_s:g} s (is a controller running?)"
                 )
             await asyncio.sleep(_POLL_S)
+
+    async def create_partitions(
+        self, name: str, total: int, wait: bool = True
+    ) -> dict[int, list[int]]:
+        """Grow ``name`` to ``total`` partitions (Kafka 2.x's ``AdminZkClient.addPartitions``)
+        and return the new partitions' replicas; with ``wait``, return once each has a
+        leader. The assignment is written with a conditional update, so a concurrent change
+        of the topic is not overwritten.
+
+        Raises ClientError for an unknown topic, a topic marked for deletion, ``total`` not
+        above the current count (Kafka's INVALID_PARTITIONS message), too few live brokers
+        for the topic's replication factor, and an unreachable ZooKeeper.
+        """
+        _check_name(name)
+        path = zk_data.topic_path(name)
+        for _ in range(_CONDITIONAL_WRITE_ATTEMPTS):
+            try:
+                data, stat = await self._call("get", path)
+            except NoNodeError:
+                raise ClientError(f"unknown topic '{name}'") from None
+            if await self._exists(zk_data.delete_topic_path(name)):
+                raise ClientError(f"topic '{name}' is marked for deletion")
+            try:
+                existing = zk_data.decode_topic_assignment(data)
+            except zk_data.ZkDataError as e:
+                raise ClientError(f"topic '{name}' has a malformed assignment: {e}") from None
+            try:
+                added = assign_new_partitions(name, existing, total, await self._live_brokers())
+            except ValueError as e:
+                raise ClientError(str(e)) from None
+            grown = zk_data.encode_topic_assignment({**existing, **added})
+            try:
+                await self._call("set", path, grown, stat.version)
+            except BadVersionError:
+                continue  # changed since we read it: decide again on the new content
+            except NoNodeError:
+                raise ClientError(f"topic '{name}' was deleted meanwhile") from None
+            if wait:
+                await self._wait_for_leaders(name, total)
+            return added
+        raise ClientError(f"topic '{name}' kept changing while partitions were added; retry")
+
+    async def topic_configs(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
+        """The overrides in ``/config/topics/<t>`` of each topic that has some."""
+        found: dict[str, dict[str, str]] = {}
+        for name in sorted(set(names)):
+            config = await self._entity_overrides("topics", name)
+            if config:
+                found[name] = config
+        return found
+
+    # -- configs (kafka-configs) -----------------------------------------------------------
+
+    async def describe_configs(self, entity_type: str, entity: str | None) -> list[EntityConfig]:
+        """The dynamic configs of one entity, or of every entity of the type that has some
+        (``entity`` None), as ``kafka-configs --describe`` lists them. Raises ClientError for
+        an unknown entity type, an illegal name, an unknown topic."""
+        _check_entity_type(entity_type)
+        cluster_default = await self._entity_overrides("brokers", zk_data.DEFAULT_BROKER_ENTITY)
+        if entity is None:
+            parent = (
+                zk_data.CONFIG_TOPICS_PATH
+                if entity_type == "topics"
+                else (zk_data.CONFIG_BROKERS_PATH)
+            )
+            names = []
+            for child in sorted(await self._children(parent)):
+                try:
+                    names.append(_entity_name(entity_type, child))
+                except ClientError:
+                    continue  # not ours to show (an illegal name written by hand)
+        else:
+            names = [_entity_name(entity_type, entity)]
+            if entity_type == "topics" and not await self._exists(zk_data.topic_path(entity)):
+                raise ClientError(f"unknown topic '{entity}'")
+        return [
+            EntityConfig(
+                entity_type,
+                name,
+                await self._entity_overrides(entity_type, name),
+                cluster_default,
+            )
+            for name in names
+        ]
+
+    async def alter_configs(
+        self,
+        entity_type: str,
+        entity: str,
+        add: Mapping[str, str],
+        delete: Iterable[str] = (),
+    ) -> EntityConfig:
+        """Set ``add`` and remove ``delete`` in the entity's dynamic configs, then notify the
+        brokers (Kafka's ``AdminZkClient.changeConfigs``); return the new configs.
+
+        Names and values are checked first with the brokers' own rules: topic configs as
+        ``topics create --config`` checks them, broker configs must be dynamic (Kafka's
+        "Cannot update these configs dynamically: ..."). Deleting a config that is not set
+        is an error, as in Kafka ("Invalid config(s): ..."). The entity znode is written
+        with a conditional update, so concurrent alters do not undo each other.
+        """
+        _check_entity_type(entity_type)
+        name = _entity_name(entity_type, entity)
+        removed = sorted({key.strip() for key in delete})
+        both = sorted(set(add) & set(removed))
+        if both:
+            raise ClientError(f"cannot both add and delete config(s): {', '.join(both)}")
+        if entity_type == "topics":
+            if not await self._exists(zk_data.topic_path(name)):
+                raise ClientError(f"Topic '{name}' does not exist.")
+            added = {key.strip(): value.strip() for key, value in add.items()}
+            self._check_config(name, added)
+            path = zk_data.topic_config_path(name)
+        else:
+            try:
+                added = check_dynamic_broker_config(add)
+            except ValueError as e:
+                raise ClientError(str(e)) from None
+            path = zk_data.broker_config_path(name)
+        for _ in range(_CONDITIONAL_WRITE_ATTEMPTS):
+            current, version = await self._read_overrides(path)
+            missing = [key for key in removed if key not in current]
+            if missing:
+                raise ClientError(
+                    f"Invalid config(s): {','.join(missing)} (not set on {entity_type} '{name}')"
+                )
+            updated = {k: v for k, v in {**current, **added}.items() if k not in removed}
+            data = zk_data.encode_topic_config(updated)
+            try:
+                if version is None:
+                    await self._call("create", path, data, makepath=True)
+                else:
+                    await self._call("set", path, data, version)
+            except (BadVersionError, NodeExistsError, NoNodeError):
+                continue  # another alter won: apply ours to its result
+            break
+        else:
+            raise ClientError(f"the configs of {entity_type} '{name}' kept changing; retry")
+        await self._call(
+            "create",
+            f"{zk_data.CONFIG_CHANGES_PATH}/{zk_data.CONFIG_CHANGE_PREFIX}",
+            zk_data.encode_config_change(zk_data.encode_config_entity_path(entity_type, name)),
+            sequence=True,
+            makepath=True,
+        )
+        cluster_default = (
+            updated
+            if (entity_type, name) == ("brokers", zk_data.DEFAULT_BROKER_ENTITY)
+            else await self._entity_overrides("brokers", zk_data.DEFAULT_BROKER_ENTITY)
+        )
+        return EntityConfig(entity_type, name, updated, cluster_default)
+
+    async def _entity_overrides(self, entity_type: str, name: str) -> dict[str, str]:
+        path = (
+            zk_data.topic_config_path(name)
+            if entity_type == "topics"
+            else zk_data.broker_config_path(name)
+        )
+        return (await self._read_overrides(path))[0]
+
+    async def _read_overrides(self, path: str) -> tuple[dict[str, str], int | None]:
+        """An entity znode's configs and zkVersion; ``({}, None)`` when it does not exist."""
+        try:
+            data, stat = await self._call("get", path)
+        except NoNodeError:
+            return {}, None
+        try:
+            return zk_data.decode_topic_config(data), int(stat.version)
+        except zk_data.ZkDataError as e:
+            raise ClientError(f"znode {path} is malformed: {e}") from None
+
+    # -- offsets ---------------------------------------------------------------------------
+
+    async def list_offsets(
+        self, tps: Iterable[TopicPartition], timestamp: int
+    ) -> ListOffsetsResult:
+        """Each partition's offset for ``timestamp`` (:data:`EARLIEST`: the log start offset,
+        :data:`LATEST`: the high watermark, the end a consumer sees), asked of its leader
+        (Kafka's ``AdminClient.listOffsets``). A partition without a live leader, or whose
+        leader refuses or cannot be reached, is asked once more after a metadata refresh,
+        then reported in ``errors`` with the reason."""
+        offsets: dict[TopicPartition, int] = {}
+        problems: dict[TopicPartition, str] = {}
+        pending = sorted(set(tps))
+        for _ in range(2):
+            if not pending:
+                break
+            cluster = await self._metadata.refresh(sorted({tp.topic for tp in pending}))
+            by_leader: dict[int, list[TopicPartition]] = {}
+            for tp in pending:
+                leader = cluster.leader_of(tp)
+                if leader is None:
+                    known = _known(cluster, tp.topic)
+                    exists = known is not None and tp.partition in known.partitions
+                    problems[tp] = "no leader" if exists else "unknown partition"
+                else:
+                    by_leader.setdefault(leader.node_id, []).append(tp)
+            answers = await asyncio.gather(
+                *(
+                    self._list_offsets_of(cluster.brokers[b], parts, timestamp)
+                    for b, parts in by_leader.items()
+                )
+            )
+            for answer in answers:
+                for tp, (offset, problem) in answer.items():
+                    if problem is None:
+                        offsets[tp] = offset
+                        problems.pop(tp, None)
+                    else:
+                        problems[tp] = problem
+            pending = sorted(problems)
+        return ListOffsetsResult(offsets, problems)
+
+    async def _list_offsets_of(
+        self, leader: BrokerNode, tps: list[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """One ListOffsets to ``leader``: (offset, None) or (-1, why) per partition."""
+        request = pb.ListOffsetsRequest(replica_id=-1, isolation_level=0)
+        for topic in sorted({tp.topic for tp in tps}):
+            entry = request.topics.add(name=topic)
+            for tp in tps:
+                if tp.topic == topic:
+                    entry.partitions.add(partition_index=tp.partition, timestamp=timestamp)
+        stub = pb_grpc.BrokerStub(self.connections.channel(leader.address))
+        try:
+            response = await stub.ListOffsets(request, timeout=self.connections.request_timeout_s)
+        except grpc.aio.AioRpcError as e:
+            why = f"leader {leader.node_id} unreachable ({e.code().name.lower()})"
+            return dict.fromkeys(tps, (-1, why))
+        answer: dict[TopicPartition, tuple[int, str | None]] = {}
+        for t in response.topics:
+            for p in t.partitions:
+                error = errors.for_code(p.error_code)
+                answer[TopicPartition(t.name, p.partition_index)] = (
+                    (p.offset, None) if error is None else (-1, str(error))
+                )
+        return answer
+
+    # -- ZooKeeper, for the tools built on this client (consumer groups) -------------------
+
+    async def zk_children(self, path: str) -> list[str]:
+        """The children of ``path`` ([] if it does not exist)."""
+        return await self._children(path)
+
+    async def zk_get(self, path: str) -> bytes | None:
+        """The data of ``path``, or None if it does not exist."""
+        try:
+            data, _ = await self._call("get", path)
+        except NoNodeError:
+            return None
+        return bytes(data)
+
+    async def zk_exists(self, path: str) -> bool:
+        """Whether ``path`` exists."""
+        return await self._exists(path)
+
+    async def zk_write(self, path: str, data: bytes) -> None:
+        """Set ``path`` to ``data``, creating it (and its parents) if needed."""
+        await self._create_or_set(path, data)
 
     async def list_topics(self) -> list[str]:
         """Every topic the brokers know, sorted."""
@@ -355,6 +665,27 @@ class AdminClient(AsyncClosing):
                 f"{self.zookeeper_timeout_ms} ms (is it running? check --zookeeper)"
             )
         return client
+
+
+def _check_entity_type(entity_type: str) -> None:
+    if entity_type not in CONFIG_ENTITY_TYPES:
+        raise ClientError(
+            f"unknown entity type {entity_type!r} (expected {' or '.join(CONFIG_ENTITY_TYPES)})"
+        )
+
+
+def _entity_name(entity_type: str, entity: str) -> str:
+    """A checked entity name: a legal topic name, or a broker id or ``<default>``."""
+    if entity_type == "topics":
+        _check_name(entity)
+        return entity
+    try:
+        return zk_data.encode_config_entity_path("brokers", entity).partition("/")[2]
+    except ValueError:
+        raise ClientError(
+            "The entity name for brokers must be a valid integer broker id or "
+            f"{zk_data.DEFAULT_BROKER_ENTITY}, found: {entity}"
+        ) from None
 
 
 def _check_name(name: str) -> None:

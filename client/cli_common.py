@@ -1,42 +1,201 @@
 """Options and helpers shared by the client commands (``topics``, ``produce``, ``consume``,
-``perf``): where the cluster is, and running a coroutine as a command."""
+``perf``): where the cluster is, the topic, ``--property``, and running a coroutine as a
+command.
+
+Where the cluster is, first found first: ``--bootstrap-server``, ``$MINIBROKER_BOOTSTRAP``,
+every broker of the local cluster whose ``cluster.json`` is in ``--data-dir`` (else
+``$MINIBROKER_DATA_DIR``, else ``./minibroker-data``; see :mod:`deploy.local_cluster`),
+``localhost:9091``; ZooKeeper likewise (``--zookeeper``, ``$MINIBROKER_ZOOKEEPER``, the
+local cluster's, ``localhost:2181``). So after ``minibroker cluster kill 1`` the defaults
+still reach brokers 2 and 3. The options default to None and :func:`finish_args` fills them
+in once the command line is parsed, for the command that runs only: ``--help`` and the
+other commands read no file.
+
+Errors in the command line that parsing cannot see raise :class:`UsageError`; the CLI
+prints them with the command's usage, as argparse does its own.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
-from collections.abc import Coroutine
+from collections.abc import Callable, Collection, Coroutine
+from pathlib import Path
 from typing import Any
 
-from client.metadata import BOOTSTRAP_ENV, BrokerConnections, ClientError, default_bootstrap
+from client.metadata import (
+    BOOTSTRAP_ENV,
+    DEFAULT_BOOTSTRAP,
+    BrokerConnections,
+    ClientError,
+    MetadataClient,
+)
 from client.producer import parse_acks
+from deploy.local_cluster import DATA_DIR_ENV, DEFAULT_DATA_DIR, LocalCluster, default_data_dir
 
 ZOOKEEPER_ENV = "MINIBROKER_ZOOKEEPER"
 DEFAULT_ZOOKEEPER = "localhost:2181"
 
 
+class UsageError(ClientError):
+    """A mistake in the command line found after parsing (two topics, a bad combination of
+    options): shown with the command's usage, exit status 2."""
+
+
 def default_zookeeper() -> str:
-    """``$MINIBROKER_ZOOKEEPER``, else ``localhost:2181``."""
+    """``$MINIBROKER_ZOOKEEPER``, else ``localhost:2181`` (without a local cluster)."""
     return os.environ.get(ZOOKEEPER_ENV) or DEFAULT_ZOOKEEPER
+
+
+# -- where the cluster is -----------------------------------------------------------------------
+
+
+def _add_data_dir_option(parser: argparse.ArgumentParser) -> None:
+    if "--data-dir" in parser._option_string_actions:
+        return
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"a local cluster's directory, whose cluster.json gives the default addresses "
+        f"(default: ${DATA_DIR_ENV} or ./{DEFAULT_DATA_DIR})",
+    )
 
 
 def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap-server",
-        default=default_bootstrap(),
+        default=None,
         metavar="HOST:PORT",
-        help=f"broker(s) to start from (default: ${BOOTSTRAP_ENV} or localhost:9091)",
+        help=f"broker(s) to start from (default: ${BOOTSTRAP_ENV}, else every broker of the "
+        f"local cluster in --data-dir, else {DEFAULT_BOOTSTRAP})",
     )
+    parser.set_defaults(default_bootstrap=True)
+    _add_data_dir_option(parser)
 
 
 def add_zookeeper_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--zookeeper",
-        default=default_zookeeper(),
+        default=None,
         metavar="HOST:PORT",
-        help=f"ZooKeeper, for {what} (default: ${ZOOKEEPER_ENV} or {DEFAULT_ZOOKEEPER})",
+        help=f"ZooKeeper, for {what} (default: ${ZOOKEEPER_ENV}, else the local cluster's "
+        f"in --data-dir, else {DEFAULT_ZOOKEEPER})",
     )
+    parser.set_defaults(default_zookeeper=True)
+    _add_data_dir_option(parser)
+
+
+class _LocalAddresses:
+    """The local cluster's addresses, cluster.json read at most once and only if needed."""
+
+    def __init__(self, data_dir: Path | None) -> None:
+        self.data_dir = data_dir
+        self._found: tuple[str, str] | None = None
+        self._read = False
+
+    def get(self) -> tuple[str, str] | None:
+        if not self._read:
+            self._found = LocalCluster(self.data_dir or default_data_dir()).addresses()
+            self._read = True
+        return self._found
+
+
+def finish_args(args: argparse.Namespace) -> None:
+    """Fill in what parsing leaves open: ``args.topic`` from TOPIC or ``--topic``, and the
+    default ``--bootstrap-server`` and ``--zookeeper`` (see the module docstring). Raises
+    UsageError for a missing or doubly given topic, LocalClusterError for a damaged
+    cluster.json."""
+    if hasattr(args, "topic_option"):
+        args.topic = _one_topic(args)
+    local = _LocalAddresses(getattr(args, "data_dir", None))
+    # Only the options registered here get these defaults; a command with options of its
+    # own (`cluster status`) needs to know what was given.
+    if getattr(args, "default_bootstrap", False) and args.bootstrap_server is None:
+        found = local.get()
+        args.bootstrap_server = os.environ.get(BOOTSTRAP_ENV) or (
+            found[0] if found else DEFAULT_BOOTSTRAP
+        )
+    if getattr(args, "default_zookeeper", False) and args.zookeeper is None:
+        env = os.environ.get(ZOOKEEPER_ENV)
+        found = None if env else local.get()
+        args.zookeeper = env or (found[1] if found else DEFAULT_ZOOKEEPER)
+
+
+def connections(args: argparse.Namespace) -> BrokerConnections:
+    """The broker connections for ``--bootstrap-server`` (ClientError if malformed)."""
+    if args.bootstrap_server is None:
+        finish_args(args)
+    return BrokerConnections.from_bootstrap(args.bootstrap_server)
+
+
+async def check_reachable(conns: BrokerConnections, topics: Collection[str] = ()) -> None:
+    """Ask the bootstrap servers for metadata once: BrokerUnreachableError ("cannot reach
+    any broker ... is the cluster running?") at once when none answers. The producer would
+    retry for ``max_block_ms`` first, as Kafka's does; a command line says so now."""
+    await MetadataClient(conns).refresh(topics)
+
+
+# -- the topic ------------------------------------------------------------------------------------
+
+
+def add_topic_argument(
+    parser: argparse.ArgumentParser, *, required: bool = True, help: str = "the topic"
+) -> None:
+    """TOPIC as a positional argument or as ``--topic TOPIC`` (Kafka's tools spell it so);
+    :func:`finish_args` puts it in ``args.topic`` (None when optional and not given), and
+    refuses both spellings with different topics."""
+    parser.add_argument("topic", nargs="?", metavar="TOPIC", help=help)
+    parser.add_argument(
+        "--topic", dest="topic_option", metavar="TOPIC", help="the same as TOPIC (Kafka's way)"
+    )
+    parser.set_defaults(topic_required=required)
+
+
+def _one_topic(args: argparse.Namespace) -> str | None:
+    positional, option = args.topic, args.topic_option
+    if positional is not None and option is not None and positional != option:
+        raise UsageError(f"two topics given: {positional!r} and --topic {option!r}")
+    topic: str | None = positional if positional is not None else option
+    if topic is None and getattr(args, "topic_required", True):
+        raise UsageError("the following arguments are required: TOPIC (or --topic TOPIC)")
+    return topic
+
+
+# -- --property -----------------------------------------------------------------------------------
+
+
+def property_argument(known: Collection[str]) -> Callable[[str], tuple[str, str]]:
+    """The ``type`` of ``--property KEY=VALUE`` (Kafka's console tools' properties):
+    argparse reports a malformed pair or an unknown key, naming the known ones."""
+
+    def parse(text: str) -> tuple[str, str]:
+        key, sep, value = text.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+        if key not in known:
+            raise argparse.ArgumentTypeError(
+                f"unknown property {key!r} (known: {', '.join(sorted(known))})"
+            )
+        return key, value
+
+    return parse
+
+
+def boolean_property(properties: dict[str, str], key: str) -> bool | None:
+    """A ``true``/``false`` property (None when not given); UsageError otherwise."""
+    value = properties.get(key)
+    if value is None:
+        return None
+    if value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise UsageError(f"property {key} must be true or false, got {value!r}")
+
+
+# -- the rest -------------------------------------------------------------------------------------
 
 
 def acks_argument(text: str) -> int:
@@ -45,11 +204,6 @@ def acks_argument(text: str) -> int:
         return parse_acks(text)
     except ClientError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def connections(args: argparse.Namespace) -> BrokerConnections:
-    """The broker connections for ``--bootstrap-server`` (ClientError if malformed)."""
-    return BrokerConnections.from_bootstrap(args.bootstrap_server)
 
 
 def run_async(coroutine: Coroutine[Any, Any, int]) -> int:
@@ -65,10 +219,16 @@ def run_async(coroutine: Coroutine[Any, Any, int]) -> int:
 
 __all__ = [
     "ClientError",
+    "UsageError",
     "acks_argument",
     "add_bootstrap_option",
+    "add_topic_argument",
     "add_zookeeper_option",
+    "boolean_property",
+    "check_reachable",
     "connections",
     "default_zookeeper",
+    "finish_args",
+    "property_argument",
     "run_async",
 ]

@@ -1,13 +1,21 @@
-"""``minibroker cluster up|down|status|kill|stop|start``: a local cluster of processes.
+"""``minibroker cluster up|down|status|kill|stop|start|kill-zookeeper|start-zookeeper``: a
+local cluster of processes.
 
 Thin command-line layer over :class:`deploy.local_cluster.LocalCluster`; every command
 takes ``--data-dir`` (default ``$MINIBROKER_DATA_DIR``, else ``./minibroker-data``), where
 ``cluster.json`` records what runs.
+
+``status`` also inspects clusters it did not start (:mod:`deploy.cluster_status`): the
+Docker cluster of ``make up`` with ``--project P``, and, where the data dir holds no
+``cluster.json``, whatever cluster ``--zookeeper`` (or ``$MINIBROKER_ZOOKEEPER``) names, or
+failing that, the brokers' Metadata through ``--bootstrap-server`` (or
+``$MINIBROKER_BOOTSTRAP``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -16,14 +24,25 @@ from rich.console import Console
 from rich.table import Table
 
 from broker.config import parse_overrides
+from client.cli_common import ZOOKEEPER_ENV
+from client.metadata import BOOTSTRAP_ENV, BrokerConnections, ClientError, MetadataClient
+from deploy.cluster_status import (
+    BrokerStatus,
+    ClusterStatus,
+    ClusterStatusError,
+    docker_status,
+    zookeeper_status,
+)
 from deploy.local_cluster import (
     DATA_DIR_ENV,
     DEFAULT_BASE_PORT,
     DEFAULT_DATA_DIR,
     DEFAULT_ZOOKEEPER_PORT,
-    ClusterStatus,
+    STATE_FILE,
+    ClusterAlreadyRunningError,
     LocalCluster,
 )
+from deploy.zookeeper import quorum_size
 
 
 def default_data_dir() -> Path:
@@ -34,7 +53,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = commands.add_parser(
         "cluster",
         help="run a local cluster: ZooKeeper and brokers as processes",
-        description="Start, inspect, crash and stop a local cluster (one ZooKeeper, N brokers).",
+        description="Start, inspect, crash and stop a local cluster (ZooKeeper, N brokers).",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -60,7 +79,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--zookeeper-port",
         type=int,
         default=DEFAULT_ZOOKEEPER_PORT,
-        help=f"ZooKeeper's client port (default {DEFAULT_ZOOKEEPER_PORT})",
+        help=f"ZooKeeper's client port; node n of an ensemble uses zookeeper-port + n - 1 "
+        f"(default {DEFAULT_ZOOKEEPER_PORT})",
+    )
+    up.add_argument(
+        "--zookeeper-nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="ZooKeeper nodes: 1 (default), or an ensemble of 3 (survives the loss of one "
+        "node) or 5; the brokers and the CLI get every node's address",
     )
     up.add_argument(
         "--override",
@@ -71,9 +99,23 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     up.set_defaults(run=_up)
     action("down", "stop every broker cleanly, then ZooKeeper").set_defaults(run=_down)
-    action("status", "brokers, controller, under-replicated and offline partitions").set_defaults(
-        run=_status
+    status = action("status", "brokers, controller, under-replicated and offline partitions")
+    status.add_argument(
+        "--project",
+        metavar="P",
+        help="a Docker cluster (`make up`): its compose project (e.g. minibroker)",
     )
+    status.add_argument(
+        "--zookeeper",
+        metavar="HOST:PORT",
+        help=f"without cluster.json: the cluster's ZooKeeper (default: ${ZOOKEEPER_ENV})",
+    )
+    status.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help=f"without cluster.json and ZooKeeper: ask the brokers (default: ${BOOTSTRAP_ENV})",
+    )
+    status.set_defaults(run=_status)
     for name, help_text, run in (
         ("kill", "SIGKILL one broker (a crash)", _kill),
         ("stop", "stop one broker cleanly (controlled shutdown)", _stop),
@@ -82,17 +124,36 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         sub = action(name, help_text)
         sub.add_argument("broker_id", type=int, metavar="N", help="the broker id")
         sub.set_defaults(run=run)
+    for name, help_text, run in (
+        ("kill-zookeeper", "SIGKILL one ZooKeeper node (a crash)", _kill_zookeeper),
+        ("start-zookeeper", "start a killed ZooKeeper node again", _start_zookeeper),
+    ):
+        sub = action(name, help_text)
+        sub.add_argument("node", type=int, metavar="N", help="the ZooKeeper node id (1, 2, ...)")
+        sub.set_defaults(run=run)
 
 
 def _up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.data_dir)
-    cluster.up(
-        args.brokers,
-        base_port=args.base_port,
-        zookeeper_port=args.zookeeper_port,
-        overrides=parse_overrides(args.override),
-    )
-    print(f"cluster up: {args.brokers} brokers, data in {cluster.data_dir}")
+    try:
+        cluster.up(
+            args.brokers,
+            base_port=args.base_port,
+            zookeeper_port=args.zookeeper_port,
+            zookeeper_nodes=args.zookeeper_nodes,
+            overrides=parse_overrides(args.override),
+        )
+    except ClusterAlreadyRunningError as running:
+        if not running.complete:
+            raise
+        # `make run` starts the cluster; the README's `cluster up` afterwards is a no-op,
+        # as a second `docker compose up` is.
+        print(f"cluster up: already running, data in {cluster.data_dir}; nothing to do")
+    else:
+        ensemble = (
+            f", a ZooKeeper ensemble of {args.zookeeper_nodes}" if args.zookeeper_nodes > 1 else ""
+        )
+        print(f"cluster up: {args.brokers} brokers{ensemble}, data in {cluster.data_dir}")
     print(f"  bootstrap servers: {cluster.bootstrap_servers}")
     print(f"  zookeeper:         {cluster.zookeeper_connect}")
     print(f"  logs:              {cluster.logs_dir}")
@@ -123,25 +184,127 @@ def _start(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kill_zookeeper(args: argparse.Namespace) -> int:
+    LocalCluster(args.data_dir).kill_zookeeper(args.node)
+    print(f"ZooKeeper node {args.node} killed (SIGKILL)")
+    return 0
+
+
+def _start_zookeeper(args: argparse.Namespace) -> int:
+    cluster = LocalCluster(args.data_dir)
+    nodes = cluster.zookeeper_nodes()
+    others = sum(cluster.zookeeper_node_running(n) for n in nodes if n != args.node)
+    # A member that cannot make a majority with the others running would wait in vain.
+    wait = others + 1 >= quorum_size(len(nodes))
+    cluster.start_zookeeper(args.node, wait=wait)
+    if wait:
+        print(f"ZooKeeper node {args.node} started ({cluster.zookeeper_mode(args.node)})")
+    else:
+        print(
+            f"ZooKeeper node {args.node} started; it serves once {quorum_size(len(nodes))} "
+            f"of the {len(nodes)} nodes run"
+        )
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
-    status = LocalCluster(args.data_dir).status()
+    try:
+        if args.project:
+            status = docker_status(args.project)
+        elif (args.data_dir / STATE_FILE).exists():
+            status = LocalCluster(args.data_dir).status()
+        else:
+            status = _status_elsewhere(args)
+    except ClusterStatusError as e:
+        raise ClientError(str(e)) from None
+    for warning in status.warnings:
+        print(f"minibroker cluster status: {warning}", file=sys.stderr)
     print_status(status, Console(file=sys.stdout, highlight=False, soft_wrap=True))
     return 0
 
 
+def _status_elsewhere(args: argparse.Namespace) -> ClusterStatus:
+    """No cluster.json: ask ZooKeeper if one is named, else (or if it does not answer) the
+    brokers' Metadata if a bootstrap server is named; with neither, the error a missing
+    cluster always was."""
+    zookeeper = args.zookeeper or os.environ.get(ZOOKEEPER_ENV)
+    bootstrap = args.bootstrap_server or os.environ.get(BOOTSTRAP_ENV)
+    if not zookeeper and not bootstrap:
+        raise ClientError(
+            f"no cluster in {args.data_dir.resolve()} (start one with `minibroker cluster up`; "
+            "for another cluster give --zookeeper or --bootstrap-server, for Docker --project)"
+        )
+    if zookeeper:
+        try:
+            return zookeeper_status(zookeeper)
+        except ClusterStatusError as e:
+            if not bootstrap:
+                raise
+            print(f"minibroker cluster status: {e}; asking the brokers", file=sys.stderr)
+    assert bootstrap
+    return asyncio.run(_metadata_status(bootstrap))
+
+
+async def _metadata_status(bootstrap: str) -> ClusterStatus:
+    """The status as the brokers' Metadata shows it: live brokers, the controller, and the
+    partitions' leaders and ISRs (no ZooKeeper view: its line says so)."""
+    async with BrokerConnections.from_bootstrap(bootstrap) as conns:
+        cluster = await MetadataClient(conns).refresh(None)
+    partitions = [
+        p
+        for name in sorted(cluster.topics)
+        if cluster.topics[name].error_code == 0
+        for p in cluster.partitions_of(name)
+    ]
+    return ClusterStatus(
+        "unknown (asked the brokers)",
+        False,
+        [
+            BrokerStatus(b.node_id, b.port, None, True, "-")
+            for _, b in sorted(cluster.brokers.items())
+        ],
+        cluster.controller_id if cluster.controller_id >= 0 else None,
+        None,
+        sum(1 for t in cluster.topics.values() if t.error_code == 0),
+        len(partitions),
+        [(p.tp, p.replicas, p.isr) for p in partitions if len(p.isr) < len(p.replicas)],
+        [p.tp for p in partitions if p.leader < 0 or p.leader not in cluster.brokers],
+    )
+
+
 def print_status(status: ClusterStatus, console: Console) -> None:
-    zk_state = "running" if status.zookeeper_running else "NOT RUNNING"
-    console.print(f"ZooKeeper {status.zookeeper}: {zk_state}")
+    if status.zookeeper.startswith("unknown"):
+        console.print(f"ZooKeeper: {status.zookeeper}")
+    else:
+        console.print(f"ZooKeeper {status.zookeeper}: {_zookeeper_state(status)}")
+    if len(status.zookeeper_nodes) > 1:
+        nodes = Table("ZooKeeper node", "Port", "Process", "Mode")
+        for node in status.zookeeper_nodes:
+            if node.process is not None:
+                process = node.process
+            else:
+                process = f"pid {node.pid}" if node.pid is not None else "not running"
+            nodes.add_row(
+                str(node.node_id),
+                "-" if node.port is None else str(node.port),
+                process,
+                node.mode or "-",
+            )
+        console.print(nodes)
     console.print(
         f"Controller: {status.controller if status.controller is not None else 'none'}"
         f" (epoch {status.controller_epoch if status.controller_epoch is not None else '-'})"
     )
     brokers = Table("Broker", "Port", "Process", "Registered")
     for b in status.brokers:
+        if b.process is not None:
+            process = b.process
+        else:
+            process = f"pid {b.pid}" if b.pid is not None else "not running"
         brokers.add_row(
             str(b.broker_id),
-            str(b.port),
-            f"pid {b.pid}" if b.pid is not None else "not running",
+            "-" if b.port is None else str(b.port),
+            process,
             "yes" if b.registered else "no",
         )
     console.print(brokers)
@@ -152,3 +315,19 @@ def print_status(status: ClusterStatus, console: Console) -> None:
     console.print(f"Offline partitions: {len(status.offline)}")
     for tp in status.offline:
         console.print(f"  {tp}")
+
+
+def _zookeeper_state(status: ClusterStatus) -> str:
+    """``running``, or why not: a single node down or not serving, an ensemble without a
+    quorum (how many of its nodes serve, and how many it needs)."""
+    nodes = status.zookeeper_nodes
+    if len(nodes) > 1:
+        serving, needed = status.zookeeper_serving, quorum_size(len(nodes))
+        if status.zookeeper_running:
+            return f"running ({serving} of {len(nodes)} nodes serve, {needed} needed)"
+        return f"NO QUORUM ({serving} of {len(nodes)} nodes serve, {needed} needed)"
+    if status.zookeeper_running:
+        return "running"
+    if nodes and (nodes[0].pid is not None or "running" in (nodes[0].process or "")):
+        return "NOT SERVING"  # e.g. paused
+    return "NOT RUNNING"

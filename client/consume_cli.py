@@ -1,28 +1,39 @@
 """``minibroker consume TOPIC``: print records, one value per line (Kafka's console consumer).
 
 Where to start: the group's committed offset with ``--group`` (else ``--from-beginning``
-or the end); ``--partition P --offset O`` reads one partition from an offset. It stops after
-``--max-messages`` records, or after ``--timeout-ms`` without a new record, and reports
-how many it processed on stderr, as Kafka's tool does.
+or the end); ``--partition P`` reads one partition, from ``--offset O`` (a number,
+``earliest`` or ``latest``), else from the beginning with ``--from-beginning``, else from
+the end. It stops after ``--max-messages`` records, or after ``--timeout-ms`` without a new
+record (a topic the cluster does not know is given up on within that time too), and
+reports how many it processed on stderr, as Kafka's tool does. Kafka's ``--property
+print.key=true``, ``print.offset=true`` and ``key.separator=SEP`` (between key and value,
+a tab by default) are accepted.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import BinaryIO
 
 from broker.topic_partition import TopicPartition
 from client.cli_common import (
+    UsageError,
     add_bootstrap_option,
+    add_topic_argument,
     add_zookeeper_option,
+    boolean_property,
     connections,
+    property_argument,
     run_async,
 )
 from client.consumer import Consumer, ConsumerConfig, ConsumerRecord
 from client.metadata import ClientError
 
 _POLL_MS = 500
+PROPERTIES = ("print.key", "print.offset", "key.separator")
+"""Kafka's console consumer properties accepted by ``--property``."""
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +42,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print records of a topic",
         description="Print the records of a topic, one value per line.",
     )
-    parser.add_argument("topic")
+    add_topic_argument(parser)
     add_bootstrap_option(parser)
     add_zookeeper_option(parser, "--group")
     parser.add_argument("--from-beginning", action="store_true", help="start at the earliest")
@@ -48,18 +59,49 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--print-key", action="store_true", help="print the key before the value")
     parser.add_argument("--print-offset", action="store_true", help="print partition:offset first")
+    parser.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        type=property_argument(PROPERTIES),
+        metavar="KEY=VALUE",
+        help="as Kafka's console consumer: print.key=true, print.offset=true, "
+        "key.separator=SEP (between key and value, default a tab)",
+    )
     parser.set_defaults(run=lambda a: run_async(consume(a, sys.stdout.buffer)))
 
 
+def _apply_properties(args: argparse.Namespace) -> None:
+    """Fold ``--property`` into the options it stands for (``print_key``, ``print_offset``,
+    ``key_separator``)."""
+    properties = dict(args.property)
+    for name in ("print.key", "print.offset"):
+        flag = boolean_property(properties, name)
+        if flag is not None:
+            setattr(args, name.replace(".", "_"), flag)
+    args.key_separator = properties.get("key.separator", "\t")
+
+
 async def consume(args: argparse.Namespace, out: BinaryIO) -> int:
+    _apply_properties(args)
     if args.offset is not None and args.partition is None:
-        raise ClientError("--offset needs --partition")
+        raise UsageError("--offset needs --partition")
+    if args.offset is not None and args.from_beginning:
+        raise UsageError("--from-beginning and --offset cannot be given together")
     if args.max_messages is not None and args.max_messages < 1:
-        raise ClientError("--max-messages must be at least 1")
+        raise UsageError("--max-messages must be at least 1")
+    if args.timeout_ms is not None and args.timeout_ms < 1:
+        raise UsageError("--timeout-ms must be at least 1")
+    start = args.offset or ("earliest" if args.from_beginning else "latest")
+    if start not in ("earliest", "latest") and not start.isdigit():
+        raise UsageError(f"--offset must be a number, 'earliest' or 'latest', got {start!r}")
     config = ConsumerConfig(
         group_id=args.group,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
     )
+    if args.timeout_ms is not None and args.timeout_ms < config.default_api_timeout_ms:
+        # An unknown topic is given up on within --timeout-ms too.
+        config = dataclasses.replace(config, default_api_timeout_ms=args.timeout_ms)
     processed = 0
     async with (
         connections(args) as conns,
@@ -74,7 +116,7 @@ async def consume(args: argparse.Namespace, out: BinaryIO) -> int:
                     f"{len(known)} partition(s)"
                 )
             consumer.assign([tp])
-            _seek(consumer, tp, args.offset)
+            _seek(consumer, tp, start)
         elif args.group is not None:
             consumer.subscribe([args.topic])
         else:
@@ -100,22 +142,22 @@ async def consume(args: argparse.Namespace, out: BinaryIO) -> int:
     return 0
 
 
-def _seek(consumer: Consumer, tp: TopicPartition, offset: str | None) -> None:
-    if offset is None or offset == "latest":
+def _seek(consumer: Consumer, tp: TopicPartition, start: str) -> None:
+    if start == "latest":
         consumer.seek_to_end([tp])
-    elif offset == "earliest":
+    elif start == "earliest":
         consumer.seek_to_beginning([tp])
-    elif offset.isdigit():
-        consumer.seek(tp, int(offset))
     else:
-        raise ClientError(f"--offset must be a number, 'earliest' or 'latest', got {offset!r}")
+        consumer.seek(tp, int(start))
 
 
 def _format(record: ConsumerRecord, args: argparse.Namespace) -> bytes:
     fields: list[bytes] = []
     if args.print_offset:
         fields.append(f"{record.partition}:{record.offset}".encode())
+    value = b"null" if record.value is None else record.value
     if args.print_key:
-        fields.append(b"null" if record.key is None else record.key)
-    fields.append(b"null" if record.value is None else record.value)
+        key = b"null" if record.key is None else record.key
+        value = key + args.key_separator.encode() + value
+    fields.append(value)
     return b"\t".join(fields) + b"\n"

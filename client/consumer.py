@@ -154,6 +154,13 @@ class Consumer(AsyncClosing):
             )
         self._subscription = wanted
 
+    @property
+    def position_epoch(self) -> int:
+        """Grows whenever a position may jump or go back (a rebalance, a seek, a reset):
+        between two values, each partition's polled offsets only grow. For a reader that
+        checks its own reads, as the chaos workload does."""
+        return self._state.position_epoch
+
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this consumer reads now (empty while a rebalance runs)."""
         return frozenset(self._state.assigned())

@@ -222,11 +222,17 @@ class MetadataClient:
         self.connections = connections
         self.current: ClusterMetadata | None = None
 
+    def _adopt(self, metadata: ClusterMetadata) -> ClusterMetadata:
+        self.connections.nodes = dict(metadata.brokers)
+        self.current = metadata
+        return metadata
+
     async def refresh(self, topics: Iterable[str] | None = None) -> ClusterMetadata:
         """Ask the brokers in turn (known ones, then bootstrap) until one answers; None
         topics: all topics. Raises BrokerUnreachableError naming what was tried."""
         request = pb.MetadataRequest(topics=sorted(set(topics)) if topics is not None else [])
         problems = []
+        not_ready: ClusterMetadata | None = None
         for address in self.connections.candidate_addresses():
             stub = pb_grpc.BrokerStub(self.connections.channel(address))
             try:
@@ -237,9 +243,14 @@ class MetadataClient:
                 problems.append(f"{address} ({e.code().name.lower()})")
                 continue
             metadata = ClusterMetadata.from_response(response)
-            self.connections.nodes = dict(metadata.brokers)
-            self.current = metadata
-            return metadata
+            if not metadata.brokers:
+                # A broker that has not heard from the controller yet (just started) knows
+                # no broker, not even itself, and no topic: ask another one first.
+                not_ready = not_ready or metadata
+                continue
+            return self._adopt(metadata)
+        if not_ready is not None:
+            return self._adopt(not_ready)
         raise BrokerUnreachableError(
             "cannot reach any broker: " + ", ".join(problems) + " (is the cluster running? "
             f"set --bootstrap-server or ${BOOTSTRAP_ENV})"

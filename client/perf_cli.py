@@ -3,8 +3,9 @@
 ``perf produce`` sends ``--num-records`` records of ``--record-size`` bytes as fast as the
 producer takes them (or at ``--throughput`` records/s) and reports records/s, MB/s and the
 latency of each acknowledgement (send to ack): p50, p95, p99 and max. ``perf consume``
-reads ``--messages`` records from the beginning and reports records/s and MB/s. Both show
-a progress bar on stderr.
+reads ``--num-records`` records from the beginning and reports records/s and MB/s. Both show
+a progress bar on stderr. Both take the count as ``--num-records`` (kafka-producer-perf-test)
+or ``--messages`` (kafka-consumer-perf-test), and the topic as TOPIC or ``--topic``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from client.cli_common import acks_argument, add_bootstrap_option, connections, run_async
+from client.cli_common import (
+    UsageError,
+    acks_argument,
+    add_bootstrap_option,
+    add_topic_argument,
+    check_reachable,
+    connections,
+    run_async,
+)
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import ClientError
 from client.producer import Producer, ProducerConfig, RecordMetadata
@@ -30,8 +39,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = commands.add_parser("perf", help="measure produce or consume throughput and latency")
     kinds = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
     produce = kinds.add_parser("produce", help="produce records and measure")
-    produce.add_argument("topic")
-    produce.add_argument("--num-records", type=int, default=100_000)
+    add_topic_argument(produce)
+    _add_count_option(produce)
     produce.add_argument("--record-size", type=int, default=100, help="value bytes")
     produce.add_argument(
         "--throughput", type=int, default=-1, help="records/s limit (-1: as fast as possible)"
@@ -41,14 +50,27 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     produce.add_argument("--linger-ms", type=int, default=5)
     produce.set_defaults(run=lambda a: run_async(perf_produce(a)))
     consume = kinds.add_parser("consume", help="consume records from the beginning and measure")
-    consume.add_argument("topic")
-    consume.add_argument("--messages", type=int, default=100_000)
+    add_topic_argument(consume)
+    _add_count_option(consume)
     consume.add_argument(
         "--timeout-ms", type=int, default=10_000, help="give up after this long without records"
     )
     consume.set_defaults(run=lambda a: run_async(perf_consume(a)))
     for sub in (produce, consume):
         add_bootstrap_option(sub)
+
+
+def _add_count_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--num-records",
+        "--messages",
+        dest="num_records",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="how many records (default 100000; --messages is the same, as Kafka's "
+        "consumer-perf-test spells it)",
+    )
 
 
 @dataclass(frozen=True)
@@ -93,28 +115,30 @@ def _progress() -> Progress:
 
 async def perf_produce(args: argparse.Namespace) -> int:
     if args.num_records < 1 or args.record_size < 0:
-        raise ClientError("--num-records must be >= 1 and --record-size >= 0")
+        raise UsageError("--num-records must be >= 1 and --record-size >= 0")
     config = ProducerConfig(acks=args.acks, batch_size=args.batch_size, linger_ms=args.linger_ms)
     value = os.urandom(args.record_size)
     latencies: list[float] = []
     errors: list[BaseException] = []
-    async with connections(args) as conns, Producer(conns, config) as producer:
-        with _progress() as progress:
-            task = progress.add_task("produce", total=args.num_records)
-            started = time.monotonic()
-            for i in range(args.num_records):
-                if args.throughput > 0:
-                    due = started + i / args.throughput
-                    delay = due - time.monotonic()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                sent_at = time.monotonic()
-                future = await producer.send(args.topic, value)
-                future.add_done_callback(
-                    _on_ack(sent_at, latencies, errors, lambda: progress.advance(task))
-                )
-            await producer.flush()
-            elapsed = time.monotonic() - started
+    async with connections(args) as conns:
+        await check_reachable(conns, [args.topic])
+        async with Producer(conns, config) as producer:
+            with _progress() as progress:
+                task = progress.add_task("produce", total=args.num_records)
+                started = time.monotonic()
+                for i in range(args.num_records):
+                    if args.throughput > 0:
+                        due = started + i / args.throughput
+                        delay = due - time.monotonic()
+                        if delay > 0:
+                            await asyncio.sleep(delay)
+                    sent_at = time.monotonic()
+                    future = await producer.send(args.topic, value)
+                    future.add_done_callback(
+                        _on_ack(sent_at, latencies, errors, lambda: progress.advance(task))
+                    )
+                await producer.flush()
+                elapsed = time.monotonic() - started
     if errors:
         raise ClientError(f"{len(errors)} of {args.num_records} records failed: {errors[0]}")
     print(
@@ -144,17 +168,17 @@ def _on_ack(
 
 
 async def perf_consume(args: argparse.Namespace) -> int:
-    if args.messages < 1:
-        raise ClientError("--messages must be >= 1")
+    if args.num_records < 1:
+        raise UsageError("--num-records must be >= 1")
     count = value_bytes = 0
     config = ConsumerConfig(auto_offset_reset="earliest", max_poll_records=5000)
     async with connections(args) as conns, Consumer(conns, config) as consumer:
         consumer.assign(await consumer.partitions_for(args.topic))
         with _progress() as progress:
-            task = progress.add_task("consume", total=args.messages)
+            task = progress.add_task("consume", total=args.num_records)
             started = last = time.monotonic()
-            while count < args.messages:
-                records = await consumer.poll(timeout_ms=500, max_records=args.messages - count)
+            while count < args.num_records:
+                records = await consumer.poll(timeout_ms=500, max_records=args.num_records - count)
                 now = time.monotonic()
                 if not records:
                     if (now - last) * 1000 >= args.timeout_ms:
@@ -166,6 +190,6 @@ async def perf_consume(args: argparse.Namespace) -> int:
                 progress.advance(task, len(records))
             elapsed = last - started
     print(PerfResult(count, elapsed, value_bytes, []).summary())
-    if count < args.messages:
-        raise ClientError(f"only {count} of {args.messages} records arrived within --timeout-ms")
+    if count < args.num_records:
+        raise ClientError(f"only {count} of {args.num_records} records arrived within --timeout-ms")
     return 0

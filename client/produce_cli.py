@@ -1,9 +1,11 @@
 """``minibroker produce TOPIC``: one record per stdin line (Kafka's console producer).
 
 The whole line is the value, unless ``--key-separator`` splits it into key and value at
-its first occurrence. Records are batched and sent as the producer does for any client;
-at the end every record has been acknowledged or the command says, on one line, how many
-failed and why, and exits 1.
+its first occurrence (Kafka's ``--property parse.key=true`` with ``key.separator``, default
+a tab, is accepted too). The brokers are asked for metadata first, so that a cluster that
+is not running is reported at once rather than after ``max_block_ms``. Records are batched
+and sent as the producer does for any client; at the end every record has been
+acknowledged or the command says, on one line, how many failed and why, and exits 1.
 """
 
 from __future__ import annotations
@@ -13,11 +15,23 @@ import asyncio
 import sys
 from typing import BinaryIO
 
-from client.cli_common import acks_argument, add_bootstrap_option, connections, run_async
+from client.cli_common import (
+    UsageError,
+    acks_argument,
+    add_bootstrap_option,
+    add_topic_argument,
+    boolean_property,
+    check_reachable,
+    connections,
+    property_argument,
+    run_async,
+)
 from client.metadata import ClientError
 from client.producer import Producer, ProducerConfig, RecordMetadata
 
 _READ_CHUNK = 1 << 16
+PROPERTIES = ("parse.key", "key.separator")
+"""Kafka's console producer properties accepted by ``--property``."""
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,13 +40,21 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="send stdin lines as records",
         description="Send one record per line of stdin (the line is the value).",
     )
-    parser.add_argument("topic")
+    add_topic_argument(parser)
     add_bootstrap_option(parser)
     parser.add_argument("--acks", type=acks_argument, default=-1, help="all (default), 1 or 0")
     parser.add_argument(
         "--key-separator",
         default=None,
         help="split each line at the first occurrence into key and value",
+    )
+    parser.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        type=property_argument(PROPERTIES),
+        metavar="KEY=VALUE",
+        help="as Kafka's console producer: parse.key=true, key.separator=SEP (default a tab)",
     )
     parser.add_argument("--partition", type=int, default=None, help="send every record here")
     parser.add_argument("--linger-ms", type=int, default=5)
@@ -72,10 +94,28 @@ class _Outcome:
             self.acked += 1
 
 
+def key_separator(args: argparse.Namespace) -> str | None:
+    """Where lines split into key and value: ``--key-separator``, or with ``--property
+    parse.key=true`` the ``key.separator`` property (a tab by default, as Kafka's); None:
+    the whole line is the value. Raises UsageError for an empty or conflicting one."""
+    properties = dict(args.property)
+    separator: str | None = args.key_separator
+    if boolean_property(properties, "parse.key"):
+        by_property = properties.get("key.separator", "\t")
+        if separator is not None and separator != by_property:
+            raise UsageError(
+                f"--key-separator {separator!r} and --property key.separator="
+                f"{by_property!r} disagree"
+            )
+        separator = by_property
+    if separator == "":
+        raise UsageError("the key separator must not be empty")
+    return separator
+
+
 async def produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
-    separator = args.key_separator.encode() if args.key_separator is not None else None
-    if separator == b"":
-        raise ClientError("--key-separator must not be empty")
+    text_separator = key_separator(args)
+    separator = text_separator.encode() if text_separator is not None else None
     config = ProducerConfig(
         acks=args.acks,
         linger_ms=args.linger_ms,
@@ -86,6 +126,7 @@ async def produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
     outcome = _Outcome()
     loop = asyncio.get_running_loop()
     async with connections(args) as conns:
+        await check_reachable(conns, [args.topic])
         producer = Producer(conns, config)
         await producer.start()
         try:
@@ -133,7 +174,7 @@ async def _send_line(
         key, found, value = line.partition(separator)
         if not found:
             raise ClientError(
-                f"line {outcome.sent + 1} has no key separator {args.key_separator!r}"
+                f"line {outcome.sent + 1} has no key separator {separator.decode()!r}"
             )
     future = await producer.send(args.topic, value, key=key, partition=args.partition)
     outcome.track(future)

@@ -43,6 +43,9 @@ class SubscriptionState:
         self._positions: dict[TopicPartition, int | None] = {}
         self._resets: dict[TopicPartition, str] = {}
         """Strategies asked for explicitly (seek_to_beginning/end, out of range)."""
+        self.position_epoch = 0
+        """Bumped whenever a position may jump or go back: an assignment, a seek, a reset.
+        Between two bumps, the offsets a partition returns only grow."""
 
     def assigned(self) -> list[TopicPartition]:
         """The assigned partitions, sorted."""
@@ -56,6 +59,7 @@ class SubscriptionState:
     ) -> None:
         """Replace the assignment. A partition given a position in ``positions`` starts
         there; one that stays assigned keeps its position; any other waits for a reset."""
+        self.position_epoch += 1
         wanted = set(tps)
         previous = self._positions
         self._positions = {}
@@ -82,6 +86,7 @@ class SubscriptionState:
             raise ValueError(f"offset must be >= 0, got {offset}")
         if tp not in self._positions:
             raise KeyError(tp)
+        self.position_epoch += 1
         self._positions[tp] = offset
         self._resets.pop(tp, None)
 
@@ -89,6 +94,7 @@ class SubscriptionState:
         """Forget the position; the next reset uses ``strategy`` (default: the policy)."""
         if tp not in self._positions:
             raise KeyError(tp)
+        self.position_epoch += 1
         self._positions[tp] = None
         self._resets[tp] = strategy or self.default_reset
 

@@ -1,30 +1,39 @@
-"""``minibroker topics create|list|describe|delete`` (Kafka's ``kafka-topics.sh``)."""
+"""``minibroker topics create|list|describe|alter|delete`` (Kafka's ``kafka-topics.sh``).
+
+``alter`` adds partitions (``--partitions N``, more than there are): the admin client
+writes the extended assignment and the controller brings the new partitions online.
+``describe`` prints each topic's non-default configs on its topic line, as Kafka does.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Mapping
 
 from broker.config import parse_overrides
 from client.admin import AdminClient
 from client.cli_common import (
     add_bootstrap_option,
+    add_topic_argument,
     add_zookeeper_option,
     connections,
     run_async,
 )
-from client.metadata import TopicMetadata
+from client.metadata import ClientError, TopicMetadata
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = commands.add_parser(
         "topics",
-        help="create, list, describe and delete topics",
-        description="Create, list, describe and delete topics (as Kafka's kafka-topics.sh).",
+        help="create, list, describe, alter and delete topics",
+        description="Create, list, describe, alter (add partitions) and delete topics (as "
+        "Kafka's kafka-topics.sh).",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
     create = actions.add_parser("create", help="create a topic")
-    create.add_argument("topic")
+    add_topic_argument(create)
     create.add_argument("--partitions", type=int, default=1, help="default 1")
     create.add_argument("--replication-factor", type=int, default=1, help="default 1")
     create.add_argument(
@@ -43,16 +52,21 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.set_defaults(run=lambda a: run_async(_list(a)))
 
     describe = actions.add_parser("describe", help="partitions, leaders, replicas and ISRs")
-    describe.add_argument("topic", nargs="?", help="one topic (default: all)")
+    add_topic_argument(describe, required=False, help="one topic (default: all)")
     describe.set_defaults(run=lambda a: run_async(_describe(a)))
 
+    alter = actions.add_parser("alter", help="add partitions to a topic")
+    add_topic_argument(alter)
+    alter.add_argument("--partitions", type=int, required=True, help="the new number of partitions")
+    alter.set_defaults(run=lambda a: run_async(_alter(a)))
+
     delete = actions.add_parser("delete", help="delete a topic and its data on every broker")
-    delete.add_argument("topic")
+    add_topic_argument(delete)
     delete.set_defaults(run=lambda a: run_async(_delete(a)))
 
-    for sub in (create, listing, describe, delete):
+    for sub in (create, listing, describe, alter, delete):
         add_bootstrap_option(sub)
-        add_zookeeper_option(sub, "creating and deleting topics")
+        add_zookeeper_option(sub, "creating, altering and deleting topics, and their configs")
 
 
 async def _create(args: argparse.Namespace) -> int:
@@ -76,16 +90,39 @@ async def _describe(args: argparse.Namespace) -> int:
     names = [args.topic] if args.topic else None
     async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
         topics = await admin.describe_topics(names)
+        try:
+            configs: Mapping[str, Mapping[str, str]] | None = await admin.topic_configs(
+                t.name for t in topics
+            )
+        except ClientError as e:
+            print(f"minibroker topics describe: configs not shown: {e}", file=sys.stderr)
+            configs = None
     for topic in sorted(topics, key=lambda t: t.name):
-        print(describe_lines(topic))
+        topic_configs = None if configs is None else configs.get(topic.name, {})
+        print(describe_lines(topic, topic_configs))
     return 0
 
 
-def describe_lines(topic: TopicMetadata) -> str:
-    """Kafka's describe layout: one topic line, then one line per partition."""
+async def _alter(args: argparse.Namespace) -> int:
+    async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
+        await admin.create_partitions(args.topic, args.partitions)
+    print(
+        "WARNING: If partitions are increased for a topic that has a key, the partition "
+        "logic or ordering of the messages will be affected"
+    )
+    print("Adding partitions succeeded!")
+    return 0
+
+
+def describe_lines(topic: TopicMetadata, configs: Mapping[str, str] | None = None) -> str:
+    """Kafka's describe layout: one topic line (with the topic's config overrides, when
+    known), then one line per partition."""
     partitions = [topic.partitions[p] for p in sorted(topic.partitions)]
     rf = len(partitions[0].replicas) if partitions else 0
-    lines = [f"Topic: {topic.name}\tPartitionCount: {len(partitions)}\tReplicationFactor: {rf}"]
+    head = f"Topic: {topic.name}\tPartitionCount: {len(partitions)}\tReplicationFactor: {rf}"
+    if configs is not None:
+        head += "\tConfigs: " + ",".join(f"{k}={v}" for k, v in sorted(configs.items()))
+    lines = [head]
     for p in partitions:
         leader = "none" if p.leader < 0 else str(p.leader)
         lines.append(

@@ -69,8 +69,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-import functools
 import inspect
 import logging
 import time
@@ -90,14 +88,17 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
     SessionExpiredError,
 )
-from kazoo.protocol.states import EventType, KazooState
+from kazoo.protocol.states import KazooState
 
 from broker.topic_partition import TopicPartition, topic_name_problem
 from broker.zk_async import (
     KazooSessionClient,
+    WatchCallback,
+    WatchKind,
     ZkConnectionError,
     ZkError,
     ZkSessionExpiredError,
+    ZkWatch,
     bridge,
     on_loop,
     stop_kazoo,
@@ -160,10 +161,6 @@ INITIAL_CONTROLLER_EPOCH = 0
 """What a missing ``/controller_epoch`` is created with, so the first controller has epoch 1
 (Kafka's ``KafkaController.InitialControllerEpoch``)."""
 
-WatchCallback = Callable[[], object]
-"""Called with no arguments on the event loop thread; an awaitable it returns is run as a
-task. The caller re-reads ZooKeeper: the call only says "something may have changed"."""
-
 _RETRY_MIN_S = 0.05
 _RETRY_MAX_S = 1.0
 """kazoo backs off between reconnect attempts up to an hour by default; a controller must get
@@ -202,15 +199,6 @@ class LiveBroker:
     @property
     def port(self) -> int:
         return self.registration.port
-
-
-class WatchKind(enum.Enum):
-    """What a :class:`ZkWatch` reports."""
-
-    CHILDREN = "children"
-    """A child was created or deleted (the watched znode need not exist yet)."""
-    DATA = "data"
-    """The znode was created, changed or deleted."""
 
 
 # -- pure helpers ------------------------------------------------------------------------------
@@ -311,134 +299,6 @@ class _Op:
             transaction.delete(self.path, self.version)
 
 
-# -- watches -----------------------------------------------------------------------------------
-
-
-class ZkWatch:
-    """A standing watch set by one of the ``ControllerZkClient.watch_*`` methods.
-
-    Its callback runs on the event loop thread at least once after every change (see
-    :class:`WatchKind`) and once after every reconnect. A ZooKeeper watch fires once, so
-    on each event a new registration is sent first, and the callback runs only once
-    ZooKeeper has acknowledged it. So when the callback runs the watch is set again: a
-    change made later fires it again, and one made before is seen by the callback's
-    re-read. Registrations that kazoo dropped with a connection are superseded by a new
-    generation on the next CONNECTED; late events of older generations are ignored.
-    :meth:`cancel` stops it (Kafka unregisters its handlers on resignation).
-    """
-
-    def __init__(
-        self,
-        owner: ControllerZkClient,
-        name: str,
-        kind: WatchKind,
-        path: str,
-        callback: WatchCallback,
-    ) -> None:
-        self._owner = owner
-        self.name = name
-        """Short label for logs, e.g. ``brokers``."""
-        self.kind = kind
-        self.path = path
-        self._callback = callback
-        self._generation = 0
-        self._cancelled = False
-        self._parent_missing = False
-        """A children watch on a missing znode watches for its creation instead."""
-        self._report: str | None = None
-        """Why the callback is due once the pending registration is acknowledged."""
-        self._armed = asyncio.Event()
-        self._arm_error: BaseException | None = None
-
-    def __repr__(self) -> str:
-        state = "cancelled" if self._cancelled else "active"
-        return f"ZkWatch({self.name}, {self.kind.value} {self.path}, {state})"
-
-    @property
-    def active(self) -> bool:
-        """False once cancelled or the client closed."""
-        return not self._cancelled and not self._owner.closed
-
-    def cancel(self) -> None:
-        """Stop calling the callback (a registration already sent fires into nothing)."""
-        self._cancelled = True
-        self._owner._watches.discard(self)
-        self._armed.set()
-
-    async def _wait_armed(self) -> None:
-        await self._armed.wait()
-        if self._arm_error is not None:
-            raise self._arm_error
-        if self._owner.closed:
-            raise ZkConnectionError(f"watch {self.name}: the ZooKeeper client is closed")
-
-    def _arm(self, report: str | None = None) -> None:
-        """Send a new generation of the ZooKeeper watch (on the loop thread); once it is
-        acknowledged, call the callback if a ``report`` is due."""
-        owner = self._owner
-        client = owner._client
-        if self._cancelled or owner.closed or client is None:
-            return
-        if report is not None:
-            self._report = report
-        loop = owner._require_loop()
-        self._generation += 1
-        generation = self._generation
-        watcher = on_loop(loop, functools.partial(self._on_event, generation))
-        if self.kind is WatchKind.CHILDREN and not self._parent_missing:
-            result = client.get_children_async(self.path, watch=watcher)
-        else:
-            # exists() sets a watch whether or not the znode exists: created, changed, deleted.
-            result = client.exists_async(self.path, watch=watcher)
-        bridge(loop, result).add_done_callback(functools.partial(self._on_armed, generation))
-
-    def _on_armed(self, generation: int, future: asyncio.Future[Any]) -> None:
-        if future.cancelled() or self._cancelled or generation != self._generation:
-            return
-        error = future.exception()
-        if error is None:
-            if self._parent_missing and future.result() is not None:
-                # Created between our get_children and exists: watch its children now.
-                self._parent_missing = False
-                self._arm("created")
-                return
-            self._armed.set()
-            self._report_due()
-        elif isinstance(error, NoNodeError) and self.kind is WatchKind.CHILDREN:
-            self._parent_missing = True
-            self._arm()
-        elif isinstance(error, ConnectionLoss):
-            # kazoo dropped the registration with the connection; the next CONNECTED re-arms
-            # it and reports (any report due now is covered by that one).
-            self._owner._log(logging.DEBUG, "watch_arm_interrupted", watch=self.name)
-        elif isinstance(error, SessionExpiredError):  # ConnectionClosedError too
-            # Armed in the next session (or never, if closed): waiting longer helps nobody.
-            self._armed.set()
-        else:
-            self._owner._log(logging.ERROR, "watch_arm_failed", watch=self.name, error=repr(error))
-            self._arm_error = error
-            self._armed.set()
-            self._report_due()  # the caller's re-read will meet the error itself
-
-    def _report_due(self) -> None:
-        report, self._report = self._report, None
-        if report is not None:
-            self._owner._deliver(self, report)
-
-    def _on_event(self, generation: int, event: Any) -> None:
-        """A ZooKeeper watch event, on the loop thread."""
-        if self._cancelled or generation != self._generation or self._owner.closed:
-            return
-        if event.type == EventType.NONE:
-            return  # kazoo dropped the watch with the connection: CONNECTED re-arms it
-        self._parent_missing = False
-        self._arm(str(event.type).lower())
-
-    def _reconnected(self) -> None:
-        self._parent_missing = False
-        self._arm("reconnected")
-
-
 # -- the client --------------------------------------------------------------------------------
 
 
@@ -481,7 +341,6 @@ class ControllerZkClient(KazooSessionClient):
         self._epoch: int | None = None
         self._epoch_zk_version: int | None = None
         self._lost_callbacks: list[Callable[[], object]] = []
-        self._watches: set[ZkWatch] = set()
 
     def __repr__(self) -> str:
         return (
@@ -494,11 +353,6 @@ class ControllerZkClient(KazooSessionClient):
     @property
     def broker_id(self) -> int:
         return self._broker_id
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._closing
 
     @property
     def epoch(self) -> int | None:
@@ -530,8 +384,7 @@ class ControllerZkClient(KazooSessionClient):
         if self._client is None or self._closing:
             return
         self._closing = True
-        for watch in list(self._watches):
-            watch.cancel()
+        self._cancel_watches()
         self._epoch = self._epoch_zk_version = None
         await asyncio.shield(self._require_loop().run_in_executor(None, stop_kazoo, self._client))
         for task in list(self._tasks):
@@ -578,10 +431,7 @@ class ControllerZkClient(KazooSessionClient):
                     self._log(logging.WARNING, "new_session", session=self._session_hex())
             elif self._connected_once:
                 self._log(logging.INFO, "reconnected", session=self._session_hex())
-            # kazoo dropped every watch with the connection: set them again, and report,
-            # since nobody reports what changed while we were away.
-            for watch in list(self._watches):
-                watch._reconnected()
+            self._rearm_watches()
 
     def _session_lost(self) -> None:
         lost, self._session_id = self._session_id, None
@@ -773,6 +623,11 @@ class ControllerZkClient(KazooSessionClient):
         """Children of ``/brokers/topics``: topics created or deleted (``TopicChangeHandler``)."""
         return await self._watch("topics", WatchKind.CHILDREN, BROKER_TOPICS_PATH, callback)
 
+    async def watch_topic_assignment(self, topic: str, callback: WatchCallback) -> ZkWatch:
+        """``/brokers/topics/<t>`` changed (``PartitionModificationsHandler``): partitions
+        were added, or a reassignment was completed. ValueError for an illegal name."""
+        return await self._watch(f"topic:{topic}", WatchKind.DATA, topic_path(topic), callback)
+
     async def watch_topic_deletions(self, callback: WatchCallback) -> ZkWatch:
         """Children of ``/admin/delete_topics`` (``TopicDeletionHandler``)."""
         return await self._watch(
@@ -799,27 +654,6 @@ class ControllerZkClient(KazooSessionClient):
             PREFERRED_REPLICA_ELECTION_PATH,
             callback,
         )
-
-    async def _watch(
-        self, name: str, kind: WatchKind, path: str, callback: WatchCallback
-    ) -> ZkWatch:
-        """Set a standing watch and return once ZooKeeper holds it, so a read made after
-        this returns cannot miss a later change. Not called for the current state: read it.
-        If the session expires meanwhile, it returns anyway (the watch is set, and fires,
-        in the next session). Cancelling the coroutine cancels the watch."""
-        self._require_loop()
-        if self._closing:
-            raise ZkConnectionError(f"watch {name}: the ZooKeeper client is closed")
-        watch = ZkWatch(self, name, kind, path, callback)
-        self._watches.add(watch)
-        watch._arm()
-        try:
-            await watch._wait_armed()
-        except BaseException:
-            watch.cancel()
-            raise
-        self._log(logging.INFO, "watch_set", watch=name, path=path, kind=kind.value)
-        return watch
 
     def _deliver(self, watch: ZkWatch, reason: str) -> None:
         self._log(logging.DEBUG, "watch_fired", watch=watch.name, path=watch.path, reason=reason)

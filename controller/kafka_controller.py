@@ -19,6 +19,8 @@ Events handled:
   member returns. A new broker gets LeaderAndIsr for its partitions and everyone an
   UpdateMetadata. A bounced broker (new registration czxid, KIP-380) is both.
 - ``TopicChange``: new topics get their initial states and LeaderAndIsr.
+- ``PartitionModifications`` (a topic's ``/brokers/topics/<t>`` changed): partitions added
+  to it are initialised like a new topic's (:mod:`controller.partition_modifications`).
 - ``IsrChangeNotification``: re-read the named states, UpdateMetadata to all, delete the
   notifications.
 - ``TopicDeletion`` (``/admin/delete_topics/<t>``): UpdateMetadata marks the topic's
@@ -74,6 +76,7 @@ from controller.leader_election import (
     preferred_replica_leader_election,
     remove_replica_from_isr,
 )
+from controller.partition_modifications import partition_modification
 from controller.preferred_replica import partitions_to_rebalance
 from controller.reassignment import (
     ReassignmentAction,
@@ -129,6 +132,11 @@ class _TopicChange:
 
 
 @dataclass(frozen=True, slots=True)
+class _PartitionModifications:
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
 class _IsrChangeNotification:
     pass
 
@@ -176,6 +184,8 @@ class _Resign:
     reason: str
     epoch: int | None = None
     """Resign only if still controller at this epoch (None: whatever the epoch)."""
+    unless_zookeeper_agrees: bool = False
+    """A broker's word only: stay if ZooKeeper still names this controller at this epoch."""
 
 
 _Decide = Callable[[TopicPartition, PartitionState], PartitionStateData | None]
@@ -192,6 +202,7 @@ _Event = (
     _Elect
     | _BrokerChange
     | _TopicChange
+    | _PartitionModifications
     | _IsrChangeNotification
     | _TopicDeletion
     | _TopicDeletionStopped
@@ -244,6 +255,8 @@ class KafkaController:
         self._queue: asyncio.Queue[_Event] = asyncio.Queue()
         self._loop_task: asyncio.Task[None] | None = None
         self._watches: list[ZkWatch] = []
+        self._topic_watches: dict[str, ZkWatch] = {}
+        """The active controller's watch on each topic's znode (partitions added)."""
         self._send_tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -262,6 +275,13 @@ class KafkaController:
         )
 
     # -- public ------------------------------------------------------------------------------
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Take this broker's dynamically changed configs (Kafka's controller reads its
+        broker's ``KafkaConfig``, which ``DynamicBrokerConfig`` keeps current): the default
+        of ``unclean.leader.election.enable``, read at the next election. A topic's own
+        setting is read from ``/config/topics/<t>`` at each election anyway."""
+        self._default_unclean = config.unclean_leader_election_enable
 
     @property
     def broker_id(self) -> int:
@@ -343,6 +363,7 @@ class KafkaController:
         for watch in self._watches:
             watch.cancel()
         self._watches = []
+        self._unwatch_topics(list(self._topic_watches))
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -416,14 +437,22 @@ class KafkaController:
         if isinstance(event, _Elect):
             await self._elect(event.reason)
         elif isinstance(event, _Resign):
-            if self._active and event.epoch in (None, self._ctx.epoch):
-                await self._resign(event.reason)
+            if not self._active or event.epoch not in (None, self._ctx.epoch):
+                return
+            if event.unless_zookeeper_agrees and await self._still_elected():
+                self._log(
+                    logging.WARNING, "stale_controller_epoch_not_believed", reason=event.reason
+                )
+                return
+            await self._resign(event.reason)
         elif not self._active:
             self._refuse(event)  # only the controller acts on the cluster's changes
         elif isinstance(event, _BrokerChange):
             await self._on_broker_change()
         elif isinstance(event, _TopicChange):
             await self._on_topic_change()
+        elif isinstance(event, _PartitionModifications):
+            await self._on_partition_modifications(event.topic)
         elif isinstance(event, _IsrChangeNotification):
             await self._on_isr_change_notification()
         elif isinstance(event, _TopicDeletion):
@@ -470,6 +499,8 @@ class KafkaController:
         for broker_id, broker in (await self._zk.live_brokers()).items():
             self._add_live_broker(broker_id, broker.host, broker.port, broker.broker_epoch)
         topics = await self._zk.topics()
+        # Watched before the assignments are read, so no partition added meanwhile is missed.
+        await self._watch_topics(topics)
         for topic, assignment in (await self._zk.topic_assignments(topics)).items():
             ctx.add_topic(topic, assignment)
         ctx.partition_states.update(await self._zk.partition_states(ctx.assignments))
@@ -518,6 +549,7 @@ class KafkaController:
         self._ctx.reset()
         self._deletions_in_flight.clear()
         self._deleted_replicas.clear()
+        self._unwatch_topics(list(self._topic_watches))
         if self._rebalance_task is not None:
             self._rebalance_task.cancel()
             self._rebalance_task = None
@@ -537,7 +569,26 @@ class KafkaController:
             from_broker=broker_id,
             request=request_kind(request),
         )
-        self._put(_Resign(f"stale_controller_epoch_from_{broker_id}", request.controller_epoch))
+        self._put(
+            _Resign(
+                f"stale_controller_epoch_from_{broker_id}",
+                request.controller_epoch,
+                unless_zookeeper_agrees=True,
+            )
+        )
+
+    async def _still_elected(self) -> bool:
+        """ZooKeeper still names this broker the controller at this epoch. A broker that
+        answers STALE_CONTROLLER_EPOCH to the elected controller was misled (brokers never
+        adopt an epoch beyond /controller_epoch, but a resignation on a broker's word alone
+        would turn one lying broker into an election storm)."""
+        try:
+            controller, epoch = await asyncio.gather(
+                self._zk.controller_id(), self._zk.controller_epoch()
+            )
+        except ZkError:
+            return False
+        return controller == self._broker_id and epoch is not None and epoch[0] == self._ctx.epoch
 
     # -- broker changes ----------------------------------------------------------------------
 
@@ -642,15 +693,56 @@ class KafkaController:
         topics = await self._zk.topics()
         for topic in sorted(ctx.all_topics - topics):
             ctx.remove_topic(topic)  # deleted behind our back; deletion proper is not handled
+        self._unwatch_topics(set(self._topic_watches) - topics)
         new = topics - ctx.all_topics
         if not new:
             return
+        await self._watch_topics(new)
         assignments = await self._zk.topic_assignments(new)
         for topic, assignment in sorted(assignments.items()):
             ctx.add_topic(topic, assignment)
         tps = sorted(tp for tp in ctx.assignments if tp.topic in assignments)
         ctx.partition_states.update(await self._zk.partition_states(tps))
         self._log(logging.INFO, "topics_created", topics=sorted(assignments), partitions=len(tps))
+        await self._on_new_partitions(tps)
+
+    async def _on_partition_modifications(self, topic: str) -> None:
+        """Kafka's ``processPartitionModifications``: initialise partitions added to a
+        known topic; while it is being deleted, restore its assignment instead."""
+        ctx = self._ctx
+        if topic not in ctx.all_topics:
+            return  # a new topic: TopicChange initialises it
+        try:
+            assignment = await self._zk.topic_assignment(topic)
+        except ZkDataError as e:
+            self._log(logging.ERROR, "bad_topic_assignment", topic=topic, error=str(e))
+            return
+        if assignment is None:
+            return  # deleted meanwhile
+        known = {tp.partition for tp in ctx.partitions_of_topic(topic)}
+        change = partition_modification(known, assignment, topic in ctx.topics_being_deleted)
+        if change.restore is not None:
+            self._log(
+                logging.WARNING,
+                "partitions_not_added_topic_being_deleted",
+                topic=topic,
+                partitions=sorted(set(assignment) - known),
+            )
+            await self._zk.set_topic_assignment(topic, change.restore)
+            return
+        if not change.added:
+            return
+        for partition, replicas in change.added.items():
+            ctx.assignments[TopicPartition(topic, partition)] = replicas
+        tps = [TopicPartition(topic, p) for p in sorted(change.added)]
+        ctx.partition_states.update(await self._zk.partition_states(tps))
+        self._log(logging.INFO, "partitions_added", topic=topic, partitions=sorted(change.added))
+        await self._on_new_partitions(tps)
+
+    async def _on_new_partitions(self, tps: list[TopicPartition]) -> None:
+        """Kafka's ``onNewPartitionCreation``: bring the partitions online (their state
+        znodes are loaded) and tell their replicas the states that already existed."""
+        ctx = self._ctx
         batch = ControllerBrokerRequestBatch()
         changed = await self._bring_online(tps, batch)
         for tp in tps:
@@ -658,6 +750,24 @@ class KafkaController:
             if tp not in changed and state is not None and state.leader != LEADER_NONE:
                 batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
         self._send(batch)
+
+    async def _watch_topics(self, topics: Iterable[str]) -> None:
+        """Watch each topic's znode for added partitions (Kafka's
+        ``registerPartitionModificationsHandlers``), all registrations sent at once."""
+        new = sorted(set(topics) - set(self._topic_watches))
+
+        async def watch(topic: str) -> None:
+            self._topic_watches[topic] = await self._zk.watch_topic_assignment(
+                topic, lambda: self._put(_PartitionModifications(topic))
+            )
+
+        await asyncio.gather(*(watch(topic) for topic in new))
+
+    def _unwatch_topics(self, topics: Iterable[str]) -> None:
+        for topic in topics:
+            watch = self._topic_watches.pop(topic, None)
+            if watch is not None:
+                watch.cancel()
 
     async def _on_isr_change_notification(self) -> None:
         """Kafka's ``processIsrChangeNotification``: the leaders changed ISRs; tell all."""
@@ -775,6 +885,7 @@ class KafkaController:
             return  # a dead replica still holds it: resumed when that broker registers
         await self._zk.delete_topic_znodes(event.topic)
         ctx.remove_topic(event.topic)
+        self._unwatch_topics([event.topic])
         self._deleted_replicas.pop(event.topic, None)
         self._log(logging.INFO, "topic_deleted", topic=event.topic)
 

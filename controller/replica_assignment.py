@@ -34,6 +34,7 @@ __all__ = [
     "InvalidPartitionsError",
     "InvalidReplicaAssignmentError",
     "InvalidReplicationFactorError",
+    "assign_new_partitions",
     "assign_replicas",
     "check_replica_list",
     "validate_replica_assignment",
@@ -92,6 +93,39 @@ def assign_replicas(
     return {
         i: [brokers[(i + j) % n] for j in range(replication_factor)] for i in range(num_partitions)
     }
+
+
+def assign_new_partitions(
+    topic: str,
+    existing: Mapping[int, Sequence[int]],
+    total: int,
+    live_brokers: Sequence[int],
+) -> dict[int, list[int]]:
+    """The replicas of the partitions added when ``topic`` grows to ``total`` partitions
+    (Kafka's ``AdminZkClient.addPartitions``): partitions ``len(existing)`` .. ``total - 1``,
+    each with as many replicas as partition 0 has, placed by :func:`assign_replicas`' rule
+    continued from the existing partitions (partition i starts at broker ``i mod n``), so a
+    topic grown to N partitions is placed as one created with N would have been.
+
+    Raises InvalidPartitionsError when ``total`` is not above the current count (Kafka's
+    message) or the existing partitions are not 0..n-1, InvalidReplicationFactorError when
+    fewer brokers are live than the topic's replication factor.
+    """
+    partitions = sorted(existing)
+    if partitions != list(range(len(partitions))) or not partitions:
+        raise InvalidPartitionsError(
+            f"unexpected existing replica assignment for topic '{topic}': partitions "
+            f"{_ids(partitions)} (partition ids 0..n-1 expected)"
+        )
+    if total <= len(partitions):
+        raise InvalidPartitionsError(
+            "The number of partitions for a topic can only be increased. "
+            f"Topic {topic} currently has {len(partitions)} partitions, "
+            f"{total} would not be an increase."
+        )
+    replication_factor = len(existing[0])
+    grown = assign_replicas(total, replication_factor, live_brokers)
+    return {p: grown[p] for p in range(len(partitions), total)}
 
 
 def check_replica_list(replicas: Sequence[int], what: str) -> None:

@@ -23,6 +23,8 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from deploy.ports import free_port_block
+
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.05
@@ -103,6 +105,10 @@ class BrokerProcess:
         if self.is_running:
             raise BrokerProcessError(f"broker {self.broker_id} is already running")
         self.spec.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        if self.port == 0:
+            # Chosen here, not by the broker binding port 0: a port from the ephemeral range
+            # may be some connection's local port when the broker restarts on it.
+            self.port = free_port_block(1, self.spec.host)
         before = _registration_czxid(zk, self.broker_id) if zk is not None else None
         with open(os.devnull, "rb") as stdin, self.log_path.open("ab") as out:
             self._proc = subprocess.Popen(

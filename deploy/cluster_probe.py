@@ -1,6 +1,7 @@
-"""Probes of a running cluster through ZooKeeper and the brokers, shared by the tests, the
-benchmarks and chaos (the harness, DESIGN.md §1): create a topic as an admin client does,
-read a partition's state znode, and tell whether the leader it names has taken over.
+"""Probes of a running cluster through ZooKeeper, the brokers and their data dirs, shared by
+the tests, the benchmarks and chaos (the harness, DESIGN.md §1): create a topic as an admin
+client does, read a partition's state znode, tell whether the leader it names has taken
+over, read what a replica holds on disk, and poll for a condition with a deadline.
 
 Example usage::
 
@@ -11,18 +12,34 @@ Example usage::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TypeVar
 
 import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from broker import zk_data
+from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from broker.record_batch import decode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 
-__all__ = ["create_topic", "leader_serving", "partition_state"]
+__all__ = [
+    "checkpointed_high_watermark",
+    "create_topic",
+    "leader_serving",
+    "partition_state",
+    "replica_records",
+    "wait_until",
+]
+
+T = TypeVar("T")
+
+_POLL_S = 0.05
 
 
 def create_topic(
@@ -76,3 +93,38 @@ def leader_serving(
             ):
                 return state
     return None
+
+
+def replica_records(partition_dir: Path) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of every record in a replica's segment files, read from disk (the
+    broker may be running: a segment deleted meanwhile is skipped)."""
+    out: list[tuple[int, bytes | None]] = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        try:
+            data = segment.read_bytes()
+        except FileNotFoundError:
+            continue  # deleted since the listing (retention, truncation, StopReplica)
+        for scanned in scan_batches(data):
+            out += [(r.offset, r.value) for r in decode_batch(data, scanned.position).records]
+    return out
+
+
+def checkpointed_high_watermark(data_dir: Path, tp: TopicPartition) -> int | None:
+    """The partition's high watermark in the broker's replication-offset-checkpoint (what a
+    restart would start from), or None without an entry."""
+    path = data_dir / REPLICATION_OFFSET_CHECKPOINT
+    return OffsetCheckpointFile(path).read().get(tp) if path.exists() else None
+
+
+def wait_until(predicate: Callable[[], T], timeout: float, interval: float = _POLL_S) -> T | None:
+    """Poll ``predicate`` until it returns a truthy value and return it; None once
+    ``timeout`` seconds passed (it is tried once more at the deadline)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        now = time.monotonic()
+        if now >= deadline:
+            return None
+        time.sleep(min(interval, deadline - now))

@@ -1,17 +1,20 @@
 """The local cluster launcher behind ``minibroker cluster up|down|status|kill|stop|start``.
 
-One ZooKeeper and N brokers as processes on this machine (DESIGN.md §7), built on the same
-harnesses the tests, chaos and benchmarks use (deploy/zookeeper.py, deploy/broker_process.py).
-The processes outlive the command that started them, so every later command finds them
-again through ``<data-dir>/cluster.json`` (pids, ports) and acts by pid. Layout::
+One ZooKeeper (or an ensemble of 3, 5, ... with ``zookeeper_nodes``) and N brokers as
+processes on this machine (DESIGN.md §7), built on the same harnesses the tests, chaos and
+benchmarks use (deploy/zookeeper.py, deploy/broker_process.py). The processes outlive the
+command that started them, so every later command finds them again through
+``<data-dir>/cluster.json`` (pids, ports) and acts by pid. Layout::
 
     <data-dir>/cluster.json        pids and ports
-    <data-dir>/zookeeper/          ZooKeeper's dataDir
+    <data-dir>/zookeeper/          ZooKeeper's dataDir (one node)
+    <data-dir>/zookeeper-<n>/      ZooKeeper node n's dataDir (an ensemble)
     <data-dir>/broker-<n>/         broker n's log dir
-    <data-dir>/logs/               zookeeper.log, broker-<n>.log
+    <data-dir>/logs/               zookeeper.log (or zookeeper-<n>.log), broker-<n>.log
 
 A pid is only signalled after checking that it is still the process we started (its
-command line names our broker id or the ZooKeeper config), so a recycled pid is never hit.
+command line names our broker id or the ZooKeeper node's config), so a recycled pid is
+never hit.
 
 Example usage::
 
@@ -21,6 +24,10 @@ Example usage::
     cluster.start(2)
     print(cluster.status().controller)
     cluster.down()
+
+    cluster.up(zookeeper_nodes=3)         # an ensemble on 2181-2183
+    cluster.kill_zookeeper(1)             # the other two go on serving
+    cluster.start_zookeeper(1)
 """
 
 from __future__ import annotations
@@ -30,20 +37,35 @@ import json
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from broker import zk_data
-from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess, BrokerProcessError, BrokerSpec
-from deploy.zookeeper import ZooKeeperConfig, ZooKeeperError, ZooKeeperServer
+from deploy.cluster_status import (
+    BrokerStatus,
+    ClusterStatus,
+    ClusterStatusError,
+    ZooKeeperNodeStatus,
+    kazoo_session,
+    read_zookeeper,
+)
+from deploy.ports import port_is_free
+from deploy.zookeeper import (
+    QuorumPeer,
+    ZooKeeperConfig,
+    ZooKeeperEnsemble,
+    ZooKeeperError,
+    ZooKeeperServer,
+    is_serving_mode,
+    member_config,
+    quorum_size,
+    server_mode,
+)
 from proto.errors import MinibrokerError
 
 __all__ = [
@@ -54,22 +76,67 @@ __all__ = [
     "ClusterStatus",
     "LocalCluster",
     "LocalClusterError",
+    "default_data_dir",
 ]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 DATA_DIR_ENV = "MINIBROKER_DATA_DIR"
 DEFAULT_DATA_DIR = Path("minibroker-data")
 DEFAULT_BASE_PORT = 9091
 DEFAULT_ZOOKEEPER_PORT = 2181
+MAX_ZOOKEEPER_NODES = 7
+"""More members cost JVMs and make every write wait for more acknowledgements; on one
+machine they buy nothing more to test than 5 do."""
 STATE_FILE = "cluster.json"
 _STOP_TIMEOUT_S = 60.0
 _POLL_S = 0.05
 
+_outliving: list[BrokerProcess | ZooKeeperServer] = []
+"""The harnesses of the processes this interpreter started for a cluster (they outlive the
+command: later ones act by pid). Kept so that their Popen objects are never collected while
+the process runs, which Python reports as a ResourceWarning (an error under pytest)."""
+
+
+def default_data_dir() -> Path:
+    """``$MINIBROKER_DATA_DIR``, else ``./minibroker-data``."""
+    return Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
+
 
 class LocalClusterError(MinibrokerError):
     """A cluster command cannot do what was asked; the message says why and what to do."""
+
+
+class ClusterAlreadyRunningError(LocalClusterError):
+    """``up`` on a data dir whose cluster runs, wholly or in part."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        stopped_brokers: list[int],
+        stopped_zookeeper_nodes: list[int],
+        zookeeper_nodes: int = 1,
+    ):
+        self.stopped_brokers = stopped_brokers
+        """The cluster's brokers that are not running."""
+        self.stopped_zookeeper_nodes = stopped_zookeeper_nodes
+        """The cluster's ZooKeeper nodes that are not running."""
+        self.zookeeper_stopped = bool(stopped_zookeeper_nodes)
+        if stopped_zookeeper_nodes and zookeeper_nodes == 1:
+            advice = "ZooKeeper is not running: `minibroker cluster down`, then `cluster up`"
+        elif stopped_zookeeper_nodes or stopped_brokers:
+            advice = "start the rest with " + ", ".join(
+                [f"`minibroker cluster start-zookeeper {n}`" for n in stopped_zookeeper_nodes]
+                + [f"`minibroker cluster start {b}`" for b in stopped_brokers]
+            )
+        else:
+            advice = "`minibroker cluster status` shows it, `minibroker cluster down` stops it"
+        super().__init__(f"a cluster is already running from {data_dir} ({advice})")
+
+    @property
+    def complete(self) -> bool:
+        """ZooKeeper and every broker run: there is nothing for ``up`` to do."""
+        return not self.stopped_brokers and not self.zookeeper_stopped
 
 
 @dataclass
@@ -80,14 +147,28 @@ class _Process:
 
 
 @dataclass
+class _ZooKeeperNode:
+    """One ZooKeeper node as cluster.json records it."""
+
+    pid: int
+    port: int
+    """Its client port."""
+    host: str = "127.0.0.1"
+    quorum_port: int | None = None
+    """With election_port: its ports in an ensemble; None for a single standalone node."""
+    election_port: int | None = None
+
+
+@dataclass
 class _State:
-    zookeeper: _Process
+    zookeeper: dict[int, _ZooKeeperNode]
+    """Node id -> node: ``{1: standalone}``, or the members of an ensemble."""
     brokers: dict[int, _Process]
     overrides: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         data = {
-            "zookeeper": asdict(self.zookeeper),
+            "zookeeper_nodes": {str(n): asdict(z) for n, z in sorted(self.zookeeper.items())},
             "brokers": {str(i): asdict(b) for i, b in sorted(self.brokers.items())},
             "overrides": self.overrides,
         }
@@ -95,36 +176,41 @@ class _State:
 
     @classmethod
     def from_json(cls, text: str) -> _State:
+        """Reads both layouts: ``zookeeper_nodes`` (node id -> node), and the single
+        ``zookeeper`` entry of the files written before ensembles existed."""
         data = json.loads(text)
+        if "zookeeper_nodes" in data:
+            nodes = {int(n): _ZooKeeperNode(**z) for n, z in data["zookeeper_nodes"].items()}
+        else:
+            nodes = {1: _ZooKeeperNode(**data["zookeeper"])}
+        if not nodes:
+            raise ValueError("no ZooKeeper node recorded")
         return cls(
-            _Process(**data["zookeeper"]),
+            nodes,
             {int(i): _Process(**b) for i, b in data["brokers"].items()},
             dict(data.get("overrides", {})),
         )
 
+    @property
+    def is_ensemble(self) -> bool:
+        return any(z.quorum_port is not None for z in self.zookeeper.values())
 
-@dataclass(frozen=True)
-class BrokerStatus:
-    broker_id: int
-    port: int
-    pid: int | None
-    """The running process, or None."""
-    registered: bool
+    def quorum_peers(self) -> tuple[QuorumPeer, ...]:
+        """The ensemble's members as every member's zoo.cfg names them (empty: standalone)."""
+        return tuple(
+            QuorumPeer(n, z.port, z.quorum_port, z.election_port, z.host)
+            for n, z in sorted(self.zookeeper.items())
+            if z.quorum_port is not None and z.election_port is not None
+        )
 
+    @property
+    def zookeeper_connect(self) -> str:
+        """Every node's ``host:port``, in node order: the brokers' ``zookeeper.connect``."""
+        return ",".join(f"{z.host}:{z.port}" for _, z in sorted(self.zookeeper.items()))
 
-@dataclass(frozen=True)
-class ClusterStatus:
-    zookeeper: str
-    zookeeper_running: bool
-    brokers: list[BrokerStatus]
-    controller: int | None
-    controller_epoch: int | None
-    topics: int
-    partitions: int
-    under_replicated: list[tuple[TopicPartition, tuple[int, ...], tuple[int, ...]]]
-    """(partition, replicas, isr) where the ISR is smaller than the replica set."""
-    offline: list[TopicPartition]
-    """Partitions without a live leader."""
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"{b.host}:{b.port}" for _, b in sorted(self.brokers.items()))
 
 
 class LocalCluster:
@@ -149,6 +235,14 @@ class LocalCluster:
     def broker_log(self, broker_id: int) -> Path:
         return self.logs_dir / f"broker-{broker_id}.log"
 
+    def zookeeper_dir(self, node: int, ensemble: bool) -> Path:
+        """ZooKeeper node ``node``'s dataDir: ``zookeeper/`` alone, ``zookeeper-<n>/`` in an
+        ensemble (the names :class:`~deploy.zookeeper.ZooKeeperEnsemble` gives them)."""
+        return self.data_dir / (f"zookeeper-{node}" if ensemble else "zookeeper")
+
+    def zookeeper_log(self, node: int, ensemble: bool) -> Path:
+        return self.logs_dir / (f"zookeeper-{node}.log" if ensemble else "zookeeper.log")
+
     def _read_state(self) -> _State:
         try:
             return _State.from_json(self.state_path.read_text())
@@ -166,13 +260,21 @@ class LocalCluster:
 
     @property
     def zookeeper_connect(self) -> str:
-        zk = self._read_state().zookeeper
-        return f"{zk.host}:{zk.port}"
+        return self._read_state().zookeeper_connect
 
     @property
     def bootstrap_servers(self) -> str:
+        return self._read_state().bootstrap_servers
+
+    def addresses(self) -> tuple[str, str] | None:
+        """(bootstrap servers, ZooKeeper connect string) of the cluster started here, from
+        one read of cluster.json; None when there is none (the client commands' defaults).
+        The connect string names every ZooKeeper node. Raises LocalClusterError when the
+        file is damaged."""
+        if not self.state_path.is_file():
+            return None
         state = self._read_state()
-        return ",".join(f"{b.host}:{b.port}" for _, b in sorted(state.brokers.items()))
+        return state.bootstrap_servers, state.zookeeper_connect
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -182,55 +284,73 @@ class LocalCluster:
         *,
         base_port: int = DEFAULT_BASE_PORT,
         zookeeper_port: int = DEFAULT_ZOOKEEPER_PORT,
+        zookeeper_nodes: int = 1,
         overrides: Mapping[str, str] | None = None,
         timeout: float = 60.0,
     ) -> None:
         """Start ZooKeeper and ``brokers`` brokers on ``base_port``, ``base_port + 1``, ...;
         return once every broker is registered and a controller is elected. Ports are
         checked first: a taken one is an error naming it, before anything starts. What was
-        started is stopped again if a later step fails."""
+        started is stopped again if a later step fails.
+
+        ``zookeeper_nodes`` > 1 runs an ensemble (an odd number: 3 tolerates the loss of
+        one node, 5 of two) with client ports ``zookeeper_port``, ``zookeeper_port + 1``,
+        ...; its quorum and election ports are picked free and kept in cluster.json.
+        """
         if brokers < 1:
             raise LocalClusterError("a cluster needs at least one broker")
-        if self.state_path.exists() and self._any_running(self._read_state()):
-            raise LocalClusterError(
-                f"a cluster is already running from {self.data_dir} "
-                "(`minibroker cluster status` shows it, `minibroker cluster down` stops it)"
-            )
+        check_zookeeper_nodes(zookeeper_nodes)
+        if self.state_path.exists():
+            state = self._read_state()
+            if self._any_running(state):
+                raise ClusterAlreadyRunningError(
+                    self.data_dir,
+                    sorted(i for i, p in state.brokers.items() if not self._is_ours(p.pid, i)),
+                    [n for n in sorted(state.zookeeper) if not self._zookeeper_ours(state, n)],
+                    len(state.zookeeper),
+                )
         ports = {f"broker {i}": base_port + i - 1 for i in range(1, brokers + 1)}
-        ports["ZooKeeper"] = zookeeper_port
-        taken = [f"{what} port {port}" for what, port in ports.items() if not _port_free(port)]
+        if zookeeper_nodes == 1:
+            ports["ZooKeeper"] = zookeeper_port
+        else:
+            ports.update(
+                {
+                    f"ZooKeeper node {n}": zookeeper_port + n - 1
+                    for n in range(1, zookeeper_nodes + 1)
+                }
+            )
+        clashes = sorted(
+            what for what, port in ports.items() if list(ports.values()).count(port) > 1
+        )
+        if clashes:
+            raise LocalClusterError(
+                f"cannot start the cluster: {', '.join(clashes)} would share a port "
+                "(pick others with --base-port / --zookeeper-port)"
+            )
+        taken = [f"{what} port {port}" for what, port in ports.items() if not port_is_free(port)]
         if taken:
             raise LocalClusterError(
                 f"cannot start the cluster: {', '.join(taken)} already in use "
                 "(pick others with --base-port / --zookeeper-port)"
             )
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        zookeeper = ZooKeeperServer(
-            ZooKeeperConfig(
-                data_dir=self.data_dir / "zookeeper",
-                port=zookeeper_port,
-                log_path=self.logs_dir / "zookeeper.log",
-                stop_at_exit=False,
-                keep_data=True,
-            )
-        )
-        (self.data_dir / "zookeeper").mkdir(parents=True, exist_ok=True)
+        zookeeper = self._new_zookeeper(zookeeper_nodes, zookeeper_port)
         started: list[BrokerProcess] = []
         try:
-            zookeeper.start(timeout=timeout)
-            assert zookeeper.pid is not None
-            state = _State(_Process(zookeeper.pid, zookeeper.port), {}, dict(overrides or {}))
+            nodes = zookeeper.start(timeout=timeout)
+            state = _State(nodes, {}, dict(overrides or {}))
             self._write_state(state)
-            with _kazoo(zookeeper.connect_string) as zk:
+            with _kazoo(state.zookeeper_connect) as zk:
                 for broker_id in range(1, brokers + 1):
                     process = self._broker_process(broker_id, state, base_port + broker_id - 1)
                     process.start(zk, timeout=timeout)
                     started.append(process)
+                    _outliving.append(process)
                     assert process.pid is not None
                     state.brokers[broker_id] = _Process(process.pid, process.port)
                     self._write_state(state)
                 _wait_for_controller(zk, timeout)
-        except (ZooKeeperError, BrokerProcessError) as e:
+        except (ZooKeeperError, BrokerProcessError, LocalClusterError) as e:
             for process in started:
                 process.kill()
             zookeeper.stop()
@@ -238,16 +358,18 @@ class LocalCluster:
             raise LocalClusterError(str(e)) from None
 
     def down(self) -> None:
-        """Stop every broker cleanly (SIGTERM, all at once), then ZooKeeper."""
+        """Stop every broker cleanly (SIGTERM, all at once), then every ZooKeeper node."""
         state = self._read_state()
         for broker_id, process in state.brokers.items():
             if self._is_ours(process.pid, broker_id):
                 _signal(process.pid, signal.SIGTERM)
         for broker_id, process in state.brokers.items():
             self._wait_gone(process.pid, broker_id)
-        if self._is_ours(state.zookeeper.pid, None):
-            _signal(state.zookeeper.pid, signal.SIGTERM, group=True)
-            self._wait_gone(state.zookeeper.pid, None)
+        running = [n for n in sorted(state.zookeeper) if self._zookeeper_ours(state, n)]
+        for node in running:
+            _signal(state.zookeeper[node].pid, signal.SIGTERM, group=True)
+        for node in running:
+            self._wait_zookeeper_gone(state, node)
         self.state_path.unlink(missing_ok=True)
 
     def kill(self, broker_id: int) -> None:
@@ -262,6 +384,24 @@ class LocalCluster:
         _signal(process.pid, signal.SIGTERM)
         self._wait_gone(process.pid, broker_id)
 
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP broker ``broker_id``: it stops answering anyone, its ZooKeeper session
+        included (past ``zookeeper.session.timeout.ms`` it expires: a zombie leader)."""
+        _signal(self._running_broker(broker_id).pid, signal.SIGSTOP)
+
+    def resume(self, broker_id: int) -> None:
+        """SIGCONT a paused broker."""
+        _signal(self._running_broker(broker_id).pid, signal.SIGCONT)
+
+    def broker_ids(self) -> list[int]:
+        """The cluster's brokers, running or not."""
+        return sorted(self._read_state().brokers)
+
+    def is_running(self, broker_id: int) -> bool:
+        """Whether broker ``broker_id``'s recorded process runs (paused counts as running)."""
+        known = self._read_state().brokers.get(broker_id)
+        return known is not None and self._is_ours(known.pid, broker_id)
+
     def start(self, broker_id: int, timeout: float = 60.0) -> None:
         """Start a stopped or killed broker again, same port and data."""
         state = self._read_state()
@@ -273,54 +413,138 @@ class LocalCluster:
             )
         if self._is_ours(known.pid, broker_id):
             raise LocalClusterError(f"broker {broker_id} is already running (pid {known.pid})")
-        if not self._is_ours(state.zookeeper.pid, None):
+        if not any(self._zookeeper_ours(state, n) for n in state.zookeeper):
             raise LocalClusterError("ZooKeeper is not running: `cluster down`, then `cluster up`")
-        if not _port_free(known.port):
+        if not _wait_until_free(known.port, timeout=10.0):
             raise LocalClusterError(f"cannot start broker {broker_id}: port {known.port} in use")
         process = self._broker_process(broker_id, state, known.port)
-        with _kazoo(f"{state.zookeeper.host}:{state.zookeeper.port}") as zk:
+        with _kazoo(state.zookeeper_connect) as zk:
             try:
                 process.start(zk, timeout=timeout)
             except BrokerProcessError as e:
                 raise LocalClusterError(str(e)) from None
         assert process.pid is not None
+        _outliving.append(process)
         state.brokers[broker_id] = _Process(process.pid, process.port)
         self._write_state(state)
 
+    # -- ZooKeeper nodes (the chaos tool's zk-kill and zk-quorum-loss act on these) ----------
+
+    def zookeeper_nodes(self) -> list[int]:
+        """The cluster's ZooKeeper node ids, running or not: ``[1]`` for a single node,
+        ``[1, 2, 3]`` for an ensemble of three."""
+        return sorted(self._read_state().zookeeper)
+
+    def zookeeper_node_running(self, node: int) -> bool:
+        """Whether node ``node``'s recorded JVM runs (paused counts as running). Running is
+        not serving: an ensemble member without a quorum runs and serves nobody (see
+        :meth:`zookeeper_mode`)."""
+        state = self._read_state()
+        return node in state.zookeeper and self._zookeeper_ours(state, node)
+
+    def zookeeper_mode(self, node: int) -> str | None:
+        """What node ``node`` says it is: ``leader``, ``follower``, ``standalone``,
+        ``not serving`` (no quorum), or None when it does not run or answer."""
+        state = self._read_state()
+        known = self._zookeeper_node(state, node)
+        if not self._zookeeper_ours(state, node):
+            return None
+        return server_mode(known.host, known.port)
+
+    def kill_zookeeper(self, node: int) -> None:
+        """SIGKILL ZooKeeper node ``node`` (its JVM's whole process group, as the harness
+        signals it): a crash; its data stays for :meth:`start_zookeeper`. Returns once the
+        process is gone. The other members of an ensemble elect a new leader if it led;
+        with fewer than a majority left, ZooKeeper serves nobody until one comes back."""
+        state = self._read_state()
+        known = self._zookeeper_node(state, node)
+        if not self._zookeeper_ours(state, node):
+            raise LocalClusterError(f"ZooKeeper node {node} is not running")
+        _signal(known.pid, signal.SIGKILL, group=True)
+        self._wait_zookeeper_gone(state, node)
+
+    def stop_zookeeper(self, node: int) -> None:
+        """Stop ZooKeeper node ``node`` cleanly (SIGTERM); its data stays."""
+        state = self._read_state()
+        known = self._zookeeper_node(state, node)
+        if not self._zookeeper_ours(state, node):
+            raise LocalClusterError(f"ZooKeeper node {node} is not running")
+        _signal(known.pid, signal.SIGTERM, group=True)
+        self._wait_zookeeper_gone(state, node)
+
+    def start_zookeeper(self, node: int, timeout: float = 90.0, *, wait: bool = True) -> None:
+        """Start a killed or stopped ZooKeeper node again, same ports and data.
+
+        With ``wait``, return once it serves. An ensemble member serves only with a
+        majority of the members running, itself included: after a quorum loss, the node
+        that restores the majority returns once the quorum formed, but one started while
+        too few others run would wait in vain, so pass ``wait=False`` for it (then
+        :meth:`wait_for_zookeeper`). Raises LocalClusterError if it runs already, its
+        ports are taken, or it does not serve within ``timeout``.
+        """
+        state = self._read_state()
+        known = self._zookeeper_node(state, node)
+        if self._zookeeper_ours(state, node):
+            raise LocalClusterError(f"ZooKeeper node {node} is already running (pid {known.pid})")
+        server = self._zookeeper_server(state, node)
+        try:
+            server.start(timeout=timeout, wait=wait)
+        except ZooKeeperError as e:
+            raise LocalClusterError(str(e)) from None
+        assert server.pid is not None
+        _outliving.append(server)
+        state = self._read_state()  # brokers may have been restarted meanwhile
+        state.zookeeper[node].pid = server.pid
+        self._write_state(state)
+
+    def wait_for_zookeeper(self, timeout: float = 90.0) -> None:
+        """Return once a majority of the ZooKeeper nodes serves (one leader among them);
+        LocalClusterError with each node's mode after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            modes = {n: self.zookeeper_mode(n) for n in self.zookeeper_nodes()}
+            serving = [m for m in modes.values() if is_serving_mode(m)]
+            if len(serving) >= quorum_size(len(modes)) and (
+                "leader" in serving or "standalone" in serving
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise LocalClusterError(
+                    f"ZooKeeper did not serve within {timeout:.0f}s (nodes: "
+                    + ", ".join(f"{n} {m or 'down'}" for n, m in sorted(modes.items()))
+                    + ")"
+                )
+            time.sleep(_POLL_S)
+
+    # -- status --------------------------------------------------------------------------------
+
     def status(self) -> ClusterStatus:
         """What runs, who is registered and controller, and which partitions are
-        under-replicated or offline (read from ZooKeeper, the controller's own source)."""
+        under-replicated or offline (read from ZooKeeper, the controller's own source; see
+        :mod:`deploy.cluster_status`). Each ZooKeeper node's mode comes from its ``srvr``
+        answer; without a serving majority, ZooKeeper's view is left out."""
         state = self._read_state()
-        connect = f"{state.zookeeper.host}:{state.zookeeper.port}"
-        zk_running = self._is_ours(state.zookeeper.pid, None)
-        registered: set[int] = set()
-        controller = epoch = None
-        topics = partitions = 0
-        under: list[tuple[TopicPartition, tuple[int, ...], tuple[int, ...]]] = []
-        offline: list[TopicPartition] = []
-        if zk_running:
-            with _kazoo(connect) as zk:
-                registered = {int(c) for c in _children(zk, zk_data.BROKER_IDS_PATH) if c.isdigit()}
-                controller = _read(zk, zk_data.CONTROLLER_PATH, zk_data.decode_controller)
-                epoch = _read(zk, zk_data.CONTROLLER_EPOCH_PATH, zk_data.decode_controller_epoch)
-                for topic in sorted(_children(zk, zk_data.BROKER_TOPICS_PATH)):
-                    assignment = _read(
-                        zk, zk_data.topic_path(topic), zk_data.decode_topic_assignment
-                    )
-                    if assignment is None:
-                        continue
-                    topics += 1
-                    for partition, replicas in sorted(assignment.items()):
-                        partitions += 1
-                        tp = TopicPartition(topic, partition)
-                        st = _read(
-                            zk, zk_data.partition_state_path(tp), zk_data.decode_partition_state
-                        )
-                        if st is None or st.leader not in registered:
-                            offline.append(tp)
-                        if st is None or len(st.isr) < len(replicas):
-                            isr = () if st is None else tuple(st.isr)
-                            under.append((tp, tuple(replicas), isr))
+        connect = state.zookeeper_connect
+        nodes = []
+        for n, z in sorted(state.zookeeper.items()):
+            running = self._zookeeper_ours(state, n)
+            nodes.append(
+                ZooKeeperNodeStatus(
+                    n,
+                    z.port,
+                    z.pid if running else None,
+                    server_mode(z.host, z.port) if running else None,
+                )
+            )
+        serving = sum(is_serving_mode(node.mode) for node in nodes)
+        view = None
+        if serving >= quorum_size(len(nodes)):
+            try:
+                with kazoo_session(connect) as zk:
+                    view = read_zookeeper(zk)
+            except ClusterStatusError as e:
+                raise LocalClusterError(str(e)) from None
+        registered = set() if view is None else set(view.registered)
         brokers = [
             BrokerStatus(
                 i,
@@ -330,19 +554,41 @@ class LocalCluster:
             )
             for i, p in sorted(state.brokers.items())
         ]
-        return ClusterStatus(
-            connect, zk_running, brokers, controller, epoch, topics, partitions, under, offline
-        )
+        return ClusterStatus.of(connect, brokers, view, nodes)
 
     # -- internals ---------------------------------------------------------------------------
 
+    def _new_zookeeper(self, nodes: int, port: int) -> _NewZooKeeper:
+        return _NewZooKeeper(self, nodes, port)
+
+    def _zookeeper_node(self, state: _State, node: int) -> _ZooKeeperNode:
+        known = state.zookeeper.get(node)
+        if known is None:
+            raise LocalClusterError(
+                f"ZooKeeper node {node} is not part of this cluster "
+                f"(nodes: {', '.join(map(str, sorted(state.zookeeper)))})"
+            )
+        return known
+
+    def _zookeeper_server(self, state: _State, node: int) -> ZooKeeperServer:
+        """The harness for node ``node`` as ``up`` configured it (restarts use the same)."""
+        known = self._zookeeper_node(state, node)
+        ensemble = state.is_ensemble
+        template = _zookeeper_template()
+        data_dir = self.zookeeper_dir(node, ensemble)
+        log_path = self.zookeeper_log(node, ensemble)
+        if ensemble:
+            config = member_config(template, state.quorum_peers(), node, data_dir, log_path)
+        else:
+            config = replace(template, data_dir=data_dir, port=known.port, log_path=log_path)
+        return ZooKeeperServer(config)
+
     def _broker_process(self, broker_id: int, state: _State, port: int) -> BrokerProcess:
-        zk = state.zookeeper
         return BrokerProcess(
             BrokerSpec(
                 broker_id,
                 self.broker_dir(broker_id),
-                f"{zk.host}:{zk.port}",
+                state.zookeeper_connect,
                 port=port,
                 overrides=dict(state.overrides),
                 log_path=self.broker_log(broker_id),
@@ -362,22 +608,37 @@ class LocalCluster:
         return process
 
     def _any_running(self, state: _State) -> bool:
-        return self._is_ours(state.zookeeper.pid, None) or any(
+        return any(self._zookeeper_ours(state, n) for n in state.zookeeper) or any(
             self._is_ours(p.pid, i) for i, p in state.brokers.items()
         )
 
-    def _is_ours(self, pid: int, broker_id: int | None) -> bool:
-        """``pid`` runs and is our broker ``broker_id`` (None: our ZooKeeper)."""
+    def _zookeeper_ours(self, state: _State, node: int) -> bool:
+        """Node ``node``'s recorded pid runs our ZooKeeper with that node's config."""
+        known = state.zookeeper.get(node)
+        if known is None:
+            return False
+        config = self.zookeeper_dir(node, state.is_ensemble) / "zoo.cfg"
+        return self._is_ours(known.pid, None, zookeeper_config=config)
+
+    def _is_ours(
+        self, pid: int, broker_id: int | None, *, zookeeper_config: Path | None = None
+    ) -> bool:
+        """``pid`` runs and is our broker ``broker_id``, or (None) our ZooKeeper: the one
+        whose command line names ``zookeeper_config`` (default: a single node's)."""
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             status = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             return False
-        if status.rsplit(")", 1)[-1].split()[0] == "Z":  # a zombie has exited
+        if status.rsplit(")", 1)[-1].split()[0] == "Z" and _threads(pid) <= 1:
+            # A zombie has exited. A zombie main thread with other threads still exiting has
+            # not: its sockets (the broker's port) close with the last thread.
             return False
         args = [a.decode(errors="replace") for a in cmdline]
         if broker_id is None:
-            return str(self.data_dir / "zookeeper") in " ".join(args)
+            # The exact path: zookeeper/zoo.cfg must not match zookeeper-1/zoo.cfg.
+            config = zookeeper_config or self.zookeeper_dir(1, ensemble=False) / "zoo.cfg"
+            return str(config) in args
         return (
             "broker" in args
             and _arg(args, "--id") == str(broker_id)
@@ -385,15 +646,121 @@ class LocalCluster:
         )
 
     def _wait_gone(self, pid: int, broker_id: int | None) -> None:
+        self._wait_until_gone(pid, lambda: self._is_ours(pid, broker_id), broker_id is None)
+
+    def _wait_zookeeper_gone(self, state: _State, node: int) -> None:
+        pid = state.zookeeper[node].pid
+        self._wait_until_gone(pid, lambda: self._zookeeper_ours(state, node), True)
+
+    @staticmethod
+    def _wait_until_gone(pid: int, alive: Callable[[], bool], group: bool) -> None:
         deadline = time.monotonic() + _STOP_TIMEOUT_S
-        while self._is_ours(pid, broker_id):
+        while alive():
             if time.monotonic() > deadline:
                 log.warning("process %d did not stop; killing it", pid)
-                _signal(pid, signal.SIGKILL, group=broker_id is None)
+                _signal(pid, signal.SIGKILL, group=group)
                 deadline = time.monotonic() + 10
             time.sleep(_POLL_S)
         with contextlib.suppress(ChildProcessError, OSError):
             os.waitpid(pid, os.WNOHANG)  # reap it if it was our own child
+
+
+def _wait_until_free(port: int, timeout: float) -> bool:
+    """The port of a broker that was just stopped may close a moment after its process is
+    gone (the kernel tears the last threads down): wait a little for it."""
+    deadline = time.monotonic() + timeout
+    while not port_is_free(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(_POLL_S)
+    return True
+
+
+def _threads(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+def check_zookeeper_nodes(nodes: int) -> None:
+    """LocalClusterError unless ``nodes`` is a sensible ZooKeeper size: 1, 3, 5 or 7.
+
+    An even ensemble tolerates no more failures than the odd one below it (4 nodes need 3
+    for a majority, as 3 need 2... and 2 need both), so ZooKeeper's advice is an odd size.
+    """
+    if nodes < 1:
+        raise LocalClusterError(f"--zookeeper-nodes must be at least 1, not {nodes}")
+    if nodes % 2 == 0:
+        raise LocalClusterError(
+            f"--zookeeper-nodes must be odd, not {nodes}: an ensemble of {nodes} needs "
+            f"{quorum_size(nodes)} nodes up, so it survives no more failures than one of "
+            f"{nodes - 1} (use {nodes - 1} or {nodes + 1})"
+        )
+    if nodes > MAX_ZOOKEEPER_NODES:
+        raise LocalClusterError(
+            f"--zookeeper-nodes {nodes} is more than this launcher runs "
+            f"(at most {MAX_ZOOKEEPER_NODES})"
+        )
+
+
+def _zookeeper_template() -> ZooKeeperConfig:
+    """The settings of every ZooKeeper node of a local cluster: it must outlive the command
+    that started it, and its data must outlive a crash."""
+    return ZooKeeperConfig(stop_at_exit=False, keep_data=True)
+
+
+class _NewZooKeeper:
+    """The ZooKeeper of a cluster being brought up: one standalone server on ``port``, or
+    an ensemble on ``port``, ``port + 1``, ..."""
+
+    def __init__(self, cluster: LocalCluster, nodes: int, port: int) -> None:
+        self._server: ZooKeeperServer | None = None
+        self._ensemble: ZooKeeperEnsemble | None = None
+        if nodes == 1:
+            data_dir = cluster.zookeeper_dir(1, ensemble=False)
+            self._server = ZooKeeperServer(
+                replace(
+                    _zookeeper_template(),
+                    data_dir=data_dir,
+                    port=port,
+                    log_path=cluster.zookeeper_log(1, ensemble=False),
+                )
+            )
+        else:
+            self._ensemble = ZooKeeperEnsemble(
+                nodes,
+                _zookeeper_template(),
+                data_dir=cluster.data_dir,
+                log_dir=cluster.logs_dir,
+                client_ports=[port + i for i in range(nodes)],
+            )
+
+    def start(self, timeout: float) -> dict[int, _ZooKeeperNode]:
+        """Start it; the nodes to record in cluster.json."""
+        if self._server is not None:
+            self._server.start(timeout=timeout)
+            assert self._server.pid is not None
+            _outliving.append(self._server)
+            return {1: _ZooKeeperNode(self._server.pid, self._server.port)}
+        assert self._ensemble is not None
+        self._ensemble.start(timeout=timeout)
+        nodes = {}
+        for peer in self._ensemble.peers:
+            server = self._ensemble.server(peer.server_id)
+            _outliving.append(server)
+            pid = server.pid
+            assert pid is not None
+            nodes[peer.server_id] = _ZooKeeperNode(
+                pid, peer.client_port, peer.host, peer.quorum_port, peer.election_port
+            )
+        return nodes
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+        if self._ensemble is not None:
+            self._ensemble.stop()
 
 
 def _arg(args: list[str], name: str) -> str | None:
@@ -413,16 +780,6 @@ def _signal(pid: int, signum: signal.Signals, *, group: bool = False) -> None:
             os.kill(pid, signal.SIGCONT)  # a paused process must be able to exit
 
 
-def _port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
 @contextlib.contextmanager
 def _kazoo(connect: str) -> Iterator[KazooClient]:
     client = KazooClient(hosts=connect, timeout=10.0)
@@ -435,24 +792,6 @@ def _kazoo(connect: str) -> Iterator[KazooClient]:
     finally:
         client.stop()
         client.close()
-
-
-def _children(zk: KazooClient, path: str) -> list[str]:
-    try:
-        return list(zk.get_children(path))
-    except NoNodeError:
-        return []
-
-
-def _read(zk: KazooClient, path: str, decode: Callable[[bytes], T]) -> T | None:
-    try:
-        data, _ = zk.get(path)
-    except NoNodeError:
-        return None
-    try:
-        return decode(data)
-    except zk_data.ZkDataError:
-        return None
 
 
 def _wait_for_controller(zk: KazooClient, timeout: float) -> None:

@@ -29,6 +29,8 @@ client turns a response's code back into the exception with :func:`for_code`.
         ├── KafkaStorageError                retriable, invalid_metadata
         ├── FencedLeaderEpochError           retriable, invalid_metadata
         ├── UnknownLeaderEpochError          retriable
+        ├── UnsupportedCompressionTypeError  (a codec the broker cannot decode)
+        ├── InvalidRecordError               (a well-framed batch whose records break a rule)
         └── (any other code)                 BrokerResponseError itself, flags from the table
 """
 
@@ -176,6 +178,19 @@ class UnknownLeaderEpochError(BrokerResponseError):
     retriable = True
 
 
+class UnsupportedCompressionTypeError(BrokerResponseError):
+    """The batch is compressed with a codec this broker does not decode."""
+
+    code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+
+
+class InvalidRecordError(BrokerResponseError):
+    """A record of the batch breaks a rule (Kafka's ``InvalidRecordException``): control
+    or transactional batches from a client, records that do not parse as the batch says."""
+
+    code = ErrorCode.INVALID_RECORD
+
+
 _CLASSES: dict[int, type[BrokerResponseError]] = {
     cls.code: cls
     for cls in (
@@ -199,6 +214,8 @@ _CLASSES: dict[int, type[BrokerResponseError]] = {
         KafkaStorageError,
         FencedLeaderEpochError,
         UnknownLeaderEpochError,
+        UnsupportedCompressionTypeError,
+        InvalidRecordError,
     )
 }
 
@@ -229,6 +246,8 @@ _DESCRIPTIONS: dict[int, str] = {
     ErrorCode.KAFKA_STORAGE_ERROR: "the broker could not read or write its log directory",
     ErrorCode.FENCED_LEADER_EPOCH: "the leader epoch in the request is older than the broker's",
     ErrorCode.UNKNOWN_LEADER_EPOCH: "the leader epoch in the request is newer than the broker's",
+    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE: "the broker does not support that compression codec",
+    ErrorCode.INVALID_RECORD: "a record of the batch is invalid",
 }
 
 # Kafka's flags for the codes that have no class of their own.

@@ -81,6 +81,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     PREFERRED_LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 80
     ELIGIBLE_LEADERS_NOT_AVAILABLE: _ErrorCode.ValueType  # 83
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
+    INVALID_RECORD: _ErrorCode.ValueType  # 87
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Kafka's error codes, with Kafka's numbers, so logs and tools read the same."""
@@ -127,6 +128,7 @@ OFFSET_NOT_AVAILABLE: ErrorCode.ValueType  # 78
 PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 80
 ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode.ValueType  # 83
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
+INVALID_RECORD: ErrorCode.ValueType  # 87
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final

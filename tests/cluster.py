@@ -4,9 +4,8 @@ By default the brokers elect their controller and it does all leadership work: a
 creates a topic as an admin client does (:meth:`Cluster.create_topic` writes
 ``/config/topics/<t>`` and ``/brokers/topics/<t>``) and observes the outcome in ZooKeeper
 and through the brokers. With ``scripted_controller=True`` a
-:class:`~tests.scripted_controller.ScriptedController` wins the election before the
-brokers start and the test dictates each LeaderAndIsr (see that module for when that is
-needed).
+:class:`~chaos.scripted_controller.ProcessController` wins the election before the brokers
+start and the test dictates each LeaderAndIsr (see that module for when that is needed).
 """
 
 from __future__ import annotations
@@ -22,15 +21,23 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from broker import zk_data
-from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from broker.record_batch import Record, decode_batch, encode_batch, scan_batches
 from broker.topic_partition import TopicPartition
+from chaos.scripted_controller import ProcessController
 from deploy.broker_process import BrokerProcess, BrokerSpec
-from deploy.cluster_probe import create_topic, leader_serving, partition_state
+from deploy.cluster_probe import (
+    checkpointed_high_watermark,
+    create_topic,
+    leader_serving,
+    partition_state,
+    replica_records,
+)
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from tests.helpers import wait_for
-from tests.scripted_controller import BrokerAddress, ScriptedController
+
+_APPENDED_UNACKNOWLEDGED = frozenset({pb.REQUEST_TIMED_OUT, pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
+"""acks=all answers that leave the records in the leader's log, not yet committed."""
 
 
 class Cluster:
@@ -71,13 +78,13 @@ class Cluster:
             )
             for i in broker_ids
         }
-        self._scripted = TestController(zk, self) if scripted_controller else None
+        self._scripted = ProcessController(zk, self.brokers) if scripted_controller else None
         if self._scripted is not None:
             self._scripted.take_over()
         self._channels: dict[int, tuple[str, grpc.Channel]] = {}
 
     @property
-    def controller(self) -> TestController:
+    def controller(self) -> ProcessController:
         """The scripted controller (only with ``scripted_controller=True``)."""
         assert self._scripted is not None, "this cluster's brokers elect their own controller"
         return self._scripted
@@ -197,16 +204,10 @@ class Cluster:
 
     def replica_records(self, broker_id: int, tp: TopicPartition) -> list[tuple[int, bytes | None]]:
         """(offset, value) of every record in a replica's segment files, read from disk."""
-        out: list[tuple[int, bytes | None]] = []
-        for segment in sorted(self.partition_dir(broker_id, tp).glob("*.log")):
-            data = segment.read_bytes()
-            for scanned in scan_batches(data):
-                out += [(r.offset, r.value) for r in decode_batch(data, scanned.position).records]
-        return out
+        return replica_records(self.partition_dir(broker_id, tp))
 
     def checkpointed_hw(self, broker_id: int, tp: TopicPartition) -> int | None:
-        path = self.brokers[broker_id].spec.data_dir / REPLICATION_OFFSET_CHECKPOINT
-        return OffsetCheckpointFile(path).read().get(tp) if path.exists() else None
+        return checkpointed_high_watermark(self.brokers[broker_id].spec.data_dir, tp)
 
     # -- client operations over the wire -----------------------------------------------------
 
@@ -237,6 +238,63 @@ class Cluster:
         request.topics.add(name=tp.topic).partitions.add(index=tp.partition, records=records)
         response = self.broker_stub(broker_id).Produce(request, timeout=timeout_ms / 1000 + 10)
         return response.responses[0].partitions[0]
+
+    def produce_until_acked(
+        self, tp: TopicPartition, values: list[bytes], timeout: float = 30
+    ) -> int:
+        """Produce ``values`` acks=all to the current leader until acknowledged, through
+        leadership changes; returns the base offset.
+
+        A retry must not write the records twice (tests check exact offsets), so only a
+        refusal that wrote nothing is sent again. After REQUEST_TIMED_OUT or
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND the records are in the leader's log at the offset
+        the response names: wait until a leader serves them committed there (acknowledged
+        after all) or holds something else there (truncated away: send again).
+        """
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            leader = self.leader_serving(tp)
+            if leader is None:
+                last = "no leader serving"
+                time.sleep(0.05)
+                continue
+            try:
+                response = self.produce(leader, tp, values, acks=-1, timeout_ms=10_000)
+            except grpc.RpcError as e:
+                last = e
+                time.sleep(0.05)
+                continue
+            last = response
+            if response.error_code == pb.NONE:
+                return response.base_offset
+            if response.error_code in _APPENDED_UNACKNOWLEDGED and response.base_offset >= 0:
+                outcome = self._committed_at(tp, values, response.base_offset, deadline)
+                if outcome is not None:
+                    return outcome
+            else:
+                time.sleep(0.05)
+        raise AssertionError(f"produce to {tp} not acknowledged within {timeout} s: {last}")
+
+    def _committed_at(
+        self, tp: TopicPartition, values: list[bytes], offset: int, deadline: float
+    ) -> int | None:
+        """``offset`` once a leader serves ``values`` committed there; None once a leader
+        holds other records there (they were truncated away) or the deadline passed."""
+        while time.monotonic() < deadline:
+            leader = self.leader_serving(tp)
+            if leader is not None:
+                try:
+                    held = dict(self.replica_records(leader, tp))
+                    committed = dict(self.consume_all(leader, tp))
+                except (grpc.RpcError, AssertionError, OSError):
+                    held, committed = {}, {}
+                if all(committed.get(offset + i) == v for i, v in enumerate(values)):
+                    return offset
+                if any(offset + i in held and held[offset + i] != v for i, v in enumerate(values)):
+                    return None
+            time.sleep(0.05)
+        return None
 
     def fetch(
         self,
@@ -276,35 +334,6 @@ class Cluster:
 def _batch_positions(records: bytes) -> Iterator[int]:
     for scanned in scan_batches(records):
         yield scanned.position
-
-
-class TestController(ScriptedController):
-    """The scripted controller over a :class:`Cluster`'s processes: it talks to the brokers
-    that run and are not paused, and names a paused leader's endpoint (ZooKeeper still
-    counts it alive until its session expires)."""
-
-    __test__ = False  # not a pytest test class
-
-    def __init__(self, zk: KazooClient, cluster: Cluster, controller_epoch: int = 1) -> None:
-        super().__init__(zk, {}, controller_epoch)
-        self.cluster = cluster
-
-    def reachable_brokers(self) -> dict[int, BrokerAddress]:
-        return {i: self._address(i) for i in self.cluster.live()}
-
-    def alive_brokers(self) -> dict[int, BrokerAddress]:
-        return {i: self._address(i) for i, b in self.cluster.brokers.items() if b.is_running}
-
-    def _address(self, broker_id: int) -> BrokerAddress:
-        broker = self.cluster.brokers[broker_id]
-        return BrokerAddress(broker.spec.host, broker.port)
-
-    def wait_for_isr(self, tp: TopicPartition, isr: set[int], timeout: float = 20) -> None:
-        wait_for(
-            lambda: set(self.state(tp).isr) == isr,
-            timeout,
-            message=f"ISR of {tp} to become {sorted(isr)}",
-        )
 
 
 @contextmanager

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from typing import TypeVar
 
 from kazoo.client import KazooClient
 
+from deploy.ports import free_port_block
 from deploy.zookeeper import ZooKeeperServer
 
 T = TypeVar("T")
@@ -105,22 +105,4 @@ def minibroker(
 
 def free_port_run(count: int) -> int:
     """A base port such that ``count`` consecutive ports are free right now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + count >= 65535:
-            continue
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise RuntimeError("no run of free ports found")
+    return free_port_block(count)

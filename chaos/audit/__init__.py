@@ -3,6 +3,7 @@
 - :mod:`~chaos.audit.cli`: ``minibroker audit`` (no Spark imported until it runs)
 - :mod:`~chaos.audit.data_dirs`: the data dirs' layout and small files, read on the driver
 - :mod:`~chaos.audit.history`: history and nemesis timeline lines
+- :mod:`~chaos.audit.polls`: a consumer's reads one step at a time, walked in executors
 - :mod:`~chaos.audit.segments`: segment files read in Spark's executors
 - :mod:`~chaos.audit.job`: the Spark job: every check a DataFrame plan
 - :mod:`~chaos.audit.violations`: a finding's sentence

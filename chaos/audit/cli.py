@@ -37,7 +37,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Read every broker data dir's segments and checkpoints (and the producers' "
             "history) with Spark and report lost acknowledged records, divergent replicas, "
             "duplicates, gaps, CRC failures, epoch caches that contradict the log, high "
-            "watermarks above the log end, and phantom records. Writes report.json and "
+            "watermarks above the log end, phantom records, and consumers' reads that the "
+            "log contradicts, go back or skip committed records. Writes report.json and "
             "report.html to --report and a summary to stdout. Exit status: 0 clean, 1 "
             "violations found, 2 bad input."
         ),
@@ -54,8 +55,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--history",
         type=Path,
         metavar="FILE",
-        help="the workload's history (JSON lines, DESIGN.md §9); without it lost_ack and "
-        "phantom are not checked",
+        help="the workload's history (JSON lines, DESIGN.md §9); without it lost_ack, "
+        "phantom and the consumers' reads are not checked",
     )
     parser.add_argument(
         "--report", type=Path, required=True, metavar="OUT", help="directory for the reports"

@@ -9,6 +9,20 @@ History (the workload's producers, Jepsen's vocabulary)::
 unknown (a timeout, a lost connection). ``fail`` and ``info`` lines may leave ``partition``
 and ``offset`` null or out when the producer never learnt them.
 
+Reads (the workload's consumers, one line per record polled)::
+
+    {"time": 1732252801.2, "process": 7, "type": "read", "topic": "t", "partition": 0,
+     "offset": 41, "value": "p3-17", "session": 2}
+
+``partition``, ``offset`` and ``value`` are required. ``session`` (a non-negative integer,
+0 when left out) is the consumer's own counter, bumped whenever its position for a
+partition may legitimately jump or go back: partitions revoked or assigned by a rebalance,
+a seek or an offset reset, a restart of the consumer. Within one (process, session, topic,
+partition) the offsets read must go up one by one, except over offsets the committed log
+does not hold; the audit judges that (``nonmonotonic_poll``, ``poll_skip``) and what was
+read at each offset (``inconsistent_read``). A read is not an operation outcome: it takes
+no part in the checks of what producers were told.
+
 Timeline (the nemesis)::
 
     {"time": 1732252803.0, "process": "nemesis", "type": "info", "f": "kill", "target": 2}
@@ -25,13 +39,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, overload
 
 __all__ = [
     "HISTORY_SCHEMA",
     "OP_TYPES",
+    "READ",
     "HistoryError",
     "HistoryOp",
+    "HistoryRead",
     "NemesisEvent",
     "history_rows",
     "parse_history_line",
@@ -39,6 +55,9 @@ __all__ = [
 ]
 
 OP_TYPES = ("ok", "fail", "info")
+"""The operation outcomes of producers."""
+READ = "read"
+"""A consumer's line: one record it polled."""
 NEMESIS = "nemesis"
 
 
@@ -68,6 +87,23 @@ class HistoryOp(NamedTuple):
     value: str
     offset: int | None
     """Where an ``ok`` write landed; None for fail and info unless the producer knew it."""
+
+
+class HistoryRead(NamedTuple):
+    """One record a consumer polled."""
+
+    line: int
+    """1-based line number in the history file."""
+    time: float
+    """Unix seconds when the consumer returned the record."""
+    process: int
+    topic: str
+    partition: int
+    offset: int
+    value: str
+    session: int = 0
+    """The consumer's counter of legitimate position changes (a rebalance, a seek, a
+    restart): offsets are judged in order only within one session."""
 
 
 class NemesisEvent(NamedTuple):
@@ -106,6 +142,18 @@ def _time(line_number: int, obj: dict[str, Any]) -> float:
     return float(value)
 
 
+@overload
+def _integer(
+    line_number: int, obj: dict[str, Any], field: str, *, required: Literal[True], why: str = ""
+) -> int: ...
+
+
+@overload
+def _integer(
+    line_number: int, obj: dict[str, Any], field: str, *, required: bool, why: str = ""
+) -> int | None: ...
+
+
 def _integer(
     line_number: int, obj: dict[str, Any], field: str, *, required: bool, why: str = ""
 ) -> int | None:
@@ -128,8 +176,10 @@ def _event(line_number: int, obj: dict[str, Any]) -> NemesisEvent:
     return NemesisEvent(line_number, _time(line_number, obj), f, shown)
 
 
-def parse_history_line(line_number: int, text: str | bytes) -> HistoryOp | NemesisEvent | None:
-    """One line of a history file: an operation, a nemesis event, or None when blank.
+def parse_history_line(
+    line_number: int, text: str | bytes
+) -> HistoryOp | HistoryRead | NemesisEvent | None:
+    """One line of a history file: an operation, a read, a nemesis event, or None when blank.
 
     Raises HistoryError naming the line and what is wrong with it.
     """
@@ -144,12 +194,16 @@ def parse_history_line(line_number: int, text: str | bytes) -> HistoryOp | Nemes
             line_number, f'"process" must be an integer (or "nemesis"), got {process!r}'
         )
     op_type = obj.get("type")
-    if op_type not in OP_TYPES:
-        raise HistoryError(line_number, f'"type" must be "ok", "fail" or "info", got {op_type!r}')
+    if op_type not in OP_TYPES and op_type != READ:
+        raise HistoryError(
+            line_number, f'"type" must be "ok", "fail", "info" or "read", got {op_type!r}'
+        )
     topic = obj.get("topic")
     if not isinstance(topic, str) or not topic:
         raise HistoryError(line_number, f'"topic" must be a non-empty string, got {topic!r}')
     value = obj.get("value")
+    if value is None and op_type == READ:
+        raise HistoryError(line_number, '"value" is missing (a read must say what it saw)')
     if not isinstance(value, str):
         raise HistoryError(line_number, f'"value" must be a string, got {value!r}')
     for field, text_value in (("topic", topic), ("value", value)):
@@ -159,12 +213,33 @@ def parse_history_line(line_number: int, text: str | bytes) -> HistoryOp | Nemes
             raise HistoryError(
                 line_number, f'"{field}" is not valid Unicode (it holds a lone surrogate)'
             ) from None
+    if op_type == READ:
+        return _read(line_number, obj, process, topic, value)
     ok = op_type == "ok"
     why = " (an acknowledged write must say where it was written)" if ok else ""
     partition = _integer(line_number, obj, "partition", required=ok, why=why)
     offset = _integer(line_number, obj, "offset", required=ok, why=why)
     return HistoryOp(
         line_number, _time(line_number, obj), process, op_type, topic, partition, value, offset
+    )
+
+
+def _read(
+    line_number: int, obj: dict[str, Any], process: int, topic: str, value: str
+) -> HistoryRead:
+    why = " (a read must say where it read)"
+    partition = _integer(line_number, obj, "partition", required=True, why=why)
+    offset = _integer(line_number, obj, "offset", required=True, why=why)
+    session = _integer(line_number, obj, "session", required=False)
+    return HistoryRead(
+        line_number,
+        _time(line_number, obj),
+        process,
+        topic,
+        partition,
+        offset,
+        value,
+        0 if session is None else session,
     )
 
 
@@ -182,11 +257,12 @@ def parse_timeline_line(line_number: int, text: str | bytes) -> NemesisEvent | N
 
 HISTORY_SCHEMA = (
     "line bigint, error string, time double, type string, topic string, partition int, "
-    "value binary, offset bigint, f string, target string"
+    "value binary, offset bigint, f string, target string, process bigint, session bigint"
 )
 """Rows of :func:`history_rows`: an operation (``type`` ok/fail/info, ``value`` as UTF-8
-bytes, compared with the records' bytes), a nemesis event (``type`` nemesis, ``f``,
-``target``), or a bad line (``error`` set, nothing else)."""
+bytes, compared with the records' bytes), a read (``type`` read, with ``session``), a
+nemesis event (``type`` nemesis, ``f``, ``target``), or a bad line (``error`` set, nothing
+else)."""
 
 
 def history_rows(numbered: tuple[bytes | str, int]) -> list[tuple[Any, ...]]:
@@ -197,22 +273,30 @@ def history_rows(numbered: tuple[bytes | str, int]) -> list[tuple[Any, ...]]:
     try:
         parsed = parse_history_line(line, text)
     except HistoryError as e:
-        return [(line, e.reason, None, None, None, None, None, None, None, None)]
+        return [(line, e.reason, *(None,) * 10)]
     if parsed is None:
         return []
     if isinstance(parsed, NemesisEvent):
-        return [(line, None, parsed.time, NEMESIS, None, None, None, None, parsed.f, parsed.target)]
+        return [
+            (line, None, parsed.time, NEMESIS, *(None,) * 4, parsed.f, parsed.target, None, None)
+        ]
+    if isinstance(parsed, HistoryRead):
+        op_type, session = READ, parsed.session
+    else:
+        op_type, session = parsed.type, None
     return [
         (
             line,
             None,
             parsed.time,
-            parsed.type,
+            op_type,
             parsed.topic,
             parsed.partition,
             parsed.value.encode("utf-8"),
             parsed.offset,
             None,
             None,
+            parsed.process,
+            session,
         )
     ]

@@ -9,16 +9,18 @@ reading its files itself, so no log passes through the driver:
 - ``decoded``: one row per record (the executors decode batches with the broker's codec,
   :func:`~chaos.audit.segments.decode_segment`; Spark explodes each batch's arrays), plus
   one row per batch whose records could not be decoded, cached. ``records`` is its record
-  rows. Each carries ``vh``, a 64-bit hash of the value: the large joins and groupings
-  move and compare 8 bytes instead of the value, and values are compared exactly wherever
-  a finding shows them.
+  rows. Each carries ``vh``, a 64-bit hash of the value, and ``wh``, one of its write
+  (producer id, epoch, sequence; null without a producer id): the large joins and
+  groupings move and compare 8 bytes instead of the value, and values are compared exactly
+  wherever a finding shows them.
 - ``offsets``: ``records`` grouped by (partition, offset) with hash aggregation only,
   cached. The version with the highest leader epoch is the partition's log there (``top``):
   the record a leader-epoch truncation would make every replica keep. The replicas agree
-  when the min and max of a hash of (epoch, digest, value) agree; where they do not
+  when the min and max of a hash of (epoch, digest, value, write) agree; where they do not
   (``disputed``, rare) a small join finds the top version.
 - ``history`` (when given): the history file read by Spark, parsed in the executors by
-  :func:`chaos.audit.history.history_rows`, cached.
+  :func:`chaos.audit.history.history_rows`, cached. Its ``read`` lines (consumers) feed
+  only the read checks; a topic only read is not one the history covers.
 
 The partition table (``parts``: committed end, log start, replicas) and the replica table
 hold a row per partition or replica, built on the driver from the batch statistics and
@@ -35,8 +37,10 @@ grouping key and the facts for the sentence):
   the replicas is not lost: the checkpoint lags the broker's HW by up to its interval.
 - divergence: disputed ``offsets`` below the committed end, joined back to ``records`` for
   each replica's version.
-- duplicate: ``offsets`` grouped by (partition, top value) with more than one offset; the
-  candidates joined back to ``records`` for the values and the replicas holding them.
+- duplicate: ``offsets`` grouped by (partition, top write) with more than one offset, a
+  write being a record's (producer id, producer epoch, sequence); with a history, also by
+  (partition, top value) in the topics it covers. The candidates are joined back to
+  ``records`` for the exact fields and the replicas holding them.
 - gap: a window over each replica's batches in file order: a batch that does not start
   right after the previous one ends (or overlaps it).
 - crc: batches failing their CRC or record count, unframeable data inside a segment that
@@ -47,6 +51,13 @@ grouping key and the facts for the sentence):
 - phantom: committed ``offsets`` left-anti-joined with the ok/info operations on
   (partition, value), for the topics the history covers; a value the history says failed
   is named as such.
+- inconsistent_read: the reads left-joined to ``offsets`` like the ``ok`` operations (a
+  read whose value is not the top version at its offset), described by the same few joins
+  as a lost acknowledgement.
+- nonmonotonic_poll, poll_skip: the reads partitioned by poll stream (partition, process,
+  session), sorted as written and walked in the executors (:mod:`chaos.audit.polls`); the
+  few steps that are not one offset up are cached. A skip is judged against the ranges the
+  replicas' valid batches hold (a window over the batches of the partitions with skips).
 
 All items are unioned and runs grouped in one window (consecutive offsets with the same
 kind, partition, brokers and key become one finding), then collected: the driver only ever
@@ -68,8 +79,9 @@ from pyspark.sql import functions as F
 
 from broker.topic_partition import TopicPartition
 from chaos.audit.data_dirs import AuditInputError, BrokerDir, ReplicaFiles
-from chaos.audit.history import HISTORY_SCHEMA, OP_TYPES, NemesisEvent, history_rows
+from chaos.audit.history import HISTORY_SCHEMA, OP_TYPES, READ, NemesisEvent, history_rows
 from chaos.audit.model import AuditResult, PartitionSummary, ReplicaSummary, TornTail
+from chaos.audit.polls import ORDER, POLL_STEP_SCHEMA, STREAM, poll_steps
 from chaos.audit.segments import (
     BATCH_SCHEMA,
     DECODED_SCHEMA,
@@ -86,6 +98,9 @@ _TASKS_PER_CORE = 3
 """Segment-reading tasks per core: enough to balance uneven files, few enough that every
 later stage over the cached DataFrames stays a handful of tasks."""
 _SHOWN_BYTES = 48
+_SEQUENCE_WRAP = 2**31
+_SHOWN_OFFSETS = 10
+"""Offsets a duplicate finding keeps (its count says how many there are)."""
 _BROADCAST_ROWS = 100_000
 """Rows up to which a small intermediate result is broadcast into its joins."""
 
@@ -122,18 +137,24 @@ def _item(
     )
 
 
-def _runs(items: DataFrame) -> DataFrame:
-    """Merge items of one kind, partition, brokers and key whose offset ranges touch or
-    overlap into one run (gaps and islands: a running max of the previous ends)."""
-    keys = ["kind", "pid", "brokers", "key"]
-    ordered = Window.partitionBy(*keys).orderBy("start", "end")
+def _numbered_runs(df: DataFrame, keys: list[str], start: str, end: str) -> DataFrame:
+    """``df`` with ``_run``, numbering per ``keys`` the runs of rows whose [start, end]
+    offset ranges touch or overlap (gaps and islands: a running max of the previous ends)."""
+    ordered = Window.partitionBy(*keys).orderBy(start, end)
     before = ordered.rowsBetween(Window.unboundedPreceding, -1)
     upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    previous_end = F.max("end").over(before)
-    flagged = items.withColumn(
-        "_new", F.when(previous_end.isNull() | (F.col("start") > previous_end + 1), 1).otherwise(0)
+    previous_end = F.max(end).over(before)
+    flagged = df.withColumn(
+        "_new", F.when(previous_end.isNull() | (F.col(start) > previous_end + 1), 1).otherwise(0)
     )
-    numbered = flagged.withColumn("_run", F.sum("_new").over(upto))
+    return flagged.withColumn("_run", F.sum("_new").over(upto))
+
+
+def _runs(items: DataFrame) -> DataFrame:
+    """Merge items of one kind, partition, brokers and key whose offset ranges touch or
+    overlap into one run."""
+    keys = ["kind", "pid", "brokers", "key"]
+    numbered = _numbered_runs(items, keys, "start", "end")
     return numbered.groupBy(*keys, "_run").agg(
         F.min("start").alias("start"),
         F.max("end").alias("end"),
@@ -203,20 +224,25 @@ def _audit(
     partitions = sorted({r.topic_partition for r in replicas})
 
     hist: DataFrame | None = None
-    history_partitions: set[tuple[str, int | None]] = set()
+    per_partition: dict[tuple[str, int | None], dict[str, int]] = {}
     history_counts: dict[str, int] = {}
     if history is not None:
         hist = _read_history(plan, history)
-        history_partitions, history_counts = _history_counts(hist)
+        per_partition = _history_counts(hist)
+        history_counts = _totals(per_partition)
         timeline = timeline + [
             NemesisEvent(row.line, row.time, row.f, row.target)
             for row in hist.filter(F.col("type") == "nemesis").collect()
         ]
-        extra = {TopicPartition(t, p) for t, p in history_partitions if p is not None}
+        extra = {TopicPartition(t, p) for t, p in per_partition if p is not None}
         partitions += sorted(extra - set(partitions))
     clock.lap("history")
     pid_of = {tp: pid for pid, tp in enumerate(partitions)}
-    history_topics = {topic for topic, _ in history_partitions}
+    # The topics the producers of the history wrote: a topic only read is not covered (its
+    # values need not be the history's, so no phantom or value duplicate is judged there).
+    history_topics = {
+        topic for (topic, _), by_type in per_partition.items() if set(by_type) & set(OP_TYPES)
+    }
 
     tasks = [
         SegmentTask(pid_of[r.topic_partition], r.broker, s.base_offset, str(s.path), last, s.size)
@@ -240,6 +266,9 @@ def _audit(
             "last_offset",
             "error",
             "codec",
+            "producer_id",
+            "producer_epoch",
+            "base_sequence",
             F.explode_outer(F.arrays_zip("offsets", "values", "digests")).alias("r"),
         )
         .select(
@@ -254,7 +283,11 @@ def _audit(
             F.col("r.values").alias("value"),
             F.col("r.digests").alias("digest"),
             _value_hash(F.col("r.values")).alias("vh"),
+            "producer_id",
+            "producer_epoch",
+            _sequence(F.col("r.offsets")).alias("sequence"),
         )
+        .withColumn("wh", _write_hash())
     )
     records = decoded.filter(F.col("offset").isNotNull()).drop(
         "base_offset", "last_offset", "error", "codec"
@@ -274,7 +307,14 @@ def _audit(
         log_start = min((s.log_start_offset for s in held), default=0)
         committed_end = min(max_hw, max_leo)
         part_summaries.append(
-            PartitionSummary(tp.topic, tp.partition, held, committed_end, log_start)
+            PartitionSummary(
+                tp.topic,
+                tp.partition,
+                held,
+                committed_end,
+                log_start,
+                reads=per_partition.get((tp.topic, tp.partition), {}).get(READ, 0),
+            )
         )
         parts_rows.append(
             (
@@ -329,7 +369,7 @@ def _audit(
         _epoch_cache(epoch_starts, checkpoint_epochs),
         _hw_above_leo(replica_table),
         _divergence(plan, records, offsets, parts),
-        _duplicates(plan, records, offsets),
+        *_duplicates(plan, records, offsets, parts, history is not None),
     ]
     ok_ops: DataFrame | None = None
     if hist is not None:
@@ -340,6 +380,12 @@ def _audit(
             ops.filter(F.col("type") == "ok").drop("pid").join(parts, ["topic", "partition"])
         )
         items += _acknowledgements(plan, ops, ok_ops, records, offsets, parts, history_counts)
+    if hist is not None and history_counts.get(READ, 0):
+        reads = hist.filter(F.col("type") == READ).join(parts, ["topic", "partition"])
+        items += [
+            _inconsistent_reads(plan, reads, records, offsets),
+            *_polls(plan, reads, batches, parts),
+        ]
     union: DataFrame | None = None
     for item in items:
         if item is not None:
@@ -369,7 +415,7 @@ def _audit(
         ):
             per_second.append((int(row.second), row.type, int(row["count"])))
         per_second.sort()
-        operations = {k: n for k, n in history_counts.items() if k in OP_TYPES}
+        operations = {k: n for k, n in history_counts.items() if k in (*OP_TYPES, READ)}
     clock.lap("statistics")
 
     violations = [describe(_finding(row), part_summaries[row.pid]) for row in found]
@@ -437,22 +483,29 @@ def _read_history(plan: _Plan, path: Path) -> DataFrame:
     return hist.filter(F.col("error").isNull()).withColumn("vh", _value_hash(F.col("value")))
 
 
-def _history_counts(hist: DataFrame) -> tuple[set[tuple[str, int | None]], dict[str, int]]:
-    """The (topic, partition) pairs of the operations, and their number by type plus
-    ``unplaced`` (those without a partition): one small job."""
-    partitions: set[tuple[str, int | None]] = set()
-    counts: dict[str, int] = {}
+def _history_counts(hist: DataFrame) -> dict[tuple[str, int | None], dict[str, int]]:
+    """Operations and reads per (topic, partition) and type (one small job); the partition
+    is None for operations whose producer never learnt it."""
+    counts: dict[tuple[str, int | None], dict[str, int]] = defaultdict(dict)
     for row in (
         hist.filter(F.col("type") != "nemesis")
         .groupBy("topic", "partition", "type")
         .count()
         .collect()
     ):
-        partitions.add((row.topic, row.partition))
-        counts[row.type] = counts.get(row.type, 0) + row["count"]
-        if row.partition is None:
-            counts["unplaced"] = counts.get("unplaced", 0) + row["count"]
-    return partitions, counts
+        counts[(row.topic, row.partition)][row.type] = row["count"]
+    return dict(counts)
+
+
+def _totals(per_partition: dict[tuple[str, int | None], dict[str, int]]) -> dict[str, int]:
+    """The history's lines by type, plus ``unplaced``: operations without a partition."""
+    totals: dict[str, int] = defaultdict(int)
+    for (_, partition), by_type in per_partition.items():
+        for op_type, n in by_type.items():
+            totals[op_type] += n
+            if partition is None:
+                totals["unplaced"] += n
+    return dict(totals)
 
 
 def _replica_summaries(
@@ -538,6 +591,24 @@ def _comparable_entries(summary: ReplicaSummary) -> list[tuple[int, int]]:
 # -- the checks ----------------------------------------------------------------------------
 
 
+def _sequence(offset: Column) -> Column:
+    """A record's sequence number: its batch's base sequence plus its offset delta, wrapping
+    past INT32_MAX to 0 as Kafka's producer does; null without an idempotent producer."""
+    return F.when(
+        (F.col("producer_id") >= 0) & (F.col("base_sequence") >= 0),
+        F.pmod(F.col("base_sequence") + (offset - F.col("base_offset")), F.lit(_SEQUENCE_WRAP)),
+    )
+
+
+def _write_hash() -> Column:
+    """64-bit hash of a record's write, (producer id, producer epoch, sequence); null for a
+    record without one. One write at two offsets is a duplicate."""
+    return F.when(
+        F.col("sequence").isNotNull(),
+        F.xxhash64("producer_id", "producer_epoch", "sequence"),
+    )
+
+
 def _value_hash(value: Column) -> Column:
     """64-bit hash of a value (null for a null value): what the joins and groupings on
     values use, so that shuffles move 8 bytes instead of the value. Values are compared
@@ -546,21 +617,29 @@ def _value_hash(value: Column) -> Column:
 
 
 def _offsets(plan: _Plan, records: DataFrame) -> DataFrame:
-    """One row per (partition, offset) held by any replica (cached): ``top_epoch`` and
-    ``top_vh``, the version a leader-epoch truncation would make every replica keep (the
-    highest leader epoch), and ``disputed`` when the replicas holding it disagree.
+    """One row per (partition, offset) held by any replica (cached): ``top_epoch``,
+    ``top_vh`` and ``top_wh`` (value and write hashes), the version a leader-epoch
+    truncation would make every replica keep (the highest leader epoch), and ``disputed``
+    when the replicas holding it disagree.
 
     Hash aggregation only (no value in an aggregation buffer, which would force a sort):
-    the versions agree when the min and max of a hash of (epoch, digest, value) agree; the
-    top version of a disputed offset is found by a second, small join.
+    the versions agree when the min and max of a hash of (epoch, digest, value, write)
+    agree; the top version of a disputed offset is found by a second, small join.
     """
-    version = F.xxhash64("epoch", "digest", F.coalesce("vh", F.lit(0)), F.col("vh").isNull())
+    version = F.xxhash64(
+        "epoch",
+        "digest",
+        F.coalesce("vh", F.lit(0)),
+        F.col("vh").isNull(),
+        F.coalesce("wh", F.lit(0)),
+    )
     per_offset = plan.cache(
         records.groupBy("pid", "offset").agg(
             F.max("epoch").alias("top_epoch"),
             F.min(version).alias("low"),
             F.max(version).alias("high"),
             F.max("vh").alias("any_vh"),
+            F.max("wh").alias("any_wh"),
             F.count("*").alias("holders"),
         )
     )
@@ -573,6 +652,7 @@ def _offsets(plan: _Plan, records: DataFrame) -> DataFrame:
             "offset",
             "top_epoch",
             F.col("any_vh").alias("top_vh"),
+            F.col("any_wh").alias("top_wh"),
             F.lit(False).alias("disputed"),
             "holders",
         )
@@ -580,16 +660,16 @@ def _offsets(plan: _Plan, records: DataFrame) -> DataFrame:
         records.join(disputed, ["pid", "offset"])
         .filter(F.col("epoch") == F.col("top_epoch"))
         .groupBy("pid", "offset")
-        .agg(F.max("vh").alias("disputed_vh"))
+        .agg(F.max("vh").alias("disputed_vh"), F.max("wh").alias("disputed_wh"))
     )
+    is_disputed = F.col("low") != F.col("high")
     return per_offset.join(top, ["pid", "offset"], "left").select(
         "pid",
         "offset",
         "top_epoch",
-        F.when(F.col("low") != F.col("high"), F.col("disputed_vh"))
-        .otherwise(F.col("any_vh"))
-        .alias("top_vh"),
-        (F.col("low") != F.col("high")).alias("disputed"),
+        F.when(is_disputed, F.col("disputed_vh")).otherwise(F.col("any_vh")).alias("top_vh"),
+        F.when(is_disputed, F.col("disputed_wh")).otherwise(F.col("any_wh")).alias("top_wh"),
+        is_disputed.alias("disputed"),
         "holders",
     )
 
@@ -645,34 +725,73 @@ def _divergence(
     )
 
 
-def _duplicates(plan: _Plan, records: DataFrame, offsets: DataFrame) -> DataFrame | None:
-    """Values at more than one offset of a partition's log (its top versions): a hash
-    aggregation of ``offsets`` finds the candidates, a join of the few of them with
-    ``records`` gets the values (compared exactly) and the replicas holding each copy."""
-    candidates = plan.few(
-        offsets.filter(F.col("top_vh").isNotNull())
-        .groupBy("pid", F.col("top_vh").alias("vh"))
+def _duplicates(
+    plan: _Plan, records: DataFrame, offsets: DataFrame, parts: DataFrame, with_history: bool
+) -> list[DataFrame | None]:
+    """One write stored twice (DESIGN.md §9), judged on a partition's log (its top
+    versions): the same (producer id, producer epoch, sequence) at two offsets; with a
+    history, whose values are unique, also one value at two offsets of a topic the history
+    covers, unless the first rule already reports that copy.
+
+    Values alone prove nothing without a history: ``perf produce`` sends one value a
+    hundred thousand times, and a producer without idempotence (producer id -1) may send
+    any value again. Its records are never duplicates by the first rule.
+    """
+    tops = offsets.select("pid", "offset", "top_epoch")
+    writes, later = _write_duplicates(plan, records, offsets, tops)
+    if not with_history:
+        return [writes]
+    return [writes, _value_duplicates(plan, records, offsets, tops, parts, later)]
+
+
+def _duplicated(
+    plan: _Plan,
+    records: DataFrame,
+    candidates: DataFrame,
+    hash_column: str,
+    tops: DataFrame,
+    fields: list[str],
+    exclude: DataFrame | None = None,
+) -> DataFrame | None:
+    """The candidates (partition and hash of a value or write found at several offsets)
+    joined back to the top versions in ``records``, leaving out the (pid, offset) rows of
+    ``exclude``: per distinct ``fields`` (compared exactly) held at more than one offset,
+    the offsets in order, the brokers holding them and the first copy's value
+    (``first_value``). Cached; None when there is none (the hashes only collided)."""
+    copies = (
+        records.join(candidates, ["pid", hash_column])
+        .join(tops, ["pid", "offset"])
+        .filter(F.col("epoch") == F.col("top_epoch"))
+    )
+    if exclude is not None:
+        copies = copies.join(F.broadcast(exclude), ["pid", "offset"], "left_anti")
+    per_offset = copies.groupBy("pid", *fields, "offset").agg(
+        F.array_sort(F.collect_set("broker")).alias("brokers"),
+        F.first("value").alias("copy_value"),
+    )
+    return plan.few(
+        per_offset.groupBy("pid", *fields)
+        .agg(
+            F.array_sort(F.collect_list("offset")).alias("offsets"),
+            F.array_sort(F.array_distinct(F.flatten(F.collect_list("brokers")))).alias("brokers"),
+            F.min(F.struct("offset", "copy_value")).getField("copy_value").alias("first_value"),
+        )
+        .filter(F.size("offsets") > 1)
+    )
+
+
+def _repeated(df: DataFrame, column: str, hash_column: str) -> DataFrame:
+    """(pid, ``hash_column``) of the ``column`` hashes that several offsets hold."""
+    return (
+        df.filter(F.col(column).isNotNull())
+        .groupBy("pid", F.col(column).alias(hash_column))
         .count()
         .filter(F.col("count") > 1)
         .drop("count")
     )
-    if candidates is None:
-        return None
-    copies = (
-        records.join(candidates, ["pid", "vh"])
-        .join(offsets.select("pid", "offset", "top_epoch"), ["pid", "offset"])
-        .filter(F.col("epoch") == F.col("top_epoch"))
-        .groupBy("pid", "value", "offset")
-        .agg(F.array_sort(F.collect_set("broker")).alias("brokers"))
-    )
-    across = (
-        copies.groupBy("pid", "value")
-        .agg(
-            F.array_sort(F.collect_list("offset")).alias("offsets"),
-            F.array_sort(F.array_distinct(F.flatten(F.collect_list("brokers")))).alias("brokers"),
-        )
-        .filter(F.size("offsets") > 1)
-    )
+
+
+def _duplicate_item(across: DataFrame, key: list[Column], info: list[Column]) -> DataFrame:
     first = F.col("offsets").getItem(0)
     return _item(
         across,
@@ -682,11 +801,60 @@ def _duplicates(plan: _Plan, records: DataFrame, offsets: DataFrame) -> DataFram
         end=first,
         n=F.lit(1),
         key=F.struct(
+            *key,
             F.size("offsets").alias("copies"),
             (F.col("offsets").getItem(1) - first).alias("delta"),
         ),
-        info=F.struct(_shown(F.col("value")).alias("value"), "offsets"),
+        info=F.struct(
+            _shown(F.col("first_value")).alias("value"),
+            F.slice("offsets", 1, _SHOWN_OFFSETS).alias("offsets"),
+            *info,
+        ),
     )
+
+
+def _write_duplicates(
+    plan: _Plan, records: DataFrame, offsets: DataFrame, tops: DataFrame
+) -> tuple[DataFrame | None, DataFrame | None]:
+    """Items for the writes (producer id, epoch, sequence) held at several offsets, and the
+    (pid, offset) of every copy after the first."""
+    candidates = plan.few(_repeated(offsets, "top_wh", "wh"))
+    if candidates is None:
+        return None, None
+    fields = ["producer_id", "producer_epoch", "sequence"]
+    across = _duplicated(plan, records, candidates, "wh", tops, fields)
+    if across is None:
+        return None, None
+    later = across.select("pid", F.explode(F.slice("offsets", 2, 1 << 30)).alias("offset"))
+    item = _duplicate_item(
+        across,
+        key=[F.lit("write").alias("rule"), F.col("producer_id"), F.col("producer_epoch")],
+        info=[F.col("sequence")],
+    )
+    return item, later
+
+
+def _value_duplicates(
+    plan: _Plan,
+    records: DataFrame,
+    offsets: DataFrame,
+    tops: DataFrame,
+    parts: DataFrame,
+    later: DataFrame | None,
+) -> DataFrame | None:
+    """Items for the values held at several offsets of a partition of a topic the history
+    covers, leaving out the copies ``later`` (the write rule's) already reports."""
+    candidates = plan.few(
+        _repeated(offsets, "top_vh", "vh").join(
+            parts.filter(F.col("in_history")).select("pid"), "pid"
+        )
+    )
+    if candidates is None:
+        return None
+    across = _duplicated(plan, records, candidates, "vh", tops, ["value"], exclude=later)
+    if across is None:
+        return None
+    return _duplicate_item(across, key=[F.lit("value").alias("rule")], info=[])
 
 
 def _gaps(batches: DataFrame, in_file_order: Any) -> DataFrame:
@@ -836,42 +1004,15 @@ def _lost_acks(
     lost = plan.few(suspects)
     if lost is None:
         return None
-    # Where the value is instead, which replicas still hold it, what the offset holds.
-    moved = (
-        lost.select("pid", "vh")
-        .distinct()
-        .join(
-            offsets.select("pid", F.col("top_vh").alias("vh"), F.col("offset").alias("moved_to")),
-            ["pid", "vh"],
-        )
-        .groupBy("pid", "vh")
-        .agg(F.min("moved_to").alias("moved_to"))
-    )
-    holders = (
-        records.join(lost.select("pid", "offset", "vh"), ["pid", "offset", "vh"])
-        .groupBy("pid", "offset", "vh")
-        .agg(F.array_sort(F.collect_list("broker")).alias("still_held"))
-    )
-    held = _top_values(records, lost.filter(F.col("top_epoch").isNotNull()))
-    reason = (
-        F.when(F.col("top_epoch").isNotNull(), "replaced")
-        .when(F.col("offset") >= F.col("max_leo"), "beyond_leo")
-        .otherwise("missing")
-    )
-    joined = (
-        lost.join(moved, ["pid", "vh"], "left")
-        .join(holders, ["pid", "offset", "vh"], "left")
-        .join(held, ["pid", "offset"], "left")
-    )
     return _item(
-        joined,
+        _whereabouts(lost, records, offsets),
         "lost_ack",
         brokers=F.col("replicas"),
         start=F.col("offset"),
         end=F.col("offset"),
         n=F.lit(1),
         key=F.struct(
-            reason.alias("reason"),
+            F.col("reason"),
             F.col("still_held"),
             F.col("moved_to").isNotNull().alias("moved"),
             F.col("held_epoch"),
@@ -884,6 +1025,43 @@ def _lost_acks(
             F.col("max_leo"),
         ),
         t=F.col("time"),
+    )
+
+
+def _whereabouts(lost: DataFrame, records: DataFrame, offsets: DataFrame) -> DataFrame:
+    """``lost``, a few values the log does not hold at their offset (rows with ``pid``,
+    ``offset``, ``vh``, ``top_epoch`` and ``max_leo``), with what to say about each:
+    ``reason`` (``replaced``: the log holds another record there; ``beyond_leo``: every
+    replica ends before it; ``missing``: no replica holds the offset, although the log goes
+    on past it), ``held`` and ``held_epoch`` (the log's record there), ``still_held`` (the
+    replicas that still hold the value there, under an older leader epoch) and
+    ``moved_to`` (the first offset where the log holds the value instead)."""
+    moved = (
+        lost.select("pid", "vh")
+        .distinct()
+        .join(
+            offsets.select("pid", F.col("top_vh").alias("vh"), F.col("offset").alias("moved_to")),
+            ["pid", "vh"],
+        )
+        .groupBy("pid", "vh")
+        .agg(F.min("moved_to").alias("moved_to"))
+    )
+    holders = (
+        records.join(lost.select("pid", "offset", "vh").distinct(), ["pid", "offset", "vh"])
+        .groupBy("pid", "offset", "vh")
+        .agg(F.array_sort(F.collect_list("broker")).alias("still_held"))
+    )
+    held = _top_values(records, lost.filter(F.col("top_epoch").isNotNull()))
+    reason = (
+        F.when(F.col("top_epoch").isNotNull(), "replaced")
+        .when(F.col("offset") >= F.col("max_leo"), "beyond_leo")
+        .otherwise("missing")
+    )
+    return (
+        lost.join(moved, ["pid", "vh"], "left")
+        .join(holders, ["pid", "offset", "vh"], "left")
+        .join(held, ["pid", "offset"], "left")
+        .withColumn("reason", reason)
     )
 
 
@@ -951,4 +1129,161 @@ def _phantoms(
             F.col("failed_line"),
             F.col("top_epoch").alias("epoch"),
         ),
+    )
+
+
+# -- what consumers read --------------------------------------------------------------------
+
+
+def _inconsistent_reads(
+    plan: _Plan, reads: DataFrame, records: DataFrame, offsets: DataFrame
+) -> DataFrame | None:
+    """Reads whose value the partition's log does not hold at their offset: the reads
+    left-joined to ``offsets`` on (partition, offset), the second largest join after the
+    acknowledgements'. The log's record at an offset is its top version, as for lost_ack
+    (where replicas disagree below the HW, divergence says so apart; ``still_held`` names
+    the replicas that hold the read value there all the same). Reads below the log start
+    offset are not judged (retention). A read past the checkpointed HW whose record the log
+    holds is consistent: the checkpoint lags the HW consumers were served up to."""
+    tops = offsets.select("pid", "offset", "top_epoch", "top_vh")
+    suspects = plan.few(
+        reads.filter(F.col("offset") >= F.col("log_start"))
+        .select(
+            "pid",
+            "offset",
+            "vh",
+            "value",
+            "line",
+            "time",
+            "process",
+            "session",
+            "replicas",
+            "max_leo",
+            "committed_end",
+        )
+        .join(tops, ["pid", "offset"], "left")
+        .filter(F.col("top_epoch").isNull() | ~F.col("top_vh").eqNullSafe(F.col("vh")))
+    )
+    if suspects is None:
+        return None
+    return _item(
+        _whereabouts(suspects, records, offsets),
+        "inconsistent_read",
+        brokers=F.col("replicas"),
+        start=F.col("offset"),
+        end=F.col("offset"),
+        n=F.lit(1),
+        key=F.struct(
+            F.col("reason"),
+            F.col("process"),
+            F.col("still_held"),
+            F.col("moved_to").isNotNull().alias("moved"),
+            F.col("held_epoch"),
+        ),
+        info=F.struct(
+            _shown(F.col("value")).alias("value"),
+            F.col("held"),
+            F.col("moved_to"),
+            F.col("line"),
+            F.col("session"),
+            F.col("max_leo"),
+            F.col("committed_end"),
+        ),
+        t=F.col("time"),
+    )
+
+
+def _polls(
+    plan: _Plan, reads: DataFrame, batches: DataFrame, parts: DataFrame
+) -> list[DataFrame | None]:
+    """nonmonotonic_poll and poll_skip items from the steps of each poll stream (a
+    partition's reads by one process in one session, :mod:`chaos.audit.polls`) that are
+    not one offset up. Spark partitions the reads by stream and sorts them in the order
+    they were written; :func:`~chaos.audit.polls.poll_steps` walks each partition in the
+    executors. The steps are few (a healthy consumer takes none), cached."""
+    streams = reads.select(*ORDER, "offset").repartition(*STREAM).sortWithinPartitions(*ORDER).rdd
+    steps = plan.few(
+        plan.spark.createDataFrame(
+            streams.mapPartitions(poll_steps), POLL_STEP_SCHEMA, verifySchema=False
+        )
+    )
+    if steps is None:
+        return [None, None]
+    back = steps.filter(F.col("what") != "skip").join(parts, "pid")
+    nonmonotonic = _item(
+        back,
+        "nonmonotonic_poll",
+        brokers=F.col("replicas"),
+        start=F.col("offset"),
+        end=F.col("previous"),
+        n=F.lit(1),
+        key=F.struct("what", "process", "session"),
+        info=F.struct("previous", "offset", "previous_line", "line"),
+        t=F.col("time"),
+    )
+    return [nonmonotonic, _poll_skips(plan, steps.filter(F.col("what") == "skip"), batches, parts)]
+
+
+def _poll_skips(
+    plan: _Plan, skips: DataFrame, batches: DataFrame, parts: DataFrame
+) -> DataFrame | None:
+    """The skips (a read more than one offset above the previous one in its stream) over
+    committed offsets the log holds: each skip's open range (previous, offset) cut by the
+    held ranges of its partition (:func:`_held_ranges`). A skip over offsets no replica
+    holds (a gap) or past the committed end is no violation."""
+    pids = plan.few(skips.select("pid").distinct())
+    if pids is None:
+        return None
+    held = _held_ranges(batches, pids, parts)
+    step = ["pid", "process", "session", "previous", "offset", "previous_line", "line", "time"]
+    skipped = (
+        held.join(skips, "pid")
+        .filter((F.col("first") < F.col("offset")) & (F.col("last") > F.col("previous")))
+        .select(
+            *step,
+            F.greatest("first", F.col("previous") + 1).alias("skipped_first"),
+            F.least("last", F.col("offset") - 1).alias("skipped_last"),
+        )
+        .groupBy(*step)
+        .agg(
+            F.min("skipped_first").alias("skipped_first"),
+            F.max("skipped_last").alias("skipped_last"),
+            F.sum(F.col("skipped_last") - F.col("skipped_first") + 1).alias("skipped"),
+        )
+        .join(parts, "pid")
+    )
+    return _item(
+        skipped,
+        "poll_skip",
+        brokers=F.col("replicas"),
+        start=F.col("skipped_first"),
+        end=F.col("skipped_last"),
+        n=F.col("skipped"),
+        key=F.struct("process", "session"),
+        info=F.struct("previous", "offset", "previous_line", "line", "committed_end"),
+        t=F.col("time"),
+    )
+
+
+def _held_ranges(batches: DataFrame, pids: DataFrame, parts: DataFrame) -> DataFrame:
+    """The committed offsets the log holds in the partitions of ``pids`` (a few), as
+    [first, last] ranges: the valid batches of every replica merged where they touch or
+    overlap, cut to [log start, committed end). One row per batch, so a few per 100
+    records: small next to the records."""
+    valid = (
+        batches.filter((F.col("kind") == "batch") & F.col("problem").isNull())
+        .join(pids, "pid")
+        .select("pid", "base_offset", "last_offset")
+    )
+    return (
+        _numbered_runs(valid, ["pid"], "base_offset", "last_offset")
+        .groupBy("pid", "_run")
+        .agg(F.min("base_offset").alias("first"), F.max("last_offset").alias("last"))
+        .join(parts, "pid")
+        .select(
+            "pid",
+            F.greatest("first", "log_start").alias("first"),
+            F.least("last", F.col("committed_end") - 1).alias("last"),
+        )
+        .filter(F.col("first") <= F.col("last"))
     )

@@ -9,6 +9,7 @@ from chaos.audit.history import NemesisEvent
 
 __all__ = [
     "KINDS",
+    "READ_KINDS",
     "AuditResult",
     "PartitionSummary",
     "ReplicaSummary",
@@ -25,8 +26,13 @@ KINDS = (
     "epoch_cache",
     "hw_above_leo",
     "phantom",
+    "inconsistent_read",
+    "nonmonotonic_poll",
+    "poll_skip",
 )
 """The violation kinds of DESIGN.md §9, in the order the report lists them."""
+READ_KINDS = ("inconsistent_read", "nonmonotonic_poll", "poll_skip")
+"""The kinds judged on what consumers read (the history's ``read`` lines)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +52,8 @@ class Violation:
     detail: str
     """What is wrong and what to look at, for a person."""
     time: float | None = None
-    """lost_ack: when the first of the records was acknowledged (history time)."""
+    """History time of the run's first item: when a lost_ack's record was acknowledged, when
+    a read kind's record was read."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -135,6 +142,8 @@ class PartitionSummary:
     """``ok`` operations of the history for this partition."""
     acked_checked: int = 0
     """Those at or above the log start offset, checked against the log."""
+    reads: int = 0
+    """``read`` lines of the history for this partition (what consumers polled)."""
     violations: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -146,6 +155,7 @@ class PartitionSummary:
             "log_start_offset": self.log_start_offset,
             "acked": self.acked,
             "acked_checked": self.acked_checked,
+            "reads": self.reads,
             "violations": self.violations,
         }
 

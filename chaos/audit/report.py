@@ -2,7 +2,8 @@
 
 ``report.html`` is one self-contained page (inline CSS and SVG, no script, no external
 asset: it opens offline). Per partition it plots the leader epoch of each replica's batches
-over the offsets, with divergent ranges shaded and lost acknowledgements marked; with a
+over the offsets, with divergent ranges shaded, other violations marked under the offset
+axis and what consumers read wrongly (the read kinds) marked with a triangle at the top; with a
 nemesis timeline it draws the faults on a time axis above the acknowledgements per second.
 Every piece of data (topic names, values, paths) is HTML-escaped.
 """
@@ -21,13 +22,14 @@ from typing import IO
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from chaos.audit.model import KINDS, AuditResult, PartitionSummary, Violation
+from chaos.audit.model import KINDS, READ_KINDS, AuditResult, PartitionSummary, Violation
 
 __all__ = [
     "HTML_NAME",
     "JSON_NAME",
-    "STDOUT_VIOLATIONS",
+    "STDOUT_ROWS",
     "print_summary",
     "render_html",
     "write_reports",
@@ -35,8 +37,13 @@ __all__ = [
 
 JSON_NAME = "report.json"
 HTML_NAME = "report.html"
-STDOUT_VIOLATIONS = 100
-"""Violations printed on stdout; report.json and report.html list every one."""
+STDOUT_ROWS = 30
+"""Rows of the stdout violations table (one per kind and partition); report.json and
+report.html list every violation."""
+STDOUT_EXCERPT = 100
+"""Characters of the first violation's sentence shown per row."""
+HTML_VIOLATIONS = 2000
+"""Violations report.html lists in full (per partition, and in all); report.json has all."""
 
 _COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 _KIND_COLOURS = {
@@ -48,6 +55,10 @@ _KIND_COLOURS = {
     "epoch_cache": "#17becf",
     "hw_above_leo": "#8c564b",
     "phantom": "#e377c2",
+    # The read kinds: darker tones, unlike the replicas' lines.
+    "inconsistent_read": "#a50f15",
+    "nonmonotonic_poll": "#d95f02",
+    "poll_skip": "#54278f",
 }
 
 
@@ -78,7 +89,8 @@ def _per_replica(part: PartitionSummary, value: str) -> str:
 
 
 def print_summary(result: AuditResult, out: IO[str], *, report_dir: Path | None = None) -> None:
-    """The per-partition table and the violations (the first STDOUT_VIOLATIONS)."""
+    """The per-partition table and the violations per kind and partition (at most
+    STDOUT_ROWS rows)."""
     console = Console(file=out, width=160 if not out.isatty() else None, highlight=False)
     table = Table(title="minibroker audit", title_justify="left")
     table.add_column("partition")
@@ -88,16 +100,20 @@ def print_summary(result: AuditResult, out: IO[str], *, report_dir: Path | None 
     table.add_column("committed end", justify="right")
     table.add_column("epochs (broker:epochs)")
     table.add_column("acked checked", justify="right")
+    reads = any(part.reads for part in result.partitions)
+    if reads:
+        table.add_column("reads", justify="right")
     table.add_column("violations", justify="right")
     for part in result.partitions:
         table.add_row(
-            f"{part.topic}-{part.partition}",
+            Text(f"{part.topic}-{part.partition}"),
             ",".join(str(r.broker) for r in part.replicas) or "none",
             _per_replica(part, "leo"),
             _per_replica(part, "hw"),
             str(part.committed_end),
             _per_replica(part, "epochs"),
             f"{part.acked_checked:,}" if result.history else "-",
+            *([f"{part.reads:,}"] if reads else []),
             str(part.violations) if part.violations else "0",
             style="red" if part.violations else None,
         )
@@ -118,33 +134,69 @@ def print_summary(result: AuditResult, out: IO[str], *, report_dir: Path | None 
                     "not checked"
                 )
     if result.history is None:
-        console.print("note: no --history given: lost_ack and phantom were not checked")
+        console.print(
+            "note: no --history given: lost_ack, phantom and what consumers read were not checked"
+        )
     if result.violations:
-        shown = result.violations[:STDOUT_VIOLATIONS]
-        violations = Table(title=f"{len(result.violations)} violations", title_justify="left")
-        violations.add_column("kind")
-        violations.add_column("partition")
-        violations.add_column("offsets")
-        violations.add_column("brokers")
-        violations.add_column("detail", overflow="fold")
-        for v in shown:
-            violations.add_row(
-                v.kind,
-                f"{v.topic}-{v.partition}",
-                _range(v),
-                ",".join(map(str, v.brokers)),
-                v.detail,
-            )
-        console.print(violations)
-        if len(result.violations) > len(shown):
-            where = f" in {report_dir / JSON_NAME}" if report_dir else ""
-            console.print(f"... and {len(result.violations) - len(shown)} more{where}")
+        console.print(_violations_table(result.violations, report_dir))
     counts = ", ".join(f"{k} {n}" for k, n in result.by_kind().items() if n)
     console.print(
         f"{'VIOLATIONS: ' + counts if result.violations else 'clean: no violations'}; "
         f"{result.records_decoded:,} records decoded in {result.seconds:.1f} s"
         + (f"; reports in {report_dir}" if report_dir else "")
     )
+
+
+def _violations_table(violations: Sequence[Violation], report_dir: Path | None) -> Table:
+    """One row per kind and partition: how many findings, over which offsets and brokers,
+    and the start of the first one's sentence. Bounded whatever the audit found: thousands
+    of findings are for report.json and report.html."""
+    groups: dict[tuple[str, str, int], list[Violation]] = defaultdict(list)
+    for v in violations:
+        groups[(v.kind, v.topic, v.partition)].append(v)
+    ordered = sorted(groups.items(), key=lambda g: (KINDS.index(g[0][0]), g[0][1], g[0][2]))
+    where = f" in {report_dir}" if report_dir else ""
+    table = Table(
+        title=f"{len(violations)} violations (every one in report.json and report.html{where})",
+        title_justify="left",
+    )
+    for column in ("kind", "partition", "findings", "offsets", "brokers"):
+        table.add_column(column, justify="right" if column == "findings" else "left")
+    table.add_column("first", overflow="fold")
+    for (kind, topic, partition), found in ordered[:STDOUT_ROWS]:
+        first = min(v.offset for v in found)
+        last = max(v.last_offset for v in found)
+        brokers = sorted({b for v in found for b in v.brokers})
+        detail = _printable(found[0].detail)
+        if len(detail) > STDOUT_EXCERPT:
+            detail = detail[: STDOUT_EXCERPT - 3] + "..."
+        table.add_row(
+            Text(kind),
+            Text(f"{topic}-{partition}"),
+            f"{len(found):,}",
+            str(first) if first == last else f"{first}..{last}",
+            ",".join(map(str, brokers)),
+            Text(detail),
+        )
+    if len(ordered) > STDOUT_ROWS:
+        rest = ordered[STDOUT_ROWS:]
+        table.add_row(
+            Text(f"... {len(rest)} more rows"),
+            "",
+            f"{sum(len(found) for _, found in rest):,}",
+            "",
+            "",
+            "",
+        )
+    return table
+
+
+def _printable(text: str) -> str:
+    """``text`` with any non-printable character escaped: a terminal gets no control codes
+    (the sentences show values escaped already; this holds whatever they say)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _range(v: Violation) -> str:
@@ -185,7 +237,7 @@ def _ticks(low: float, high: float, count: int = 5) -> list[int]:
 
 def _epoch_plot(part: PartitionSummary, violations: Sequence[Violation]) -> str:
     """Leader epoch over offset for each replica, as an inline SVG."""
-    width, height, left, right, top, bottom = 900, 230, 55, 150, 20, 40
+    width, height, left, right, top, bottom = 940, 230, 55, 190, 20, 40
     plot_w, plot_h = width - left - right, height - top - bottom
     x0 = min((r.log_start_offset for r in part.replicas), default=0)
     ends = [r.log_end_offset for r in part.replicas] + [part.committed_end]
@@ -209,7 +261,17 @@ def _epoch_plot(part: PartitionSummary, violations: Sequence[Violation]) -> str:
         colour = _KIND_COLOURS.get(v.kind, "#d62728")
         vx, vw = x(v.offset), max(x(v.last_offset + 1) - x(v.offset), 2)
         tip = f"<title>{_e(v.kind)} at {_e(_range(v))}: {_e(v.detail)}</title>"
-        if v.kind == "divergence":
+        if v.kind in READ_KINDS:
+            # What a consumer read wrongly: a faint band over the offsets, a triangle on top.
+            out.append(
+                f'<rect x="{vx:.1f}" y="{top}" width="{vw:.1f}" height="{plot_h}" '
+                f'fill="{colour}" fill-opacity="0.1">{tip}</rect>'
+            )
+            out.append(
+                f'<path class="read-marker" d="{_triangle(vx + vw / 2, top + 10)}" '
+                f'fill="{colour}">{tip}</path>'
+            )
+        elif v.kind == "divergence":
             out.append(
                 f'<rect x="{vx:.1f}" y="{top}" width="{vw:.1f}" height="{plot_h}" '
                 f'fill="{colour}" fill-opacity="0.25">{tip}</rect>'
@@ -288,14 +350,28 @@ def _epoch_plot(part: PartitionSummary, violations: Sequence[Violation]) -> str:
     kinds = sorted({v.kind for v in violations}, key=KINDS.index)
     for j, kind in enumerate(kinds):
         ly = top + 12 + (len(part.replicas) + j) * 16 + 6
+        colour = _KIND_COLOURS.get(kind, "#d62728")
+        if kind in READ_KINDS:
+            out.append(f'<path d="{_triangle(width - right + 22, ly)}" fill="{colour}"/>')
+            out.append(
+                f'<text x="{width - right + 37}" y="{ly}">{kind} (a read)<title>a consumer '
+                "read there (report.json: the process, its session and history lines)"
+                "</title></text>"
+            )
+            continue
         opacity = ' fill-opacity="0.25"' if kind == "divergence" else ""
         out.append(
             f'<rect x="{width - right + 12}" y="{ly - 9}" width="20" height="8" '
-            f'fill="{_KIND_COLOURS.get(kind, "#d62728")}"{opacity}/>'
+            f'fill="{colour}"{opacity}/>'
         )
         out.append(f'<text x="{width - right + 37}" y="{ly}">{kind}</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def _triangle(cx: float, tip_y: float) -> str:
+    """The path of a triangle pointing down at (cx, tip_y): the read kinds' marker."""
+    return f"M{cx:.1f},{tip_y:.1f} l-5,-9 l10,0 z"
 
 
 def _pieces(
@@ -403,17 +479,22 @@ def _clock(t: float) -> str:
 
 
 def _violation_rows(violations: Sequence[Violation]) -> str:
+    """A table of the violations, the first HTML_VIOLATIONS of them (report.json has all)."""
     rows = [
         "<table><tr><th>kind</th><th>partition</th><th>offsets</th><th>brokers</th>"
         "<th>detail</th></tr>"
     ]
-    for v in violations:
+    for v in violations[:HTML_VIOLATIONS]:
         rows.append(
             f'<tr><td class="kind">{_e(v.kind)}</td><td>{_e(v.topic)}-{v.partition}</td>'
             f"<td>{_e(_range(v))}</td><td>{_e(', '.join(map(str, v.brokers)))}</td>"
             f"<td>{_e(v.detail)}</td></tr>"
         )
     rows.append("</table>")
+    if len(violations) > HTML_VIOLATIONS:
+        rows.append(
+            f"<p>... and {len(violations) - HTML_VIOLATIONS:,} more, listed in {JSON_NAME}.</p>"
+        )
     return "\n".join(rows)
 
 
@@ -435,7 +516,8 @@ def render_html(result: AuditResult) -> str:
         f"<h1>minibroker audit: {status}</h1>",
         "<p>Brokers: "
         + ", ".join(f"{b} ({_e(path)})" for b, path in sorted(result.brokers.items()))
-        + f". History: {_e(result.history or 'none (lost_ack and phantom not checked)')}"
+        + ". History: "
+        + _e(result.history or "none (lost_ack, phantom and consumers' reads not checked)")
         + (
             ". Operations: "
             + ", ".join(f"{_e(k)} {n:,}" for k, n in sorted(result.operations.items()))
@@ -461,6 +543,7 @@ def render_html(result: AuditResult) -> str:
             f"watermark, bounded by the replicas' log end offsets); log start "
             f"{part.log_start_offset:,}; acknowledged records checked {part.acked_checked:,}"
             f" of {part.acked:,}; "
+            + (f"consumers' reads {part.reads:,}; " if part.reads else "")
             + (
                 f'<span class="bad">{len(found)} violations</span>'
                 if found

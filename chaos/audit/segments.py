@@ -57,12 +57,14 @@ walk stopped and ``size`` the bytes left unread."""
 
 DECODED_SCHEMA = (
     "pid int, broker int, epoch int, base_offset bigint, last_offset bigint, error string, "
-    "codec string, offsets array<bigint>, `values` array<binary>, digests array<bigint>"
+    "codec string, offsets array<bigint>, `values` array<binary>, digests array<bigint>, "
+    "producer_id bigint, producer_epoch int, base_sequence int"
 )
 """Rows of :func:`decode_segment`: one per batch that passes its CRC. ``error`` says why
 its records do not parse; ``codec`` names the compression of a compressed batch, which the
 project's codec does not decode (minibroker's clients never compress); the arrays are then
-empty."""
+empty. The batch's producer id, epoch and base sequence (-1 without an idempotent
+producer) identify its records' writes: record i has sequence base + i (mod 2^31)."""
 
 _INT64 = struct.Struct(">q")
 
@@ -187,14 +189,16 @@ def decode_segment(task: SegmentTask) -> Iterator[tuple[Any, ...]]:
             if found.problem is not None:
                 continue  # scan_segment reports it
             epoch, base, last = h.partition_leader_epoch, h.base_offset, h.last_offset
+            producer = (h.producer_id, h.producer_epoch, h.base_sequence)
             if h.compression != 0:
-                yield (pid, broker, epoch, base, last, None, h.compression_name, [], [], [])
+                codec = h.compression_name
+                yield (pid, broker, epoch, base, last, None, codec, [], [], [], *producer)
                 continue
             try:
                 records = decode_batch(buf, found.position).records
             except CorruptRecordError as e:
                 error = f"its CRC holds but its records do not parse: {e.reason}"
-                yield (pid, broker, epoch, base, last, error, None, [], [], [])
+                yield (pid, broker, epoch, base, last, error, None, [], [], [], *producer)
                 continue
             yield (
                 pid,
@@ -207,4 +211,5 @@ def decode_segment(task: SegmentTask) -> Iterator[tuple[Any, ...]]:
                 [r.offset for r in records],
                 [r.value for r in records],
                 [digest(r) for r in records],
+                *producer,
             )

@@ -28,10 +28,10 @@ from broker.checkpoints import (
     write_meta_properties,
 )
 from broker.log import Log, LogConfig
-from broker.record_batch import Record, encode_batch
+from broker.record_batch import NO_PRODUCER_ID, Record, encode_batch, parse_header, stamp_batch
 from broker.topic_partition import TopicPartition
 
-__all__ = ["BrokerDataDir", "history_line", "write_lines"]
+__all__ = ["BrokerDataDir", "history_line", "read_line", "write_lines"]
 
 _TIMESTAMP = 1_700_000_000_000
 
@@ -81,9 +81,13 @@ class BrokerDataDir:
         *,
         epoch: int,
         per_batch: int = 100,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = 0,
+        first_sequence: int = 0,
     ) -> int:
         """Append ``values`` as the leader in ``epoch``, ``per_batch`` records per batch;
-        return the offset of the first one."""
+        return the offset of the first one. With a ``producer_id`` the batches are an
+        idempotent producer's, sequences from ``first_sequence`` (the leader checks them)."""
         log = self.log(tp)
         first = log.log_end_offset
         for i in range(0, len(values), per_batch):
@@ -96,8 +100,27 @@ class BrokerDataDir:
                 )
                 for j, v in enumerate(chunk)
             ]
-            log.append_as_leader(encode_batch(records), epoch)
+            producer = {}
+            if producer_id != NO_PRODUCER_ID:
+                producer = {
+                    "producer_id": producer_id,
+                    "producer_epoch": producer_epoch,
+                    "base_sequence": (first_sequence + i) % 2**31,
+                }
+            log.append_as_leader(encode_batch(records, **producer), epoch)
         return first
+
+    def append_again(self, tp: TopicPartition, offset: int, *, epoch: int) -> int:
+        """Append the batch holding ``offset`` once more at the log end, its producer id and
+        sequence unchanged: what a leader does that misses a retried batch's duplicate
+        check. Returns where the copy starts."""
+        log = self.log(tp)
+        data = bytes(log.read(offset, 1, max_offset=None).records)
+        batch = bytearray(data[: parse_header(data).size])
+        copy_at = log.log_end_offset
+        stamp_batch(batch, 0, copy_at, epoch)
+        log.append_as_follower(batch)
+        return copy_at
 
     def become_leader(self, tp: TopicPartition, epoch: int) -> None:
         """What a new leader does before it writes: record its epoch at its log end offset
@@ -159,6 +182,28 @@ def history_line(
         "partition": tp.partition,
         "value": value,
         "offset": offset,
+    }
+
+
+def read_line(
+    tp: TopicPartition,
+    offset: int,
+    value: str,
+    *,
+    time: float = 1_700_000_000.0,
+    process: int = 0,
+    session: int = 0,
+) -> dict[str, Any]:
+    """One consumer's read of the record at ``offset`` (DESIGN.md §9)."""
+    return {
+        "time": time,
+        "process": process,
+        "type": "read",
+        "topic": tp.topic,
+        "partition": tp.partition,
+        "offset": offset,
+        "value": value,
+        "session": session,
     }
 
 

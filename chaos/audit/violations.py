@@ -2,9 +2,11 @@
 
 The job groups items of one kind, partition, brokers and key into runs and collects, per
 run, its offset range, its count and the facts of its first and last item (JSON made by
-Spark). :func:`describe` turns one such :class:`Finding` into a :class:`Violation`. Values
-arrive as ``{"b64": first bytes in base64, "len": full length}`` and are shown quoted,
-cut after a few dozen characters.
+Spark). :func:`describe` turns one such :class:`Finding` into a :class:`Violation`: what
+is wrong, where (offsets, brokers, history lines) and what to look at. Values
+arrive as ``{"b64": first bytes in base64, "len": full length}`` and are shown quoted with
+Python's escapes when they are UTF-8 text, else in hex, cut after a few dozen characters
+either way: a sentence never carries raw binary, whatever the records hold.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typing import Any
 from chaos.audit.model import PartitionSummary, ReplicaSummary, Violation
 
 __all__ = ["Finding", "describe", "segment_name", "show_value"]
+
+_LISTED_OFFSETS = 5
+"""Offsets a sentence lists; a duplicate stored a thousand times says how many in all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,22 +42,45 @@ class Finding:
     last: dict[str, Any] = field(default_factory=dict)
     """Facts of the run's last item."""
     t_min: float | None = None
-    """Earliest history time of the run's items (lost_ack only)."""
+    """Earliest history time of the run's items (lost_ack and the read kinds)."""
     t_max: float | None = None
 
 
 def show_value(shown: dict[str, Any] | None, limit: int = 40) -> str:
-    """A value for a sentence: quoted text (or ``null``), cut with ``...`` when long."""
+    """A value for a sentence: quoted text with non-printable characters escaped, or
+    ``0x`` and hex digits with the length for bytes that are not UTF-8 text (``null`` for a
+    null value), cut with ``...`` after ``limit`` characters."""
     if not shown or shown.get("len") is None:
         return "null"
     try:
         data = base64.b64decode(shown.get("b64") or "")
     except (binascii.Error, ValueError):
         data = b""
-    text = data.decode("utf-8", errors="replace")
-    cut = len(text) > limit or shown["len"] > len(data)
-    text = text[:limit]
-    return repr(text)[:-1] + "...'" if cut else repr(text)
+    length = int(shown["len"])
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if length > len(data) and e.start >= len(data) - 3:
+            text = data[: e.start].decode("utf-8")  # a character cut by the first bytes
+        else:
+            hex_digits = data[: limit // 2].hex()
+            cut = length > limit // 2
+            return f"0x{hex_digits}{'...' if cut else ''} ({_plural(length, 'byte')})"
+    cut = len(text) > limit or length > len(data)
+    quoted = repr(text[:limit])
+    return quoted[:-1] + "..." + quoted[-1] if cut else quoted
+
+
+def _offset_list(offsets: Sequence[int], total: int) -> str:
+    """``7 and 12``, ``7, 12 and 20``, or the first few and how many in all."""
+    if not offsets:
+        return "?"
+    if total > len(offsets) or len(offsets) > _LISTED_OFFSETS:
+        shown = ", ".join(map(str, offsets[:_LISTED_OFFSETS]))
+        return f"{shown}, ... ({total} in all)"
+    if len(offsets) == 1:
+        return str(offsets[0])
+    return ", ".join(map(str, offsets[:-1])) + f" and {offsets[-1]}"
 
 
 def segment_name(base_offset: int) -> str:
@@ -179,21 +207,42 @@ def _divergence(f: Finding, part: PartitionSummary) -> str:
 
 
 def _duplicate(f: Finding, part: PartitionSummary) -> str:
-    copies = f.key.get("copies", 2)
-    offsets = f.first.get("offsets") or []
-    where = " and ".join(map(str, offsets)) if offsets else "?"
+    copies = int(f.key.get("copies", 2))
+    where = _offset_list(f.first.get("offsets") or [], copies)
+    if f.key.get("rule") == "write":
+        producer = f"producer {f.key.get('producer_id')} (epoch {f.key.get('producer_epoch')})"
+        sequence = f.first.get("sequence")
+        if f.count == 1:
+            what = (
+                f"the write of {producer} with sequence {sequence} "
+                f"({show_value(f.first.get('value'))}) is stored {copies} times, at offsets "
+                f"{where}"
+            )
+        else:
+            what = (
+                f"{f.count} writes of {producer}, sequences {sequence}.."
+                f"{f.last.get('sequence')} ({_values(f)}), are stored {copies} times: at "
+                f"{_offsets(f.start, f.end)} and again {f.key.get('delta')} offsets later "
+                f"(first at {where})"
+            )
+        cause = (
+            "The broker appended a retried batch again instead of answering it as a "
+            "duplicate (DUPLICATE_SEQUENCE or the original offset): its producer state "
+            "(Kafka's ProducerStateManager) lost or never had the batch's sequence."
+        )
+        return f"{what[0].upper()}{what[1:]}, on {_brokers(f.brokers)}. {cause}"
     if f.count == 1:
         what = f"{show_value(f.first.get('value'))} appears {copies} times, at offsets {where}"
     else:
-        delta = f.key.get("delta")
         what = (
             f"{f.count} values ({_values(f)}) appear {copies} times: at {_offsets(f.start, f.end)}"
-            f" and again {delta} offsets later (first at {where})"
+            f" and again {f.key.get('delta')} offsets later (first at {where})"
         )
     return (
-        f"{what}, on {_brokers(f.brokers)}. One produce was written more than once: a "
-        "retried produce request without the idempotent producer, or a broker that appended "
-        "a batch twice."
+        f"{what}, on {_brokers(f.brokers)}. The history's values are unique, so one produce "
+        "was written more than once: a retried produce request without the idempotent "
+        "producer (or after its producer id was reset), or a broker that appended a batch "
+        "twice."
     )
 
 
@@ -296,6 +345,133 @@ def _phantom(f: Finding, part: PartitionSummary) -> str:
     )
 
 
+def _stream(f: Finding) -> str:
+    """Who read: the process and its consumer session."""
+    return f"process {f.key.get('process')} (consumer session {f.key.get('session')})"
+
+
+def _read_lines(f: Finding) -> str:
+    """The history lines of a step's two reads, and when the second was read."""
+    return (
+        f"history lines {f.first.get('previous_line')} and {f.first.get('line')}, {_when(f.t_min)}"
+    )
+
+
+_REPOSITIONED = (
+    "if the consumer sought, was rebalanced or restarted there, its history must bump `session`"
+)
+
+
+def _inconsistent_read(f: Finding, part: PartitionSummary) -> str:
+    one = f.count == 1
+    single = f.start == f.end  # one offset: read once, or again (in another session)
+    it = "it" if single else "them"
+    reader = f"process {f.key.get('process')}"
+    if single:
+        times = "" if one else f" {f.count} times"
+        what = f"{reader} read {show_value(f.first.get('value'))} at offset {f.start}{times}"
+    else:
+        what = f"{reader} read {f.count} records at {_offsets(f.start, f.end)} ({_values(f)})"
+    when = (
+        f" (history line {f.first.get('line')}{'' if one else ' first'}, consumer session "
+        f"{f.first.get('session')}, {_when(f.t_min)})"
+    )
+    reason = f.key.get("reason")
+    if reason == "beyond_leo" and not part.replicas:
+        return (
+            f"{what}{when}, a partition that no data dir given holds: the audit cannot tell "
+            f"whether the log holds {it}. Give every broker's data dir."
+        )
+    if reason == "beyond_leo":
+        ends = ", ".join(f"broker {r.broker} at {r.log_end_offset}" for r in part.replicas)
+        return (
+            f"{what}{when}, but the log does not reach {'that offset' if single else it}: "
+            f"every replica ends before {it} ({ends}). The consumer saw "
+            f"{'a record' if single else 'records'} that a truncation removed later: the "
+            f"leader served {it} above its high watermark, or committed records were "
+            "truncated away (a follower truncating to a stale high watermark, KAFKA-1211, "
+            "that leader epochs fix, KIP-101; lost_ack names the acknowledged ones). Look at "
+            "the leaders and faults around the read's time."
+        )
+    if reason == "missing":
+        return (
+            f"{what}{when}, but no replica holds {'that offset' if single else 'those offsets'}"
+            " although the log goes on past it: look at the gap and crc findings of this "
+            "partition's replicas."
+        )
+    held = show_value(f.first.get("held"))
+    sentence = (
+        f"{what}{when}, but the log holds {held} there"
+        f"{'' if single else ' from offset ' + str(f.start)} (leader epoch "
+        f"{f.key.get('held_epoch')})"
+    )
+    still = f.key.get("still_held") or []
+    if still:
+        sentence += (
+            f"; {_brokers(still)} still {'holds' if len(still) == 1 else 'hold'} what was "
+            "read there under an older leader epoch, a divergent copy"
+        )
+    sentence += (
+        ". The consumer read a tail that a later leader replaced: it was served records "
+        "above the high watermark, or from a replica whose log diverged (an unclean leader "
+        "election, or a follower that kept a divergent tail)."
+    )
+    if f.key.get("moved"):
+        sentence += (
+            f" The value read is at offset {f.first.get('moved_to')} of the log instead"
+            f"{'' if single else ' (the first of the run)'}: the consumer was handed it at "
+            "the wrong offset."
+        )
+    return sentence
+
+
+def _nonmonotonic_poll(f: Finding, part: PartitionSummary) -> str:
+    previous, offset = f.first.get("previous"), f.first.get("offset")
+    repeated = f.key.get("what") == "repeated"
+    if f.count == 1 and repeated:
+        what = f"{_stream(f)} read offset {offset} twice in a row ({_read_lines(f)})"
+    elif f.count == 1:
+        what = (
+            f"{_stream(f)} read offset {offset} right after offset {previous} "
+            f"({_read_lines(f)}): its position went back and it read "
+            f"{_offsets(f.start, f.end)} again"
+        )
+    else:
+        what = (
+            f"{_stream(f)} {'repeated an offset' if repeated else 'went back'} {f.count} "
+            f"times over {_offsets(f.start, f.end)}, first reading offset {offset} right "
+            f"after offset {previous} ({_read_lines(f)})"
+        )
+    return (
+        f"{what}. Within one session a consumer's position only moves forward: "
+        f"{_REPOSITIONED}; otherwise a fetch returned records below the offset asked for, "
+        "or the client rewound its position (a retried fetch whose records it had "
+        "already returned)."
+    )
+
+
+def _poll_skip(f: Finding, part: PartitionSummary) -> str:
+    previous, offset = f.first.get("previous"), f.first.get("offset")
+    skipped = _plural(f.count, "committed record")
+    if f.first == f.last:
+        what = (
+            f"{_stream(f)} read offset {offset} right after offset {previous} "
+            f"({_read_lines(f)}): it skipped {skipped} at {_offsets(f.start, f.end)}"
+        )
+    else:
+        what = (
+            f"{_stream(f)} skipped {skipped} at {_offsets(f.start, f.end)}, first reading "
+            f"offset {offset} right after offset {previous} ({_read_lines(f)})"
+        )
+    return (
+        f"{what}, which the log holds below the committed end "
+        f"{f.first.get('committed_end', part.committed_end)}. Within one session a consumer "
+        f"returns every committed record from its position on: {_REPOSITIONED}; otherwise a "
+        "fetch was answered from past the offset asked for, or the client advanced its "
+        "position past records it never returned."
+    )
+
+
 _SENTENCES: dict[str, Callable[[Finding, PartitionSummary], str]] = {
     "lost_ack": _lost_ack,
     "divergence": _divergence,
@@ -305,6 +481,9 @@ _SENTENCES: dict[str, Callable[[Finding, PartitionSummary], str]] = {
     "epoch_cache": _epoch_cache,
     "hw_above_leo": _hw_above_leo,
     "phantom": _phantom,
+    "inconsistent_read": _inconsistent_read,
+    "nonmonotonic_poll": _nonmonotonic_poll,
+    "poll_skip": _poll_skip,
 }
 
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Docker cluster's commands behind `make up`, `make down` and `make down-volumes`.
+# The Docker cluster's commands behind `make up`, `make up-ha`, `make down` and
+# `make down-volumes`.
 #
 #   deploy/docker/compose.sh up             start (image built by `make image`), wait for health
 #   deploy/docker/compose.sh down           stop and remove the containers and the network
@@ -10,8 +11,14 @@
 # project name $MINIBROKER_PROJECT (default minibroker) and deploy/docker-compose.yml (plus
 # deploy/docker-compose.override.yml when it exists).
 #
-# Environment: MINIBROKER_PROJECT, MINIBROKER_PORT_1..3 (9091..9093),
-# MINIBROKER_ZOOKEEPER_PORT (2181), MINIBROKER_UP_TIMEOUT (seconds to wait for health, 180),
+# Two variants: one ZooKeeper (the default), or with MINIBROKER_ZOOKEEPER_NODES=3 (`make
+# up-ha`) a 3-node ensemble, deploy/docker-compose.ha.yml on top of docker-compose.yml.
+# Only `up` needs to be told; the other commands find the variant that runs (by its
+# <project>-zookeeper-1 container), and `down`/`down-volumes` remove either.
+#
+# Environment: MINIBROKER_PROJECT, MINIBROKER_ZOOKEEPER_NODES (1 or 3), MINIBROKER_PORT_1..3
+# (9091..9093), MINIBROKER_ZOOKEEPER_PORT (2181; with 3 nodes also MINIBROKER_ZOOKEEPER_PORT_2
+# and _3, 2182 and 2183), MINIBROKER_UP_TIMEOUT (seconds to wait for health, 180),
 # MINIBROKER_OVERRIDES and the others listed in deploy/docker-compose.yml.
 set -euo pipefail
 
@@ -19,9 +26,32 @@ cd "$(dirname "$0")/../.."
 export MINIBROKER_PROJECT="${MINIBROKER_PROJECT:-minibroker}"
 project="$MINIBROKER_PROJECT"
 compose_file=deploy/docker-compose.yml
-services=(zookeeper broker-1 broker-2 broker-3)
+ha_file=deploy/docker-compose.ha.yml
+command="${1:-}"
 
 die() { echo "make ${command:-up}: $*" >&2; exit 1; }
+
+# The variant: what `up` is asked for; for the other commands, what runs (or ran).
+if [ "$command" = up ]; then
+    nodes="${MINIBROKER_ZOOKEEPER_NODES:-1}"
+    case "$nodes" in
+        1 | 3) ;;
+        *) die "MINIBROKER_ZOOKEEPER_NODES must be 1 (one ZooKeeper) or 3 (an ensemble), not '$nodes'" ;;
+    esac
+elif [ "${MINIBROKER_ZOOKEEPER_NODES:-}" = 3 ] \
+    || docker inspect "$project-zookeeper-1" >/dev/null 2>&1; then
+    nodes=3
+else
+    nodes=1
+fi
+if [ "$nodes" = 3 ]; then
+    services=(zookeeper zookeeper-2 zookeeper-3 broker-1 broker-2 broker-3)
+    volumes=(zookeeper-1-data zookeeper-2-data zookeeper-3-data
+        ha-broker-1-data ha-broker-2-data ha-broker-3-data)
+else
+    services=(zookeeper broker-1 broker-2 broker-3)
+    volumes=(zookeeper-data broker-1-data broker-2-data broker-3-data)
+fi
 
 if docker compose version >/dev/null 2>&1; then
     compose=(docker compose)
@@ -31,16 +61,31 @@ else
     die "neither \`docker compose\` (v2) nor \`docker-compose\` (v1) is installed"
 fi
 compose+=(-p "$project" -f "$compose_file")
+# `down` with both files removes the containers and volumes of either variant.
+if [ "$nodes" = 3 ] || [ "$command" = down ] || [ "$command" = down-volumes ]; then
+    compose+=(-f "$ha_file")
+fi
 # A local override file (per-broker settings, more services), as compose itself would read
 # one next to the compose file if it were not given -f.
 if [ -f deploy/docker-compose.override.yml ]; then
     compose+=(-f deploy/docker-compose.override.yml)
 fi
 
-container_of() { echo "$project-$1"; }
+# In the HA variant the `zookeeper` service is node 1 of the ensemble, and named so.
+container_of() {
+    if [ "$1" = zookeeper ] && [ "$nodes" = 3 ]; then
+        echo "$project-zookeeper-1"
+    else
+        echo "$project-$1"
+    fi
+}
 
 ports() {
     echo "zookeeper ${MINIBROKER_ZOOKEEPER_PORT:-2181} MINIBROKER_ZOOKEEPER_PORT"
+    if [ "$nodes" = 3 ]; then
+        echo "zookeeper-2 ${MINIBROKER_ZOOKEEPER_PORT_2:-2182} MINIBROKER_ZOOKEEPER_PORT_2"
+        echo "zookeeper-3 ${MINIBROKER_ZOOKEEPER_PORT_3:-2183} MINIBROKER_ZOOKEEPER_PORT_3"
+    fi
     echo "broker-1 ${MINIBROKER_PORT_1:-9091} MINIBROKER_PORT_1"
     echo "broker-2 ${MINIBROKER_PORT_2:-9092} MINIBROKER_PORT_2"
     echo "broker-3 ${MINIBROKER_PORT_3:-9093} MINIBROKER_PORT_3"
@@ -48,6 +93,15 @@ ports() {
 
 bootstrap() {
     echo "127.0.0.1:${MINIBROKER_PORT_1:-9091},127.0.0.1:${MINIBROKER_PORT_2:-9092},127.0.0.1:${MINIBROKER_PORT_3:-9093}"
+}
+
+zookeeper_connect() {
+    local connect="127.0.0.1:${MINIBROKER_ZOOKEEPER_PORT:-2181}"
+    if [ "$nodes" = 3 ]; then
+        connect+=",127.0.0.1:${MINIBROKER_ZOOKEEPER_PORT_2:-2182}"
+        connect+=",127.0.0.1:${MINIBROKER_ZOOKEEPER_PORT_3:-2183}"
+    fi
+    echo "$connect"
 }
 
 # A port is taken when something on the host accepts connections on 127.0.0.1:<port> and
@@ -90,11 +144,37 @@ report_unhealthy() {
     done
 }
 
+# This variant's named volumes left by an earlier `make up` (compose names them
+# <project>_<volume>). Compose creates every volume the files name, so the other variant's,
+# unused here, may exist too: only this variant's count.
+existing_volumes() {
+    local volume
+    for volume in "${volumes[@]}"; do
+        if docker volume inspect "${project}_$volume" >/dev/null 2>&1; then
+            echo "${project}_$volume"
+        fi
+    done
+}
+
 up() {
     docker info >/dev/null 2>&1 || die "no Docker engine answers (is dockerd running, may you use it?)"
     docker image inspect "${MINIBROKER_IMAGE:-minibroker:latest}" >/dev/null 2>&1 \
         || die "image ${MINIBROKER_IMAGE:-minibroker:latest} is missing: run \`make image\` (\`make up\` does)"
+    if [ "$nodes" = 1 ] && docker inspect "$project-zookeeper-1" >/dev/null 2>&1; then
+        die "project $project has containers of the 3-node ZooKeeper variant (\`make up-ha\`): \`make down\` first"
+    fi
+    if [ "$nodes" = 3 ] && docker inspect "$project-zookeeper" >/dev/null 2>&1; then
+        die "project $project has containers of the 1-node ZooKeeper variant (\`make up\`): \`make down\` first"
+    fi
     check_ports
+    local existing
+    existing="$(existing_volumes | sort | tr '\n' ' ')"
+    if [ -n "$existing" ]; then
+        echo "make up: reusing data volumes from an earlier run (${existing% }): its topics," \
+            "records and ZooKeeper state are still there; \`make down-volumes\` first to start empty" >&2
+    else
+        echo "make up: new, empty data volumes" >&2
+    fi
     local start=$SECONDS timeout="${MINIBROKER_UP_TIMEOUT:-180}"
     "${compose[@]}" up -d --no-build --remove-orphans
     echo "make up: waiting for ZooKeeper and the brokers to be healthy (at most ${timeout} s)" >&2
@@ -120,11 +200,14 @@ up() {
         fi
         sleep 1
     done
-    local servers zk
+    local servers zk what=ZooKeeper
     servers="$(bootstrap)"
-    zk="127.0.0.1:${MINIBROKER_ZOOKEEPER_PORT:-2181}"
+    zk="$(zookeeper_connect)"
+    if [ "$nodes" = 3 ]; then
+        what="A ZooKeeper ensemble of 3"
+    fi
     cat <<EOF
-make up: ZooKeeper and 3 brokers are healthy after $((SECONDS - start)) s (project $project).
+make up: $what and 3 brokers are healthy after $((SECONDS - start)) s (project $project).
 
   bootstrap servers: $servers
   zookeeper:         $zk
@@ -136,11 +219,18 @@ Next:
   minibroker consume orders --from-beginning --timeout-ms 5000
   minibroker topics describe orders
   docker kill $project-broker-1; docker start $project-broker-1    # a crash and a restart
+EOF
+    if [ "$nodes" = 3 ]; then
+        cat <<EOF
+  docker kill $project-zookeeper-1; docker start $project-zookeeper-1  # one ZooKeeper node
+  minibroker cluster status --project $project       # each ZooKeeper node's mode
+EOF
+    fi
+    cat <<EOF
   make down              # stop (data kept); make down-volumes also drops the data
 EOF
 }
 
-command="${1:-}"
 case "$command" in
     up) up ;;
     down) "${compose[@]}" down --remove-orphans ;;

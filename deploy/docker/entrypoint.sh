@@ -4,6 +4,10 @@
 #   zookeeper   ZooKeeper 3.8 standalone from Debian's jars, dataDir /data, port 2181.
 #               ZOO_TICK_TIME (ms, default 500), ZOO_MAX_SESSION_TIMEOUT (ms, default
 #               60000), ZOO_HEAP_MB (default 256), ZOO_CFG_EXTRA (more zoo.cfg lines).
+#               A member of an ensemble (deploy/docker-compose.ha.yml) with
+#                 ZOO_MY_ID      its server id (written to /data/myid)
+#                 ZOO_SERVERS    "server.1=host:2888:3888 server.2=..." every member
+#                 ZOO_INIT_LIMIT / ZOO_SYNC_LIMIT  in ticks (default 20 / 10: 10 s / 5 s)
 #   broker      `minibroker broker` configured from the environment:
 #                 MINIBROKER_BROKER_ID          broker.id (required)
 #                 MINIBROKER_PORT               port (default 9090 + id)
@@ -125,16 +129,42 @@ run_zookeeper() {
         -e "s|@MAX_SESSION_TIMEOUT@|${ZOO_MAX_SESSION_TIMEOUT:-60000}|" \
         -e "s|@DATA_DIR@|/data|" \
         /etc/minibroker-zoo.cfg.template >"$cfg"
+    main=org.apache.zookeeper.server.ZooKeeperServerMain
+    ensemble_opts=""
+    if [ -n "${ZOO_MY_ID:-}" ]; then
+        case "$ZOO_MY_ID" in *[!0-9]*) die "ZOO_MY_ID must be a server id (a number), not '$ZOO_MY_ID'" ;; esac
+        [ -n "${ZOO_SERVERS:-}" ] || die "ZOO_MY_ID is set but ZOO_SERVERS (every member) is not"
+        echo "$ZOO_MY_ID" >/data/myid
+        {
+            echo "initLimit=${ZOO_INIT_LIMIT:-20}"
+            echo "syncLimit=${ZOO_SYNC_LIMIT:-10}"
+            # Listen for followers and votes on every interface, not only on the address
+            # our own name resolves to (which may change when the container reconnects).
+            echo "quorumListenOnAllIPs=true"
+            for server in $ZOO_SERVERS; do
+                case "$server" in
+                    server.[0-9]*=*:*:*) echo "$server" ;;
+                    *) die "bad ZOO_SERVERS entry '$server' (expected server.N=host:2888:3888)" ;;
+                esac
+            done
+        } >>"$cfg"
+        main=org.apache.zookeeper.server.quorum.QuorumPeerMain
+        # Election backs off up to a minute between rounds while a member does not answer;
+        # capped at a second, an ensemble serves again soon after a majority is back.
+        ensemble_opts="-Dzookeeper.fastleader.maxNotificationInterval=1000"
+    fi
     if [ -n "${ZOO_CFG_EXTRA:-}" ]; then
         printf '%s\n' "$ZOO_CFG_EXTRA" >>"$cfg"
     fi
     log "zookeeper with $(tr '\n' ' ' <"$cfg")"
+    # shellcheck disable=SC2086
     exec java "-Xmx${ZOO_HEAP_MB:-256}m" -XX:+UseSerialGC -Djava.awt.headless=true \
         -Dzookeeper.jmx.log4j.disable=true \
         -Dorg.slf4j.simpleLogger.showDateTime=true \
         "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSSZ" \
+        $ensemble_opts \
         -cp /usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar \
-        org.apache.zookeeper.server.ZooKeeperServerMain "$cfg"
+        "$main" "$cfg"
 }
 
 run_broker() {

@@ -96,6 +96,8 @@ class DockerCluster:
     broker_ports: dict[int, int]
     env: dict[str, str]
     """The environment that `make` and compose.sh need to address this cluster."""
+    up_messages: list[str]
+    """What each `make up` of this cluster printed on stderr, in order."""
 
     @property
     def bootstrap(self) -> str:
@@ -145,11 +147,13 @@ def docker_cluster(docker_engine: None, request: pytest.FixtureRequest) -> Itera
         zookeeper=f"127.0.0.1:{zk_port}",
         broker_ports={1: ports[0], 2: ports[1], 3: ports[2]},
         env=env,
+        up_messages=[],
     )
     # Leftovers of an interrupted earlier run of this test would hold the names.
     cluster.compose("down-volumes")
     failed_before = request.session.testsfailed
     up = cluster.make("up", timeout=UP_TIMEOUT_S)
+    cluster.up_messages.append(up.stderr)
     try:
         if up.returncode != 0:
             pytest.fail(

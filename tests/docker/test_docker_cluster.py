@@ -95,6 +95,16 @@ def docker(*args: str) -> None:
     subprocess.run(["docker", *args], check=True, capture_output=True, timeout=120)
 
 
+def test_cluster_status_with_the_project_shows_the_containers_and_zookeepers_view(
+    docker_cluster: DockerCluster,
+) -> None:
+    status = minibroker("cluster", "status", "--project", docker_cluster.project).stdout
+    assert f"ZooKeeper {docker_cluster.zookeeper}: running" in status
+    assert status.count("container running") == 3, status
+    assert status.count("yes") == 3, status
+    assert "Controller: none" not in status
+
+
 def test_leader_container_killed_and_restarted(docker_cluster: DockerCluster) -> None:
     cluster = docker_cluster
     topic = f"docker-e2e-{uuid.uuid4().hex[:8]}"
@@ -161,3 +171,63 @@ def test_leader_container_killed_and_restarted(docker_cluster: DockerCluster) ->
         return status.stdout.strip() == "healthy"
 
     wait_until(healthy, 60, f"the container of broker {victim} to be healthy again")
+
+
+def test_make_up_says_when_it_reuses_data_volumes(docker_cluster: DockerCluster) -> None:
+    cluster = docker_cluster
+    assert "new, empty data volumes" in cluster.up_messages[0]
+    topic = f"kept-{uuid.uuid4().hex[:8]}"
+    connect = ["--bootstrap-server", cluster.bootstrap, "--zookeeper", cluster.zookeeper]
+    minibroker("topics", "create", topic, "--replication-factor", "3", *connect)
+
+    down = cluster.make("down")
+    assert down.returncode == 0, down.stderr
+    up = cluster.make("up", timeout=600)
+    cluster.up_messages.append(up.stderr)
+    assert up.returncode == 0, f"{up.stdout}\n{up.stderr}"
+    assert "reusing data volumes from an earlier run" in up.stderr, up.stderr
+    assert "make down-volumes" in up.stderr
+    # What the message promises: the earlier run's topics are still there.
+    listed = minibroker("topics", "list", *connect[:2]).stdout.split()
+    assert topic in listed
+
+
+def test_pause_without_a_freezer_stops_every_process_and_resume_continues_them(
+    docker_cluster: DockerCluster,
+) -> None:
+    """Where the engine cannot freeze a container (CI's could not), the chaos backend's
+    pause SIGSTOPs every process of it but init; resume continues them and the broker
+    serves again."""
+    from chaos.docker_backend import DockerBackend
+
+    backend = DockerBackend(docker_cluster.project)
+    backend.use_freezer = False  # as after "OCI runtime pause failed: unable to freeze"
+    container = backend._brokers[3]
+
+    def states() -> dict[str, set[str]]:
+        top = container.top(ps_args="-o pid,stat,comm")
+        stat, comm = top["Titles"].index("STAT"), top["Titles"].index("COMMAND")
+        seen: dict[str, set[str]] = {}
+        for row in top["Processes"]:
+            if row[comm] not in ("tini", "docker-init"):
+                seen.setdefault(row[stat][0], set()).add(row[comm])
+        return seen
+
+    backend.pause(3)
+    try:
+        paused = states()
+        assert set(paused) == {"T"}, f"processes not stopped: {paused}"
+        assert backend.is_running(3)
+    finally:
+        backend.resume(3)
+    assert "T" not in states(), states()
+
+    def broker_3_answers() -> bool:
+        with grpc.insecure_channel(f"127.0.0.1:{docker_cluster.broker_ports[3]}") as channel:
+            try:
+                pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=5)
+                return True
+            except grpc.RpcError as err:
+                raise AssertionError(str(err)) from None
+
+    wait_until(broker_3_answers, 60, "broker 3 to answer Metadata again")

@@ -2,7 +2,9 @@
 
 Every violation kind is planted alone in a partition of its own, next to a healthy one and
 the end states of the two scenarios of DESIGN.md §8; one audit finds them all, and a clean
-copy of the same data (each fault left out, the same history) is found clean. One
+copy of the same data (each fault left out, the same history) is found clean. Consumers'
+reads are planted the same way: a partition per fault of what a consumer saw, and two
+partitions whose reads jump legitimately (a session bump, a gap of the log). One
 SparkSession serves the module: it takes 8-21 s to start on two busy cores.
 """
 
@@ -25,9 +27,9 @@ from broker.log import LogConfig
 from broker.record_batch import scan_batches
 from broker.topic_partition import TopicPartition
 from chaos.audit.cli import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_VIOLATIONS, audit_command
-from chaos.audit.model import KINDS
+from chaos.audit.model import KINDS, READ_KINDS
 from chaos.audit.session import start_session
-from chaos.audit.testing import BrokerDataDir, history_line, write_lines
+from chaos.audit.testing import BrokerDataDir, history_line, read_line, write_lines
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +40,7 @@ CLEAN = TopicPartition("clean", 0)
 LOST = TopicPartition("lost", 0)
 DIVERGED = TopicPartition("diverged", 0)
 DUPLICATED = TopicPartition("duplicated", 0)
+REWRITTEN = TopicPartition("rewritten", 0)
 GAPPED = TopicPartition("gapped", 0)
 CORRUPT = TopicPartition("corrupt", 0)
 EPOCHS = TopicPartition("epochs", 0)
@@ -48,6 +51,15 @@ LOSS_HW = TopicPartition("loss-high-watermark", 0)
 LOSS_LE = TopicPartition("loss-leader-epoch", 0)
 DIVERGENCE_HW = TopicPartition("divergence-high-watermark", 0)
 DIVERGENCE_LE = TopicPartition("divergence-leader-epoch", 0)
+# What consumers read (history `read` lines).
+READ_TRUNCATED = TopicPartition("read-truncated", 0)
+READ_REPLACED = TopicPartition("read-replaced", 0)
+READ_BACKWARDS = TopicPartition("read-backwards", 0)
+READ_SESSIONS = TopicPartition("read-sessions", 0)
+READ_SKIP = TopicPartition("read-skip", 0)
+READ_HOLE = TopicPartition("read-hole", 0)
+CONSUMER = 7
+"""The process of the consumers' reads (producers are processes 0..2)."""
 
 
 @dataclass
@@ -84,6 +96,24 @@ class _Builder:
         for i, value in enumerate(values):
             t = T0 + len(self.history) * 0.05
             self.history.append(history_line("ok", tp, value, first + i, time=t, process=i % 3))
+
+    def read(
+        self,
+        tp: TopicPartition,
+        offsets: range | list[int],
+        *,
+        process: int = CONSUMER,
+        session: int = 0,
+        values: dict[int, str] | None = None,
+    ) -> None:
+        """A consumer's reads of ``offsets``, in this order: the produced values unless
+        ``values`` says otherwise."""
+        for offset in offsets:
+            value = (values or {}).get(offset, f"{tp.topic}-{offset}")
+            t = T0 + len(self.history) * 0.05
+            self.history.append(
+                read_line(tp, offset, value, time=t, process=process, session=session)
+            )
 
     def hw(self, tp: TopicPartition, hw: int, brokers: tuple[int, ...] = (A, B, C)) -> None:
         for broker in brokers:
@@ -141,6 +171,16 @@ def _build(root: Path, *, faults: bool) -> tuple[list[Path], Path]:
     w.replicate(DUPLICATED, A, (B, C))
     w.hw(DUPLICATED, a.log(DUPLICATED).log_end_offset)
 
+    # duplicate by write: an idempotent producer's batch of 5..9 written again at 10..14
+    # (its values too: reported once, as the write's duplicate).
+    values = _values(REWRITTEN, 0, 10)
+    a.produce(REWRITTEN, values, epoch=0, per_batch=5, producer_id=3)
+    w.ack(REWRITTEN, values, 0)
+    if faults:
+        a.append_again(REWRITTEN, 5, epoch=0)
+    w.replicate(REWRITTEN, A, (B, C))
+    w.hw(REWRITTEN, a.log(REWRITTEN).log_end_offset)
+
     # gap: broker 2's second segment file is deleted (small segments: several per log).
     for d in (a, b, c):
         d.configs[GAPPED] = LogConfig(segment_bytes=512)
@@ -187,6 +227,7 @@ def _build(root: Path, *, faults: bool) -> tuple[list[Path], Path]:
     w.replicate(PHANTOM, A, (B, C))
     w.hw(PHANTOM, a.log(PHANTOM).log_end_offset)
 
+    _reads(w, faults=faults)
     if faults:
         _design_scenarios(w)
     for d in w.dirs.values():
@@ -208,8 +249,91 @@ def _build(root: Path, *, faults: bool) -> tuple[list[Path], Path]:
             root / "broker-1" / EPOCHS.dir_name / LEADER_EPOCH_CHECKPOINT
         ).write([EpochEntry(0, 0), EpochEntry(1, 12)])
 
+    # The hole of READ_HOLE: its second segment, gone from every replica, which the
+    # consumer's reads jump over.
+    first, after = _second_segment(root / "broker-1" / READ_HOLE.dir_name)
+    if faults:
+        for broker in (A, B, C):
+            segment = root / f"broker-{broker}" / READ_HOLE.dir_name / f"{first:020d}.log"
+            segment.unlink()
+            segment.with_suffix(".index").unlink(missing_ok=True)
+    w.read(READ_HOLE, [o for o in range(40) if not (faults and first <= o < after)])
+
     history = write_lines(root / "history.jsonl", w.history)
     return [w.dirs[broker].path for broker in (A, B, C)], history
+
+
+def _reads(w: _Builder, *, faults: bool) -> None:
+    """The partitions of what consumers read (READ_*); the reads of READ_HOLE come after
+    its hole is made."""
+    a, b, c = w.dirs[A], w.dirs[B], w.dirs[C]
+    # inconsistent_read, truncated away: the consumer read offset 10 above the HW; then
+    # every replica truncated to 10 (the producer never learnt whether 10 was written).
+    values = _values(READ_TRUNCATED, 0, 11)
+    a.produce(READ_TRUNCATED, values, epoch=0, per_batch=5)
+    w.ack(READ_TRUNCATED, values[:10], 0)
+    w.history.append(history_line("info", READ_TRUNCATED, values[10], time=T0))
+    w.replicate(READ_TRUNCATED, A, (B, C))
+    w.read(READ_TRUNCATED, range(11))
+    w.hw(READ_TRUNCATED, 11)
+    if faults:
+        for d in (a, b, c):
+            d.truncate(READ_TRUNCATED, 10)
+        w.hw(READ_TRUNCATED, 10)
+
+    # inconsistent_read, another value: the consumer read A's unreplicated stale-10 above
+    # the HW; B led in epoch 1 and wrote offset 10 anew, which A copied after truncating.
+    values = _values(READ_REPLACED, 0, 10)
+    a.produce(READ_REPLACED, values, epoch=0, per_batch=5)
+    w.ack(READ_REPLACED, values, 0)
+    w.replicate(READ_REPLACED, A, (B, C))
+    if faults:
+        a.produce(READ_REPLACED, ["stale-10"], epoch=0)
+    w.read(READ_REPLACED, range(11), values={10: "stale-10"} if faults else None)
+    if faults:
+        a.truncate(READ_REPLACED, 10)
+    b.become_leader(READ_REPLACED, 1)
+    b.produce(READ_REPLACED, [f"{READ_REPLACED.topic}-10"], epoch=1)
+    w.ack(READ_REPLACED, [f"{READ_REPLACED.topic}-10"], 10)
+    w.replicate(READ_REPLACED, B, (A, C))
+    w.hw(READ_REPLACED, 11)
+
+    # nonmonotonic_poll: within one session the consumer goes back from 14 to 10.
+    # READ_SESSIONS: the same reads, the second run in a new session; another consumer
+    # reads the same offsets meanwhile.
+    for tp in (READ_BACKWARDS, READ_SESSIONS, READ_SKIP):
+        values = _values(tp, 0, 20)
+        a.produce(tp, values, epoch=0, per_batch=5)
+        w.ack(tp, values, 0)
+        w.replicate(tp, A, (B, C))
+        w.hw(tp, 20)
+    if faults:
+        w.read(READ_BACKWARDS, [*range(15), *range(10, 20)])
+    else:
+        w.read(READ_BACKWARDS, range(20))
+    w.read(READ_SESSIONS, range(15))
+    w.read(READ_SESSIONS, range(20), process=CONSUMER + 1)
+    w.read(READ_SESSIONS, range(10, 20), session=1)
+
+    # poll_skip: the consumer jumps from 9 to 13 over committed records.
+    w.read(READ_SKIP, [*range(10), *range(13, 20)] if faults else range(20))
+
+    # READ_HOLE: small segments; the second one is deleted from every replica afterwards.
+    for d in (a, b, c):
+        d.configs[READ_HOLE] = LogConfig(segment_bytes=512)
+    values = _values(READ_HOLE, 0, 40)
+    a.produce(READ_HOLE, values, epoch=0, per_batch=5)
+    w.replicate(READ_HOLE, A, (B, C))
+    for value in values:  # unknown outcomes: the hole loses no acknowledged record
+        w.history.append(history_line("info", READ_HOLE, value, time=T0))
+    w.hw(READ_HOLE, 40)
+
+
+def _second_segment(partition_dir: Path) -> tuple[int, int]:
+    """The first offset of a partition's second segment and of its third."""
+    bases = sorted(int(p.stem) for p in partition_dir.glob("*.log"))
+    assert len(bases) >= 3, "the hole needs a middle segment"
+    return bases[1], bases[2]
 
 
 def _design_scenarios(w: _Builder) -> None:
@@ -301,11 +425,48 @@ def _gap_range(run: Run) -> tuple[int, int]:
         ("lost_ack", LOST, 20, 24, 5, [A, B, C], "in no replica's log"),
         ("divergence", DIVERGED, 10, 14, 5, [A, B, C], "broker 1 'stale-10' (epoch 0)"),
         ("duplicate", DUPLICATED, 7, 9, 3, [A, B, C], "appear 2 times"),
+        ("duplicate", REWRITTEN, 5, 9, 5, [A, B, C], "5 writes of producer 3 (epoch 0)"),
         ("gap", GAPPED, None, None, None, [B], "has no batch for offsets"),
         ("crc", CORRUPT, 10, 14, 5, [C], "CRC mismatch"),
         ("epoch_cache", EPOCHS, 10, 10, 2, [A], "the file says [0@0, 1@12]"),
         ("hw_above_leo", HW, 10, 14, 5, [C], "high watermark is 15 but its log ends at 10"),
         ("phantom", PHANTOM, 10, 10, 1, [A, B, C], "'ghost' at offset 10 is committed"),
+        (
+            "inconsistent_read",
+            READ_TRUNCATED,
+            10,
+            10,
+            1,
+            [A, B, C],
+            "process 7 read 'read-truncated-10' at offset 10 (history line",
+        ),
+        (
+            "inconsistent_read",
+            READ_REPLACED,
+            10,
+            10,
+            1,
+            [A, B, C],
+            "read 'stale-10' at offset 10 (history line ",
+        ),
+        (
+            "nonmonotonic_poll",
+            READ_BACKWARDS,
+            10,
+            14,
+            1,
+            [A, B, C],
+            "process 7 (consumer session 0) read offset 10 right after offset 14",
+        ),
+        (
+            "poll_skip",
+            READ_SKIP,
+            10,
+            12,
+            3,
+            [A, B, C],
+            "read offset 13 right after offset 9 (history lines",
+        ),
     ],
 )
 def test_a_planted_fault_is_reported_alone_with_its_partition_offsets_and_brokers(
@@ -328,6 +489,33 @@ def test_a_planted_fault_is_reported_alone_with_its_partition_offsets_and_broker
     assert says in finding["detail"]
 
 
+def test_a_read_of_a_record_truncated_away_is_an_inconsistent_read_past_the_log_end(
+    faulty: Run,
+) -> None:
+    detail = _one(faulty, READ_TRUNCATED)["detail"]
+    assert "the log does not reach that offset: every replica ends before it (broker 1 at 10" in (
+        detail
+    )
+    assert "consumer session 0" in detail
+
+
+def test_a_read_of_another_value_than_the_log_holds_is_an_inconsistent_read(
+    faulty: Run,
+) -> None:
+    detail = _one(faulty, READ_REPLACED)["detail"]
+    assert "process 7 read 'stale-10' at offset 10" in detail
+    assert "but the log holds 'read-replaced-10' there (leader epoch 1)" in detail
+
+
+def test_reads_that_jump_at_a_session_bump_or_over_a_hole_of_the_log_are_no_violation(
+    faulty: Run,
+) -> None:
+    assert faulty.findings(READ_SESSIONS) == []
+    # The log's own hole is reported as a gap of each replica, never as a skip of the reader.
+    assert {v["kind"] for v in faulty.findings(READ_HOLE)} == {"gap"}
+    assert len(faulty.findings(READ_HOLE)) == 3
+
+
 def test_the_faulty_run_exits_1_and_counts_every_kind(faulty: Run) -> None:
     assert faulty.status == EXIT_VIOLATIONS
     assert faulty.findings(CLEAN) == []
@@ -341,6 +529,8 @@ def test_a_clean_copy_of_the_same_data_has_no_violation_and_exits_0(clean: Run) 
     assert clean.report["summary"]["clean"] is True
     parts = {(p["topic"], p["partition"]): p for p in clean.report["summary"]["partitions"]}
     assert parts[("clean", 0)]["acked_checked"] == 30
+    assert parts[("read-sessions", 0)]["reads"] == 45
+    assert clean.report["summary"]["operations"]["read"] == sum(p["reads"] for p in parts.values())
     assert "clean: no violations" in clean.stdout
 
 
@@ -395,6 +585,11 @@ def test_html_report_is_one_offline_page_with_a_plot_per_partition(faulty: Run) 
     partitions = len(faulty.report["summary"]["partitions"])
     assert page.count('aria-label="leader epoch over offset') == partitions
     assert "divergent" in page
+    read_findings = [v for v in faulty.report["violations"] if v["kind"] in READ_KINDS]
+    assert len(read_findings) == 4
+    assert page.count('class="read-marker"') == len(read_findings)
+    for kind in READ_KINDS:
+        assert f"{kind} (a read)" in page
     assert 'aria-label="faults and acknowledgements over time"' in page
     assert "kill 2" in page
 
@@ -407,18 +602,28 @@ def test_stdout_has_the_per_partition_table_and_the_violations(faulty: Run) -> N
     assert "VIOLATIONS:" in out
 
 
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("{not json", "not valid JSON"),
+        (
+            json.dumps({k: v for k, v in read_line(CLEAN, 0, "clean-0").items() if k != "offset"}),
+            '"offset" is missing (a read must say where it read)',
+        ),
+    ],
+)
 def test_a_malformed_history_line_exits_2_and_names_the_line(
-    spark: SparkSession, faulty: Run, tmp_path: Path
+    spark: SparkSession, faulty: Run, tmp_path: Path, bad: str, says: str
 ) -> None:
     history = tmp_path / "history.jsonl"
     good = json.dumps(history_line("ok", CLEAN, "clean-0", 0))
-    history.write_text(f"{good}\n{good}\n{{not json\n{good}\n")
+    history.write_text(f"{good}\n{good}\n{bad}\n{good}\n")
     err = io.StringIO()
     status = audit_command(
         data=faulty.data, history=history, report=tmp_path / "out", spark=spark, err=err
     )
     assert status == EXIT_BAD_INPUT
-    assert f"history {history}, line 3: not valid JSON" in err.getvalue()
+    assert f"history {history}, line 3: {says}" in err.getvalue()
 
 
 def test_an_unreadable_data_dir_exits_2(spark: SparkSession, faulty: Run, tmp_path: Path) -> None:
@@ -429,3 +634,78 @@ def test_an_unreadable_data_dir_exits_2(spark: SparkSession, faulty: Run, tmp_pa
     )
     assert status == EXIT_BAD_INPUT
     assert f"data dir {missing} does not exist" in err.getvalue()
+
+
+# -- duplicates without a history: judged by producer id and sequence (issue 11) --------------
+
+PERF = TopicPartition("perf", 0)
+IDEMPOTENT = TopicPartition("idempotent", 0)
+RETRIED = TopicPartition("retried", 0)
+MANY = TopicPartition("many", 0)
+MANY_RETRIES = 2000
+PAYLOAD = bytes(range(256))[::-1][:100]  # binary, as `perf produce` sends, and not UTF-8
+
+
+@pytest.fixture(scope="module")
+def unhistoried(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """No history: `perf produce`'s identical values without a producer id, and from one
+    idempotent producer; a retried batch written twice; and MANY_RETRIES single-record
+    batches each written twice, with binary values (that many findings)."""
+    root = tmp_path_factory.mktemp("unhistoried")
+    dirs = {broker: BrokerDataDir(root / f"broker-{broker}", broker) for broker in (A, B, C)}
+    a = dirs[A]
+    a.produce(PERF, [PAYLOAD] * 3000, epoch=0, per_batch=200)
+    a.produce(IDEMPOTENT, [PAYLOAD] * 1000, epoch=0, per_batch=100, producer_id=7)
+    a.produce(RETRIED, _values(RETRIED, 0, 10), epoch=0, per_batch=5, producer_id=8)
+    a.append_again(RETRIED, 5, epoch=0)  # offsets 5..9 (sequences 5..9) again at 10..14
+    for i in range(MANY_RETRIES):
+        a.produce(MANY, [PAYLOAD + bytes([i % 256])], epoch=0, producer_id=9, first_sequence=i)
+        a.append_again(MANY, 2 * i, epoch=0)
+    for tp in (PERF, IDEMPOTENT, RETRIED, MANY):
+        for broker in (B, C):
+            dirs[broker].replicate(tp, a)
+        for d in dirs.values():
+            d.high_watermarks[tp] = a.log(tp).log_end_offset
+    for d in dirs.values():
+        d.close()
+    out = io.StringIO()
+    report_dir = root / "report"
+    data = [dirs[broker].path for broker in (A, B, C)]
+    status = audit_command(data=data, report=report_dir, spark=spark, out=out)
+    report = json.loads((report_dir / "report.json").read_text())
+    return Run(status, report, out.getvalue(), report_dir, data)
+
+
+def test_identical_values_without_a_producer_id_or_with_distinct_sequences_are_no_duplicate(
+    unhistoried: Run,
+) -> None:
+    assert unhistoried.findings(PERF) == []
+    assert unhistoried.findings(IDEMPOTENT) == []
+
+
+def test_a_retried_batch_stored_twice_is_a_duplicate_by_producer_id_and_sequence(
+    unhistoried: Run,
+) -> None:
+    finding = _one(unhistoried, RETRIED)
+    assert finding["kind"] == "duplicate"
+    assert (finding["offset"], finding["last_offset"], finding["count"]) == (5, 9, 5)
+    assert finding["brokers"] == [A, B, C]
+    assert "5 writes of producer 8 (epoch 0), sequences 5..9" in finding["detail"]
+    assert "again 5 offsets later" in finding["detail"]
+
+
+def test_audit_stdout_stays_short_and_printable_with_thousands_of_violations(
+    unhistoried: Run,
+) -> None:
+    many = unhistoried.findings(MANY)
+    assert len(many) == MANY_RETRIES
+    assert unhistoried.status == EXIT_VIOLATIONS
+    detail = many[0]["detail"]
+    assert "is stored 2 times, at offsets 0 and 1" in detail
+    assert "0x" in detail  # the binary value in hex
+    assert len(detail) < 600
+    out = unhistoried.stdout
+    assert len(out) < 10_000, len(out)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]", out)
+    assert f"{MANY_RETRIES + 1} violations" in out
+    assert "many-0" in out

@@ -22,6 +22,7 @@ from deploy.zookeeper import ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import chrooted_client
+from tests.poison_batches import POISONS, Poison
 
 pytestmark = pytest.mark.integration
 
@@ -138,6 +139,27 @@ def test_malformed_batch_is_corrupt_message_and_log_unchanged(
     still_serving(cluster)
 
 
+@pytest.mark.parametrize("poison", POISONS, ids=[p.name for p in POISONS])
+def test_poison_batch_is_refused_and_the_partition_stays_readable(
+    cluster: Cluster, poison: Poison
+) -> None:
+    """Issue 11: a batch the leader could not serve (valid CRC, broken records or
+    attributes) gets its code and a message saying what is wrong, and nothing of it is
+    written: the log end offset stays, and a consumer still decodes the partition from
+    offset 0, before and after."""
+    before = cluster.consume_all(1, TP)
+    log_end_offset = cluster.fetch(1, TP, 0).log_end_offset
+    before_bytes = log_bytes(cluster)
+    response = cluster.produce_raw(1, TP, poison.batch, acks=-1)
+    assert response.error_code == poison.code, response.error_message
+    assert poison.fragment in response.error_message.lower()
+    assert response.base_offset == -1
+    assert cluster.fetch(1, TP, 0).log_end_offset == log_end_offset
+    assert log_bytes(cluster) == before_bytes
+    still_serving(cluster)
+    assert cluster.consume_all(1, TP) == [*before, (log_end_offset, b"after")]
+
+
 @pytest.mark.parametrize(
     ("topic", "partition", "code"),
     [
@@ -223,7 +245,8 @@ def test_stale_epochs_are_fenced(cluster: Cluster) -> None:
 
     # A LeaderAndIsr carrying an older leader epoch than the broker has.
     current = cluster.controller.state(TP)
-    stale = pb.LeaderAndIsrRequest(controller_id=0, controller_epoch=1, broker_epoch=-1)
+    epoch = cluster.controller.broker_epoch(1)
+    stale = pb.LeaderAndIsrRequest(controller_id=0, controller_epoch=1, broker_epoch=epoch)
     stale.partition_states.add(
         topic_name=TP.topic, partition_index=0, controller_epoch=1, leader=1,
         leader_epoch=current.leader_epoch - 1, isr=[1], zk_version=current.zk_version,
@@ -232,11 +255,11 @@ def test_stale_epochs_are_fenced(cluster: Cluster) -> None:
     answer = cluster.control_stub(1).LeaderAndIsr(stale, timeout=10)
     assert answer.partition_errors[0].error_code == pb.FENCED_LEADER_EPOCH
     # One addressed to an earlier incarnation of the broker (KIP-380 broker epoch).
-    stale.broker_epoch = 0
+    stale.broker_epoch = epoch - 1
     assert cluster.control_stub(1).LeaderAndIsr(stale, timeout=10).error_code == (
         pb.STALE_BROKER_EPOCH
     )
-    stale.broker_epoch = -1
+    stale.broker_epoch = epoch
     # And one from an older controller epoch.
     stale.controller_epoch = 0
     assert cluster.control_stub(1).LeaderAndIsr(stale, timeout=10).error_code == (

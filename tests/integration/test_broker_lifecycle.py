@@ -27,13 +27,13 @@ from broker.log_manager import CLEAN_SHUTDOWN_FILE
 from broker.record_batch import decode_batch, scan_batches
 from broker.topic_partition import TopicPartition
 from broker.zk_data import broker_path
+from chaos.scripted_controller import CONTROLLER_ID
 from deploy.broker_process import BrokerProcess, BrokerSpec
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
-from tests.scripted_controller import CONTROLLER_ID
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -156,6 +156,14 @@ def test_sigterm_while_zookeeper_is_unreachable_still_exits_cleanly(tmp_path: Pa
             finally:
                 zk.stop()
                 zk.close()
+            # Registered is not started: the controller candidate connects its own session
+            # after registering, and a ZooKeeper gone before that fails the start (exit 1),
+            # which is right, but not this test's story.
+            wait_for(
+                lambda: "event=started" in broker.log_path.read_text(errors="replace"),
+                30,
+                message="the broker to finish starting",
+            )
             zookeeper.kill()
             started = time.monotonic()
             status = broker.stop(timeout=20)
@@ -164,7 +172,7 @@ def test_sigterm_while_zookeeper_is_unreachable_still_exits_cleanly(tmp_path: Pa
             broker.kill()
     # Deregistering is given up after the session timeout (2 s), not retried for ever.
     assert status == 0, broker.log_tail()
-    assert took < 10, took
+    assert took < 15, took
     assert (broker.spec.data_dir / CLEAN_SHUTDOWN_FILE).exists()
 
 
@@ -202,7 +210,12 @@ def test_sigkill_of_a_follower_loses_nothing_replicated(
             message="the restarted follower to catch up with the leader",
         )
         controller.wait_for_isr(TP, {1, 2, 3})
-        assert _values(cluster.consume_all(1, TP)) == acked + later
+        # The HW passes `later` at the leader's next look at 3's fetches, a moment after.
+        wait_for(
+            lambda: _values(cluster.consume_all(1, TP)) == acked + later,
+            10,
+            message="every acknowledged record committed at the leader",
+        )
         assert _values(cluster.replica_records(1, TP)) == acked + later
 
 
@@ -508,12 +521,13 @@ def test_consumer_fetch_long_poll_wakes_on_produce_and_times_out_empty(
         assert part.error_code == pb.NONE, part
         assert part.records == b""
         assert part.high_watermark == hw
-        assert 1.9 <= waited < 4.0, waited  # 1.9: the broker's timer granularity
+        # 1.9: the broker's timer granularity; the upper bound only catches a hang.
+        assert 1.9 <= waited < 10.0, waited
 
         # A record produced (acks=all) by another thread while the fetch waits wakes it.
         with ThreadPoolExecutor(max_workers=1) as pool:
             started = time.monotonic()
-            call = stub.Fetch.future(_fetch_request(hw, max_wait_ms=5000), timeout=15)
+            call = stub.Fetch.future(_fetch_request(hw, max_wait_ms=20_000), timeout=40)
             produced = pool.submit(cluster.produce, 1, TP, [b"wake-up"])
             response = call.result()
             waited = time.monotonic() - started
@@ -522,4 +536,4 @@ def test_consumer_fetch_long_poll_wakes_on_produce_and_times_out_empty(
         assert part.error_code == pb.NONE, part
         assert _records(part) == [(hw, b"wake-up")]
         assert part.high_watermark == hw + 1
-        assert waited < 4.0, waited
+        assert waited < 10.0, waited  # woken by the record, well before max_wait_ms

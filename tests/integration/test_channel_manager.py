@@ -29,11 +29,13 @@ from typing import Any, TypeVar
 import pytest
 import uvloop
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from broker.topic_partition import TopicPartition
 from broker.zk_data import (
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
+    CONTROLLER_EPOCH_PATH,
     PartitionState,
     PartitionStateData,
     broker_path,
@@ -78,7 +80,10 @@ def live_brokers(zk: KazooClient) -> dict[int, LiveBroker]:
     """Registered brokers with their epoch (registration czxid), read as the controller does."""
     brokers = {}
     for child in zk.get_children(BROKER_IDS_PATH):
-        data, stat = zk.get(broker_path(int(child)))
+        try:
+            data, stat = zk.get(broker_path(int(child)))
+        except NoNodeError:
+            continue  # an ephemeral registration that ended since the listing
         registration = decode_broker_registration(data)
         brokers[int(child)] = LiveBroker(
             int(child), registration.host, registration.port, epoch=stat.czxid
@@ -100,6 +105,12 @@ def create_topic(
         zk.create(partition_state_path(tp), encode_partition_state(data), makepath=True)
         out[tp] = PartitionLeadership(read_state(zk, tp), replicas)
     return out
+
+
+def elected_at(zk: KazooClient, epoch: int) -> None:
+    """``/controller_epoch`` as it is once the controller of ``epoch`` was elected: brokers
+    never believe a request from a controller epoch ZooKeeper does not hold."""
+    zk.set(CONTROLLER_EPOCH_PATH, str(epoch).encode())
 
 
 def read_state(zk: KazooClient, tp: TopicPartition) -> PartitionState:
@@ -192,6 +203,7 @@ def test_new_topic_batch_makes_brokers_lead_and_follow(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
     with running_cluster(zk_client, zk_connect, tmp_path, scripted_controller=True) as cluster:
+        elected_at(zk_client, CONTROLLER_EPOCH)
         brokers = live_brokers(zk_client)
         assert sorted(brokers) == [1, 2, 3]
         # DESIGN.md §6 placement over [1, 2, 3]: partition i starts at broker i mod 3.
@@ -235,15 +247,24 @@ def test_new_topic_batch_makes_brokers_lead_and_follow(
             assert (response.base_offset, response.leader_epoch) == (0, 0)
             for replica in replicas:
                 assert cluster.replica_records(replica, tp) == [(0, b"m0"), (1, b"m1")]
-            assert read_state(zk_client, tp).isr == tuple(replicas)
+            cluster.wait_for_isr(tp, set(replicas))  # (a loaded follower may drop and rejoin)
 
 
 def test_request_queued_for_killed_broker_is_delivered_after_restart(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path, logs: pytest.LogCaptureFixture
 ) -> None:
+    # The request below names no broker epoch (-1), which brokers accept only with the
+    # upgrade setting (see the comment there).
+    unknown_epoch_accepted = {"control.request.unknown.broker.epoch.enable": "true"}
     with running_cluster(
-        zk_client, zk_connect, tmp_path, broker_ids=(1, 2), scripted_controller=True
+        zk_client,
+        zk_connect,
+        tmp_path,
+        broker_ids=(1, 2),
+        overrides=unknown_epoch_accepted,
+        scripted_controller=True,
     ) as cluster:
+        elected_at(zk_client, CONTROLLER_EPOCH)
         brokers = live_brokers(zk_client)
         partitions = create_topic(zk_client, "bounce", {0: [1, 2]})
         tp = TopicPartition("bounce", 0)
@@ -292,9 +313,14 @@ def test_requests_to_one_broker_are_applied_in_order(
     with running_cluster(
         zk_client, zk_connect, tmp_path, broker_ids=(1,), scripted_controller=True
     ) as cluster:
+        elected_at(zk_client, CONTROLLER_EPOCH)
         brokers = live_brokers(zk_client)
         partitions = create_topic(zk_client, "ordered", {0: [1]})
         [(tp, (created, replicas))] = partitions.items()
+        # The controller writes each epoch to the state znode before it sends it; here the
+        # znode jumps to the last one at once (brokers never believe an epoch beyond it).
+        last = PartitionStateData(1, 29, (1,), CONTROLLER_EPOCH)
+        zk_client.set(partition_state_path(tp), encode_partition_state(last))
         # 30 leader epochs, each its own LeaderAndIsr + UpdateMetadata, all queued at once.
         requests: list[BrokerRequest] = []
         for epoch in range(30):
@@ -323,6 +349,7 @@ def test_old_controller_epoch_is_refused_and_reported(
     with running_cluster(
         zk_client, zk_connect, tmp_path, broker_ids=(1,), scripted_controller=True
     ) as cluster:
+        elected_at(zk_client, 4)
         brokers = live_brokers(zk_client)
         partitions = create_topic(zk_client, "fenced", {0: [1]})
         reported: list[tuple[int, ControlRequest, ControlResponse]] = []

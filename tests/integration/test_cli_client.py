@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from client.partitioner import partition_for_key
+from client.range_assignor import range_assign
 from tests.helpers import free_port_run, minibroker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -117,7 +118,12 @@ def test_consumer_group_splits_rebalances_and_resumes_from_committed_offsets(
 
     outputs = [tmp_path / f"member-{i}.out" for i in range(3)]
     members = [
-        cluster.popen("consume", topic, "--group", group, "--print-offset", out=path)
+        # --from-beginning: a partition a member takes over before anything was committed
+        # starts at the earliest offset, not at the end (which would skip records
+        # produced while the group was still rebalancing).
+        cluster.popen(
+            "consume", topic, "--group", group, "--from-beginning", "--print-offset", out=path
+        )
         for path in outputs
     ]
 
@@ -132,7 +138,7 @@ def test_consumer_group_splits_rebalances_and_resumes_from_committed_offsets(
     try:
         # All three have joined when each owns its two partitions in ZooKeeper; records
         # written from then on are split 2/2/2.
-        wait_for(lambda: len(_owners(cluster, group, topic)) == 6, 60, message="6 owned partitions")
+        wait_for(lambda: _settled(cluster, group, topic, 3), 60, message="a 2/2/2 split")
         produce(0, 600)
         wait_for(lambda: sum(len(read(p)) for p in outputs) >= 600, 60, message="600 read")
         partitions = [{p for p, _ in read(path)} for path in outputs]
@@ -142,7 +148,7 @@ def test_consumer_group_splits_rebalances_and_resumes_from_committed_offsets(
         # One member leaves cleanly (Ctrl-C): the other two take 3 partitions each.
         members[0].send_signal(signal.SIGINT)
         assert members[0].wait(30) in (0, 130)
-        wait_for(lambda: _owner_ids(cluster, group, topic) == 2, 60, message="two members own all")
+        wait_for(lambda: _settled(cluster, group, topic, 2), 60, message="a 3/3 split")
         produce(600, 300)
         wait_for(lambda: sum(len(read(p)) for p in outputs) >= 900, 60, message="900 read")
         values = [v for path in outputs for _, v in read(path)]
@@ -160,25 +166,41 @@ def test_consumer_group_splits_rebalances_and_resumes_from_committed_offsets(
     assert sorted(rest.split()) == sorted(f"v{i}" for i in range(900, 910))
 
 
-def _owners(cluster: LocalCluster, group: str, topic: str) -> list[bytes]:
-    """The member id owning each owned partition of ``topic`` in ``group``."""
+def _settled(cluster: LocalCluster, group: str, topic: str, members: int) -> bool:
+    """``members`` members are registered and the owner znodes are exactly their range
+    assignment of the topic's 6 partitions: the group's rebalance is over.
+
+    Owning all 6 partitions is not enough: the first member to join owns them all until
+    the others have joined, and a member that has not yet seen a join still holds its
+    old share. Owner and id znodes are ephemeral, so one listed may be gone by the time it
+    is read: it simply is not there at this instant.
+    """
     from kazoo.client import KazooClient
+    from kazoo.exceptions import NoNodeError
 
     zk = KazooClient(hosts=cluster.env["MINIBROKER_ZOOKEEPER"])
     zk.start(10)
     try:
-        path = f"/consumers/{group}/owners/{topic}"
-        children = zk.get_children(path) if zk.exists(path) else []
-        return [zk.get(f"{path}/{c}")[0] for c in children]
+        try:
+            ids = zk.get_children(f"/consumers/{group}/ids")
+            owned = zk.get_children(f"/consumers/{group}/owners/{topic}")
+        except NoNodeError:
+            return False
+        owners: dict[int, str] = {}
+        for child in owned:
+            try:
+                owners[int(child)] = zk.get(f"/consumers/{group}/owners/{topic}/{child}")[
+                    0
+                ].decode()
+            except NoNodeError:
+                continue
     finally:
         zk.stop()
         zk.close()
-
-
-def _owner_ids(cluster: LocalCluster, group: str, topic: str) -> int:
-    """How many distinct members own the topic's partitions (all six owned), else 0."""
-    owners = _owners(cluster, group, topic)
-    return len(set(owners)) if len(owners) == 6 else 0
+    if len(ids) != members:
+        return False
+    expected = range_assign({member: [topic] for member in ids}, {topic: 6})
+    return owners == {tp.partition: m for m, tps in expected.items() for tp in tps}
 
 
 def test_user_errors_are_one_line_and_a_non_zero_exit(cluster: LocalCluster) -> None:
@@ -243,3 +265,100 @@ def test_producer_rides_through_a_leader_kill_and_nothing_is_lost_or_duplicated(
     out = cluster.ok("consume", topic, "--from-beginning", "--timeout-ms", "3000")
     assert out.split() == [f"line-{i}" for i in range(3000)]  # all, in order, once each
     cluster.ok("cluster", "start", str(leader))
+
+
+# -- the first hour as a Kafka user (issue 11) --------------------------------------------------
+
+
+def _defaults_env(cluster: LocalCluster) -> dict[str, str]:
+    """Only the data dir: no bootstrap server or ZooKeeper given (empty is unset)."""
+    return {
+        "MINIBROKER_BOOTSTRAP": "",
+        "MINIBROKER_ZOOKEEPER": "",
+        "MINIBROKER_DATA_DIR": str(cluster.data_dir),
+    }
+
+
+def test_default_bootstrap_is_every_local_broker_so_killing_broker_1_breaks_no_command(
+    cluster: LocalCluster,
+) -> None:
+    env = _defaults_env(cluster)
+
+    def ok(*args: str, input_text: str | None = None) -> str:
+        result = minibroker(*args, input_text=input_text, env=env)
+        assert result.returncode == 0, f"{args}: {result.stderr}"
+        return result.stdout
+
+    # ZooKeeper's address comes from cluster.json too (topics create writes there).
+    ok("topics", "create", "after-kill", "--partitions", "2", "--replication-factor", "3")
+    cluster.ok("cluster", "kill", "1")
+    try:
+        started = time.monotonic()
+        ok("produce", "after-kill", "--data-dir", str(cluster.data_dir), input_text="a\nb\nc\n")
+        assert time.monotonic() - started < 45  # not the 60 s wait for a producer id
+        out = ok("consume", "after-kill", "--from-beginning", "--timeout-ms", "3000")
+        assert sorted(out.split()) == ["a", "b", "c"]
+        assert "after-kill" in ok("topics", "list").split()
+    finally:
+        cluster.ok("cluster", "start", "1")
+
+
+def test_produce_to_no_reachable_broker_fails_at_once_and_an_explicit_bootstrap_wins(
+    cluster: LocalCluster,
+) -> None:
+    env = _defaults_env(cluster)  # cluster.json names live brokers: the option must win
+    for args in (
+        ["produce", "t", "--bootstrap-server", "127.0.0.1:1"],
+        ["perf", "produce", "t", "--bootstrap-server", "127.0.0.1:1", "--num-records", "5"],
+    ):
+        started = time.monotonic()
+        result = minibroker(*args, input_text="x\n", env=env)
+        elapsed = time.monotonic() - started
+        _one_line_error(result, "cannot reach any broker: 127.0.0.1:1")
+        assert "is the cluster running?" in result.stderr
+        assert elapsed < 20, elapsed  # was 60 s: the producer's max_block_ms
+    started = time.monotonic()
+    result = minibroker(
+        "produce", "t", input_text="x\n", env={**env, "MINIBROKER_BOOTSTRAP": "127.0.0.1:1"}
+    )
+    _one_line_error(result, "cannot reach any broker: 127.0.0.1:1")
+    assert time.monotonic() - started < 20
+
+
+def test_consume_partition_from_beginning_starts_at_the_earliest_offset(
+    cluster: LocalCluster,
+) -> None:
+    cluster.ok("topics", "create", "early", "--partitions", "2")
+    cluster.ok("produce", "early", "--partition", "1", input_text="one\ntwo\nthree\n")
+    out = cluster.ok(
+        "consume", "early", "--partition", "1", "--from-beginning",
+        "--max-messages", "3", "--timeout-ms", "10000",
+    )  # fmt: skip
+    assert out.split() == ["one", "two", "three"]
+
+
+def test_consume_of_an_unknown_topic_gives_up_within_timeout_ms(cluster: LocalCluster) -> None:
+    started = time.monotonic()
+    result = cluster.run("consume", "never-created", "--timeout-ms", "300")
+    elapsed = time.monotonic() - started
+    _one_line_error(result, "unknown topic 'never-created' (not in the cluster after 300 ms")
+    assert elapsed < 8, elapsed  # was 10 s: the consumer's default_api_timeout_ms
+
+
+def test_kafka_habits_topic_option_properties_and_perf_count_names(cluster: LocalCluster) -> None:
+    cluster.ok("topics", "create", "habits")
+    cluster.ok(
+        "produce", "--topic", "habits",
+        "--property", "parse.key=true", "--property", "key.separator=:",
+        input_text="k1:v1\nk2:v2\n",
+    )  # fmt: skip
+    out = cluster.ok(
+        "consume", "--topic", "habits", "--from-beginning", "--timeout-ms", "3000",
+        "--property", "print.key=true", "--property", "key.separator==",
+        "--property", "print.offset=true",
+    )  # fmt: skip
+    assert out.splitlines() == ["0:0\tk1=v1", "0:1\tk2=v2"]
+    produced = cluster.ok("perf", "produce", "--topic", "habits", "--messages", "50")
+    assert produced.startswith("50 records in ")
+    consumed = cluster.ok("perf", "consume", "habits", "--num-records", "52")
+    assert consumed.startswith("52 records in ")

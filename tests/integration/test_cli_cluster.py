@@ -37,14 +37,20 @@ def test_cluster_up_status_kill_start_stop_down(cluster_dir: Path) -> None:
     assert "Controller: " in status.stdout
     assert status.stdout.count("yes") == 3
 
+    # `make run` then the README's `cluster up`: the second up has nothing to do.
     again = minibroker("cluster", "up", *data, "--base-port", str(base))
-    assert again.returncode == 1
-    assert "already running" in again.stderr
-    assert "Traceback" not in again.stderr
+    assert again.returncode == 0, again.stderr
+    assert "already running" in again.stdout
+    assert f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}" in again.stdout
 
     assert minibroker("cluster", "kill", "2", *data).returncode == 0
     after_kill = minibroker("cluster", "status", *data).stdout
     assert "not running" in after_kill
+    partly = minibroker("cluster", "up", *data, "--base-port", str(base))
+    assert partly.returncode == 1
+    assert "already running" in partly.stderr
+    assert "`minibroker cluster start 2`" in partly.stderr
+    assert "Traceback" not in partly.stderr
     assert minibroker("cluster", "start", "2", *data).returncode == 0
     assert minibroker("cluster", "stop", "3", *data).returncode == 0
     stopped = minibroker("cluster", "status", *data).stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -57,11 +58,19 @@ class Reader:
             await self._task
 
 
-async def eventually(predicate: Callable[[], bool], timeout_s: float, message: str) -> None:
+async def eventually(
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    message: str,
+    *,
+    raise_on_timeout: bool = True,
+) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while not predicate():
         if loop.time() >= deadline:
+            if not raise_on_timeout:
+                return
             raise AssertionError(f"{message} (after {timeout_s}s)")
         await asyncio.sleep(0.05)
 
@@ -273,8 +282,25 @@ def test_a_member_whose_zookeeper_session_expires_registers_again_and_reclaims_i
                 # A real expiry: the server closes the member's session (test-only access
                 # to its kazoo client for the session id and password).
                 assert c._group is not None
-                client_id = c._group._client.client_id
-                await asyncio.to_thread(close_session_from_another_client, zk_connect, client_id)
+                kazoo_client = c._group._client
+
+                # The member may win its session back before the close lands (kazoo
+                # reconnects by itself): close it again until it is really gone.
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 30
+                while registered_session() == old_session:
+                    assert loop.time() < deadline, "the member's session never expired"
+                    client_id = kazoo_client.client_id
+                    if client_id is not None and client_id[0] == old_session:
+                        await asyncio.to_thread(
+                            close_session_from_another_client, zk_connect, client_id
+                        )
+                    await eventually(
+                        lambda: registered_session() != old_session,
+                        3,
+                        "the old registration to go",
+                        raise_on_timeout=False,
+                    )
 
                 def re_registered() -> bool:
                     session = registered_session()
@@ -295,10 +321,15 @@ def test_a_member_whose_zookeeper_session_expires_registers_again_and_reclaims_i
 
 
 def test_claims_wait_for_the_previous_owner_and_give_up_after_bounded_attempts(
-    zk_client: KazooClient, zk_connect: str
+    zk_client: KazooClient, zk_connect: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """ZooKeeper only: another member's owner znode blocks a claim until it is released;
     one that is never released fails the rebalance after rebalance.max.retries."""
+    caplog.set_level(logging.INFO, logger="client.group")
+
+    def failed_attempts() -> int:
+        return sum("rebalance_attempt_failed" in r.getMessage() for r in caplog.records)
+
     zk_client.create(
         zk_data.topic_path("t"), zk_data.encode_topic_assignment({0: [1], 1: [1]}), makepath=True
     )
@@ -320,12 +351,18 @@ def test_claims_wait_for_the_previous_owner_and_give_up_after_bounded_attempts(
             assert member.owned == frozenset()
             assert not zk_client.exists(zk_data.consumer_owner_path("g5", TopicPartition("t", 1)))
 
-            # The other member lets go while this one waits: the claim goes through.
-            async def release_later() -> None:
-                await asyncio.sleep(0.1)
+            # The other member lets go while this one waits: the claim goes through. The
+            # release is timed by the member's first refused claim, not by a sleep, so a
+            # loaded machine cannot make it land after the member gave up.
+            failed_before = failed_attempts()
+
+            async def release_after_a_refused_claim() -> None:
+                await eventually(
+                    lambda: failed_attempts() > failed_before, 10, "a refused first attempt"
+                )
                 await asyncio.to_thread(zk_client.delete, held)
 
-            releasing = asyncio.create_task(release_later())
+            releasing = asyncio.create_task(release_after_a_refused_claim())
             await member.commit({TopicPartition("t", 1): 7})
             assignment = await member.rebalance()
             await releasing

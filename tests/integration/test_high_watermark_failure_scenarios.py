@@ -1,119 +1,204 @@
-"""The two pre-0.11 failure scenarios of DESIGN.md §8, driven with real broker processes.
+"""The two pre-0.11 failure scenarios of DESIGN.md §8, run as ``minibroker chaos scenario``
+runs them (:mod:`chaos.scenario`): real ZooKeeper and broker processes, driven step by step.
 
-RF=2, min.insync.replicas=1, A (broker 1) leads and B (broker 2) follows. The divergence
-scenario runs under the brokers' own controller (an unclean election, as §8 says). The
-data-loss scenario needs B truncated yet still in the ISR when A dies, which the real
-controller's KIP-380 bounce handling never produces (a restarted B leaves the ISR), so
-there a scripted controller holds the election and dictates each LeaderAndIsr, as a
-controller that missed B's fast restart (Kafka before 2.2) would have. Each scenario runs
-in both ``replication.truncation.mode`` settings: ``high-watermark`` (Kafka before 0.11)
-shows the bug, ``leader-epoch`` (KIP-101/KIP-279) shows it fixed. Outcomes are read from the
-replicas' segment files, not from what the brokers report.
+Each scenario runs in both ``replication.truncation.mode`` settings: ``high-watermark``
+(Kafka before 0.11) shows the bug, ``leader-epoch`` (KIP-101/KIP-279) shows it fixed. The
+outcome is read twice: from the replicas' segment files (the data dirs copied into the run
+directory after the clean stop), and from the audit's verdict on the run. One SparkSession
+serves the four audits. Ctrl-C and SIGTERM during a run must leave no process behind.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kazoo.client import KazooClient
+from pyspark.sql import SparkSession
 
-from broker.topic_partition import TopicPartition
-from proto import minibroker_pb2 as pb
-from tests.cluster import Cluster, running_cluster
-from tests.helpers import wait_for
+from broker.truncation import TruncationMode
+from chaos.audit.report import JSON_NAME
+from chaos.audit.session import start_session
+from chaos.run_dir import RunDir
+from chaos.scenario.cluster import A, B
+from chaos.scenario.play import TP
+from chaos.scenario.runner import ScenarioResult, run_scenario
+from chaos.scenario.verdict import Found, read_findings
+from deploy.cluster_probe import replica_records
 
-pytestmark = pytest.mark.integration
+# A run is 15-30 s of processes, its audit 30-120 s on two loaded cores (the first one also
+# starts Spark): more than the suite's default 300 s per test is possible.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
-TP = TopicPartition("scenario", 0)
-A, B = 1, 2
-MODES = ["high-watermark", "leader-epoch"]
+HW, LE = TruncationMode.HIGH_WATERMARK, TruncationMode.LEADER_EPOCH
+REPO = Path(__file__).resolve().parents[2]
 
 
-def _values(cluster: Cluster, broker_id: int) -> list[bytes | None]:
-    records = cluster.replica_records(broker_id, TP)
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    session = start_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _values(run: RunDir, broker_id: int) -> list[bytes | None]:
+    records = replica_records(run.data / f"broker-{broker_id}" / TP.dir_name)
     assert [o for o, _ in records] == list(range(len(records))), "gap in the replica's log"
     return [v for _, v in records]
 
 
-@pytest.mark.parametrize("mode", MODES)
+def _timeline(run: RunDir) -> list[tuple[str, int]]:
+    events = [json.loads(line) for line in run.timeline.read_text().splitlines()]
+    return [(e["f"], e["target"]) for e in events]
+
+
+def _acknowledged(run: RunDir) -> list[tuple[str, int]]:
+    ops = [json.loads(line) for line in run.history.read_text().splitlines()]
+    assert all(op["type"] == "ok" and op["process"] == 0 for op in ops), ops
+    return [(op["value"], op["offset"]) for op in ops]
+
+
+def _check_run(result: ScenarioResult, out: str, findings: set[Found]) -> None:
+    """What every judged run leaves: the audit's findings, the verdict, the layout."""
+    run = result.run
+    assert set(read_findings(run.audit_dir / JSON_NAME)) == findings
+    assert result.status == (1 if findings else 0)
+    assert result.as_predicted, out
+    assert "as the design notes predict" in out
+    assert "UNEXPECTED" not in out
+    assert out.rstrip().splitlines()[-1] == f"report: {run.report}"
+    assert run.report.exists()
+    assert {p.name for p in run.logs.iterdir()} == {"broker-1.log", "broker-2.log", "zookeeper.log"}
+    assert not (run.path / "cluster").exists(), "the live cluster's dir is left after the copy"
+
+
+@pytest.mark.parametrize("mode", [HW, LE])
 def test_data_loss_when_the_restarted_follower_truncates_to_its_hw(
-    mode: str, zk_client: KazooClient, zk_connect: str, tmp_path: Path
+    mode: TruncationMode,
+    spark: SparkSession,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # B learns each HW 3 s late: it will hold m1 while its HW still says 1.
-    overrides = {"replication.truncation.mode": mode}
-    with running_cluster(
-        zk_client, zk_connect, tmp_path, (A, B), overrides,
-        broker_overrides={B: {"test.follower.hw.update.delay.ms": "3000"}},
-        scripted_controller=True,
-    ) as cluster:  # fmt: skip
-        controller = cluster.controller
-        controller.create_topic(TP.topic, {0: [A, B]})
-        assert cluster.produce(A, TP, [b"m0"]).error_code == pb.NONE
-        wait_for(lambda: cluster.checkpointed_hw(B, TP) == 1, 15, message="B's HW to reach 1")
-
-        acked = cluster.produce(A, TP, [b"m1"])  # acks=all: B has fetched m1
-        assert acked.error_code == pb.NONE
-        assert acked.base_offset == 1
-        wait_for(lambda: cluster.checkpointed_hw(A, TP) == 2, 5, message="A's HW 2 on disk")
-        assert _values(cluster, B) == [b"m0", b"m1"]
-        assert cluster.checkpointed_hw(B, TP) == 1  # the state of DESIGN.md §8
-
-        # B restarts; A freezes before B can fetch m1 again, then dies.
-        cluster.brokers[B].kill()
-        cluster.brokers[A].pause()
-        cluster.brokers[B].start(zk_client)
-        controller.push([TP], to=[B])  # B follows A again (epoch 0)
-        if mode == "high-watermark":
-            wait_for(lambda: _values(cluster, B) == [b"m0"], 10, message="B to truncate to HW 1")
-        cluster.brokers[A].kill()
-        controller.elect(TP, B, isr=[B])  # a clean election: B is in the ISR
-
-        cluster.brokers[A].start(zk_client)
-        controller.push([TP], to=[A])  # A follows B
-        controller.wait_for_isr(TP, {A, B})
-        if mode == "high-watermark":
-            # A found its offset 1 beyond B's log end and truncated: acked m1 is gone.
-            wait_for(lambda: _values(cluster, A) == [b"m0"], 10, message="A to lose m1")
-            assert _values(cluster, B) == [b"m0"]
-        else:
-            assert _values(cluster, B) == [b"m0", b"m1"]
-            assert _values(cluster, A) == [b"m0", b"m1"]
+    result = run_scenario("hw-data-loss", mode, tmp_path / "run", spark=spark)
+    out = capsys.readouterr().out
+    run = result.run
+    assert _acknowledged(run) == [("m0", 0), ("m1", 1)]
+    assert _timeline(run) == [
+        ("start", A), ("start", B), ("kill", B), ("pause", A), ("start", B), ("kill", A),
+        ("elect", B), ("start", A),
+    ]  # fmt: skip
+    if mode is HW:
+        # B truncated to its stale HW 1 on restart; A, following B, cut m1 too.
+        assert _values(run, A) == _values(run, B) == [b"m0"]
+        _check_run(result, out, {Found("lost_ack", 1)})
+        assert "the acknowledged m1 is lost (lost_ack at offset 1)" in out
+    else:
+        assert _values(run, A) == _values(run, B) == [b"m0", b"m1"]
+        _check_run(result, out, set())
+        assert "nothing acknowledged is lost" in out
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [HW, LE])
 def test_divergence_after_an_unclean_election(
-    mode: str, zk_client: KazooClient, zk_connect: str, tmp_path: Path
+    mode: TruncationMode,
+    spark: SparkSession,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Here the brokers' own controller makes every decision, unclean election included.
-    overrides = {"replication.truncation.mode": mode}
-    with running_cluster(zk_client, zk_connect, tmp_path, (A, B), overrides) as cluster:
-        cluster.create_topic(TP.topic, {0: [A, B]}, {"unclean.leader.election.enable": "true"})
-        assert cluster.produce(A, TP, [b"m0"]).error_code == pb.NONE
-        wait_for(lambda: cluster.checkpointed_hw(B, TP) == 1, 10, message="B's HW to reach 1")
+    result = run_scenario("hw-divergence", mode, tmp_path / "run", spark=spark)
+    out = capsys.readouterr().out
+    run = result.run
+    # m1 was acknowledged by A alone, m2 by B at the same offset after the unclean election.
+    assert _acknowledged(run) == [("m0", 0), ("m1", 1), ("m2", 1)]
+    assert _timeline(run) == [
+        ("start", A), ("start", B), ("pause", B), ("kill", B), ("kill", A), ("start", B),
+        ("unclean-elect", B), ("start", A),
+    ]  # fmt: skip
+    assert _values(run, B) == [b"m0", b"m2"]
+    if mode is HW:
+        # A kept offset 1 = m1 below its HW: the replicas disagree for good.
+        assert _values(run, A) == [b"m0", b"m1"]
+        _check_run(result, out, {Found("divergence", 1), Found("lost_ack", 1)})
+    else:
+        # A asked for the end of epoch 0 (offset 1), truncated m1 and copied m2.
+        assert _values(run, A) == [b"m0", b"m2"]
+        _check_run(result, out, {Found("lost_ack", 1)})
+        assert "no divergence" in out
+    assert "the lost_ack is the price of the unclean election" in out
 
-        # B stalls and leaves the ISR; A alone commits m1 (HW 2).
-        cluster.brokers[B].pause()
-        assert cluster.produce(A, TP, [b"m1"]).error_code == pb.NONE
-        cluster.wait_for_isr(TP, {A})
-        wait_for(lambda: cluster.checkpointed_hw(A, TP) == 2, 5, message="A's HW 2 on disk")
 
-        # Both die; B returns first and the controller elects it although it is not in
-        # the ISR (the topic allows unclean election).
-        cluster.brokers[B].kill()
-        cluster.brokers[A].kill()
-        cluster.brokers[B].start(zk_client)
-        cluster.wait_for_leader(TP, [B])
-        m2 = cluster.produce(B, TP, [b"m2"], acks=1)
-        assert m2.error_code == pb.NONE
-        assert m2.base_offset == 1  # the offset A used for m1
+def _processes_of(run_dir: Path, but: int) -> set[int]:
+    """Pids whose command line names ``run_dir`` (its brokers and ZooKeeper), but ``but``."""
+    found = set()
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == but:
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        if str(run_dir).encode() in cmdline:
+            found.add(int(proc.name))
+    return found
 
-        cluster.brokers[A].start(zk_client)
-        cluster.wait_for_isr(TP, {A, B})
-        assert _values(cluster, B) == [b"m0", b"m2"]
-        if mode == "high-watermark":
-            # A kept offset 1 = m1 below its HW: the replicas disagree for good.
-            assert _values(cluster, A) == [b"m0", b"m1"]
+
+@pytest.mark.parametrize(
+    ("scenario", "during", "processes", "signum"),
+    [
+        # While the run waits for B's delayed HW: ZooKeeper, A and B run.
+        ("hw-data-loss", "topic scenario:", 3, signal.SIGINT),
+        # While m1 waits for A to drop the paused B from the ISR: B is SIGSTOPped.
+        ("hw-divergence", "pause B (SIGSTOP)", 3, signal.SIGTERM),
+    ],
+)
+def test_an_interrupted_scenario_leaves_no_process_behind(
+    scenario: str, during: str, processes: int, signum: signal.Signals, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    command = [
+        sys.executable, "-m", "client.cli", "chaos", "scenario", scenario,
+        "--truncation-mode", "high-watermark", "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+    )
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if during in line:
+                break
         else:
-            # A asked for the end of epoch 0 (offset 1), truncated m1 and copied m2.
-            wait_for(lambda: _values(cluster, A) == [b"m0", b"m2"], 10, message="A to match B")
+            pytest.fail(f"the run ended before {during!r}: {''.join(seen)}")
+        started = _processes_of(out, but=proc.pid)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(started) == processes, started
+    assert proc.returncode == 128 + signum, err
+    assert err.rstrip().splitlines()[-1] == (
+        f"minibroker chaos scenario: interrupted ({signum.name}); every process it started "
+        "is stopped"
+    )
+    assert "Traceback" not in err, err
+    left = {pid for pid in started if os.path.exists(f"/proc/{pid}")}
+    left |= _processes_of(out, but=proc.pid)
+    assert not {pid for pid in left if str(out).encode() in _cmdline(pid)}, left
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

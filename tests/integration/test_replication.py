@@ -42,13 +42,13 @@ def replica_batches(
 
 
 def log_end_offset(cluster: Cluster, broker_id: int, tp: TopicPartition) -> int:
-    batches = replica_batches(cluster, broker_id, tp)
-    return 0 if not batches else batches[-1][0] + _count(batches[-1][2])
-
-
-def _count(after_crc: bytes) -> int:
-    # lastOffsetDelta sits 2 bytes after the CRC field's end (attributes i16 first).
-    return int.from_bytes(after_crc[6:10], "big", signed=True) + 1
+    """The replica's log end offset as its files show it, while it may still be appending:
+    a batch half written at the end of the last segment is not counted (yet)."""
+    out = 0
+    for segment in sorted(cluster.partition_dir(broker_id, tp).glob("*.log")):
+        for b in scan_batches(segment.read_bytes()):
+            out = b.header.base_offset + b.header.last_offset_delta + 1
+    return out
 
 
 def test_acks_all_records_reach_every_replica_byte_for_byte(
@@ -155,11 +155,14 @@ def test_acks_zero_writes_and_stop_replica_deletes_the_partition(
             message="the acks=0 records to replicate",
         )
 
-        request = pb.StopReplicaRequest(controller_id=0, controller_epoch=1, broker_epoch=-1)
+        # The topic deletion the StopReplica stands for (the brokers check ZooKeeper).
+        zk_client.create(zk_data.delete_topic_path(TP.topic), makepath=True)
+        request = pb.StopReplicaRequest(controller_id=0, controller_epoch=1)
         request.partition_states.add(
             topic_name=TP.topic, partition_index=0, leader_epoch=-2, delete_partition=True
         )
         for broker_id in (2, 1):
+            request.broker_epoch = cluster.controller.broker_epoch(broker_id)
             response = cluster.control_stub(broker_id).StopReplica(request, timeout=10)
             assert response.error_code == pb.NONE
             assert [e.error_code for e in response.partition_errors] == [pb.NONE]

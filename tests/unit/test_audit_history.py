@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from chaos.audit.history import (
     HistoryError,
     HistoryOp,
+    HistoryRead,
     NemesisEvent,
     history_rows,
     parse_history_line,
     parse_timeline_line,
 )
+from chaos.history_recorder import HistoryRecorder
 
 OK = {
     "time": 1.5,
@@ -26,9 +29,25 @@ OK = {
 }
 
 
-def _line(**changes: object) -> str:
-    obj = {**OK, **changes}
+READ = {
+    "time": 2.5,
+    "process": 7,
+    "type": "read",
+    "topic": "t",
+    "partition": 2,
+    "offset": 9,
+    "value": "v",
+    "session": 3,
+}
+
+
+def _line(base: dict[str, object] = OK, **changes: object) -> str:
+    obj = {**base, **changes}
     return json.dumps({k: v for k, v in obj.items() if v is not ...})
+
+
+def _read(**changes: object) -> str:
+    return _line(READ, **changes)
 
 
 def test_an_ok_line_is_an_operation() -> None:
@@ -58,7 +77,7 @@ def test_a_nemesis_line_in_a_history_is_an_event() -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "expected a JSON object, got list"),
-        (_line(type="maybe"), '"type" must be "ok", "fail" or "info"'),
+        (_line(type="maybe"), '"type" must be "ok", "fail", "info" or "read"'),
         (_line(offset=...), '"offset" is missing (an acknowledged write must say where'),
         (_line(partition=-1), '"partition" must be a non-negative integer'),
         (_line(offset=True), '"offset" must be a non-negative integer'),
@@ -85,11 +104,11 @@ def test_invalid_utf8_is_bad_input() -> None:
 def test_history_rows_number_lines_from_one_and_flag_errors() -> None:
     assert history_rows((b"", 0)) == []
     (row,) = history_rows((_line().encode(), 0))
-    assert row == (1, None, 1.5, "ok", "t", 2, b"v", 9, None, None)
+    assert row == (1, None, 1.5, "ok", "t", 2, b"v", 9, None, None, 3, None)
     (bad,) = history_rows((b"{", 41))
     assert bad[0] == 42
     assert bad[1].startswith("not valid JSON")
-    assert bad[2:] == (None,) * 8
+    assert bad[2:] == (None,) * 10
 
 
 def test_a_timeline_keeps_only_nemesis_lines() -> None:
@@ -98,3 +117,66 @@ def test_a_timeline_keeps_only_nemesis_lines() -> None:
     assert parse_timeline_line(2, _line()) is None
     with pytest.raises(HistoryError, match='line 3: a nemesis line needs "f"'):
         parse_timeline_line(3, json.dumps({"time": 5, "process": "nemesis"}))
+
+
+def test_a_read_line_is_a_consumers_read_with_its_session() -> None:
+    assert parse_history_line(5, _read()) == HistoryRead(5, 2.5, 7, "t", 2, 9, "v", 3)
+
+
+def test_a_read_without_a_session_is_in_session_0() -> None:
+    read = parse_history_line(5, _read(session=...))
+    assert isinstance(read, HistoryRead)
+    assert read.session == 0
+    assert parse_history_line(5, _read(session=None)) == read
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (_read(offset=...), '"offset" is missing (a read must say where it read)'),
+        (_read(offset=None), '"offset" is missing (a read must say where it read)'),
+        (_read(partition=...), '"partition" is missing (a read must say where it read)'),
+        (_read(value=...), '"value" is missing (a read must say what it saw)'),
+        (_read(value=None), '"value" is missing (a read must say what it saw)'),
+        (_read(value=4), '"value" must be a string, got 4'),
+        (_read(session=-1), '"session" must be a non-negative integer, got -1'),
+        (_read(session="a"), '"session" must be a non-negative integer'),
+        (_read(offset=1.5), '"offset" must be a non-negative integer'),
+    ],
+)
+def test_a_read_missing_its_offset_or_value_is_bad_input_naming_the_line(
+    text: str, reason: str
+) -> None:
+    with pytest.raises(HistoryError) as caught:
+        parse_history_line(31, text)
+    assert caught.value.line_number == 31
+    assert str(caught.value).startswith(f"line 31: {reason}")
+
+
+def test_history_rows_carry_a_reads_process_and_session() -> None:
+    (row,) = history_rows((_read().encode(), 9))
+    assert row == (10, None, 2.5, "read", "t", 2, b"v", 9, None, None, 7, 3)
+    (unset,) = history_rows((_read(session=...).encode(), 0))
+    assert unset[-1] == 0
+    (bad,) = history_rows((_read(value=...).encode(), 4))
+    assert bad[:2] == (5, '"value" is missing (a read must say what it saw)')
+
+
+def test_a_read_the_history_recorder_writes_parses_with_its_session(tmp_path: Path) -> None:
+    with HistoryRecorder(tmp_path / "p7.jsonl", 7) as recorder:
+        recorder.read("t", 2, 9, "v", session=3)
+        recorder.read("t", 2, 10, "w")
+    first, second = (tmp_path / "p7.jsonl").read_text().splitlines()
+    read = parse_history_line(1, first)
+    assert isinstance(read, HistoryRead)
+    assert (read.process, read.topic, read.partition, read.offset, read.value) == (
+        7,
+        "t",
+        2,
+        9,
+        "v",
+    )
+    assert read.session == 3
+    assert parse_history_line(2, second) == HistoryRead(
+        2, json.loads(second)["time"], 7, "t", 2, 10, "w", 0
+    )

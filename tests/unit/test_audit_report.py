@@ -155,3 +155,58 @@ def test_a_replica_line_is_broken_where_the_replica_has_a_gap() -> None:
     page = render_html(result)
     plot = page[page.index(f"{html.escape(part.topic)}-3</h3>") :]
     assert plot.count("<polyline") == 2  # offsets 0..1 and 4, around the hole
+
+
+def test_audit_stdout_stays_short_and_printable_with_thousands_of_violations() -> None:
+    result = sample_result()
+    result.violations = [
+        Violation(
+            "duplicate",
+            f"perf{i % 50}",
+            0,
+            i,
+            i,
+            1,
+            (1, 2, 3),
+            "\x1b[2J\x00 raw " + "x" * 500 + ".",
+        )
+        for i in range(5000)
+    ]
+    out = io.StringIO()
+    print_summary(result, out, report_dir=Path("/reports"))
+    text = out.getvalue()
+    assert len(text) < 12_000, len(text)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", text)
+    assert "5000 violations" in text
+    assert "more rows" in text
+    assert "VIOLATIONS: duplicate 5000" in text
+    page = render_html(result)
+    assert page.count('<tr><td class="kind">') < 5000  # the rest are in report.json
+    assert "listed in report.json" in page
+
+
+def test_reads_judged_wrong_are_marked_on_the_partition_plot_with_a_legend() -> None:
+    result = sample_result()
+    result.partitions[0].reads = 12
+    result.violations += [
+        Violation("inconsistent_read", "orders", 0, 1, 1, 1, (1, 2), "process 7 read 'x'."),
+        Violation("poll_skip", "orders", 0, 0, 1, 2, (1, 2), "process 7 skipped 0..1."),
+    ]
+    page = render_html(result)
+    plot = page[page.index("orders-0</h3>") : page.index("-3</h3>")]
+    assert plot.count('class="read-marker"') == 2
+    assert "inconsistent_read (a read)" in plot
+    assert "poll_skip (a read)" in plot
+    assert "nonmonotonic_poll" not in plot
+    assert "consumers' reads 12" in page
+    out = io.StringIO()
+    print_summary(result, out)
+    assert "reads" in out.getvalue()
+    assert "inconsistent_read 1, poll_skip 1" in out.getvalue()
+
+
+def test_a_report_without_reads_has_no_reads_column_or_marker() -> None:
+    out = io.StringIO()
+    print_summary(sample_result(), out)
+    assert "reads" not in out.getvalue()
+    assert 'class="read-marker"' not in render_html(sample_result())

@@ -94,6 +94,39 @@ FINDINGS = {
         key={"reason": "failed"},
         first={"value": _shown("x"), "failed_line": 9},
     ),
+    "inconsistent_read": Finding(
+        "inconsistent_read",
+        (1, 2),
+        20,
+        20,
+        1,
+        key={"reason": "beyond_leo", "process": 7, "moved": False},
+        first={"value": _shown("v20"), "line": 88, "session": 2},
+        last={"value": _shown("v20")},
+        t_min=1_700_000_000.0,
+    ),
+    "nonmonotonic_poll": Finding(
+        "nonmonotonic_poll",
+        (1, 2),
+        10,
+        14,
+        1,
+        key={"what": "backwards", "process": 7, "session": 0},
+        first={"previous": 14, "offset": 10, "previous_line": 40, "line": 41},
+        last={"previous": 14, "offset": 10, "previous_line": 40, "line": 41},
+        t_min=1_700_000_000.0,
+    ),
+    "poll_skip": Finding(
+        "poll_skip",
+        (1, 2),
+        10,
+        12,
+        3,
+        key={"process": 7, "session": 1},
+        first={"previous": 9, "offset": 13, "previous_line": 50, "line": 51, "committed_end": 20},
+        last={"previous": 9, "offset": 13, "previous_line": 50, "line": 51, "committed_end": 20},
+        t_min=1_700_000_000.0,
+    ),
 }
 
 SAYS = {
@@ -113,6 +146,15 @@ SAYS = {
     "its log ends at 20",
     "phantom": "'x' at offset 3 is committed although the history says its write failed "
     "(history line 9)",
+    "inconsistent_read": "process 7 read 'v20' at offset 20 (history line 88, consumer session 2, "
+    "2023-11-14 22:13:20.000 UTC), but the log does not reach that offset: every replica ends "
+    "before it (broker 1 at 20, broker 2 at 20)",
+    "nonmonotonic_poll": "process 7 (consumer session 0) read offset 10 right after offset 14 "
+    "(history lines 40 and 41, 2023-11-14 22:13:20.000 UTC): its position went back and it read "
+    "offsets 10..14 again",
+    "poll_skip": "process 7 (consumer session 1) read offset 13 right after offset 9 (history "
+    "lines 50 and 51, 2023-11-14 22:13:20.000 UTC): it skipped 3 committed records at offsets "
+    "10..12, which the log holds below the committed end 20",
 }
 
 
@@ -154,3 +196,138 @@ def test_a_lost_ack_in_a_partition_no_data_dir_holds_says_so() -> None:
         "lost_ack", (), 0, 0, 1, key={"reason": "beyond_leo"}, first={"value": _shown("g0")}
     )
     assert "no data dir given holds ghost-4" in describe(finding, part).detail
+
+
+def _shown_bytes(data: bytes, length: int | None = None) -> dict[str, object]:
+    return {"b64": base64.b64encode(data[:48]).decode(), "len": length or len(data)}
+
+
+def test_audit_values_are_shown_safely_in_hex_or_escaped_and_cut() -> None:
+    binary = bytes(range(255, 155, -1))  # not UTF-8, as `perf produce`'s random payload
+    shown = show_value(_shown_bytes(binary))
+    assert shown == "0x" + binary[:20].hex() + "... (100 bytes)"
+    assert show_value(_shown_bytes(b"\xff\x00")) == "0xff00 (2 bytes)"
+    escaped = show_value(_shown_bytes(b"ok\x1b[2J\x00\n"))
+    assert escaped == "'ok\\x1b[2J\\x00\\n'"
+    assert escaped.isprintable()
+    # The first bytes of a long value may end inside a character: still text.
+    cut = "é" * 40
+    assert show_value(_shown_bytes(cut.encode()[:47] + b"", length=80)) == "'" + "é" * 23 + "...'"
+
+
+def test_audit_duplicate_of_one_value_stored_a_thousand_times_lists_a_few_offsets() -> None:
+    finding = Finding(
+        "duplicate",
+        (1,),
+        0,
+        0,
+        1,
+        key={"rule": "value", "copies": 100_000, "delta": 1},
+        first={"value": _shown_bytes(bytes(100) + b"\xff"), "offsets": list(range(10))},
+    )
+    detail = describe(finding, _part()).detail
+    assert "appears 100000 times, at offsets 0, 1, 2, 3, 4, ... (100000 in all)" in detail
+    assert len(detail) < 500
+    assert detail.isprintable()
+
+
+def test_audit_duplicate_write_names_the_producer_and_its_sequences() -> None:
+    one = Finding(
+        "duplicate",
+        (1, 2),
+        7,
+        7,
+        1,
+        key={"rule": "write", "copies": 2, "delta": 5, "producer_id": 4, "producer_epoch": 0},
+        first={"value": _shown("v7"), "offsets": [7, 12], "sequence": 7},
+    )
+    assert describe(one, _part()).detail.startswith(
+        "The write of producer 4 (epoch 0) with sequence 7 ('v7') is stored 2 times, at "
+        "offsets 7 and 12, on brokers 1 and 2. The broker appended a retried batch again"
+    )
+    run = Finding(
+        "duplicate",
+        (1, 2),
+        7,
+        9,
+        3,
+        key={"rule": "write", "copies": 2, "delta": 5, "producer_id": 4, "producer_epoch": 0},
+        first={"value": _shown("v7"), "offsets": [7, 12], "sequence": 7},
+        last={"value": _shown("v9"), "offsets": [9, 14], "sequence": 9},
+    )
+    assert (
+        "3 writes of producer 4 (epoch 0), sequences 7..9 ('v7' .. 'v9'), are stored 2 times: "
+        "at offsets 7..9 and again 5 offsets later (first at 7 and 12)"
+    ) in describe(run, _part()).detail
+
+
+def test_an_inconsistent_read_of_a_replaced_record_names_both_values_and_the_old_copy() -> None:
+    finding = Finding(
+        "inconsistent_read",
+        (1, 2),
+        10,
+        11,
+        2,
+        key={
+            "reason": "replaced",
+            "process": 3,
+            "still_held": [1],
+            "moved": True,
+            "held_epoch": 4,
+        },
+        first={"value": _shown("s10"), "held": _shown("n10"), "line": 5, "moved_to": 12},
+        last={"value": _shown("s11"), "held": _shown("n11"), "line": 6, "moved_to": 13},
+    )
+    detail = describe(finding, _part()).detail
+    assert (
+        "process 3 read 2 records at offsets 10..11 ('s10' .. 's11') (history line 5 first"
+        in detail
+    )
+    assert "but the log holds 'n10' there from offset 10 (leader epoch 4)" in detail
+    assert "broker 1 still holds what was read there under an older leader epoch" in detail
+    assert "The value read is at offset 12 of the log instead (the first of the run)" in detail
+
+
+def test_nonmonotonic_polls_repeated_once_or_backwards_several_times_say_so() -> None:
+    repeat = Finding(
+        "nonmonotonic_poll",
+        (1,),
+        7,
+        7,
+        1,
+        key={"what": "repeated", "process": 2, "session": 5},
+        first={"previous": 7, "offset": 7, "previous_line": 8, "line": 9},
+    )
+    assert "process 2 (consumer session 5) read offset 7 twice in a row (history lines 8 and 9" in (
+        describe(repeat, _part()).detail
+    )
+    backwards = Finding(
+        "nonmonotonic_poll",
+        (1,),
+        3,
+        9,
+        2,
+        key={"what": "backwards", "process": 2, "session": 0},
+        first={"previous": 9, "offset": 3, "previous_line": 8, "line": 9},
+        last={"previous": 9, "offset": 5, "previous_line": 20, "line": 21},
+    )
+    assert (
+        "process 2 (consumer session 0) went back 2 times over offsets 3..9, first reading "
+        "offset 3 right after offset 9"
+    ) in describe(backwards, _part()).detail
+
+
+def test_an_inconsistent_read_of_one_offset_read_twice_says_how_many_times() -> None:
+    finding = Finding(
+        "inconsistent_read",
+        (1, 2),
+        20,
+        20,
+        2,
+        key={"reason": "beyond_leo", "process": 7, "moved": False},
+        first={"value": _shown("v20"), "line": 88, "session": 0},
+        last={"value": _shown("v20"), "line": 95, "session": 1},
+    )
+    detail = describe(finding, _part()).detail
+    assert "process 7 read 'v20' at offset 20 2 times (history line 88 first" in detail
+    assert "every replica ends before it (broker 1 at 20" in detail

@@ -179,6 +179,7 @@ def test_a_fire_re_registers_and_calls_back_only_once_zookeeper_acknowledged() -
         assert (len(fake.requests), calls) == (2, [1])
         # ...and CONNECTED re-registers every watch and reports once acknowledged.
         zk = watch._owner
+        assert isinstance(zk, ControllerZkClient)
         zk._on_state(KazooState.CONNECTED, 0x51)
         await settle()
         assert len(fake.requests) == 3
@@ -232,7 +233,9 @@ def test_an_interrupted_registration_is_redone_by_the_next_connected() -> None:
         fake.requests[-1].result.answer(exception=ConnectionLoss())
         await settle()
         assert calls == []  # not yet set again: the report waits for it
-        watch._owner._on_state(KazooState.CONNECTED, 0x51)
+        zk = watch._owner
+        assert isinstance(zk, ControllerZkClient)
+        zk._on_state(KazooState.CONNECTED, 0x51)
         await settle()
         assert fake.requests[-1].op == "exists"
         fake.requests[-1].result.answer(None)

@@ -29,6 +29,9 @@ from broker.record_batch import (
     stamp_batch,
     validate_batches,
 )
+from broker.replica_manager import _error_of
+from proto import errors
+from tests.poison_batches import POISONS, Poison
 
 
 def client_batch(n: int = 3, *, ts: int = 1000, size: int = 20) -> bytes:
@@ -310,6 +313,38 @@ def test_append_as_leader_rejects_invalid_input(tmp_path: Path) -> None:
         log.append_as_leader(client_batch(1), -1)
     assert log.log_end_offset == 0
     assert log.size_in_bytes == 0
+    log.close()
+
+
+@pytest.mark.parametrize("poison", POISONS, ids=[p.name for p in POISONS])
+@pytest.mark.parametrize("with_good_batches", [False, True], ids=["alone", "after-good-ones"])
+def test_append_as_leader_refuses_poison_batches_and_writes_nothing(
+    tmp_path: Path, poison: Poison, with_good_batches: bool
+) -> None:
+    """Issue 11: the leader stores no batch a follower, consumer or the audit could not
+    decode; the whole append is refused, even its good batches."""
+    log = open_log(tmp_path)
+    log.append_as_leader(client_batch(3), 3)
+    segment = tmp_path / "orders-0" / f"{0:020d}.log"
+
+    def state() -> tuple[object, ...]:
+        return (
+            log.log_end_offset,
+            log.size_in_bytes,
+            log.epoch_cache.entries(),
+            segment.read_bytes(),
+            log.producer_state.snapshot_offsets,
+        )
+
+    before = state()
+    records = (client_batch(2) * 2 if with_good_batches else b"") + poison.batch
+    with pytest.raises((CorruptRecordError, errors.BrokerResponseError)) as raised:
+        log.append_as_leader(records, 5)  # a new epoch: a write would add a cache entry
+    code, message = _error_of(raised.value)
+    assert code == poison.code
+    assert poison.fragment in message.lower()
+    assert state() == before
+    assert log.append_as_leader(client_batch(2), 5).first_offset == 3  # and it still appends
     log.close()
 
 

@@ -15,6 +15,7 @@ from broker.checkpoints import CheckpointError, read_meta_properties
 from broker.log import Log, LogClosedError, LogConfig
 from broker.log_manager import (
     CLEAN_SHUTDOWN_FILE,
+    IllegalPartitionPathError,
     InconsistentBrokerIdError,
     LogManager,
     LogOfflineError,
@@ -382,3 +383,53 @@ def test_a_partition_that_fails_to_open_does_not_stop_the_others(tmp_path: Path)
     m.shutdown()
     # The offline log keeps its checkpoint entry rather than losing it.
     assert "orders 1 3" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
+
+
+# -- hostile partition names (path traversal) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "topic",
+    ["../victim", "../broker-2/orders", "..", ".", "a/b", "/abs/elsewhere", "", "x" * 250],
+)
+def test_path_traversal_partition_names_are_refused_before_touching_the_disk(
+    tmp_path: Path, topic: str
+) -> None:
+    (tmp_path / "victim-0").mkdir()
+    (tmp_path / "victim-0" / "keep").write_text("mine")
+    m = started(tmp_path / "broker-1")
+    tp = TopicPartition(topic, 0)
+    with pytest.raises(IllegalPartitionPathError):
+        m.get_or_create_log(tp)
+    with pytest.raises(IllegalPartitionPathError):
+        m.delete_log(tp)
+    m.shutdown()
+    assert (tmp_path / "victim-0" / "keep").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broker-1", "victim-0"]
+
+
+def test_a_negative_partition_has_no_directory(tmp_path: Path) -> None:
+    m = started(tmp_path / "broker-1")
+    with pytest.raises(IllegalPartitionPathError, match="negative partition"):
+        m.partition_dir(TopicPartition("orders", -1))
+    m.shutdown()
+
+
+def test_a_partition_directory_symlinked_out_of_the_data_dir_is_never_deleted(
+    tmp_path: Path,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("mine")
+    data_dir = tmp_path / "broker-1"
+    m = started(data_dir)
+    m.shutdown()
+    (data_dir / "orders-0").symlink_to(outside, target_is_directory=True)
+    m = started(data_dir)
+    assert ORDERS_0 not in m.all_logs()  # skipped at startup, not loaded through the link
+    with pytest.raises(IllegalPartitionPathError, match="outside the data dir"):
+        m.delete_log(ORDERS_0)
+    with pytest.raises(IllegalPartitionPathError):
+        m.get_or_create_log(ORDERS_0)
+    m.shutdown()
+    assert (outside / "keep").read_text() == "mine"

@@ -28,6 +28,7 @@ from broker.record_batch import (
     stamp_batch,
     stamped_buffers,
     validate_batches,
+    with_offsets,
 )
 
 # One batch assembled by hand from the spec (kafka-replication.md section 8):
@@ -485,6 +486,12 @@ def test_assign_offsets_numbers_batches_from_the_base_offset() -> None:
         assign_offsets(bad, 1000, 5)
     with pytest.raises(CorruptRecordError, match="batch at position 81: truncated header"):
         assign_offsets(GOLDEN + b"\x00" * 5, 0, 0)
+
+
+def test_with_offsets_numbers_checked_headers_as_assign_offsets_does() -> None:
+    data = simple_batch(2) + GOLDEN + simple_batch(4, base_offset=99, partition_leader_epoch=3)
+    assert with_offsets(validate_batches(data), 1000, 5) == assign_offsets(data, 1000, 5)
+    assert with_offsets([], 7, 1) == []
 
 
 def test_batch_header_is_an_immutable_record() -> None:

@@ -12,6 +12,7 @@ from controller.replica_assignment import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
+    assign_new_partitions,
     assign_replicas,
     check_replica_list,
     validate_replica_assignment,
@@ -176,3 +177,43 @@ def test_error_message_carries_the_kafka_code_name() -> None:
     assert str(err) == (
         "INVALID_REPLICATION_FACTOR: replication factor 4 larger than available brokers 3"
     )
+
+
+# -- assign_new_partitions (topics alter --partitions) ---------------------------------------
+
+
+@given(
+    st.integers(min_value=1, max_value=20),
+    st.integers(min_value=1, max_value=20),
+    st.integers(min_value=1, max_value=5),
+    st.lists(st.integers(min_value=0, max_value=50), min_size=1, max_size=6, unique=True),
+)
+def test_grown_topic_is_placed_as_if_created_with_the_new_count(
+    current: int, added: int, rf: int, brokers: list[int]
+) -> None:
+    rf = min(rf, len(brokers))
+    existing = assign_replicas(current, rf, brokers)
+    new = assign_new_partitions("t", existing, current + added, brokers)
+    assert {**existing, **new} == assign_replicas(current + added, rf, brokers)
+    assert sorted(new) == list(range(current, current + added))
+
+
+def test_adding_partitions_continues_the_round_robin() -> None:
+    existing = {0: [1, 2], 1: [2, 3], 2: [3, 1]}
+    assert assign_new_partitions("t", existing, 5, [1, 2, 3]) == {3: [1, 2], 4: [2, 3]}
+
+
+@pytest.mark.parametrize("total", [3, 2, 0])
+def test_fewer_or_as_many_partitions_are_refused_with_kafkas_message(total: int) -> None:
+    wanted = (
+        "INVALID_PARTITIONS: The number of partitions for a topic can only be increased. "
+        f"Topic orders currently has 3 partitions, {total} would not be an increase."
+    )
+    with pytest.raises(InvalidPartitionsError) as refused:
+        assign_new_partitions("orders", {0: [1], 1: [2], 2: [3]}, total, [1, 2, 3])
+    assert str(refused.value) == wanted
+
+
+def test_adding_partitions_needs_as_many_live_brokers_as_the_replication_factor() -> None:
+    with pytest.raises(InvalidReplicationFactorError, match="larger than available brokers 2"):
+        assign_new_partitions("t", {0: [1, 2, 3]}, 2, [1, 2])

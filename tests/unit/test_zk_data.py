@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
+from broker import zk_data
 from broker.topic_partition import TopicPartition
 from broker.zk_data import (
     LEADER_NONE,
@@ -14,11 +16,14 @@ from broker.zk_data import (
     PartitionStateData,
     ProducerIdBlock,
     ZkDataError,
+    broker_config_path,
     broker_path,
+    config_change_path,
     consumer_ids_path,
     consumer_offset_path,
     consumer_owner_path,
     decode_broker_registration,
+    decode_config_change,
     decode_consumer_offset,
     decode_consumer_subscription,
     decode_controller,
@@ -32,6 +37,7 @@ from broker.zk_data import (
     decode_topic_config,
     delete_topic_path,
     encode_broker_registration,
+    encode_config_change,
     encode_consumer_offset,
     encode_consumer_subscription,
     encode_controller,
@@ -286,3 +292,63 @@ def test_encoders_write_compact_json_readable_by_any_parser() -> None:
     ):
         assert b" " not in data
         assert json.loads(data)["version"] == 1
+
+
+@pytest.mark.parametrize("topic", ["../../x", "/abs", "..", "a b", ""])
+@pytest.mark.parametrize(
+    "decode",
+    [
+        zk_data.decode_isr_change_notification,
+        zk_data.decode_preferred_replica_election,
+        zk_data.decode_reassign_partitions,
+    ],
+)
+def test_topic_names_inside_znode_content_pass_the_topic_name_rule(
+    topic: str, decode: Callable[[bytes], object]
+) -> None:
+    entry = {"topic": topic, "partition": 0, "replicas": [1]}
+    data = json.dumps({"version": 1, "partitions": [entry]}).encode()
+    with pytest.raises(zk_data.ZkDataError):
+        decode(data)
+
+
+def test_negative_partitions_inside_znode_content_are_malformed() -> None:
+    data = json.dumps({"version": 1, "partitions": [{"topic": "t", "partition": -1}]}).encode()
+    with pytest.raises(zk_data.ZkDataError, match=">= 0"):
+        zk_data.decode_isr_change_notification(data)
+
+
+# -- dynamic configs ---------------------------------------------------------------------------
+
+
+def test_config_change_notification_exact_json_and_entity_paths() -> None:
+    assert encode_config_change("topics/orders") == b'{"version":2,"entity_path":"topics/orders"}'
+    assert decode_config_change(b'{"version":2,"entity_path":"brokers/<default>"}') == (
+        "brokers",
+        "<default>",
+    )
+    assert decode_config_change(b'{"version":2,"entity_path":"brokers/3"}') == ("brokers", "3")
+    # Kafka < 0.10.1 wrote version 1: entity_type and entity_name.
+    v1 = b'{"version":1,"entity_type":"topics","entity_name":"t"}'
+    assert decode_config_change(v1) == ("topics", "t")
+    assert broker_config_path("<default>") == "/config/brokers/<default>"
+    assert broker_config_path(2) == "/config/brokers/2"
+    assert (
+        config_change_path("config_change_0000000007") == "/config/changes/config_change_0000000007"
+    )
+
+
+@pytest.mark.parametrize(
+    "entity_path",
+    ["topics/bad name", "topics/..", "topics/a/../../controller", "users/alice", "brokers/x", "t"],
+)
+def test_config_change_with_a_hostile_entity_path_is_malformed(entity_path: str) -> None:
+    data = json.dumps({"version": 2, "entity_path": entity_path}).encode()
+    with pytest.raises(ZkDataError):
+        decode_config_change(data)
+
+
+def test_config_change_path_refuses_other_names() -> None:
+    for bad in ("config_change_", "config_change_1/../../x", "other_1", "../controller"):
+        with pytest.raises(ValueError, match="not a config change"):
+            config_change_path(bad)

@@ -1,0 +1,206 @@
+"""Whether a broker may believe a control request (LeaderAndIsr, UpdateMetadata, StopReplica),
+as pure functions over the request and what ZooKeeper holds.
+
+The controller is the only writer of controller epochs, leaders and leader epochs, and it
+writes them to ZooKeeper *before* it tells a broker (DESIGN.md §4, §6). So a request may
+name an epoch ZooKeeper already holds, or an older one, but never a newer one: a request
+that claims more than ZooKeeper holds did not come from the controller, and believing it
+would let one forged request refuse the real controller (an ``UpdateMetadata`` at controller
+epoch 2^31-1), hijack a leadership (a ``LeaderAndIsr`` at leader epoch 2^31-1) or delete
+healthy replicas (a ``StopReplica(delete_partition=true)``). The replica manager reads
+ZooKeeper (after a ``sync``, so that the controller's fresh writes are visible) and asks
+these functions; they return a :class:`Refusal` or None.
+
+=========================  ====================================================  ==========
+request field              believed when                                         else
+=========================  ====================================================  ==========
+``broker_epoch``           it is this broker's epoch or newer (KIP-380); -1      STALE_BROKER
+                           (unknown) only with the upgrade setting               _EPOCH
+                           ``control.request.unknown.broker.epoch.enable``
+``controller_epoch``       not older than the newest one seen, and not newer    STALE_CONTRO
+                           than ``/controller_epoch``                            LLER_EPOCH
+LeaderAndIsr partition     its state znode exists; leader epoch <= the znode's;  per partition
+                           at the znode's epoch, the znode's leader
+StopReplica partition      leader epoch <= the znode's and not older than this   per partition
+                           replica's (KIP-570); ``-2`` (topic deletion) only
+                           for a topic deleted or under ``/admin/delete_topics``;
+                           ``delete_partition`` only for a topic going away or a
+                           replica no longer assigned here (reassignment)
+=========================  ====================================================  ==========
+
+These checks stop forged requests that name impossible epochs. A well-formed request that
+repeats what ZooKeeper holds can still be forged by anyone who can read ZooKeeper: that is
+what authenticated control requests (mTLS, a later issue) are for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from broker.topic_partition import TopicPartition
+from broker.zk_data import PartitionState
+from proto.minibroker_pb2 import ErrorCode
+
+__all__ = [
+    "EPOCH_DURING_DELETE",
+    "NO_EPOCH",
+    "UNKNOWN_BROKER_EPOCH",
+    "Refusal",
+    "StopReplicaFacts",
+    "broker_epoch_refusal",
+    "controller_epoch_refusal",
+    "leader_and_isr_refusal",
+    "stop_replica_refusal",
+]
+
+UNKNOWN_BROKER_EPOCH = -1
+"""A control request's ``broker_epoch`` when the sender does not know it (Kafka < 2.2)."""
+EPOCH_DURING_DELETE = -2
+"""StopReplica's leader epoch for a topic being deleted (Kafka's ``EpochDuringDelete``)."""
+NO_EPOCH = -1
+"""StopReplica's leader epoch when the controller knows none (Kafka's ``NoEpoch``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request (or one partition of it) is not believed."""
+
+    code: int
+    message: str
+
+
+def broker_epoch_refusal(
+    request_epoch: int, own_epoch: int, *, accept_unknown: bool
+) -> Refusal | None:
+    """KIP-380: a request for an earlier incarnation of this broker is stale.
+
+    Kafka skips the check for ``-1``; here ``-1`` is refused unless the upgrade setting
+    allows it, since with it any sender could skip the check.
+    """
+    if request_epoch == UNKNOWN_BROKER_EPOCH:
+        if accept_unknown:
+            return None
+        return Refusal(
+            ErrorCode.STALE_BROKER_EPOCH,
+            "broker epoch -1 (unknown) refused: the controller always names the broker "
+            "epoch; set control.request.unknown.broker.epoch.enable=true only while "
+            "upgrading from a controller that does not",
+        )
+    if request_epoch < own_epoch:
+        return Refusal(
+            ErrorCode.STALE_BROKER_EPOCH,
+            f"request for broker epoch {request_epoch}, this broker is at epoch {own_epoch} "
+            "(it restarted since)",
+        )
+    return None
+
+
+def controller_epoch_refusal(
+    request_epoch: int, seen_epoch: int, zookeeper_epoch: int | None
+) -> Refusal | None:
+    """A request from an older controller is stale; one from a controller newer than
+    ``/controller_epoch`` cannot exist. ``zookeeper_epoch`` must have been read (after a
+    sync) whenever ``request_epoch > seen_epoch``; None means no controller was elected."""
+    if request_epoch < seen_epoch:
+        return Refusal(
+            ErrorCode.STALE_CONTROLLER_EPOCH,
+            f"request from controller epoch {request_epoch}, this broker has seen epoch "
+            f"{seen_epoch}",
+        )
+    if request_epoch > seen_epoch and (zookeeper_epoch is None or request_epoch > zookeeper_epoch):
+        return Refusal(
+            ErrorCode.STALE_CONTROLLER_EPOCH,
+            f"request claims controller epoch {request_epoch}, but /controller_epoch in "
+            f"ZooKeeper is {zookeeper_epoch}: not from the elected controller",
+        )
+    return None
+
+
+def leader_and_isr_refusal(
+    tp: TopicPartition,
+    leader: int,
+    leader_epoch: int,
+    zookeeper_state: PartitionState | None,
+) -> Refusal | None:
+    """A LeaderAndIsr partition state is believed only as far as its state znode goes."""
+    if zookeeper_state is None:
+        return Refusal(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"{tp}: no state znode in ZooKeeper, so no controller decided this leadership",
+        )
+    if leader_epoch > zookeeper_state.leader_epoch:
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"{tp}: leader epoch {leader_epoch} is beyond the {zookeeper_state.leader_epoch} "
+            "in ZooKeeper: not from the controller",
+        )
+    if leader_epoch == zookeeper_state.leader_epoch and leader != zookeeper_state.leader:
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"{tp}: leader {leader} at epoch {leader_epoch}, but ZooKeeper names leader "
+            f"{zookeeper_state.leader} at that epoch: not from the controller",
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class StopReplicaFacts:
+    """What ZooKeeper and this broker hold for a partition named in a StopReplica."""
+
+    assignment: Sequence[int] | None
+    """The partition's replicas in ``/brokers/topics/<t>``; None: no such topic or
+    partition there (deleted)."""
+    marked_for_deletion: bool
+    """``/admin/delete_topics/<t>`` exists."""
+    state: PartitionState | None
+    """The state znode, if any."""
+    local_leader_epoch: int | None
+    """The leader epoch this broker's replica is at; None if it hosts none."""
+
+
+def stop_replica_refusal(
+    broker_id: int,
+    tp: TopicPartition,
+    leader_epoch: int,
+    delete_partition: bool,
+    facts: StopReplicaFacts,
+) -> Refusal | None:
+    """Believe a StopReplica partition only if ZooKeeper agrees the replica should stop."""
+    topic_going = facts.assignment is None or facts.marked_for_deletion
+    if leader_epoch == EPOCH_DURING_DELETE:
+        if topic_going:
+            return None
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"{tp}: StopReplica for a topic deletion, but ZooKeeper shows topic "
+            f"{tp.topic!r} neither deleted nor under /admin/delete_topics",
+        )
+    if facts.state is not None and leader_epoch > facts.state.leader_epoch:
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"{tp}: leader epoch {leader_epoch} is beyond the {facts.state.leader_epoch} in "
+            "ZooKeeper: not from the controller",
+        )
+    if (
+        leader_epoch != NO_EPOCH
+        and facts.local_leader_epoch is not None
+        and leader_epoch < facts.local_leader_epoch
+    ):
+        # KIP-570. Kafka also refuses an equal epoch; the controlled shutdown here stops a
+        # follower that was already out of the ISR at the epoch it has, so equal is accepted.
+        return Refusal(
+            ErrorCode.FENCED_LEADER_EPOCH,
+            f"{tp}: leader epoch {leader_epoch} is older than this replica's "
+            f"{facts.local_leader_epoch}",
+        )
+    if delete_partition and not topic_going:
+        assert facts.assignment is not None
+        if broker_id in facts.assignment:
+            return Refusal(
+                ErrorCode.INVALID_REQUEST,
+                f"{tp}: refusing to delete the replica: ZooKeeper still assigns it to broker "
+                f"{broker_id} (replicas {list(facts.assignment)}) and the topic is not being "
+                "deleted",
+            )
+    return None

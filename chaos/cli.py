@@ -1,0 +1,178 @@
+"""``minibroker chaos run|scenario|matrix``: break a real cluster and let the audit judge.
+
+Each subcommand's exit status is the audit's: 0 clean, 1 violations, 2 the run could not
+start or be judged (one line says why). The subcommands live in their own modules; this one
+only registers them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from chaos.backend import BackendUnavailableError
+from chaos.nemesis import NEMESES
+from chaos.run_dir import EXIT_CANNOT_RUN, RunDirError
+from chaos.scenario import cli as scenario_cli
+from chaos.schedule import ScheduleError
+from deploy.local_cluster import LocalClusterError
+
+__all__ = ["add_parser", "default_out"]
+
+CHAOS_RUNS_DIR = Path("chaos-runs")
+
+
+def default_out(kind: str) -> Path:
+    """``chaos-runs/<kind>-<timestamp>``: a new run directory for each run."""
+    return CHAOS_RUNS_DIR / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "chaos",
+        help="break a real cluster on a schedule and audit its replica logs",
+        description="Break a real cluster (nemeses) while a workload records what it was "
+        "told, then let the Spark audit judge the replica logs. Exit status: 0 clean, 1 "
+        "violations, 2 could not run.",
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    _add_run(actions)
+    scenario_cli.add_parser(actions)
+    _add_matrix(actions)
+
+
+def _nemesis_list(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one nemesis, or all")
+    if "all" in names:
+        if names != ["all"]:
+            raise argparse.ArgumentTypeError("all stands alone")
+        return names
+    unknown = [n for n in names if n not in NEMESES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown nemesis {unknown[0]!r}: choose from {', '.join(NEMESES)} (or all)"
+        )
+    return names
+
+
+def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = actions.add_parser(
+        "run",
+        help="faults on a schedule under a recorded workload, then the audit",
+        description="Start a cluster (or use the running one --data-dir or --project names), "
+        "run producers and consumers that record every outcome, inject faults one at a "
+        "time on a seeded schedule, heal, read everything once more, stop the cluster "
+        "cleanly and audit its data dirs with the history.",
+    )
+    run.add_argument("--backend", choices=["local", "docker"], default="local")
+    run.add_argument(
+        "--nemesis",
+        type=_nemesis_list,
+        default=["all"],
+        metavar="N1,N2,...|all",
+        help=f"faults to draw from: {', '.join(NEMESES)}; all (default): every one this "
+        "backend and cluster can do",
+    )
+    run.add_argument("--duration", type=float, default=60.0, metavar="S", help="default 60")
+    run.add_argument(
+        "--interval", type=float, default=10.0, metavar="S", help="about this long between "
+        "faults (default 10)"
+    )  # fmt: skip
+    run.add_argument("--producers", type=int, default=3, help="producer processes (default 3)")
+    run.add_argument(
+        "--rate", type=float, default=100.0, help="records/s per producer (default 100)"
+    )
+    run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: time)")
+    run.add_argument(
+        "--truncation-mode", choices=["leader-epoch", "high-watermark"], default="leader-epoch"
+    )
+    run.add_argument(
+        "--unclean", action="store_true", help="unclean.leader.election.enable on the topics"
+    )
+    run.add_argument("--out", type=Path, default=None, metavar="DIR", help="run directory")
+    run.add_argument(
+        "--replay", type=Path, default=None, metavar="FILE", help="a run's schedule.json"
+    )
+    run.add_argument(
+        "--data-dir", type=Path, default=None, metavar="DIR",
+        help="a running local cluster (cluster up) instead of a new one",
+    )  # fmt: skip
+    run.add_argument(
+        "--project", default=None, metavar="P",
+        help="a running Docker cluster's compose project (make up) instead of a new one",
+    )  # fmt: skip
+    run.add_argument("--master", default=None, metavar="URL", help="the audit's Spark master")
+    run.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from chaos.runner import RunSettings, run_chaos
+
+    if args.producers < 1 or args.rate <= 0 or args.duration <= 0 or args.interval <= 0:
+        print(
+            "minibroker chaos run: --producers, --rate, --duration and --interval must be > 0",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT_RUN
+    settings = RunSettings(
+        out=args.out or default_out("run"),
+        backend=args.backend,
+        nemeses=args.nemesis,
+        duration_s=args.duration,
+        interval_s=args.interval,
+        producers=args.producers,
+        rate=args.rate,
+        seed=args.seed if args.seed is not None else int(time.time()),
+        truncation_mode=args.truncation_mode,
+        unclean=args.unclean,
+        replay=args.replay,
+        data_dir=args.data_dir,
+        project=args.project,
+        spark_master=args.master,
+    )
+    return _cannot_run_is_two(run_chaos, settings)
+
+
+def _cannot_run_is_two(action: object, *args: object) -> int:
+    """Run ``action``; a run that cannot start is one line and exit status 2."""
+    assert callable(action)
+    try:
+        status: int = action(*args)
+    except (BackendUnavailableError, RunDirError, ScheduleError, LocalClusterError) as e:
+        print(f"minibroker chaos: {e}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
+    return status
+
+
+def _add_matrix(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    matrix = actions.add_parser(
+        "matrix",
+        help="Kafka's replication test matrix, judged by the audit",
+        description="Clean and hard shutdowns and bounces of the partition leader and of the "
+        "controller (Kafka's replication_test.py), each a short run of its own on a new "
+        "cluster of 3 brokers, RF 3, min.insync.replicas 2, judged by the audit. Prints a "
+        "table and writes it to OUT/matrix.json. Exit status: 0 every cell clean, 1 a "
+        "violation, 2 a cell could not run.",
+    )
+    matrix.add_argument("--backend", choices=["local", "docker"], default="local")
+    matrix.add_argument("--out", type=Path, default=None, metavar="DIR")
+    matrix.add_argument(
+        "--cell-duration", type=float, default=20.0, metavar="S", help="each cell's run (20)"
+    )
+    matrix.set_defaults(run=_matrix)
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    from chaos.matrix import run_matrix
+
+    return _cannot_run_is_two(
+        lambda: run_matrix(
+            args.out or default_out("matrix"),
+            backend=args.backend,
+            cell_duration_s=args.cell_duration,
+        )
+    )

@@ -1,0 +1,137 @@
+"""Writing the history and timeline files of a chaos run (the audit reads them:
+:mod:`chaos.audit.history` has the format, DESIGN.md §9 the contract).
+
+Every workload process writes its own file, one JSON object per line, flushed line by line
+so that a process killed in the middle leaves every line it finished; the run merges them
+into ``history.jsonl`` in time order at the end (:func:`merge_histories`). One writer per
+file keeps the lines whole without locks between processes.
+
+The vocabulary is Jepsen's: ``ok`` (acknowledged, with its offset), ``fail`` (certainly not
+written), ``info`` (unknown: a timeout, a lost connection; never guessed ``ok``), ``read``
+(a consumer polled this record), and the nemesis's own lines in the timeline.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, Self
+
+__all__ = ["HistoryRecorder", "TimelineRecorder", "merge_histories"]
+
+
+class _JsonLines:
+    """Appends JSON objects as lines, flushed one by one; usable from several threads."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry, separators=(",", ":"), ensure_ascii=False) + "\n"
+        with self._lock:
+            self._file.write(line)
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class HistoryRecorder(_JsonLines):
+    """One workload process's history: producers' outcomes and consumers' reads."""
+
+    def __init__(self, path: Path, process: int) -> None:
+        super().__init__(path)
+        self.process = process
+
+    def _op(
+        self,
+        kind: str,
+        topic: str,
+        partition: int | None,
+        value: str,
+        offset: int | None,
+        **extra: object,
+    ) -> None:
+        self.write(
+            {
+                "time": time.time(),
+                "process": self.process,
+                "type": kind,
+                "topic": topic,
+                "partition": partition,
+                "value": value,
+                "offset": offset,
+                **extra,
+            }
+        )
+
+    def ok(self, topic: str, partition: int, value: str, offset: int) -> None:
+        """``value`` was acknowledged at ``offset`` (acks=all)."""
+        self._op("ok", topic, partition, value, offset)
+
+    def fail(self, topic: str, partition: int | None, value: str) -> None:
+        """``value`` was certainly not written (the broker refused it before appending)."""
+        self._op("fail", topic, partition, value, None)
+
+    def info(self, topic: str, partition: int | None, value: str) -> None:
+        """Whether ``value`` was written is unknown (a timeout, a lost connection)."""
+        self._op("info", topic, partition, value, None)
+
+    def read(self, topic: str, partition: int, offset: int, value: str, session: int = 0) -> None:
+        """A consumer polled ``value`` at ``offset``. ``session`` changes whenever the
+        consumer's position may legitimately jump (a rebalance, a seek, a reset): the
+        audit compares the offsets of one session only."""
+        self._op("read", topic, partition, value, offset, session=session)
+
+
+class TimelineRecorder(_JsonLines):
+    """The nemesis's timeline: one line per fault injected or healed."""
+
+    def event(self, f: str, target: object, *, kind: str = "info", **fields: object) -> None:
+        """``f`` is the fault (``kill``, ``start``, ``pause``, ...), ``target`` what it hit."""
+        self.write(
+            {
+                "time": time.time(),
+                "process": "nemesis",
+                "type": kind,
+                "f": f,
+                "target": target,
+                **fields,
+            }
+        )
+
+
+def merge_histories(parts: Iterable[Path], out: Path) -> int:
+    """Merge per-process history files (each in time order) into ``out`` by time; returns
+    the number of lines. A last line cut short by a killed process is left out."""
+
+    def lines(path: Path) -> Iterator[tuple[float, str]]:
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    return  # torn by a kill: never finished, never acknowledged to anyone
+                try:
+                    yield float(json.loads(line)["time"]), line
+                except (ValueError, KeyError, TypeError):
+                    continue
+
+    count = 0
+    with out.open("w", encoding="utf-8") as merged:
+        for _, line in heapq.merge(*(lines(p) for p in sorted(parts)), key=lambda t: t[0]):
+            merged.write(line)
+            count += 1
+    return count

@@ -1,0 +1,394 @@
+"""The faults a chaos run injects, each with its inverse (Jepsen's nemeses).
+
+A :class:`Nemesis` picks its target when it strikes (the leader of a partition, the active
+controller, a random broker), breaks it through the backend, writes the timeline, and
+returns a :class:`Fault` whose ``heal`` undoes it. The runner holds one fault at a time and
+always heals it: at the end of its hold, on an error, or on Ctrl-C.
+
+================  ==========================================  ================================
+nemesis           fault                                       heal
+================  ==========================================  ================================
+``kill``          SIGKILL a random broker                     start it
+``bounce``        SIGTERM (controlled shutdown) a broker       start it
+``pause``         SIGSTOP a broker past its session timeout   SIGCONT (the zombie-leader case)
+                  (the hold is made long enough)
+``leader``        SIGKILL the leader of a random partition    start it
+``controller``    SIGKILL the active controller's broker      start it
+``zk-expire``     end a broker's ZooKeeper session for real   wait until it registered again
+                  (the broker keeps running)
+``torn-write``    SIGKILL a broker, cut an active segment     start it (recovery truncates)
+                  mid-batch, as a power loss would
+``partition``     isolate one broker from the others and      reconnect (docker only)
+                  from ZooKeeper
+``split``         halves: the larger half of the brokers cut  reconnect (docker only)
+                  off from ZooKeeper and the other half
+``zk-kill``       SIGKILL one node of a 3-node ensemble        start it
+``zk-quorum-loss``  SIGKILL two nodes of a 3-node ensemble    start them
+``clean-shutdown-leader`` ... ``hard-bounce-controller``: Kafka's replication-test failure
+modes (:data:`KAFKA_FAILURE_MODES`, ``chaos matrix``)
+================  ==========================================  ================================
+
+Choices come from the schedule's ``pick`` (a number in [0, 1)), not from a random source
+of their own, so a replayed schedule makes the same choices on the same cluster state.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from broker import zk_data
+from broker.topic_partition import TopicPartition
+from chaos.backend import BackendUnavailableError, ClusterBackend
+from chaos.history_recorder import TimelineRecorder
+from chaos.zookeeper_session import expire_session
+
+__all__ = [
+    "KAFKA_FAILURE_MODES",
+    "NEMESES",
+    "Fault",
+    "Nemesis",
+    "NemesisContext",
+    "nemesis_named",
+]
+
+
+@dataclass
+class NemesisContext:
+    """What a nemesis strikes with."""
+
+    backend: ClusterBackend
+    zk: KazooClient
+    """A client of the cluster's ZooKeeper (for leaders, the controller, registrations)."""
+    partitions: Sequence[TopicPartition]
+    """The workload's partitions (the ``leader`` nemesis picks among them)."""
+    timeline: TimelineRecorder
+    session_timeout_s: float
+    paused: set[int]
+    """Brokers paused now: whatever happens, the run resumes them."""
+
+
+@dataclass
+class Fault:
+    """A fault in place; ``heal`` undoes it (and writes the timeline)."""
+
+    nemesis: str
+    target: object
+    heal: Callable[[], None]
+
+    def __str__(self) -> str:
+        return f"{self.nemesis} {self.target}"
+
+
+def _choose(candidates: Sequence[int], pick: float) -> int:
+    if not candidates:
+        raise BackendUnavailableError("no broker to strike: none is running")
+    ordered = sorted(candidates)
+    return ordered[min(int(pick * len(ordered)), len(ordered) - 1)]
+
+
+def _running(ctx: NemesisContext) -> list[int]:
+    return [b for b in ctx.backend.broker_ids() if ctx.backend.is_running(b)]
+
+
+def _restart(ctx: NemesisContext, broker_id: int) -> Callable[[], None]:
+    def heal() -> None:
+        if not ctx.backend.is_running(broker_id):
+            ctx.backend.start(broker_id)
+        ctx.timeline.event("start", broker_id)
+
+    return heal
+
+
+class Nemesis(abc.ABC):
+    """One kind of fault."""
+
+    name: str
+    min_hold_s: float = 0.0
+    """The shortest hold that makes sense (``pause`` must outlast the session timeout)."""
+
+    def check(self, backend: ClusterBackend) -> None:  # noqa: B027 - most need nothing
+        """Raise BackendUnavailableError if ``backend`` cannot do this (before a run)."""
+
+    def hold_s(self, interval_s: float, session_timeout_s: float) -> float:
+        """How long the fault is held in a run with faults every ``interval_s``."""
+        return max(self.min_hold_s, interval_s / 2)
+
+    @abc.abstractmethod
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault: ...
+
+
+class _Kill(Nemesis):
+    name = "kill"
+
+    def target(self, ctx: NemesisContext, pick: float) -> int:
+        return _choose(_running(ctx), pick)
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        broker = self.target(ctx, pick)
+        ctx.backend.kill(broker)
+        ctx.timeline.event("kill", broker, nemesis=self.name)
+        return Fault(self.name, broker, _restart(ctx, broker))
+
+
+class _Leader(_Kill):
+    name = "leader"
+
+    def target(self, ctx: NemesisContext, pick: float) -> int:
+        tp = ctx.partitions[min(int(pick * len(ctx.partitions)), len(ctx.partitions) - 1)]
+        state = _state(ctx.zk, tp)
+        if state is None or state.leader < 0 or not ctx.backend.is_running(state.leader):
+            return _choose(_running(ctx), pick)  # offline: any broker, as Kafka's test would
+        return state.leader
+
+
+class _Controller(_Kill):
+    name = "controller"
+
+    def target(self, ctx: NemesisContext, pick: float) -> int:
+        try:
+            data, _ = ctx.zk.get(zk_data.CONTROLLER_PATH)
+            controller = zk_data.decode_controller(data)
+        except (NoNodeError, ValueError):
+            return _choose(_running(ctx), pick)
+        return controller if ctx.backend.is_running(controller) else _choose(_running(ctx), pick)
+
+
+class _Bounce(Nemesis):
+    name = "bounce"
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        broker = _choose(_running(ctx), pick)
+        ctx.backend.stop(broker)
+        ctx.timeline.event("stop", broker, nemesis=self.name)
+        return Fault(self.name, broker, _restart(ctx, broker))
+
+
+class _Pause(Nemesis):
+    name = "pause"
+
+    def hold_s(self, interval_s: float, session_timeout_s: float) -> float:
+        # Past the session timeout: ZooKeeper expires the session, the controller moves the
+        # leaderships, and the frozen broker wakes up as a zombie leader.
+        return max(interval_s / 2, session_timeout_s * 1.5 + 1)
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        broker = _choose([b for b in _running(ctx) if b not in ctx.paused], pick)
+        ctx.backend.pause(broker)
+        ctx.paused.add(broker)
+        ctx.timeline.event("pause", broker, nemesis=self.name)
+
+        def heal() -> None:
+            ctx.backend.resume(broker)
+            ctx.paused.discard(broker)
+            ctx.timeline.event("resume", broker)
+
+        return Fault(self.name, broker, heal)
+
+
+class _ZkExpire(Nemesis):
+    name = "zk-expire"
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        broker = _choose(_running(ctx), pick)
+        credentials = ctx.backend.zookeeper_session(broker)
+        if credentials is None:
+            raise BackendUnavailableError(
+                f"broker {broker} does not export its ZooKeeper session: start the cluster "
+                "with test.zookeeper.session.export.enable=true (chaos run does)"
+            )
+        session_id, password = credentials
+        ctx.timeline.event("zk-expire", broker, nemesis=self.name, session=f"0x{session_id:x}")
+        expire_session(
+            ctx.backend.zookeeper_connect(),
+            session_id,
+            password,
+            zk_data.broker_path(broker),
+            timeout=ctx.session_timeout_s * 5,
+        )
+
+        def heal() -> None:
+            # The broker registers again by itself with a new session; wait for it.
+            deadline = time.monotonic() + max(30.0, ctx.session_timeout_s * 5)
+            while time.monotonic() < deadline:
+                stat = ctx.zk.exists(zk_data.broker_path(broker))
+                if stat is not None and int(stat.ephemeralOwner) != session_id:
+                    break
+                time.sleep(0.2)
+            ctx.timeline.event("zk-registered", broker)
+
+        return Fault(self.name, broker, heal)
+
+
+class _TornWrite(Nemesis):
+    name = "torn-write"
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        broker = _choose(_running(ctx), pick)
+        ctx.backend.kill(broker)
+        ctx.timeline.event("kill", broker, nemesis=self.name)
+        where = ctx.backend.tear_segment(broker, random.Random(int(pick * 2**31)))
+        ctx.timeline.event("torn-write", broker, nemesis=self.name, detail=where)
+        return Fault(self.name, broker, _restart(ctx, broker))
+
+
+class _Partition(Nemesis):
+    name = "partition"
+
+    def check(self, backend: ClusterBackend) -> None:
+        if not backend.can_partition:
+            backend.isolate([])  # raises, saying why
+
+    def groups(self, brokers: list[int], pick: float) -> list[list[int]]:
+        alone = _choose(brokers, pick)
+        return [[b for b in brokers if b != alone], [alone]]
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        groups = self.groups(sorted(ctx.backend.broker_ids()), pick)
+        ctx.backend.isolate(groups)
+        ctx.timeline.event(self.name, groups, nemesis=self.name)
+
+        def heal() -> None:
+            ctx.backend.heal_network()
+            ctx.timeline.event("heal", groups)
+
+        return Fault(self.name, groups, heal)
+
+
+class _Split(_Partition):
+    """The cluster cut in two halves (Jepsen's random halves): ZooKeeper with the smaller
+    half of the brokers, the larger half together on its own. The cut-off brokers still
+    replicate among themselves but have lost ZooKeeper: after a session timeout they must
+    stop acting as leaders, and the side with ZooKeeper elects from its own."""
+
+    name = "split"
+
+    def groups(self, brokers: list[int], pick: float) -> list[list[int]]:
+        size = (len(brokers) + 1) // 2
+        start = min(int(pick * len(brokers)), len(brokers) - 1)
+        cut = [brokers[(start + i) % len(brokers)] for i in range(size)]
+        return [[b for b in brokers if b not in cut], sorted(cut)]
+
+
+class _ZkKill(Nemesis):
+    name = "zk-kill"
+    count = 1
+
+    def check(self, backend: ClusterBackend) -> None:
+        if len(backend.zookeeper_nodes()) < 3:
+            raise BackendUnavailableError(
+                f"{self.name} needs a 3-node ZooKeeper ensemble; this cluster has "
+                f"{len(backend.zookeeper_nodes())} node"
+            )
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        nodes = sorted(ctx.backend.zookeeper_nodes())
+        first = min(int(pick * len(nodes)), len(nodes) - 1)
+        victims = [nodes[(first + i) % len(nodes)] for i in range(self.count)]
+        for node in victims:
+            ctx.backend.kill_zookeeper(node)
+            ctx.timeline.event("zk-kill", f"zookeeper-{node}", nemesis=self.name)
+
+        def heal() -> None:
+            for node in victims:
+                ctx.backend.start_zookeeper(node)
+                ctx.timeline.event("zk-start", f"zookeeper-{node}")
+
+        return Fault(self.name, victims, heal)
+
+
+class _ZkQuorumLoss(_ZkKill):
+    name = "zk-quorum-loss"
+    count = 2
+
+
+class _KafkaFailureMode(Nemesis):
+    """The failure modes of Kafka's ducktape ``replication_test`` against the leader of a
+    partition or the controller: a clean or hard shutdown (the broker stays down for the
+    hold), or a clean or hard bounce (the broker is restarted at once, three times over,
+    chasing the current leader or controller each time)."""
+
+    BOUNCES = 3
+
+    def __init__(self, clean: bool, bounce: bool, target: str) -> None:
+        self.clean = clean
+        self.bounce = bounce
+        self.target_kind = target
+        self.name = f"{'clean' if clean else 'hard'}-{'bounce' if bounce else 'shutdown'}-{target}"
+        self._find = _Leader() if target == "leader" else _Controller()
+
+    def _down(self, ctx: NemesisContext, broker: int) -> None:
+        if self.clean:
+            ctx.backend.stop(broker)
+            ctx.timeline.event("stop", broker, nemesis=self.name)
+        else:
+            ctx.backend.kill(broker)
+            ctx.timeline.event("kill", broker, nemesis=self.name)
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        if not self.bounce:
+            broker = self._find.target(ctx, pick)
+            self._down(ctx, broker)
+            return Fault(self.name, broker, _restart(ctx, broker))
+        bounced = []
+        for _ in range(self.BOUNCES):
+            broker = self._find.target(ctx, pick)
+            self._down(ctx, broker)
+            ctx.backend.start(broker)
+            ctx.timeline.event("start", broker)
+            bounced.append(broker)
+        return Fault(self.name, bounced, lambda: None)
+
+
+KAFKA_FAILURE_MODES = tuple(
+    _KafkaFailureMode(clean, bounce, target)
+    for target in ("leader", "controller")
+    for bounce in (False, True)
+    for clean in (True, False)
+)
+"""Kafka's replication test matrix as nemeses: (clean|hard)-(shutdown|bounce)-(leader|
+controller)."""
+
+
+def _state(zk: KazooClient, tp: TopicPartition) -> zk_data.PartitionState | None:
+    try:
+        data, stat = zk.get(zk_data.partition_state_path(tp))
+    except NoNodeError:
+        return None
+    return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
+
+
+NEMESES: dict[str, Nemesis] = {
+    n.name: n
+    for n in (
+        _Kill(),
+        _Bounce(),
+        _Pause(),
+        _Leader(),
+        _Controller(),
+        _ZkExpire(),
+        _TornWrite(),
+        _Partition(),
+        _Split(),
+        _ZkKill(),
+        _ZkQuorumLoss(),
+        *KAFKA_FAILURE_MODES,
+    )
+}
+"""Every nemesis, by the name ``--nemesis`` takes."""
+
+
+def nemesis_named(name: str) -> Nemesis:
+    """The nemesis called ``name``; BackendUnavailableError naming the known ones."""
+    try:
+        return NEMESES[name]
+    except KeyError:
+        raise BackendUnavailableError(
+            f"unknown nemesis {name!r}: choose from {', '.join(NEMESES)} (or all)"
+        ) from None

@@ -1,0 +1,270 @@
+"""The chaos workload: producer and consumer processes that record what they were told.
+
+Each runs as its own process (``python -m chaos.workload producer|consumer ...``, started by
+:class:`Workload`), as a client on another machine would, and writes its own history file
+(:class:`~chaos.history_recorder.HistoryRecorder`):
+
+- a **producer** (acks=all, the idempotent producer) writes unique values ``p<process>-<n>``
+  at a bounded rate, round-robin over the topics' partitions, and records each outcome:
+  ``ok`` with the offset the broker acknowledged; ``fail`` only when the record was never
+  queued (``send`` itself refused it); ``info`` for every other failure (a delivery timeout
+  or an error after a send may hide a write: never guessed either way).
+- a **consumer** reads all the topics, as a member of a group (subscribe, rebalances) or
+  alone (``assign`` to every partition from the earliest offset), and records every record
+  it polls as a ``read`` line. Its ``session`` is the consumer's position epoch
+  (:attr:`client.consumer.Consumer.position_epoch`), doubled, plus one for a poll during
+  which the epoch moved: the audit compares offsets only within one session.
+
+SIGTERM (or SIGINT) stops a process: a producer stops sending, waits for the outcomes of
+what it sent (up to its delivery timeout) and records them; a consumer stops polling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.topic_partition import TopicPartition
+from chaos.history_recorder import HistoryRecorder
+from client.consumer import Consumer, ConsumerConfig
+from client.metadata import BrokerConnections
+from client.producer import Producer, ProducerConfig, RecordMetadata
+
+__all__ = ["Workload", "WorkloadSpec"]
+
+_STOP_GRACE_S = 45.0
+"""How long a stopped producer may take to learn its last outcomes before it is killed."""
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What the workload does; the same for every process it starts."""
+
+    bootstrap: str
+    zookeeper: str
+    topics: Sequence[str]
+    partitions: int
+    producers: int = 3
+    rate: float = 100.0
+    """Records per second, per producer."""
+    group_consumers: int = 2
+    """Members of the consumer group ``chaos-readers`` (0: none)."""
+    assign_consumer: bool = True
+    """One more consumer reading every partition with ``assign``."""
+    delivery_timeout_ms: int = 30_000
+    zookeeper_session_timeout_ms: int = 6000
+    """The consumer group members' sessions."""
+
+
+@dataclass
+class Workload:
+    """The workload's processes for one run; their histories go to ``history_dir``."""
+
+    spec: WorkloadSpec
+    history_dir: Path
+    log_dir: Path
+    _processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    def start(self) -> None:
+        spec = self.spec
+        common = [
+            "--bootstrap", spec.bootstrap,
+            "--zookeeper", spec.zookeeper,
+            "--topics", ",".join(spec.topics),
+            "--partitions", str(spec.partitions),
+        ]  # fmt: skip
+        process = 0
+        for _ in range(spec.producers):
+            self._spawn(
+                f"producer-{process}",
+                [
+                    "producer", *common, "--process", str(process), "--rate", str(spec.rate),
+                    "--delivery-timeout-ms", str(spec.delivery_timeout_ms),
+                ],
+                process,
+            )  # fmt: skip
+            process += 1
+        for _ in range(spec.group_consumers):
+            self._spawn(
+                f"consumer-{process}",
+                [
+                    "consumer", *common, "--process", str(process), "--group", "chaos-readers",
+                    "--session-timeout-ms", str(spec.zookeeper_session_timeout_ms),
+                ],
+                process,
+            )  # fmt: skip
+            process += 1
+        if spec.assign_consumer:
+            self._spawn(
+                f"consumer-{process}", ["consumer", *common, "--process", str(process)], process
+            )
+
+    def _spawn(self, name: str, args: list[str], process: int) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        history = self.history_dir / f"{process}.jsonl"
+        with (self.log_dir / f"{name}.log").open("ab") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "chaos.workload", *args, "--history", str(history)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=Path(__file__).resolve().parent.parent,
+                start_new_session=True,  # the run's Ctrl-C is the run's to handle
+            )
+        self._processes.append((name, popen))
+
+    def alive(self) -> list[str]:
+        return [name for name, p in self._processes if p.poll() is None]
+
+    def stop(self, consumers_too: bool = True) -> None:
+        """SIGTERM the producers (and consumers), wait for them to record their last
+        outcomes, SIGKILL what is still there after the grace period."""
+        chosen = [(n, p) for n, p in self._processes if consumers_too or n.startswith("producer")]
+        for _, p in chosen:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + _STOP_GRACE_S
+        for _, p in chosen:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+# -- the processes -------------------------------------------------------------------------
+
+
+def _stop_event() -> asyncio.Event:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    return stopping
+
+
+async def _produce(args: argparse.Namespace) -> None:
+    topics = args.topics.split(",")
+    targets = itertools.cycle(
+        [TopicPartition(t, p) for t in topics for p in range(args.partitions)]
+    )
+    stopping = _stop_event()
+    config = ProducerConfig(
+        acks=-1,
+        linger_ms=5,
+        request_timeout_ms=min(10_000, args.delivery_timeout_ms - 5),
+        delivery_timeout_ms=args.delivery_timeout_ms,
+        max_block_ms=args.delivery_timeout_ms,
+    )
+    pending: set[asyncio.Future[RecordMetadata]] = set()
+    with HistoryRecorder(Path(args.history), args.process) as history:
+
+        def outcome(tp: TopicPartition, value: str, future: asyncio.Future[RecordMetadata]) -> None:
+            pending.discard(future)
+            if future.cancelled() or future.exception() is not None:
+                history.info(tp.topic, tp.partition, value)  # sent: it may have been written
+                return
+            history.ok(tp.topic, tp.partition, value, future.result().offset)
+
+        async with (
+            BrokerConnections.from_bootstrap(args.bootstrap) as connections,
+            Producer(connections, config) as producer,
+        ):
+            interval = 1.0 / args.rate
+            next_at = time.monotonic()
+            for n in itertools.count():
+                if stopping.is_set():
+                    break
+                tp = next(targets)
+                value = f"p{args.process}-{n}"
+                try:
+                    future = await producer.send(tp.topic, value.encode(), partition=tp.partition)
+                except Exception:
+                    history.fail(tp.topic, tp.partition, value)  # never queued
+                else:
+                    pending.add(future)
+                    future.add_done_callback(functools.partial(outcome, tp, value))
+                next_at += interval
+                delay = next_at - time.monotonic()
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stopping.wait(), delay)
+                else:
+                    next_at = time.monotonic()  # behind: do not burst to catch up
+            if pending:
+                await asyncio.wait(pending, timeout=args.delivery_timeout_ms / 1000 + 5)
+
+
+async def _consume(args: argparse.Namespace) -> None:
+    topics = args.topics.split(",")
+    stopping = _stop_event()
+    config = ConsumerConfig(
+        group_id=args.group,
+        auto_offset_reset="earliest",
+        zookeeper_session_timeout_ms=args.session_timeout_ms,
+        fetch_max_wait_ms=200,
+    )
+    with HistoryRecorder(Path(args.history), args.process) as history:
+        async with (
+            BrokerConnections.from_bootstrap(args.bootstrap) as connections,
+            Consumer(connections, config, args.zookeeper if args.group else None) as consumer,
+        ):
+            if args.group:
+                consumer.subscribe(topics)
+            else:
+                consumer.assign(
+                    [TopicPartition(t, p) for t in topics for p in range(args.partitions)]
+                )
+                consumer.seek_to_beginning()
+            while not stopping.is_set():
+                before = consumer.position_epoch
+                try:
+                    records = await consumer.poll(timeout_ms=200)
+                except Exception as e:  # a rebalance failed, no broker reachable: go on
+                    print(f"consumer {args.process}: poll failed: {e}", flush=True)
+                    await asyncio.sleep(0.5)
+                    continue
+                after = consumer.position_epoch
+                session = 2 * after + (0 if before == after else 1)
+                for r in records:
+                    value = "" if r.value is None else r.value.decode("utf-8", "replace")
+                    history.read(r.topic, r.partition, r.offset, value, session=session)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m chaos.workload")
+    parser.add_argument("role", choices=["producer", "consumer"])
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--zookeeper", required=True)
+    parser.add_argument("--topics", required=True)
+    parser.add_argument("--partitions", type=int, required=True)
+    parser.add_argument("--process", type=int, required=True)
+    parser.add_argument("--history", required=True)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--delivery-timeout-ms", type=int, default=30_000)
+    parser.add_argument("--group", default=None)
+    parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    args = parser.parse_args(argv)
+    import uvloop
+
+    run = _produce if args.role == "producer" else _consume
+    print(f"{args.role} {args.process} pid {os.getpid()} started", flush=True)
+    uvloop.run(run(args))
+    print(f"{args.role} {args.process} stopped", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

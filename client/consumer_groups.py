@@ -1,0 +1,327 @@
+"""Consumer groups as an operator sees them (Kafka's ``ConsumerGroupCommand``, ZooKeeper era).
+
+A group lives in ZooKeeper (DESIGN.md §4, :mod:`client.group`)::
+
+    /consumers/<g>/ids/<consumer-id>     ephemeral   a live member and its subscription
+    /consumers/<g>/owners/<t>/<p>        ephemeral   the member reading <t>-<p>
+    /consumers/<g>/offsets/<t>/<p>       persistent  the next offset the group will read
+
+- list: the children of ``/consumers``;
+- describe: per partition, the committed offset, the log end offset (ListOffsets latest on
+  the leader: the high watermark, the end a consumer can read to), the lag between them
+  and the owner, as ``kafka-consumer-groups --describe`` prints them;
+- reset: a plan of new offsets (earliest, latest, an offset, a shift, the current ones),
+  written only with ``execute``, and only while the group has no live member: a running
+  consumer would overwrite them with its next commit (Kafka: "Assignments can only be
+  reset if the group is inactive"). An offset beyond the log end or below the log start is
+  clamped to it with a warning, as Kafka's ``checkOffsetsRange`` does.
+
+Reading ephemeral znodes races with members leaving: a child listed and gone before it is
+read is skipped, never an error. Names read from ZooKeeper are hostile until checked: an
+illegal group or topic name is reported (``ignoring ... znode ...: illegal name``) and
+left out. The check for live members and the writes of a reset are separate requests, as
+Kafka's are separate from a member joining: a consumer that starts in between wins.
+
+:func:`describe_rows` and :func:`plan_reset` are the pure parts; :class:`ConsumerGroupService`
+does the reading and writing through an :class:`~client.admin.AdminClient`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from broker.topic_partition import TopicPartition, topic_name_problem
+from broker.zk_data import (
+    CONSUMERS_PATH,
+    ZkDataError,
+    consumer_ids_path,
+    consumer_offset_path,
+    decode_consumer_offset,
+    decode_consumer_subscription,
+    encode_consumer_offset,
+)
+from client.admin import EARLIEST, LATEST, AdminClient
+from client.group import group_name_problem
+from client.metadata import ClientError
+
+__all__ = [
+    "ConsumerGroupService",
+    "GroupDescription",
+    "PartitionRow",
+    "ResetSpec",
+    "describe_rows",
+    "plan_reset",
+]
+
+Warn = Callable[[str], None]
+
+
+class PartitionRow(NamedTuple):
+    """One line of ``--describe``."""
+
+    group: str
+    topic: str
+    partition: int
+    current_offset: int | None
+    """The committed offset (None: nothing committed)."""
+    log_end_offset: int | None
+    """The high watermark (None: the leader could not be asked)."""
+    lag: int | None
+    consumer_id: str | None
+    """The owning member (None: unowned)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group as ZooKeeper holds it."""
+
+    group: str
+    members: dict[str, frozenset[str]]
+    """Live member id -> subscribed topics (empty if its subscription is unreadable)."""
+    owners: dict[TopicPartition, str]
+    offsets: dict[TopicPartition, int]
+
+    @property
+    def topics(self) -> set[str]:
+        """Every topic the group reads or has read: subscribed, owned or committed."""
+        subscribed = {t for topics in self.members.values() for t in topics}
+        return subscribed | {tp.topic for tp in (*self.owners, *self.offsets)}
+
+
+@dataclass(frozen=True, slots=True)
+class ResetSpec:
+    """Where ``--reset-offsets`` moves each partition."""
+
+    kind: str
+    """``earliest``, ``latest``, ``offset`` (to ``value``), ``shift`` (by ``value``) or
+    ``current`` (the committed offset, else the log end)."""
+    value: int = 0
+
+
+def describe_rows(
+    group: str,
+    partitions: Iterable[TopicPartition],
+    committed: Mapping[TopicPartition, int],
+    log_end: Mapping[TopicPartition, int],
+    owners: Mapping[TopicPartition, str],
+) -> list[PartitionRow]:
+    """One row per partition, sorted; LAG = LOG-END-OFFSET - CURRENT-OFFSET where both are
+    known (not clamped at 0, as in Kafka: a negative lag shows a log truncated below a
+    commit)."""
+    rows = []
+    for tp in sorted(set(partitions)):
+        current, end = committed.get(tp), log_end.get(tp)
+        lag = None if current is None or end is None else end - current
+        rows.append(PartitionRow(group, tp.topic, tp.partition, current, end, lag, owners.get(tp)))
+    return rows
+
+
+def plan_reset(
+    partitions: Iterable[TopicPartition],
+    spec: ResetSpec,
+    committed: Mapping[TopicPartition, int],
+    earliest: Mapping[TopicPartition, int],
+    latest: Mapping[TopicPartition, int],
+) -> tuple[dict[TopicPartition, int], list[str]]:
+    """The new offset of each partition, and the warnings of those that had to be clamped.
+
+    ``offset`` and ``shift`` targets outside [log start, log end] are clamped to the
+    nearest end, with Kafka's warning (``checkOffsetsRange``). ``shift`` needs a committed
+    offset (ClientError otherwise, as Kafka's "Cannot shift offset"). Every partition
+    must have its earliest and latest offsets.
+    """
+    plan: dict[TopicPartition, int] = {}
+    warnings: list[str] = []
+    for tp in sorted(set(partitions)):
+        start, end = earliest[tp], latest[tp]
+        if spec.kind == "earliest":
+            plan[tp] = start
+            continue
+        if spec.kind == "latest":
+            plan[tp] = end
+            continue
+        if spec.kind == "current":
+            plan[tp] = committed.get(tp, end)
+            continue
+        if spec.kind == "offset":
+            wanted = spec.value
+        elif spec.kind == "shift":
+            if tp not in committed:
+                raise ClientError(
+                    f"Cannot shift offset for partition {tp} since there is no current "
+                    "committed offset"
+                )
+            wanted = committed[tp] + spec.value
+        else:
+            raise ValueError(f"unknown reset kind {spec.kind!r}")
+        if wanted > end:
+            warnings.append(
+                f"WARN: New offset ({wanted}) is higher than latest offset for topic partition "
+                f"{tp}. Value will be set to {end}"
+            )
+            wanted = end
+        elif wanted < start:
+            warnings.append(
+                f"WARN: New offset ({wanted}) is lower than earliest offset for topic partition "
+                f"{tp}. Value will be set to {start}"
+            )
+            wanted = start
+        plan[tp] = wanted
+    return plan, warnings
+
+
+class ConsumerGroupService:
+    """Lists, describes and resets ZooKeeper consumer groups through ``admin`` (its
+    ZooKeeper session for the groups, its brokers for log offsets). ``warn`` receives one
+    line per thing skipped (an illegal name, a malformed znode)."""
+
+    def __init__(self, admin: AdminClient, warn: Warn) -> None:
+        self._admin = admin
+        self._warn = warn
+
+    async def list_groups(self) -> list[str]:
+        """The groups under ``/consumers``, sorted (illegal names reported and skipped)."""
+        groups = []
+        for child in sorted(await self._admin.zk_children(CONSUMERS_PATH)):
+            problem = group_name_problem(child)
+            if problem is not None:
+                self._warn(f"ignoring consumer group znode {CONSUMERS_PATH}/{child!r}: {problem}")
+                continue
+            groups.append(child)
+        return groups
+
+    async def describe_group(self, group: str) -> GroupDescription:
+        """The group's live members, owners and committed offsets. ClientError for an
+        illegal name or a group that does not exist."""
+        root = _group_root(group)
+        if not await self._admin.zk_exists(root):
+            raise ClientError(f"Consumer group '{group}' does not exist.")
+        members: dict[str, frozenset[str]] = {}
+        ids_path = consumer_ids_path(group)
+        for member in sorted(await self._admin.zk_children(ids_path)):
+            data = await self._admin.zk_get(f"{ids_path}/{member}")
+            if data is None:
+                continue  # left between the listing and the read
+            try:
+                members[member] = frozenset(decode_consumer_subscription(data))
+            except ZkDataError as e:
+                self._warn(f"member {member} of group '{group}' has a malformed subscription: {e}")
+                members[member] = frozenset()
+        owners = {
+            tp: data.decode("utf-8", "replace")
+            for tp, data in (await self._partition_znodes(f"{root}/owners")).items()
+        }
+        offsets: dict[TopicPartition, int] = {}
+        for tp, data in (await self._partition_znodes(f"{root}/offsets")).items():
+            try:
+                offsets[tp] = decode_consumer_offset(data)
+            except ZkDataError as e:
+                self._warn(f"ignoring the committed offset of {tp} in group '{group}': {e}")
+        return GroupDescription(group, members, owners, offsets)
+
+    async def describe_rows(self, description: GroupDescription) -> list[PartitionRow]:
+        """:func:`describe_rows` for every partition of the group's topics (the log end
+        offsets asked of the leaders; unknown where no leader answers)."""
+        partitions = set(description.offsets) | set(description.owners)
+        partitions |= set(await self._admin_partitions(description.topics, strict=False))
+        result = await self._admin.list_offsets(partitions, LATEST)
+        return describe_rows(
+            description.group, partitions, description.offsets, result.offsets, description.owners
+        )
+
+    async def plan_reset(
+        self, group: str, topics: Mapping[str, list[int] | None], all_topics: bool, spec: ResetSpec
+    ) -> tuple[dict[TopicPartition, int], list[str]]:
+        """The reset plan of the named partitions (``topics``: topic -> partitions, None for
+        all) or, with ``all_topics``, of every topic the group has committed offsets for.
+        Refuses (ClientError) while the group has live members, and for partitions whose
+        offsets no leader gives."""
+        description = await self.describe_group(group)
+        _check_inactive(description)
+        if all_topics:
+            wanted: set[TopicPartition] = set(
+                await self._admin_partitions({tp.topic for tp in description.offsets}, strict=True)
+            )
+        else:
+            wanted = set()
+            for topic, chosen in topics.items():
+                existing = await self._admin_partitions([topic], strict=True)
+                if chosen is None:
+                    wanted |= set(existing)
+                    continue
+                missing = sorted(p for p in chosen if TopicPartition(topic, p) not in existing)
+                if missing:
+                    raise ClientError(
+                        f"topic '{topic}' has no partition {', '.join(map(str, missing))}"
+                    )
+                wanted |= {TopicPartition(topic, p) for p in chosen}
+        if not wanted:
+            raise ClientError(f"no partitions to reset in group '{group}'")
+        earliest, latest = await asyncio.gather(
+            self._admin.list_offsets(wanted, EARLIEST), self._admin.list_offsets(wanted, LATEST)
+        )
+        failed = {**earliest.errors, **latest.errors}
+        if failed:
+            tp, why = sorted(failed.items())[0]
+            raise ClientError(f"cannot find the offsets of {tp}: {why}")
+        return plan_reset(wanted, spec, description.offsets, earliest.offsets, latest.offsets)
+
+    async def execute_reset(self, group: str, plan: Mapping[TopicPartition, int]) -> None:
+        """Write ``plan`` as the group's committed offsets, after checking once more that
+        no member has joined meanwhile."""
+        _check_inactive(await self.describe_group(group))
+        for tp, offset in sorted(plan.items()):
+            await self._admin.zk_write(
+                consumer_offset_path(group, tp), encode_consumer_offset(offset)
+            )
+
+    async def _admin_partitions(
+        self, topics: Iterable[str], *, strict: bool
+    ) -> list[TopicPartition]:
+        """The partitions of ``topics`` as the brokers' metadata lists them; a topic no
+        broker knows is an error with ``strict``, else left out."""
+        names = sorted(set(topics))
+        if not names:
+            return []
+        if strict:
+            described = await self._admin.describe_topics(names)
+        else:
+            described = [t for t in await self._admin.describe_topics(None) if t.name in names]
+        return [TopicPartition(t.name, p) for t in described for p in sorted(t.partitions)]
+
+    async def _partition_znodes(self, parent: str) -> dict[TopicPartition, bytes]:
+        """``<parent>/<t>/<p>`` -> data, skipping znodes that vanish while being read,
+        illegal topic names and non-numeric partitions (reported)."""
+        found: dict[TopicPartition, bytes] = {}
+        for topic in sorted(await self._admin.zk_children(parent)):
+            problem = topic_name_problem(topic)
+            if problem is not None:
+                self._warn(f"ignoring znode {parent}/{topic!r}: illegal name: {problem}")
+                continue
+            for child in sorted(await self._admin.zk_children(f"{parent}/{topic}")):
+                if not (child.isascii() and child.isdigit()):
+                    self._warn(f"ignoring znode {parent}/{topic}/{child!r}: not a partition")
+                    continue
+                data = await self._admin.zk_get(f"{parent}/{topic}/{child}")
+                if data is not None:
+                    found[TopicPartition(topic, int(child))] = data
+        return found
+
+
+def _group_root(group: str) -> str:
+    problem = group_name_problem(group)
+    if problem is not None:
+        raise ClientError(f"illegal group name: {problem}")
+    return f"{CONSUMERS_PATH}/{group}"
+
+
+def _check_inactive(description: GroupDescription) -> None:
+    if description.members:
+        members = ", ".join(sorted(description.members))
+        raise ClientError(
+            f"Assignments can only be reset if the group '{description.group}' is inactive, "
+            f"but it has {len(description.members)} active member(s): {members}"
+        )

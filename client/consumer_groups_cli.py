@@ -1,0 +1,180 @@
+"""``minibroker consumer-groups --list | --describe | --reset-offsets`` (Kafka's
+``kafka-consumer-groups.sh``; the groups are :mod:`client.consumer_groups`).
+
+::
+
+    minibroker consumer-groups --list
+    minibroker consumer-groups --describe --group billing
+    minibroker consumer-groups --reset-offsets --group billing --topic orders --to-earliest
+    minibroker consumer-groups --reset-offsets --group billing --topic orders:0,2 \\
+        --to-offset 100 --execute
+
+``--reset-offsets`` prints the plan and changes nothing unless ``--execute`` is given, as
+Kafka does; it is refused while the group has live members.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+
+from broker.topic_partition import TopicPartition
+from client.admin import AdminClient
+from client.cli_common import add_bootstrap_option, add_zookeeper_option, connections, run_async
+from client.consumer_groups import ConsumerGroupService, PartitionRow, ResetSpec
+from client.metadata import ClientError
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser(
+        "consumer-groups",
+        help="list and describe consumer groups, reset their offsets",
+        description="List and describe consumer groups (lag per partition), reset their "
+        "committed offsets (as kafka-consumer-groups.sh).",
+    )
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--list", action="store_true", help="list the groups")
+    action.add_argument("--describe", action="store_true", help="offsets, lag and owners")
+    action.add_argument(
+        "--reset-offsets", action="store_true", help="plan (or with --execute, write) new offsets"
+    )
+    parser.add_argument("--group", help="the consumer group")
+    parser.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="TOPIC[:P,P]",
+        help="reset this topic (or only the partitions listed); repeatable",
+    )
+    parser.add_argument(
+        "--all-topics", action="store_true", help="reset every topic the group has offsets for"
+    )
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    target.add_argument("--to-latest", action="store_true", help="the log end offset")
+    target.add_argument("--to-current", action="store_true", help="the committed offset")
+    target.add_argument("--to-offset", type=int, metavar="N", help="offset N (clamped to the log)")
+    target.add_argument("--shift-by", type=int, metavar="N", help="the committed offset + N")
+    run = parser.add_mutually_exclusive_group()
+    run.add_argument("--execute", action="store_true", help="write the new offsets")
+    run.add_argument("--dry-run", action="store_true", help="only print the plan (the default)")
+    add_bootstrap_option(parser)
+    add_zookeeper_option(parser, "the groups")
+    parser.set_defaults(run=lambda a: run_async(_run(a)))
+
+
+def _warn(line: str) -> None:
+    print(f"minibroker consumer-groups: {line}", file=sys.stderr)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    if (args.describe or args.reset_offsets) and not args.group:
+        raise ClientError("--describe and --reset-offsets need --group")
+    async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
+        service = ConsumerGroupService(admin, _warn)
+        if args.list:
+            for group in await service.list_groups():
+                print(group)
+            return 0
+        if args.describe:
+            description = await service.describe_group(args.group)
+            if not description.members:
+                print(f"Consumer group '{args.group}' has no active members.\n")
+            print("\n".join(format_table(await service.describe_rows(description))))
+            return 0
+        spec = _reset_spec(args)
+        topics = parse_topic_options(args.topic)
+        if bool(topics) == bool(args.all_topics):
+            raise ClientError("--reset-offsets needs --topic or --all-topics (one of them)")
+        plan, warnings = await service.plan_reset(args.group, topics, args.all_topics, spec)
+        for warning in warnings:
+            print(warning, file=sys.stderr)
+        if args.execute:
+            await service.execute_reset(args.group, plan)
+        elif not args.dry_run:
+            print(
+                "WARN: No action will be performed as the --execute option is missing "
+                "(add --execute to write these offsets, --dry-run to only print them).",
+                file=sys.stderr,
+            )
+    print("\n".join(format_plan(args.group, plan)))
+    return 0
+
+
+def _reset_spec(args: argparse.Namespace) -> ResetSpec:
+    if args.to_earliest:
+        return ResetSpec("earliest")
+    if args.to_latest:
+        return ResetSpec("latest")
+    if args.to_current:
+        return ResetSpec("current")
+    if args.to_offset is not None:
+        return ResetSpec("offset", args.to_offset)
+    if args.shift_by is not None:
+        return ResetSpec("shift", args.shift_by)
+    raise ClientError(
+        "--reset-offsets needs one of --to-earliest, --to-latest, --to-current, "
+        "--to-offset N, --shift-by N"
+    )
+
+
+def parse_topic_options(options: Sequence[str]) -> dict[str, list[int] | None]:
+    """``["orders", "audit:0,2"]`` -> ``{"orders": None, "audit": [0, 2]}`` (Kafka's
+    ``--topic`` of ``--reset-offsets``: all partitions, or those listed)."""
+    topics: dict[str, list[int] | None] = {}
+    for option in options:
+        topic, sep, listed = option.partition(":")
+        if not sep:
+            topics[topic] = None
+            continue
+        partitions = [p.strip() for p in listed.split(",") if p.strip()]
+        if not partitions or not all(p.isascii() and p.isdigit() for p in partitions):
+            raise ClientError(f"--topic {option!r}: expected TOPIC or TOPIC:P,P,...")
+        previous = topics.get(topic, [])
+        topics[topic] = None if previous is None else sorted({*previous, *map(int, partitions)})
+    return topics
+
+
+def format_table(rows: Sequence[PartitionRow]) -> list[str]:
+    """Kafka's ``--describe`` table, columns as wide as their widest cell."""
+    header = (
+        "GROUP",
+        "TOPIC",
+        "PARTITION",
+        "CURRENT-OFFSET",
+        "LOG-END-OFFSET",
+        "LAG",
+        "CONSUMER-ID",
+    )
+    cells = [
+        (
+            r.group,
+            r.topic,
+            str(r.partition),
+            _or_dash(r.current_offset),
+            _or_dash(r.log_end_offset),
+            _or_dash(r.lag),
+            r.consumer_id or "-",
+        )
+        for r in rows
+    ]
+    return _columns(header, cells)
+
+
+def format_plan(group: str, plan: Mapping[TopicPartition, int]) -> list[str]:
+    """Kafka's reset plan: GROUP TOPIC PARTITION NEW-OFFSET."""
+    cells = [(group, tp.topic, str(tp.partition), str(o)) for tp, o in sorted(plan.items())]
+    return _columns(("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"), cells)
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    return [
+        " ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]

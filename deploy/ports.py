@@ -1,0 +1,56 @@
+"""Free ports for the processes a harness starts, chosen where nothing else will take them.
+
+A port picked by binding port 0 comes from the kernel's ephemeral range, the same range
+every outgoing connection's local port comes from. A broker restarted on its old port (the
+harness keeps ports across kill and start, as a real deployment does) would then find it
+taken, now and then, by some client's connection made while the broker was down. So ports
+are chosen below the ephemeral range, where only listeners live.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+__all__ = ["NoFreePortError", "free_port_block", "port_is_free"]
+
+_LINUX_DEFAULT_EPHEMERAL = (32768, 60999)
+
+
+class NoFreePortError(RuntimeError):
+    """No run of free ports could be found."""
+
+
+def free_port_block(count: int = 1, host: str = "127.0.0.1") -> int:
+    """A base port such that ``count`` consecutive ports on ``host`` are free right now,
+    all below the ephemeral port range."""
+    low, _ = ephemeral_port_range()
+    ceiling = max(low - count, 2048)
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(1024, ceiling)
+        if all(port_is_free(port, host) for port in range(base, base + count)):
+            return base
+    raise NoFreePortError(f"no run of {count} free ports found on {host}")
+
+
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return _LINUX_DEFAULT_EPHEMERAL
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Nothing listens on ``port`` (TIME_WAIT leftovers do not count, as for a server that
+    sets SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True

@@ -1,0 +1,77 @@
+"""``minibroker chaos run --backend docker``: the faults only containers can have (network
+partitions, a ZooKeeper ensemble losing nodes) on a cluster the run starts under its own
+compose project, judged by the audit; nothing of it is left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.runner import RunSettings, run_chaos
+from chaos.schedule import Schedule, ScheduledFault
+
+pytestmark = pytest.mark.timeout(1800)
+
+SESSION_TIMEOUT_MS = 3000
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from chaos.audit.session import start_session
+
+    session = start_session("local[2]", {})
+    yield session
+    session.stop()
+
+
+def _docker_names(kind: str) -> list[str]:
+    listed = subprocess.run(
+        ["docker", kind, "ls", "--format", "{{.Name}}"] if kind != "ps" else
+        ["docker", "ps", "-a", "--format", "{{.Names}}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return listed.stdout.split()
+
+
+def test_partitions_and_zookeeper_faults_on_containers_heal_and_the_audit_finds_nothing(
+    docker_engine: None, tmp_path: Path, spark: Any
+) -> None:
+    faults = [("partition", 5.0), ("split", 5.0), ("zk-kill", 5.0), ("pause", 6.0)]
+    at, planned = 5.0, []
+    for i, (name, hold) in enumerate(faults):
+        planned.append(ScheduledFault(at, name, hold, (0.2 + i * 0.3) % 1))
+        at += hold + 3.0
+    replay = tmp_path / "schedule.json"
+    replay.write_text(Schedule(0, at, 3.0, tuple(planned)).to_json())
+    before = {kind: set(_docker_names(kind)) for kind in ("ps", "network", "volume")}
+
+    run_dir = tmp_path / "run"
+    status = run_chaos(
+        RunSettings(
+            out=run_dir,
+            backend="docker",
+            replay=replay,
+            producers=2,
+            rate=50,
+            consumers=1,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            spark=spark,
+        )
+    )
+    assert status == 0, (run_dir / "audit" / "summary.txt").read_text()
+    events = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+    struck = {e["f"] for e in events}
+    assert {"partition", "split", "heal", "zk-kill", "zk-start", "pause", "resume"} <= struck
+    assert not [e for e in events if e["type"] == "fail"], events
+    for broker in (1, 2, 3):
+        assert (run_dir / "data" / f"broker-{broker}" / "meta.properties").is_file()
+    assert json.loads((run_dir / "audit" / "report.json").read_text())["violations"] == []
+    # The run's own project is gone: containers, networks (the split one too) and volumes.
+    after = {kind: set(_docker_names(kind)) for kind in ("ps", "network", "volume")}
+    for kind in after:
+        assert not [n for n in after[kind] - before[kind] if n.startswith("chaos-")], kind

@@ -1,0 +1,204 @@
+"""``minibroker chaos run`` on the local backend: real processes broken and healed, judged
+by the audit.
+
+One run strikes every nemesis the local backend can do, each once and briefly (a replayed
+schedule makes it deterministic); another is interrupted in the middle of a pause and must
+heal and stop everything; bad input is one line and exit status 2 before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.runner import RunSettings, run_chaos
+from chaos.schedule import Schedule, ScheduledFault
+from tests.helpers import minibroker, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+SESSION_TIMEOUT_MS = 2000
+LOCAL_NEMESES = [
+    "kill",
+    "bounce",
+    "pause",
+    "leader",
+    "controller",
+    "zk-expire",
+    "torn-write",
+    "zk-kill",
+    "zk-quorum-loss",
+]
+"""Healing verb each nemesis writes to the timeline after its strike."""
+STRIKES = {
+    "kill": "kill",
+    "bounce": "stop",
+    "pause": "pause",
+    "leader": "kill",
+    "controller": "kill",
+    "zk-expire": "zk-expire",
+    "torn-write": "torn-write",
+    "zk-kill": "zk-kill",
+    "zk-quorum-loss": "zk-kill",
+}
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    from chaos.audit.session import start_session
+
+    session = start_session("local[2]", {})
+    yield session
+    session.stop()
+
+
+def _schedule(path: Path, faults: list[tuple[str, float]], gap: float = 2.0) -> Path:
+    """Each fault once, in order, ``gap`` seconds apart, held as given."""
+    at, planned = gap, []
+    for i, (name, hold) in enumerate(faults):
+        planned.append(ScheduledFault(at, name, hold, (i * 0.37) % 1))
+        at += hold + gap
+    path.write_text(Schedule(0, at, gap, tuple(planned)).to_json())
+    return path
+
+
+def _processes_of(run_dir: Path) -> list[str]:
+    """Command lines of processes still running with the run directory in them."""
+    found = subprocess.run(
+        ["pgrep", "-af", str(run_dir)], capture_output=True, text=True, check=False
+    ).stdout
+    return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+def _timeline(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "timeline.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_every_local_nemesis_strikes_heals_and_the_audit_finds_nothing(
+    tmp_path: Path, spark: Any
+) -> None:
+    holds = {"pause": SESSION_TIMEOUT_MS / 1000 * 1.5 + 1}
+    replay = _schedule(tmp_path / "schedule.json", [(n, holds.get(n, 2.0)) for n in LOCAL_NEMESES])
+    run_dir = tmp_path / "run"
+    status = run_chaos(
+        RunSettings(
+            out=run_dir,
+            replay=replay,
+            producers=2,
+            rate=50,
+            consumers=1,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            spark=spark,
+        )
+    )
+    assert status == 0, (run_dir / "audit" / "summary.txt").read_text()
+
+    events = _timeline(run_dir)
+    for name, strike in STRIKES.items():
+        assert any(e["f"] == strike and e.get("nemesis") == name for e in events), name
+    assert not [e for e in events if e["type"] == "fail"], events
+    # Healed: every broker that was killed, stopped or paused came back.
+    assert sum(e["f"] == "start" for e in events) >= 5
+    assert any(e["f"] == "resume" for e in events)
+    assert sum(e["f"] == "zk-start" for e in events) == 3  # one node, then two
+
+    for name in ("history.jsonl", "timeline.jsonl", "schedule.json"):
+        assert (run_dir / name).is_file(), name
+    for broker in (1, 2, 3):
+        assert (run_dir / "data" / f"broker-{broker}" / "meta.properties").is_file()
+        assert (run_dir / "logs" / f"broker-{broker}.log").is_file()
+    report = json.loads((run_dir / "audit" / "report.json").read_text())
+    assert report["violations"] == []
+    assert (run_dir / "audit" / "report.html").is_file()
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    acked = [h for h in history if h["type"] == "ok"]
+    assert len(acked) > 100
+    assert sum(h["type"] == "read" for h in history) >= len(acked)  # consumers + final read
+    assert not _processes_of(run_dir), "the run left processes behind"
+
+
+def test_an_interrupted_run_heals_the_paused_broker_and_stops_everything(
+    tmp_path: Path,
+) -> None:
+    replay = _schedule(tmp_path / "schedule.json", [("pause", 120.0)])
+    run_dir = tmp_path / "run"
+    run = subprocess.Popen(
+        [
+            sys.executable, "-m", "client.cli", "chaos", "run", "--replay", str(replay),
+            "--out", str(run_dir), "--producers", "1", "--rate", "20",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: any(e["f"] == "pause" for e in _timeline(run_dir)),
+            180,
+            message="the pause to strike",
+        )
+        paused = next(e["target"] for e in _timeline(run_dir) if e["f"] == "pause")
+        time.sleep(0.5)  # the paused broker is frozen now; the run is in the fault's hold
+        run.send_signal(signal.SIGINT)
+        output, _ = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == 2, output
+    assert "interrupted" in output
+    assert str(run_dir) in output.splitlines()[-1]
+    events = _timeline(run_dir)
+    assert any(e["f"] == "resume" and e["target"] == paused for e in events), events
+    assert not _processes_of(run_dir), "the interrupted run left processes behind"
+    assert (run_dir / "history.jsonl").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--nemesis", "partition"], "needs the docker backend"),
+        (["--nemesis", "meteor"], "unknown nemesis 'meteor'"),
+    ],
+)
+def test_what_the_backend_cannot_do_is_one_line_and_exit_2(
+    tmp_path: Path, args: list[str], problem: str
+) -> None:
+    done = minibroker("chaos", "run", "--out", str(tmp_path / "run"), *args, timeout=60)
+    assert done.returncode == 2
+    assert problem in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "run" / "data").exists()  # nothing was started
+
+
+def test_an_out_dir_holding_a_run_and_a_bad_replay_are_refused_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "history.jsonl").write_text("")
+    done = minibroker("chaos", "run", "--out", str(held), timeout=60)
+    assert done.returncode == 2
+    assert "already holds a run" in done.stderr
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    done = minibroker(
+        "chaos", "run", "--replay", str(bad), "--out", str(tmp_path / "fresh"), timeout=60
+    )
+    assert done.returncode == 2
+    assert "not JSON" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

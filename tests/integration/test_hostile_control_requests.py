@@ -1,0 +1,251 @@
+"""Control requests no controller would send: path traversal, forged epochs, undecodable bytes.
+
+Each test is a finding of a probe of a running cluster (issue 11, section 2), replayed
+against real broker processes under their real controller: the broker refuses the request
+with a clear error, nothing on disk outside (or inside) its data dir is touched, the cluster
+keeps its controller and its data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from kazoo.client import KazooClient
+
+from broker import zk_data
+from broker.topic_partition import TopicPartition
+from deploy.zookeeper import ZooKeeperServer
+from proto import minibroker_pb2 as pb
+from tests.cluster import Cluster, running_cluster
+from tests.helpers import chrooted_client, wait_for
+
+pytestmark = pytest.mark.integration
+
+TP = TopicPartition("precious", 0)
+INT32_MAX = 2**31 - 1
+ACKED = [f"m{i}".encode() for i in range(500)]
+
+
+@pytest.fixture(scope="module")
+def zk(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
+    with chrooted_client(zookeeper) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    zookeeper: ZooKeeperServer, zk: KazooClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """Three brokers under their own controller, laid out as ``cluster up`` lays them out
+    (``D/broker-N``), with 500 acknowledged records on every replica of ``precious-0``."""
+    root = tmp_path_factory.mktemp("hostile")
+    with running_cluster(zk, zookeeper.connect_string + zk.chroot, root) as c:
+        c.create_topic(TP.topic, {0: [1, 2, 3]})
+        for start in range(0, len(ACKED), 100):
+            response = c.produce(1, TP, ACKED[start : start + 100])
+            assert response.error_code == pb.NONE, response.error_message
+        c.wait_for_isr(TP, {1, 2, 3})
+        yield c
+
+
+def broker_epoch(zk: KazooClient, broker_id: int) -> int:
+    """What a reader of the open ZooKeeper learns: the broker's KIP-380 epoch."""
+    stat = zk.exists(zk_data.broker_path(broker_id))
+    assert stat is not None
+    return int(stat.czxid)
+
+
+def intact(cluster: Cluster) -> None:
+    """Every replica still holds the 500 records, and the leader serves them."""
+    for b in (1, 2, 3):
+        assert [v for _, v in cluster.replica_records(b, TP)][: len(ACKED)] == ACKED, b
+    leader = cluster.wait_for_leader(TP)
+    assert [v for _, v in cluster.consume_all(leader, TP)][: len(ACKED)] == ACKED
+
+
+def log_of(cluster: Cluster, broker_id: int) -> str:
+    return cluster.brokers[broker_id].log_path.read_text(errors="replace")
+
+
+def test_path_traversal_in_stop_replica_deletes_nothing_outside_the_data_dir(
+    cluster: Cluster, zk: KazooClient, tmp_path: Path
+) -> None:
+    # A sibling of the data dirs (as `cluster up` lays out D/broker-N, another broker's dir
+    # is one `..` away) and a directory named by an absolute path.
+    sibling = cluster.root / "victim-0"
+    sibling.mkdir()
+    (sibling / "keep").write_text("mine")
+    absolute = tmp_path / "elsewhere-0"
+    absolute.mkdir()
+    (absolute / "keep").write_text("mine")
+    topics = ["../victim", "../broker-2/precious", str(tmp_path / "elsewhere"), "..", "a/b"]
+    for topic in topics:
+        request = pb.StopReplicaRequest(
+            controller_id=1,
+            controller_epoch=cluster.controller_epoch(),
+            broker_epoch=broker_epoch(zk, 1),
+        )
+        request.partition_states.add(
+            topic_name=topic, partition_index=0, leader_epoch=-2, delete_partition=True
+        )
+        answer = cluster.control_stub(1).StopReplica(request, timeout=10)
+        assert answer.error_code == pb.INVALID_REQUEST, (topic, answer)
+    assert (sibling / "keep").read_text() == "mine"
+    assert (absolute / "keep").read_text() == "mine"
+    assert cluster.partition_dir(2, TP).is_dir()
+    intact(cluster)
+
+
+def test_path_traversal_in_leader_and_isr_creates_nothing_outside_the_data_dir(
+    cluster: Cluster, zk: KazooClient, tmp_path: Path
+) -> None:
+    for topic in ("../escaped", str(tmp_path / "abs")):
+        request = pb.LeaderAndIsrRequest(
+            controller_id=1,
+            controller_epoch=cluster.controller_epoch(),
+            broker_epoch=broker_epoch(zk, 1),
+        )
+        request.partition_states.add(
+            topic_name=topic, partition_index=0, leader=1, leader_epoch=0, isr=[1], replicas=[1]
+        )
+        answer = cluster.control_stub(1).LeaderAndIsr(request, timeout=10)
+        assert answer.error_code == pb.INVALID_REQUEST, (topic, answer)
+    assert not (cluster.root / "escaped-0").exists()
+    assert not (tmp_path / "abs-0").exists()
+
+
+def test_forged_stop_replica_with_unknown_broker_epoch_deletes_no_replica(
+    cluster: Cluster,
+) -> None:
+    # broker_epoch -1 used to skip the KIP-380 check; it deleted all three replicas.
+    for b in (1, 2, 3):
+        request = pb.StopReplicaRequest(
+            controller_id=1, controller_epoch=cluster.controller_epoch(), broker_epoch=-1
+        )
+        request.partition_states.add(
+            topic_name=TP.topic, partition_index=0, leader_epoch=-2, delete_partition=True
+        )
+        answer = cluster.control_stub(b).StopReplica(request, timeout=10)
+        assert answer.error_code == pb.STALE_BROKER_EPOCH, answer
+        assert "control.request.unknown.broker.epoch.enable" in log_of(cluster, b)
+    intact(cluster)
+
+
+def test_forged_stop_replica_with_valid_epochs_deletes_no_replica_zookeeper_keeps(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    # Right broker and controller epochs (anyone can read them from ZooKeeper), but
+    # ZooKeeper neither deletes the topic nor moves the replica away: nothing is deleted.
+    state = cluster.state(TP)
+    assert state is not None
+    for leader_epoch in (-2, state.leader_epoch, -1):
+        for b in (1, 2, 3):
+            request = pb.StopReplicaRequest(
+                controller_id=1,
+                controller_epoch=cluster.controller_epoch(),
+                broker_epoch=broker_epoch(zk, b),
+            )
+            request.partition_states.add(
+                topic_name=TP.topic,
+                partition_index=0,
+                leader_epoch=leader_epoch,
+                delete_partition=True,
+            )
+            answer = cluster.control_stub(b).StopReplica(request, timeout=10)
+            assert answer.error_code == pb.NONE
+            [error] = answer.partition_errors
+            assert error.error_code == pb.INVALID_REQUEST, error
+            assert "ZooKeeper" in error.error_message
+    intact(cluster)
+
+
+def test_forged_update_metadata_with_huge_controller_epoch_is_refused_and_starts_no_election(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    epoch_before = cluster.controller_epoch()
+    controller = cluster.wait_for_controller()
+    victim = next(b for b in (1, 2, 3) if b != controller)
+    forged = pb.UpdateMetadataRequest(
+        controller_id=victim, controller_epoch=INT32_MAX, broker_epoch=broker_epoch(zk, victim)
+    )
+    answer = cluster.control_stub(victim).UpdateMetadata(forged, timeout=10)
+    assert answer.error_code == pb.STALE_CONTROLLER_EPOCH
+    # The real controller is still believed: a topic it creates reaches the victim's
+    # metadata, and no election happened (the epoch did not move).
+    cluster.create_topic("after-forgery", {0: [victim]})
+    wait_for(
+        lambda: _leader_in_metadata(cluster, victim, "after-forgery") == victim,
+        20,
+        message="the victim's metadata to show the real controller's new topic",
+    )
+    assert cluster.controller_epoch() == epoch_before
+    assert cluster.wait_for_controller() == controller
+
+
+def test_forged_leader_and_isr_with_huge_leader_epoch_does_not_hijack_leadership(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    state = cluster.state(TP)
+    assert state is not None
+    hijacker = next(b for b in (1, 2, 3) if b != state.leader)
+    for leader_epoch in (INT32_MAX, state.leader_epoch + 1, state.leader_epoch):
+        forged = pb.LeaderAndIsrRequest(
+            controller_id=1,
+            controller_epoch=cluster.controller_epoch(),
+            broker_epoch=broker_epoch(zk, hijacker),
+        )
+        forged.partition_states.add(
+            topic_name=TP.topic,
+            partition_index=0,
+            controller_epoch=cluster.controller_epoch(),
+            leader=hijacker,
+            leader_epoch=leader_epoch,
+            isr=[hijacker],
+            zk_version=state.zk_version,
+            replicas=[1, 2, 3],
+        )
+        answer = cluster.control_stub(hijacker).LeaderAndIsr(forged, timeout=10)
+        [error] = answer.partition_errors
+        assert error.error_code == pb.INVALID_REQUEST, (leader_epoch, error)
+        assert "ZooKeeper" in error.error_message
+    # The hijacker is still a follower: it refuses produce; the real leader serves.
+    refused = cluster.produce(hijacker, TP, [b"hijacked?"], acks=1)
+    assert refused.error_code == pb.NOT_LEADER_OR_FOLLOWER
+    now = cluster.state(TP)
+    assert now is not None
+    # The ISR may move on its own (same epoch): only the leadership must not have.
+    assert (now.leader, now.leader_epoch) == (state.leader, state.leader_epoch)
+    intact(cluster)
+
+
+def test_undecodable_requests_get_invalid_argument_and_one_log_line(cluster: Cluster) -> None:
+    garbage = b"\xff\xff\xff\xff\x0f not a protobuf message"
+    before = log_of(cluster, 1)
+    for method in ("/minibroker.Broker/Produce", "/minibroker.Control/LeaderAndIsr"):
+        call = cluster.channel(1).unary_unary(
+            method, request_serializer=lambda b: b, response_deserializer=lambda b: b
+        )
+        with pytest.raises(grpc.RpcError) as raised:
+            call(garbage, timeout=10)
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert method in str(raised.value.details())
+    new_lines = log_of(cluster, 1)[len(before) :]
+    assert new_lines.count("event=request_undecodable") == 2, new_lines
+    assert "Traceback" not in new_lines
+    assert cluster.produce(1, TP, [b"still-served"], acks=1).error_code in (
+        pb.NONE,
+        pb.NOT_LEADER_OR_FOLLOWER,
+    )
+
+
+def _leader_in_metadata(cluster: Cluster, broker_id: int, topic: str) -> int | None:
+    response = cluster.broker_stub(broker_id).Metadata(
+        pb.MetadataRequest(topics=[topic]), timeout=5
+    )
+    [found] = response.topics
+    if found.error_code != pb.NONE or not found.partitions:
+        return None
+    return found.partitions[0].leader_id

@@ -1,0 +1,125 @@
+"""Which control requests a broker believes, given what ZooKeeper holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.control_request_checks import (
+    EPOCH_DURING_DELETE,
+    NO_EPOCH,
+    StopReplicaFacts,
+    broker_epoch_refusal,
+    controller_epoch_refusal,
+    leader_and_isr_refusal,
+    stop_replica_refusal,
+)
+from broker.topic_partition import TopicPartition
+from broker.zk_data import PartitionState
+from proto.minibroker_pb2 import ErrorCode
+
+TP = TopicPartition("t", 0)
+STATE = PartitionState(leader=1, leader_epoch=5, isr=(1, 2, 3), controller_epoch=2, zk_version=7)
+
+
+def test_unknown_broker_epoch_is_refused_unless_the_upgrade_setting_allows_it() -> None:
+    refusal = broker_epoch_refusal(-1, 100, accept_unknown=False)
+    assert refusal is not None
+    assert refusal.code == ErrorCode.STALE_BROKER_EPOCH
+    assert "control.request.unknown.broker.epoch.enable" in refusal.message
+    assert broker_epoch_refusal(-1, 100, accept_unknown=True) is None
+
+
+def test_broker_epoch_of_an_earlier_incarnation_is_stale_and_a_current_one_is_fine() -> None:
+    stale = broker_epoch_refusal(99, 100, accept_unknown=True)
+    assert stale is not None
+    assert stale.code == ErrorCode.STALE_BROKER_EPOCH
+    assert broker_epoch_refusal(100, 100, accept_unknown=False) is None
+    assert broker_epoch_refusal(101, 100, accept_unknown=False) is None  # as Kafka
+
+
+def test_controller_epoch_older_than_seen_is_stale() -> None:
+    refusal = controller_epoch_refusal(3, 4, None)
+    assert refusal is not None
+    assert refusal.code == ErrorCode.STALE_CONTROLLER_EPOCH
+
+
+def test_controller_epoch_beyond_zookeeper_is_never_adopted() -> None:
+    refusal = controller_epoch_refusal(2**31 - 1, 4, 5)
+    assert refusal is not None
+    assert refusal.code == ErrorCode.STALE_CONTROLLER_EPOCH
+    assert "/controller_epoch" in refusal.message
+    assert controller_epoch_refusal(6, 4, None) is not None  # nobody was ever elected
+
+
+def test_controller_epoch_up_to_zookeepers_is_adopted() -> None:
+    assert controller_epoch_refusal(5, 4, 5) is None
+    assert controller_epoch_refusal(4, 4, None) is None  # the same controller again
+
+
+def test_leader_and_isr_beyond_the_state_znode_is_refused() -> None:
+    refusal = leader_and_isr_refusal(TP, 2, 2**31 - 1, STATE)
+    assert refusal is not None
+    assert refusal.code == ErrorCode.INVALID_REQUEST
+    assert "beyond" in refusal.message
+    assert leader_and_isr_refusal(TP, 1, 6, STATE) is not None
+
+
+def test_leader_and_isr_at_the_znodes_epoch_must_name_its_leader() -> None:
+    refusal = leader_and_isr_refusal(TP, 2, 5, STATE)
+    assert refusal is not None
+    assert refusal.code == ErrorCode.INVALID_REQUEST
+    assert leader_and_isr_refusal(TP, 1, 5, STATE) is None
+
+
+def test_leader_and_isr_older_than_the_znode_is_left_to_the_epoch_fencing() -> None:
+    # The controller has moved on already; the broker's own epoch check decides (Kafka).
+    assert leader_and_isr_refusal(TP, 3, 4, STATE) is None
+
+
+def test_leader_and_isr_without_state_znode_is_refused() -> None:
+    refusal = leader_and_isr_refusal(TP, 1, 0, None)
+    assert refusal is not None
+    assert refusal.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def facts(
+    assignment: tuple[int, ...] | None = (1, 2, 3),
+    marked: bool = False,
+    local: int | None = 5,
+) -> StopReplicaFacts:
+    return StopReplicaFacts(assignment, marked, STATE if assignment else None, local)
+
+
+@pytest.mark.parametrize("delete", [True, False])
+def test_stop_replica_for_topic_deletion_needs_zookeeper_to_delete_the_topic(
+    delete: bool,
+) -> None:
+    refusal = stop_replica_refusal(1, TP, EPOCH_DURING_DELETE, delete, facts())
+    assert refusal is not None
+    assert refusal.code == ErrorCode.INVALID_REQUEST
+    assert stop_replica_refusal(1, TP, EPOCH_DURING_DELETE, delete, facts(marked=True)) is None
+    assert stop_replica_refusal(1, TP, EPOCH_DURING_DELETE, delete, facts(None)) is None
+
+
+def test_stop_replica_deletes_only_a_replica_zookeeper_no_longer_assigns_here() -> None:
+    refusal = stop_replica_refusal(1, TP, 5, True, facts())
+    assert refusal is not None
+    assert "still assigns" in refusal.message
+    assert stop_replica_refusal(1, TP, NO_EPOCH, True, facts()) is not None
+    # Reassigned away ([1,2,3] -> [2,3,4]): the controller wrote the new assignment first.
+    assert stop_replica_refusal(1, TP, 5, True, facts((2, 3, 4))) is None
+
+
+def test_stop_replica_without_delete_follows_kip_570() -> None:
+    older = stop_replica_refusal(1, TP, 4, False, facts(local=5))
+    assert older is not None
+    assert older.code == ErrorCode.FENCED_LEADER_EPOCH
+    assert stop_replica_refusal(1, TP, 5, False, facts(local=5)) is None
+    assert stop_replica_refusal(1, TP, 5, False, facts(local=4)) is None
+    assert stop_replica_refusal(1, TP, NO_EPOCH, False, facts(local=5)) is None
+
+
+def test_stop_replica_beyond_the_state_znode_is_refused() -> None:
+    refusal = stop_replica_refusal(1, TP, 2**31 - 1, False, facts())
+    assert refusal is not None
+    assert refusal.code == ErrorCode.INVALID_REQUEST

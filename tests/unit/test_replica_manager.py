@@ -1,0 +1,160 @@
+"""ReplicaManager's produce path over real logs and partitions (no ZooKeeper, no gRPC)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from broker.config import BrokerConfig
+from broker.log import Log, LogConfig
+from broker.log_manager import LogManager
+from broker.metadata_cache import MetadataCache
+from broker.partition import LeadershipState, Partition
+from broker.record_batch import Record, decode_batch, encode_batch
+from broker.replica_manager import ReplicaManager
+from broker.topic_partition import TopicPartition
+from broker.zk_client import BrokerZkClient, ZkSessionExpiredError
+from broker.zk_data import PartitionState
+from proto import minibroker_pb2 as pb
+from proto.minibroker_pb2 import ErrorCode
+from tests.poison_batches import POISONS, Poison
+
+GOOD = TopicPartition("mixed", 0)
+POISONED = TopicPartition("mixed", 1)
+
+
+class _LeasedZk:
+    """The one ZooKeeper call a produce makes: this broker's session is fine."""
+
+    async def ensure_session_lease(self) -> bool:
+        return True
+
+
+def replica_manager(tmp_path: Path, executor: ThreadPoolExecutor) -> ReplicaManager:
+    config = BrokerConfig(broker_id=1, zookeeper_connect="unused:2181", log_dir=tmp_path)
+    manager = ReplicaManager(
+        config,
+        LogManager(tmp_path, LogConfig(), 1),
+        cast(BrokerZkClient, _LeasedZk()),
+        MetadataCache(),
+        executor,
+    )
+    for tp in (GOOD, POISONED):
+        partition = Partition(tp, 1, Log.open(tmp_path / tp.dir_name, LogConfig()), clock_ms=int)
+        assert partition.make_leader(LeadershipState(1, 0, (1,), (1,), 0, controller_epoch=1))
+        manager.partitions[tp] = partition
+    return manager
+
+
+@pytest.mark.parametrize("poison", POISONS, ids=[p.name for p in POISONS])
+def test_produce_mixing_a_good_and_a_poison_partition_writes_only_the_good_one(
+    tmp_path: Path, poison: Poison
+) -> None:
+    good = encode_batch([Record(b"k", b"kept", 1), Record(None, b"also kept", 2)])
+    with ThreadPoolExecutor(1) as executor:
+        manager = replica_manager(tmp_path, executor)
+        results = asyncio.run(manager.append_records(1, 1000, {GOOD: good, POISONED: poison.batch}))
+        logs = {tp: manager.partitions[tp].log for tp in (GOOD, POISONED)}
+        assert results[GOOD].error_code == ErrorCode.NONE
+        assert results[GOOD].base_offset == 0
+        assert results[POISONED].error_code == poison.code
+        assert poison.fragment in results[POISONED].error_message.lower()
+        assert results[POISONED].base_offset == -1
+        written = logs[GOOD].read(0, 1 << 20).records
+        assert [r.value for r in decode_batch(written).records] == [b"kept", b"also kept"]
+        assert (logs[POISONED].log_end_offset, logs[POISONED].size_in_bytes) == (0, 0)
+        for log in logs.values():
+            log.close()
+
+
+# -- LeaderAndIsr that fails part way ---------------------------------------------------------
+
+FOLLOWED = TopicPartition("followed", 0)
+UNREADABLE = TopicPartition("unreadable", 0)
+
+
+class _ControlZk:
+    """What a LeaderAndIsr reads from ZooKeeper: the controller epoch and the state znodes
+    (as the request says), and topic configs, whose read fails for ``unreadable`` as it does
+    when the broker's session expires mid-request."""
+
+    def __init__(self, states: dict[TopicPartition, PartitionState]) -> None:
+        self.states = states
+
+    async def sync(self) -> None:
+        return None
+
+    async def get_controller_epoch(self) -> int:
+        return 1
+
+    async def get_partition_states(
+        self, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, PartitionState | None]:
+        return {tp: self.states.get(tp) for tp in tps}
+
+    async def get_topic_config(self, topic: str) -> dict[str, str]:
+        if topic == UNREADABLE.topic:
+            raise ZkSessionExpiredError("get /config/topics/unreadable: the session expired")
+        return {}
+
+
+def _leader_and_isr(*tps: TopicPartition) -> pb.LeaderAndIsrRequest:
+    request = pb.LeaderAndIsrRequest(controller_id=2, controller_epoch=1, broker_epoch=5)
+    request.live_leaders.add(node_id=2, host="127.0.0.1", port=1)
+    for tp in tps:
+        request.partition_states.add(
+            topic_name=tp.topic, partition_index=tp.partition, controller_epoch=1, leader=2,
+            leader_epoch=3, isr=[2, 1], zk_version=1, replicas=[2, 1],
+        )  # fmt: skip
+    return request
+
+
+def test_a_follower_made_before_a_failing_partition_still_fetches_and_a_repeat_restarts_it(
+    tmp_path: Path,
+) -> None:
+    """Found by chaos (zk-expire right after a restart): the session expired while a
+    LeaderAndIsr created its partitions; the ones already made followers never got a
+    fetcher, and the controller's repeat at the same epoch was taken as a no-op."""
+    state = PartitionState(leader=2, leader_epoch=3, isr=(2, 1), controller_epoch=1, zk_version=1)
+    zk = _ControlZk({FOLLOWED: state, UNREADABLE: state})
+    config = BrokerConfig(
+        broker_id=1,
+        zookeeper_connect="unused:2181",
+        log_dir=tmp_path,
+        request_timeout_ms=500,
+        replica_fetch_backoff_ms=50,
+    )
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(2) as executor:
+            log_manager = LogManager(tmp_path, LogConfig(), 1)
+            log_manager.startup()
+            manager = ReplicaManager(
+                config, log_manager, cast(BrokerZkClient, zk), MetadataCache(), executor
+            )
+            manager.broker_epoch = 5
+            try:
+                answer = await manager.become_leader_or_follower(
+                    _leader_and_isr(FOLLOWED, UNREADABLE)
+                )
+                codes = {e.topic_name: e.error_code for e in answer.partition_errors}
+                assert codes == {
+                    "followed": ErrorCode.NONE,
+                    "unreadable": ErrorCode.REQUEST_TIMED_OUT,
+                }
+                assert manager._is_fetching(FOLLOWED)
+                # A fetcher that stopped on an error: the controller's repeat starts it again.
+                for fetcher in manager.fetchers.values():
+                    fetcher.remove_partitions([FOLLOWED])
+                assert not manager._is_fetching(FOLLOWED)
+                await manager.become_leader_or_follower(_leader_and_isr(FOLLOWED))
+                assert manager._is_fetching(FOLLOWED)
+            finally:
+                await manager.shutdown()
+                await asyncio.get_running_loop().run_in_executor(executor, log_manager.shutdown)
+
+    asyncio.run(scenario())
