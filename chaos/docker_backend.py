@@ -43,6 +43,7 @@ _START_TIMEOUT_S = 120.0
 _UP_TIMEOUT_S = 1500.0
 """`make up` may build the image first (a cold build takes minutes)."""
 _SPLIT_NETWORK = "chaos-split"
+_IMAGE_PYTHON = "/opt/minibroker/bin/python3"
 
 
 def _client() -> Any:
@@ -225,13 +226,14 @@ class DockerBackend(ClusterBackend):
     def _signal_all(container: Any, signal: str) -> None:
         """Every process of the container but its init (tini, which only reaps).
 
-        ``kill -1`` from a process exec'd into the container reaches every process of its
-        PID namespace except init and the caller.
+        ``kill(-1, sig)`` from a process exec'd into the container reaches every process of
+        its PID namespace except init and the caller (the image's shell has no ``kill -1``).
         """
-        result = container.exec_run(["sh", "-c", f"kill -s {signal} -1"])
+        code = f"import os, signal; os.kill(-1, signal.SIG{signal})"
+        result = container.exec_run([_IMAGE_PYTHON, "-c", code])
         if result.exit_code != 0:
             output = bytes(result.output).decode("utf-8", "replace").strip()
-            raise BackendUnavailableError(f"{container.name}: kill -s {signal} -1: {output}")
+            raise BackendUnavailableError(f"{container.name}: SIG{signal} to all: {output}")
 
     def is_running(self, broker_id: int) -> bool:
         return self._status(self._brokers[broker_id]) in ("running", "paused")
@@ -243,7 +245,7 @@ class DockerBackend(ClusterBackend):
         output = self._docker.containers.run(
             container.image.id,
             ["-m", "chaos.torn_write", "/data", "--seed", str(rng.randrange(2**31))],
-            entrypoint="/opt/minibroker/bin/python3",
+            entrypoint=_IMAGE_PYTHON,
             volumes_from=[container.id],
             remove=True,
             network_mode="none",

@@ -44,6 +44,8 @@ def test_every_cell_of_kafkas_replication_matrix_is_clean(tmp_path: Path, spark:
             json.loads(line)
             for line in (Path(cell["run_dir"]) / "timeline.jsonl").read_text().splitlines()
         ]
-        struck = [e for e in events if e.get("nemesis")]
+        faults = [e for e in events if e["f"] == "fault"]
+        assert len(faults) == 1, (cell, events)
+        struck = [e for e in events if e.get("nemesis") and e["f"] != "fault"]
         bounces = 3 if cell["failure_mode"].endswith("bounce") else 1
         assert len(struck) == bounces, (cell, events)
