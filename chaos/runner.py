@@ -197,10 +197,16 @@ class _Run:
             raise
         finally:
             timeline.close()
-            if self.zk is not None:
-                with contextlib.suppress(Exception):
-                    self.zk.stop()
-                    self.zk.close()
+            self._close_zookeeper()
+
+    def _close_zookeeper(self) -> None:
+        """Before the cluster stops: a client left open retries the stopped ZooKeeper,
+        logging every refused connection, through the whole audit."""
+        if self.zk is not None:
+            with contextlib.suppress(Exception):
+                self.zk.stop()
+                self.zk.close()
+            self.zk = None
 
     def _backend(self) -> ClusterBackend:
         settings = self.settings
@@ -427,6 +433,7 @@ class _Run:
         backend = self.backend
         if backend is None:
             return
+        self._close_zookeeper()
         if stop_cluster:
             backend.stop_cluster()
         if not self.own_cluster or backend.name != "local":

@@ -1004,15 +1004,29 @@ def _lost_acks(
     lost = plan.few(suspects)
     if lost is None:
         return None
+    return _value_not_held_item(lost, records, offsets, "lost_ack", [], ["max_leo"])
+
+
+def _value_not_held_item(
+    suspects: DataFrame,
+    records: DataFrame,
+    offsets: DataFrame,
+    kind: str,
+    key_columns: list[str],
+    info_columns: list[str],
+) -> DataFrame:
+    """One finding per history line whose value the committed log does not hold at its
+    offset (an acknowledged write or a read), with where the value went instead."""
     return _item(
-        _whereabouts(lost, records, offsets),
-        "lost_ack",
+        _whereabouts(suspects, records, offsets),
+        kind,
         brokers=F.col("replicas"),
         start=F.col("offset"),
         end=F.col("offset"),
         n=F.lit(1),
         key=F.struct(
             F.col("reason"),
+            *(F.col(c) for c in key_columns),
             F.col("still_held"),
             F.col("moved_to").isNotNull().alias("moved"),
             F.col("held_epoch"),
@@ -1022,7 +1036,7 @@ def _lost_acks(
             F.col("held"),
             F.col("moved_to"),
             F.col("line"),
-            F.col("max_leo"),
+            *(F.col(c) for c in info_columns),
         ),
         t=F.col("time"),
     )
@@ -1166,30 +1180,13 @@ def _inconsistent_reads(
     )
     if suspects is None:
         return None
-    return _item(
-        _whereabouts(suspects, records, offsets),
+    return _value_not_held_item(
+        suspects,
+        records,
+        offsets,
         "inconsistent_read",
-        brokers=F.col("replicas"),
-        start=F.col("offset"),
-        end=F.col("offset"),
-        n=F.lit(1),
-        key=F.struct(
-            F.col("reason"),
-            F.col("process"),
-            F.col("still_held"),
-            F.col("moved_to").isNotNull().alias("moved"),
-            F.col("held_epoch"),
-        ),
-        info=F.struct(
-            _shown(F.col("value")).alias("value"),
-            F.col("held"),
-            F.col("moved_to"),
-            F.col("line"),
-            F.col("session"),
-            F.col("max_leo"),
-            F.col("committed_end"),
-        ),
-        t=F.col("time"),
+        ["process"],
+        ["session", "max_leo", "committed_end"],
     )
 
 
