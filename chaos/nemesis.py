@@ -22,6 +22,12 @@ nemesis           fault                                       heal
                   from ZooKeeper
 ``split``         halves: the larger half of the brokers cut  reconnect (docker only)
                   off from ZooKeeper and the other half
+``cascade``       SIGKILL a partition's leader and the broker  start both
+                  the controller will elect after it; end the
+                  leader's session, then (once its successor
+                  is elected) the successor's: the last ISR
+                  member follows a dead leader, then leads
+                  (KIP-101's first case, under real faults)
 ``zk-kill``       SIGKILL one node of a 3-node ensemble        start it
 ``zk-quorum-loss``  SIGKILL two nodes of a 3-node ensemble    start them
 ``clean-shutdown-leader`` ... ``hard-bounce-controller``: Kafka's replication-test failure
@@ -47,7 +53,8 @@ from broker import zk_data
 from broker.topic_partition import TopicPartition
 from chaos.backend import BackendUnavailableError, ClusterBackend
 from chaos.history_recorder import TimelineRecorder
-from chaos.zookeeper_session import expire_session
+from chaos.zookeeper_session import close_session, expire_session
+from controller.leader_election import offline_partition_leader_election
 
 __all__ = [
     "KAFKA_FAILURE_MODES",
@@ -55,8 +62,14 @@ __all__ = [
     "Fault",
     "Nemesis",
     "NemesisContext",
+    "NoTargetError",
     "nemesis_named",
 ]
+
+
+class NoTargetError(Exception):
+    """The cluster offers this nemesis no target right now (the run goes on with the next
+    fault); unlike BackendUnavailableError, which means it never could."""
 
 
 @dataclass
@@ -276,6 +289,128 @@ class _Split(_Partition):
         return [[b for b in brokers if b not in cut], sorted(cut)]
 
 
+class _Cascade(Nemesis):
+    """Two leaders of a partition die in turn before the last in-sync follower has fetched
+    from the second: the interleaving where pre-0.11 Kafka lost acknowledged writes.
+
+    The leader L1 and its successor L2 (the replica the controller's clean election will
+    pick) are both SIGKILLed first, their ZooKeeper sessions still open. L1's session is
+    then ended: the controller elects L2, which looks alive, and tells the follower F to
+    follow it. F becomes a follower of a dead leader; in ``high-watermark`` mode it cuts
+    its log to its own high watermark at once, which lags the leader's by a fetch round,
+    so it drops records the leader had acknowledged. In ``leader-epoch`` mode it asks L2
+    for its epoch's end offset, gets no answer, and keeps its log. L2's session is ended
+    next and the controller elects F, the last ISR member (a clean election), which leads
+    with whatever its log now holds. Ending the sessions by hand instead of waiting for
+    them to expire is what makes the order certain.
+
+    The active controller must be F (ending a dead controller's session is not possible
+    from the exported registration session), so the nemesis looks for a partition, from
+    the schedule's pick on, whose leader and successor are the other two brokers and
+    whose ISR holds every replica.
+    """
+
+    name = "cascade"
+    SETTLE_S = 1.0
+    """After L2's election, time for F to act on it before L2's session ends."""
+
+    def check(self, backend: ClusterBackend) -> None:
+        if len(backend.broker_ids()) < 3:
+            raise BackendUnavailableError(f"{self.name} needs 3 brokers or more")
+
+    def _target(
+        self, ctx: NemesisContext, pick: float, controller: int
+    ) -> tuple[TopicPartition, zk_data.PartitionState, int, int]:
+        live = set(_running(ctx))
+        count = len(ctx.partitions)
+        first = min(int(pick * count), count - 1)
+        for i in range(count):
+            tp = ctx.partitions[(first + i) % count]
+            state = _state(ctx.zk, tp)
+            assignment = _assignment(ctx.zk, tp)
+            if state is None or assignment is None or len(assignment) < 3:
+                continue
+            if sorted(state.isr) != sorted(assignment) or not set(assignment) <= live:
+                continue
+            successor = offline_partition_leader_election(
+                assignment, state.isr, live - {state.leader}
+            ).leader
+            if controller not in (state.leader, successor) and successor is not None:
+                return tp, state, state.leader, successor
+        raise NoTargetError(
+            "no partition whose ISR is whole and whose leader and successor are not the controller"
+        )
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        try:
+            data, _ = ctx.zk.get(zk_data.CONTROLLER_PATH)
+        except NoNodeError:
+            raise NoTargetError("no active controller") from None
+        controller = zk_data.decode_controller(data)
+        tp, before, leader, successor = self._target(ctx, pick, controller)
+        found = {b: ctx.backend.zookeeper_session(b) for b in (leader, successor)}
+        sessions = {b: session for b, session in found.items() if session is not None}
+        missing = [b for b in found if b not in sessions]
+        if missing:
+            raise BackendUnavailableError(
+                f"brokers {missing} do not export their ZooKeeper sessions: start the cluster "
+                "with test.zookeeper.session.export.enable=true (chaos run does)"
+            )
+        killed: list[int] = []
+        try:
+            for broker in (leader, successor):
+                ctx.backend.kill(broker)
+                killed.append(broker)
+                ctx.timeline.event("kill", broker, nemesis=self.name, tp=str(tp))
+            elected = []
+            for broker, then in ((leader, successor), (successor, controller)):
+                session_id, password = sessions[broker]
+                close_session(ctx.backend.zookeeper_connect(), session_id, password)
+                ctx.timeline.event("zk-session-closed", broker, session=f"0x{session_id:x}")
+                state = _wait_for_leader(ctx, tp, then, ctx.session_timeout_s * 5)
+                elected.append(f"{then}@{state.leader_epoch if state else '?'}")
+                if broker == leader:
+                    time.sleep(self.SETTLE_S)
+            ctx.timeline.event(
+                "cascade",
+                [leader, successor, controller],
+                tp=str(tp),
+                leader_epoch=before.leader_epoch,
+                elected=elected,
+            )
+        except BaseException:
+            for broker in killed:
+                _restart(ctx, broker)()
+            raise
+
+        def heal() -> None:
+            for broker in killed:
+                _restart(ctx, broker)()
+
+        return Fault(self.name, killed, heal)
+
+
+def _wait_for_leader(
+    ctx: NemesisContext, tp: TopicPartition, leader: int, timeout_s: float
+) -> zk_data.PartitionState | None:
+    """The partition's state once ``leader`` leads it; None if it does not in time."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = _state(ctx.zk, tp)
+        if state is not None and state.leader == leader:
+            return state
+        time.sleep(0.02)
+    return None
+
+
+def _assignment(zk: KazooClient, tp: TopicPartition) -> list[int] | None:
+    try:
+        data, _ = zk.get(zk_data.topic_path(tp.topic))
+    except NoNodeError:
+        return None
+    return zk_data.decode_topic_assignment(data).get(tp.partition)
+
+
 class _ZkKill(Nemesis):
     name = "zk-kill"
     count = 1
@@ -374,6 +509,7 @@ NEMESES: dict[str, Nemesis] = {
         _Controller(),
         _ZkExpire(),
         _TornWrite(),
+        _Cascade(),
         _Partition(),
         _Split(),
         _ZkKill(),

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900
 REPO = Path(__file__).resolve().parents[2]
 SESSION_TIMEOUT_MS = 2000
 LOCAL_NEMESES = [
+    "cascade",  # first: it needs every ISR whole
     "kill",
     "bounce",
     "pause",
@@ -40,6 +41,7 @@ LOCAL_NEMESES = [
 ]
 """Healing verb each nemesis writes to the timeline after its strike."""
 STRIKES = {
+    "cascade": "kill",
     "kill": "kill",
     "bounce": "stop",
     "pause": "pause",
@@ -127,6 +129,50 @@ def test_every_local_nemesis_strikes_heals_and_the_audit_finds_nothing(
     assert len(acked) > 100
     assert sum(h["type"] == "read" for h in history) >= len(acked)  # consumers + final read
     assert not _processes_of(run_dir), "the run left processes behind"
+
+
+@pytest.mark.parametrize("mode", ["high-watermark", "leader-epoch"])
+def test_a_cascade_loses_acknowledged_writes_only_without_leader_epochs(
+    tmp_path: Path, spark: Any, mode: str
+) -> None:
+    """KIP-101's first case under real faults: the leader and its successor die in turn,
+    and the last in-sync follower, told to follow the dead successor, cuts its log to its
+    high watermark before it leads (high-watermark mode), or keeps it (leader-epoch mode).
+    The followers' high watermarks are held 500 ms behind (a test-only setting) so that
+    acknowledged records certainly sit above them when the leader dies."""
+    replay = _schedule(tmp_path / "schedule.json", [("cascade", 3.0)], gap=4.0)
+    run_dir = tmp_path / "run"
+    status = run_chaos(
+        RunSettings(
+            out=run_dir,
+            replay=replay,
+            producers=2,
+            rate=50,
+            consumers=1,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            truncation_mode=mode,
+            extra_overrides={"test.follower.hw.update.delay.ms": "500"},
+            spark=spark,
+        )
+    )
+    events = _timeline(run_dir)
+    cascade = [e for e in events if e["f"] == "cascade"]
+    assert len(cascade) == 1, events
+    leader, successor, follower = cascade[0]["target"]
+    assert [e["target"] for e in events if e["f"] == "kill"] == [leader, successor]
+    tp = cascade[0]["tp"]
+    followed = f"event=add broker={follower} source={successor} tp={tp} "
+    log = (run_dir / "logs" / f"broker-{follower}.log").read_text()
+    assert followed in log, f"broker {follower} never followed {successor} for {tp}"
+    kinds = {
+        v["kind"] for v in json.loads((run_dir / "audit" / "report.json").read_text())["violations"]
+    }
+    if mode == "high-watermark":
+        assert status == 1
+        assert "lost_ack" in kinds, kinds
+    else:
+        assert status == 0, (run_dir / "audit" / "summary.txt").read_text()
+        assert kinds == set()
 
 
 def test_an_interrupted_run_heals_the_paused_broker_and_stops_everything(
