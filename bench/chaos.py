@@ -31,7 +31,9 @@ __all__ = ["DURATION_S", "INTERVAL_S", "SEED", "ChaosResult", "measure"]
 
 DURATION_S = 600.0
 INTERVAL_S = 15.0
-SEED = 7
+SEED = 11
+"""Chosen, and said so, because its schedule has every kind of network fault (``partition``
+and ``split``) and ``cascade`` among its 27 faults; most seeds lack one of them."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,8 @@ class ChaosResult:
     status: int
     stats: RunStats
     violations_by_kind: Counter[str]
+    skipped: int
+    """Scheduled faults that found no target when their time came."""
     run_dir: Path
 
 
@@ -77,7 +81,23 @@ def _one(
     )
     print(f"bench chaos: {command}", flush=True)
     status = run_chaos(settings)
-    return ChaosResult(label, command, status, run_stats(run_dir), _violations(run_dir), run_dir)
+    return ChaosResult(
+        label,
+        command,
+        status,
+        run_stats(run_dir),
+        _violations(run_dir),
+        _skipped(run_dir),
+        run_dir,
+    )
+
+
+def _skipped(run_dir: Path) -> int:
+    timeline = run_dir / "timeline.jsonl"
+    if not timeline.exists():
+        return 0
+    events = (json.loads(line) for line in timeline.read_text().splitlines() if line.strip())
+    return sum(1 for e in events if e.get("type") == "fail")
 
 
 def measure(work: Path) -> list[ChaosResult]:
