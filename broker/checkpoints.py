@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker.topic_partition import TopicPartition
+from proto.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     # broker.leader_epoch_cache imports this module at load time; the runtime import of

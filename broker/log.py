@@ -2,7 +2,7 @@
 
 Kafka's ``Log`` (2.x), in directory ``<data-dir>/<topic>-<partition>/``::
 
-    00000000000000000000.log     record batches, Kafka v2 format (see broker.record_batch)
+    00000000000000000000.log     record batches, Kafka v2 format (see proto.record_batch)
     00000000000000000000.index   sparse offset index (see broker.offset_index)
     00000000000000004096.log     the next segment, named after its first offset
     00000000000000004096.index
@@ -52,14 +52,14 @@ from broker.log_segment import (
 )
 from broker.log_validator import validate_client_batches
 from broker.producer_state import BatchMetadata, ProducerStateManager
-from broker.record_batch import (
+from proto.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     CorruptRecordError,
     validate_batches,
     with_offsets,
 )
-from broker.topic_partition import TopicPartition
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT_FILE",
@@ -93,7 +93,7 @@ _READ_ATTEMPTS = 5
 class LogError(Exception):
     """Base of the errors the Log raises about its own state or a request's offsets.
 
-    Invalid batches raise :class:`broker.record_batch.CorruptRecordError` (a ValueError), or
+    Invalid batches raise :class:`proto.record_batch.CorruptRecordError` (a ValueError), or
     for a leader append also :class:`proto.errors.InvalidRecordError` and
     :class:`proto.errors.UnsupportedCompressionTypeError` (see broker.log_validator), and
     disk failures OSError, as they come.

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker.log import FetchData, Log, LogAppendInfo
-from broker.topic_partition import TopicPartition
 from proto import errors
 from proto.minibroker_pb2 import ErrorCode
+from proto.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 

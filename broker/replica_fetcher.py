@@ -42,8 +42,6 @@ import grpc.aio
 from broker.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from broker.log import LogAppendInfo, LogClosedError, UnexpectedAppendOffsetError
 from broker.partition import Partition
-from broker.record_batch import CorruptRecordError, parse_header
-from broker.topic_partition import TopicPartition
 from broker.truncation import (
     OffsetTruncationState,
     TruncationMode,
@@ -54,6 +52,8 @@ from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.minibroker_pb2 import ErrorCode
+from proto.record_batch import CorruptRecordError, parse_header
+from proto.topic_partition import TopicPartition
 
 __all__ = ["FetchPhase", "FetcherConfig", "ReplicaFetcher", "SourceBroker"]
 

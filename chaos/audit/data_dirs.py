@@ -28,8 +28,8 @@ from broker.checkpoints import (
     read_meta_properties,
 )
 from broker.leader_epoch_cache import EpochEntry
-from broker.topic_partition import TopicPartition
 from proto.errors import MinibrokerError
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "AuditInputError",

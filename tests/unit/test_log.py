@@ -21,7 +21,9 @@ from broker.log import (
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from broker.record_batch import (
+from broker.replica_manager import _error_of
+from proto import errors
+from proto.record_batch import (
     CorruptRecordError,
     Record,
     decode_batch,
@@ -29,8 +31,6 @@ from broker.record_batch import (
     stamp_batch,
     validate_batches,
 )
-from broker.replica_manager import _error_of
-from proto import errors
 from tests.poison_batches import POISONS, Poison
 
 
