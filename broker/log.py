@@ -755,7 +755,11 @@ class Log:
     def truncate_to(self, offset: int) -> bool:
         """Remove everything from ``offset`` on (a follower cutting a divergent tail).
 
-        Nothing happens if ``offset`` >= LEO (returns False). Later segments are deleted and
+        Nothing is removed if ``offset`` >= LEO (returns False), but the epoch cache is
+        still trimmed at the LEO, as Kafka's ``UnifiedLog.truncateTo`` does: an epoch that
+        starts at the LEO (recorded when this broker last became leader, KAFKA-7415, with no
+        data written) conflicts with the leader's log this follower is about to copy.
+        Otherwise later segments are deleted and
         the active one cut; the LEO becomes ``offset``, or the start of the batch holding
         it if ``offset`` falls inside a batch (batches are never split). The recovery point
         and log start offset are lowered to the new LEO if above it, and the epoch cache is
@@ -768,6 +772,7 @@ class Log:
         with self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
+                self._epoch_cache.truncate_from_end(self._log_end_offset)
                 return False
             if offset < self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)

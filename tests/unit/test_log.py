@@ -494,6 +494,24 @@ def test_truncate_to_across_segments(tmp_path: Path) -> None:
     log.close()
 
 
+def test_truncate_at_or_past_the_end_trims_an_epoch_that_starts_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """KAFKA-7415: a broker that became leader (epoch 4 recorded at its LEO) and wrote
+    nothing, then follows again; truncating at or past its LEO removes no record but must
+    drop that epoch, as Kafka's UnifiedLog.truncateTo does, or the follower keeps asking
+    the leader about an epoch it never wrote."""
+    log = open_log(tmp_path)
+    for epoch in (0, 1):
+        log.append_as_leader(client_batch(), epoch)
+    log.epoch_cache.assign(4, log.log_end_offset)
+    assert log.epoch_cache.latest_epoch() == 4
+    assert not log.truncate_to(log.log_end_offset + 5)
+    assert log.log_end_offset == 6
+    assert log.epoch_cache.entries() == [EpochEntry(0, 0), EpochEntry(1, 3)]
+    log.close()
+
+
 def test_truncate_to_inside_a_batch_drops_the_batch(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     for _ in range(3):
