@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from broker.checkpoints import fsync_directory
-from broker.leader_epoch_cache import CheckpointError, EpochEntry, LeaderEpochFileCache
+from broker.epoch_entry import EpochEntry
+from broker.leader_epoch_cache import CheckpointError, LeaderEpochFileCache
 from broker.log_segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,

@@ -27,7 +27,7 @@ from broker.checkpoints import (
     OffsetCheckpointFile,
     read_meta_properties,
 )
-from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 

@@ -22,7 +22,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from broker.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
-from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
 from broker.log import LogConfig
 from chaos.audit.cli import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_VIOLATIONS, audit_command
 from chaos.audit.model import KINDS, READ_KINDS

@@ -26,7 +26,7 @@ from broker.checkpoints import (
     read_meta_properties,
     write_meta_properties,
 )
-from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
 from proto.topic_partition import TopicPartition
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
 from broker.log import (
     Log,
     LogConfig,

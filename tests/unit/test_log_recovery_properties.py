@@ -22,7 +22,7 @@ import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
 from broker.log import Log, LogConfig
 from proto.record_batch import Record, encode_batch
 
