@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker.log import LogConfig
-from broker.topic_partition import TopicPartition
 from chaos.audit.testing import BrokerDataDir, history_line, write_lines
+from proto.topic_partition import TopicPartition
 
 __all__ = ["AuditBenchResult", "measure"]
 

@@ -63,14 +63,14 @@ from bench.replication import (
     wait_for_leader,
     zookeeper,
 )
-from broker import zk_data
-from broker.record_batch import Record, encode_batch
-from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess
 from deploy.cluster_probe import create_topic, partition_state
 from deploy.zookeeper import ZooKeeperConfig
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto import zk_data
+from proto.record_batch import Record, encode_batch
+from proto.topic_partition import TopicPartition
 
 TOPIC = "failover"
 TP = TopicPartition(TOPIC, 0)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from broker.log import Log, LogConfig
 from broker.log_validator import validate_client_batches
-from broker.record_batch import Record, encode_batch, validate_batches
+from proto.record_batch import Record, encode_batch, validate_batches
 
 BATCH_BYTES = 16 * 1024
 RECORD_VALUE_BYTES = 100

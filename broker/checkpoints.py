@@ -40,14 +40,10 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker.topic_partition import TopicPartition
-
-if TYPE_CHECKING:
-    # broker.leader_epoch_cache imports this module at load time; the runtime import of
-    # EpochEntry happens inside LeaderEpochCheckpointFile.read to break the cycle.
-    from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT",
@@ -304,8 +300,6 @@ class LeaderEpochCheckpointFile:
         entries, a line without exactly two fields, or a negative or non-integer epoch or
         start offset (an epoch must fit in 32 bits, an offset in 64).
         """
-        from broker.leader_epoch_cache import EpochEntry
-
         entry_lines = _read_entry_lines(self.path)
         if entry_lines is None:
             return []

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from broker.partition import Partition
 from broker.purgatory import DelayedOperation
-from broker.topic_partition import TopicPartition
+from proto.topic_partition import TopicPartition
 
 
 @dataclass(frozen=True)

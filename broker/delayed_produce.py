@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from broker.partition import Partition
 from broker.purgatory import DelayedOperation
-from broker.topic_partition import TopicPartition
 from proto.minibroker_pb2 import ErrorCode
+from proto.topic_partition import TopicPartition
 
 
 @dataclass

@@ -42,13 +42,13 @@ from broker.dynamic_broker_config import effective_broker_config
 from broker.replica_manager import ReplicaManager
 from broker.zk_async import ZkError, ZkWatch
 from broker.zk_client import BrokerZkClient
-from broker.zk_data import (
+from controller.kafka_controller import KafkaController
+from proto.zk_data import (
     CONFIG_CHANGE_PREFIX,
     DEFAULT_BROKER_ENTITY,
     ZkDataError,
     decode_config_change,
 )
-from controller.kafka_controller import KafkaController
 
 __all__ = ["CHANGE_EXPIRATION_MS", "DynamicConfigManager"]
 

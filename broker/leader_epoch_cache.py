@@ -22,15 +22,15 @@ import bisect
 import logging
 import threading
 from pathlib import Path
-from typing import NamedTuple
 
 from broker.checkpoints import CheckpointError, LeaderEpochCheckpointFile
+from broker.epoch_entry import EpochEntry
 
 __all__ = [
     "UNDEFINED_EPOCH",
     "UNDEFINED_EPOCH_OFFSET",
     "CheckpointError",  # re-exported: what the constructor raises for a corrupt file
-    "EpochEntry",
+    "EpochEntry",  # re-exported: the entries it holds
     "LeaderEpochFileCache",
 ]
 
@@ -40,15 +40,6 @@ UNDEFINED_EPOCH = -1
 """No epoch: asked by a follower without a cache, or answered when no epoch fits."""
 UNDEFINED_EPOCH_OFFSET = -1
 """No end offset: the follower then falls back to its high watermark."""
-
-
-class EpochEntry(NamedTuple):
-    """One leader epoch and the first offset written in it."""
-
-    epoch: int
-    """The leader epoch (>= 0), as stamped in the batches' ``partitionLeaderEpoch``."""
-    start_offset: int
-    """Offset of the first record of this epoch in the log (>= 0)."""
 
 
 class LeaderEpochFileCache:

@@ -2,7 +2,7 @@
 
 Kafka's ``Log`` (2.x), in directory ``<data-dir>/<topic>-<partition>/``::
 
-    00000000000000000000.log     record batches, Kafka v2 format (see broker.record_batch)
+    00000000000000000000.log     record batches, Kafka v2 format (see proto.record_batch)
     00000000000000000000.index   sparse offset index (see broker.offset_index)
     00000000000000004096.log     the next segment, named after its first offset
     00000000000000004096.index
@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 from broker.checkpoints import fsync_directory
-from broker.leader_epoch_cache import CheckpointError, EpochEntry, LeaderEpochFileCache
+from broker.epoch_entry import EpochEntry
+from broker.leader_epoch_cache import CheckpointError, LeaderEpochFileCache
 from broker.log_segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -52,14 +53,14 @@ from broker.log_segment import (
 )
 from broker.log_validator import validate_client_batches
 from broker.producer_state import BatchMetadata, ProducerStateManager
-from broker.record_batch import (
+from proto.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     CorruptRecordError,
     validate_batches,
     with_offsets,
 )
-from broker.topic_partition import TopicPartition
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT_FILE",
@@ -93,7 +94,7 @@ _READ_ATTEMPTS = 5
 class LogError(Exception):
     """Base of the errors the Log raises about its own state or a request's offsets.
 
-    Invalid batches raise :class:`broker.record_batch.CorruptRecordError` (a ValueError), or
+    Invalid batches raise :class:`proto.record_batch.CorruptRecordError` (a ValueError), or
     for a leader append also :class:`proto.errors.InvalidRecordError` and
     :class:`proto.errors.UnsupportedCompressionTypeError` (see broker.log_validator), and
     disk failures OSError, as they come.
@@ -755,7 +756,11 @@ class Log:
     def truncate_to(self, offset: int) -> bool:
         """Remove everything from ``offset`` on (a follower cutting a divergent tail).
 
-        Nothing happens if ``offset`` >= LEO (returns False). Later segments are deleted and
+        Nothing is removed if ``offset`` >= LEO (returns False), but the epoch cache is
+        still trimmed at the LEO, as Kafka's ``UnifiedLog.truncateTo`` does: an epoch that
+        starts at the LEO (recorded when this broker last became leader, KAFKA-7415, with no
+        data written) conflicts with the leader's log this follower is about to copy.
+        Otherwise later segments are deleted and
         the active one cut; the LEO becomes ``offset``, or the start of the batch holding
         it if ``offset`` falls inside a batch (batches are never split). The recovery point
         and log start offset are lowered to the new LEO if above it, and the epoch cache is
@@ -768,6 +773,7 @@ class Log:
         with self._lock:
             self._check_open()
             if offset >= self._log_end_offset:
+                self._epoch_cache.truncate_from_end(self._log_end_offset)
                 return False
             if offset < self._segments[0].base_offset:
                 self.truncate_fully_and_start_at(offset)

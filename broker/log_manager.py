@@ -48,7 +48,7 @@ from broker.checkpoints import (
     write_meta_properties,
 )
 from broker.log import Log, LogClosedError, LogConfig
-from broker.topic_partition import TopicPartition, topic_name_problem
+from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",

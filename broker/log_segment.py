@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from broker.offset_index import CorruptIndexError, OffsetIndex
-from broker.record_batch import (
+from proto.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,

@@ -2,14 +2,14 @@
 
 A follower copies the leader's batches byte for byte (checking their CRC only, as Kafka's
 replica fetcher does), consumers and the audit decode them with
-:func:`broker.record_batch.decode_batch`, and none of them can refuse a committed batch:
+:func:`proto.record_batch.decode_batch`, and none of them can refuse a committed batch:
 one batch they cannot decode makes its partition unreadable from that batch on. So the
 leader checks every produced batch, records included, before any of it is written, and
 refuses the whole append (nothing of it is written) with the error its first problem
 gets. Both steps are pure over the bytes, so :class:`broker.log.Log` runs them before it
 takes its lock:
 
-1. :func:`broker.record_batch.validate_batches` (Kafka's ``Log.analyzeAndValidateRecords``):
+1. :func:`proto.record_batch.validate_batches` (Kafka's ``Log.analyzeAndValidateRecords``):
    every batch whole, batchLength >= 49, magic 2, the CRC-32C, and recordCount ==
    lastOffsetDelta + 1 >= 1 (plus, uncompressed, room for that many records).
    CORRUPT_MESSAGE (Kafka: INVALID_RECORD for the count against lastOffsetDelta, and for
@@ -87,7 +87,8 @@ import re
 from collections.abc import Sequence
 from typing import NoReturn
 
-from broker.record_batch import (
+from proto import errors
+from proto.record_batch import (
     COMPRESSION_CODEC_MASK,
     COMPRESSION_NAMES,
     CONTROL_FLAG_MASK,
@@ -100,7 +101,6 @@ from broker.record_batch import (
     decode_varint,
     decode_varlong,
 )
-from proto import errors
 
 __all__ = ["validate_client_batches"]
 
@@ -118,10 +118,10 @@ def validate_client_batches(
     """Check produced batches as Kafka's LogValidator does (see the module docstring).
 
     ``headers`` are the batches of ``records`` in order, as
-    :func:`broker.record_batch.validate_batches` returns them (framing and CRC already
+    :func:`proto.record_batch.validate_batches` returns them (framing and CRC already
     checked). Raises, for the first problem found:
 
-    - :class:`broker.record_batch.CorruptRecordError` (CORRUPT_MESSAGE): a codec id that
+    - :class:`proto.record_batch.CorruptRecordError` (CORRUPT_MESSAGE): a codec id that
       does not exist, or records that do not number recordCount or do not end at the
       batch's end;
     - :class:`proto.errors.UnsupportedCompressionTypeError`: a compressed batch;

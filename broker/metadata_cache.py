@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.topic_partition import TopicPartition
+from proto.topic_partition import TopicPartition
 
 LEADER_DURING_DELETE = -2
 """Kafka's marker leader for a partition whose topic is being deleted."""

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker.log import FetchData, Log, LogAppendInfo
-from broker.topic_partition import TopicPartition
 from proto import errors
 from proto.minibroker_pb2 import ErrorCode
+from proto.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -428,10 +428,12 @@ class Partition:
         return True
 
     def truncate_to(self, offset: int) -> None:
-        """Truncate the local log (follower truncation); the HW follows it down."""
-        self.log.truncate_to(offset)
-        self._high_watermark = self._clamp(self._high_watermark)
-        self._appended.reset(self.log.log_end_offset)
+        """Truncate the local log (follower truncation); the HW follows it down. At or
+        past the LEO nothing is removed but the epoch cache is trimmed at the LEO
+        (:meth:`Log.truncate_to`)."""
+        if self.log.truncate_to(offset):
+            self._high_watermark = self._clamp(self._high_watermark)
+            self._appended.reset(self.log.log_end_offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         self.log.truncate_fully_and_start_at(offset)
@@ -462,6 +464,10 @@ class Partition:
         return FetchResult(
             data, high_watermark, data.log_start_offset, data.log_end_offset, self.leader_epoch
         )
+
+    def latest_epoch(self) -> int | None:
+        """The latest leader epoch in the log's epoch cache (None: no entry)."""
+        return self.log.epoch_cache.latest_epoch()
 
     def last_offset_for_leader_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """(largest epoch <= ``leader_epoch`` known here, its end offset): KIP-279."""

@@ -20,7 +20,7 @@ import asyncio
 import logging
 from typing import Protocol
 
-from broker.zk_data import ProducerIdBlock
+from proto.zk_data import ProducerIdBlock
 
 __all__ = [
     "PRODUCER_ID_BLOCK_SIZE",

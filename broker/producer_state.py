@@ -37,9 +37,9 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from broker.record_batch import NO_SEQUENCE, BatchHeader
-from broker.topic_partition import TopicPartition
 from proto import errors
+from proto.record_batch import NO_SEQUENCE, BatchHeader
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "BATCHES_PER_PRODUCER",
@@ -82,7 +82,7 @@ class BatchMetadata(NamedTuple):
     @classmethod
     def of(cls, header: BatchHeader) -> BatchMetadata:
         # Built for every idempotent batch appended: tuple.__new__ skips the generated
-        # __new__'s argument parsing (as broker.record_batch builds its headers).
+        # __new__'s argument parsing (as proto.record_batch builds its headers).
         return _new_tuple(
             cls,
             (header.base_sequence, header.last_sequence, header.base_offset, header.last_offset),

@@ -42,8 +42,6 @@ import grpc.aio
 from broker.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from broker.log import LogAppendInfo, LogClosedError, UnexpectedAppendOffsetError
 from broker.partition import Partition
-from broker.record_batch import CorruptRecordError, parse_header
-from broker.topic_partition import TopicPartition
 from broker.truncation import (
     OffsetTruncationState,
     TruncationMode,
@@ -54,6 +52,8 @@ from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.minibroker_pb2 import ErrorCode
+from proto.record_batch import CorruptRecordError, parse_header
+from proto.topic_partition import TopicPartition
 
 __all__ = ["FetchPhase", "FetcherConfig", "ReplicaFetcher", "SourceBroker"]
 
@@ -401,7 +401,7 @@ class ReplicaFetcher:
     async def _truncate(self, states: dict[TopicPartition, _PartitionState]) -> None:
         asked: dict[TopicPartition, tuple[_PartitionState, int]] = {}
         for tp, state in states.items():
-            latest = state.partition.log.epoch_cache.latest_epoch()
+            latest = state.partition.latest_epoch()
             if self.config.truncation_mode is TruncationMode.HIGH_WATERMARK:
                 decision = high_watermark_truncation_state(high_watermark=state.hw_snapshot)
                 self._apply_truncation(tp, state, decision, mode=TruncationMode.HIGH_WATERMARK)
@@ -450,11 +450,10 @@ class ReplicaFetcher:
                     self._partition_error(tp, state, result.error_code, "OffsetsForLeaderEpoch")
                     continue
                 partition = state.partition
-                cache = partition.log.epoch_cache
                 decision = offset_truncation_state(
                     leader_epoch=result.leader_epoch,
                     leader_end_offset=result.end_offset,
-                    local_end_offset_for=_local_end_offset_for(partition),
+                    local_end_offset_for=partition.last_offset_for_leader_epoch,
                     log_end_offset=partition.log_end_offset,
                     high_watermark=state.hw_snapshot,
                 )
@@ -467,12 +466,6 @@ class ReplicaFetcher:
                     leader_epoch=result.leader_epoch,
                     leader_end=result.end_offset,
                 )
-                if not decision.truncation_completed and state.phase is FetchPhase.TRUNCATING:
-                    # Case 3b must lower the latest local epoch or the next round asks the
-                    # same question. A log truncation at/above the LEO is a no-op and leaves
-                    # an epoch that starts at the LEO (recorded when this broker last became
-                    # leader, KAFKA-7415, with no data written) in the cache: drop it here.
-                    cache.truncate_from_end(decision.offset)
         for state, _ in asked.values():  # the leader did not answer for these
             self._back_off([state])
 
@@ -488,8 +481,9 @@ class ReplicaFetcher:
         partition = state.partition
         before, hw = partition.log_end_offset, partition.high_watermark
         try:
-            if decision.offset < before:
-                partition.truncate_to(decision.offset)
+            # Also at or past the LEO: the log then trims its epoch cache at the LEO, which
+            # case 3b needs (a lower latest epoch, or the next round asks the same question).
+            partition.truncate_to(decision.offset)
         except (OSError, LogClosedError) as err:  # a failing log dir: Kafka fails the partition
             self._fail(tp, state, err)
             return
@@ -793,15 +787,6 @@ def _append_in_chunks(partition: Partition, records: bytes) -> list[LogAppendInf
         pos += size
     infos.append(partition.append_as_follower(records[start:]))
     return infos
-
-
-def _local_end_offset_for(partition: Partition) -> Callable[[int], tuple[int, int]]:
-    """The follower's own ``end_offset_for`` (its epoch cache, its current LEO)."""
-
-    def lookup(epoch: int) -> tuple[int, int]:
-        return partition.log.epoch_cache.end_offset_for(epoch, partition.log_end_offset)
-
-    return lookup
 
 
 def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:

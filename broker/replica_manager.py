@@ -37,15 +37,15 @@ from broker.log_manager import IllegalPartitionPathError, LogManager
 from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.purgatory import DelayedOperationPurgatory
-from broker.record_batch import CorruptRecordError
 from broker.replica_fetcher import FetcherConfig, ReplicaFetcher, SourceBroker
-from broker.topic_partition import TopicPartition, topic_name_problem
 from broker.truncation import TruncationMode
 from broker.zk_client import BrokerZkClient, ZkError
-from broker.zk_data import PartitionState, PartitionStateData
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto.minibroker_pb2 import ErrorCode
+from proto.record_batch import CorruptRecordError
+from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.zk_data import PartitionState, PartitionStateData
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")

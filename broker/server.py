@@ -19,13 +19,13 @@ import grpc
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
 from broker.replica_manager import FetchPartitionResult, FetchSpec, ProduceResult, ReplicaManager
-from broker.topic_partition import TopicPartition, topic_name_problem
 from broker.zk_client import ZkDataError, ZkError
 from controller.kafka_controller import KafkaController
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.minibroker_pb2 import ErrorCode
+from proto.topic_partition import TopicPartition, topic_name_problem
 
 logger = logging.getLogger(__name__)
 

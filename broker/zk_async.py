@@ -33,7 +33,7 @@ from kazoo.protocol.states import EventType
 from kazoo.retry import KazooRetry
 
 from broker.config import split_zookeeper_connect
-from broker.zk_data import ZkDataError
+from proto.zk_data import ZkDataError
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig

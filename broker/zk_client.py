@@ -30,7 +30,7 @@ Errors::
      │                            or the client was closed
      ├── ZkSessionExpiredError    the session expired before the operation completed
      └── BrokerIdInUseError       /brokers/ids/<id> belongs to another live session
-    ZkDataError (ValueError)      a znode's content is malformed (broker.zk_data)
+    ZkDataError (ValueError)      a znode's content is malformed (proto.zk_data)
 
 Other kazoo errors (e.g. ``NoAuthError``) propagate unchanged.
 """
@@ -54,7 +54,6 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from broker.topic_partition import TopicPartition
 from broker.zk_async import (
     KazooSessionClient,
     WatchCallback,
@@ -66,7 +65,8 @@ from broker.zk_async import (
     bridge,
     stop_kazoo,
 )
-from broker.zk_data import (
+from proto.topic_partition import TopicPartition
+from proto.zk_data import (
     BROKER_IDS_PATH,
     CONFIG_CHANGES_PATH,
     CONTROLLER_EPOCH_PATH,
@@ -758,7 +758,7 @@ class BrokerZkClient(KazooSessionClient):
         return sorted(names)
 
     async def get_config_change(self, name: str) -> tuple[bytes, int] | None:
-        """A notification's content (:func:`~broker.zk_data.decode_config_change` reads it)
+        """A notification's content (:func:`~proto.zk_data.decode_config_change` reads it)
         and its creation time (ms), or None if it is gone (purged meanwhile)."""
         path = config_change_path(name)
         try:

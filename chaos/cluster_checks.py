@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker import zk_data
-from broker.topic_partition import TopicPartition
 from chaos.history_recorder import HistoryRecorder
 from client.admin import LATEST, AdminClient
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
+from proto import zk_data
+from proto.topic_partition import TopicPartition
 
 __all__ = ["create_topics", "final_read", "under_replicated", "wait_for_full_isr"]
 

@@ -30,10 +30,10 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from broker import zk_data
 from broker.broker_server import ZOOKEEPER_SESSION_FILE
 from chaos.backend import BackendUnavailableError, ClusterBackend
 from deploy.ports import free_port_block
+from proto import zk_data
 
 __all__ = ["DockerBackend"]
 

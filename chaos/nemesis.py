@@ -49,12 +49,12 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker import zk_data
-from broker.topic_partition import TopicPartition
 from chaos.backend import BackendUnavailableError, ClusterBackend
 from chaos.history_recorder import TimelineRecorder
 from chaos.zookeeper_session import close_session, expire_session
 from controller.leader_election import offline_partition_leader_election
+from proto import zk_data
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "KAFKA_FAILURE_MODES",

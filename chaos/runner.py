@@ -37,7 +37,6 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from broker.topic_partition import TopicPartition
 from chaos.backend import BackendUnavailableError, ClusterBackend
 from chaos.cluster_checks import create_topics, final_read, under_replicated, wait_for_full_isr
 from chaos.history_recorder import HistoryRecorder, TimelineRecorder
@@ -49,6 +48,7 @@ from chaos.schedule import Schedule, make_schedule
 from chaos.workload import Workload, WorkloadSpec
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
+from proto.topic_partition import TopicPartition
 
 __all__ = ["Interrupted", "RunSettings", "run_chaos"]
 

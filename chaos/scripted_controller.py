@@ -38,12 +38,12 @@ import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError
 
-from broker import zk_data
-from broker.topic_partition import TopicPartition
 from deploy.broker_process import BrokerProcess
 from deploy.cluster_probe import wait_until
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto import zk_data
+from proto.topic_partition import TopicPartition
 
 CONTROLLER_ID = 0
 """Requests from the scripted controller name broker 0 as their controller; no broker has

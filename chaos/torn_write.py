@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.record_batch import scan_batches
-from broker.topic_partition import TopicPartition
+from proto.record_batch import scan_batches
+from proto.topic_partition import TopicPartition
 
 __all__ = ["TornWrite", "tear_active_segment"]
 

@@ -35,11 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.topic_partition import TopicPartition
 from chaos.history_recorder import HistoryRecorder
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
 from client.producer import Producer, ProducerConfig, RecordMetadata
+from proto.topic_partition import TopicPartition
 
 __all__ = ["Workload", "WorkloadSpec"]
 

@@ -47,10 +47,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
-from broker import zk_data
 from broker.config import BrokerConfig, split_zookeeper_connect
 from broker.dynamic_broker_config import check_dynamic_broker_config
-from broker.topic_partition import TopicPartition, topic_name_problem
 from broker.zk_async import bridge, start_kazoo, stop_kazoo
 from client.closing import AsyncClosing
 from client.metadata import (
@@ -64,10 +62,11 @@ from client.metadata import (
     TopicMetadata,
 )
 from controller.replica_assignment import assign_new_partitions, assign_replicas
-from proto import errors
+from proto import errors, zk_data
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.minibroker_pb2 import ErrorCode
+from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [
     "EARLIEST",

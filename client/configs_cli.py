@@ -22,10 +22,10 @@ import argparse
 from collections.abc import Iterable, Mapping
 
 from broker.dynamic_broker_config import broker_config_synonyms, topic_config_synonyms
-from broker.zk_data import DEFAULT_BROKER_ENTITY
 from client.admin import AdminClient, EntityConfig
 from client.cli_common import add_bootstrap_option, add_zookeeper_option, connections, run_async
 from client.metadata import ClientError
+from proto.zk_data import DEFAULT_BROKER_ENTITY
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -17,7 +17,6 @@ import dataclasses
 import sys
 from typing import BinaryIO
 
-from broker.topic_partition import TopicPartition
 from client.cli_common import (
     UsageError,
     add_bootstrap_option,
@@ -30,6 +29,7 @@ from client.cli_common import (
 )
 from client.consumer import Consumer, ConsumerConfig, ConsumerRecord
 from client.metadata import ClientError
+from proto.topic_partition import TopicPartition
 
 _POLL_MS = 500
 PROPERTIES = ("print.key", "print.offset", "key.separator")

@@ -40,7 +40,6 @@ import contextlib
 import logging
 from collections.abc import Iterable
 
-from broker.topic_partition import TopicPartition, topic_name_problem
 from client.closing import AsyncClosing
 from client.consumer_config import ConsumerConfig, ConsumerRecord
 from client.fetcher import Fetcher, records_from_fetch
@@ -54,6 +53,7 @@ from client.subscription_state import (
     SubscriptionState,
 )
 from proto import minibroker_pb2 as pb
+from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [
     "AUTO_OFFSET_RESET_POLICIES",

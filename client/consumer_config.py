@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.topic_partition import TopicPartition
 from client.group import group_name_problem
 from client.metadata import ClientError
 from client.subscription_state import AUTO_OFFSET_RESET_POLICIES, LATEST
+from proto.topic_partition import TopicPartition
 
 __all__ = ["ConsumerConfig", "ConsumerRecord"]
 

@@ -33,8 +33,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from broker.topic_partition import TopicPartition, topic_name_problem
-from broker.zk_data import (
+from client.admin import EARLIEST, LATEST, AdminClient
+from client.group import group_name_problem
+from client.metadata import ClientError
+from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.zk_data import (
     CONSUMERS_PATH,
     ZkDataError,
     consumer_ids_path,
@@ -43,9 +46,6 @@ from broker.zk_data import (
     decode_consumer_subscription,
     encode_consumer_offset,
 )
-from client.admin import EARLIEST, LATEST, AdminClient
-from client.group import group_name_problem
-from client.metadata import ClientError
 
 __all__ = [
     "ConsumerGroupService",

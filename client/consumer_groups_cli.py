@@ -19,11 +19,11 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 
-from broker.topic_partition import TopicPartition
 from client.admin import AdminClient
 from client.cli_common import add_bootstrap_option, add_zookeeper_option, connections, run_async
 from client.consumer_groups import ConsumerGroupService, PartitionRow, ResetSpec
 from client.metadata import ClientError
+from proto.topic_partition import TopicPartition
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

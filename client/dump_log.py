@@ -19,14 +19,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from broker.record_batch import (
+from proto.errors import MinibrokerError
+from proto.record_batch import (
     CorruptRecordError,
     Record,
     ScannedBatch,
     decode_batch,
     scan_batches,
 )
-from proto.errors import MinibrokerError
 
 
 class DumpLogError(MinibrokerError):

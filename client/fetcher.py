@@ -25,8 +25,6 @@ from dataclasses import dataclass
 
 import grpc
 
-from broker.record_batch import CorruptRecordError, decode_batch, scan_batches
-from broker.topic_partition import TopicPartition
 from client.consumer_config import ConsumerConfig, ConsumerRecord
 from client.metadata import (
     BrokerConnections,
@@ -39,6 +37,8 @@ from client.subscription_state import EARLIEST, LATEST, NoOffsetForPartitionErro
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.record_batch import CorruptRecordError, decode_batch, scan_batches
+from proto.topic_partition import TopicPartition
 
 __all__ = ["Fetcher", "records_from_fetch"]
 

@@ -45,7 +45,6 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from broker.topic_partition import TopicPartition, topic_name_problem
 from broker.zk_async import (
     KazooSessionClient,
     ZkConnectionError,
@@ -55,7 +54,10 @@ from broker.zk_async import (
     on_loop,
     stop_kazoo,
 )
-from broker.zk_data import (
+from client.metadata import ClientError
+from client.range_assignor import range_assign
+from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.zk_data import (
     ZkDataError,
     consumer_ids_path,
     consumer_offset_path,
@@ -67,8 +69,6 @@ from broker.zk_data import (
     encode_consumer_subscription,
     topic_path,
 )
-from client.metadata import ClientError
-from client.range_assignor import range_assign
 
 __all__ = [
     "GroupAssignment",

@@ -20,7 +20,7 @@ import random
 import struct
 from collections.abc import Sequence
 
-from broker.topic_partition import TopicPartition
+from proto.topic_partition import TopicPartition
 
 __all__ = ["Partitioner", "murmur2", "partition_for_key", "to_positive"]
 

@@ -48,8 +48,6 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from broker.record_batch import HEADER_SIZE, NO_PRODUCER_ID, Record
-from broker.topic_partition import TopicPartition, topic_name_problem
 from client.metadata import BrokerConnections, BrokerUnreachableError, ClientError
 from client.partitioner import Partitioner
 from client.producer_config import (
@@ -63,6 +61,8 @@ from client.producer_config import (
 )
 from client.record_accumulator import BufferPool, ProducerBatch, RecordAccumulator, record_size
 from client.sender import IdempotenceState, ProducerMetadata, Sender, init_producer_id
+from proto.record_batch import HEADER_SIZE, NO_PRODUCER_ID, Record
+from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [
     "ACKS_ALL",

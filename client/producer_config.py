@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.record_batch import HEADER_SIZE
-from broker.topic_partition import TopicPartition
 from client.metadata import ClientError
+from proto.record_batch import HEADER_SIZE
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "ACKS_ALL",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from broker.topic_partition import TopicPartition
+from proto.topic_partition import TopicPartition
 
 __all__ = ["range_assign"]
 

@@ -12,7 +12,9 @@ import math
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
-from broker.record_batch import (
+from client.metadata import ClientError
+from client.producer_config import RecordMetadata
+from proto.record_batch import (
     HEADER_SIZE,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -20,9 +22,7 @@ from broker.record_batch import (
     Record,
     encode_batch,
 )
-from broker.topic_partition import TopicPartition
-from client.metadata import ClientError
-from client.producer_config import RecordMetadata
+from proto.topic_partition import TopicPartition
 
 __all__ = ["BufferPool", "ProducerBatch", "RecordAccumulator", "record_size"]
 

@@ -40,8 +40,6 @@ from collections.abc import Callable
 
 import grpc
 
-from broker.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
-from broker.topic_partition import TopicPartition
 from client.metadata import (
     BrokerConnections,
     BrokerNode,
@@ -56,6 +54,8 @@ from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.minibroker_pb2 import ErrorCode
+from proto.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from proto.topic_partition import TopicPartition
 
 __all__ = ["IdempotenceState", "ProducerMetadata", "Sender", "init_producer_id"]
 

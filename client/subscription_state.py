@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from broker.topic_partition import TopicPartition
 from client.metadata import ClientError
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "AUTO_OFFSET_RESET_POLICIES",

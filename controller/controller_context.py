@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from broker.topic_partition import TopicPartition
-from broker.zk_data import LEADER_NONE, PartitionState
 from controller.request_batch import LiveBroker
+from proto.topic_partition import TopicPartition
+from proto.zk_data import LEADER_NONE, PartitionState
 
 __all__ = ["ControllerContext"]
 

@@ -62,7 +62,7 @@ Errors::
      ├── ZkSessionExpiredError    the session expired while a request was pending
      └── ControllerMovedError     a fenced write found another controller's epoch, or this
                                   client is not the elected controller (any more)
-    ZkDataError (ValueError)      a znode's content is malformed (broker.zk_data)
+    ZkDataError (ValueError)      a znode's content is malformed (proto.zk_data)
 """
 
 from __future__ import annotations
@@ -90,7 +90,6 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import KazooState
 
-from broker.topic_partition import TopicPartition, topic_name_problem
 from broker.zk_async import (
     KazooSessionClient,
     WatchCallback,
@@ -103,7 +102,8 @@ from broker.zk_async import (
     on_loop,
     stop_kazoo,
 )
-from broker.zk_data import (
+from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.zk_data import (
     ADMIN_DELETE_TOPICS_PATH,
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,

@@ -53,17 +53,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from broker.config import BrokerConfig
-from broker.topic_partition import TopicPartition
 from broker.zk_async import ZkError, ZkSessionExpiredError
-from broker.zk_data import (
-    LEADER_NONE,
-    PREFERRED_REPLICA_ELECTION_PATH,
-    REASSIGN_PARTITIONS_PATH,
-    PartitionState,
-    PartitionStateData,
-    ZkDataError,
-    delete_topic_path,
-)
 from controller.channel_manager import ControllerChannelManager
 from controller.controller_context import ControllerContext
 from controller.controller_zk import ControllerMovedError, ControllerZkClient, ZkWatch
@@ -97,6 +87,16 @@ from controller.request_batch import (
 from proto import minibroker_pb2 as pb
 from proto.errors import BrokerResponseError, StaleControllerEpochError
 from proto.minibroker_pb2 import ErrorCode
+from proto.topic_partition import TopicPartition
+from proto.zk_data import (
+    LEADER_NONE,
+    PREFERRED_REPLICA_ELECTION_PATH,
+    REASSIGN_PARTITIONS_PATH,
+    PartitionState,
+    PartitionStateData,
+    ZkDataError,
+    delete_topic_path,
+)
 
 __all__ = ["KafkaController"]
 

@@ -41,8 +41,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from broker.zk_data import LEADER_NONE, PartitionStateData
 from proto.errors import StaleControllerEpochError
+from proto.zk_data import LEADER_NONE, PartitionStateData
 
 __all__ = [
     "INITIAL_LEADER_EPOCH",

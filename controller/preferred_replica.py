@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from broker.topic_partition import TopicPartition
-from broker.zk_data import PartitionStateData
+from proto.topic_partition import TopicPartition
+from proto.zk_data import PartitionStateData
 
 __all__ = [
     "DEFAULT_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE",

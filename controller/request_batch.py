@@ -45,9 +45,9 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, TypeAlias
 
 from broker.metadata_cache import LEADER_DURING_DELETE, BrokerInfo
-from broker.topic_partition import TopicPartition
-from broker.zk_data import PartitionState
 from proto import minibroker_pb2 as pb
+from proto.topic_partition import TopicPartition
+from proto.zk_data import PartitionState
 
 __all__ = [
     "ALL_LIVE_BROKERS",

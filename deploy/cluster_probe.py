@@ -21,12 +21,12 @@ import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker import zk_data
 from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from broker.record_batch import decode_batch, scan_batches
-from broker.topic_partition import TopicPartition
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto import zk_data
+from proto.record_batch import decode_batch, scan_batches
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "checkpointed_high_watermark",

@@ -32,10 +32,10 @@ from typing import TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker import zk_data
-from broker.topic_partition import TopicPartition, topic_name_problem
 from deploy.zookeeper import is_serving_mode, quorum_size, server_mode
+from proto import zk_data
 from proto.errors import MinibrokerError
+from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [
     "BrokerStatus",

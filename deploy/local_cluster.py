@@ -44,7 +44,6 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from broker import zk_data
 from deploy.broker_process import BrokerProcess, BrokerProcessError, BrokerSpec
 from deploy.cluster_status import (
     BrokerStatus,
@@ -66,6 +65,7 @@ from deploy.zookeeper import (
     quorum_size,
     server_mode,
 )
+from proto import zk_data
 from proto.errors import MinibrokerError
 
 __all__ = [

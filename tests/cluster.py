@@ -20,9 +20,6 @@ import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker import zk_data
-from broker.record_batch import Record, decode_batch, encode_batch, scan_batches
-from broker.topic_partition import TopicPartition
 from chaos.scripted_controller import ProcessController
 from deploy.broker_process import BrokerProcess, BrokerSpec
 from deploy.cluster_probe import (
@@ -34,6 +31,9 @@ from deploy.cluster_probe import (
 )
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto import zk_data
+from proto.record_batch import Record, decode_batch, encode_batch, scan_batches
+from proto.topic_partition import TopicPartition
 from tests.helpers import wait_for
 
 _APPENDED_UNACKNOWLEDGED = frozenset({pb.REQUEST_TIMED_OUT, pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND})

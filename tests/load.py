@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from broker.topic_partition import TopicPartition
 from proto import errors
 from proto import minibroker_pb2 as pb
+from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster
 from tests.helpers import wait_for
 

@@ -27,9 +27,9 @@ from broker.checkpoints import (
     OffsetCheckpointFile,
     read_meta_properties,
 )
-from broker.leader_epoch_cache import EpochEntry
-from broker.topic_partition import TopicPartition
+from broker.epoch_entry import EpochEntry
 from proto.errors import MinibrokerError
+from proto.topic_partition import TopicPartition
 
 __all__ = [
     "AuditInputError",

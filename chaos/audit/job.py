@@ -77,7 +77,6 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
-from broker.topic_partition import TopicPartition
 from chaos.audit.data_dirs import AuditInputError, BrokerDir, ReplicaFiles
 from chaos.audit.history import HISTORY_SCHEMA, OP_TYPES, READ, NemesisEvent, history_rows
 from chaos.audit.model import AuditResult, PartitionSummary, ReplicaSummary, TornTail
@@ -91,6 +90,7 @@ from chaos.audit.segments import (
     scan_segments,
 )
 from chaos.audit.violations import Finding, describe
+from proto.topic_partition import TopicPartition
 
 __all__ = ["audit"]
 

@@ -12,7 +12,7 @@ Two functions, two passes over the files (the second reads them from the page ca
   (:data:`DECODED_SCHEMA`); Spark explodes them into one row per record. A batch rows
   fewer than records keeps the Python-to-JVM traffic down to a few objects per record.
 
-Both depend only on :mod:`broker.record_batch` and the standard library, and never raise
+Both depend only on :mod:`proto.record_batch` and the standard library, and never raise
 on damaged data: damage is what they report.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from broker.record_batch import (
+from proto.record_batch import (
     CorruptRecordError,
     Record,
     compute_crc,

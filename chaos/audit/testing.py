@@ -28,8 +28,8 @@ from broker.checkpoints import (
     write_meta_properties,
 )
 from broker.log import Log, LogConfig
-from broker.record_batch import NO_PRODUCER_ID, Record, encode_batch, parse_header, stamp_batch
-from broker.topic_partition import TopicPartition
+from proto.record_batch import NO_PRODUCER_ID, Record, encode_batch, parse_header, stamp_batch
+from proto.topic_partition import TopicPartition
 
 __all__ = ["BrokerDataDir", "history_line", "read_line", "write_lines"]
 

@@ -24,8 +24,6 @@ from pathlib import Path
 import grpc
 from kazoo.client import KazooClient
 
-from broker.record_batch import Record, encode_batch
-from broker.topic_partition import TopicPartition
 from chaos.history_recorder import TimelineRecorder
 from chaos.run_dir import RunDir
 from deploy.broker_process import BrokerProcess, BrokerSpec
@@ -40,6 +38,8 @@ from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
+from proto.record_batch import Record, encode_batch
+from proto.topic_partition import TopicPartition
 
 __all__ = ["BROKER_PROPERTIES", "A", "B", "ScenarioCluster", "ScenarioError"]
 

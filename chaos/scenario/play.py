@@ -11,12 +11,12 @@ from typing import IO
 
 import grpc
 
-from broker.topic_partition import TopicPartition
 from broker.truncation import TruncationMode
 from chaos.history_recorder import HistoryRecorder
 from chaos.scenario.cluster import ScenarioCluster, ScenarioError, shown
 from chaos.scenario.verdict import Prediction
 from proto import minibroker_pb2 as pb
+from proto.topic_partition import TopicPartition
 
 __all__ = ["TP", "Narrator", "Play", "Scenario"]
 

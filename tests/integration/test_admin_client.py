@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 import pytest
 from kazoo.client import KazooClient
 
-from broker import zk_data
 from client.admin import AdminClient
 from client.metadata import BrokerConnections, ClientError
 from deploy.zookeeper import ZooKeeperServer
+from proto import zk_data
 from tests.cluster import Cluster, running_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

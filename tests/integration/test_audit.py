@@ -22,14 +22,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from broker.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
-from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
 from broker.log import LogConfig
-from broker.record_batch import scan_batches
-from broker.topic_partition import TopicPartition
 from chaos.audit.cli import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_VIOLATIONS, audit_command
 from chaos.audit.model import KINDS, READ_KINDS
 from chaos.audit.session import start_session
 from chaos.audit.testing import BrokerDataDir, history_line, read_line, write_lines
+from proto.record_batch import scan_batches
+from proto.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,9 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from broker.record_batch import (
+from deploy.zookeeper import ZooKeeperServer
+from proto import minibroker_pb2 as pb
+from proto.record_batch import (
     BATCH_LENGTH_OFFSET,
     CRC_OFFSET,
     MAGIC_OFFSET,
@@ -17,9 +19,7 @@ from broker.record_batch import (
     compute_crc,
     encode_batch,
 )
-from broker.topic_partition import TopicPartition
-from deploy.zookeeper import ZooKeeperServer
-from proto import minibroker_pb2 as pb
+from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import chrooted_client
 from tests.poison_batches import POISONS, Poison

@@ -24,14 +24,14 @@ from broker.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
 )
 from broker.log_manager import CLEAN_SHUTDOWN_FILE
-from broker.record_batch import decode_batch, scan_batches
-from broker.topic_partition import TopicPartition
-from broker.zk_data import broker_path
 from chaos.scripted_controller import CONTROLLER_ID
 from deploy.broker_process import BrokerProcess, BrokerSpec
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.record_batch import decode_batch, scan_batches
+from proto.topic_partition import TopicPartition
+from proto.zk_data import broker_path
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
 

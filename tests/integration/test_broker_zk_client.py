@@ -20,7 +20,6 @@ import pytest
 import uvloop
 from kazoo.client import KazooClient
 
-from broker.topic_partition import TopicPartition
 from broker.zk_client import (
     LEADER_NONE,
     BrokerIdInUseError,
@@ -30,13 +29,14 @@ from broker.zk_client import (
     ZkConnectionError,
     ZkState,
 )
-from broker.zk_data import (
+from deploy.zookeeper import ZooKeeperServer
+from proto.topic_partition import TopicPartition
+from proto.zk_data import (
     ProducerIdBlock,
     encode_controller,
     encode_topic_assignment,
     encode_topic_config,
 )
-from deploy.zookeeper import ZooKeeperServer
 from tests.helpers import close_session_from_another_client
 
 zk_logger = logging.getLogger("broker.zk_client")

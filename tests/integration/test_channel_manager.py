@@ -31,21 +31,6 @@ import uvloop
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker.topic_partition import TopicPartition
-from broker.zk_data import (
-    BROKER_IDS_PATH,
-    BROKER_TOPICS_PATH,
-    CONTROLLER_EPOCH_PATH,
-    PartitionState,
-    PartitionStateData,
-    broker_path,
-    decode_broker_registration,
-    decode_partition_state,
-    encode_partition_state,
-    encode_topic_assignment,
-    partition_state_path,
-    topic_path,
-)
 from controller.channel_manager import (
     DEFAULT_REQUEST_TIMEOUT_S,
     ControllerChannelManager,
@@ -62,6 +47,21 @@ from controller.request_batch import (
 )
 from proto import minibroker_pb2 as pb
 from proto.minibroker_pb2 import ErrorCode
+from proto.topic_partition import TopicPartition
+from proto.zk_data import (
+    BROKER_IDS_PATH,
+    BROKER_TOPICS_PATH,
+    CONTROLLER_EPOCH_PATH,
+    PartitionState,
+    PartitionStateData,
+    broker_path,
+    decode_broker_registration,
+    decode_partition_state,
+    encode_partition_state,
+    encode_topic_assignment,
+    partition_state_path,
+    topic_path,
+)
 from tests.cluster import Cluster, running_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from broker import zk_data
-from broker.topic_partition import TopicPartition
+from proto import zk_data
+from proto.topic_partition import TopicPartition
 from tests.helpers import free_port_run, minibroker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -13,9 +13,9 @@ import pytest
 import uvloop
 from kazoo.client import KazooClient
 
-from broker.topic_partition import TopicPartition
 from client.consumer import Consumer, ConsumerConfig, ConsumerRecord
 from client.metadata import BrokerConnections, ClientError
+from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

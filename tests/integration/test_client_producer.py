@@ -17,10 +17,10 @@ import grpc.aio
 import pytest
 from kazoo.client import KazooClient
 
-from broker.topic_partition import TopicPartition
 from client.metadata import BrokerConnections, ClientError
 from client.partitioner import partition_for_key
 from client.producer import Producer, ProducerConfig, RecordMetadata
+from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
 

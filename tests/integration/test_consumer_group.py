@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from broker import zk_data
-from broker.topic_partition import TopicPartition
 from client.consumer import Consumer, ConsumerConfig, ConsumerRecord
 from client.group import GroupMember, RebalanceFailedError
+from proto import zk_data
+from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import close_session_from_another_client
 from tests.integration.test_client_consumer import (

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from broker import zk_data
-from broker.topic_partition import TopicPartition
 from proto import minibroker_pb2 as pb
+from proto import zk_data
+from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
 from tests.load import AcksAllLoad, check_acked_records_survive

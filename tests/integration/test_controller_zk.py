@@ -23,8 +23,10 @@ import uvloop
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
-from broker.topic_partition import TopicPartition
-from broker.zk_data import (
+from controller.controller_zk import ControllerMovedError, ControllerZkClient, LiveBroker
+from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
+from proto.topic_partition import TopicPartition
+from proto.zk_data import (
     PartitionState,
     PartitionStateData,
     encode_broker_registration,
@@ -35,8 +37,6 @@ from broker.zk_data import (
     encode_topic_assignment,
     encode_topic_config,
 )
-from controller.controller_zk import ControllerMovedError, ControllerZkClient, LiveBroker
-from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from tests.helpers import close_session_from_another_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

@@ -22,9 +22,9 @@ from kazoo.client import KazooClient
 from broker.config import BrokerConfig, TopicConfig
 from broker.dynamic_config import DynamicConfigManager
 from broker.replica_manager import ReplicaManager
-from broker.topic_partition import TopicPartition
 from broker.zk_client import BrokerZkClient
-from broker.zk_data import (
+from proto.topic_partition import TopicPartition
+from proto.zk_data import (
     CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES_PATH,
     broker_config_path,

@@ -15,10 +15,10 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
-from broker import zk_data
-from broker.topic_partition import TopicPartition
 from deploy.zookeeper import ZooKeeperServer
 from proto import minibroker_pb2 as pb
+from proto import zk_data
+from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import chrooted_client, wait_for
 

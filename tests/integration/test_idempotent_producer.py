@@ -12,10 +12,10 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
-from broker import zk_data
-from broker.record_batch import Record, encode_batch
-from broker.topic_partition import TopicPartition
 from proto import minibroker_pb2 as pb
+from proto import zk_data
+from proto.record_batch import Record, encode_batch
+from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

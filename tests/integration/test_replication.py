@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from broker import zk_data
-from broker.record_batch import scan_batches
-from broker.topic_partition import TopicPartition
 from proto import minibroker_pb2 as pb
+from proto import zk_data
+from proto.record_batch import scan_batches
+from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
 

@@ -28,11 +28,11 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
-from broker.record_batch import Record, decode_batch, encode_batch, scan_batches
 from deploy.cluster_probe import create_topic
 from deploy.local_cluster import LocalCluster
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.record_batch import Record, decode_batch, encode_batch, scan_batches
 from tests.helpers import free_port_run, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from broker.checkpoints import LEADER_EPOCH_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
-from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
 from broker.log import LogConfig
-from broker.topic_partition import TopicPartition
 from chaos.audit.data_dirs import AuditInputError, read_data_dirs
 from chaos.audit.testing import BrokerDataDir
+from proto.topic_partition import TopicPartition
 
 TP = TopicPartition("orders", 1)
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.log import LogConfig
-from broker.record_batch import Record, scan_batches
-from broker.topic_partition import TopicPartition
 from chaos.audit.segments import (
     SegmentTask,
     decode_segment,
@@ -15,6 +13,8 @@ from chaos.audit.segments import (
     scan_segment,
 )
 from chaos.audit.testing import BrokerDataDir
+from proto.record_batch import Record, scan_batches
+from proto.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 

@@ -26,8 +26,8 @@ from broker.checkpoints import (
     read_meta_properties,
     write_meta_properties,
 )
-from broker.leader_epoch_cache import EpochEntry
-from broker.topic_partition import TopicPartition
+from broker.epoch_entry import EpochEntry
+from proto.topic_partition import TopicPartition
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -358,7 +358,7 @@ def test_crash_between_write_and_rename_leaves_old_file_and_stale_tmp_is_ignored
         import os
         from pathlib import Path
         from broker.checkpoints import OffsetCheckpointFile
-        from broker.topic_partition import TopicPartition
+        from proto.topic_partition import TopicPartition
 
         os.replace = lambda src, dst: os._exit(17)
         OffsetCheckpointFile(Path({str(path)!r})).write({{TopicPartition("t", 0): 2}})

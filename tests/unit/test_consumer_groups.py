@@ -9,7 +9,6 @@ from typing import cast
 
 import pytest
 
-from broker.topic_partition import TopicPartition
 from client.admin import AdminClient
 from client.consumer_groups import (
     ConsumerGroupService,
@@ -20,6 +19,7 @@ from client.consumer_groups import (
 )
 from client.consumer_groups_cli import format_plan, format_table, parse_topic_options
 from client.metadata import ClientError
+from proto.topic_partition import TopicPartition
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 

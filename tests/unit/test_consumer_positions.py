@@ -8,8 +8,6 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.record_batch import Record, encode_batch
-from broker.topic_partition import TopicPartition
 from client.consumer import (
     Consumer,
     ConsumerConfig,
@@ -17,6 +15,8 @@ from client.consumer import (
     records_from_fetch,
 )
 from client.metadata import BrokerConnections, ClientError
+from proto.record_batch import Record, encode_batch
+from proto.topic_partition import TopicPartition
 
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)

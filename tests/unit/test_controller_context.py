@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from broker.topic_partition import TopicPartition
-from broker.zk_data import PartitionState, PartitionStateData
 from controller.controller_context import ControllerContext
 from controller.request_batch import LiveBroker
+from proto.topic_partition import TopicPartition
+from proto.zk_data import PartitionState, PartitionStateData
 
 TP = TopicPartition("t", 0)
 

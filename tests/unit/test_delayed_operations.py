@@ -10,9 +10,9 @@ from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
 from broker.log import Log, LogConfig
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.purgatory import DelayedOperationPurgatory
-from broker.record_batch import Record, encode_batch
-from broker.topic_partition import TopicPartition
 from proto.minibroker_pb2 import ErrorCode
+from proto.record_batch import Record, encode_batch
+from proto.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from broker.log import Log, LogConfig
-from broker.record_batch import Record, encode_batch
 from client.cli import main
+from proto.record_batch import Record, encode_batch
 
 
 def _write_log(directory: Path, batches: int = 3) -> Log:

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.zk_data import LEADER_NONE, PartitionStateData
 from controller.leader_election import (
     INITIAL_LEADER_EPOCH,
     LeaderElectionResult,
@@ -20,6 +19,7 @@ from controller.leader_election import (
     remove_replica_from_isr,
 )
 from proto.errors import StaleControllerEpochError
+from proto.zk_data import LEADER_NONE, PartitionStateData
 
 
 def state(

@@ -13,7 +13,7 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
 from broker.log import (
     Log,
     LogConfig,
@@ -21,7 +21,9 @@ from broker.log import (
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
-from broker.record_batch import (
+from broker.replica_manager import _error_of
+from proto import errors
+from proto.record_batch import (
     CorruptRecordError,
     Record,
     decode_batch,
@@ -29,8 +31,6 @@ from broker.record_batch import (
     stamp_batch,
     validate_batches,
 )
-from broker.replica_manager import _error_of
-from proto import errors
 from tests.poison_batches import POISONS, Poison
 
 
@@ -491,6 +491,24 @@ def test_truncate_to_across_segments(tmp_path: Path) -> None:
     log.append_as_leader(client_batch(), 5)
     assert log.epoch_cache.entries() == [EpochEntry(0, 0), EpochEntry(1, 6), EpochEntry(5, 9)]
     assert offsets(log.read(0, 10**6).records) == list(range(12))
+    log.close()
+
+
+def test_truncate_at_or_past_the_end_trims_an_epoch_that_starts_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """KAFKA-7415: a broker that became leader (epoch 4 recorded at its LEO) and wrote
+    nothing, then follows again; truncating at or past its LEO removes no record but must
+    drop that epoch, as Kafka's UnifiedLog.truncateTo does, or the follower keeps asking
+    the leader about an epoch it never wrote."""
+    log = open_log(tmp_path)
+    for epoch in (0, 1):
+        log.append_as_leader(client_batch(), epoch)
+    log.epoch_cache.assign(4, log.log_end_offset)
+    assert log.epoch_cache.latest_epoch() == 4
+    assert not log.truncate_to(log.log_end_offset + 5)
+    assert log.log_end_offset == 6
+    assert log.epoch_cache.entries() == [EpochEntry(0, 0), EpochEntry(1, 3)]
     log.close()
 
 

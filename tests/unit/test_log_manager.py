@@ -21,8 +21,8 @@ from broker.log_manager import (
     LogOfflineError,
 )
 from broker.log_segment import LogSegment
-from broker.record_batch import Record, encode_batch
-from broker.topic_partition import TopicPartition
+from proto.record_batch import Record, encode_batch
+from proto.topic_partition import TopicPartition
 
 ORDERS_0 = TopicPartition("orders", 0)
 ORDERS_1 = TopicPartition("orders", 1)

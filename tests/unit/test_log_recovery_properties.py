@@ -22,9 +22,9 @@ import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.leader_epoch_cache import EpochEntry
+from broker.epoch_entry import EpochEntry
 from broker.log import Log, LogConfig
-from broker.record_batch import Record, encode_batch
+from proto.record_batch import Record, encode_batch
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 

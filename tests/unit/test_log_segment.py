@@ -10,7 +10,7 @@ import pytest
 import broker.log_segment as log_segment
 from broker.log_segment import LogSegment, SegmentClosedError
 from broker.offset_index import IndexEntry
-from broker.record_batch import BatchHeader, Record, encode_batch, validate_batches
+from proto.record_batch import BatchHeader, Record, encode_batch, validate_batches
 
 INTERVAL = 200
 

@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.log_validator import validate_client_batches
-from broker.record_batch import (
+from broker.replica_manager import _error_of
+from proto.minibroker_pb2 import ErrorCode
+from proto.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     LAST_OFFSET_DELTA_OFFSET,
@@ -26,8 +28,6 @@ from broker.record_batch import (
     encode_batch,
     validate_batches,
 )
-from broker.replica_manager import _error_of
-from proto.minibroker_pb2 import ErrorCode
 from tests.poison_batches import POISONS, Poison, raw_batch, raw_record, raw_records
 
 

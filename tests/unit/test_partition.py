@@ -8,10 +8,10 @@ import pytest
 
 from broker.log import Log, LogConfig
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
-from broker.record_batch import Record, encode_batch
-from broker.topic_partition import TopicPartition
 from proto import errors
 from proto.minibroker_pb2 import ErrorCode
+from proto.record_batch import Record, encode_batch
+from proto.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
 LAG_MS = 10_000

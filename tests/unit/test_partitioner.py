@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.topic_partition import TopicPartition
 from client.partitioner import Partitioner, murmur2, partition_for_key, to_positive
+from proto.topic_partition import TopicPartition
 
 # Kafka's UtilsTest.testMurmur2 (clients/src/test/java/org/apache/kafka/common/utils).
 KAFKA_UTILS_TEST = {

@@ -6,8 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.topic_partition import TopicPartition
-from broker.zk_data import LEADER_NONE, PartitionStateData
 from controller.leader_election import preferred_replica_leader_election
 from controller.preferred_replica import (
     DEFAULT_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE,
@@ -16,6 +14,8 @@ from controller.preferred_replica import (
     partitions_to_rebalance,
 )
 from controller.replica_assignment import assign_replicas
+from proto.topic_partition import TopicPartition
+from proto.zk_data import LEADER_NONE, PartitionStateData
 
 
 def tp(partition: int, topic: str = "t") -> TopicPartition:

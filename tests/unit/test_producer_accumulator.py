@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.record_batch import HEADER_SIZE, Record, decode_batch, encode_batch
-from broker.topic_partition import TopicPartition
 from client.producer import (
     IdempotenceState,
     ProducerBatch,
     RecordAccumulator,
     record_size,
 )
+from proto.record_batch import HEADER_SIZE, Record, decode_batch, encode_batch
+from proto.topic_partition import TopicPartition
 
 TP0 = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)

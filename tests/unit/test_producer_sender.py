@@ -19,8 +19,6 @@ import grpc
 import grpc.aio
 import pytest
 
-from broker.record_batch import decode_batch, parse_header
-from broker.topic_partition import TopicPartition
 from client.metadata import BrokerConnections, BrokerUnreachableError, ClientError
 from client.partitioner import Partitioner, partition_for_key
 from client.producer import (
@@ -35,6 +33,8 @@ from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.minibroker_pb2 import ErrorCode
+from proto.record_batch import decode_batch, parse_header
+from proto.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.timeout(60)
 

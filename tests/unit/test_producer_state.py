@@ -17,9 +17,9 @@ from broker.producer_state import (
     ProducerStateManager,
     in_sequence,
 )
-from broker.record_batch import BatchHeader, Record, encode_batch, parse_header
-from broker.topic_partition import TopicPartition
 from proto import errors
+from proto.record_batch import BatchHeader, Record, encode_batch, parse_header
+from proto.topic_partition import TopicPartition
 
 INT32_MAX = 2**31 - 1
 TP = TopicPartition("orders", 0)

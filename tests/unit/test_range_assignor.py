@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.topic_partition import TopicPartition
 from client.range_assignor import range_assign
+from proto.topic_partition import TopicPartition
 
 
 def tps(topic: str, *partitions: int) -> list[TopicPartition]:

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.zk_data import LEADER_NONE, PartitionStateData
 from controller.leader_election import offline_partition_leader_election
 from controller.reassignment import (
     ReassignmentAction,
@@ -17,6 +16,7 @@ from controller.reassignment import (
 )
 from controller.replica_assignment import InvalidReplicaAssignmentError
 from proto.errors import StaleControllerEpochError
+from proto.zk_data import LEADER_NONE, PartitionStateData
 
 ADD = ReassignmentAction.ADD_REPLICAS
 WAIT = ReassignmentAction.WAIT

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.record_batch import (
+from proto.record_batch import (
     HEADER_SIZE,
     MAGIC,
     BatchHeader,

@@ -14,13 +14,13 @@ from broker.log import Log, LogConfig
 from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.partition import LeadershipState, Partition
-from broker.record_batch import Record, decode_batch, encode_batch
 from broker.replica_manager import ReplicaManager
-from broker.topic_partition import TopicPartition
 from broker.zk_client import BrokerZkClient, ZkSessionExpiredError
-from broker.zk_data import PartitionState
 from proto import minibroker_pb2 as pb
 from proto.minibroker_pb2 import ErrorCode
+from proto.record_batch import Record, decode_batch, encode_batch
+from proto.topic_partition import TopicPartition
+from proto.zk_data import PartitionState
 from tests.poison_batches import POISONS, Poison
 
 GOOD = TopicPartition("mixed", 0)

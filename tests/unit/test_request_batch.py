@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from broker.topic_partition import TopicPartition
-from broker.zk_data import PartitionState
 from controller.request_batch import (
     ALL_LIVE_BROKERS,
     EPOCH_DURING_DELETE,
@@ -17,6 +15,8 @@ from controller.request_batch import (
     request_kind,
 )
 from proto import minibroker_pb2 as pb
+from proto.topic_partition import TopicPartition
+from proto.zk_data import PartitionState
 
 CONTROLLER_ID, CONTROLLER_EPOCH = 9, 8
 TP0, TP1, TP2 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)

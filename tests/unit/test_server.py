@@ -11,8 +11,8 @@ from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from broker.server import BrokerService
-from broker.zk_data import ProducerIdBlock, ZkDataError
 from proto import minibroker_pb2 as pb
+from proto.zk_data import ProducerIdBlock, ZkDataError
 
 
 class _Replicas:

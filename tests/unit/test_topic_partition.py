@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.topic_partition import MAX_TOPIC_NAME_LENGTH, TopicPartition, topic_name_problem
+from proto.topic_partition import MAX_TOPIC_NAME_LENGTH, TopicPartition, topic_name_problem
 
 
 def test_directory_name_round_trips_with_dashes_in_the_topic() -> None:

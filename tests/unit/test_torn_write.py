@@ -6,8 +6,8 @@ import random
 from pathlib import Path
 
 from broker.log import Log, LogConfig
-from broker.record_batch import Record, encode_batch, scan_batches
 from chaos.torn_write import tear_active_segment
+from proto.record_batch import Record, encode_batch, scan_batches
 
 
 def _log_with_batches(data_dir: Path, batches: int) -> Path:

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from broker import zk_data
-from broker.topic_partition import TopicPartition
-from broker.zk_data import (
+from proto import zk_data
+from proto.topic_partition import TopicPartition
+from proto.zk_data import (
     LEADER_NONE,
     BrokerRegistration,
     PartitionState,

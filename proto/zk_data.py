@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from broker.topic_partition import TopicPartition, topic_name_problem
+from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [
     "ADMIN_DELETE_TOPICS_PATH",
