@@ -40,10 +40,11 @@ $(INSTALLED): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,audit]'
 	@touch $@
 
-check: $(INSTALLED) ## lint (ruff) and type-check (mypy)
+check: $(INSTALLED) ## lint (ruff), type-check (mypy) and check the layering (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy broker controller client deploy chaos proto bench tests
+	$(VENV)/bin/lint-imports
 
 test: setup check ## install what is missing, then lint and run the whole suite
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.log import LogConfig
 from chaos.audit.testing import BrokerDataDir, history_line, write_lines
+from proto.log_config import LogConfig
 from proto.topic_partition import TopicPartition
 
 __all__ = ["AuditBenchResult", "measure"]

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.log import Log, LogConfig
+from broker.log import Log
 from broker.log_validator import validate_client_batches
+from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch, validate_batches
 
 BATCH_BYTES = 16 * 1024

@@ -47,13 +47,13 @@ import uvloop
 from kazoo.client import KazooClient
 
 from bench.log_append import BATCH_BYTES, RECORD_VALUE_BYTES
-from broker.config import BrokerConfig
 from deploy.broker_process import BrokerProcess, BrokerSpec
 from deploy.cluster_probe import create_topic, leader_serving, partition_state
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto import zk_data
+from proto.broker_config import BrokerConfig
 from proto.record_batch import Record, encode_batch, scan_batches
 from proto.topic_partition import TopicPartition
 

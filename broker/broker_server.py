@@ -23,10 +23,8 @@ from pathlib import Path
 
 import grpc
 
-from broker.config import BrokerConfig
 from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager
-from broker.grpc_keepalive import SERVER_KEEPALIVE_OPTIONS
 from broker.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
@@ -36,7 +34,9 @@ from broker.undecodable_requests import UndecodableRequests
 from broker.zk_client import BrokerZkClient, ZkError
 from controller.kafka_controller import KafkaController
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.broker_config import BrokerConfig
 from proto.errors import MinibrokerError
+from proto.grpc_keepalive import SERVER_KEEPALIVE_OPTIONS
 
 logger = logging.getLogger(__name__)
 

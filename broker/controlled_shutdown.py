@@ -18,10 +18,10 @@ import logging
 
 import grpc
 
-from broker.config import BrokerConfig
 from broker.zk_client import BrokerZkClient, ZkError
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.broker_config import BrokerConfig
 
 __all__ = ["controlled_shutdown"]
 

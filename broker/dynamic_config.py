@@ -13,7 +13,7 @@ processed, in sequence order, re-reads the entity it names:
   ``Log``'s settings and ``min.insync.replicas``. ``unclean.leader.election.enable`` is read
   by the controller at each election.
 - ``brokers/<default>`` or ``brokers/<own id>``: the effective broker config is computed
-  again (:func:`~broker.dynamic_broker_config.effective_broker_config`); the replica manager
+  again (:func:`~proto.dynamic_broker_config.effective_broker_config`); the replica manager
   creates new partitions with it, each hosted topic's config is computed again (its
   defaults changed) and the controller candidate takes its ``unclean.leader.election.enable``
   default. Other brokers' entities are skipped.
@@ -37,18 +37,18 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from broker.config import BrokerConfig
-from broker.dynamic_broker_config import effective_broker_config
 from broker.replica_manager import ReplicaManager
-from broker.zk_async import ZkError, ZkWatch
 from broker.zk_client import BrokerZkClient
 from controller.kafka_controller import KafkaController
+from proto.broker_config import BrokerConfig
+from proto.dynamic_broker_config import effective_broker_config
 from proto.zk_data import (
     CONFIG_CHANGE_PREFIX,
     DEFAULT_BROKER_ENTITY,
     ZkDataError,
     decode_config_change,
 )
+from proto.zookeeper import ZkError, ZkWatch
 
 __all__ = ["CHANGE_EXPIRATION_MS", "DynamicConfigManager"]
 

@@ -28,7 +28,6 @@ log held at one instant or raises OffsetOutOfRangeError if its offset is gone.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import logging
 import re
@@ -36,10 +35,9 @@ import shutil
 import struct
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import NamedTuple
 
 from broker.checkpoints import fsync_directory
 from broker.epoch_entry import EpochEntry
@@ -53,6 +51,7 @@ from broker.log_segment import (
 )
 from broker.log_validator import validate_client_batches
 from broker.producer_state import BatchMetadata, ProducerStateManager
+from proto.log_config import LogConfig
 from proto.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
@@ -68,7 +67,6 @@ __all__ = [
     "Log",
     "LogAppendInfo",
     "LogClosedError",
-    "LogConfig",
     "LogError",
     "OffsetOutOfRangeError",
     "RecordTooLargeError",
@@ -82,8 +80,6 @@ STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 """Leftovers of interrupted writes and deletions; removed when a log is opened."""
 
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index)")
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
 _BASE_OFFSET = struct.Struct(">q")
 _READ_ATTEMPTS = 5
 
@@ -116,104 +112,6 @@ class UnexpectedAppendOffsetError(LogError):
 
 class LogClosedError(LogError):
     """The log was closed or deleted."""
-
-
-# -- config ----------------------------------------------------------------------------------
-
-_INTEGER = re.compile(r"-?[0-9]+")
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """The per-log settings, under Kafka's names (topic-level name / broker-level name).
-
-    Validation errors are ValueErrors that name the Kafka property.
-    """
-
-    segment_bytes: int = 1024**3
-    """``segment.bytes`` / ``log.segment.bytes``: roll a new segment before this size."""
-    index_interval_bytes: int = 4096
-    """``index.interval.bytes`` / ``log.index.interval.bytes``: bytes between index entries."""
-    retention_ms: int = 7 * 24 * 3600 * 1000
-    """``retention.ms`` / ``log.retention.ms`` (also ``.minutes``, ``.hours``); -1: no limit."""
-    retention_bytes: int = -1
-    """``retention.bytes`` / ``log.retention.bytes``; -1: no limit."""
-    flush_interval_messages: int | None = None
-    """``flush.messages`` / ``log.flush.interval.messages``: fsync after this many appended
-    records; None (Kafka's default, Long.MAX_VALUE) leaves flushing to the OS."""
-    max_message_bytes: int = 1048588
-    """``max.message.bytes`` / ``message.max.bytes``: largest batch accepted."""
-
-    # Kafka property -> (field, unit multiplier). Broker-level names come first so that a
-    # topic-level name in the same mapping overrides them; ms beats minutes beats hours.
-    PROPERTIES: ClassVar[dict[str, tuple[str, int]]] = {
-        "log.segment.bytes": ("segment_bytes", 1),
-        "log.index.interval.bytes": ("index_interval_bytes", 1),
-        "log.retention.hours": ("retention_ms", 3600 * 1000),
-        "log.retention.minutes": ("retention_ms", 60 * 1000),
-        "log.retention.ms": ("retention_ms", 1),
-        "log.retention.bytes": ("retention_bytes", 1),
-        "log.flush.interval.messages": ("flush_interval_messages", 1),
-        "message.max.bytes": ("max_message_bytes", 1),
-        "segment.bytes": ("segment_bytes", 1),
-        "index.interval.bytes": ("index_interval_bytes", 1),
-        "retention.ms": ("retention_ms", 1),
-        "retention.bytes": ("retention_bytes", 1),
-        "flush.messages": ("flush_interval_messages", 1),
-        "max.message.bytes": ("max_message_bytes", 1),
-    }
-
-    # Field -> (Kafka topic-level name, lowest, highest value).
-    BOUNDS: ClassVar[dict[str, tuple[str, int, int]]] = {
-        "segment_bytes": ("segment.bytes", 14, _INT32_MAX),
-        "index_interval_bytes": ("index.interval.bytes", 0, _INT32_MAX),
-        "retention_ms": ("retention.ms", -1, _INT64_MAX),
-        "retention_bytes": ("retention.bytes", -1, _INT64_MAX),
-        "flush_interval_messages": ("flush.messages", 1, _INT64_MAX),
-        "max_message_bytes": ("max.message.bytes", 0, _INT32_MAX),
-    }
-
-    def __post_init__(self) -> None:
-        for field, (name, low, high) in self.BOUNDS.items():
-            value = getattr(self, field)
-            if value is not None:
-                _check_range(name, value, low, high)
-
-    @classmethod
-    def from_properties(
-        cls, properties: Mapping[str, str], defaults: LogConfig | None = None
-    ) -> LogConfig:
-        """A config from Kafka properties over ``defaults`` (the built-in defaults if None).
-
-        Properties this class does not know are ignored (a topic config also holds
-        ``min.insync.replicas`` and the like). Raises ValueError naming the property for a
-        value that is not an integer or out of range.
-        """
-        values: dict[str, Any] = {}
-        for name, (field, unit) in cls.PROPERTIES.items():
-            text = properties.get(name)
-            if text is None:
-                continue
-            text = text.strip()
-            if not _INTEGER.fullmatch(text):
-                raise ValueError(f"invalid value for {name}: {text!r} is not an integer")
-            value = int(text)
-            if field == "flush_interval_messages" and value >= _INT64_MAX:
-                values[field] = None  # Kafka's default Long.MAX_VALUE: never
-                continue
-            _, low, high = cls.BOUNDS[field]
-            if unit != 1 and value < 0:
-                _check_range(name, value, low, high)  # -1 hours: no limit, like -1 ms
-            else:
-                _check_range(name, value, -(-low // unit), high // unit)
-                value *= unit
-            values[field] = value
-        return dataclasses.replace(cls() if defaults is None else defaults, **values)
-
-
-def _check_range(name: str, value: int, low: int, high: int) -> None:
-    if not low <= value <= high:
-        raise ValueError(f"invalid value for {name}: {value} (must be in [{low}, {high}])")
 
 
 # -- results ---------------------------------------------------------------------------------

@@ -47,7 +47,8 @@ from broker.checkpoints import (
     read_meta_properties,
     write_meta_properties,
 )
-from broker.log import Log, LogClosedError, LogConfig
+from broker.log import Log, LogClosedError
+from proto.log_config import LogConfig
 from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [

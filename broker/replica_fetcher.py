@@ -39,7 +39,6 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-from broker.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from broker.log import LogAppendInfo, LogClosedError, UnexpectedAppendOffsetError
 from broker.partition import Partition
 from broker.truncation import (
@@ -51,6 +50,7 @@ from broker.truncation import (
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import CorruptRecordError, parse_header
 from proto.topic_partition import TopicPartition

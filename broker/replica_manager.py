@@ -22,7 +22,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from broker.config import BrokerConfig, TopicConfig
 from broker.control_request_checks import (
     StopReplicaFacts,
     broker_epoch_refusal,
@@ -42,6 +41,7 @@ from broker.truncation import TruncationMode
 from broker.zk_client import BrokerZkClient, ZkError
 from proto import errors
 from proto import minibroker_pb2 as pb
+from proto.broker_config import BrokerConfig, TopicConfig
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import CorruptRecordError
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -451,7 +451,7 @@ class ReplicaManager:
 
     def reconfigure(self, config: BrokerConfig) -> None:
         """Take the broker's config with its dynamic changes (only the dynamic settings of
-        :mod:`broker.dynamic_broker_config` differ): partitions created from now on use its
+        :mod:`proto.dynamic_broker_config` differ): partitions created from now on use its
         defaults; hosted ones get theirs through :meth:`update_topic_config`."""
         self.config = config
 

@@ -19,11 +19,11 @@ Two rules, chosen by ``replication.truncation.mode`` (DESIGN.md §5):
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from proto.broker_config import TruncationMode
 
 __all__ = [
     "OffsetTruncationState",
@@ -31,15 +31,6 @@ __all__ = [
     "high_watermark_truncation_state",
     "offset_truncation_state",
 ]
-
-
-class TruncationMode(enum.StrEnum):
-    """``replication.truncation.mode``: how a replica truncates on becoming a follower."""
-
-    LEADER_EPOCH = "leader-epoch"
-    """Ask the leader OffsetsForLeaderEpoch and truncate to its answer (Kafka >= 2.0)."""
-    HIGH_WATERMARK = "high-watermark"
-    """Truncate to the own checkpointed high watermark (Kafka < 0.11; loses data)."""
 
 
 @dataclass(frozen=True)

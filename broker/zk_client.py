@@ -1,16 +1,11 @@
 """A broker's ZooKeeper session, for asyncio code: registration, partition state, ISR changes,
 producer id blocks.
 
-kazoo has no asyncio handler: its calls block, and its results, watches and state changes
-arrive on kazoo's own threads. :class:`BrokerZkClient` wraps one ``KazooClient`` so that the
-event loop never blocks on it:
-
-- every operation uses kazoo's ``*_async`` call and bridges the ``IAsyncResult`` to an
-  asyncio future (``rawlink`` + ``loop.call_soon_threadsafe``, :mod:`broker.zk_async`);
-- connect and close, which only exist as blocking calls, run in the loop's default executor;
-- state changes (CONNECTED, SUSPENDED, LOST) are handed to the loop thread with
-  ``call_soon_threadsafe`` and only then reach the registered callbacks, so callbacks may
-  touch the broker's state freely and may be coroutine functions (run as tasks).
+:class:`BrokerZkClient` adds the broker's operations and its session lease to
+:class:`proto.zookeeper.ZooKeeperClient`, which owns the session, the retry loop and the
+watches and never blocks the event loop: state changes (CONNECTED, SUSPENDED, LOST) reach
+the registered callbacks on the loop thread, so callbacks may touch the broker's state
+freely and may be coroutine functions (run as tasks).
 
 Sessions: SUSPENDED means the connection dropped but the session may live on (kazoo
 reconnects by itself); LOST means it expired and ZooKeeper deleted our ephemerals, above all
@@ -39,32 +34,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
     NodeExistsError,
     NoNodeError,
-    SessionExpiredError,
 )
 
-from broker.zk_async import (
-    KazooSessionClient,
-    WatchCallback,
-    WatchKind,
-    ZkConnectionError,
-    ZkError,
-    ZkSessionExpiredError,
-    ZkWatch,
-    bridge,
-    stop_kazoo,
-)
 from proto.topic_partition import TopicPartition
 from proto.zk_data import (
     BROKER_IDS_PATH,
@@ -98,6 +78,16 @@ from proto.zk_data import (
     topic_config_path,
     topic_path,
 )
+from proto.zookeeper import (
+    WatchCallback,
+    WatchKind,
+    ZkConnectionError,
+    ZkError,
+    ZkSessionExpiredError,
+    ZkState,
+    ZkWatch,
+    ZooKeeperClient,
+)
 
 __all__ = [
     "LEADER_NONE",
@@ -116,25 +106,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SessionCallback = Callable[[], Awaitable[object] | None]
-"""Called on the event loop thread; a coroutine function's coroutine is run as a task."""
-
-_RETRY_MIN_S = 0.05
-_RETRY_MAX_S = 1.0
 _REGISTER_POLL_S = 0.2
-"""kazoo backs off between reconnect attempts up to an hour by default; a broker must get
-back within its session timeout, so the delay is capped."""
-
-
-class ZkState(enum.StrEnum):
-    """The connection states kazoo reports (``KazooState``)."""
-
-    CONNECTED = "CONNECTED"
-    """Connected, in a session (the same one as before, or a new one after LOST)."""
-    SUSPENDED = "SUSPENDED"
-    """Connection lost; the session and its ephemerals may still be alive."""
-    LOST = "LOST"
-    """The session expired (or was closed): its ephemerals are gone."""
+"""How often a registration held by a stale session is looked at again."""
 
 
 class BrokerIdInUseError(ZkError):
@@ -152,7 +125,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class BrokerZkClient(KazooSessionClient):
+class BrokerZkClient(ZooKeeperClient):
     """One broker's ZooKeeper session, used from its asyncio event loop.
 
     Example usage::
@@ -176,43 +149,34 @@ class BrokerZkClient(KazooSessionClient):
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int | None = None,
     ) -> None:
-        """See :class:`KazooSessionClient`; raises ValueError for a malformed connect string."""
+        """See :class:`ZooKeeperClient`; raises ValueError for a malformed connect string."""
         super().__init__(
             connect,
             broker_id=broker_id,
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=connection_timeout_ms,
         )
-        self._last_session_id: int | None = None
-        """The latest session ever established, to tell a new session from a reconnect."""
-        self._lost_callbacks: list[SessionCallback] = []
-        self._established_callbacks: list[SessionCallback] = []
-        self._state_listeners: list[Callable[[ZkState], Awaitable[object] | None]] = []
         self._lease_confirmed_at: float | None = None
         """Loop time at which a request was sent that this session later saw answered."""
         self._lease_task: asyncio.Task[None] | None = None
 
-    def __repr__(self) -> str:
-        session = "none" if self._session_id is None else f"0x{self._session_id:x}"
-        return f"BrokerZkClient({self._connect!r}, broker={self._broker_id}, session={session})"
+    # -- hooks of ZooKeeperClient ----------------------------------------------------------
 
-    # -- lifecycle -------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Connect and open a session, waiting up to ``zookeeper.connection.timeout.ms``.
-
-        Creates the chroot first if it is missing. Raises ZkConnectionError on timeout.
-        Cancelling it leaves the client unstarted (a session opened meanwhile is closed).
-        """
-        if await self._open_session(self._kazoo_listener):
-            self._event(logging.INFO, "chroot_created", path=self._chroot)
-        client_id = self._client.client_id
-        if client_id is not None and self._session_id is None:
-            self._session_id = self._last_session_id = client_id[0]
+    def _started(self) -> None:
         loop = self._require_loop()
         self._lease_confirmed_at = loop.time()
         self._lease_task = loop.create_task(self._renew_session_lease())
-        self._event(logging.INFO, "connected", connect=self._connect, session=self._session_hex())
+
+    def _closing_now(self) -> None:
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+
+    def _answered(self, sent: float, session: int | None) -> None:
+        # An answer proves the session alive after `sent`: it renews the lease.
+        if session is not None and session == self._session_id:
+            self._lease_confirmed_at = max(self._lease_confirmed_at or sent, sent)
+
+    # -- lifecycle -------------------------------------------------------------------------
 
     # -- session lease ---------------------------------------------------------------------
 
@@ -251,7 +215,7 @@ class BrokerZkClient(KazooSessionClient):
 
     async def _renew_session_lease(self) -> None:
         """Renew the lease with a cheap read every third of the session timeout (every other
-        successful request renews it too, see :meth:`_call`)."""
+        successful request renews it too, see :meth:`_answered`)."""
         loop = self._require_loop()
         interval = self._session_timeout_ms / 3000
         while not self._closing:
@@ -260,109 +224,7 @@ class BrokerZkClient(KazooSessionClient):
                 await asyncio.wait_for(self._ping(), interval)
             await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
 
-    async def close(self) -> None:
-        """Close the session (ZooKeeper deletes its ephemerals at once) and stop kazoo.
-
-        No session callbacks run for this closing. Idempotent.
-        """
-        if self._client is None or self._closing:
-            return
-        self._closing = True
-        self._cancel_watches()
-        if self._lease_task is not None:
-            self._lease_task.cancel()
-        client = self._client
-        assert self._loop is not None
-        await asyncio.shield(self._loop.run_in_executor(None, stop_kazoo, client))
-        for task in list(self._tasks):
-            task.cancel()
-        self._event(logging.INFO, "closed", session=self._session_hex())
-        self._session_id = None
-
     # -- session callbacks -----------------------------------------------------------------
-
-    def on_session_lost(self, callback: SessionCallback) -> None:
-        """Call ``callback()`` when the session expires (LOST): our ephemerals are gone.
-
-        Runs on the event loop thread, once per lost session, never for :meth:`close`.
-        """
-        self._lost_callbacks.append(callback)
-
-    def on_session_established(self, callback: SessionCallback) -> None:
-        """Call ``callback()`` when a new session replaces an expired one (the broker must
-        register again). Not called for the first session, nor for a reconnect that kept
-        the session (SUSPENDED then CONNECTED)."""
-        self._established_callbacks.append(callback)
-
-    def add_state_listener(self, listener: Callable[[ZkState], Awaitable[object] | None]) -> None:
-        """Call ``listener(state)`` on the event loop thread for every state change."""
-        self._state_listeners.append(listener)
-
-    def _kazoo_listener(
-        self, client: Any, loop: asyncio.AbstractEventLoop
-    ) -> Callable[[str], None]:
-        def listener(state: str) -> None:
-            # On kazoo's connection thread: must not block; hand over to the loop. The
-            # session id is read here, where kazoo has just set it.
-            client_id = client.client_id if state == ZkState.CONNECTED else None
-            session_id = None if client_id is None else int(client_id[0])
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening
-                loop.call_soon_threadsafe(self._on_state, ZkState(state), session_id)
-
-        return listener
-
-    def _on_state(self, state: ZkState, session_id: int | None) -> None:
-        """Runs on the loop thread, in the order kazoo reported the changes."""
-        if self._closing:
-            return
-        if state is ZkState.SUSPENDED:
-            self._event(logging.WARNING, "suspended", session=self._session_hex())
-        elif state is ZkState.LOST:
-            self._session_lost()
-        elif session_id is not None:
-            if session_id == self._session_id:
-                self._event(logging.INFO, "reconnected", session=self._session_hex())
-            else:
-                if self._session_id is not None:  # a new session without LOST first
-                    self._session_lost()
-                previous, self._last_session_id = self._last_session_id, session_id
-                self._session_id = session_id
-                if previous is not None:
-                    self._event(
-                        logging.WARNING,
-                        "new_session",
-                        session=self._session_hex(),
-                        previous=f"0x{previous:x}",
-                    )
-                    self._fire(self._established_callbacks)
-            self._rearm_watches()
-        self._fire(self._state_listeners, state)
-
-    def _session_lost(self) -> None:
-        lost, self._session_id = self._session_id, None
-        if lost is None:
-            return
-        self._event(logging.ERROR, "session_lost", session=f"0x{lost:x}")
-        self._fire(self._lost_callbacks)
-
-    def _fire(
-        self, callbacks: Iterable[Callable[..., Awaitable[object] | None]], *args: Any
-    ) -> None:
-        for callback in list(callbacks):
-            try:
-                result = callback(*args)
-            except Exception:
-                log.exception("zk callback_failed broker=%s callback=%r", self._broker_id, callback)
-                continue
-            if result is not None:
-                task = asyncio.ensure_future(result)
-                self._tasks.add(task)
-                task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Future[object]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("zk callback_failed broker=%s", self._broker_id, exc_info=task.exception())
 
     # -- broker registration ---------------------------------------------------------------
 
@@ -395,7 +257,7 @@ class BrokerZkClient(KazooSessionClient):
             except NodeExistsError:
                 pass
             else:
-                self._event(
+                self._log(
                     logging.INFO,
                     "broker_registered",
                     path=path,
@@ -413,7 +275,7 @@ class BrokerZkClient(KazooSessionClient):
                 current = self._decode(path, decode_broker_registration, existing)
                 if (current.host, current.port) != (host, port):
                     await self._set(path, data, int(stat.version))
-                self._event(
+                self._log(
                     logging.INFO,
                     "broker_registration_kept",
                     path=path,
@@ -431,7 +293,7 @@ class BrokerZkClient(KazooSessionClient):
                     broker_id,
                     owner,
                 )
-            self._event(
+            self._log(
                 logging.WARNING,
                 "broker_id_in_use_waiting",
                 path=path,
@@ -449,13 +311,13 @@ class BrokerZkClient(KazooSessionClient):
             return
         owner = int(stat.ephemeralOwner)
         if owner != self._current_session_id():
-            self._event(
+            self._log(
                 logging.WARNING, "deregister_skipped_not_owner", path=path, owner=f"0x{owner:x}"
             )
             return
         with contextlib.suppress(NoNodeError):
             await self._call("delete", path, lambda c: c.delete_async(path, stat.version))
-        self._event(logging.INFO, "broker_deregistered", path=path)
+        self._log(logging.INFO, "broker_deregistered", path=path)
 
     # -- partition state -------------------------------------------------------------------
 
@@ -494,19 +356,19 @@ class BrokerZkClient(KazooSessionClient):
                 "set", path, lambda c: c.set_async(path, data, expected_version)
             )
         except NoNodeError:
-            self._event(logging.WARNING, "partition_state_missing", path=path)
+            self._log(logging.WARNING, "partition_state_missing", path=path)
             return None
         except BadVersionError:
             current = await self.get_partition_state(tp)
             if current is not None and current.data == new_state:
-                self._event(
+                self._log(
                     logging.INFO,
                     "partition_state_already_written",
                     path=path,
                     version=current.zk_version,
                 )
                 return current.zk_version
-            self._event(
+            self._log(
                 logging.INFO,
                 "partition_state_update_rejected",
                 path=path,
@@ -514,7 +376,7 @@ class BrokerZkClient(KazooSessionClient):
                 actual_version=None if current is None else current.zk_version,
             )
             return None
-        self._event(
+        self._log(
             logging.INFO,
             "partition_state_updated",
             path=path,
@@ -540,7 +402,7 @@ class BrokerZkClient(KazooSessionClient):
             )
         except NodeExistsError:
             return None
-        self._event(logging.INFO, "partition_state_created", path=path)
+        self._log(logging.INFO, "partition_state_created", path=path)
         return int(stat.version)
 
     async def create_isr_change_notification(self, partitions: Iterable[TopicPartition]) -> str:
@@ -555,7 +417,7 @@ class BrokerZkClient(KazooSessionClient):
         created: str = await self._call(
             "create", prefix, lambda c: c.create_async(prefix, data, sequence=True, makepath=True)
         )
-        self._event(
+        self._log(
             logging.INFO,
             "isr_change_notified",
             path=created,
@@ -603,7 +465,7 @@ class BrokerZkClient(KazooSessionClient):
         except (BadVersionError, NodeExistsError, NoNodeError):
             current, _ = await self.get_producer_id_block()
             if current != block:
-                self._event(
+                self._log(
                     logging.INFO,
                     "producer_id_block_race_lost",
                     path=path,
@@ -611,7 +473,7 @@ class BrokerZkClient(KazooSessionClient):
                     wanted=f"{block.block_start}-{block.block_end}",
                 )
                 return False
-        self._event(
+        self._log(
             logging.INFO,
             "producer_id_block_reserved",
             path=path,
@@ -669,7 +531,7 @@ class BrokerZkClient(KazooSessionClient):
         except NoNodeError:
             return None
         except ZkDataError as e:
-            self._event(logging.WARNING, "bad_broker_registration", path=path, error=str(e))
+            self._log(logging.WARNING, "bad_broker_registration", path=path, error=str(e))
             return None
         return registration.host, registration.port
 
@@ -731,7 +593,7 @@ class BrokerZkClient(KazooSessionClient):
 
     async def watch_config_changes(self, callback: WatchCallback) -> ZkWatch:
         """Children of ``/config/changes`` (a config entity changed), with the promise of
-        :class:`~broker.zk_async.ZkWatch`: at least once after every change, and once after
+        :class:`~proto.zookeeper.ZkWatch`: at least once after every change, and once after
         every reconnect. Returns once ZooKeeper holds the watch."""
         return await self._watch(
             "config_changes", WatchKind.CHILDREN, CONFIG_CHANGES_PATH, callback
@@ -786,53 +648,8 @@ class BrokerZkClient(KazooSessionClient):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _log(self, level: int, event: str, **fields: object) -> None:
-        self._event(level, event, **fields)
-
-    async def _call(self, op: str, path: str, start: Callable[[Any], Any]) -> Any:
-        """Run ``start(kazoo_client)`` (an ``*_async`` call) and await its result, retrying
-        on connection loss until the session expires or the client is closed."""
-        loop = self._require_loop()
-        delay = _RETRY_MIN_S
-        while True:
-            if self._closing:
-                raise ZkConnectionError(f"{op} {path}: the ZooKeeper client is closed")
-            sent, session = loop.time(), self._session_id
-            try:
-                result = await bridge(loop, start(self._client))
-            except ConnectionLoss:
-                # kazoo queues requests made while it reconnects, so a retry waits for the
-                # connection; the pause only keeps a flapping connection from spinning.
-                self._event(logging.DEBUG, "retry_after_connection_loss", op=op, path=path)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
-                continue
-            except ConnectionClosedError as e:  # a SessionExpiredError subclass: test first
-                raise ZkConnectionError(f"{op} {path}: the ZooKeeper client is closed") from e
-            except SessionExpiredError as e:
-                raise ZkSessionExpiredError(
-                    f"{op} {path}: the ZooKeeper session expired before it completed"
-                ) from e
-            # An answer proves the session alive after `sent`: it renews the lease.
-            if session is not None and session == self._session_id:
-                self._lease_confirmed_at = max(self._lease_confirmed_at or sent, sent)
-            return result
-
     async def _set(self, path: str, data: bytes, version: int) -> Any:
         return await self._call("set", path, lambda c: c.set_async(path, data, version))
-
-    def _event(self, level: int, event: str, **fields: object) -> None:
-        """One log line per event: ``zk <event> broker=<id> key=value ...``."""
-        if log.isEnabledFor(level):
-            details = " ".join(f"{key}={value}" for key, value in fields.items())
-            log.log(
-                level,
-                "zk %s broker=%s %s",
-                event,
-                self._broker_id,
-                details,
-                extra={"zk_event": event, "broker_id": self._broker_id, "zk_fields": fields},
-            )
 
 
 def _describe_registration(data: bytes) -> str:

@@ -4,7 +4,7 @@ Creating and deleting topics is done the way Kafka's ZooKeeper-era tools did it:
 admin client writes znodes and the controller does the rest (DESIGN.md §4, §6).
 
 - create: ``/config/topics/<t>`` (the overrides, if any) and then ``/brokers/topics/<t>``
-  with the replica assignment of :func:`controller.replica_assignment.assign_replicas` over
+  with the replica assignment of :func:`proto.replica_assignment.assign_replicas` over
   the live brokers of ``/brokers/ids``; the controller sees the new topic, writes each
   partition's state znode and sends LeaderAndIsr. With ``wait``, the client then polls
   Metadata until every partition has a leader.
@@ -14,7 +14,7 @@ admin client writes znodes and the controller does the rest (DESIGN.md §4, §6)
 
 - add partitions: the extended assignment in ``/brokers/topics/<t>`` (Kafka 2.x's
   ``AdminZkClient.addPartitions``), new partitions placed by
-  :func:`controller.replica_assignment.assign_new_partitions`; the controller watches the
+  :func:`proto.replica_assignment.assign_new_partitions`; the controller watches the
   znode and initialises them.
 - alter configs: the entity's ``/config/topics/<t>`` or ``/config/brokers/<id|<default>>``,
   then a ``/config/changes/config_change_<seq>`` notification that every broker watches
@@ -25,7 +25,7 @@ no ZooKeeper: the ZooKeeper session is opened on the first ZooKeeper request onl
 and consumer groups live in ZooKeeper and are read there.
 
 ZooKeeper calls go through kazoo's asynchronous API bridged onto the event loop
-(:func:`broker.zk_async.bridge`), and its only blocking calls, connect and close, run in an
+(:func:`proto.zookeeper.bridge`), and its only blocking calls, connect and close, run in an
 executor, so the event loop never blocks on ZooKeeper.
 
 Every mistake a user can make (bad name, too few brokers, existing or unknown topic,
@@ -43,13 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
-from kazoo.retry import KazooRetry
 
-from broker.config import BrokerConfig, split_zookeeper_connect
-from broker.dynamic_broker_config import check_dynamic_broker_config
-from broker.zk_async import bridge, start_kazoo, stop_kazoo
 from client.closing import AsyncClosing
 from client.metadata import (
     BrokerConnections,
@@ -61,12 +56,15 @@ from client.metadata import (
     PartitionMetadata,
     TopicMetadata,
 )
-from controller.replica_assignment import assign_new_partitions, assign_replicas
 from proto import errors, zk_data
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.broker_config import BrokerConfig
+from proto.dynamic_broker_config import check_dynamic_broker_config
 from proto.minibroker_pb2 import ErrorCode
+from proto.replica_assignment import assign_new_partitions, assign_replicas
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.zookeeper import ZkConnectionError, ZkError, ZkNoChrootError, ZooKeeperClient
 
 __all__ = [
     "EARLIEST",
@@ -146,14 +144,14 @@ class AdminClient(AsyncClosing):
         self.wait_timeout_s = wait_timeout_s
         """How long ``wait=True`` waits for leaders (create) or removal (delete)."""
         self._metadata = MetadataClient(connections)
-        self._zk: Any = None
+        self._zk: ZooKeeperClient | None = None
         self._zk_lock: asyncio.Lock | None = None
 
     async def close(self) -> None:
         """End the ZooKeeper session, if one was opened."""
-        client, self._zk = self._zk, None
-        if client is not None:
-            await asyncio.get_running_loop().run_in_executor(None, stop_kazoo, client)
+        zk, self._zk = self._zk, None
+        if zk is not None:
+            await zk.close()
 
     # -- topics ----------------------------------------------------------------------------
 
@@ -605,23 +603,25 @@ class AdminClient(AsyncClosing):
         except NodeExistsError:
             await self._call("set", path, data)
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``client.<method>_async(...)`` awaited on the loop; NoNode/NodeExists pass
-        through, a lost connection becomes a ClientError naming ZooKeeper."""
-        client = await self._client()
-        loop = asyncio.get_running_loop()
+    async def _call(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        """kazoo's ``<method>_async(path, ...)`` through the session (resent after a
+        connection loss), bounded by the ZooKeeper timeout. ZooKeeper's answers that the
+        callers handle (NoNode, NodeExists, BadVersion) pass through; anything else becomes
+        a ClientError naming ZooKeeper."""
+        zk = await self._client()
         try:
-            result = getattr(client, f"{method}_async")(*args, **kwargs)
-            return await asyncio.wait_for(bridge(loop, result), self.zookeeper_timeout_ms / 1000)
-        except (NoNodeError, NodeExistsError):
+            return await asyncio.wait_for(
+                zk.request(method, path, *args, **kwargs), self.zookeeper_timeout_ms / 1000
+            )
+        except (NoNodeError, NodeExistsError, BadVersionError):
             raise
-        except (KazooException, TimeoutError) as e:
+        except (KazooException, ZkError, TimeoutError) as e:
             raise ClientError(
                 f"ZooKeeper at {self.zookeeper_connect} failed: {type(e).__name__} "
-                f"({method} {args[0] if args else ''})"
+                f"({method} {path})"
             ) from None
 
-    async def _client(self) -> Any:
+    async def _client(self) -> ZooKeeperClient:
         if self._zk is not None:
             return self._zk
         if self._zk_lock is None:
@@ -631,39 +631,29 @@ class AdminClient(AsyncClosing):
                 self._zk = await self._connect()
         return self._zk
 
-    async def _connect(self) -> Any:
+    async def _connect(self) -> ZooKeeperClient:
         connect = self.zookeeper_connect
         try:
-            _, chroot = split_zookeeper_connect(connect)
+            zk = ZooKeeperClient(
+                connect,
+                broker_id=-1,
+                session_timeout_ms=self.zookeeper_timeout_ms,
+                create_chroot=False,  # a missing chroot is no cluster at all: never make one
+            )
         except ValueError as e:
             raise ClientError(f"bad ZooKeeper connect string {connect!r}: {e}") from None
-        timeout_s = self.zookeeper_timeout_ms / 1000
-        client = KazooClient(
-            hosts=connect,
-            timeout=timeout_s,
-            connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
-        )
-        loop = asyncio.get_running_loop()
-        connected = False
         try:
-            connected = await loop.run_in_executor(None, start_kazoo, client, timeout_s)
-            if connected and chroot is not None:
-                # kazoo resolves "/" inside the chroot: a missing chroot is no cluster at all.
-                found = await asyncio.wait_for(bridge(loop, client.exists_async("/")), timeout_s)
-                if found is None:
-                    await asyncio.shield(loop.run_in_executor(None, stop_kazoo, client))
-                    raise ClientError(
-                        f"ZooKeeper at {connect}: {chroot} does not exist (no cluster there?)"
-                    )
-        finally:
-            if not connected:
-                await asyncio.shield(loop.run_in_executor(None, stop_kazoo, client))
-        if not connected:
+            await zk.start()
+        except ZkNoChrootError:
+            raise ClientError(
+                f"ZooKeeper at {connect}: {zk.chroot} does not exist (no cluster there?)"
+            ) from None
+        except ZkConnectionError:
             raise ClientError(
                 f"cannot connect to ZooKeeper at {connect} within "
                 f"{self.zookeeper_timeout_ms} ms (is it running? check --zookeeper)"
-            )
-        return client
+            ) from None
+        return zk
 
 
 def _check_entity_type(entity_type: str) -> None:

@@ -23,7 +23,6 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from broker.config import parse_overrides
 from client.cli_common import ZOOKEEPER_ENV
 from client.metadata import BOOTSTRAP_ENV, BrokerConnections, ClientError, MetadataClient
 from deploy.cluster_status import (
@@ -43,6 +42,7 @@ from deploy.local_cluster import (
     LocalCluster,
 )
 from deploy.zookeeper import quorum_size
+from proto.broker_config import parse_overrides
 
 
 def default_data_dir() -> Path:

@@ -38,22 +38,10 @@ from typing import Any, NamedTuple
 
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
     NodeExistsError,
     NoNodeError,
-    SessionExpiredError,
 )
 
-from broker.zk_async import (
-    KazooSessionClient,
-    ZkConnectionError,
-    ZkError,
-    ZkSessionExpiredError,
-    bridge,
-    on_loop,
-    stop_kazoo,
-)
 from client.metadata import ClientError
 from client.range_assignor import range_assign
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -69,6 +57,12 @@ from proto.zk_data import (
     encode_consumer_subscription,
     topic_path,
 )
+from proto.zookeeper import (
+    RETRY_MAX_S,
+    ZkError,
+    ZooKeeperClient,
+    on_loop,
+)
 
 __all__ = [
     "GroupAssignment",
@@ -81,8 +75,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_RETRY_MIN_S = 0.05
-_RETRY_MAX_S = 1.0
 _MAX_HOST_PART = 40
 _MAX_ID_LENGTH = 249
 
@@ -122,7 +114,7 @@ def make_consumer_id(group_id: str) -> str:
     return group_id[: _MAX_ID_LENGTH - len(suffix)] + suffix
 
 
-class GroupMember(KazooSessionClient):
+class GroupMember(ZooKeeperClient):
     """One consumer's ZooKeeper session in a group: registration, watches, owner claims and
     offsets.
 
@@ -141,6 +133,8 @@ class GroupMember(KazooSessionClient):
     (ZkSessionExpiredError) or the member is closed (ZkConnectionError); cancelling one
     stops the waiting, but ZooKeeper may still apply a request already sent.
     """
+
+    _log_name = "group"
 
     def __init__(
         self,
@@ -191,7 +185,7 @@ class GroupMember(KazooSessionClient):
         consumer that assigns its partitions itself but keeps the group's offsets (no
         rebalance, no owner znodes). Raises ZkConnectionError when ZooKeeper cannot be
         reached within the session timeout; cancelling leaves nothing connected."""
-        await self._open_session(lambda _client, _loop: lambda _state: None)
+        await super().start()
         self._watcher = on_loop(self._require_loop(), self._on_watch)
         if not join:
             return
@@ -201,18 +195,17 @@ class GroupMember(KazooSessionClient):
             await self.close()
             raise
         self._mark_changed()
-        self._event(logging.INFO, "joined", topics=",".join(sorted(self.topics)))
+        self._log(logging.INFO, "joined", topics=",".join(sorted(self.topics)))
 
-    async def close(self) -> None:
-        """Leave the group: closing the session deletes the ids znode and every owner znode
-        at once, so the others rebalance with nothing left to wait for. Commit first (the
-        caller's job). Idempotent; cancelling it does not stop the closing."""
-        if self._client is None or self._closing:
-            return
-        self._closing = True
+    def _closing_now(self) -> None:
+        """Leaving the group: closing the session deletes the ids znode and every owner
+        znode at once, so the others rebalance with nothing left to wait for. Commit first
+        (the caller's job)."""
         self._owned = frozenset()
-        await asyncio.shield(self._require_loop().run_in_executor(None, stop_kazoo, self._client))
-        self._event(logging.INFO, "left")
+        self._log(logging.INFO, "left")
+
+    def _log_context(self) -> dict[str, object]:
+        return {"group": self.group_id, "consumer": self.consumer_id}
 
     # -- rebalance -------------------------------------------------------------------------
 
@@ -241,7 +234,7 @@ class GroupMember(KazooSessionClient):
             blocked = await self._claim(target)
             if not blocked:
                 offsets = await self.committed(target)
-                self._event(
+                self._log(
                     logging.INFO,
                     "rebalanced",
                     attempt=attempt,
@@ -256,7 +249,7 @@ class GroupMember(KazooSessionClient):
             # different views of the group cannot hold each other's partitions forever.
             await self._release(self._owned)
             self._owned = frozenset()
-            self._event(
+            self._log(
                 logging.INFO,
                 "rebalance_attempt_failed",
                 attempt=attempt,
@@ -279,12 +272,12 @@ class GroupMember(KazooSessionClient):
         )
         while True:
             try:
-                await self._call("create", path, data, ephemeral=True, makepath=True)
+                await self.request("create", path, data, ephemeral=True, makepath=True)
                 return
             except NodeExistsError:
                 pass
             try:
-                stat = await self._call("exists", path)
+                stat = await self.request("exists", path)
             except NoNodeError:
                 continue
             if stat is None:
@@ -293,13 +286,13 @@ class GroupMember(KazooSessionClient):
                 return
             # Left by this consumer's previous session, which has ended by now.
             with contextlib.suppress(NoNodeError, BadVersionError):
-                await self._call("delete", path, stat.version)
+                await self.request("delete", path, stat.version)
 
     async def _members(self) -> dict[str, frozenset[str]]:
         """Member id -> subscribed topics, arming the watch on the ids children."""
         path = consumer_ids_path(self.group_id)
         watch = self._watcher
-        ids = await self._call("get_children", path, watch)
+        ids = await self.request("get_children", path, watch)
         datas = await asyncio.gather(
             *(self._get(f"{path}/{member}") for member in ids), return_exceptions=True
         )
@@ -314,7 +307,7 @@ class GroupMember(KazooSessionClient):
             except ZkDataError as e:
                 # Kafka would fail the rebalance; skipping the member keeps the group going,
                 # and every member skips it alike, so the assignment stays consistent.
-                self._event(logging.WARNING, "bad_member", member=member, error=e)
+                self._log(logging.WARNING, "bad_member", member=member, error=e)
         return members
 
     async def _partition_counts(self, topics: Collection[str]) -> dict[str, int | None]:
@@ -326,9 +319,9 @@ class GroupMember(KazooSessionClient):
             path = topic_path(topic)
             while True:
                 try:
-                    data, _ = await self._call("get", path, watch)
+                    data, _ = await self.request("get", path, watch)
                 except NoNodeError:
-                    stat = await self._call("exists", path, watch)
+                    stat = await self.request("exists", path, watch)
                     if stat is not None:
                         continue  # created between the two reads
                     counts[topic] = None
@@ -353,7 +346,7 @@ class GroupMember(KazooSessionClient):
             for tp in pending:
                 path = consumer_owner_path(self.group_id, tp)
                 try:
-                    await self._call("create", path, me, ephemeral=True, makepath=True)
+                    await self.request("create", path, me, ephemeral=True, makepath=True)
                 except NodeExistsError:
                     try:
                         owner = await self._get(path)
@@ -368,7 +361,7 @@ class GroupMember(KazooSessionClient):
             if not pending or self.changed or loop.time() >= deadline:
                 return blocked
             await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
-            delay = min(delay * 2, _RETRY_MAX_S)
+            delay = min(delay * 2, RETRY_MAX_S)
 
     async def _release(self, tps: Iterable[TopicPartition]) -> None:
         """Delete the owner znodes of ``tps`` that name this member (never another's)."""
@@ -377,9 +370,9 @@ class GroupMember(KazooSessionClient):
         for tp in released:
             path = consumer_owner_path(self.group_id, tp)
             try:
-                data, stat = await self._call("get", path)
+                data, stat = await self.request("get", path)
                 if data == me:
-                    await self._call("delete", path, stat.version)
+                    await self.request("delete", path, stat.version)
             except (NoNodeError, BadVersionError):
                 pass
         self._owned -= set(released)
@@ -397,14 +390,14 @@ class GroupMember(KazooSessionClient):
                 path = consumer_offset_path(self.group_id, tp)
                 data = encode_consumer_offset(offset)
                 try:
-                    await self._call("set", path, data)
+                    await self.request("set", path, data)
                 except NoNodeError:
                     try:
-                        await self._call("create", path, data, makepath=True)
+                        await self.request("create", path, data, makepath=True)
                     except NodeExistsError:
-                        await self._call("set", path, data)
+                        await self.request("set", path, data)
             if offsets:
-                self._event(
+                self._log(
                     logging.DEBUG,
                     "committed",
                     offsets=",".join(f"{tp}@{o}" for tp, o in sorted(offsets.items())),
@@ -435,39 +428,5 @@ class GroupMember(KazooSessionClient):
             self._on_change()
 
     async def _get(self, path: str) -> bytes:
-        data, _ = await self._call("get", path)
+        data, _ = await self.request("get", path)
         return bytes(data)
-
-    async def _call(self, op: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        """Run kazoo's ``<op>_async(path, *args, **kwargs)`` and await its result, retrying
-        on connection loss until the session expires or the member is closed."""
-        loop = self._require_loop()
-        delay = _RETRY_MIN_S
-        while True:
-            if self._closing:
-                raise ZkConnectionError(f"{op} {path}: the group member is closed")
-            try:
-                method = getattr(self._client, f"{op}_async")
-                return await bridge(loop, method(path, *args, **kwargs))
-            except ConnectionLoss:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
-            except ConnectionClosedError as e:  # a SessionExpiredError subclass: test first
-                raise ZkConnectionError(f"{op} {path}: the ZooKeeper client is closed") from e
-            except SessionExpiredError as e:
-                raise ZkSessionExpiredError(
-                    f"{op} {path}: the ZooKeeper session expired before it completed"
-                ) from e
-
-    def _event(self, level: int, event: str, **fields: object) -> None:
-        """One log line per event: ``group <event> group=<g> consumer=<id> key=value ...``."""
-        if log.isEnabledFor(level):
-            details = " ".join(f"{key}={value}" for key, value in fields.items())
-            log.log(
-                level,
-                "group %s group=%s consumer=%s %s",
-                event,
-                self.group_id,
-                self.consumer_id,
-                details,
-            )

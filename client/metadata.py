@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from broker.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from client.closing import AsyncClosing
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
+from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from proto.topic_partition import TopicPartition
 
 __all__ = [

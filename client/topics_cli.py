@@ -11,7 +11,6 @@ import argparse
 import sys
 from collections.abc import Mapping
 
-from broker.config import parse_overrides
 from client.admin import AdminClient
 from client.cli_common import (
     add_bootstrap_option,
@@ -21,6 +20,7 @@ from client.cli_common import (
     run_async,
 )
 from client.metadata import ClientError, TopicMetadata
+from proto.broker_config import parse_overrides
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -43,12 +43,12 @@ from typing import Any, NamedTuple, overload
 import grpc
 import grpc.aio
 
-from broker.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from broker.metadata_cache import BrokerInfo
 from controller.request_batch import BrokerRequest, ControlRequest, ControlResponse, request_kind
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
+from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from proto.minibroker_pb2 import ErrorCode
 
 __all__ = [

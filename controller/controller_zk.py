@@ -3,7 +3,7 @@
 Kafka's ``KafkaController`` does all its ZooKeeper work through ``KafkaZkClient``; this is
 that client for the controller that runs inside every minibroker process (DESIGN.md §6,
 reference/kafka-replication.md §6). It never blocks the event loop: every request is a
-kazoo ``*_async`` call bridged to an asyncio future (:mod:`broker.zk_async`), and every
+kazoo ``*_async`` call bridged to an asyncio future (:mod:`proto.zookeeper`), and every
 watch and state change is handed to the loop thread before any of our code runs.
 
 Candidacy (``KafkaController.elect``)
@@ -67,9 +67,7 @@ Errors::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -78,30 +76,13 @@ from typing import Any, Literal, TypeVar
 
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
-    KazooException,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
     RolledBackError,
     RuntimeInconsistency,
-    SessionExpiredError,
 )
-from kazoo.protocol.states import KazooState
 
-from broker.zk_async import (
-    KazooSessionClient,
-    WatchCallback,
-    WatchKind,
-    ZkConnectionError,
-    ZkError,
-    ZkSessionExpiredError,
-    ZkWatch,
-    bridge,
-    on_loop,
-    stop_kazoo,
-)
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.zk_data import (
     ADMIN_DELETE_TOPICS_PATH,
@@ -137,6 +118,15 @@ from proto.zk_data import (
     topic_config_path,
     topic_path,
 )
+from proto.zookeeper import (
+    WatchCallback,
+    WatchKind,
+    ZkConnectionError,
+    ZkError,
+    ZkSessionExpiredError,
+    ZkWatch,
+    ZooKeeperClient,
+)
 
 __all__ = [
     "INITIAL_CONTROLLER_EPOCH",
@@ -161,10 +151,6 @@ INITIAL_CONTROLLER_EPOCH = 0
 """What a missing ``/controller_epoch`` is created with, so the first controller has epoch 1
 (Kafka's ``KafkaController.InitialControllerEpoch``)."""
 
-_RETRY_MIN_S = 0.05
-_RETRY_MAX_S = 1.0
-"""kazoo backs off between reconnect attempts up to an hour by default; a controller must get
-back within its session timeout, so the delay is capped (as BrokerZkClient does)."""
 _MULTI_BYSTANDERS = (RolledBackError, RuntimeInconsistency)
 """What kazoo reports for the ops of a failed multi other than the one that failed it."""
 _TREE_DELETE_ATTEMPTS = 5
@@ -302,7 +288,7 @@ class _Op:
 # -- the client --------------------------------------------------------------------------------
 
 
-class ControllerZkClient(KazooSessionClient):
+class ControllerZkClient(ZooKeeperClient):
     """One controller candidate's ZooKeeper session, used from its asyncio event loop.
 
     Example usage (the controller's event loop does this)::
@@ -321,6 +307,8 @@ class ControllerZkClient(KazooSessionClient):
     All coroutines must be awaited on the loop that ran :meth:`start`.
     """
 
+    _log_name = "controller_zk"
+
     def __init__(
         self,
         connect: str,
@@ -329,7 +317,7 @@ class ControllerZkClient(KazooSessionClient):
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int | None = None,
     ) -> None:
-        """See :class:`KazooSessionClient`; ``broker_id`` is also the candidate written into
+        """See :class:`ZooKeeperClient`; ``broker_id`` is also the candidate written into
         ``/controller``. Raises ValueError for a malformed connect string."""
         super().__init__(
             connect,
@@ -337,10 +325,24 @@ class ControllerZkClient(KazooSessionClient):
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=connection_timeout_ms,
         )
-        self._connected_once = False
         self._epoch: int | None = None
         self._epoch_zk_version: int | None = None
-        self._lost_callbacks: list[Callable[[], object]] = []
+
+    # -- hooks of ZooKeeperClient ----------------------------------------------------------
+
+    def _closing_now(self) -> None:
+        self._epoch = self._epoch_zk_version = None
+
+    def _session_ended(self) -> dict[str, object]:
+        """``/controller`` (if ours) is gone with the session: forget the epoch, so the
+        caller's session-lost callback (Kafka's ``onControllerResignation`` after
+        ``Expire``) finds this client no longer the controller."""
+        was_epoch = self._epoch
+        self._epoch = self._epoch_zk_version = None
+        return {"was_controller": was_epoch is not None, "lost_epoch": was_epoch}
+
+    def _log_context(self) -> dict[str, object]:
+        return {"broker": self._broker_id, "epoch": self._epoch}
 
     def __repr__(self) -> str:
         return (
@@ -366,88 +368,7 @@ class ControllerZkClient(KazooSessionClient):
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Connect and open a session, waiting up to ``zookeeper.connection.timeout.ms``.
-
-        Creates the chroot first if it is missing. Raises ZkConnectionError on timeout.
-        """
-        await self._open_session(self._kazoo_listener)
-        client_id = self._client.client_id
-        if client_id is not None and self._session_id is None:
-            self._session_id = int(client_id[0])
-        self._connected_once = True
-        self._log(logging.INFO, "connected", connect=self._connect, session=self._session_hex())
-
-    async def close(self) -> None:
-        """Close the session (ZooKeeper deletes ``/controller`` at once if it was ours) and
-        stop kazoo. No session-lost callbacks and no watches run for it. Idempotent."""
-        if self._client is None or self._closing:
-            return
-        self._closing = True
-        self._cancel_watches()
-        self._epoch = self._epoch_zk_version = None
-        await asyncio.shield(self._require_loop().run_in_executor(None, stop_kazoo, self._client))
-        for task in list(self._tasks):
-            task.cancel()
-        self._log(logging.INFO, "closed", session=self._session_hex())
-        self._session_id = None
-
     # -- session ---------------------------------------------------------------------------
-
-    def on_session_lost(self, callback: Callable[[], object]) -> None:
-        """Call ``callback()`` on the loop thread when the session expires: ``/controller``
-        (if ours) is gone and the epoch is forgotten, so the caller must stop acting as
-        controller (Kafka's ``KafkaController.onControllerResignation`` after
-        ``Expire``). Once per lost session; never for :meth:`close`. An awaitable it returns
-        runs as a task."""
-        self._lost_callbacks.append(callback)
-
-    def _kazoo_listener(
-        self, client: Any, loop: asyncio.AbstractEventLoop
-    ) -> Callable[[str], None]:
-        forward = on_loop(loop, self._on_state)
-
-        def listener(state: str) -> None:
-            # On kazoo's connection thread: read the session id kazoo has just set, hand over.
-            client_id = client.client_id if state == KazooState.CONNECTED else None
-            forward(str(state), None if client_id is None else int(client_id[0]))
-
-        return listener
-
-    def _on_state(self, state: str, session_id: int | None) -> None:
-        """Runs on the loop thread, in the order kazoo reported the changes."""
-        if self._closing:
-            return
-        if state == KazooState.SUSPENDED:
-            self._log(logging.WARNING, "suspended", session=self._session_hex())
-        elif state == KazooState.LOST:
-            self._session_lost()
-        elif state == KazooState.CONNECTED:
-            if session_id is not None and session_id != self._session_id:
-                if self._session_id is not None:  # a new session without LOST first
-                    self._session_lost()
-                self._session_id = session_id
-                if self._connected_once:
-                    self._log(logging.WARNING, "new_session", session=self._session_hex())
-            elif self._connected_once:
-                self._log(logging.INFO, "reconnected", session=self._session_hex())
-            self._rearm_watches()
-
-    def _session_lost(self) -> None:
-        lost, self._session_id = self._session_id, None
-        if lost is None:
-            return
-        was_epoch = self._epoch
-        self._epoch = self._epoch_zk_version = None
-        self._log(
-            logging.ERROR,
-            "session_lost",
-            session=f"0x{lost:x}",
-            was_controller=was_epoch is not None,
-            lost_epoch=was_epoch,
-        )
-        for callback in list(self._lost_callbacks):
-            self._fire(callback)
 
     # -- candidacy -------------------------------------------------------------------------
 
@@ -654,30 +575,6 @@ class ControllerZkClient(KazooSessionClient):
             PREFERRED_REPLICA_ELECTION_PATH,
             callback,
         )
-
-    def _deliver(self, watch: ZkWatch, reason: str) -> None:
-        self._log(logging.DEBUG, "watch_fired", watch=watch.name, path=watch.path, reason=reason)
-        self._fire(watch._callback)
-
-    def _fire(self, callback: Callable[[], object]) -> None:
-        try:
-            result = callback()
-        except Exception:
-            log.exception("controller_zk event=callback_failed broker=%s", self._broker_id)
-            return
-        if inspect.isawaitable(result):
-            task = asyncio.ensure_future(result)
-            self._tasks.add(task)
-            task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Future[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "controller_zk event=callback_failed broker=%s",
-                self._broker_id,
-                exc_info=task.exception(),
-            )
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -1104,51 +1001,6 @@ class ControllerZkClient(KazooSessionClient):
 
     # -- internals -------------------------------------------------------------------------
 
-    async def _pipeline(self, what: str, requests: Sequence[Callable[[Any], Any]]) -> list[Any]:
-        """Send every request (``request(kazoo_client)`` starts an ``*_async`` call) at once
-        and return their results in order; ZooKeeper answers one session's requests in the
-        order sent. A ZooKeeper error answer (NoNodeError, ...) is returned as the result,
-        not raised. Requests lost to a connection loss are resent until the session
-        expires (ZkSessionExpiredError) or the client is closed (ZkConnectionError)."""
-        loop = self._require_loop()
-        results: list[Any] = [None] * len(requests)
-        pending = list(range(len(requests)))
-        delay = _RETRY_MIN_S
-        while pending:
-            if self._closing:
-                raise ZkConnectionError(f"{what}: the ZooKeeper client is closed")
-            futures: list[asyncio.Future[Any]] = []
-            try:
-                for index in pending:
-                    futures.append(bridge(loop, requests[index](self._client)))
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
-            outcomes = await asyncio.gather(*futures, return_exceptions=True)
-            lost: list[int] = []
-            for index, outcome in zip(pending, outcomes, strict=True):
-                if isinstance(outcome, ConnectionLoss):
-                    lost.append(index)
-                elif isinstance(outcome, ConnectionClosedError):  # a SessionExpiredError: first
-                    raise ZkConnectionError(f"{what}: the ZooKeeper client is closed") from outcome
-                elif isinstance(outcome, SessionExpiredError):
-                    raise ZkSessionExpiredError(
-                        f"{what}: the ZooKeeper session expired before it completed"
-                    ) from outcome
-                elif isinstance(outcome, BaseException) and not isinstance(outcome, KazooException):
-                    raise outcome
-                else:
-                    results[index] = outcome
-            pending = lost
-            if pending:
-                # kazoo queues requests while it reconnects; the pause only keeps a flapping
-                # connection from spinning.
-                self._log(logging.DEBUG, "retry_after_connection_loss", op=what, count=len(lost))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX_S)
-        return results
-
     def _log_batch(self, event: str, outcome: Mapping[TopicPartition, int | None]) -> None:
         refused = [str(tp) for tp, version in outcome.items() if version is None]
         self._log(
@@ -1157,20 +1009,6 @@ class ControllerZkClient(KazooSessionClient):
             count=len(outcome),
             refused=",".join(refused) if refused else "none",
         )
-
-    def _log(self, level: int, event: str, **fields: object) -> None:
-        """One line per event: ``controller_zk event=<e> broker=<id> epoch=<e> key=value``."""
-        if log.isEnabledFor(level):
-            details = " ".join(f"{key}={value}" for key, value in fields.items())
-            log.log(
-                level,
-                "controller_zk event=%s broker=%s epoch=%s %s",
-                event,
-                self._broker_id,
-                self._epoch,
-                details,
-                extra={"zk_event": event, "broker_id": self._broker_id, "zk_fields": fields},
-            )
 
 
 def _raise_unexpected(result: Any) -> None:

@@ -52,8 +52,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from broker.config import BrokerConfig
-from broker.zk_async import ZkError, ZkSessionExpiredError
 from controller.channel_manager import ControllerChannelManager
 from controller.controller_context import ControllerContext
 from controller.controller_zk import ControllerMovedError, ControllerZkClient, ZkWatch
@@ -73,7 +71,6 @@ from controller.reassignment import (
     next_reassignment_step,
     validate_reassignment,
 )
-from controller.replica_assignment import InvalidReplicaAssignmentError
 from controller.request_batch import (
     ALL_LIVE_BROKERS,
     EPOCH_DURING_DELETE,
@@ -85,8 +82,10 @@ from controller.request_batch import (
     request_kind,
 )
 from proto import minibroker_pb2 as pb
+from proto.broker_config import BrokerConfig
 from proto.errors import BrokerResponseError, StaleControllerEpochError
 from proto.minibroker_pb2 import ErrorCode
+from proto.replica_assignment import InvalidReplicaAssignmentError
 from proto.topic_partition import TopicPartition
 from proto.zk_data import (
     LEADER_NONE,
@@ -97,6 +96,7 @@ from proto.zk_data import (
     ZkDataError,
     delete_topic_path,
 )
+from proto.zookeeper import ZkError, ZkSessionExpiredError
 
 __all__ = ["KafkaController"]
 

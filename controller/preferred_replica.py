@@ -1,7 +1,7 @@
 """The leader-imbalance check behind ``auto.leader.rebalance.enable``.
 
 Leadership drifts away from the preferred replicas (the first of each assignment,
-spread round-robin by :mod:`controller.replica_assignment`) every time a broker fails or
+spread round-robin by :mod:`proto.replica_assignment`) every time a broker fails or
 shuts down, and nothing moves it back on its own: after a rolling restart one broker can
 end up leading everything. Kafka's controller therefore checks every
 ``leader.imbalance.check.interval.seconds`` (300) and runs a preferred replica election

@@ -67,7 +67,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from controller.leader_election import new_leader_and_isr, reassign_partition_leader_election
-from controller.replica_assignment import InvalidReplicaAssignmentError, check_replica_list
+from proto.replica_assignment import InvalidReplicaAssignmentError, check_replica_list
 from proto.zk_data import PartitionStateData
 
 __all__ = [

@@ -27,7 +27,8 @@ from broker.checkpoints import (
     OffsetCheckpointFile,
     write_meta_properties,
 )
-from broker.log import Log, LogConfig
+from broker.log import Log
+from proto.log_config import LogConfig
 from proto.record_batch import NO_PRODUCER_ID, Record, encode_batch, parse_header, stamp_batch
 from proto.topic_partition import TopicPartition
 

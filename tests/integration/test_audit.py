@@ -23,11 +23,11 @@ from pyspark.sql import SparkSession
 
 from broker.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
 from broker.epoch_entry import EpochEntry
-from broker.log import LogConfig
 from chaos.audit.cli import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_VIOLATIONS, audit_command
 from chaos.audit.model import KINDS, READ_KINDS
 from chaos.audit.session import start_session
 from chaos.audit.testing import BrokerDataDir, history_line, read_line, write_lines
+from proto.log_config import LogConfig
 from proto.record_batch import scan_batches
 from proto.topic_partition import TopicPartition
 

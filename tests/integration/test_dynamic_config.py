@@ -19,10 +19,10 @@ import pytest
 import uvloop
 from kazoo.client import KazooClient
 
-from broker.config import BrokerConfig, TopicConfig
 from broker.dynamic_config import DynamicConfigManager
 from broker.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient
+from proto.broker_config import BrokerConfig, TopicConfig
 from proto.topic_partition import TopicPartition
 from proto.zk_data import (
     CONFIG_CHANGE_PREFIX,

@@ -8,9 +8,9 @@ import pytest
 
 from broker.checkpoints import LEADER_EPOCH_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from broker.epoch_entry import EpochEntry
-from broker.log import LogConfig
 from chaos.audit.data_dirs import AuditInputError, read_data_dirs
 from chaos.audit.testing import BrokerDataDir
+from proto.log_config import LogConfig
 from proto.topic_partition import TopicPartition
 
 TP = TopicPartition("orders", 1)

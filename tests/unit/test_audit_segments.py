@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from broker.log import LogConfig
 from chaos.audit.segments import (
     SegmentTask,
     decode_segment,
@@ -13,6 +12,7 @@ from chaos.audit.segments import (
     scan_segment,
 )
 from chaos.audit.testing import BrokerDataDir
+from proto.log_config import LogConfig
 from proto.record_batch import Record, scan_batches
 from proto.topic_partition import TopicPartition
 

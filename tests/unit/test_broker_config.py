@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import (
+from proto.broker_config import (
     LOG_PROPERTIES,
     TOPIC_PROPERTIES,
     BrokerConfig,
@@ -15,7 +15,7 @@ from broker.config import (
     parse_overrides,
     split_zookeeper_connect,
 )
-from broker.log import LogConfig
+from proto.log_config import LogConfig
 
 REQUIRED = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/data/b1"}
 

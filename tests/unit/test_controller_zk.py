@@ -91,7 +91,7 @@ def test_check_admin_path() -> None:
 
 @dataclass
 class FakeResult:
-    """kazoo's IAsyncResult, as broker.zk_async.bridge uses it."""
+    """kazoo's IAsyncResult, as proto.zookeeper.bridge uses it."""
 
     value: Any = None
     exception: BaseException | None = None

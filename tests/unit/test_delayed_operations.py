@@ -7,9 +7,10 @@ from pathlib import Path
 
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
-from broker.log import Log, LogConfig
+from broker.log import Log
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.purgatory import DelayedOperationPurgatory
+from proto.log_config import LogConfig
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition

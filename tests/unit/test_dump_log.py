@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from broker.log import Log, LogConfig
+from broker.log import Log
 from client.cli import main
+from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch
 
 

@@ -16,13 +16,13 @@ import pytest
 from broker.epoch_entry import EpochEntry
 from broker.log import (
     Log,
-    LogConfig,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
 from broker.replica_manager import _error_of
 from proto import errors
+from proto.log_config import LogConfig
 from proto.record_batch import (
     CorruptRecordError,
     Record,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from broker.checkpoints import CheckpointError, read_meta_properties
-from broker.log import Log, LogClosedError, LogConfig
+from broker.log import Log, LogClosedError
 from broker.log_manager import (
     CLEAN_SHUTDOWN_FILE,
     IllegalPartitionPathError,
@@ -21,6 +21,7 @@ from broker.log_manager import (
     LogOfflineError,
 )
 from broker.log_segment import LogSegment
+from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
 
@@ -82,7 +83,7 @@ def test_a_second_process_cannot_take_the_data_dir(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         from pathlib import Path
-        from broker.log import LogConfig
+        from proto.log_config import LogConfig
         from broker.log_manager import DataDirLockedError, LogManager
         try:
             LogManager(Path({str(tmp_path)!r}), LogConfig(), 1).startup()

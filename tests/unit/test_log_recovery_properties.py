@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.epoch_entry import EpochEntry
-from broker.log import Log, LogConfig
+from broker.log import Log
+from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch
 
 HEADER = struct.Struct(">qiibIhiqqqhii")

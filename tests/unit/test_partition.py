@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from broker.log import Log, LogConfig
+from broker.log import Log
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from proto import errors
+from proto.log_config import LogConfig
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition

@@ -13,7 +13,7 @@ from controller.preferred_replica import (
     leader_imbalance,
     partitions_to_rebalance,
 )
-from controller.replica_assignment import assign_replicas
+from proto.replica_assignment import assign_replicas
 from proto.topic_partition import TopicPartition
 from proto.zk_data import LEADER_NONE, PartitionStateData
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.log import Log, LogConfig
+from broker.log import Log
 from broker.producer_state import (
     BATCHES_PER_PRODUCER,
     BatchMetadata,
@@ -18,6 +18,7 @@ from broker.producer_state import (
     in_sequence,
 )
 from proto import errors
+from proto.log_config import LogConfig
 from proto.record_batch import BatchHeader, Record, encode_batch, parse_header
 from proto.topic_partition import TopicPartition
 

@@ -14,8 +14,8 @@ from controller.reassignment import (
     reassignment_replicas,
     validate_reassignment,
 )
-from controller.replica_assignment import InvalidReplicaAssignmentError
 from proto.errors import StaleControllerEpochError
+from proto.replica_assignment import InvalidReplicaAssignmentError
 from proto.zk_data import LEADER_NONE, PartitionStateData
 
 ADD = ReassignmentAction.ADD_REPLICAS

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.replica_assignment import (
+from proto.errors import BrokerResponseError
+from proto.minibroker_pb2 import ErrorCode
+from proto.replica_assignment import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
@@ -17,8 +19,6 @@ from controller.replica_assignment import (
     check_replica_list,
     validate_replica_assignment,
 )
-from proto.errors import BrokerResponseError
-from proto.minibroker_pb2 import ErrorCode
 
 # -- assign_replicas -------------------------------------------------------------------------
 

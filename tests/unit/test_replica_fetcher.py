@@ -23,7 +23,7 @@ import grpc.aio
 import pytest
 
 from broker.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-from broker.log import Log, LogConfig
+from broker.log import Log
 from broker.log import OffsetOutOfRangeError as LogOffsetOutOfRangeError
 from broker.partition import LeadershipState, Partition
 from broker.replica_fetcher import FetcherConfig, FetchPhase, ReplicaFetcher, SourceBroker
@@ -31,6 +31,7 @@ from broker.truncation import TruncationMode
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.log_config import LogConfig
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import Record, decode_batch, encode_batch
 from proto.topic_partition import TopicPartition

@@ -9,14 +9,15 @@ from typing import cast
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.log import Log, LogConfig
+from broker.log import Log
 from broker.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.partition import LeadershipState, Partition
 from broker.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkSessionExpiredError
 from proto import minibroker_pb2 as pb
+from proto.broker_config import BrokerConfig
+from proto.log_config import LogConfig
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import Record, decode_batch, encode_batch
 from proto.topic_partition import TopicPartition

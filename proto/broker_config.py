@@ -23,6 +23,7 @@ are applied over it by :meth:`BrokerConfig.topic_config`.
 from __future__ import annotations
 
 import difflib
+import enum
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -30,8 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from broker.log import LogConfig
-from broker.truncation import TruncationMode
+from proto.log_config import LogConfig, check_range
 
 __all__ = [
     "BROKER_PROPERTIES",
@@ -47,6 +47,17 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1
+
+
+class TruncationMode(enum.StrEnum):
+    """``replication.truncation.mode``: how a replica truncates on becoming a follower."""
+
+    LEADER_EPOCH = "leader-epoch"
+    """Ask the leader OffsetsForLeaderEpoch and truncate to its answer (Kafka >= 2.0)."""
+    HIGH_WATERMARK = "high-watermark"
+    """Truncate to the own (checkpointed) high watermark (Kafka < 0.11; loses data)."""
+
+
 _INT64_MAX = 2**63 - 1
 _INTEGER = re.compile(r"-?[0-9]+")
 
@@ -356,7 +367,7 @@ class BrokerConfig:
         min_isr = self.min_insync_replicas
         if "min.insync.replicas" in known:
             min_isr = _parse_int("min.insync.replicas", known["min.insync.replicas"].strip())
-            _check_range("min.insync.replicas", min_isr, 1, _INT32_MAX)
+            check_range("min.insync.replicas", min_isr, 1, _INT32_MAX)
         unclean = self.unclean_leader_election_enable
         if "unclean.leader.election.enable" in known:
             unclean = _parse_bool(
@@ -462,16 +473,11 @@ def _parse_value(prop: _Property, text: str) -> object:
     return text
 
 
-def _check_range(name: str, value: int, low: int, high: int) -> None:
-    if not low <= value <= high:
-        raise ValueError(f"invalid value for {name}: {value} (must be in [{low}, {high}])")
-
-
 def _check_value(prop: _Property, value: object) -> None:
     if prop.kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"invalid value for {prop.name}: {value!r} is not an integer")
-        _check_range(prop.name, value, prop.low, prop.high)
+        check_range(prop.name, value, prop.low, prop.high)
     elif prop.kind == "bool":
         if not isinstance(value, bool):
             raise ValueError(f"invalid value for {prop.name}: {value!r} is not true or false")

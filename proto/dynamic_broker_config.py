@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.config import BROKER_PROPERTIES, BrokerConfig
-from broker.log import LogConfig
+from proto.broker_config import BROKER_PROPERTIES, BrokerConfig
+from proto.log_config import LogConfig
 
 __all__ = [
     "DYNAMIC_BROKER_CONFIGS",

@@ -1,0 +1,114 @@
+"""A log's settings under Kafka's property names (Kafka's ``LogConfig``).
+
+Shared by the broker (its defaults and each topic's overrides), the admin client and the
+tools that validate a topic config before writing it, so it sits with the contracts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+__all__ = ["LogConfig", "check_range"]
+
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The per-log settings, under Kafka's names (topic-level name / broker-level name).
+
+    Validation errors are ValueErrors that name the Kafka property.
+    """
+
+    segment_bytes: int = 1024**3
+    """``segment.bytes`` / ``log.segment.bytes``: roll a new segment before this size."""
+    index_interval_bytes: int = 4096
+    """``index.interval.bytes`` / ``log.index.interval.bytes``: bytes between index entries."""
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    """``retention.ms`` / ``log.retention.ms`` (also ``.minutes``, ``.hours``); -1: no limit."""
+    retention_bytes: int = -1
+    """``retention.bytes`` / ``log.retention.bytes``; -1: no limit."""
+    flush_interval_messages: int | None = None
+    """``flush.messages`` / ``log.flush.interval.messages``: fsync after this many appended
+    records; None (Kafka's default, Long.MAX_VALUE) leaves flushing to the OS."""
+    max_message_bytes: int = 1048588
+    """``max.message.bytes`` / ``message.max.bytes``: largest batch accepted."""
+
+    # Kafka property -> (field, unit multiplier). Broker-level names come first so that a
+    # topic-level name in the same mapping overrides them; ms beats minutes beats hours.
+    PROPERTIES: ClassVar[dict[str, tuple[str, int]]] = {
+        "log.segment.bytes": ("segment_bytes", 1),
+        "log.index.interval.bytes": ("index_interval_bytes", 1),
+        "log.retention.hours": ("retention_ms", 3600 * 1000),
+        "log.retention.minutes": ("retention_ms", 60 * 1000),
+        "log.retention.ms": ("retention_ms", 1),
+        "log.retention.bytes": ("retention_bytes", 1),
+        "log.flush.interval.messages": ("flush_interval_messages", 1),
+        "message.max.bytes": ("max_message_bytes", 1),
+        "segment.bytes": ("segment_bytes", 1),
+        "index.interval.bytes": ("index_interval_bytes", 1),
+        "retention.ms": ("retention_ms", 1),
+        "retention.bytes": ("retention_bytes", 1),
+        "flush.messages": ("flush_interval_messages", 1),
+        "max.message.bytes": ("max_message_bytes", 1),
+    }
+
+    # Field -> (Kafka topic-level name, lowest, highest value).
+    BOUNDS: ClassVar[dict[str, tuple[str, int, int]]] = {
+        "segment_bytes": ("segment.bytes", 14, _INT32_MAX),
+        "index_interval_bytes": ("index.interval.bytes", 0, _INT32_MAX),
+        "retention_ms": ("retention.ms", -1, _INT64_MAX),
+        "retention_bytes": ("retention.bytes", -1, _INT64_MAX),
+        "flush_interval_messages": ("flush.messages", 1, _INT64_MAX),
+        "max_message_bytes": ("max.message.bytes", 0, _INT32_MAX),
+    }
+
+    def __post_init__(self) -> None:
+        for field, (name, low, high) in self.BOUNDS.items():
+            value = getattr(self, field)
+            if value is not None:
+                check_range(name, value, low, high)
+
+    @classmethod
+    def from_properties(
+        cls, properties: Mapping[str, str], defaults: LogConfig | None = None
+    ) -> LogConfig:
+        """A config from Kafka properties over ``defaults`` (the built-in defaults if None).
+
+        Properties this class does not know are ignored (a topic config also holds
+        ``min.insync.replicas`` and the like). Raises ValueError naming the property for a
+        value that is not an integer or out of range.
+        """
+        values: dict[str, Any] = {}
+        for name, (field, unit) in cls.PROPERTIES.items():
+            text = properties.get(name)
+            if text is None:
+                continue
+            text = text.strip()
+            if not _INTEGER.fullmatch(text):
+                raise ValueError(f"invalid value for {name}: {text!r} is not an integer")
+            value = int(text)
+            if field == "flush_interval_messages" and value >= _INT64_MAX:
+                values[field] = None  # Kafka's default Long.MAX_VALUE: never
+                continue
+            _, low, high = cls.BOUNDS[field]
+            if unit != 1 and value < 0:
+                check_range(name, value, low, high)  # -1 hours: no limit, like -1 ms
+            else:
+                check_range(name, value, -(-low // unit), high // unit)
+                value *= unit
+            values[field] = value
+        return dataclasses.replace(cls() if defaults is None else defaults, **values)
+
+
+def check_range(name: str, value: int, low: int, high: int) -> None:
+    """Raise ValueError naming Kafka property ``name`` unless low <= value <= high."""
+    if not low <= value <= high:
+        raise ValueError(f"invalid value for {name}: {value} (must be in [{low}, {high}])")
