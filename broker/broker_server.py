@@ -66,7 +66,10 @@ class BrokerServer:
             max_workers=4, thread_name_prefix=f"broker-{config.broker_id}-io"
         )
         self.log_manager = LogManager(
-            Path(config.log_dir), config.default_log_config, config.broker_id
+            Path(config.log_dir),
+            config.default_log_config,
+            config.broker_id,
+            background=self.executor.submit,
         )
         self.zk = BrokerZkClient.from_config(config)
         self.metadata_cache = MetadataCache()

@@ -28,6 +28,7 @@ log held at one instant or raises OffsetOutOfRangeError if its offset is gone.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import re
@@ -63,6 +64,7 @@ from proto.topic_partition import TopicPartition
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT_FILE",
+    "BackgroundRunner",
     "FetchData",
     "Log",
     "LogAppendInfo",
@@ -74,6 +76,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+BackgroundRunner = Callable[[Callable[[], None]], object]
+"""Runs a function later on another thread, e.g. ``ThreadPoolExecutor.submit``."""
 
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
@@ -136,9 +141,8 @@ class LogAppendInfo(NamedTuple):
     """The batches' headers as written: base offsets and epochs stamped. The producer state
     (idempotence) needs their producer ids, sequences and offsets."""
     rolled: bool
-    """True when the append started a new segment. Kafka then flushes the old segment in
-    the background (raising the recovery point); the broker should call :meth:`Log.flush`
-    from an executor to do the same."""
+    """True when the append started a new segment; the log has then scheduled the flush of
+    the older segments on its background runner, as Kafka's roll does."""
     duplicate: bool = False
     """True when nothing was appended because the batches repeat ones an idempotent
     producer wrote before: ``first_offset`` and ``last_offset`` are where they were written
@@ -192,8 +196,10 @@ class Log:
         epoch_cache: LeaderEpochFileCache,
         *,
         log_start_offset: int,
+        background: BackgroundRunner | None = None,
     ) -> None:
         """Use :meth:`open`, which loads and recovers the segments."""
+        self._background = background
         self._directory = directory
         self._config = config
         self._topic_partition = topic_partition
@@ -228,6 +234,7 @@ class Log:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
+        background: BackgroundRunner | None = None,
     ) -> Log:
         """Load the log in ``directory`` (created if missing), recovering it if needed.
 
@@ -251,6 +258,12 @@ class Log:
 
         The producer state is rebuilt from the batch headers of every segment (headers
         only; records are not decoded).
+
+        ``background(fn)`` runs ``fn()`` later on another thread (an executor's ``submit``):
+        every roll schedules there the fsync of the segments it closed, as Kafka's
+        ``UnifiedLog.roll`` schedules ``flushUptoOffsetExclusive``, so the recovery point
+        follows the log for leaders and followers alike. Without one, nothing is flushed
+        until :meth:`flush` is called (tests, tools).
 
         Never raises on corrupt data, only on I/O errors (OSError), and ValueError when the
         directory name is not ``<topic>-<partition>``.
@@ -304,7 +317,13 @@ class Log:
                 segment.close()
             raise
         loaded = cls(
-            directory, config, topic_partition, segments, epoch_cache, log_start_offset=start
+            directory,
+            config,
+            topic_partition,
+            segments,
+            epoch_cache,
+            log_start_offset=start,
+            background=background,
         )
         try:
             loaded._replay_producer_state(0)
@@ -539,7 +558,21 @@ class Log:
         self._bases.append(base_offset)
         self._dir_dirty = True
         log.info("%s: rolled segment %d", self._topic_partition, base_offset)
+        if self._background is not None:
+            try:
+                self._background(functools.partial(self._flush_rolled, base_offset))
+            except RuntimeError:  # the runner is shut down: the broker is stopping
+                log.info("%s: no background flush after the roll (stopping)", self._topic_partition)
         return segment
+
+    def _flush_rolled(self, up_to_offset: int) -> None:
+        """The background flush a roll scheduled (on the runner's thread)."""
+        try:
+            self.flush(up_to_offset)
+        except LogClosedError:
+            pass  # closed or deleted meanwhile: closing flushed it, deleting made it moot
+        except OSError as e:
+            log.error("%s: flush after a roll failed: %s", self._topic_partition, e)
 
     # -- flushing --------------------------------------------------------------------------
 

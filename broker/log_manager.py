@@ -47,7 +47,7 @@ from broker.checkpoints import (
     read_meta_properties,
     write_meta_properties,
 )
-from broker.log import Log, LogClosedError
+from broker.log import BackgroundRunner, Log, LogClosedError
 from proto.log_config import LogConfig
 from proto.topic_partition import TopicPartition, topic_name_problem
 
@@ -97,9 +97,18 @@ class IllegalPartitionPathError(ValueError):
 class LogManager:
     """Opens, creates, checkpoints, cleans and deletes the logs of one data dir."""
 
-    def __init__(self, data_dir: Path, default_log_config: LogConfig, broker_id: int) -> None:
-        """Nothing touches the disk before :meth:`startup`."""
+    def __init__(
+        self,
+        data_dir: Path,
+        default_log_config: LogConfig,
+        broker_id: int,
+        *,
+        background: BackgroundRunner | None = None,
+    ) -> None:
+        """Nothing touches the disk before :meth:`startup`. ``background`` is given to every
+        log for the flushes its rolls schedule (see :meth:`Log.open`)."""
         self._data_dir = data_dir
+        self._background = background
         self._default_log_config = default_log_config
         self._broker_id = broker_id
         self._lock = threading.Lock()
@@ -278,6 +287,7 @@ class LogManager:
                 recovery_point=recovery_point,
                 log_start_offset=log_start_offset,
                 clean_shutdown=clean_shutdown,
+                background=self._background,
             )
         except OSError as e:
             # Kafka takes the whole log dir offline; with one dir per broker that would stop
@@ -312,6 +322,7 @@ class LogManager:
             created = Log.open(
                 self.partition_dir(tp),
                 log_config or self._default_log_config,
+                background=self._background,
             )
             self._logs[tp] = created
         log.info("created log %s in %s", tp, self._data_dir)

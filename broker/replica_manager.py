@@ -701,8 +701,6 @@ class ReplicaManager:
                     self._ctx(tp=tp, base_offset=info.first_offset, last_offset=info.last_offset),
                 )
             else:
-                if info.rolled:
-                    asyncio.get_running_loop().run_in_executor(self.executor, partition.log.flush)
                 self._wake(tp)
             if required_acks == ACKS_ALL:
                 waiting[tp] = ProducePartitionStatus(info.last_offset + 1, info.first_offset)

@@ -7,7 +7,7 @@ import os
 import shutil
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import crc32c
@@ -360,6 +360,56 @@ def test_segments_roll_at_segment_bytes(tmp_path: Path) -> None:
     assert log.roll().base_offset == 30
     assert log.roll().base_offset == 30  # an empty active segment is not rolled again
     log.close()
+
+
+def test_a_roll_flushes_the_older_segments_in_the_background_for_leader_and_follower(
+    tmp_path: Path,
+) -> None:
+    """Kafka's roll schedules flushUptoOffsetExclusive(new base): the log, not its caller,
+    raises the recovery point, whether a leader or a follower append rolled."""
+    data = leader_bytes(tmp_path, [0] * 4)
+    scheduled: list[Callable[[], None]] = []
+    for name in ("as-leader", "as-follower"):
+        log = Log.open(
+            tmp_path / name / "orders-0",
+            LogConfig(segment_bytes=3 * BATCH_SIZE + 10),
+            background=scheduled.append,
+        )
+        if name == "as-leader":
+            infos = [log.append_as_leader(client_batch(), 0) for _ in range(4)]
+        else:
+            infos = [
+                log.append_as_follower(data[i * BATCH_SIZE : (i + 1) * BATCH_SIZE])
+                for i in range(4)
+            ]
+        assert [info.rolled for info in infos] == [False, False, False, True], name
+        assert len(scheduled) == 1, name
+        assert log.recovery_point == 0, name  # scheduled, not run inline
+        scheduled.pop()()
+        assert log.recovery_point == 9, name  # the new segment's base offset
+        log.close()
+
+
+def test_without_a_background_runner_a_roll_flushes_nothing(tmp_path: Path) -> None:
+    log = open_log(tmp_path, segment_bytes=3 * BATCH_SIZE + 10)
+    assert [log.append_as_leader(client_batch(), 0).rolled for _ in range(4)][-1]
+    assert log.recovery_point == 0
+    log.flush()
+    assert log.recovery_point == 12
+    log.close()
+
+
+def test_a_background_flush_after_the_log_closed_is_harmless(tmp_path: Path) -> None:
+    scheduled: list[Callable[[], None]] = []
+    log = Log.open(
+        tmp_path / "orders-0",
+        LogConfig(segment_bytes=3 * BATCH_SIZE + 10),
+        background=scheduled.append,
+    )
+    for _ in range(4):
+        log.append_as_leader(client_batch(), 0)
+    log.close()
+    scheduled.pop()()  # LogClosedError is swallowed: closing flushed everything
 
 
 # -- follower appends ------------------------------------------------------------------------
