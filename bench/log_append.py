@@ -2,7 +2,7 @@
 
 The plain baseline writes each 16 KiB batch with one unbuffered ``write`` (the Log's segment
 makes one ``pwritev`` per append), so the ratio isolates what the Log adds: validation
-(header parse, CRC32C, and broker.log_validator's walk over every record: here runs of
+(header parse, CRC32C, and broker.log.log_validator's walk over every record: here runs of
 records of one layout, checked a column at a time), stamping base offset and leader epoch
 (a 16-byte buffer before the rest of the batch in that ``pwritev``), index and epoch-cache
 bookkeeping; with fsync, also the index file's fsync.
@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.log import Log
-from broker.log_validator import validate_client_batches
+from broker.log.log import Log
+from broker.log.log_validator import validate_client_batches
 from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch, validate_batches
 
@@ -59,7 +59,7 @@ def make_batch(value_bytes: Callable[[], int] = lambda: RECORD_VALUE_BYTES) -> b
 
 @dataclass(frozen=True)
 class ValidatorCost:
-    """µs per record of the leader's record checks (broker.log_validator), per batch kind."""
+    """µs per record of the leader's record checks (broker.log.log_validator), per batch kind."""
 
     one_layout_us: float
     """A batch of 100-byte values: runs of one layout, checked a column at a time."""

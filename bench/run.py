@@ -53,7 +53,7 @@ def _log_append_section(run: _Run) -> list[str]:
         "",
         f"`Log.append_as_leader` of one {results[0].batch_bytes}-byte v2 batch (100-byte "
         "records) per call, validated as Kafka's LogValidator does (header, CRC and every "
-        "record: broker/log_validator.py), against unbuffered writes of the same bytes to a "
+        "record: broker/log/log_validator.py), against unbuffered writes of the same bytes to a "
         "plain file in the same directory, alternating, best of 3. Target: ratio >= 0.8.",
         "",
         "| fsync policy | batches | Log MB/s | plain MB/s | ratio |",

@@ -25,7 +25,7 @@ import grpc
 
 from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager
-from broker.log_manager import LogManager, LogManagerError
+from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager

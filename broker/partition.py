@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from broker.log import FetchData, Log, LogAppendInfo
+from broker.log.log import FetchData, Log, LogAppendInfo
 from proto import errors
 from proto.minibroker_pb2 import ErrorCode
 from proto.topic_partition import TopicPartition

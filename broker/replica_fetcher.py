@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
-from broker.log import LogAppendInfo, LogClosedError, UnexpectedAppendOffsetError
+from broker.log.log import LogAppendInfo, LogClosedError, UnexpectedAppendOffsetError
 from broker.partition import Partition
 from broker.truncation import (
     OffsetTruncationState,

@@ -31,8 +31,8 @@ from broker.control_request_checks import (
 )
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
-from broker.log import FetchData, OffsetOutOfRangeError, RecordTooLargeError
-from broker.log_manager import IllegalPartitionPathError, LogManager
+from broker.log.log import FetchData, OffsetOutOfRangeError, RecordTooLargeError
+from broker.log.log_manager import IllegalPartitionPathError, LogManager
 from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.purgatory import DelayedOperationPurgatory

@@ -21,7 +21,7 @@ import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
+from broker.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto import zk_data

@@ -26,7 +26,7 @@ zig-zag encoded base-128 (at most 5 bytes, varlongs at most 10).
 
 Because baseOffset and partitionLeaderEpoch lie outside the CRC, the broker validates a
 produced batch (:func:`check_batch`: header, length, magic, CRC, record count; then, on the
-leader, broker.log_validator walks the records) and gives it its two fields without
+leader, broker.log.log_validator walks the records) and gives it its two fields without
 re-encoding it: :func:`assign_offsets` (or :func:`with_offsets`, for batches checked before)
 says which, and the log writes them with :func:`stamped_buffers`, which patches the first 16
 bytes on the way to disk instead of copying the batch to patch it (:func:`stamp_batch` does
@@ -336,7 +336,7 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     Checks, in order: a whole header is present, batchLength >= 49, the whole batch is
     present, magic == 2, the CRC-32C, and recordCount == lastOffsetDelta + 1 >= 1 (plus,
     uncompressed, that many records fit in the bytes). The broker runs it on every produced
-    and fetched batch (the leader then checks the records: broker.log_validator). Raises
+    and fetched batch (the leader then checks the records: broker.log.log_validator). Raises
     CorruptRecordError naming the problem.
     """
     with memoryview(buf) as view:

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.checkpoints import (
+from broker.log.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
@@ -27,7 +27,7 @@ from broker.checkpoints import (
     OffsetCheckpointFile,
     read_meta_properties,
 )
-from broker.epoch_entry import EpochEntry
+from broker.log.epoch_entry import EpochEntry
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 

@@ -1,7 +1,7 @@
 """Build broker data dirs and histories for the audit's tests and benchmark.
 
 A :class:`BrokerDataDir` writes what a broker leaves on disk, with the project's own
-storage code: ``meta.properties``, partition logs written by :class:`broker.log.Log` (as a
+storage code: ``meta.properties``, partition logs written by :class:`broker.log.log.Log` (as a
 leader, or as a follower copying another broker's batches), and the three offset
 checkpoints when it is closed. Faults are planted by the caller, through the log (truncate
 it, append a different record) or by editing bytes afterwards::
@@ -20,14 +20,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from broker.checkpoints import (
+from broker.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
     write_meta_properties,
 )
-from broker.log import Log
+from broker.log.log import Log
 from proto.log_config import LogConfig
 from proto.record_batch import NO_PRODUCER_ID, Record, encode_batch, parse_header, stamp_batch
 from proto.topic_partition import TopicPartition

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from broker.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
-from broker.epoch_entry import EpochEntry
+from broker.log.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
+from broker.log.epoch_entry import EpochEntry
 from chaos.audit.cli import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_VIOLATIONS, audit_command
 from chaos.audit.model import KINDS, READ_KINDS
 from chaos.audit.session import start_session

@@ -18,12 +18,12 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
-from broker.checkpoints import (
+from broker.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
 )
-from broker.log_manager import CLEAN_SHUTDOWN_FILE
+from broker.log.log_manager import CLEAN_SHUTDOWN_FILE
 from chaos.scripted_controller import CONTROLLER_ID
 from deploy.broker_process import BrokerProcess, BrokerSpec
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer

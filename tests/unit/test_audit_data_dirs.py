@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.checkpoints import LEADER_EPOCH_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
-from broker.epoch_entry import EpochEntry
+from broker.log.checkpoints import LEADER_EPOCH_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
+from broker.log.epoch_entry import EpochEntry
 from chaos.audit.data_dirs import AuditInputError, read_data_dirs
 from chaos.audit.testing import BrokerDataDir
 from proto.log_config import LogConfig

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import checkpoints
-from broker.checkpoints import (
+from broker.log import checkpoints
+from broker.log.checkpoints import (
     CheckpointError,
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
@@ -26,7 +26,7 @@ from broker.checkpoints import (
     read_meta_properties,
     write_meta_properties,
 )
-from broker.epoch_entry import EpochEntry
+from broker.log.epoch_entry import EpochEntry
 from proto.topic_partition import TopicPartition
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -357,7 +357,7 @@ def test_crash_between_write_and_rename_leaves_old_file_and_stale_tmp_is_ignored
         f"""
         import os
         from pathlib import Path
-        from broker.checkpoints import OffsetCheckpointFile
+        from broker.log.checkpoints import OffsetCheckpointFile
         from proto.topic_partition import TopicPartition
 
         os.replace = lambda src, dst: os._exit(17)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
-from broker.log import Log
+from broker.log.log import Log
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.purgatory import DelayedOperationPurgatory
 from proto.log_config import LogConfig

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from broker.log import Log
+from broker.log.log import Log
 from client.cli import main
 from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch

@@ -21,9 +21,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from broker import checkpoints
-from broker.checkpoints import CheckpointError
-from broker.leader_epoch_cache import (
+from broker.log import checkpoints
+from broker.log.checkpoints import CheckpointError
+from broker.log.leader_epoch_cache import (
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
     EpochEntry,
@@ -351,7 +351,7 @@ def test_non_monotonic_file_is_repaired_on_load_as_kafka_does(
 ) -> None:
     # Kafka loads by re-assigning each entry: 1@20 drops 2@10.
     path.write_bytes(b"0\n3\n0 0\n2 10\n1 20\n")
-    with caplog.at_level(logging.WARNING, logger="broker.leader_epoch_cache"):
+    with caplog.at_level(logging.WARNING, logger="broker.log.leader_epoch_cache"):
         cache = LeaderEpochFileCache(path)
     assert cache.entries() == [E(0, 0), E(1, 20)]
     assert "non-monotonic" in caplog.text

@@ -13,8 +13,8 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from broker.epoch_entry import EpochEntry
-from broker.log import (
+from broker.log.epoch_entry import EpochEntry
+from broker.log.log import (
     Log,
     OffsetOutOfRangeError,
     RecordTooLargeError,

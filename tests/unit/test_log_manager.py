@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from broker.checkpoints import CheckpointError, read_meta_properties
-from broker.log import Log, LogClosedError
-from broker.log_manager import (
+from broker.log.checkpoints import CheckpointError, read_meta_properties
+from broker.log.log import Log, LogClosedError
+from broker.log.log_manager import (
     CLEAN_SHUTDOWN_FILE,
     IllegalPartitionPathError,
     InconsistentBrokerIdError,
     LogManager,
     LogOfflineError,
 )
-from broker.log_segment import LogSegment
+from broker.log.log_segment import LogSegment
 from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
@@ -84,7 +84,7 @@ def test_a_second_process_cannot_take_the_data_dir(tmp_path: Path) -> None:
         f"""
         from pathlib import Path
         from proto.log_config import LogConfig
-        from broker.log_manager import DataDirLockedError, LogManager
+        from broker.log.log_manager import DataDirLockedError, LogManager
         try:
             LogManager(Path({str(tmp_path)!r}), LogConfig(), 1).startup()
         except DataDirLockedError as e:

@@ -22,8 +22,8 @@ import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.epoch_entry import EpochEntry
-from broker.log import Log
+from broker.log.epoch_entry import EpochEntry
+from broker.log.log import Log
 from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import broker.log_segment as log_segment
-from broker.log_segment import LogSegment, SegmentClosedError
-from broker.offset_index import IndexEntry
+import broker.log.log_segment as log_segment
+from broker.log.log_segment import LogSegment, SegmentClosedError
+from broker.log.offset_index import IndexEntry
 from proto.record_batch import BatchHeader, Record, encode_batch, validate_batches
 
 INTERVAL = 200

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.log_validator import validate_client_batches
+from broker.log.log_validator import validate_client_batches
 from broker.replica_manager import _error_of
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.offset_index import CorruptIndexError, IndexEntry, OffsetIndex
+from broker.log.offset_index import CorruptIndexError, IndexEntry, OffsetIndex
 
 BASE = 1000
 

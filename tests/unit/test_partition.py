@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.log import Log
+from broker.log.log import Log
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from proto import errors
 from proto.log_config import LogConfig

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.log import Log
-from broker.producer_state import (
+from broker.log.log import Log
+from broker.log.producer_state import (
     BATCHES_PER_PRODUCER,
     BatchMetadata,
     ProducerEntry,

@@ -22,9 +22,9 @@ import grpc
 import grpc.aio
 import pytest
 
-from broker.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-from broker.log import Log
-from broker.log import OffsetOutOfRangeError as LogOffsetOutOfRangeError
+from broker.log.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from broker.log.log import Log
+from broker.log.log import OffsetOutOfRangeError as LogOffsetOutOfRangeError
 from broker.partition import LeadershipState, Partition
 from broker.replica_fetcher import FetcherConfig, FetchPhase, ReplicaFetcher, SourceBroker
 from broker.truncation import TruncationMode

@@ -9,8 +9,8 @@ from typing import cast
 
 import pytest
 
-from broker.log import Log
-from broker.log_manager import LogManager
+from broker.log.log import Log
+from broker.log.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.partition import LeadershipState, Partition
 from broker.replica_manager import ReplicaManager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from broker.log import Log
+from broker.log.log import Log
 from chaos.torn_write import tear_active_segment
 from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch, scan_batches

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.leader_epoch_cache import LeaderEpochFileCache
+from broker.log.leader_epoch_cache import LeaderEpochFileCache
 from broker.truncation import (
     OffsetTruncationState,
     TruncationMode,

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.offset_index import CorruptIndexError, OffsetIndex
+from broker.log.offset_index import CorruptIndexError, OffsetIndex
 from proto.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,

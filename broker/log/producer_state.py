@@ -13,7 +13,7 @@ producer, for as many batches as it may have in flight
 - nothing is written out of order: the next batch of a producer must start at its last
   sequence + 1 (wrapping from INT32_MAX to 0), a new epoch or an unknown producer at 0.
 
-Who calls what (all under the owning :class:`broker.log.Log`'s lock):
+Who calls what (all under the owning :class:`broker.log.log.Log`'s lock):
 
 - the leader, before appending: :meth:`ProducerStateManager.check_leader_append`;
 - every append, leader or follower, after writing: :meth:`ProducerStateManager.update`

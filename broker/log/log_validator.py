@@ -6,7 +6,7 @@ replica fetcher does), consumers and the audit decode them with
 one batch they cannot decode makes its partition unreadable from that batch on. So the
 leader checks every produced batch, records included, before any of it is written, and
 refuses the whole append (nothing of it is written) with the error its first problem
-gets. Both steps are pure over the bytes, so :class:`broker.log.Log` runs them before it
+gets. Both steps are pure over the bytes, so :class:`broker.log.log.Log` runs them before it
 takes its lock:
 
 1. :func:`proto.record_batch.validate_batches` (Kafka's ``Log.analyzeAndValidateRecords``):

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from broker.epoch_entry import EpochEntry
+from broker.log.epoch_entry import EpochEntry
 from proto.topic_partition import TopicPartition
 
 __all__ = [
@@ -281,7 +281,7 @@ class LeaderEpochCheckpointFile:
     """A partition's ``leader-epoch-checkpoint``: ``epoch startOffset`` lines.
 
     The file layer only parses and formats; ordering rules belong to
-    :class:`broker.leader_epoch_cache.LeaderEpochFileCache`, which (like Kafka) re-applies
+    :class:`broker.log.leader_epoch_cache.LeaderEpochFileCache`, which (like Kafka) re-applies
     them when it loads the entries.
     """
 

@@ -9,7 +9,7 @@ Layout of the data dir (``log.dirs``, one directory)::
     log-start-offset-checkpoint         log start offsets raised past the first segment (here)
     replication-offset-checkpoint       high watermarks (owned by the replica manager; read
                                         and written through this class's helpers)
-    <topic>-<partition>/                one Log each (broker.log)
+    <topic>-<partition>/                one Log each (broker.log.log)
     <topic>-<partition>.<uuid>-delete/  a log being deleted; removed at the next start
 
 Startup (:meth:`LogManager.startup`) reads and *deletes* the clean-shutdown marker before
@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from broker.checkpoints import (
+from broker.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -47,7 +47,7 @@ from broker.checkpoints import (
     read_meta_properties,
     write_meta_properties,
 )
-from broker.log import BackgroundRunner, Log, LogClosedError
+from broker.log.log import BackgroundRunner, Log, LogClosedError
 from proto.log_config import LogConfig
 from proto.topic_partition import TopicPartition, topic_name_problem
 

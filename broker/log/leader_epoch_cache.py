@@ -23,8 +23,8 @@ import logging
 import threading
 from pathlib import Path
 
-from broker.checkpoints import CheckpointError, LeaderEpochCheckpointFile
-from broker.epoch_entry import EpochEntry
+from broker.log.checkpoints import CheckpointError, LeaderEpochCheckpointFile
+from broker.log.epoch_entry import EpochEntry
 
 __all__ = [
     "UNDEFINED_EPOCH",

@@ -3,16 +3,16 @@
 Kafka's ``Log`` (2.x), in directory ``<data-dir>/<topic>-<partition>/``::
 
     00000000000000000000.log     record batches, Kafka v2 format (see proto.record_batch)
-    00000000000000000000.index   sparse offset index (see broker.offset_index)
+    00000000000000000000.index   sparse offset index (see broker.log.offset_index)
     00000000000000004096.log     the next segment, named after its first offset
     00000000000000004096.index
-    leader-epoch-checkpoint      the epoch cache (broker.leader_epoch_cache)
+    leader-epoch-checkpoint      the epoch cache (broker.log.leader_epoch_cache)
 
-Each log also holds the state of its idempotent producers (broker.producer_state), in
+Each log also holds the state of its idempotent producers (broker.log.producer_state), in
 memory only: rebuilt from the batch headers when the log is opened or truncated, updated by
 every append, checked by every leader append.
 
-No ``.timeindex`` is written (optional per DESIGN.md); see broker.log_segment.
+No ``.timeindex`` is written (optional per DESIGN.md); see broker.log.log_segment.
 
 Offsets are contiguous: each segment starts where the previous one ends and the batches of
 a segment follow each other without gaps, which recovery checks.
@@ -31,7 +31,6 @@ import contextlib
 import functools
 import itertools
 import logging
-import re
 import shutil
 import struct
 import threading
@@ -40,18 +39,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.checkpoints import fsync_directory
-from broker.epoch_entry import EpochEntry
-from broker.leader_epoch_cache import CheckpointError, LeaderEpochFileCache
-from broker.log_segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
+from broker.log.checkpoints import fsync_directory
+from broker.log.leader_epoch_cache import LeaderEpochFileCache
+from broker.log.log_loader import create_segment, load_log
+from broker.log.log_segment import (
     LogSegment,
     SegmentClosedError,
     SegmentRead,
 )
-from broker.log_validator import validate_client_batches
-from broker.producer_state import BatchMetadata, ProducerStateManager
+from broker.log.log_validator import validate_client_batches
+from broker.log.producer_state import BatchMetadata, ProducerStateManager
 from proto.log_config import LogConfig
 from proto.record_batch import (
     NO_TIMESTAMP,
@@ -63,7 +60,6 @@ from proto.record_batch import (
 from proto.topic_partition import TopicPartition
 
 __all__ = [
-    "LEADER_EPOCH_CHECKPOINT_FILE",
     "BackgroundRunner",
     "FetchData",
     "Log",
@@ -80,11 +76,8 @@ log = logging.getLogger(__name__)
 BackgroundRunner = Callable[[Callable[[], None]], object]
 """Runs a function later on another thread, e.g. ``ThreadPoolExecutor.submit``."""
 
-LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
-STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 """Leftovers of interrupted writes and deletions; removed when a log is opened."""
 
-_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index)")
 _BASE_OFFSET = struct.Struct(">q")
 _READ_ATTEMPTS = 5
 
@@ -97,7 +90,7 @@ class LogError(Exception):
 
     Invalid batches raise :class:`proto.record_batch.CorruptRecordError` (a ValueError), or
     for a leader append also :class:`proto.errors.InvalidRecordError` and
-    :class:`proto.errors.UnsupportedCompressionTypeError` (see broker.log_validator), and
+    :class:`proto.errors.UnsupportedCompressionTypeError` (see broker.log.log_validator), and
     disk failures OSError, as they come.
     """
 
@@ -268,61 +261,20 @@ class Log:
         Never raises on corrupt data, only on I/O errors (OSError), and ValueError when the
         directory name is not ``<topic>-<partition>``.
         """
-        topic_partition = TopicPartition.from_dir_name(directory.name)
-        directory.mkdir(parents=True, exist_ok=True)
-        _remove_stray_files(directory)
-        epoch_cache, cache_lost = _open_epoch_cache(directory / LEADER_EPOCH_CHECKPOINT_FILE)
-        segments: list[LogSegment] = []
-        try:
-            for base in _segment_base_offsets(directory):
-                segments.append(
-                    LogSegment.open(
-                        directory, base, index_interval_bytes=config.index_interval_bytes
-                    )
-                )
-            segments, recovered_from, epoch_starts = _recover(
-                segments,
-                start=_recovery_start(segments, recovery_point, clean_shutdown, cache_lost),
-            )
-            if not segments:
-                segments = [_create_segment(directory, config, log_start_offset)]
-            elif segments[-1].next_offset < log_start_offset:
-                # As Kafka's recoverLog: segment files were deleted from the file system
-                # under the checkpointed log start offset; start over there.
-                log.warning(
-                    "%s: log end offset %d is below the log start offset %d; deleting all segments",
-                    directory,
-                    segments[-1].next_offset,
-                    log_start_offset,
-                )
-                for segment in segments:
-                    segment.delete()
-                segments = [_create_segment(directory, config, log_start_offset)]
-                recovered_from, epoch_starts = None, []
-                epoch_cache.clear_and_flush()
-            log_end_offset = segments[-1].next_offset
-            start = max(log_start_offset, segments[0].base_offset)
-            if recovered_from is not None:
-                _reconcile_epochs(epoch_cache, recovered_from, log_end_offset, epoch_starts)
-                # The recovery point becomes the LEO: make that true even if the OS crashes
-                # before writing back what the crashed process left in the page cache.
-                for segment in segments:
-                    if segment.base_offset >= recovered_from:
-                        segment.flush()
-            fsync_directory(directory)
-            epoch_cache.truncate_from_end(log_end_offset)
-            epoch_cache.truncate_from_start(start)
-        except BaseException:
-            for segment in segments:
-                segment.close()
-            raise
+        loaded_dir = load_log(
+            directory,
+            config,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            clean_shutdown=clean_shutdown,
+        )
         loaded = cls(
             directory,
             config,
-            topic_partition,
-            segments,
-            epoch_cache,
-            log_start_offset=start,
+            loaded_dir.topic_partition,
+            loaded_dir.segments,
+            loaded_dir.epoch_cache,
+            log_start_offset=loaded_dir.log_start_offset,
             background=background,
         )
         try:
@@ -407,7 +359,7 @@ class Log:
         written) at the first problem: each must pass :func:`check_batch`
         (CorruptRecordError, as for empty input) and fit ``message.max.bytes``, and all of
         them ``segment.bytes`` (RecordTooLargeError); then
-        :func:`broker.log_validator.validate_client_batches` checks their attributes and
+        :func:`broker.log.log_validator.validate_client_batches` checks their attributes and
         every record (CorruptRecordError, :class:`proto.errors.InvalidRecordError`,
         :class:`proto.errors.UnsupportedCompressionTypeError`), so that no follower,
         consumer or audit ever meets a batch here that it cannot decode. Nothing is
@@ -549,7 +501,7 @@ class Log:
         active = self._segments[-1]
         if active.is_empty:
             return active
-        segment = _create_segment(self._directory, self._config, base_offset)
+        segment = create_segment(self._directory, self._config, base_offset)
         # Kafka snapshots the producer state at every roll: a truncation then replays the
         # batches of one segment only.
         self._producer_state.take_snapshot(base_offset)
@@ -747,7 +699,7 @@ class Log:
             for segment in self._segments:
                 segment.delete()
             self._truncations += 1
-            self._segments = [_create_segment(self._directory, self._config, offset)]
+            self._segments = [create_segment(self._directory, self._config, offset)]
             self._bases = [offset]
             self._dir_dirty = True
             self._log_end_offset = offset
@@ -913,159 +865,6 @@ class Log:
     def _floor_index(self, offset: int) -> int:
         """Index of the segment holding ``offset`` (the first one for offsets below it)."""
         return max(bisect_right(self._bases, offset) - 1, 0)
-
-
-# -- loading helpers -------------------------------------------------------------------------
-
-
-def _create_segment(directory: Path, config: LogConfig, base_offset: int) -> LogSegment:
-    return LogSegment.create(
-        directory, base_offset, index_interval_bytes=config.index_interval_bytes
-    )
-
-
-def _remove_stray_files(directory: Path) -> None:
-    """Delete leftovers of interrupted writes, and indexes whose log file is gone."""
-    names = {entry.name for entry in directory.iterdir() if entry.is_file()}
-    for name in names:
-        match = _SEGMENT_FILE.fullmatch(name)
-        orphan = (
-            match is not None
-            and match.group(2) == INDEX_SUFFIX
-            and match.group(1) + LOG_SUFFIX not in names
-        )
-        if orphan or name.endswith(STRAY_SUFFIXES):
-            log.warning("%s: removing stray file %s", directory, name)
-            (directory / name).unlink(missing_ok=True)
-
-
-def _segment_base_offsets(directory: Path) -> list[int]:
-    bases = []
-    for entry in directory.iterdir():
-        match = _SEGMENT_FILE.fullmatch(entry.name)
-        if match is not None and match.group(2) == LOG_SUFFIX and entry.is_file():
-            bases.append(int(match.group(1)))
-    return sorted(bases)
-
-
-def _open_epoch_cache(path: Path) -> tuple[LeaderEpochFileCache, bool]:
-    """The epoch cache, and whether its checkpoint was unreadable (and so discarded)."""
-    try:
-        return LeaderEpochFileCache(path), False
-    except CheckpointError as e:
-        log.warning("discarding %s, to be rebuilt from the log: %s", path, e)
-        path.unlink(missing_ok=True)
-        return LeaderEpochFileCache(path), True
-
-
-def _recovery_start(
-    segments: Sequence[LogSegment], recovery_point: int, clean_shutdown: bool, cache_lost: bool
-) -> int:
-    """Index of the first segment to recover (len(segments) for none)."""
-    if cache_lost:
-        return 0
-    if clean_shutdown:
-        start = len(segments)
-    else:
-        bases = [segment.base_offset for segment in segments]
-        start = max(bisect_right(bases, recovery_point) - 1, 0)
-    for i, segment in enumerate(segments[:start]):
-        if not segment.index_valid:
-            return i  # recovering from there keeps the recovered range contiguous
-    return start
-
-
-def _recover(
-    segments: list[LogSegment], *, start: int
-) -> tuple[list[LogSegment], int | None, list[tuple[int, int]]]:
-    """Recover ``segments[start:]``; return the kept segments, the base offset where
-    recovery began (None if nothing was recovered) and the recovered epoch changes.
-
-    The segments before ``start`` are trusted as Kafka trusts them; only the last batch of
-    the last one is read, for the offset and epoch the recovered part must continue.
-    """
-    previous_epoch: int | None = None
-    expected_base: int | None = None
-    while start > 0:
-        try:
-            last = segments[start - 1].last_batch()
-        except CorruptRecordError as e:
-            log.warning("%s: recovering it too: %s", segments[start - 1].log_path, e)
-            start -= 1
-            continue
-        if last is None:
-            expected_base = segments[start - 1].base_offset
-        else:
-            previous_epoch = last[1].partition_leader_epoch
-            expected_base = last[1].next_offset
-        if start == len(segments):
-            segments[-1].load_next_offset()
-        break
-    kept = segments[:start]
-    epoch_starts: list[tuple[int, int]] = []
-    recovered_from = segments[start].base_offset if start < len(segments) else None
-    for i in range(start, len(segments)):
-        segment = segments[i]
-        if expected_base is not None and segment.base_offset != expected_base:
-            log.warning(
-                "%s: segment starts at %d but the log before it ends at %d; deleting it and "
-                "the %d segments after it",
-                segment.log_path,
-                segment.base_offset,
-                expected_base,
-                len(segments) - i - 1,
-            )
-            for doomed in segments[i:]:
-                doomed.delete()
-            break
-        result = segment.recover(previous_epoch=previous_epoch)
-        kept.append(segment)
-        epoch_starts.extend(result.epoch_starts)
-        previous_epoch = result.last_epoch
-        expected_base = result.next_offset
-        if result.truncated_bytes and i + 1 < len(segments):
-            log.warning(
-                "%s: deleting the %d segments after the truncated one",
-                segment.log_path,
-                len(segments) - i - 1,
-            )
-            for doomed in segments[i + 1 :]:
-                doomed.delete()
-            break
-    return kept, recovered_from, epoch_starts
-
-
-def _reconcile_epochs(
-    cache: LeaderEpochFileCache,
-    recovered_from: int,
-    log_end_offset: int,
-    epoch_starts: Sequence[tuple[int, int]],
-) -> None:
-    """Make the cache's entries in ``[recovered_from, LEO)`` the epoch changes of the
-    recovered batches, keeping the entries below (which cover unrecovered segments).
-
-    Writes nothing when the checkpoint already agrees, the normal case.
-    """
-    entries = cache.entries()
-    below = [entry for entry in entries if entry.start_offset < recovered_from]
-    current = below[-1].epoch if below else None
-    wanted = []
-    for epoch, offset in epoch_starts:
-        if epoch >= 0 and epoch != current:
-            wanted.append(EpochEntry(epoch, offset))
-            current = epoch
-    held = [entry for entry in entries if recovered_from <= entry.start_offset < log_end_offset]
-    if held == wanted:
-        return
-    log.warning(
-        "leader epoch cache %s disagrees with the recovered log: %s instead of %s",
-        cache.checkpoint_path,
-        held,
-        wanted,
-    )
-    cache.truncate_from_end(recovered_from)
-    for entry in wanted:
-        cache.assign(entry.epoch, entry.start_offset)
 
 
 def _read_segments(
