@@ -81,7 +81,7 @@ def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop]:
 
 def run(args: argparse.Namespace) -> int:
     # heavy (grpc): only when running one
-    from broker.broker_server import BrokerServer, BrokerStartupError
+    from broker.kafka_server import BrokerServer, BrokerStartupError
 
     config = config_from_args(args)
     handler: logging.Handler = (

@@ -30,7 +30,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from broker.broker_server import ZOOKEEPER_SESSION_FILE
+from broker.kafka_server import ZOOKEEPER_SESSION_FILE
 from chaos.backend import BackendUnavailableError, ClusterBackend
 from deploy.ports import free_port_block
 from proto import zk_data

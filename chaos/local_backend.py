@@ -13,7 +13,7 @@ import random
 import shutil
 from pathlib import Path
 
-from broker.broker_server import ZOOKEEPER_SESSION_FILE
+from broker.kafka_server import ZOOKEEPER_SESSION_FILE
 from chaos.backend import ClusterBackend
 from chaos.torn_write import tear_active_segment
 from deploy.local_cluster import LocalCluster, LocalClusterError

@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+from broker.kafka_apis import BrokerService
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
-from broker.server import BrokerService
 from proto import minibroker_pb2 as pb
 from proto.zk_data import ProducerIdBlock, ZkDataError
 

@@ -25,11 +25,11 @@ import grpc
 
 from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager
+from broker.kafka_apis import BrokerService, ControlService
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
-from broker.server import BrokerService, ControlService
 from broker.undecodable_requests import UndecodableRequests
 from broker.zk_client import BrokerZkClient, ZkError
 from controller.kafka_controller import KafkaController
