@@ -42,6 +42,7 @@ from broker.zk_client import BrokerZkClient
 from controller.kafka_controller import KafkaController
 from proto.broker_config import BrokerConfig
 from proto.dynamic_broker_config import effective_broker_config
+from proto.event_log import log_event
 from proto.zk_data import (
     CONFIG_CHANGE_PREFIX,
     DEFAULT_BROKER_ENTITY,
@@ -211,15 +212,9 @@ class DynamicConfigManager:
 
     def _event(self, level: int, event: str, **fields: object) -> None:
         """One line: ``dynamic_config event=<e> broker=<id> key=value ...``."""
-        if log.isEnabledFor(level):
-            details = " ".join(f"{key}={value}" for key, value in fields.items())
-            log.log(
-                level,
-                "dynamic_config event=%s broker=%s %s",
-                event,
-                self.static.broker_id,
-                details,
-            )
+        log_event(
+            log, level, "dynamic_config", event, **{"broker": self.static.broker_id, **fields}
+        )
 
 
 def _sequence(name: str) -> int:

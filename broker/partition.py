@@ -16,6 +16,7 @@ import bisect
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from broker.log.log import FetchData, Log, LogAppendInfo
 from proto import errors
@@ -205,7 +206,7 @@ class Partition:
     def _clamp(self, offset: int) -> int:
         return max(self.log.log_start_offset, min(offset, self.log.log_end_offset))
 
-    def log_context(self) -> dict[str, object]:
+    def log_context(self) -> dict[str, Any]:
         """Fields for one structured log line about this partition."""
         return {
             "broker": self.local_broker_id,

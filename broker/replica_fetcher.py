@@ -31,7 +31,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import enum
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from broker.truncation import (
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.event_log import log_event
 from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import CorruptRecordError, parse_header
@@ -329,11 +329,7 @@ class ReplicaFetcher:
             except Exception:
                 # A bug, not a fetch error (those are handled where they happen): keep
                 # replicating the other partitions rather than die silently.
-                logger.exception(
-                    "event=loop-error broker=%s source=%s",
-                    self.config.local_broker_id,
-                    self.source.broker_id,
-                )
+                self._log(logging.ERROR, "loop_error", exc_info=True)
                 self._back_off(self._states.values())
                 await self._idle(loop)
 
@@ -747,19 +743,24 @@ class ReplicaFetcher:
     # -- logging ---------------------------------------------------------------------------
 
     def _log(
-        self, level: int, event: str, tp: TopicPartition | None = None, **fields: object
+        self,
+        level: int,
+        event: str,
+        tp: TopicPartition | None = None,
+        *,
+        exc_info: object = False,
+        **fields: object,
     ) -> None:
-        if not logger.isEnabledFor(level):
-            return
-        parts = [
-            f"event={event}",
-            f"broker={self.config.local_broker_id}",
-            f"source={self.source.broker_id}",
-        ]
+        """One line: ``replica_fetcher event=<e> broker=<id> source=<leader> tp=<tp> ...``."""
+        context: dict[str, object] = {
+            "broker": self.config.local_broker_id,
+            "source": self.source.broker_id,
+        }
         if tp is not None:
-            parts.append(f"tp={tp}")
-        parts.extend(f"{key}={_format_value(value)}" for key, value in fields.items())
-        logger.log(level, "%s", " ".join(parts))
+            context["tp"] = tp
+        log_event(
+            logger, level, "replica_fetcher", event, exc_info=exc_info, **{**context, **fields}
+        )
 
 
 def _append_in_chunks(partition: Partition, records: bytes) -> list[LogAppendInfo]:
@@ -807,13 +808,3 @@ def _rpc_details(err: Exception) -> str:
     if isinstance(err, grpc.aio.AioRpcError):
         return err.details() or ""
     return str(err)
-
-
-def _format_value(value: object) -> str:
-    """A value for ``key=value``: quoted (JSON) if it would not read as one token."""
-    if isinstance(value, BaseException):
-        value = str(value) or type(value).__name__
-    text = str(value)
-    if not text or any(c.isspace() or c in '="' for c in text):
-        return json.dumps(text)
-    return text

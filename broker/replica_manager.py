@@ -42,6 +42,7 @@ from broker.zk_client import BrokerZkClient, ZkError
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto.broker_config import BrokerConfig, TopicConfig
+from proto.event_log import log_event
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import CorruptRecordError
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -165,8 +166,10 @@ class ReplicaManager:
         """Serialises the controller-epoch checks of all control requests (UpdateMetadata
         too), which may wait for ZooKeeper."""
 
-    def _ctx(self, **fields: object) -> str:
-        return " ".join(f"{k}={v}" for k, v in {"broker": self.broker_id, **fields}.items())
+    def _log(self, level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
+        """One line per event: ``replica_manager event=<e> broker=<id> key=value ...``."""
+        fields = {"broker": self.broker_id, **fields}  # a partition's context names it too
+        log_event(logger, level, "replica_manager", event, exc_info=exc_info, **fields)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -209,7 +212,9 @@ class ReplicaManager:
             try:
                 await action()
             except Exception:
-                logger.exception("periodic task failed %s", self._ctx(task=action.__name__))
+                self._log(
+                    logging.ERROR, "periodic_task_failed", exc_info=True, task=action.__name__
+                )
 
     async def shutdown(self) -> None:
         """Stop fetchers and background tasks, then checkpoint the high watermarks."""
@@ -306,7 +311,7 @@ class ReplicaManager:
                     "the partition states", self._synced_partition_states(tps)
                 )
             except errors.BrokerResponseError as err:
-                logger.warning("refused LeaderAndIsr %s", self._ctx(reason=err))
+                self._log(logging.WARNING, "refused_leader_and_isr", reason=err)
                 return pb.LeaderAndIsrResponse(error_code=ErrorCode.ValueType(err.code))
             response = pb.LeaderAndIsrResponse(error_code=ErrorCode.NONE)
             new_followers: dict[int, dict[TopicPartition, Partition]] = {}
@@ -332,14 +337,13 @@ class ReplicaManager:
         for ps, tp in zip(request.partition_states, tps, strict=True):
             refusal = leader_and_isr_refusal(tp, ps.leader, ps.leader_epoch, zookeeper_states[tp])
             if refusal is not None:
-                logger.warning(
-                    "refused partition state %s",
-                    self._ctx(
-                        tp=tp,
-                        leader=ps.leader,
-                        leader_epoch=ps.leader_epoch,
-                        reason=refusal.message,
-                    ),
+                self._log(
+                    logging.WARNING,
+                    "refused_partition_state",
+                    tp=tp,
+                    leader=ps.leader,
+                    leader_epoch=ps.leader_epoch,
+                    reason=refusal.message,
                 )
                 code, message = refusal.code, refusal.message
             else:
@@ -372,9 +376,12 @@ class ReplicaManager:
             )
         existing = self.partitions.get(tp)
         if existing is not None and state.leader_epoch < existing.leader_epoch:
-            logger.warning(
-                "ignored stale partition state %s",
-                self._ctx(tp=tp, request_epoch=state.leader_epoch, epoch=existing.leader_epoch),
+            self._log(
+                logging.WARNING,
+                "ignored_stale_partition_state",
+                tp=tp,
+                request_epoch=state.leader_epoch,
+                epoch=existing.leader_epoch,
             )
             return ErrorCode.FENCED_LEADER_EPOCH, (
                 f"{tp}: leader epoch {state.leader_epoch} is older than {existing.leader_epoch}"
@@ -390,19 +397,19 @@ class ReplicaManager:
             # error, or an earlier request failed before it started one): the controller's
             # repeat is the "next LeaderAndIsr" that starts it again.
             new_followers.setdefault(state.leader, {})[tp] = existing
-            logger.info("follower fetches again %s", self._ctx(**existing.log_context()))
+            self._log(logging.INFO, "follower_fetches_again", **existing.log_context())
             return ErrorCode.NONE, ""
         try:
             partition = existing or await self._create_partition(tp)
         except IllegalPartitionPathError as err:
             return ErrorCode.INVALID_TOPIC, str(err)
         except OSError as err:
-            logger.error("cannot open log %s", self._ctx(tp=tp, error=err))
+            self._log(logging.ERROR, "cannot_open_log", tp=tp, error=err)
             return ErrorCode.KAFKA_STORAGE_ERROR, f"cannot open the log of {tp}: {err}"
         except ZkError as err:
             # The topic's config could not be read (this broker's session ended meanwhile):
             # the controller sends the state again once the broker is registered anew.
-            logger.warning("cannot read topic config %s", self._ctx(tp=tp, error=err))
+            self._log(logging.WARNING, "cannot_read_topic_config", tp=tp, error=err)
             return ErrorCode.REQUEST_TIMED_OUT, f"{tp}: cannot read the topic config: {err}"
         self.metadata_cache.add_partition(
             tp, PartitionInfo(state.leader, state.leader_epoch, state.replicas, state.isr)
@@ -412,12 +419,12 @@ class ReplicaManager:
         await self._remove_from_fetchers_and_wait([tp])
         if state.leader == self.broker_id:
             partition.make_leader(state)
-            logger.info("became leader %s", self._ctx(**partition.log_context()))
+            self._log(logging.INFO, "became_leader", **partition.log_context())
         else:
             partition.make_follower(state)
             if state.leader >= 0:
                 new_followers.setdefault(state.leader, {})[tp] = partition
-            logger.info("became follower %s", self._ctx(**partition.log_context()))
+            self._log(logging.INFO, "became_follower", **partition.log_context())
         self._wake(tp)
         return ErrorCode.NONE, ""
 
@@ -481,9 +488,11 @@ class ReplicaManager:
         for leader_id, partitions in new_followers.items():
             endpoint = endpoints.get(leader_id) or self.metadata_cache.broker(leader_id)
             if endpoint is None:
-                logger.warning(
-                    "no endpoint for leader %s",
-                    self._ctx(leader=leader_id, partitions=sorted(map(str, partitions))),
+                self._log(
+                    logging.WARNING,
+                    "no_endpoint_for_leader",
+                    leader=leader_id,
+                    partitions=sorted(map(str, partitions)),
                 )
                 continue
             fetcher = self.fetchers.get(leader_id)
@@ -538,9 +547,7 @@ class ReplicaManager:
         task.add_done_callback(self._tasks.discard)
 
     def _on_fetch_partition_error(self, tp: TopicPartition, err: BaseException) -> None:
-        logger.warning(
-            "fetching stopped until the next LeaderAndIsr %s", self._ctx(tp=tp, error=err)
-        )
+        self._log(logging.WARNING, "fetching_stopped_until_next_leader_and_isr", tp=tp, error=err)
 
     async def stop_replicas(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
         """Stop replicating partitions, deleting their logs when asked (topic deletion)."""
@@ -556,7 +563,7 @@ class ReplicaManager:
                     "the partitions to stop", self._stop_replica_facts(tps)
                 )
             except errors.BrokerResponseError as err:
-                logger.warning("refused StopReplica %s", self._ctx(reason=err))
+                self._log(logging.WARNING, "refused_stop_replica", reason=err)
                 return pb.StopReplicaResponse(error_code=ErrorCode.ValueType(err.code))
             response = pb.StopReplicaResponse(error_code=ErrorCode.NONE)
             stopping: list[tuple[pb.StopReplicaPartitionState, TopicPartition]] = []
@@ -567,14 +574,13 @@ class ReplicaManager:
                 if refusal is None:
                     stopping.append((s, tp))
                     continue
-                logger.warning(
-                    "refused to stop replica %s",
-                    self._ctx(
-                        tp=tp,
-                        delete=s.delete_partition,
-                        leader_epoch=s.leader_epoch,
-                        reason=refusal.message,
-                    ),
+                self._log(
+                    logging.WARNING,
+                    "refused_to_stop_replica",
+                    tp=tp,
+                    delete=s.delete_partition,
+                    leader_epoch=s.leader_epoch,
+                    reason=refusal.message,
                 )
                 response.partition_errors.add(
                     topic_name=tp.topic,
@@ -595,8 +601,8 @@ class ReplicaManager:
                         code, message = ErrorCode.INVALID_TOPIC, str(err)
                     except OSError as err:
                         code, message = ErrorCode.KAFKA_STORAGE_ERROR, str(err)
-                logger.info(
-                    "stopped replica %s", self._ctx(tp=tp, delete=s.delete_partition, error=code)
+                self._log(
+                    logging.INFO, "stopped_replica", tp=tp, delete=s.delete_partition, error=code
                 )
                 response.partition_errors.add(
                     topic_name=tp.topic,
@@ -637,7 +643,7 @@ class ReplicaManager:
             )
             brokers = [_checked_endpoint(b, "live_brokers") for b in request.live_brokers]
         except errors.BrokerResponseError as err:
-            logger.warning("refused UpdateMetadata %s", self._ctx(reason=err))
+            self._log(logging.WARNING, "refused_update_metadata", reason=err)
             return pb.UpdateMetadataResponse(error_code=ErrorCode.ValueType(err.code))
         self.metadata_cache.update(
             controller_id=request.controller_id,
@@ -696,9 +702,12 @@ class ReplicaManager:
             if info.duplicate:
                 # A retry of an idempotent producer's batch: answered with its original
                 # offsets, and for acks=all only once those are replicated, like a new one.
-                logger.debug(
-                    "duplicate batch not appended %s",
-                    self._ctx(tp=tp, base_offset=info.first_offset, last_offset=info.last_offset),
+                self._log(
+                    logging.DEBUG,
+                    "duplicate_batch_not_appended",
+                    tp=tp,
+                    base_offset=info.first_offset,
+                    last_offset=info.last_offset,
                 )
             else:
                 self._wake(tp)
@@ -840,8 +849,8 @@ class ReplicaManager:
                 replica_id, spec.fetch_offset, spec.log_start_offset
             )
         except errors.NotLeaderOrFollowerError as err:
-            logger.warning(
-                "fetch from a non-replica %s", self._ctx(tp=partition.topic_partition, error=err)
+            self._log(
+                logging.WARNING, "fetch_from_a_non_replica", tp=partition.topic_partition, error=err
             )
             return
         if hw_moved:
@@ -933,15 +942,17 @@ class ReplicaManager:
                 tp, desired, partition.zk_version
             )
         except Exception as err:
-            logger.warning("ISR update failed %s", self._ctx(tp=tp, isr=list(isr), error=err))
+            self._log(logging.WARNING, "isr_update_failed", tp=tp, isr=list(isr), error=err)
             version = None
         if partition.leader_epoch != epoch or not partition.is_leader:
             return  # leadership changed meanwhile: the controller's state wins
         if version is None:
             partition.isr_update_in_flight = False
-            logger.warning(
-                "ISR update lost a race; waiting for the controller %s",
-                self._ctx(**partition.log_context(), wanted=list(isr)),
+            self._log(
+                logging.WARNING,
+                "isr_update_lost_race",
+                **partition.log_context(),
+                wanted=list(isr),
             )
             return
         old = list(partition.isr)
@@ -951,11 +962,13 @@ class ReplicaManager:
             tp, PartitionInfo(self.broker_id, epoch, partition.replicas, isr)
         )
         self._record_isr_change(tp)
-        logger.info(
-            "ISR changed %s",
-            self._ctx(
-                **partition.log_context(), old_isr=old, zk_version=version, reason=repr(reason)
-            ),
+        self._log(
+            logging.INFO,
+            "isr_changed",
+            **partition.log_context(),
+            old_isr=old,
+            zk_version=version,
+            reason=repr(reason),
         )
 
     def _record_isr_change(self, tp: TopicPartition) -> None:
@@ -1023,4 +1036,4 @@ class ReplicaManager:
                 partition.fenced = True
                 fenced.append(str(tp))
                 self._wake(tp)
-        logger.warning("ZooKeeper session lost, fenced leaders %s", self._ctx(partitions=fenced))
+        self._log(logging.WARNING, "session_lost_fenced_leaders", partitions=fenced)

@@ -48,6 +48,7 @@ from controller.request_batch import BrokerRequest, ControlRequest, ControlRespo
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
+from proto.event_log import log_event
 from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from proto.minibroker_pb2 import ErrorCode
 
@@ -126,13 +127,9 @@ class _Pending:
     queued_at: float = field(default_factory=time.monotonic)
 
 
-def _fields(**fields: object) -> str:
-    return " ".join(f"{key}={value}" for key, value in fields.items())
-
-
-def _log(level: int, event: str, **fields: object) -> None:
-    if logger.isEnabledFor(level):
-        logger.log(level, "event=%s %s", event, _fields(**fields))
+def _log(level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
+    """One line: ``channel_manager event=<e> key=value ...`` (see proto.event_log)."""
+    log_event(logger, level, "channel_manager", event, exc_info=exc_info, **fields)
 
 
 def _request_fields(broker_id: int, request: ControlRequest) -> dict[str, object]:
@@ -222,9 +219,11 @@ class _RequestSender:
                 raise
             except Exception as err:
                 # A bug here must not silence the broker's queue for good.
-                logger.exception(
-                    "event=send_error %s",
-                    _fields(**_request_fields(self.broker.broker_id, pending.request)),
+                _log(
+                    logging.ERROR,
+                    "send_error",
+                    exc_info=True,
+                    **_request_fields(self.broker.broker_id, pending.request),
                 )
                 _fail(pending.future, err)
             finally:

@@ -455,7 +455,7 @@ class ControllerZkClient(ZooKeeperClient):
         self._log(logging.INFO, "elected", epoch_zk_version=zk_version, session=self._session_hex())
         return epoch
 
-    def _forget_epoch(self, event: str, **fields: object) -> None:
+    def _forget_epoch(self, event: str, **fields: Any) -> None:
         if self._epoch is None:
             self._log(logging.INFO, event, **fields)
             return

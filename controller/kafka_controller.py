@@ -84,6 +84,7 @@ from controller.request_batch import (
 from proto import minibroker_pb2 as pb
 from proto.broker_config import BrokerConfig
 from proto.errors import BrokerResponseError, StaleControllerEpochError
+from proto.event_log import log_event
 from proto.minibroker_pb2 import ErrorCode
 from proto.replica_assignment import InvalidReplicaAssignmentError
 from proto.topic_partition import TopicPartition
@@ -408,11 +409,8 @@ class KafkaController:
                 self._refuse(event)
                 await self._resign("session_expired")
             except Exception:
-                log.exception(
-                    "controller event=event_failed broker=%s epoch=%s event_type=%s",
-                    self._broker_id,
-                    self.epoch,
-                    type(event).__name__,
+                self._log(
+                    logging.ERROR, "event_failed", exc_info=True, event_type=type(event).__name__
                 )
                 if isinstance(event, _ControlledShutdown) and not event.reply.done():
                     event.reply.set_exception(
@@ -1343,21 +1341,16 @@ class KafkaController:
             zk_version=state.zk_version,
         )
 
-    def _log(self, level: int, event: str, **fields: object) -> None:
+    def _log(self, level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
         """One line: ``controller event=<e> broker=<id> epoch=<controller epoch> k=v ...``."""
-        if log.isEnabledFor(level):
-            details = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items())
-            log.log(
-                level,
-                "controller event=%s broker=%s epoch=%s %s",
-                event,
-                self._broker_id,
-                self._ctx.epoch if self._active else None,
-                details,
-            )
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, (list, tuple, set)) and not isinstance(value, TopicPartition):
-        return "[" + ",".join(str(v) for v in value) + "]"
-    return str(value)
+        epoch = self._ctx.epoch if self._active else None
+        log_event(
+            log,
+            level,
+            "controller",
+            event,
+            exc_info=exc_info,
+            broker=self._broker_id,
+            epoch=epoch,
+            **fields,
+        )

@@ -44,6 +44,7 @@ from kazoo.protocol.states import EventType
 from kazoo.retry import KazooRetry
 
 from proto.broker_config import split_zookeeper_connect
+from proto.event_log import log_event
 from proto.zk_data import ZkDataError
 
 if TYPE_CHECKING:
@@ -485,8 +486,8 @@ class ZooKeeperClient:
         lost, self._session_id = self._session_id, None
         if lost is None:
             return
-        fields = self._session_ended()
-        self._log(logging.ERROR, "session_lost", session=f"0x{lost:x}", **fields)
+        fields: dict[str, Any] = {"session": f"0x{lost:x}", **self._session_ended()}
+        self._log(logging.ERROR, "session_lost", **fields)
         self._fire(self._lost_callbacks)
 
     def _fire(
@@ -498,12 +499,7 @@ class ZooKeeperClient:
             try:
                 result = callback(*args)
             except Exception:
-                self._logger().exception(
-                    "%s callback_failed broker=%s callback=%r",
-                    self._log_name,
-                    self._broker_id,
-                    callback,
-                )
+                self._log(logging.ERROR, "callback_failed", callback=repr(callback), exc_info=True)
                 continue
             if inspect.isawaitable(result):
                 task = asyncio.ensure_future(result)
@@ -513,12 +509,7 @@ class ZooKeeperClient:
     def _task_done(self, task: asyncio.Future[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            self._logger().error(
-                "%s callback_failed broker=%s",
-                self._log_name,
-                self._broker_id,
-                exc_info=task.exception(),
-            )
+            self._log(logging.ERROR, "callback_failed", exc_info=task.exception())
 
     # -- requests --------------------------------------------------------------------------
 
@@ -635,22 +626,24 @@ class ZooKeeperClient:
         """The fields every log line of this client starts with."""
         return {"broker": self._broker_id}
 
-    def _log(self, level: int, event: str, **fields: object) -> None:
-        """One log line per event: ``<_log_name> <event> broker=<id> ... key=value``; the
-        record also carries ``zk_event``, ``broker_id`` and ``zk_fields``."""
-        logger = self._logger()
-        if logger.isEnabledFor(level):
-            details = " ".join(
-                f"{key}={value}" for key, value in {**self._log_context(), **fields}.items()
-            )
-            logger.log(
-                level,
-                "%s %s %s",
-                self._log_name,
-                event,
-                details,
-                extra={"zk_event": event, "broker_id": self._broker_id, "zk_fields": fields},
-            )
+    def _log(
+        self,
+        level: int,
+        event: str,
+        *,
+        exc_info: object = False,
+        **fields: object,
+    ) -> None:
+        """One log line per event: ``<_log_name> event=<event> broker=<id> ... key=value``
+        (see :mod:`proto.event_log`)."""
+        log_event(
+            self._logger(),
+            level,
+            self._log_name,
+            event,
+            exc_info=exc_info,
+            **{**self._log_context(), **fields},
+        )
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None or self._client is None:

@@ -63,7 +63,7 @@ def connect(zookeeper: ZooKeeperServer, zk_client: KazooClient) -> str:
 
 class _EventSeen(logging.Handler):
     """Sets an asyncio.Event when BrokerZkClient logs the structured event ``name`` (its
-    records carry ``zk_event``); they are logged on the loop thread."""
+    records carry ``event``, see proto.event_log); they are logged on the loop thread."""
 
     def __init__(self, name: str) -> None:
         super().__init__(logging.DEBUG)
@@ -71,7 +71,7 @@ class _EventSeen(logging.Handler):
         self.seen = asyncio.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if getattr(record, "zk_event", None) == self.name_:
+        if getattr(record, "event", None) == self.name_:
             self.seen.set()
 
 

@@ -191,8 +191,8 @@ def retries_to(caplog: pytest.LogCaptureFixture, broker_id: int) -> list[str]:
         r.getMessage()
         for r in caplog.records
         if r.name == LOGGER
-        and r.getMessage().startswith("event=retry ")
-        and f" broker={broker_id} " in r.getMessage()
+        and getattr(r, "event", None) == "retry"
+        and getattr(r, "event_fields", {}).get("broker") == broker_id
     ]
 
 

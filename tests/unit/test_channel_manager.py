@@ -125,7 +125,7 @@ async def start_broker(
 def events(caplog: pytest.LogCaptureFixture, event: str) -> list[dict[str, str]]:
     out = []
     for record in caplog.records:
-        message = record.getMessage()
+        message = record.getMessage().partition(" ")[2]  # after "channel_manager"
         if record.name == LOGGER and message.startswith(f"event={event} "):
             out.append(dict(part.split("=", 1) for part in message.split()))
     return out

@@ -378,11 +378,9 @@ def start_fetcher(
 
 
 def log_events(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.name == FETCHER_LOGGER and r.getMessage().startswith(f"event={event} ")
-    ]
+    """The fetcher's lines for ``event``, without their leading ``replica_fetcher``."""
+    lines = [r.getMessage().partition(" ")[2] for r in caplog.records if r.name == FETCHER_LOGGER]
+    return [line for line in lines if line.startswith(f"event={event} ")]
 
 
 def fields(line: str) -> dict[str, str]:
