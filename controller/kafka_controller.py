@@ -50,7 +50,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from controller.channel_manager import ControllerChannelManager
 from controller.controller_context import ControllerContext
@@ -73,15 +73,15 @@ from controller.reassignment import (
 )
 from controller.request_batch import (
     ALL_LIVE_BROKERS,
-    EPOCH_DURING_DELETE,
     ControllerBrokerRequestBatch,
     ControlRequest,
     ControlResponse,
     LiveBroker,
     PartitionLeadership,
+    SentRequest,
     request_kind,
 )
-from proto import minibroker_pb2 as pb
+from controller.topic_deletion import TopicDeletion, TopicDeletionManager, TopicDeletionStopped
 from proto.broker_config import BrokerConfig
 from proto.errors import BrokerResponseError, StaleControllerEpochError
 from proto.event_log import log_event
@@ -95,7 +95,6 @@ from proto.zk_data import (
     PartitionState,
     PartitionStateData,
     ZkDataError,
-    delete_topic_path,
 )
 from proto.zookeeper import ZkError, ZkSessionExpiredError
 
@@ -106,7 +105,6 @@ log = logging.getLogger(__name__)
 FAILOVER_RETRY_BACKOFF_S = 1.0
 """Pause before standing again after a failover failed with an unexpected error."""
 
-TOPIC_DELETION_RETRY_BACKOFF_S = 1.0
 """Pause before sending StopReplica again to replicas that failed to delete a topic."""
 
 UNCLEAN_LEADER_ELECTION_ENABLE = "unclean.leader.election.enable"
@@ -140,22 +138,6 @@ class _PartitionModifications:
 @dataclass(frozen=True, slots=True)
 class _IsrChangeNotification:
     pass
-
-
-@dataclass(frozen=True, slots=True)
-class _TopicDeletion:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _TopicDeletionStopped:
-    """The replicas sent StopReplica(delete) for ``topic`` answered: ``deleted`` confirmed,
-    ``failed`` did not."""
-
-    topic: str
-    epoch: int
-    deleted: tuple[int, ...]
-    failed: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,20 +175,14 @@ _Decide = Callable[[TopicPartition, PartitionState], PartitionStateData | None]
 """A state change: the new content for a partition's current state, or None (no change)."""
 
 
-class _Sent(NamedTuple):
-    broker_id: int
-    request: ControlRequest
-    response: asyncio.Future[Any]
-
-
 _Event = (
     _Elect
     | _BrokerChange
     | _TopicChange
     | _PartitionModifications
     | _IsrChangeNotification
-    | _TopicDeletion
-    | _TopicDeletionStopped
+    | TopicDeletion
+    | TopicDeletionStopped
     | _ControlledShutdown
     | _PreferredReplicaElection
     | _AutoRebalance
@@ -247,8 +223,7 @@ class KafkaController:
         self._imbalance_check_interval_s = leader_imbalance_check_interval_s
         self._imbalance_percentage = leader_imbalance_per_broker_percentage
         self._rebalance_task: asyncio.Task[None] | None = None
-        self._deletions_in_flight: set[str] = set()
-        self._deleted_replicas: dict[str, set[int]] = {}
+        self.topic_deletion = TopicDeletionManager(self)
         """Per topic being deleted: brokers that confirmed deleting their replicas."""
         self._ctx = ControllerContext()
         self._active = False
@@ -299,8 +274,13 @@ class KafkaController:
         return self._ctx.epoch if self._active else None
 
     @property
+    def zk(self) -> ControllerZkClient:
+        """This candidate's ZooKeeper session."""
+        return self._zk
+
+    @property
     def context(self) -> ControllerContext:
-        """The cache (read-only use: the event loop owns it)."""
+        """The cache; only code running on the controller's event loop may change it."""
         return self._ctx
 
     async def start(self) -> None:
@@ -310,7 +290,7 @@ class KafkaController:
         ZkConnectionError if ZooKeeper is unreachable. Cancelling it leaves the controller
         half started: call :meth:`stop`."""
         await self._zk.start()
-        self._zk.on_session_lost(lambda: self._put(_Resign("session_lost")))
+        self._zk.on_session_lost(lambda: self.put(_Resign("session_lost")))
         self._loop_task = asyncio.get_running_loop().create_task(
             self._run(), name=f"controller-{self._broker_id}"
         )
@@ -319,17 +299,17 @@ class KafkaController:
         """Set the standing watches (they re-arm themselves after each fire and after a
         reconnect); on a ZooKeeper error cancel those set so far and try again."""
         setters: list[Callable[[], Awaitable[ZkWatch]]] = [
-            lambda: self._zk.watch_controller(lambda: self._put(_Elect("controller_changed"))),
-            lambda: self._zk.watch_brokers(lambda: self._put(_BrokerChange())),
-            lambda: self._zk.watch_topics(lambda: self._put(_TopicChange())),
+            lambda: self._zk.watch_controller(lambda: self.put(_Elect("controller_changed"))),
+            lambda: self._zk.watch_brokers(lambda: self.put(_BrokerChange())),
+            lambda: self._zk.watch_topics(lambda: self.put(_TopicChange())),
             lambda: self._zk.watch_isr_change_notifications(
-                lambda: self._put(_IsrChangeNotification())
+                lambda: self.put(_IsrChangeNotification())
             ),
-            lambda: self._zk.watch_topic_deletions(lambda: self._put(_TopicDeletion())),
+            lambda: self._zk.watch_topic_deletions(lambda: self.put(TopicDeletion())),
             lambda: self._zk.watch_preferred_replica_election(
-                lambda: self._put(_PreferredReplicaElection())
+                lambda: self.put(_PreferredReplicaElection())
             ),
-            lambda: self._zk.watch_reassignment(lambda: self._put(_Reassignment())),
+            lambda: self._zk.watch_reassignment(lambda: self.put(_Reassignment())),
         ]
         while True:
             try:
@@ -337,7 +317,7 @@ class KafkaController:
                     self._watches.append(await setter())
                 return
             except ZkError as e:
-                self._log(logging.WARNING, "watches_not_set", error=repr(e))
+                self.log(logging.WARNING, "watches_not_set", error=repr(e))
                 for watch in self._watches:
                     watch.cancel()
                 self._watches = []
@@ -355,7 +335,7 @@ class KafkaController:
                 f"broker {self._broker_id} is not the controller", code=ErrorCode.NOT_CONTROLLER
             )
         reply: asyncio.Future[list[TopicPartition]] = asyncio.get_running_loop().create_future()
-        self._put(_ControlledShutdown(broker_id, broker_epoch, reply))
+        self.put(_ControlledShutdown(broker_id, broker_epoch, reply))
         return await reply
 
     async def stop(self) -> None:
@@ -364,7 +344,7 @@ class KafkaController:
         for watch in self._watches:
             watch.cancel()
         self._watches = []
-        self._unwatch_topics(list(self._topic_watches))
+        self.unwatch_topics(list(self._topic_watches))
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -388,12 +368,12 @@ class KafkaController:
 
     # -- the event loop ----------------------------------------------------------------------
 
-    def _put(self, event: _Event) -> None:
+    def put(self, event: _Event) -> None:
         self._queue.put_nowait(event)
 
     async def _run(self) -> None:
         await self._set_watches()
-        self._put(_Elect("startup"))
+        self.put(_Elect("startup"))
         while True:
             event = await self._queue.get()
             try:
@@ -409,7 +389,7 @@ class KafkaController:
                 self._refuse(event)
                 await self._resign("session_expired")
             except Exception:
-                self._log(
+                self.log(
                     logging.ERROR, "event_failed", exc_info=True, event_type=type(event).__name__
                 )
                 if isinstance(event, _ControlledShutdown) and not event.reply.done():
@@ -421,7 +401,7 @@ class KafkaController:
                     # after a pause so that a persistent fault does not spin.
                     await self._resign("failover_failed", stand_again=False)
                     await asyncio.sleep(FAILOVER_RETRY_BACKOFF_S)
-                    self._put(_Elect("retry_after_failed_failover"))
+                    self.put(_Elect("retry_after_failed_failover"))
 
     @staticmethod
     def _refuse(event: _Event) -> None:
@@ -438,7 +418,7 @@ class KafkaController:
             if not self._active or event.epoch not in (None, self._ctx.epoch):
                 return
             if event.unless_zookeeper_agrees and await self._still_elected():
-                self._log(
+                self.log(
                     logging.WARNING, "stale_controller_epoch_not_believed", reason=event.reason
                 )
                 return
@@ -453,10 +433,10 @@ class KafkaController:
             await self._on_partition_modifications(event.topic)
         elif isinstance(event, _IsrChangeNotification):
             await self._on_isr_change_notification()
-        elif isinstance(event, _TopicDeletion):
-            await self._on_topic_deletion()
-        elif isinstance(event, _TopicDeletionStopped):
-            await self._on_topic_deletion_stopped(event)
+        elif isinstance(event, TopicDeletion):
+            await self.topic_deletion.on_topic_deletion()
+        elif isinstance(event, TopicDeletionStopped):
+            await self.topic_deletion.on_replicas_stopped(event)
         elif isinstance(event, _ControlledShutdown):
             await self._on_controlled_shutdown(event)
         elif isinstance(event, _PreferredReplicaElection):
@@ -476,7 +456,7 @@ class KafkaController:
                 return
         epoch = await self._zk.try_elect()
         if epoch is None:
-            self._log(logging.INFO, "not_elected", reason=reason)
+            self.log(logging.INFO, "not_elected", reason=reason)
             return
         zk_version = self._zk.epoch_zk_version
         self._ctx.reset()
@@ -487,7 +467,7 @@ class KafkaController:
             request_timeout_s=self._request_timeout_s,
             on_stale_controller_epoch=self._on_stale_controller_epoch,
         )
-        self._log(logging.INFO, "elected", reason=reason)
+        self.log(logging.INFO, "elected", reason=reason)
         await self._on_controller_failover()
 
     async def _on_controller_failover(self) -> None:
@@ -514,26 +494,26 @@ class KafkaController:
         }
         changed: set[TopicPartition] = set()
         if dead:
-            self._log(logging.INFO, "failover_dead_brokers", dead=sorted(dead))
+            self.log(logging.INFO, "failover_dead_brokers", dead=sorted(dead))
             changed |= await self._on_broker_failure(dead, batch)
         changed |= await self._bring_online(sorted(ctx.assignments), batch)
         for tp, state in ctx.partition_states.items():
             if tp not in changed and state.leader != LEADER_NONE:
                 batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
         batch.add_update_metadata(ALL_LIVE_BROKERS, self._all_leaderships())
-        self._log(
+        self.log(
             logging.INFO,
             "failover_done",
             live_brokers=sorted(ctx.live_brokers),
             topics=len(ctx.all_topics),
             partitions=len(ctx.assignments),
         )
-        self._send(batch)
+        self.send(batch)
         # Work requested while there was no controller is picked up now.
-        self._put(_IsrChangeNotification())
-        self._put(_TopicDeletion())
-        self._put(_Reassignment())
-        self._put(_PreferredReplicaElection())
+        self.put(_IsrChangeNotification())
+        self.put(TopicDeletion())
+        self.put(_Reassignment())
+        self.put(_PreferredReplicaElection())
         if self._auto_rebalance:
             self._rebalance_task = asyncio.get_running_loop().create_task(
                 self._rebalance_timer(self._ctx.epoch), name=f"rebalance-{self._broker_id}"
@@ -545,29 +525,28 @@ class KafkaController:
         was_epoch = self._ctx.epoch if self._active else None
         self._active = False
         self._ctx.reset()
-        self._deletions_in_flight.clear()
-        self._deleted_replicas.clear()
-        self._unwatch_topics(list(self._topic_watches))
+        self.topic_deletion.reset()
+        self.unwatch_topics(list(self._topic_watches))
         if self._rebalance_task is not None:
             self._rebalance_task.cancel()
             self._rebalance_task = None
         await self._close_channels()
         with contextlib.suppress(ZkError):
             await self._zk.resign()
-        self._log(logging.WARNING, "resigned", reason=reason, resigned_epoch=was_epoch)
+        self.log(logging.WARNING, "resigned", reason=reason, resigned_epoch=was_epoch)
         if stand_again:
-            self._put(_Elect(f"after_resign:{reason}"))
+            self.put(_Elect(f"after_resign:{reason}"))
 
     def _on_stale_controller_epoch(
         self, broker_id: int, request: ControlRequest, response: ControlResponse
     ) -> None:
-        self._log(
+        self.log(
             logging.WARNING,
             "stale_controller_epoch",
             from_broker=broker_id,
             request=request_kind(request),
         )
-        self._put(
+        self.put(
             _Resign(
                 f"stale_controller_epoch_from_{broker_id}",
                 request.controller_epoch,
@@ -602,7 +581,7 @@ class KafkaController:
         )
         if not (dead or new or bounced):
             return
-        self._log(logging.INFO, "broker_change", dead=dead, new=new, bounced=bounced)
+        self.log(logging.INFO, "broker_change", dead=dead, new=new, bounced=bounced)
         for broker_id in (*dead, *bounced):
             self._ctx.shutting_down_brokers.discard(broker_id)
             await self._remove_live_broker(broker_id)
@@ -616,10 +595,10 @@ class KafkaController:
             await self._on_broker_startup([*new, *bounced], batch)
         # Every UpdateMetadata carries the broker list: all brokers learn who is alive.
         batch.add_update_metadata(ALL_LIVE_BROKERS)
-        self._send(batch)
+        self.send(batch)
         if new or bounced:
             if self._ctx.topics_being_deleted:
-                self._put(_TopicDeletion())  # a replica that held a deletion may be back
+                self.put(TopicDeletion())  # a replica that held a deletion may be back
             if self._ctx.reassignments:
                 await self._advance_reassignments(sorted(self._ctx.reassignments))
 
@@ -654,7 +633,7 @@ class KafkaController:
             )
             if result.leader is not None:
                 if result.unclean:
-                    self._log(logging.WARNING, "unclean_leader_election", partition=tp)
+                    self.log(logging.WARNING, "unclean_leader_election", partition=tp)
                 return new_leader_and_isr(current.data, result.leader, result.isr, ctx.epoch)
         # No leader change: each dead replica leaves the ISR (the last member stays, so its
         # return brings the partition back cleanly); one write, one epoch bump.
@@ -691,7 +670,7 @@ class KafkaController:
         topics = await self._zk.topics()
         for topic in sorted(ctx.all_topics - topics):
             ctx.remove_topic(topic)  # deleted behind our back; deletion proper is not handled
-        self._unwatch_topics(set(self._topic_watches) - topics)
+        self.unwatch_topics(set(self._topic_watches) - topics)
         new = topics - ctx.all_topics
         if not new:
             return
@@ -701,7 +680,7 @@ class KafkaController:
             ctx.add_topic(topic, assignment)
         tps = sorted(tp for tp in ctx.assignments if tp.topic in assignments)
         ctx.partition_states.update(await self._zk.partition_states(tps))
-        self._log(logging.INFO, "topics_created", topics=sorted(assignments), partitions=len(tps))
+        self.log(logging.INFO, "topics_created", topics=sorted(assignments), partitions=len(tps))
         await self._on_new_partitions(tps)
 
     async def _on_partition_modifications(self, topic: str) -> None:
@@ -713,14 +692,14 @@ class KafkaController:
         try:
             assignment = await self._zk.topic_assignment(topic)
         except ZkDataError as e:
-            self._log(logging.ERROR, "bad_topic_assignment", topic=topic, error=str(e))
+            self.log(logging.ERROR, "bad_topic_assignment", topic=topic, error=str(e))
             return
         if assignment is None:
             return  # deleted meanwhile
         known = {tp.partition for tp in ctx.partitions_of_topic(topic)}
         change = partition_modification(known, assignment, topic in ctx.topics_being_deleted)
         if change.restore is not None:
-            self._log(
+            self.log(
                 logging.WARNING,
                 "partitions_not_added_topic_being_deleted",
                 topic=topic,
@@ -734,7 +713,7 @@ class KafkaController:
             ctx.assignments[TopicPartition(topic, partition)] = replicas
         tps = [TopicPartition(topic, p) for p in sorted(change.added)]
         ctx.partition_states.update(await self._zk.partition_states(tps))
-        self._log(logging.INFO, "partitions_added", topic=topic, partitions=sorted(change.added))
+        self.log(logging.INFO, "partitions_added", topic=topic, partitions=sorted(change.added))
         await self._on_new_partitions(tps)
 
     async def _on_new_partitions(self, tps: list[TopicPartition]) -> None:
@@ -747,7 +726,7 @@ class KafkaController:
             state = ctx.partition_states.get(tp)
             if tp not in changed and state is not None and state.leader != LEADER_NONE:
                 batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
-        self._send(batch)
+        self.send(batch)
 
     async def _watch_topics(self, topics: Iterable[str]) -> None:
         """Watch each topic's znode for added partitions (Kafka's
@@ -756,12 +735,12 @@ class KafkaController:
 
         async def watch(topic: str) -> None:
             self._topic_watches[topic] = await self._zk.watch_topic_assignment(
-                topic, lambda: self._put(_PartitionModifications(topic))
+                topic, lambda: self.put(_PartitionModifications(topic))
             )
 
         await asyncio.gather(*(watch(topic) for topic in new))
 
-    def _unwatch_topics(self, topics: Iterable[str]) -> None:
+    def unwatch_topics(self, topics: Iterable[str]) -> None:
         for topic in topics:
             watch = self._topic_watches.pop(topic, None)
             if watch is not None:
@@ -781,9 +760,9 @@ class KafkaController:
             ALL_LIVE_BROKERS,
             {tp: PartitionLeadership(s, ctx.assignments[tp]) for tp, s in states.items()},
         )
-        self._send(batch)
+        self.send(batch)
         await self._zk.delete_isr_change_notifications(name for name, _ in notifications)
-        self._log(
+        self.log(
             logging.INFO,
             "isr_changes",
             notifications=len(notifications),
@@ -792,100 +771,6 @@ class KafkaController:
         moving = [tp for tp in tps if tp in ctx.reassignments]
         if moving:
             await self._advance_reassignments(moving)
-
-    # -- topic deletion (Kafka's TopicDeletionManager) ---------------------------------------
-
-    async def _on_topic_deletion(self) -> None:
-        """Start or resume deleting every topic under ``/admin/delete_topics``."""
-        ctx = self._ctx
-        requested = await self._zk.topics_to_delete()
-        for topic in sorted(requested - ctx.all_topics):
-            # Nothing to delete (never existed, or already gone): just drop the request.
-            self._log(logging.INFO, "topic_deletion_unknown_topic", topic=topic)
-            await self._zk.delete_admin_node(delete_topic_path(topic))
-        for topic in sorted(requested & ctx.all_topics):
-            if topic not in ctx.topics_being_deleted:
-                ctx.topics_being_deleted.add(topic)
-                self._log(logging.INFO, "topic_deletion_started", topic=topic)
-            self._resume_topic_deletion(topic)
-
-    def _resume_topic_deletion(self, topic: str) -> None:
-        """Mark the partitions deleted everywhere and send StopReplica(delete) to every live
-        replica that has not confirmed yet; the answers come back as a
-        ``_TopicDeletionStopped`` event. A replica on a dead broker is ineligible until it
-        returns (its log would survive otherwise): the znodes go once every replica has
-        confirmed (Kafka's TopicDeletionManager)."""
-        ctx = self._ctx
-        if topic in self._deletions_in_flight:
-            return
-        tps = ctx.partitions_of_topic(topic)
-        confirmed = self._deleted_replicas.setdefault(topic, set())
-        replicas = sorted({r for tp in tps for r in ctx.assignments[tp]} - confirmed)
-        offline = [r for r in replicas if r not in ctx.live_brokers]
-        targets = [r for r in replicas if r in ctx.live_brokers]
-        if offline:
-            self._log(logging.INFO, "topic_deletion_ineligible", topic=topic, offline=offline)
-        batch = ControllerBrokerRequestBatch()
-        batch.add_update_metadata(
-            ALL_LIVE_BROKERS,
-            self._leaderships(tps),
-            deleting=True,
-        )
-        for tp in tps:
-            batch.add_stop_replica(
-                [r for r in ctx.assignments[tp] if r in targets], tp, True, EPOCH_DURING_DELETE
-            )
-        sent = [s for s in self._send(batch) if isinstance(s.request, pb.StopReplicaRequest)]
-        if not sent:
-            return
-        self._deletions_in_flight.add(topic)
-        epoch = ctx.epoch
-
-        async def collect() -> None:
-            done, failed = [], []
-            for item in sent:
-                try:
-                    response = await item.response
-                except Exception:
-                    failed.append(item.broker_id)
-                    continue
-                if response.error_code or any(e.error_code for e in response.partition_errors):
-                    failed.append(item.broker_id)
-                else:
-                    done.append(item.broker_id)
-            self._put(_TopicDeletionStopped(topic, epoch, tuple(done), tuple(failed)))
-
-        self._background(collect())
-
-    async def _on_topic_deletion_stopped(self, event: _TopicDeletionStopped) -> None:
-        ctx = self._ctx
-        if event.epoch != ctx.epoch or event.topic not in ctx.topics_being_deleted:
-            return
-        self._deletions_in_flight.discard(event.topic)
-        confirmed = self._deleted_replicas.setdefault(event.topic, set())
-        confirmed.update(event.deleted)
-        if event.failed:
-            self._log(
-                logging.WARNING,
-                "topic_deletion_replicas_failed",
-                topic=event.topic,
-                brokers=list(event.failed),
-            )
-
-            async def retry() -> None:
-                await asyncio.sleep(TOPIC_DELETION_RETRY_BACKOFF_S)
-                self._put(_TopicDeletion())
-
-            self._background(retry())
-            return
-        replicas = {r for tp in ctx.partitions_of_topic(event.topic) for r in ctx.assignments[tp]}
-        if not replicas <= confirmed:
-            return  # a dead replica still holds it: resumed when that broker registers
-        await self._zk.delete_topic_znodes(event.topic)
-        ctx.remove_topic(event.topic)
-        self._unwatch_topics([event.topic])
-        self._deleted_replicas.pop(event.topic, None)
-        self._log(logging.INFO, "topic_deleted", topic=event.topic)
 
     # -- controlled shutdown -----------------------------------------------------------------
 
@@ -945,10 +830,10 @@ class KafkaController:
                 batch.add_stop_replica([leaving], tp, False, ctx.partition_states[tp].leader_epoch)
         batch.add_update_metadata(
             ALL_LIVE_BROKERS,
-            self._leaderships(tps),
+            self.leaderships(tps),
         )
-        self._send(batch)
-        self._log(
+        self.send(batch)
+        self.log(
             logging.INFO,
             "controlled_shutdown",
             shutting_down=leaving,
@@ -966,7 +851,7 @@ class KafkaController:
         try:
             requested = await self._zk.preferred_replica_election_request()
         except ZkDataError as e:
-            self._log(logging.WARNING, "bad_preferred_replica_election", error=str(e))
+            self.log(logging.WARNING, "bad_preferred_replica_election", error=str(e))
             await self._zk.delete_admin_node(PREFERRED_REPLICA_ELECTION_PATH)
             return
         if requested is None:
@@ -974,7 +859,7 @@ class KafkaController:
         ctx = self._ctx
         unknown = sorted(tp for tp in requested if tp not in ctx.assignments)
         if unknown:
-            self._log(logging.WARNING, "preferred_replica_election_unknown", partitions=unknown)
+            self.log(logging.WARNING, "preferred_replica_election_unknown", partitions=unknown)
         await self._elect_preferred_replicas(
             sorted(tp for tp in requested if tp in ctx.assignments), "admin_request"
         )
@@ -1015,10 +900,10 @@ class KafkaController:
         changed = await self._change_states(wanted, decide, batch)
         batch.add_update_metadata(
             ALL_LIVE_BROKERS,
-            self._leaderships(changed),
+            self.leaderships(changed),
         )
-        self._send(batch)
-        self._log(
+        self.send(batch)
+        self.log(
             logging.INFO,
             "preferred_replica_election",
             reason=reason,
@@ -1029,7 +914,7 @@ class KafkaController:
     async def _rebalance_timer(self, epoch: int) -> None:
         while self._active and self._ctx.epoch == epoch:
             await asyncio.sleep(self._imbalance_check_interval_s)
-            self._put(_AutoRebalance())
+            self.put(_AutoRebalance())
 
     # -- partition reassignment --------------------------------------------------------------
 
@@ -1040,7 +925,7 @@ class KafkaController:
         try:
             request = await self._zk.reassign_request()
         except ZkDataError as e:
-            self._log(logging.WARNING, "bad_reassignment_request", error=str(e))
+            self.log(logging.WARNING, "bad_reassignment_request", error=str(e))
             await self._zk.delete_admin_node(REASSIGN_PARTITIONS_PATH)
             return
         if request is None:
@@ -1060,10 +945,10 @@ class KafkaController:
                 except InvalidReplicaAssignmentError as e:
                     problem = str(e)
             if problem is not None:
-                self._log(logging.WARNING, "reassignment_refused", partition=tp, problem=problem)
+                self.log(logging.WARNING, "reassignment_refused", partition=tp, problem=problem)
                 continue
             ctx.reassignments[tp] = tuple(target)
-            self._log(logging.INFO, "reassignment_started", partition=tp, target=list(target))
+            self.log(logging.INFO, "reassignment_started", partition=tp, target=list(target))
         await self._advance_reassignments(sorted(ctx.reassignments))
 
     async def _advance_reassignments(self, tps: Iterable[TopicPartition]) -> None:
@@ -1086,7 +971,7 @@ class KafkaController:
             step = next_reassignment_step(
                 ctx.assignments[tp], target, current.data, ctx.live_broker_ids(), ctx.epoch
             )
-            self._log(
+            self.log(
                 logging.INFO,
                 "reassignment_step",
                 partition=tp,
@@ -1101,7 +986,7 @@ class KafkaController:
                 batch.add_update_metadata(
                     ALL_LIVE_BROKERS, {tp: PartitionLeadership(current, ctx.assignments[tp])}
                 )
-                self._send(batch)
+                self.send(batch)
                 return
             if step.state is not None:
                 written = await self._zk.update_partition_states(
@@ -1136,10 +1021,10 @@ class KafkaController:
             batch.add_update_metadata(
                 ALL_LIVE_BROKERS, {tp: PartitionLeadership(state, ctx.assignments[tp])}
             )
-            self._send(batch)
-        self._log(logging.WARNING, "reassignment_not_settled", partition=tp)
+            self.send(batch)
+        self.log(logging.WARNING, "reassignment_not_settled", partition=tp)
 
-    def _leaderships(
+    def leaderships(
         self, tps: Iterable[TopicPartition]
     ) -> dict[TopicPartition, PartitionLeadership]:
         """UpdateMetadata content for the known partitions among ``tps``."""
@@ -1194,7 +1079,7 @@ class KafkaController:
                 if result.leader is None:
                     return None
                 if result.unclean:
-                    self._log(logging.WARNING, "unclean_leader_election", partition=tp)
+                    self.log(logging.WARNING, "unclean_leader_election", partition=tp)
                 return new_leader_and_isr(current.data, result.leader, result.isr, ctx.epoch)
 
             changed |= await self._change_states(offline, decide, batch)
@@ -1242,7 +1127,7 @@ class KafkaController:
                 break
             ctx.partition_states.update(await self._zk.partition_states(pending))
         if pending:
-            self._log(logging.ERROR, "partition_state_not_written", partitions=sorted(pending))
+            self.log(logging.ERROR, "partition_state_not_written", partitions=sorted(pending))
         return changed
 
     async def _unclean_topics(self, topics: Iterable[str]) -> set[str]:
@@ -1261,7 +1146,7 @@ class KafkaController:
         return enabled
 
     def _all_leaderships(self) -> dict[TopicPartition, PartitionLeadership]:
-        return self._leaderships(self._ctx.partition_states)
+        return self.leaderships(self._ctx.partition_states)
 
     # -- brokers and sending -----------------------------------------------------------------
 
@@ -1275,7 +1160,7 @@ class KafkaController:
         if self._channels is not None:
             await self._channels.remove_broker(broker_id)
 
-    def _send(self, batch: ControllerBrokerRequestBatch) -> list[_Sent]:
+    def send(self, batch: ControllerBrokerRequestBatch) -> list[SentRequest]:
         """Queue the batch's requests now (one per broker and kind, in Kafka's order) and
         log the answers in the background; the event loop does not wait for brokers.
         Returns what was queued, for the rare handler that wants the answers."""
@@ -1283,9 +1168,9 @@ class KafkaController:
         if channels is None or batch.is_empty:
             return []
         requests = batch.build(self._broker_id, self._ctx.epoch, self._ctx.live_brokers)
-        futures = [_Sent(b, r, channels.send(b, r)) for b, r in requests]
+        futures = [SentRequest(b, r, channels.send(b, r)) for b, r in requests]
         for broker_id, request, _ in futures:
-            self._log(
+            self.log(
                 logging.DEBUG,
                 "request_queued",
                 to_broker=broker_id,
@@ -1297,7 +1182,7 @@ class KafkaController:
                 try:
                     response = await future
                 except Exception as e:
-                    self._log(
+                    self.log(
                         logging.INFO,
                         "request_failed",
                         to_broker=broker_id,
@@ -1307,7 +1192,7 @@ class KafkaController:
                     continue
                 code = getattr(response, "error_code", 0)
                 if code:
-                    self._log(
+                    self.log(
                         logging.WARNING,
                         "request_error",
                         to_broker=broker_id,
@@ -1315,10 +1200,10 @@ class KafkaController:
                         error_code=code,
                     )
 
-        self._background(report())
+        self.background(report())
         return futures
 
-    def _background(self, coroutine: Coroutine[Any, Any, None]) -> None:
+    def background(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
         self._send_tasks.add(task)
         task.add_done_callback(self._send_tasks.discard)
@@ -1331,7 +1216,7 @@ class KafkaController:
     # -- logging -----------------------------------------------------------------------------
 
     def _log_state(self, event: str, tp: TopicPartition, state: PartitionState) -> None:
-        self._log(
+        self.log(
             logging.INFO,
             event,
             partition=tp,
@@ -1341,7 +1226,7 @@ class KafkaController:
             zk_version=state.zk_version,
         )
 
-    def _log(self, level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
+    def log(self, level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
         """One line: ``controller event=<e> broker=<id> epoch=<controller epoch> k=v ...``."""
         epoch = self._ctx.epoch if self._active else None
         log_event(

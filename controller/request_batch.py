@@ -39,10 +39,11 @@ Example, a partition elected after broker 3 died::
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 from broker.metadata_cache import LEADER_DURING_DELETE, BrokerInfo
 from proto import minibroker_pb2 as pb
@@ -60,6 +61,7 @@ __all__ = [
     "ControllerBrokerRequestBatch",
     "LiveBroker",
     "PartitionLeadership",
+    "SentRequest",
     "request_kind",
 ]
 
@@ -323,3 +325,11 @@ def _update_metadata_state(
         replicas=replicas,
         offline_replicas=[r for r in replicas if r not in live_brokers],
     )
+
+
+class SentRequest(NamedTuple):
+    """A request the controller queued for a broker, and the future of its answer."""
+
+    broker_id: int
+    request: ControlRequest
+    response: asyncio.Future[Any]
