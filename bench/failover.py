@@ -55,17 +55,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
-from bench.replication import (
-    BenchmarkError,
-    brokers,
-    kazoo,
-    stop_all,
-    wait_for_leader,
-    zookeeper,
-)
-from deploy.broker_process import BrokerProcess
+from bench.replication import BenchmarkError, brokers, kazoo, wait_for_leader
+from deploy.broker_process import BrokerProcess, stop_brokers
 from deploy.cluster_probe import create_topic, partition_state
-from deploy.zookeeper import ZooKeeperConfig
+from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto import zk_data
@@ -393,7 +386,9 @@ def measure(work_dir: Path, *, kills: int = 15, keep: bool = False) -> FailoverR
     results: list[Kill] = []
     try:
         with ExitStack() as stack:
-            server = stack.enter_context(zookeeper(root))
+            server = stack.enter_context(
+                ZooKeeperServer(ZooKeeperConfig(data_dir=root / "zookeeper"))
+            )
             zk = stack.enter_context(kazoo(server.connect_string))
             procs = stack.enter_context(
                 brokers(root, zk, server.connect_string, BROKER_IDS, BROKER_OVERRIDES)
@@ -414,7 +409,7 @@ def measure(work_dir: Path, *, kills: int = 15, keep: bool = False) -> FailoverR
                     flush=True,
                 )
             run_sizes = {i: _size(b.log_path) for i, b in procs.items()}
-            stop_all(procs.values())
+            stop_brokers(procs.values())
         findings = _log_findings(procs, run_sizes)
     except BaseException as err:
         err.add_note(f"bench/failover: kept {root} (ZooKeeper, broker data and logs)")

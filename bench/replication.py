@@ -36,7 +36,6 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -47,7 +46,7 @@ import uvloop
 from kazoo.client import KazooClient
 
 from bench.log_append import BATCH_BYTES, RECORD_VALUE_BYTES
-from deploy.broker_process import BrokerProcess, BrokerSpec
+from deploy.broker_process import BrokerProcess, BrokerSpec, start_brokers, stop_brokers
 from deploy.cluster_probe import create_topic, leader_serving, partition_state
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto import minibroker_pb2 as pb
@@ -184,17 +183,6 @@ _POLL_S = 0.02
 
 
 @contextmanager
-def zookeeper(root: Path) -> Iterator[ZooKeeperServer]:
-    """A standalone ZooKeeper with its data under ``root``, stopped on exit."""
-    server = ZooKeeperServer(ZooKeeperConfig(data_dir=root / "zookeeper"))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@contextmanager
 def kazoo(connect: str) -> Iterator[KazooClient]:
     """The bench's own ZooKeeper session: it creates topics and reads partition states."""
     client = KazooClient(hosts=connect)
@@ -214,33 +202,19 @@ def brokers(
     broker_ids: Iterable[int] = BROKER_IDS,
     overrides: Mapping[str, str] | None = None,
 ) -> Iterator[dict[int, BrokerProcess]]:
-    """Broker processes under ``root``, all started at once and registered; every one still
-    running is stopped (SIGTERM, all at once) on exit."""
+    """Broker processes under ``root`` (the harness's :func:`start_brokers`), all
+    registered; every one still running is stopped at once on exit (:func:`stop_brokers`)."""
     procs = {
         i: BrokerProcess(
             BrokerSpec(i, root / f"broker-{i}", connect, overrides=dict(overrides or {}))
         )
         for i in broker_ids
     }
+    start_brokers(procs.values(), zk)
     try:
-        for broker in procs.values():  # all at once: each takes a second or two to import
-            broker.start()
-        for broker in procs.values():
-            broker.wait_until_registered(zk, None)
         yield procs
     finally:
-        stop_all(procs.values())
-
-
-def stop_all(procs: Iterable[BrokerProcess]) -> dict[int, int | None]:
-    """SIGTERM every broker at once and wait for each: their controlled shutdowns overlap
-    rather than queue one behind the other. Returns each broker's exit status."""
-    procs = list(procs)
-    if not procs:
-        return {}
-    with ThreadPoolExecutor(max_workers=len(procs)) as pool:
-        statuses = list(pool.map(lambda broker: broker.stop(), procs))
-    return {broker.broker_id: status for broker, status in zip(procs, statuses, strict=True)}
+        stop_brokers(procs.values())
 
 
 # -- topics and leaders, as the controller makes them ----------------------------------------
@@ -488,7 +462,9 @@ def measure(
     root = Path(tempfile.mkdtemp(prefix="replication-", dir=work_dir))
     try:
         with ExitStack() as stack:
-            server = stack.enter_context(zookeeper(root))
+            server = stack.enter_context(
+                ZooKeeperServer(ZooKeeperConfig(data_dir=root / "zookeeper"))
+            )
             zk = stack.enter_context(kazoo(server.connect_string))
             procs = stack.enter_context(brokers(root, zk, server.connect_string))
             addresses = {i: b.address for i, b in procs.items()}
@@ -519,7 +495,7 @@ def measure(
             ends = _check_offsets(run.acks)
             _check_isr(zk)
             run_log_sizes = {i: _size(b.log_path) for i, b in procs.items()}
-            for broker_id, status in stop_all(procs.values()).items():
+            for broker_id, status in stop_brokers(procs.values()).items():
                 if status != 0:
                     raise BenchmarkError(f"broker {broker_id} exited with status {status}")
             on_disk = _check_replicas(procs, ends)

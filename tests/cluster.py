@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from chaos.scripted_controller import ProcessController
-from deploy.broker_process import BrokerProcess, BrokerSpec
+from deploy.broker_process import BrokerProcess, BrokerSpec, stop_brokers
 from deploy.cluster_probe import (
     checkpointed_high_watermark,
     create_topic,
@@ -99,8 +98,7 @@ class Cluster:
         for channel in self._channels.values():
             channel[1].close()
         self._channels.clear()
-        with ThreadPoolExecutor(max_workers=len(self.brokers)) as pool:
-            list(pool.map(lambda broker: broker.stop(), self.brokers.values()))
+        stop_brokers(self.brokers.values())
 
     def channel(self, broker_id: int) -> grpc.Channel:
         address = self.brokers[broker_id].address

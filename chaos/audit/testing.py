@@ -10,6 +10,10 @@ it, append a different record) or by editing bytes afterwards::
         a.produce(tp, ["m0", "m1"], epoch=0)
         b.replicate(tp, a)
         a.high_watermarks[tp] = b.high_watermarks[tp] = 2
+
+It lives here rather than with the tests' shared fixtures (``tests/``) because the audit
+benchmark (``bench/audit.py``) writes its million-record data dirs with it, and nothing
+outside ``tests/`` imports the tests.
 """
 
 from __future__ import annotations
