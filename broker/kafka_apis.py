@@ -33,7 +33,7 @@ ACKS_VALUES = (0, 1, -1)
 _Response = TypeVar("_Response")
 
 
-class InvalidRequest(Exception):
+class MalformedRequestError(errors.MinibrokerError):
     """The request as a whole is malformed: answered with gRPC INVALID_ARGUMENT."""
 
 
@@ -44,7 +44,7 @@ async def _guarded(
 ) -> _Response:
     try:
         return await handle()
-    except InvalidRequest as err:
+    except MalformedRequestError as err:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: {err}")
     except grpc.aio.AbortError:
         raise
@@ -58,7 +58,7 @@ def _unique(kind: str, keys: list[TopicPartition]) -> None:
     seen: set[TopicPartition] = set()
     for tp in keys:
         if tp in seen:
-            raise InvalidRequest(f"{kind} names partition {tp} twice")
+            raise MalformedRequestError(f"{kind} names partition {tp} twice")
         seen.add(tp)
 
 
@@ -109,9 +109,9 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         if request.acks not in ACKS_VALUES:
-            raise InvalidRequest(f"acks must be 0, 1 or -1 (all), got {request.acks}")
+            raise MalformedRequestError(f"acks must be 0, 1 or -1 (all), got {request.acks}")
         if request.timeout_ms < 0:
-            raise InvalidRequest(f"timeout_ms must be >= 0, got {request.timeout_ms}")
+            raise MalformedRequestError(f"timeout_ms must be >= 0, got {request.timeout_ms}")
         entries: dict[TopicPartition, bytes] = {}
         refused: dict[TopicPartition, ProduceResult] = {}
         order: list[TopicPartition] = []
@@ -156,7 +156,7 @@ class BrokerService(pb_grpc.BrokerServicer):
 
     async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
-            raise InvalidRequest("max_wait_ms, min_bytes and max_bytes must be >= 0")
+            raise MalformedRequestError("max_wait_ms, min_bytes and max_bytes must be >= 0")
         specs: dict[TopicPartition, FetchSpec] = {}
         refused: dict[TopicPartition, FetchPartitionResult] = {}
         order: list[TopicPartition] = []
@@ -169,7 +169,9 @@ class BrokerService(pb_grpc.BrokerServicer):
                     refused[tp] = FetchPartitionResult(problem, f"invalid partition {tp!r}")
                     continue
                 if part.fetch_offset < 0 or part.partition_max_bytes < 0:
-                    raise InvalidRequest(f"{tp}: fetch_offset and partition_max_bytes must be >= 0")
+                    raise MalformedRequestError(
+                        f"{tp}: fetch_offset and partition_max_bytes must be >= 0"
+                    )
                 specs[tp] = FetchSpec(
                     fetch_offset=part.fetch_offset,
                     max_bytes=part.partition_max_bytes,
@@ -308,7 +310,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         have to be reserved first.
         """
         if request.transactional_id:
-            raise InvalidRequest(
+            raise MalformedRequestError(
                 "transactional_id is set, but this broker supports no transactions; "
                 "leave it empty to get a producer id for an idempotent producer"
             )

@@ -20,6 +20,7 @@ import asyncio
 import logging
 from typing import Protocol
 
+from proto.errors import MinibrokerError
 from proto.zk_data import ProducerIdBlock
 
 __all__ = [
@@ -37,7 +38,7 @@ PRODUCER_ID_BLOCK_SIZE = 1000
 _INT64_MAX = 2**63 - 1
 
 
-class ProducerIdsExhaustedError(Exception):
+class ProducerIdsExhaustedError(MinibrokerError):
     """Every producer id up to 2**63 - 1 has been reserved (Kafka: "Have exhausted all
     producerIds")."""
 

@@ -31,7 +31,7 @@ from broker.control_request_checks import (
 )
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
-from broker.log.log import FetchData, OffsetOutOfRangeError, RecordTooLargeError
+from broker.log.log import FetchData
 from broker.log.log_manager import IllegalPartitionPathError, LogManager
 from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
@@ -112,13 +112,10 @@ def _checked_endpoint(endpoint: pb.BrokerEndpoint, field: str) -> BrokerInfo:
 def _error_of(err: BaseException) -> tuple[int, str]:
     """The error code and message a partition reports for an exception."""
     if isinstance(err, errors.BrokerResponseError):
-        return err.code, str(err)
+        # The message alone: the code travels apart, and the client's error prefixes its name.
+        return err.code, str(err.args[0]) if err.args else ""
     if isinstance(err, CorruptRecordError):
         return ErrorCode.CORRUPT_MESSAGE, str(err)
-    if isinstance(err, RecordTooLargeError):
-        return ErrorCode.MESSAGE_TOO_LARGE, str(err)
-    if isinstance(err, OffsetOutOfRangeError):
-        return ErrorCode.OFFSET_OUT_OF_RANGE, str(err)
     if isinstance(err, OSError):
         return ErrorCode.KAFKA_STORAGE_ERROR, f"log directory I/O error: {err}"
     raise err

@@ -54,6 +54,7 @@ from chaos.history_recorder import TimelineRecorder
 from chaos.zookeeper_session import close_session, expire_session
 from controller.leader_election import offline_partition_leader_election
 from proto import zk_data
+from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 
 __all__ = [
@@ -67,7 +68,7 @@ __all__ = [
 ]
 
 
-class NoTargetError(Exception):
+class NoTargetError(MinibrokerError):
     """The cluster offers this nemesis no target right now (the run goes on with the next
     fault); unlike BackendUnavailableError, which means it never could."""
 

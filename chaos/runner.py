@@ -48,6 +48,7 @@ from chaos.schedule import Schedule, make_schedule
 from chaos.workload import Workload, WorkloadSpec
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
+from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 
 __all__ = ["Interrupted", "RunSettings", "run_chaos"]
@@ -59,7 +60,7 @@ ISR_TIMEOUT_S = 120.0
 FINAL_READ_TIMEOUT_S = 120.0
 
 
-class Interrupted(Exception):
+class Interrupted(MinibrokerError):
     """SIGINT or SIGTERM during a run."""
 
 

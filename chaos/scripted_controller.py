@@ -43,6 +43,7 @@ from deploy.cluster_probe import wait_until
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto import zk_data
+from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 
 CONTROLLER_ID = 0
@@ -51,7 +52,7 @@ id 0."""
 REQUEST_TIMEOUT_S = 10.0
 
 
-class LeadershipError(RuntimeError):
+class LeadershipError(MinibrokerError, RuntimeError):
     """A broker refused LeaderAndIsr or UpdateMetadata (the message has its answer)."""
 
 

@@ -26,13 +26,14 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from deploy.ports import free_port_block
+from proto.errors import MinibrokerError
 
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.05
 
 
-class BrokerProcessError(RuntimeError):
+class BrokerProcessError(MinibrokerError, RuntimeError):
     """The broker process exited or did not come up in time (the message has its log tail)."""
 
 

@@ -13,12 +13,14 @@ import random
 import socket
 from pathlib import Path
 
+from proto.errors import MinibrokerError
+
 __all__ = ["NoFreePortError", "free_port_block", "port_is_free"]
 
 _LINUX_DEFAULT_EPHEMERAL = (32768, 60999)
 
 
-class NoFreePortError(RuntimeError):
+class NoFreePortError(MinibrokerError, RuntimeError):
     """No run of free ports could be found."""
 
 

@@ -61,6 +61,8 @@ from typing import NoReturn, Self
 
 from kazoo.client import KazooClient
 
+from proto.errors import MinibrokerError
+
 log = logging.getLogger(__name__)
 
 DEBIAN_ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -82,7 +84,7 @@ _LOG_TAIL_LINES = 40
 _POLL_INTERVAL_S = 0.05
 
 
-class ZooKeeperError(RuntimeError):
+class ZooKeeperError(MinibrokerError, RuntimeError):
     """Root of the harness's errors."""
 
 

@@ -41,6 +41,8 @@ from typing import NamedTuple
 
 import crc32c
 
+from proto.errors import MinibrokerError
+
 __all__ = [
     "ATTRIBUTES_OFFSET",
     "BASE_OFFSET_OFFSET",
@@ -149,7 +151,7 @@ assert _PREFIX.size == ATTRIBUTES_OFFSET
 assert _STAMPED_PREFIX.size == MAGIC_OFFSET
 
 
-class CorruptRecordError(ValueError):
+class CorruptRecordError(MinibrokerError, ValueError):
     """A record batch (or a buffer of them) that is not a valid v2 batch.
 
     The message says exactly what is wrong and where, e.g. ``batch at position 0: CRC

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [
@@ -132,7 +133,7 @@ _JSON_SEPARATORS = (",", ":")
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
-class ZkDataError(ValueError):
+class ZkDataError(MinibrokerError, ValueError):
     """A znode whose content is not what Kafka writes there (bad JSON, missing or mistyped
     field). :mod:`broker.zk_client` re-raises it with the znode's path in the message."""
 

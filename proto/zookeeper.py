@@ -44,6 +44,7 @@ from kazoo.protocol.states import EventType
 from kazoo.retry import KazooRetry
 
 from proto.broker_config import split_zookeeper_connect
+from proto.errors import MinibrokerError
 from proto.event_log import log_event
 from proto.zk_data import ZkDataError
 
@@ -91,7 +92,7 @@ WatchCallback = Callable[[], object]
 task. The caller re-reads ZooKeeper: the call only says "something may have changed"."""
 
 
-class ZkError(Exception):
+class ZkError(MinibrokerError):
     """Root of the ZooKeeper clients' errors."""
 
 

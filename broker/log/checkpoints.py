@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.log.epoch_entry import EpochEntry
+from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 
 __all__ = [
@@ -85,7 +86,7 @@ _INTEGER = re.compile(r"-?[0-9]+")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
-class CheckpointError(OSError):
+class CheckpointError(MinibrokerError, OSError):
     """A checkpoint file (or meta.properties) whose content cannot be parsed.
 
     The message names the file and, when one line is to blame, its 1-based line number.

@@ -49,6 +49,7 @@ from broker.log.log_segment import (
 )
 from broker.log.log_validator import validate_client_batches
 from broker.log.producer_state import BatchMetadata, ProducerStateManager
+from proto.errors import MessageTooLargeError, MinibrokerError, OffsetOutOfRangeError
 from proto.log_config import LogConfig
 from proto.record_batch import (
     NO_TIMESTAMP,
@@ -66,8 +67,6 @@ __all__ = [
     "LogAppendInfo",
     "LogClosedError",
     "LogError",
-    "OffsetOutOfRangeError",
-    "RecordTooLargeError",
     "UnexpectedAppendOffsetError",
 ]
 
@@ -85,23 +84,19 @@ _READ_ATTEMPTS = 5
 # -- errors ----------------------------------------------------------------------------------
 
 
-class LogError(Exception):
-    """Base of the errors the Log raises about its own state or a request's offsets.
+class LogError(MinibrokerError):
+    """Base of the errors the Log raises about its own state.
 
-    Invalid batches raise :class:`proto.record_batch.CorruptRecordError` (a ValueError), or
-    for a leader append also :class:`proto.errors.InvalidRecordError` and
-    :class:`proto.errors.UnsupportedCompressionTypeError` (see broker.log.log_validator), and
-    disk failures OSError, as they come.
+    What a client asked wrongly raises the error it is answered with, from
+    :mod:`proto.errors`: an offset outside ``[log start offset, log end offset]``
+    :class:`~proto.errors.OffsetOutOfRangeError`, a batch above ``message.max.bytes`` or an
+    append above ``segment.bytes`` :class:`~proto.errors.MessageTooLargeError` (Kafka's
+    ``RecordTooLargeException``). Invalid batches raise
+    :class:`proto.record_batch.CorruptRecordError`, or for a leader append also
+    :class:`proto.errors.InvalidRecordError` and
+    :class:`proto.errors.UnsupportedCompressionTypeError` (see broker.log.log_validator),
+    and disk failures OSError, as they come.
     """
-
-
-class OffsetOutOfRangeError(LogError):
-    """An offset outside ``[log start offset, log end offset]`` (OFFSET_OUT_OF_RANGE)."""
-
-
-class RecordTooLargeError(LogError):
-    """A batch above ``message.max.bytes`` or an append above ``segment.bytes``
-    (MESSAGE_TOO_LARGE)."""
 
 
 class UnexpectedAppendOffsetError(LogError):
@@ -358,7 +353,7 @@ class Log:
         The batches are checked as Kafka's leader checks them, and refused whole (nothing
         written) at the first problem: each must pass :func:`check_batch`
         (CorruptRecordError, as for empty input) and fit ``message.max.bytes``, and all of
-        them ``segment.bytes`` (RecordTooLargeError); then
+        them ``segment.bytes`` (MessageTooLargeError); then
         :func:`broker.log.log_validator.validate_client_batches` checks their attributes and
         every record (CorruptRecordError, :class:`proto.errors.InvalidRecordError`,
         :class:`proto.errors.UnsupportedCompressionTypeError`), so that no follower,
@@ -398,7 +393,7 @@ class Log:
         """Append batches fetched from the leader, keeping their offsets and epochs.
 
         The batches must be valid (CorruptRecordError), within ``message.max.bytes``
-        (RecordTooLargeError) and continue the log exactly: the first base offset equals
+        (MessageTooLargeError) and continue the log exactly: the first base offset equals
         the LEO and each batch starts where the previous one ends
         (UnexpectedAppendOffsetError). Empty input appends nothing. The epoch cache is fed
         each batch's partition leader epoch, so it mirrors the leader's epochs.
@@ -430,12 +425,12 @@ class Log:
         limit = self._config.max_message_bytes
         for header in headers:
             if header.size > limit:
-                raise RecordTooLargeError(
+                raise MessageTooLargeError(
                     f"{self._topic_partition}: batch of {header.size} bytes exceeds "
                     f"message.max.bytes {limit}"
                 )
         if total > self._config.segment_bytes:
-            raise RecordTooLargeError(
+            raise MessageTooLargeError(
                 f"{self._topic_partition}: append of {total} bytes exceeds "
                 f"segment.bytes {self._config.segment_bytes}"
             )

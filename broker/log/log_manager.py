@@ -48,6 +48,7 @@ from broker.log.checkpoints import (
     write_meta_properties,
 )
 from broker.log.log import BackgroundRunner, Log, LogClosedError
+from proto.errors import MinibrokerError
 from proto.log_config import LogConfig
 from proto.topic_partition import TopicPartition, topic_name_problem
 
@@ -73,7 +74,7 @@ FUTURE_DIR_SUFFIX = "-future"
 _DELETE_DIR = re.compile(r"(.+)-([0-9]+)\.([0-9a-f]{32})-delete")
 
 
-class LogManagerError(Exception):
+class LogManagerError(MinibrokerError):
     """Root of the errors that stop the data dir from being used at all."""
 
 
@@ -85,11 +86,11 @@ class DataDirLockedError(LogManagerError):
     """Another process holds the data dir's ``.lock``."""
 
 
-class LogOfflineError(OSError):
+class LogOfflineError(MinibrokerError, OSError):
     """The partition's log failed to open at startup (KAFKA_STORAGE_ERROR)."""
 
 
-class IllegalPartitionPathError(ValueError):
+class IllegalPartitionPathError(MinibrokerError, ValueError):
     """A partition whose directory would not be a direct child of the data dir: an illegal
     topic name (``../x``, ``/abs``), a negative partition, or a symlink leading out."""
 

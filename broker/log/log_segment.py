@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from broker.log.offset_index import CorruptIndexError, OffsetIndex
+from proto.errors import MinibrokerError
 from proto.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -74,7 +75,7 @@ def index_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}{INDEX_SUFFIX}"
 
 
-class SegmentClosedError(Exception):
+class SegmentClosedError(MinibrokerError):
     """The segment was closed (deleted by retention or truncation) while being used."""
 
 

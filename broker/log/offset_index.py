@@ -32,6 +32,8 @@ from array import array
 from pathlib import Path
 from typing import NamedTuple
 
+from proto.errors import MinibrokerError
+
 __all__ = ["ENTRY_SIZE", "CorruptIndexError", "IndexEntry", "OffsetIndex"]
 
 ENTRY_SIZE = 8
@@ -41,7 +43,7 @@ _ENTRY = struct.Struct(">ii")
 _INT32_MAX = 2**31 - 1
 
 
-class CorruptIndexError(Exception):
+class CorruptIndexError(MinibrokerError):
     """An index file that cannot be used as it is; the segment rebuilds it from its log."""
 
 

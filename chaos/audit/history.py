@@ -41,6 +41,8 @@ import json
 import math
 from typing import Any, Literal, NamedTuple, overload
 
+from proto.errors import MinibrokerError
+
 __all__ = [
     "HISTORY_SCHEMA",
     "OP_TYPES",
@@ -61,7 +63,7 @@ READ = "read"
 NEMESIS = "nemesis"
 
 
-class HistoryError(ValueError):
+class HistoryError(MinibrokerError, ValueError):
     """A line of a history or timeline file that is not what DESIGN.md §9 describes."""
 
     def __init__(self, line_number: int, reason: str) -> None:

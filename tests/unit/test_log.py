@@ -16,12 +16,11 @@ import pytest
 from broker.log.epoch_entry import EpochEntry
 from broker.log.log import (
     Log,
-    OffsetOutOfRangeError,
-    RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
 from broker.replica_manager import _error_of
 from proto import errors
+from proto.errors import MessageTooLargeError, OffsetOutOfRangeError
 from proto.log_config import LogConfig
 from proto.record_batch import (
     CorruptRecordError,
@@ -305,9 +304,9 @@ def test_append_as_leader_rejects_invalid_input(tmp_path: Path) -> None:
         log.append_as_leader(b"", 0)
     with pytest.raises(CorruptRecordError, match="truncated header"):
         log.append_as_leader(client_batch(1) + b"\x00", 0)
-    with pytest.raises(RecordTooLargeError, match=r"exceeds message\.max\.bytes 200"):
+    with pytest.raises(MessageTooLargeError, match=r"exceeds message\.max\.bytes 200"):
         log.append_as_leader(client_batch(1, size=300), 0)
-    with pytest.raises(RecordTooLargeError, match=r"exceeds segment\.bytes 300"):
+    with pytest.raises(MessageTooLargeError, match=r"exceeds segment\.bytes 300"):
         log.append_as_leader(client_batch(2) * 3, 0)
     with pytest.raises(ValueError, match="leader epoch"):
         log.append_as_leader(client_batch(1), -1)

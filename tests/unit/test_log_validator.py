@@ -78,12 +78,12 @@ def test_key_or_value_length_below_minus_one_is_invalid_record() -> None:
     # Kafka's DefaultRecord reads any negative length as null; decode_batch refuses them.
     assert refusal(raw_batch(raw_record(0, None, key_length=-2), 1)) == (
         ErrorCode.INVALID_RECORD,
-        "INVALID_RECORD: batch at position 0: record 0: its key length is -2",
+        "batch at position 0: record 0: its key length is -2",
     )
     value_of_length_minus_3 = raw_record(0, b"k", None)[:-2] + b"\x05\x00"
     assert refusal(raw_batch(value_of_length_minus_3, 1)) == (
         ErrorCode.INVALID_RECORD,
-        "INVALID_RECORD: batch at position 0: record 0: its value length is -3",
+        "batch at position 0: record 0: its value length is -3",
     )
 
 

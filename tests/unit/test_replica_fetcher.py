@@ -24,7 +24,6 @@ import pytest
 
 from broker.log.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from broker.log.log import Log
-from broker.log.log import OffsetOutOfRangeError as LogOffsetOutOfRangeError
 from broker.partition import LeadershipState, Partition
 from broker.replica_fetcher import FetcherConfig, FetchPhase, ReplicaFetcher, SourceBroker
 from broker.truncation import TruncationMode
@@ -127,16 +126,16 @@ class LeaderServicer(pb_grpc.BrokerServicer):
                         is_follower_fetch=request.replica_id >= 0,
                         min_one_batch=True,
                     )
-                except errors.BrokerResponseError as err:
-                    out.error_code = ErrorCode.ValueType(err.code)
-                    out.error_message = str(err)
-                    continue
-                except LogOffsetOutOfRangeError as err:
+                except errors.OffsetOutOfRangeError as err:
                     out.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
                     out.error_message = str(err)
                     out.log_start_offset = partition.log.log_start_offset
                     out.log_end_offset = partition.log_end_offset
                     out.high_watermark = partition.high_watermark
+                    continue
+                except errors.BrokerResponseError as err:
+                    out.error_code = ErrorCode.ValueType(err.code)
+                    out.error_message = str(err)
                     continue
                 out.high_watermark = result.high_watermark
                 out.log_start_offset = result.log_start_offset
