@@ -17,9 +17,10 @@ same time), with a backoff and a bounded number of attempts, as Kafka's
 ``rebalance.backoff.ms`` and ``rebalance.max.retries``. Owner znodes make the hand-over
 safe: nobody reads a partition before its previous owner has committed and let go.
 
-Watches: kazoo fires every pending watch (with an empty event) when the connection drops,
-so a member also rebalances after a reconnect or a session expiry, which re-registers it
-(its ephemerals are gone after an expiry) and re-arms the watches.
+Watches: standing watches of the ZooKeeper layer (:class:`proto.zookeeper.ZkWatch`), set
+once when the member joins, fire at least once after every change and after every
+reconnect, so a member also rebalances after a reconnect or a session expiry, which
+re-registers it (its ephemerals are gone after an expiry).
 
 :class:`GroupMember` does the ZooKeeper side; :class:`client.consumer.Consumer` decides when
 to rebalance (on :attr:`GroupMember.changed`) and stops fetching meanwhile.
@@ -34,7 +35,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from kazoo.exceptions import (
     BadVersionError,
@@ -59,9 +60,9 @@ from proto.zk_data import (
 )
 from proto.zookeeper import (
     RETRY_MAX_S,
+    WatchKind,
     ZkError,
     ZooKeeperClient,
-    on_loop,
 )
 
 __all__ = [
@@ -163,7 +164,6 @@ class GroupMember(ZooKeeperClient):
         self._rebalance_backoff_s = rebalance_backoff_ms / 1000
         self._retry_backoff_s = retry_backoff_ms / 1000
         self._on_change = on_change
-        self._watcher: Callable[..., None] | None = None
         self._owned: frozenset[TopicPartition] = frozenset()
         self._commit_lock = asyncio.Lock()
         self.changed = False
@@ -186,11 +186,18 @@ class GroupMember(ZooKeeperClient):
         rebalance, no owner znodes). Raises ZkConnectionError when ZooKeeper cannot be
         reached within the session timeout; cancelling leaves nothing connected."""
         await super().start()
-        self._watcher = on_loop(self._require_loop(), self._on_watch)
         if not join:
             return
         try:
             await self._register()
+            # Set before the first rebalance reads, so none of its reads can miss a change.
+            await self._watch(
+                "members", WatchKind.CHILDREN, consumer_ids_path(self.group_id), self._on_watch
+            )
+            for topic in sorted(self.topics):
+                await self._watch(
+                    f"topic {topic}", WatchKind.DATA, topic_path(topic), self._on_watch
+                )
         except BaseException:
             await self.close()
             raise
@@ -289,10 +296,9 @@ class GroupMember(ZooKeeperClient):
                 await self.request("delete", path, stat.version)
 
     async def _members(self) -> dict[str, frozenset[str]]:
-        """Member id -> subscribed topics, arming the watch on the ids children."""
+        """Member id -> subscribed topics (the ids children are watched since joining)."""
         path = consumer_ids_path(self.group_id)
-        watch = self._watcher
-        ids = await self.request("get_children", path, watch)
+        ids = await self.request("get_children", path)
         datas = await asyncio.gather(
             *(self._get(f"{path}/{member}") for member in ids), return_exceptions=True
         )
@@ -311,23 +317,17 @@ class GroupMember(ZooKeeperClient):
         return members
 
     async def _partition_counts(self, topics: Collection[str]) -> dict[str, int | None]:
-        """Topic -> partition count (None: no such topic), arming a watch on each topic's
-        znode (its creation, when it does not exist yet)."""
+        """Topic -> partition count (None: no such topic); each topic's znode is watched
+        since joining (its creation too, when it does not exist yet)."""
         counts: dict[str, int | None] = {}
-        watch = self._watcher
         for topic in sorted(topics):
             path = topic_path(topic)
-            while True:
-                try:
-                    data, _ = await self.request("get", path, watch)
-                except NoNodeError:
-                    stat = await self.request("exists", path, watch)
-                    if stat is not None:
-                        continue  # created between the two reads
-                    counts[topic] = None
-                    break
-                counts[topic] = len(self._decode(path, decode_topic_assignment, data))
-                break
+            try:
+                data, _ = await self.request("get", path)
+            except NoNodeError:
+                counts[topic] = None
+                continue
+            counts[topic] = len(self._decode(path, decode_topic_assignment, data))
         return counts
 
     async def _claim(self, target: Collection[TopicPartition]) -> dict[TopicPartition, str]:
@@ -417,8 +417,8 @@ class GroupMember(ZooKeeperClient):
 
     # -- ZooKeeper plumbing ----------------------------------------------------------------
 
-    def _on_watch(self, _event: Any) -> None:
-        """A watch fired (or kazoo dropped the watches with the connection), on the loop."""
+    def _on_watch(self) -> None:
+        """A standing watch fired (a change, or a reconnect), on the loop."""
         if not self._closing:
             self._mark_changed()
 

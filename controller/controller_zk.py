@@ -91,7 +91,6 @@ from proto.zk_data import (
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
-    ISR_CHANGE_PREFIX,
     PREFERRED_REPLICA_ELECTION_PATH,
     REASSIGN_PARTITIONS_PATH,
     BrokerRegistration,
@@ -99,6 +98,7 @@ from proto.zk_data import (
     PartitionStateData,
     ZkDataError,
     broker_path,
+    check_admin_path,
     decode_broker_registration,
     decode_controller,
     decode_controller_epoch,
@@ -113,6 +113,7 @@ from proto.zk_data import (
     encode_controller_epoch,
     encode_partition_state,
     encode_topic_assignment,
+    isr_change_notification_path,
     partition_state_path,
     partitions_path,
     topic_config_path,
@@ -136,9 +137,7 @@ __all__ = [
     "WatchCallback",
     "WatchKind",
     "ZkWatch",
-    "check_admin_path",
     "fenced_results",
-    "isr_change_notification_path",
 ]
 
 log = logging.getLogger(__name__)
@@ -210,29 +209,6 @@ def fenced_results(results: Sequence[Any], *, expected_version: int) -> list[Any
     if isinstance(check, BaseException) and not isinstance(check, RolledBackError):
         raise check
     return list(results[1:])
-
-
-def isr_change_notification_path(name: str) -> str:
-    """``/isr_change_notification/<name>`` for a child name such as ``isr_change_0000000042``.
-
-    Raises ValueError for anything else, so a bad name cannot reach another znode.
-    """
-    suffix = name.removeprefix(ISR_CHANGE_PREFIX)
-    if suffix == name or not suffix.isascii() or not suffix.isdigit():
-        raise ValueError(f"not an ISR change notification name: {name!r}")
-    return f"{ISR_CHANGE_NOTIFICATION_PATH}/{name}"
-
-
-def check_admin_path(path: str) -> str:
-    """``path`` if it is one of the admin request znodes the controller deletes when done
-    (``/admin/reassign_partitions``, ``/admin/preferred_replica_election`` or
-    ``/admin/delete_topics/<t>``); ValueError otherwise."""
-    if path in (REASSIGN_PARTITIONS_PATH, PREFERRED_REPLICA_ELECTION_PATH):
-        return path
-    parent, _, topic = path.rpartition("/")
-    if parent == ADMIN_DELETE_TOPICS_PATH and topic_name_problem(topic) is None:
-        return path
-    raise ValueError(f"not an admin request znode: {path!r}")
 
 
 def _partition_path(tp: TopicPartition) -> str:

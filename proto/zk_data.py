@@ -64,6 +64,7 @@ __all__ = [
     "ZkDataError",
     "broker_config_path",
     "broker_path",
+    "check_admin_path",
     "config_change_path",
     "consumer_ids_path",
     "consumer_offset_path",
@@ -98,6 +99,7 @@ __all__ = [
     "encode_topic_assignment",
     "encode_topic_config",
     "format_endpoint",
+    "isr_change_notification_path",
     "partition_state_path",
     "partitions_path",
     "topic_config_path",
@@ -695,3 +697,26 @@ def encode_consumer_offset(offset: int) -> bytes:
 
 def decode_consumer_offset(data: bytes) -> int:
     return _decode_text_int(data, "offset")
+
+
+def isr_change_notification_path(name: str) -> str:
+    """``/isr_change_notification/<name>`` for a child name such as ``isr_change_0000000042``.
+
+    Raises ValueError for anything else, so a bad name cannot reach another znode.
+    """
+    suffix = name.removeprefix(ISR_CHANGE_PREFIX)
+    if suffix == name or not suffix.isascii() or not suffix.isdigit():
+        raise ValueError(f"not an ISR change notification name: {name!r}")
+    return f"{ISR_CHANGE_NOTIFICATION_PATH}/{name}"
+
+
+def check_admin_path(path: str) -> str:
+    """``path`` if it is one of the admin request znodes the controller deletes when done
+    (``/admin/reassign_partitions``, ``/admin/preferred_replica_election`` or
+    ``/admin/delete_topics/<t>``); ValueError otherwise."""
+    if path in (REASSIGN_PARTITIONS_PATH, PREFERRED_REPLICA_ELECTION_PATH):
+        return path
+    parent, _, topic = path.rpartition("/")
+    if parent == ADMIN_DELETE_TOPICS_PATH and topic_name_problem(topic) is None:
+        return path
+    raise ValueError(f"not an admin request znode: {path!r}")

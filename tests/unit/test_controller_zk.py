@@ -26,10 +26,9 @@ from controller.controller_zk import (
     ControllerZkClient,
     WatchKind,
     ZkWatch,
-    check_admin_path,
     fenced_results,
-    isr_change_notification_path,
 )
+from proto.zk_data import check_admin_path, isr_change_notification_path
 
 # -- fenced_results --------------------------------------------------------------------------
 
