@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
@@ -32,7 +33,7 @@ from broker.control_request_checks import (
 from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
 from broker.log.log import FetchData
-from broker.log.log_manager import IllegalPartitionPathError, LogManager
+from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
 from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.purgatory import DelayedOperationPurgatory
@@ -59,6 +60,10 @@ ISR_CHANGE_QUIET_MS = 5000
 """Propagate once no ISR changed for this long (batches bursts of changes)..."""
 ISR_CHANGE_MAX_DELAY_MS = 60_000
 """...or at the latest this long after the last propagation."""
+
+
+LOG_DIR_RENOTIFY_S = 5.0
+"""Least time between two log-dir failure notifications of one broker."""
 
 
 def now_ms() -> int:
@@ -162,6 +167,9 @@ class ReplicaManager:
         self._epoch_check_lock = asyncio.Lock()
         """Serialises the controller-epoch checks of all control requests (UpdateMetadata
         too), which may wait for ZooKeeper."""
+        self.log_dir_failure: OSError | None = None
+        """The I/O error that took the log dir offline (see :meth:`mark_log_dir_offline`)."""
+        self._log_dir_notified_at = -math.inf
 
     def _log(self, level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
         """One line per event: ``replica_manager event=<e> broker=<id> key=value ...``."""
@@ -212,6 +220,78 @@ class ReplicaManager:
                 self._log(
                     logging.ERROR, "periodic_task_failed", exc_info=True, task=action.__name__
                 )
+
+    # -- log dir failure (Kafka's LogDirFailureChannel and handleLogDirFailure) ---------------
+
+    def mark_log_dir_offline(self, error: OSError, where: str) -> None:
+        """An I/O error (ENOSPC, EIO, a read-only file system) hit the log dir: take it
+        offline, as Kafka does, instead of answering KAFKA_STORAGE_ERROR for ever while
+        keeping the leaderships. From now on every partition answers KAFKA_STORAGE_ERROR,
+        nothing more is written to the dir (not even checkpoints or the clean-shutdown
+        marker: the next start recovers), the fetchers stop, and the controller is told
+        through ``/log_dir_event_notification`` so that it moves the leaderships to other
+        in-sync replicas and takes this broker out of the ISRs. Acknowledged writes are
+        safe: an acks=all write is on the other ISR members, which the controller elects.
+        Freeing the disk and restarting the broker brings the dir back (recovery cuts a
+        torn tail). Idempotent; on the event loop."""
+        if self.log_dir_failure is not None:
+            return
+        self.log_dir_failure = error
+        self.log_manager.mark_dir_offline(error)
+        self._log(
+            logging.ERROR,
+            "log_dir_offline",
+            dir=self.log_manager.data_dir,
+            where=where,
+            error=error,
+            partitions=len(self.partitions),
+        )
+        for tp, partition in self.partitions.items():
+            # As a zombie leader's: acks=all writes waiting here end with a retriable
+            # NOT_LEADER_OR_FOLLOWER, and their producers find the new leader.
+            partition.fenced = True
+            self._wake(tp)
+        self._log_dir_notified_at = time.monotonic()
+        self._spawn(self._propagate_log_dir_failure(), "log-dir-failure")
+
+    async def _propagate_log_dir_failure(self) -> None:
+        await self._remove_from_fetchers_and_wait(list(self.partitions))
+        await self._notify_log_dir_failure()
+
+    def _renotify_log_dir_failure(self) -> None:
+        """A LeaderAndIsr reached the offline dir: its controller has not heard of the
+        failure (a new controller after the notification was processed and deleted), so
+        tell it again, at most every few seconds (Kafka's controller learns it from the
+        KAFKA_STORAGE_ERROR in the response instead)."""
+        now = time.monotonic()
+        if now - self._log_dir_notified_at >= LOG_DIR_RENOTIFY_S:
+            self._log_dir_notified_at = now
+            self._spawn(self._notify_log_dir_failure(), "log-dir-renotify")
+
+    async def _notify_log_dir_failure(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self.zk.create_log_dir_event_notification()
+                return
+            except ZkError as err:
+                # The controller must hear of it; a new session registers this broker
+                # anew, which the controller also treats as its replicas going away.
+                self._log(logging.WARNING, "log_dir_event_not_sent", error=err, retry_s=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def _storage_error(self) -> tuple[int, str]:
+        return ErrorCode.KAFKA_STORAGE_ERROR, (
+            f"the log dir {self.log_manager.data_dir} of broker {self.broker_id} is offline "
+            f"after an I/O error: {self.log_dir_failure}"
+        )
+
+    def _error_of_storage(self, err: BaseException, where: str) -> tuple[int, str]:
+        """:func:`_error_of`, taking the log dir offline for an I/O error."""
+        if isinstance(err, OSError) and not isinstance(err, LogOfflineError):
+            self.mark_log_dir_offline(err, where)
+        return _error_of(err)
 
     async def shutdown(self) -> None:
         """Stop fetchers and background tasks, then checkpoint the high watermarks."""
@@ -371,6 +451,9 @@ class ReplicaManager:
                 f"broker {self.broker_id} is not a replica of {tp} "
                 f"(replicas {list(state.replicas)})"
             )
+        if self.log_dir_failure is not None:
+            self._renotify_log_dir_failure()
+            return self._storage_error()  # Kafka: a replica on an offline dir
         existing = self.partitions.get(tp)
         if existing is not None and state.leader_epoch < existing.leader_epoch:
             self._log(
@@ -402,6 +485,8 @@ class ReplicaManager:
             return ErrorCode.INVALID_TOPIC, str(err)
         except OSError as err:
             self._log(logging.ERROR, "cannot_open_log", tp=tp, error=err)
+            if not isinstance(err, LogOfflineError):
+                self.mark_log_dir_offline(err, "open_log")
             return ErrorCode.KAFKA_STORAGE_ERROR, f"cannot open the log of {tp}: {err}"
         except ZkError as err:
             # The topic's config could not be read (this broker's session ended meanwhile):
@@ -545,6 +630,8 @@ class ReplicaManager:
 
     def _on_fetch_partition_error(self, tp: TopicPartition, err: BaseException) -> None:
         self._log(logging.WARNING, "fetching_stopped_until_next_leader_and_isr", tp=tp, error=err)
+        if isinstance(err, OSError):
+            self.mark_log_dir_offline(err, "follower_append")
 
     async def stop_replicas(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
         """Stop replicating partitions, deleting their logs when asked (topic deletion)."""
@@ -684,10 +771,14 @@ class ReplicaManager:
                     f"broker {self.broker_id} does not host {tp}",
                 )
                 continue
+            if self.log_dir_failure is not None:
+                code, message = self._storage_error()
+                results[tp] = ProduceResult(code, message, leader_epoch=partition.leader_epoch)
+                continue
             try:
                 info = partition.append_records_to_leader(records, required_acks)
             except Exception as err:
-                code, message = _error_of(err)
+                code, message = self._error_of_storage(err, "append")
                 results[tp] = ProduceResult(code, message, leader_epoch=partition.leader_epoch)
                 continue
             results[tp] = ProduceResult(
@@ -797,6 +888,9 @@ class ReplicaManager:
                     f"broker {self.broker_id} does not host {tp}",
                 )
                 continue
+            if self.log_dir_failure is not None:
+                results[tp] = FetchPartitionResult(*self._storage_error())
+                continue
             try:
                 if not partition.is_leader or partition.fenced:
                     raise errors.NotLeaderOrFollowerError(
@@ -815,7 +909,7 @@ class ReplicaManager:
                 )
                 data: FetchData = result.data
             except Exception as err:
-                code, message = _error_of(err)
+                code, message = self._error_of_storage(err, "read")
                 results[tp] = FetchPartitionResult(
                     code,
                     message,
@@ -1004,21 +1098,41 @@ class ReplicaManager:
             )
 
     async def checkpoint_high_watermarks(self) -> None:
+        if self.log_dir_failure is not None:
+            return  # nothing more is written to an offline dir
         # Keep the checkpointed HW of logs that have no partition object yet.
         hws = {tp: hw for tp, hw in self._checkpointed_hws.items() if self.log_manager.get_log(tp)}
         hws.update({tp: p.high_watermark for tp, p in self.partitions.items()})
-        await self._in_executor(self.log_manager.write_high_watermarks, hws)
+        try:
+            await self._in_executor(self.log_manager.write_high_watermarks, hws)
+        except OSError as err:
+            self.mark_log_dir_offline(err, "high_watermark_checkpoint")
+            raise
         self._checkpointed_hws = hws
 
     async def _cleanup_logs(self) -> None:
+        if self.log_dir_failure is not None:
+            return
         hws = {tp: p.high_watermark for tp, p in self.partitions.items()}
         await self._in_executor(self.log_manager.cleanup_logs, hws, self.clock_ms())
 
     async def _checkpoint_recovery_points(self) -> None:
-        await self._in_executor(self.log_manager.checkpoint_recovery_points)
+        if self.log_dir_failure is not None:
+            return
+        try:
+            await self._in_executor(self.log_manager.checkpoint_recovery_points)
+        except OSError as err:
+            self.mark_log_dir_offline(err, "checkpoint_recovery_points")
+            raise
 
     async def _checkpoint_log_start_offsets(self) -> None:
-        await self._in_executor(self.log_manager.checkpoint_log_start_offsets)
+        if self.log_dir_failure is not None:
+            return
+        try:
+            await self._in_executor(self.log_manager.checkpoint_log_start_offsets)
+        except OSError as err:
+            self.mark_log_dir_offline(err, "checkpoint_log_start_offsets")
+            raise
 
     async def _purge_purgatories(self) -> None:
         self.produce_purgatory.purge_completed()

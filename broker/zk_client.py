@@ -55,6 +55,8 @@ from proto.zk_data import (
     ISR_CHANGE_PREFIX,
     LATEST_PRODUCER_ID_BLOCK_PATH,
     LEADER_NONE,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
+    LOG_DIR_EVENT_PREFIX,
     PartitionState,
     PartitionStateData,
     ProducerIdBlock,
@@ -72,6 +74,7 @@ from proto.zk_data import (
     delete_topic_path,
     encode_broker_registration,
     encode_isr_change_notification,
+    encode_log_dir_event_notification,
     encode_partition_state,
     encode_producer_id_block,
     partition_state_path,
@@ -423,6 +426,19 @@ class BrokerZkClient(ZooKeeperClient):
             path=created,
             partitions=",".join(str(tp) for tp in listed),
         )
+        return created
+
+    async def create_log_dir_event_notification(self) -> str:
+        """Create ``/log_dir_event_notification/log_dir_event_<seq>`` saying this broker's log
+        dir failed (Kafka's ``propagateLogDirEvent``); return its path. A duplicate after a
+        connection loss is harmless: the controller takes the broker's replicas offline
+        once."""
+        data = encode_log_dir_event_notification(self._broker_id)
+        prefix = f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{LOG_DIR_EVENT_PREFIX}"
+        created: str = await self._call(
+            "create", prefix, lambda c: c.create_async(prefix, data, sequence=True, makepath=True)
+        )
+        self._log(logging.WARNING, "log_dir_event_notified", path=created)
         return created
 
     # -- producer id blocks ----------------------------------------------------------------

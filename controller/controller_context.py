@@ -37,6 +37,10 @@ class ControllerContext:
     shutting_down_brokers: set[int] = field(default_factory=set)
     """Brokers in a controlled shutdown: still registered, but no longer elected, and not
     sent LeaderAndIsr (Kafka's ``shuttingDownBrokerIds``)."""
+    offline_log_dir_brokers: set[int] = field(default_factory=set)
+    """Brokers whose log dir went offline (a ``/log_dir_event_notification``): still
+    registered, but their replicas are offline (Kafka's OfflineReplica) until they register
+    anew, so they are neither elected nor sent LeaderAndIsr."""
     reassignments: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
     """Partitions being reassigned, with their target replicas."""
 
@@ -49,11 +53,13 @@ class ControllerContext:
         self.partition_states.clear()
         self.topics_being_deleted.clear()
         self.shutting_down_brokers.clear()
+        self.offline_log_dir_brokers.clear()
         self.reassignments.clear()
 
     def live_broker_ids(self) -> set[int]:
-        """Brokers that can be elected or join an ISR: registered and not shutting down."""
-        return set(self.live_brokers) - self.shutting_down_brokers
+        """Brokers that can be elected or join an ISR: registered, not shutting down, and
+        with their log dir online."""
+        return set(self.live_brokers) - self.shutting_down_brokers - self.offline_log_dir_brokers
 
     def add_topic(self, topic: str, assignment: Mapping[int, Iterable[int]]) -> None:
         self.all_topics.add(topic)
@@ -89,4 +95,5 @@ class ControllerContext:
             and state.leader != LEADER_NONE
             and state.leader in self.live_brokers
             and state.leader not in self.shutting_down_brokers
+            and state.leader not in self.offline_log_dir_brokers
         )

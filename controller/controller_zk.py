@@ -91,6 +91,7 @@ from proto.zk_data import (
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
     ISR_CHANGE_NOTIFICATION_PATH,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
     PREFERRED_REPLICA_ELECTION_PATH,
     REASSIGN_PARTITIONS_PATH,
     BrokerRegistration,
@@ -103,6 +104,7 @@ from proto.zk_data import (
     decode_controller,
     decode_controller_epoch,
     decode_isr_change_notification,
+    decode_log_dir_event_notification,
     decode_partition_state,
     decode_preferred_replica_election,
     decode_reassign_partitions,
@@ -114,6 +116,7 @@ from proto.zk_data import (
     encode_partition_state,
     encode_topic_assignment,
     isr_change_notification_path,
+    log_dir_event_notification_path,
     partition_state_path,
     partitions_path,
     topic_config_path,
@@ -537,6 +540,15 @@ class ControllerZkClient(ZooKeeperClient):
             "isr_change_notifications", WatchKind.CHILDREN, ISR_CHANGE_NOTIFICATION_PATH, callback
         )
 
+    async def watch_log_dir_event_notifications(self, callback: WatchCallback) -> ZkWatch:
+        """Children of ``/log_dir_event_notification`` (``LogDirEventNotificationHandler``)."""
+        return await self._watch(
+            "log_dir_event_notifications",
+            WatchKind.CHILDREN,
+            LOG_DIR_EVENT_NOTIFICATION_PATH,
+            callback,
+        )
+
     async def watch_reassignment(self, callback: WatchCallback) -> ZkWatch:
         """``/admin/reassign_partitions`` created, changed or deleted
         (``PartitionReassignmentHandler``)."""
@@ -667,6 +679,51 @@ class ControllerZkClient(ZooKeeperClient):
                 partitions = []
             notifications.append((name, partitions))
         return notifications
+
+    async def log_dir_event_notifications(self) -> list[tuple[str, int | None, int]]:
+        """(name, broker id, czxid) of every ``/log_dir_event_notification/log_dir_event_<seq>``,
+        oldest first. The czxid tells a notification from before the broker's latest
+        registration (its broker epoch) from one after it. A malformed one comes with no
+        broker (logged) so that the caller still deletes it."""
+        children = await self._children_or_empty(LOG_DIR_EVENT_NOTIFICATION_PATH)
+        names = []
+        for child in sorted(children):
+            try:
+                log_dir_event_notification_path(child)
+            except ValueError:
+                continue
+            names.append(child)
+        results = await self._pipeline(
+            "get", [_get(log_dir_event_notification_path(name)) for name in names]
+        )
+        notifications: list[tuple[str, int | None, int]] = []
+        for name, result in zip(names, results, strict=True):
+            if isinstance(result, NoNodeError):
+                continue  # processed and deleted meanwhile
+            _raise_unexpected(result)
+            data, stat = result
+            broker: int | None
+            try:
+                broker = decode_log_dir_event_notification(data)
+            except ZkDataError as e:
+                path = log_dir_event_notification_path(name)
+                self._log(logging.WARNING, "bad_log_dir_event_notification", path=path, error=e)
+                broker = None
+            notifications.append((name, broker, int(stat.czxid)))
+        return notifications
+
+    async def delete_log_dir_event_notifications(self, names: Iterable[str]) -> None:
+        """Delete processed ``/log_dir_event_notification/<name>`` znodes; already deleted
+        is fine. ControllerMovedError if another controller was elected."""
+        paths = [log_dir_event_notification_path(name) for name in names]
+        if not paths:
+            return
+        results = await self._fenced_pipeline(
+            "delete_log_dir_event_notifications", [[_Op("delete", p)] for p in paths]
+        )
+        for [result] in results:
+            if not isinstance(result, NoNodeError):
+                _raise_unexpected(result)
 
     async def topic_configs(self, topics: Iterable[str]) -> dict[str, dict[str, str]]:
         """The overrides in ``/config/topics/<t>`` of each topic, pipelined; topics with no

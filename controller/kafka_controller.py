@@ -141,6 +141,11 @@ class _IsrChangeNotification:
 
 
 @dataclass(frozen=True, slots=True)
+class _LogDirEventNotification:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
 class _ControlledShutdown:
     broker_id: int
     broker_epoch: int
@@ -181,6 +186,7 @@ _Event = (
     | _TopicChange
     | _PartitionModifications
     | _IsrChangeNotification
+    | _LogDirEventNotification
     | TopicDeletion
     | TopicDeletionStopped
     | _ControlledShutdown
@@ -306,6 +312,9 @@ class KafkaController:
                 lambda: self.put(_IsrChangeNotification())
             ),
             lambda: self._zk.watch_topic_deletions(lambda: self.put(TopicDeletion())),
+            lambda: self._zk.watch_log_dir_event_notifications(
+                lambda: self.put(_LogDirEventNotification())
+            ),
             lambda: self._zk.watch_preferred_replica_election(
                 lambda: self.put(_PreferredReplicaElection())
             ),
@@ -433,6 +442,8 @@ class KafkaController:
             await self._on_partition_modifications(event.topic)
         elif isinstance(event, _IsrChangeNotification):
             await self._on_isr_change_notification()
+        elif isinstance(event, _LogDirEventNotification):
+            await self._on_log_dir_event_notification()
         elif isinstance(event, TopicDeletion):
             await self.topic_deletion.on_topic_deletion()
         elif isinstance(event, TopicDeletionStopped):
@@ -511,6 +522,7 @@ class KafkaController:
         self.send(batch)
         # Work requested while there was no controller is picked up now.
         self.put(_IsrChangeNotification())
+        self.put(_LogDirEventNotification())
         self.put(TopicDeletion())
         self.put(_Reassignment())
         self.put(_PreferredReplicaElection())
@@ -584,6 +596,7 @@ class KafkaController:
         self.log(logging.INFO, "broker_change", dead=dead, new=new, bounced=bounced)
         for broker_id in (*dead, *bounced):
             self._ctx.shutting_down_brokers.discard(broker_id)
+            self._ctx.offline_log_dir_brokers.discard(broker_id)
             await self._remove_live_broker(broker_id)
         batch = ControllerBrokerRequestBatch()
         if dead or bounced:
@@ -745,6 +758,33 @@ class KafkaController:
             watch = self._topic_watches.pop(topic, None)
             if watch is not None:
                 watch.cancel()
+
+    async def _on_log_dir_event_notification(self) -> None:
+        """Kafka's ``processLogDirEventNotification`` then ``onBrokerLogDirFailure``: the
+        replicas of a broker whose log dir went offline go offline too, as a dead broker's
+        do (new leaders from the other ISR members, the broker out of every ISR), while the
+        broker stays registered. It has one log dir, so all its replicas are affected, and
+        they stay offline until it registers anew (a restart after the disk is fixed). A
+        notification created before the broker's latest registration is stale: it
+        restarted since."""
+        ctx = self._ctx
+        notifications = await self._zk.log_dir_event_notifications()
+        failed: set[int] = set()
+        for _, broker_id, czxid in notifications:
+            if broker_id is None:
+                continue  # malformed (logged): deleted below
+            live = ctx.live_brokers.get(broker_id)
+            if live is not None and czxid > live.epoch:
+                failed.add(broker_id)
+        new = sorted(failed - ctx.offline_log_dir_brokers)
+        if new:
+            ctx.offline_log_dir_brokers.update(new)
+            batch = ControllerBrokerRequestBatch()
+            changed = await self._on_broker_failure(new, batch)
+            batch.add_update_metadata(ALL_LIVE_BROKERS, self.leaderships(changed))
+            self.send(batch)
+            self.log(logging.WARNING, "log_dir_failure", brokers=new, partitions=sorted(changed))
+        await self._zk.delete_log_dir_event_notifications([name for name, _, _ in notifications])
 
     async def _on_isr_change_notification(self) -> None:
         """Kafka's ``processIsrChangeNotification``: the leaders changed ISRs; tell all."""

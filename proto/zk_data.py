@@ -55,6 +55,9 @@ __all__ = [
     "ISR_CHANGE_PREFIX",
     "LATEST_PRODUCER_ID_BLOCK_PATH",
     "LEADER_NONE",
+    "LOG_DIR_EVENT_NOTIFICATION_PATH",
+    "LOG_DIR_EVENT_PREFIX",
+    "LOG_DIR_FAILURE_EVENT",
     "PREFERRED_REPLICA_ELECTION_PATH",
     "REASSIGN_PARTITIONS_PATH",
     "BrokerRegistration",
@@ -77,6 +80,7 @@ __all__ = [
     "decode_controller",
     "decode_controller_epoch",
     "decode_isr_change_notification",
+    "decode_log_dir_event_notification",
     "decode_partition_state",
     "decode_preferred_replica_election",
     "decode_producer_id_block",
@@ -92,6 +96,7 @@ __all__ = [
     "encode_controller",
     "encode_controller_epoch",
     "encode_isr_change_notification",
+    "encode_log_dir_event_notification",
     "encode_partition_state",
     "encode_preferred_replica_election",
     "encode_producer_id_block",
@@ -100,6 +105,7 @@ __all__ = [
     "encode_topic_config",
     "format_endpoint",
     "isr_change_notification_path",
+    "log_dir_event_notification_path",
     "partition_state_path",
     "partitions_path",
     "topic_config_path",
@@ -118,6 +124,11 @@ CONTROLLER_EPOCH_PATH = "/controller_epoch"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 """Name prefix of the sequential notification znodes; ZooKeeper appends 10 digits."""
+LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+"""Name prefix of a broker's log-dir failure notifications; ZooKeeper appends 10 digits."""
+LOG_DIR_FAILURE_EVENT = 1
+"""Kafka's ``LogDirEventNotificationHandler.LogDirFailureEvent``."""
 CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_BROKERS_PATH = "/config/brokers"
 CONFIG_CHANGES_PATH = "/config/changes"
@@ -525,6 +536,22 @@ def decode_isr_change_notification(data: bytes) -> list[TopicPartition]:
     return _decode_partition_list(obj)
 
 
+def encode_log_dir_event_notification(broker_id: int) -> bytes:
+    """``{"version":1,"broker":<id>,"event":1}``: the broker's log dir failed (Kafka's
+    ``LogDirEventNotificationZNode``)."""
+    return _dumps({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event_notification(data: bytes) -> int:
+    """The broker id of a log-dir failure notification."""
+    obj = _loads_object(data)
+    _version(obj, range(1, 2))
+    event = _int(_field(obj, "event"), "event")
+    if event != LOG_DIR_FAILURE_EVENT:
+        raise ZkDataError(f"unknown log dir event {event}")
+    return _int(_field(obj, "broker"), "broker")
+
+
 def encode_preferred_replica_election(partitions: Iterable[TopicPartition]) -> bytes:
     """``{"version":1,"partitions":[{"topic":..,"partition":..}]}``, as Kafka's tool writes."""
     return _dumps({"version": 1, "partitions": _partition_list(partitions)})
@@ -720,3 +747,12 @@ def check_admin_path(path: str) -> str:
     if parent == ADMIN_DELETE_TOPICS_PATH and topic_name_problem(topic) is None:
         return path
     raise ValueError(f"not an admin request znode: {path!r}")
+
+
+def log_dir_event_notification_path(name: str) -> str:
+    """``/log_dir_event_notification/<name>`` for a child name such as
+    ``log_dir_event_0000000007``; ValueError for anything else."""
+    suffix = name.removeprefix(LOG_DIR_EVENT_PREFIX)
+    if suffix == name or not suffix.isascii() or not suffix.isdigit():
+        raise ValueError(f"not a log dir event notification name: {name!r}")
+    return f"{LOG_DIR_EVENT_NOTIFICATION_PATH}/{name}"

@@ -124,6 +124,7 @@ class LogManager:
         self._lock_file: IO[bytes] | None = None
         self._had_clean_shutdown = False
         self._started = False
+        self._dir_failure: OSError | None = None
 
     def __repr__(self) -> str:
         return (
@@ -445,22 +446,37 @@ class LogManager:
 
     # -- shutdown --------------------------------------------------------------------------
 
+    @property
+    def dir_failure(self) -> OSError | None:
+        """The I/O error that took the data dir offline, or None."""
+        return self._dir_failure
+
+    def mark_dir_offline(self, error: OSError) -> None:
+        """An I/O error hit the data dir (Kafka's ``LogDirFailureChannel``): nothing more is
+        written to it by this process, not even at shutdown, so the next start finds no
+        clean-shutdown marker and recovers every log from its recovery point."""
+        if self._dir_failure is None:
+            self._dir_failure = error
+            log.error("log dir %s is offline: %s", self._data_dir, error)
+
     def shutdown(self) -> None:
         """Flush every log, write the checkpoints, close every log, then write the
         clean-shutdown marker and release the data dir.
 
         If flushing or checkpointing fails, the logs are still closed but no marker is
-        written (the next start recovers) and the first error propagates. Idempotent.
+        written (the next start recovers) and the first error propagates. After
+        :meth:`mark_dir_offline` the logs are only closed. Idempotent.
         """
         if not self._started:
             return
-        error: BaseException | None = None
-        try:
-            self.flush_all()
-            self.checkpoint_recovery_points()
-            self.checkpoint_log_start_offsets()
-        except BaseException as e:
-            error = e
+        error: BaseException | None = self._dir_failure
+        if error is None:
+            try:
+                self.flush_all()
+                self.checkpoint_recovery_points()
+                self.checkpoint_log_start_offsets()
+            except BaseException as e:
+                error = e
         with self._lock:
             logs, self._logs = self._logs, {}
         for log_ in logs.values():

@@ -61,3 +61,14 @@ def test_reset_forgets_everything() -> None:
     assert not ctx.assignments
     assert not ctx.shutting_down_brokers
     assert not ctx.reassignments
+
+
+def test_a_broker_with_an_offline_log_dir_is_registered_but_its_replicas_are_offline() -> None:
+    ctx = _context(leader=1)
+    ctx.offline_log_dir_brokers.add(1)
+    assert set(ctx.live_brokers) == {1, 2, 3}  # still sent UpdateMetadata
+    assert ctx.live_broker_ids() == {2, 3}
+    assert ctx.live_replicas(TP) == [3, 2]
+    assert not ctx.is_online(TP)
+    ctx.reset()
+    assert ctx.offline_log_dir_brokers == set()

@@ -352,3 +352,18 @@ def test_config_change_path_refuses_other_names() -> None:
     for bad in ("config_change_", "config_change_1/../../x", "other_1", "../controller"):
         with pytest.raises(ValueError, match="not a config change"):
             config_change_path(bad)
+
+
+def test_log_dir_event_notification_is_kafkas_json() -> None:
+    data = zk_data.encode_log_dir_event_notification(3)
+    assert json.loads(data) == {"version": 1, "broker": 3, "event": 1}
+    assert zk_data.decode_log_dir_event_notification(data) == 3
+    with pytest.raises(zk_data.ZkDataError, match="unknown log dir event 2"):
+        zk_data.decode_log_dir_event_notification(b'{"version":1,"broker":3,"event":2}')
+    assert (
+        zk_data.log_dir_event_notification_path("log_dir_event_0000000007")
+        == "/log_dir_event_notification/log_dir_event_0000000007"
+    )
+    for bad in ("log_dir_event_", "log_dir_event_../x", "isr_change_0000000001", "../x"):
+        with pytest.raises(ValueError, match="not a log dir event notification name"):
+            zk_data.log_dir_event_notification_path(bad)
