@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from broker.control_request_checks import (
     StopReplicaFacts,
@@ -124,6 +124,13 @@ def _error_of(err: BaseException) -> tuple[int, str]:
     if isinstance(err, OSError):
         return ErrorCode.KAFKA_STORAGE_ERROR, f"log directory I/O error: {err}"
     raise err
+
+
+def _is_log_dir_failure(err: BaseException) -> TypeGuard[OSError]:
+    """An I/O error of the log dir itself (ENOSPC, EIO, EROFS, ...). Not a log that failed
+    to open at startup (already offline on its own), and not a file that vanished: a read
+    racing the deletion of its partition meets ENOENT, which says nothing of the disk."""
+    return isinstance(err, OSError) and not isinstance(err, (LogOfflineError, FileNotFoundError))
 
 
 class ReplicaManager:
@@ -289,7 +296,7 @@ class ReplicaManager:
 
     def _error_of_storage(self, err: BaseException, where: str) -> tuple[int, str]:
         """:func:`_error_of`, taking the log dir offline for an I/O error."""
-        if isinstance(err, OSError) and not isinstance(err, LogOfflineError):
+        if _is_log_dir_failure(err):
             self.mark_log_dir_offline(err, where)
         return _error_of(err)
 
@@ -485,7 +492,7 @@ class ReplicaManager:
             return ErrorCode.INVALID_TOPIC, str(err)
         except OSError as err:
             self._log(logging.ERROR, "cannot_open_log", tp=tp, error=err)
-            if not isinstance(err, LogOfflineError):
+            if _is_log_dir_failure(err):
                 self.mark_log_dir_offline(err, "open_log")
             return ErrorCode.KAFKA_STORAGE_ERROR, f"cannot open the log of {tp}: {err}"
         except ZkError as err:
@@ -630,7 +637,7 @@ class ReplicaManager:
 
     def _on_fetch_partition_error(self, tp: TopicPartition, err: BaseException) -> None:
         self._log(logging.WARNING, "fetching_stopped_until_next_leader_and_isr", tp=tp, error=err)
-        if isinstance(err, OSError):
+        if _is_log_dir_failure(err):
             self.mark_log_dir_offline(err, "follower_append")
 
     async def stop_replicas(self, request: pb.StopReplicaRequest) -> pb.StopReplicaResponse:
