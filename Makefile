@@ -15,7 +15,7 @@ TIMELINE ?=
 REPORT ?= audit-report
 MASTER ?=
 
-.PHONY: help setup system-deps test check unit integration proto bench up up-ha down down-volumes run chaos audit image clean
+.PHONY: help setup system-deps test check unit integration fuzz proto bench up up-ha down down-volumes run chaos audit image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -54,6 +54,11 @@ unit: $(INSTALLED) ## only the tests that need no servers
 
 integration: setup ## only the tests with real ZooKeeper and broker processes
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+# make test runs the fuzz tests on a fixed seed with a bounded count; this draws fresh ones.
+FUZZ_EXAMPLES ?= 5000
+fuzz: setup ## the fuzz tests (batches, every RPC) long, on fresh random inputs: make fuzz [FUZZ_EXAMPLES=N]
+	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/unit/test_fuzz_batches.py tests/integration/test_fuzz_rpcs.py $(PYTEST_ARGS)
 
 proto: $(INSTALLED) ## regenerate the committed gRPC stubs from proto/minibroker.proto
 	$(PY) -m proto.generate

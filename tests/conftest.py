@@ -3,17 +3,29 @@
 The ZooKeeper is the project's own harness (deploy/zookeeper.py) running Debian's
 package, so tests see real sessions, ephemerals and watches. It starts lazily: unit
 tests that use no ZooKeeper fixture never start a JVM.
+
+Hypothesis runs under the ``bounded`` profile: a fixed seed (the same examples on every run,
+so a red CI run is reproducible) and a bounded example count. ``HYPOTHESIS_PROFILE=fuzz``
+(``make fuzz``) draws fresh random examples, many more of them, for a long fuzzing run.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 from kazoo.client import KazooClient
 
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from tests.helpers import chrooted_client
+
+settings.register_profile("bounded", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile(
+    "fuzz", max_examples=int(os.environ.get("FUZZ_EXAMPLES", "5000")), deadline=None
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "bounded"))
 
 
 @pytest.fixture(scope="session")
