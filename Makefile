@@ -15,7 +15,7 @@ TIMELINE ?=
 REPORT ?= audit-report
 MASTER ?=
 
-.PHONY: help setup system-deps test check unit integration fuzz proto bench up up-ha down down-volumes run chaos audit image clean
+.PHONY: help setup system-deps test check unit integration fuzz proto bench up up-ha up-metrics prometheus-image down down-volumes run chaos audit image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -73,6 +73,9 @@ up: image ## the cluster in Docker: ZooKeeper + 3 brokers, waits for health, pri
 up-ha: image ## the same on a 3-node ZooKeeper ensemble (MINIBROKER_ZOOKEEPER_NODES=3 make up)
 	@MINIBROKER_ZOOKEEPER_NODES=3 deploy/docker/compose.sh up
 
+up-metrics: image prometheus-image ## the same plus Prometheus scraping the brokers (compose profile "metrics", 127.0.0.1:9090)
+	@MINIBROKER_METRICS=1 deploy/docker/compose.sh up
+
 down: ## stop and remove the Docker cluster's containers, either variant (the data volumes stay)
 	@deploy/docker/compose.sh down
 
@@ -109,6 +112,11 @@ audit: $(INSTALLED) ## Spark audit of replica logs: make audit [DATA="D1 D2 D3"]
 
 image: ## the Docker image minibroker:latest (an offline Debian base where no registry answers)
 	@deploy/docker/build-image.sh
+
+prometheus-image: image ## the Prometheus image of the "metrics" profile: Debian's prometheus on the minibroker image
+	docker build --network host --force-rm --pull=false \
+	  --build-arg BASE_IMAGE=$${MINIBROKER_IMAGE:-minibroker:latest} \
+	  -f deploy/docker/Dockerfile.prometheus -t $${MINIBROKER_PROMETHEUS_IMAGE:-minibroker-prometheus:latest} deploy/docker
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

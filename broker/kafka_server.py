@@ -22,16 +22,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+from prometheus_client import CollectorRegistry
 
+from broker.broker_metrics import ReplicaManagerMetrics, RequestMetrics
 from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager
 from broker.kafka_apis import BrokerService, ControlService
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
+from broker.metrics_server import BrokerStateCollector, MetricsServer
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
+from broker.request_timing import RequestTiming
 from broker.undecodable_requests import UndecodableRequests
 from broker.zk_client import BrokerZkClient, ZkError
+from controller.controller_metrics import ControllerMetrics
 from controller.kafka_controller import KafkaController
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.broker_config import BrokerConfig
@@ -73,11 +78,25 @@ class BrokerServer:
         )
         self.zk = BrokerZkClient.from_config(config)
         self.metadata_cache = MetadataCache()
+        self.metrics_registry = CollectorRegistry(auto_describe=True)
+        """Every metric of this broker (``metrics.prometheus.port`` serves it)."""
         self.replica_manager = ReplicaManager(
-            config, self.log_manager, self.zk, self.metadata_cache, self.executor
+            config,
+            self.log_manager,
+            self.zk,
+            self.metadata_cache,
+            self.executor,
+            metrics=ReplicaManagerMetrics(self.metrics_registry),
         )
         self.producer_id_manager = ProducerIdManager(config.broker_id, self.zk)
-        self.controller = KafkaController.from_config(config)
+        self.controller = KafkaController.from_config(
+            config, ControllerMetrics(self.metrics_registry)
+        )
+        self.metrics_registry.register(BrokerStateCollector(self.replica_manager, self.controller))
+        self._request_metrics = RequestMetrics(self.metrics_registry)
+        self._metrics_server: MetricsServer | None = None
+        self.metrics_port: int | None = None
+        """The bound metrics port, with ``metrics.prometheus.port`` >= 0."""
         self.dynamic_config = DynamicConfigManager(
             config, self.zk, self.replica_manager, self.controller
         )
@@ -113,7 +132,10 @@ class BrokerServer:
         await self.replica_manager.start()
         self._replica_manager_started = True
         self._grpc = grpc.aio.server(
-            interceptors=[UndecodableRequests(self.broker_id)],
+            interceptors=[
+                RequestTiming(self._request_metrics),
+                UndecodableRequests(self.broker_id),
+            ],
             options=[
                 *SERVER_KEEPALIVE_OPTIONS,
                 # A restarted broker must not silently share its port with a stale one.
@@ -146,6 +168,7 @@ class BrokerServer:
                 f"{_bind_problem(self.config.host, self.config.port)}"
             )
         await self._grpc.start()
+        self._serve_metrics()
         self.zk.on_session_lost(self.replica_manager.on_session_lost)
         self.zk.on_session_established(self._register)
         await self._register()
@@ -153,12 +176,37 @@ class BrokerServer:
         self._controller_started = True
         await self.controller.start()
         logger.info(
-            "broker started event=started broker=%d port=%d data_dir=%s zookeeper=%s",
+            "broker started event=started broker=%d port=%d metrics_port=%s data_dir=%s "
+            "zookeeper=%s",
             self.broker_id,
             self.port,
+            self.metrics_port,
             self.config.log_dir,
             self.config.zookeeper_connect,
         )
+
+    def _serve_metrics(self) -> None:
+        """Bind the Prometheus endpoint before registering, so a taken port is an error at
+        start-up rather than a broker serving without its metrics."""
+        port = self.config.metrics_prometheus_port
+        if port < 0:
+            return
+        server = MetricsServer(
+            self.metrics_registry, self.config.host, port, asyncio.get_running_loop()
+        )
+        try:
+            self.metrics_port = server.start()
+        except OSError as err:
+            raise PortInUseError(
+                f"broker {self.broker_id} cannot serve metrics on {self.config.host}:{port}: "
+                f"{err.strerror or err}"
+            ) from err
+        self._metrics_server = server
+
+    async def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._metrics_server.stop)
+            self._metrics_server = None
 
     async def _register(self) -> None:
         assert self.port is not None
@@ -195,6 +243,7 @@ class BrokerServer:
             await controlled_shutdown(self.config, self.zk, self.replica_manager.broker_epoch)
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
+        await self._stop_metrics()
         await self.dynamic_config.stop()
         await self.replica_manager.shutdown()
         await self.controller.stop()
@@ -230,6 +279,7 @@ class BrokerServer:
         it read the HW checkpoint, its shutdown would overwrite that file with nothing."""
         if self._grpc is not None:
             await self._grpc.stop(None)
+        await self._stop_metrics()
         if self._controller_started:
             await self.controller.stop()
         await self.dynamic_config.stop()

@@ -126,6 +126,24 @@ class DelayedOperationPurgatory(Generic[K]):
         """How many incomplete operations wait on ``key``."""
         return sum(1 for op in self._watchers.get(key, ()) if not op.is_completed)
 
+    @property
+    def purgatory_size(self) -> int:
+        """Watch entries, completed ones not yet purged included (Kafka's PurgatorySize)."""
+        return sum(len(watching) for watching in self._watchers.values())
+
+    @property
+    def num_delayed_operations(self) -> int:
+        """Incomplete operations, each counted once however many keys it waits on (Kafka's
+        NumDelayedOperations)."""
+        return len(
+            {
+                id(op)
+                for watching in self._watchers.values()
+                for op in watching
+                if not op.is_completed
+            }
+        )
+
     def purge_completed(self) -> None:
         """Drop completed operations that nobody checked since (timeouts, cancellations)."""
         for key in list(self._watchers):

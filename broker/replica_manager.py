@@ -23,6 +23,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
+from broker.broker_metrics import ReplicaManagerMetrics
 from broker.control_request_checks import (
     StopReplicaFacts,
     broker_epoch_refusal,
@@ -145,8 +146,10 @@ class ReplicaManager:
         executor: Executor,
         *,
         clock_ms: Callable[[], int] = now_ms,
+        metrics: ReplicaManagerMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics if metrics is not None else ReplicaManagerMetrics()
         self.broker_id = config.broker_id
         self.log_manager = log_manager
         self.zk = zk
@@ -1056,6 +1059,10 @@ class ReplicaManager:
         old = list(partition.isr)
         if partition.apply_isr(isr, version):
             self._wake(tp)
+        if len(isr) < len(old):
+            self.metrics.isr_shrinks.inc()
+        elif len(isr) > len(old):
+            self.metrics.isr_expands.inc()
         self.metadata_cache.add_partition(
             tp, PartitionInfo(self.broker_id, epoch, partition.replicas, isr)
         )

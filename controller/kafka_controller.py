@@ -48,12 +48,14 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from controller.channel_manager import ControllerChannelManager
 from controller.controller_context import ControllerContext
+from controller.controller_metrics import ControllerMetrics
 from controller.controller_zk import ControllerMovedError, ControllerZkClient, ZkWatch
 from controller.leader_election import (
     controlled_shutdown_leader_election,
@@ -212,10 +214,12 @@ class KafkaController:
         auto_leader_rebalance_enable: bool = False,
         leader_imbalance_check_interval_s: float = 300.0,
         leader_imbalance_per_broker_percentage: int = 10,
+        metrics: ControllerMetrics | None = None,
     ) -> None:
         """``unclean_leader_election_enable`` is the broker default, which a topic's
         ``/config/topics/<t>`` overrides."""
         self._broker_id = broker_id
+        self.metrics = metrics if metrics is not None else ControllerMetrics()
         self._zk = ControllerZkClient(
             zookeeper_connect,
             broker_id=broker_id,
@@ -242,7 +246,9 @@ class KafkaController:
         self._send_tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
-    def from_config(cls, config: BrokerConfig) -> KafkaController:
+    def from_config(
+        cls, config: BrokerConfig, metrics: ControllerMetrics | None = None
+    ) -> KafkaController:
         """The candidate a broker process runs, with the broker's Kafka properties."""
         return cls(
             config.broker_id,
@@ -254,6 +260,7 @@ class KafkaController:
             auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds,
             leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
+            metrics=metrics,
         )
 
     # -- public ------------------------------------------------------------------------------
@@ -435,7 +442,8 @@ class KafkaController:
         elif not self._active:
             self._refuse(event)  # only the controller acts on the cluster's changes
         elif isinstance(event, _BrokerChange):
-            await self._on_broker_change()
+            with self._election_timer():
+                await self._on_broker_change()
         elif isinstance(event, _TopicChange):
             await self._on_topic_change()
         elif isinstance(event, _PartitionModifications):
@@ -443,7 +451,8 @@ class KafkaController:
         elif isinstance(event, _IsrChangeNotification):
             await self._on_isr_change_notification()
         elif isinstance(event, _LogDirEventNotification):
-            await self._on_log_dir_event_notification()
+            with self._election_timer():
+                await self._on_log_dir_event_notification()
         elif isinstance(event, TopicDeletion):
             await self.topic_deletion.on_topic_deletion()
         elif isinstance(event, TopicDeletionStopped):
@@ -456,6 +465,16 @@ class KafkaController:
             await self._on_auto_rebalance()
         else:
             await self._on_reassignment()
+
+    @contextlib.contextmanager
+    def _election_timer(self) -> Iterator[None]:
+        """Time an event that elects leaders (Kafka's LeaderElectionRateAndTimeMs times the
+        broker-change state the same way)."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.metrics.leader_election_time_ms.observe((time.perf_counter() - started) * 1000)
 
     # -- election and failover ---------------------------------------------------------------
 
@@ -646,6 +665,7 @@ class KafkaController:
             )
             if result.leader is not None:
                 if result.unclean:
+                    self.metrics.unclean_leader_elections.inc()
                     self.log(logging.WARNING, "unclean_leader_election", partition=tp)
                 return new_leader_and_isr(current.data, result.leader, result.isr, ctx.epoch)
         # No leader change: each dead replica leaves the ISR (the last member stays, so its
@@ -1119,6 +1139,7 @@ class KafkaController:
                 if result.leader is None:
                     return None
                 if result.unclean:
+                    self.metrics.unclean_leader_elections.inc()
                     self.log(logging.WARNING, "unclean_leader_election", partition=tp)
                 return new_leader_and_isr(current.data, result.leader, result.isr, ctx.epoch)
 

@@ -103,6 +103,7 @@ _PROPERTIES = (
     _Property("broker.id", "broker_id", "int", 0, _INT32_MAX),
     _Property("host", "host", "str"),
     _Property("port", "port", "int", 0, 65535),
+    _Property("metrics.prometheus.port", "metrics_prometheus_port", "int", -1, 65535),
     _Property("zookeeper.connect", "zookeeper_connect", "str"),
     _Property("log.dirs", "log_dir", "path"),
     _Property("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", "int", 1, _INT32_MAX),
@@ -212,6 +213,10 @@ class BrokerConfig:
     """``host``: address the gRPC server binds and registers in ``/brokers/ids/<id>``."""
     port: int = 9091
     """``port``: the gRPC port; 0 binds a free one (the broker registers the bound port)."""
+    metrics_prometheus_port: int = -1
+    """``metrics.prometheus.port``: serve Prometheus metrics at ``http://host:port/metrics``;
+    -1 (the default) serves none, 0 a free port (logged at start-up). minibroker's own
+    property: Kafka exports JMX and leaves Prometheus to an agent."""
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int | None = None
     """How long to wait for the first ZooKeeper connection; None: the session timeout."""

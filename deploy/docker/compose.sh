@@ -16,6 +16,10 @@
 # Only `up` needs to be told; the other commands find the variant that runs (by its
 # <project>-zookeeper-1 container), and `down`/`down-volumes` remove either.
 #
+# With MINIBROKER_METRICS=1 (`make up-metrics`), `up` also starts the "metrics" profile: a
+# Prometheus scraping the brokers, on 127.0.0.1:$MINIBROKER_PROMETHEUS_PORT (9090). `down`
+# and `down-volumes` remove it whether or not it was asked for.
+#
 # Environment: MINIBROKER_PROJECT, MINIBROKER_ZOOKEEPER_NODES (1 or 3), MINIBROKER_PORT_1..3
 # (9091..9093), MINIBROKER_ZOOKEEPER_PORT (2181; with 3 nodes also MINIBROKER_ZOOKEEPER_PORT_2
 # and _3, 2182 and 2183), MINIBROKER_UP_TIMEOUT (seconds to wait for health, 180),
@@ -61,6 +65,18 @@ else
     die "neither \`docker compose\` (v2) nor \`docker-compose\` (v1) is installed"
 fi
 compose+=(-p "$project" -f "$compose_file")
+metrics="${MINIBROKER_METRICS:-0}"
+case "$metrics" in
+    0 | 1) ;;
+    *) die "MINIBROKER_METRICS must be 0 or 1 (a Prometheus scraping the brokers), not '$metrics'" ;;
+esac
+if [ "$metrics" = 1 ] || [ "$command" = down ] || [ "$command" = down-volumes ] \
+    || docker inspect "$project-prometheus" >/dev/null 2>&1; then
+    compose+=(--profile metrics)
+fi
+if [ "$metrics" = 1 ]; then
+    services+=(prometheus)
+fi
 # `down` with both files removes the containers and volumes of either variant.
 if [ "$nodes" = 3 ] || [ "$command" = down ] || [ "$command" = down-volumes ]; then
     compose+=(-f "$ha_file")
@@ -89,6 +105,9 @@ ports() {
     echo "broker-1 ${MINIBROKER_PORT_1:-9091} MINIBROKER_PORT_1"
     echo "broker-2 ${MINIBROKER_PORT_2:-9092} MINIBROKER_PORT_2"
     echo "broker-3 ${MINIBROKER_PORT_3:-9093} MINIBROKER_PORT_3"
+    if [ "$metrics" = 1 ]; then
+        echo "prometheus ${MINIBROKER_PROMETHEUS_PORT:-9090} MINIBROKER_PROMETHEUS_PORT"
+    fi
 }
 
 bootstrap() {
@@ -224,6 +243,12 @@ EOF
         cat <<EOF
   docker kill $project-zookeeper-1; docker start $project-zookeeper-1  # one ZooKeeper node
   minibroker cluster status --project $project       # each ZooKeeper node's mode
+EOF
+    fi
+    if [ "$metrics" = 1 ]; then
+        cat <<EOF
+  # Prometheus: http://127.0.0.1:${MINIBROKER_PROMETHEUS_PORT:-9090}/graph
+  curl -s 'http://127.0.0.1:${MINIBROKER_PROMETHEUS_PORT:-9090}/api/v1/query?query=kafka_server_replicamanager_underreplicatedpartitions'
 EOF
     fi
     cat <<EOF

@@ -94,3 +94,24 @@ def test_cancelled_waiter_abandons_the_operation() -> None:
         assert purgatory.watched("k") == 0
 
     asyncio.run(scenario())
+
+
+def test_sizes_count_watch_entries_and_distinct_waiting_operations() -> None:
+    """PurgatorySize counts an operation once per key; NumDelayedOperations once."""
+
+    async def scenario() -> None:
+        purgatory: DelayedOperationPurgatory[str] = DelayedOperationPurgatory("test")
+        box = {"value": 0}
+        both = WaitForValue(box, 3, timeout_ms=10_000)
+        one = WaitForValue(box, 5, timeout_ms=10_000)
+        purgatory.try_complete_else_watch(both, ["a", "b"])
+        purgatory.try_complete_else_watch(one, ["a"])
+        assert (purgatory.purgatory_size, purgatory.num_delayed_operations) == (3, 2)
+        box["value"] = 3
+        purgatory.check_and_complete("a")
+        assert (purgatory.purgatory_size, purgatory.num_delayed_operations) == (2, 1)
+        purgatory.purge_completed()
+        assert (purgatory.purgatory_size, purgatory.num_delayed_operations) == (1, 1)
+        one.force_complete()
+
+    asyncio.run(scenario())
