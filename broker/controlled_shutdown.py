@@ -22,22 +22,26 @@ from broker.zk_client import BrokerZkClient, ZkError
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.broker_config import BrokerConfig
+from proto.tls import TlsConfig, aio_channel
 
 __all__ = ["controlled_shutdown"]
 
 logger = logging.getLogger(__name__)
 
 
-async def controlled_shutdown(config: BrokerConfig, zk: BrokerZkClient, broker_epoch: int) -> bool:
+async def controlled_shutdown(
+    config: BrokerConfig, zk: BrokerZkClient, broker_epoch: int, tls: TlsConfig | None = None
+) -> bool:
     """Ask the controller until it has moved every leadership off this broker; True if
-    it did, False if the retries ran out (the broker then stops uncontrolled)."""
+    it did, False if the retries ran out (the broker then stops uncontrolled). ``tls``: the
+    broker's certificate, which the controller checks names this broker."""
     attempts = config.controlled_shutdown_max_retries + 1
     timeout_s = config.request_timeout_ms / 1000
     # Past the session timeout ZooKeeper has expired the session: waiting longer for it
     # is pointless, and no controller can act without ZooKeeper either.
     zk_timeout_s = min(timeout_s, config.zookeeper_session_timeout_ms / 1000)
     for attempt in range(1, attempts + 1):
-        outcome = await _attempt(config.broker_id, zk, broker_epoch, zk_timeout_s, timeout_s)
+        outcome = await _attempt(config.broker_id, zk, broker_epoch, zk_timeout_s, timeout_s, tls)
         logger.info(
             "controlled shutdown event=controlled_shutdown_attempt broker=%d attempt=%d/%d "
             "outcome=%s",
@@ -62,7 +66,12 @@ async def controlled_shutdown(config: BrokerConfig, zk: BrokerZkClient, broker_e
 
 
 async def _attempt(
-    broker_id: int, zk: BrokerZkClient, broker_epoch: int, zk_timeout_s: float, timeout_s: float
+    broker_id: int,
+    zk: BrokerZkClient,
+    broker_epoch: int,
+    zk_timeout_s: float,
+    timeout_s: float,
+    tls: TlsConfig | None,
 ) -> str:
     """One ControlledShutdown round trip; "done" or why not."""
     try:
@@ -77,7 +86,7 @@ async def _attempt(
     host, port = address
     request = pb.ControlledShutdownRequest(broker_id=broker_id, broker_epoch=broker_epoch)
     try:
-        async with grpc.aio.insecure_channel(f"{host}:{port}") as channel:
+        async with aio_channel(f"{host}:{port}", tls) as channel:
             response = await pb_grpc.ControlStub(channel).ControlledShutdown(
                 request, timeout=timeout_s
             )

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import grpc
 
+from broker.authorizer import ClusterAuthorizer
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
 from broker.replica_manager import FetchPartitionResult, FetchSpec, ProduceResult, ReplicaManager
@@ -95,8 +96,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         producer_id_manager: ProducerIdManager,
         *,
         producer_id_timeout_ms: int = 6000,
+        authorizer: ClusterAuthorizer | None = None,
     ) -> None:
         self.replica_manager = replica_manager
+        self.authorizer = authorizer or ClusterAuthorizer(replica_manager.broker_id, enabled=False)
+        """Replica fetches (``replica_id`` >= 0) only from the broker they name."""
         self.metadata_cache = metadata_cache
         self.producer_id_manager = producer_id_manager
         self.producer_id_timeout_ms = producer_id_timeout_ms
@@ -152,6 +156,10 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.FetchResponse:
+        if request.replica_id >= 0:
+            await self.authorizer.authorize_cluster_action(
+                context, "Fetch", as_broker=request.replica_id
+            )
         return await _guarded(context, "Fetch", lambda: self._fetch(request))
 
     async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
@@ -352,15 +360,21 @@ class ControlService(pb_grpc.ControlServicer):
     from brokers to this broker's controller, when it is the active one."""
 
     def __init__(
-        self, replica_manager: ReplicaManager, controller: KafkaController | None = None
+        self,
+        replica_manager: ReplicaManager,
+        controller: KafkaController | None = None,
+        authorizer: ClusterAuthorizer | None = None,
     ) -> None:
         self.replica_manager = replica_manager
         self.controller = controller
         """This broker's controller candidate: ControlledShutdown goes to it when active."""
+        self.authorizer = authorizer or ClusterAuthorizer(replica_manager.broker_id, enabled=False)
+        """Every control request only from a broker (``super.users``)."""
 
     async def LeaderAndIsr(
         self, request: pb.LeaderAndIsrRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.LeaderAndIsrResponse:
+        await self.authorizer.authorize_cluster_action(context, "LeaderAndIsr")
         return await _guarded(
             context, "LeaderAndIsr", lambda: self.replica_manager.become_leader_or_follower(request)
         )
@@ -368,6 +382,7 @@ class ControlService(pb_grpc.ControlServicer):
     async def UpdateMetadata(
         self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.UpdateMetadataResponse:
+        await self.authorizer.authorize_cluster_action(context, "UpdateMetadata")
         return await _guarded(
             context, "UpdateMetadata", lambda: self.replica_manager.update_metadata(request)
         )
@@ -375,6 +390,7 @@ class ControlService(pb_grpc.ControlServicer):
     async def StopReplica(
         self, request: pb.StopReplicaRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.StopReplicaResponse:
+        await self.authorizer.authorize_cluster_action(context, "StopReplica")
         return await _guarded(
             context, "StopReplica", lambda: self.replica_manager.stop_replicas(request)
         )
@@ -384,6 +400,9 @@ class ControlService(pb_grpc.ControlServicer):
         request: pb.ControlledShutdownRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> pb.ControlledShutdownResponse:
+        await self.authorizer.authorize_cluster_action(
+            context, "ControlledShutdown", as_broker=request.broker_id
+        )
         if self.controller is None or not self.controller.is_active:
             return pb.ControlledShutdownResponse(
                 error_code=ErrorCode.NOT_CONTROLLER,

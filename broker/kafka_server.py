@@ -24,6 +24,7 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry
 
+from broker.authorizer import ClusterAuthorizer
 from broker.broker_metrics import ReplicaManagerMetrics, RequestMetrics
 from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager
@@ -42,6 +43,7 @@ from proto import minibroker_pb2_grpc as pb_grpc
 from proto.broker_config import BrokerConfig
 from proto.errors import MinibrokerError
 from proto.grpc_keepalive import SERVER_KEEPALIVE_OPTIONS
+from proto.tls import TlsConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +69,11 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker_id = config.broker_id
+        try:
+            self.tls = config.tls()
+            """The broker's certificate and truststore (None: PLAINTEXT), read once."""
+        except TlsConfigError as err:
+            raise BrokerStartupError(f"broker {config.broker_id}: {err}") from err
         self.executor = ThreadPoolExecutor(
             max_workers=4, thread_name_prefix=f"broker-{config.broker_id}-io"
         )
@@ -87,10 +94,14 @@ class BrokerServer:
             self.metadata_cache,
             self.executor,
             metrics=ReplicaManagerMetrics(self.metrics_registry),
+            tls=self.tls,
         )
         self.producer_id_manager = ProducerIdManager(config.broker_id, self.zk)
         self.controller = KafkaController.from_config(
-            config, ControllerMetrics(self.metrics_registry)
+            config, ControllerMetrics(self.metrics_registry), self.tls
+        )
+        self._authorizer = ClusterAuthorizer(
+            config.broker_id, enabled=self.tls is not None, super_users=config.super_user_principals
         )
         self.metrics_registry.register(BrokerStateCollector(self.replica_manager, self.controller))
         self._request_metrics = RequestMetrics(self.metrics_registry)
@@ -150,16 +161,23 @@ class BrokerServer:
                 self.metadata_cache,
                 self.producer_id_manager,
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
+                authorizer=self._authorizer,
             ),
             self._grpc,
         )
         pb_grpc.add_ControlServicer_to_server(
-            ControlService(self.replica_manager, self.controller), self._grpc
+            ControlService(self.replica_manager, self.controller, self._authorizer), self._grpc
         )
         address = f"{self.config.host}:{self.config.port}"
         try:
             # grpcio >= 1.60 raises RuntimeError on a failed bind; older ones return 0.
-            self.port = self._grpc.add_insecure_port(address)
+            if self.tls is None:
+                self.port = self._grpc.add_insecure_port(address)
+            else:
+                required = self.config.ssl_client_auth == "required"
+                self.port = self._grpc.add_secure_port(
+                    address, self.tls.server_credentials(require_client_auth=required)
+                )
         except RuntimeError:
             self.port = 0
         if self.port == 0:
@@ -176,10 +194,11 @@ class BrokerServer:
         self._controller_started = True
         await self.controller.start()
         logger.info(
-            "broker started event=started broker=%d port=%d metrics_port=%s data_dir=%s "
-            "zookeeper=%s",
+            "broker started event=started broker=%d port=%d security_protocol=%s "
+            "metrics_port=%s data_dir=%s zookeeper=%s",
             self.broker_id,
             self.port,
+            "PLAINTEXT" if self.tls is None else f"SSL/{self.config.ssl_client_auth}",
             self.metrics_port,
             self.config.log_dir,
             self.config.zookeeper_connect,
@@ -240,7 +259,9 @@ class BrokerServer:
         """Clean shutdown: checkpoints written, the registration removed."""
         logger.info("broker stopping event=stopping broker=%d", self.broker_id)
         if self.config.controlled_shutdown_enable and self._controller_started:
-            await controlled_shutdown(self.config, self.zk, self.replica_manager.broker_epoch)
+            await controlled_shutdown(
+                self.config, self.zk, self.replica_manager.broker_epoch, self.tls
+            )
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
         await self._stop_metrics()

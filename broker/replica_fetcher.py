@@ -53,6 +53,7 @@ from proto.event_log import log_event
 from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import CorruptRecordError, parse_header
+from proto.tls import TlsConfig, aio_channel
 from proto.topic_partition import TopicPartition
 
 __all__ = ["FetchPhase", "FetcherConfig", "ReplicaFetcher", "SourceBroker"]
@@ -100,6 +101,8 @@ class FetcherConfig:
     OffsetsForLeaderEpoch (``replica.socket.timeout.ms``)."""
     broker_epoch: int = -1
     """This broker's registration epoch (KIP-380), sent as the fetch's ``replica_epoch``."""
+    tls: TlsConfig | None = None
+    """The broker's certificate, presented to the leader (None: plaintext)."""
     reconnect_backoff_max_ms: int = 1000
     """``reconnect.backoff.max.ms``: the longest gRPC waits between reconnection attempts
     to a leader that is down (gRPC's own default, 120 s, would leave a follower idle for
@@ -264,9 +267,10 @@ class ReplicaFetcher:
         receive = max(self.config.fetch_response_max_bytes, self.config.fetch_max_bytes)
         limit = receive + _RESPONSE_SLACK_BYTES
         backoff = self.config.fetch_backoff_ms
-        self._channel = grpc.aio.insecure_channel(
+        self._channel = aio_channel(
             f"{self.source.host}:{self.source.port}",
-            options=[
+            self.config.tls,
+            [
                 *CLIENT_KEEPALIVE_OPTIONS,
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),

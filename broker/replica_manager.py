@@ -47,6 +47,7 @@ from proto.broker_config import BrokerConfig, TopicConfig
 from proto.event_log import log_event
 from proto.minibroker_pb2 import ErrorCode
 from proto.record_batch import CorruptRecordError
+from proto.tls import TlsConfig
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.zk_data import PartitionState, PartitionStateData
 
@@ -147,8 +148,11 @@ class ReplicaManager:
         *,
         clock_ms: Callable[[], int] = now_ms,
         metrics: ReplicaManagerMetrics | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         self.config = config
+        self.tls = tls
+        """The broker's certificate, for its fetchers' channels (None: plaintext)."""
         self.metrics = metrics if metrics is not None else ReplicaManagerMetrics()
         self.broker_id = config.broker_id
         self.log_manager = log_manager
@@ -620,6 +624,7 @@ class ReplicaManager:
             follower_hw_update_delay_ms=c.test_follower_hw_update_delay_ms,
             request_timeout_ms=c.request_timeout_ms,
             broker_epoch=self.broker_epoch,
+            tls=self.tls,
         )
 
     async def _remove_from_fetchers_and_wait(self, tps: list[TopicPartition]) -> None:

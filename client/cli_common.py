@@ -33,8 +33,10 @@ from client.metadata import (
 )
 from client.producer import parse_acks
 from deploy.local_cluster import DATA_DIR_ENV, DEFAULT_DATA_DIR, LocalCluster, default_data_dir
+from proto.tls import TlsConfig
 
 ZOOKEEPER_ENV = "MINIBROKER_ZOOKEEPER"
+COMMAND_CONFIG_ENV = "MINIBROKER_COMMAND_CONFIG"
 DEFAULT_ZOOKEEPER = "localhost:2181"
 
 
@@ -74,6 +76,67 @@ def add_bootstrap_option(parser: argparse.ArgumentParser) -> None:
     )
     parser.set_defaults(default_bootstrap=True)
     _add_data_dir_option(parser)
+    _add_tls_options(parser)
+
+
+def _add_tls_options(parser: argparse.ArgumentParser) -> None:
+    tls = parser.add_argument_group("TLS (a cluster started with `cluster up --tls`)")
+    tls.add_argument(
+        "--command-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="Kafka client properties: security.protocol=SSL, ssl.truststore.location, "
+        f"ssl.keystore.location (default: ${COMMAND_CONFIG_ENV})",
+    )
+    tls.add_argument("--tls-ca", type=Path, default=None, metavar="PEM", help="CA certificates")
+    tls.add_argument(
+        "--tls-cert",
+        type=Path,
+        default=None,
+        metavar="PEM",
+        help="this client's certificate (with its key, unless --tls-key)",
+    )
+    tls.add_argument("--tls-key", type=Path, default=None, metavar="PEM", help="its private key")
+
+
+def tls_config(args: argparse.Namespace) -> TlsConfig | None:
+    """The TLS settings of the command line: ``--tls-ca`` (with ``--tls-cert`` and
+    ``--tls-key``), else ``--command-config`` or ``$MINIBROKER_COMMAND_CONFIG``; None:
+    plaintext. Raises UsageError for a certificate without a CA, TlsConfigError for files
+    that are not what they must be."""
+    ca = getattr(args, "tls_ca", None)
+    cert = getattr(args, "tls_cert", None)
+    key = getattr(args, "tls_key", None)
+    if ca is not None:
+        return TlsConfig.from_files(ca, cert, key)
+    if cert is not None or key is not None:
+        raise UsageError("--tls-cert and --tls-key need --tls-ca (the CA to check brokers with)")
+    config = getattr(args, "command_config", None) or os.environ.get(COMMAND_CONFIG_ENV)
+    if not config:
+        return None
+    return TlsConfig.from_properties(read_properties(Path(config)))
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """A Java properties file's ``key=value`` lines (``#`` and ``!`` comments, blank lines
+    skipped; ``key: value`` too). Raises ClientError if it cannot be read."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ClientError(f"cannot read {path}: {err.strerror or err}") from err
+    properties: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, sep, value = line.partition(":")
+        if not sep:
+            raise ClientError(f"{path}: expected key=value, got {line!r}")
+        properties[key.strip()] = value.strip()
+    return properties
 
 
 def add_zookeeper_option(parser: argparse.ArgumentParser, what: str) -> None:
@@ -128,7 +191,7 @@ def connections(args: argparse.Namespace) -> BrokerConnections:
     """The broker connections for ``--bootstrap-server`` (ClientError if malformed)."""
     if args.bootstrap_server is None:
         finish_args(args)
-    return BrokerConnections.from_bootstrap(args.bootstrap_server)
+    return BrokerConnections.from_bootstrap(args.bootstrap_server, tls=tls_config(args))
 
 
 async def check_reachable(conns: BrokerConnections, topics: Collection[str] = ()) -> None:

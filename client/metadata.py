@@ -29,6 +29,7 @@ from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
 from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
+from proto.tls import TlsConfig, aio_channel
 from proto.topic_partition import TopicPartition
 
 __all__ = [
@@ -171,23 +172,33 @@ def parse_bootstrap(servers: str) -> list[tuple[str, int]]:
 class BrokerConnections(AsyncClosing):
     """One gRPC channel per broker address, shared by a client's producers and consumers."""
 
-    def __init__(self, bootstrap: Sequence[tuple[str, int]], request_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        bootstrap: Sequence[tuple[str, int]],
+        request_timeout_s: float = 30.0,
+        tls: TlsConfig | None = None,
+    ):
+        """``tls``: the CA to check brokers against and this client's certificate
+        (``security.protocol=SSL``); None speaks plaintext."""
         if not bootstrap:
             raise ClientError("no bootstrap server given")
         self.bootstrap = list(bootstrap)
         self.request_timeout_s = request_timeout_s
+        self.tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
         self.nodes: dict[int, BrokerNode] = {}
         """Brokers by id, as the last Metadata named them."""
 
     @classmethod
-    def from_bootstrap(cls, servers: str, request_timeout_s: float = 30.0) -> BrokerConnections:
-        return cls(parse_bootstrap(servers), request_timeout_s)
+    def from_bootstrap(
+        cls, servers: str, request_timeout_s: float = 30.0, tls: TlsConfig | None = None
+    ) -> BrokerConnections:
+        return cls(parse_bootstrap(servers), request_timeout_s, tls)
 
     def channel(self, address: str) -> grpc.aio.Channel:
         found = self._channels.get(address)
         if found is None:
-            found = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+            found = aio_channel(address, self.tls, _CHANNEL_OPTIONS)
             self._channels[address] = found
         return found
 

@@ -51,6 +51,7 @@ from proto.errors import MinibrokerError
 from proto.event_log import log_event
 from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
 from proto.minibroker_pb2 import ErrorCode
+from proto.tls import TlsConfig, aio_channel
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
@@ -163,6 +164,7 @@ class _RequestSender:
         retry_backoff_s: float,
         retry_backoff_max_s: float,
         on_stale_controller_epoch: StaleControllerEpochCallback | None,
+        tls: TlsConfig | None,
     ) -> None:
         self.broker = broker
         self._request_timeout_s = request_timeout_s
@@ -171,9 +173,7 @@ class _RequestSender:
         self._on_stale_controller_epoch = on_stale_controller_epoch
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._current: _Pending | None = None
-        self._channel = grpc.aio.insecure_channel(
-            f"{broker.host}:{broker.port}", options=_CHANNEL_OPTIONS
-        )
+        self._channel = aio_channel(f"{broker.host}:{broker.port}", tls, _CHANNEL_OPTIONS)
         self._stub = pb_grpc.ControlStub(self._channel)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"controller-request-sender-{broker.broker_id}"
@@ -322,7 +322,10 @@ class ControllerChannelManager:
         retry_backoff_s: float = DEFAULT_RETRY_BACKOFF_S,
         retry_backoff_max_s: float = DEFAULT_RETRY_BACKOFF_MAX_S,
         on_stale_controller_epoch: StaleControllerEpochCallback | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
+        """``tls``: the broker's own certificate, presented to every broker (None:
+        plaintext)."""
         if request_timeout_s <= 0 or retry_backoff_s <= 0 or retry_backoff_max_s < retry_backoff_s:
             raise ValueError(
                 "request_timeout_s and retry_backoff_s must be > 0, "
@@ -332,6 +335,7 @@ class ControllerChannelManager:
         self._retry_backoff_s = retry_backoff_s
         self._retry_backoff_max_s = retry_backoff_max_s
         self._on_stale_controller_epoch = on_stale_controller_epoch
+        self._tls = tls
         self._senders: dict[int, _RequestSender] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -372,6 +376,7 @@ class ControllerChannelManager:
             self._retry_backoff_s,
             self._retry_backoff_max_s,
             self._on_stale_controller_epoch,
+            self._tls,
         )
         _log(logging.INFO, "add_broker", broker=broker_id, host=host, port=port)
 

@@ -89,6 +89,7 @@ from proto.errors import BrokerResponseError, StaleControllerEpochError
 from proto.event_log import log_event
 from proto.minibroker_pb2 import ErrorCode
 from proto.replica_assignment import InvalidReplicaAssignmentError
+from proto.tls import TlsConfig
 from proto.topic_partition import TopicPartition
 from proto.zk_data import (
     LEADER_NONE,
@@ -215,11 +216,13 @@ class KafkaController:
         leader_imbalance_check_interval_s: float = 300.0,
         leader_imbalance_per_broker_percentage: int = 10,
         metrics: ControllerMetrics | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
         """``unclean_leader_election_enable`` is the broker default, which a topic's
         ``/config/topics/<t>`` overrides."""
         self._broker_id = broker_id
         self.metrics = metrics if metrics is not None else ControllerMetrics()
+        self._tls = tls
         self._zk = ControllerZkClient(
             zookeeper_connect,
             broker_id=broker_id,
@@ -247,7 +250,10 @@ class KafkaController:
 
     @classmethod
     def from_config(
-        cls, config: BrokerConfig, metrics: ControllerMetrics | None = None
+        cls,
+        config: BrokerConfig,
+        metrics: ControllerMetrics | None = None,
+        tls: TlsConfig | None = None,
     ) -> KafkaController:
         """The candidate a broker process runs, with the broker's Kafka properties."""
         return cls(
@@ -261,6 +267,7 @@ class KafkaController:
             leader_imbalance_check_interval_s=config.leader_imbalance_check_interval_seconds,
             leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
             metrics=metrics,
+            tls=tls,
         )
 
     # -- public ------------------------------------------------------------------------------
@@ -496,6 +503,7 @@ class KafkaController:
         self._channels = ControllerChannelManager(
             request_timeout_s=self._request_timeout_s,
             on_stale_controller_epoch=self._on_stale_controller_epoch,
+            tls=self._tls,
         )
         self.log(logging.INFO, "elected", reason=reason)
         await self._on_controller_failover()

@@ -26,6 +26,7 @@ from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto import zk_data
 from proto.record_batch import decode_batch, scan_batches
+from proto.tls import TlsConfig, sync_channel
 from proto.topic_partition import TopicPartition
 
 __all__ = [
@@ -67,7 +68,10 @@ def partition_state(zk: KazooClient, tp: TopicPartition) -> zk_data.PartitionSta
 
 
 def leader_serving(
-    zk: KazooClient, tp: TopicPartition, addresses: Mapping[int, str]
+    zk: KazooClient,
+    tp: TopicPartition,
+    addresses: Mapping[int, str],
+    tls: TlsConfig | None = None,
 ) -> zk_data.PartitionState | None:
     """The partition's state if the leader it names is among ``addresses`` (broker id ->
     ``host:port`` of the brokers to ask) and its Metadata shows itself leading at the
@@ -77,7 +81,7 @@ def leader_serving(
     if state is None or state.leader == zk_data.LEADER_NONE or state.leader not in addresses:
         return None
     try:
-        with grpc.insecure_channel(addresses[state.leader]) as channel:
+        with sync_channel(addresses[state.leader], tls) as channel:
             meta = pb_grpc.BrokerStub(channel).Metadata(
                 pb.MetadataRequest(topics=[tp.topic]), timeout=5
             )

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from proto.log_config import LogConfig, check_range
+from proto.tls import TlsConfig
 
 __all__ = [
     "BROKER_PROPERTIES",
@@ -94,7 +95,7 @@ class _Property:
     field: str
     """The BrokerConfig field."""
     kind: str
-    """int, bool, str, path or mode."""
+    """int, bool, str, optstr (may be empty), path or mode."""
     low: int = 0
     high: int = _INT64_MAX
 
@@ -104,6 +105,10 @@ _PROPERTIES = (
     _Property("host", "host", "str"),
     _Property("port", "port", "int", 0, 65535),
     _Property("metrics.prometheus.port", "metrics_prometheus_port", "int", -1, 65535),
+    _Property("ssl.keystore.location", "ssl_keystore_location", "optstr"),
+    _Property("ssl.truststore.location", "ssl_truststore_location", "optstr"),
+    _Property("ssl.client.auth", "ssl_client_auth", "str"),
+    _Property("super.users", "super_users", "optstr"),
     _Property("zookeeper.connect", "zookeeper_connect", "str"),
     _Property("log.dirs", "log_dir", "path"),
     _Property("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", "int", 1, _INT32_MAX),
@@ -180,6 +185,7 @@ _PROPERTIES = (
         "test.zookeeper.session.export.enable", "test_zookeeper_session_export_enable", "bool"
     ),
 )
+SSL_CLIENT_AUTH_VALUES = ("none", "requested", "required")
 _BY_NAME = {prop.name: prop for prop in _PROPERTIES}
 BROKER_PROPERTIES = (*_BY_NAME, *LOG_PROPERTIES)
 """Every broker property name this broker knows (besides the ``log.dir`` alias)."""
@@ -217,6 +223,19 @@ class BrokerConfig:
     """``metrics.prometheus.port``: serve Prometheus metrics at ``http://host:port/metrics``;
     -1 (the default) serves none, 0 a free port (logged at start-up). minibroker's own
     property: Kafka exports JMX and leaves Prometheus to an agent."""
+    ssl_keystore_location: str = ""
+    """``ssl.keystore.location``: a PEM file with this broker's certificate chain and private
+    key. Set, the broker's one listener is SSL (Kafka's ``listeners=SSL://...``) and it speaks
+    TLS to the other brokers too, presenting this certificate (see :mod:`proto.tls`)."""
+    ssl_truststore_location: str = ""
+    """``ssl.truststore.location``: a PEM file of the CA certificates peers must chain to."""
+    ssl_client_auth: str = "none"
+    """``ssl.client.auth``: ``required`` (a client without a certificate the truststore
+    accepts is refused in the handshake), ``requested`` or ``none``."""
+    super_users: str = ""
+    """``super.users``: ``User:CN=broker-1;User:CN=broker-2;...``, the principals that may
+    act as brokers (control requests, replica fetches), as with Kafka's authorizer. With TLS,
+    every other principal may produce, fetch and read metadata, not more."""
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int | None = None
     """How long to wait for the first ZooKeeper connection; None: the session timeout."""
@@ -282,6 +301,18 @@ class BrokerConfig:
         split_zookeeper_connect(self.zookeeper_connect)
         if not self.host.strip():
             raise ValueError("invalid value for host: must not be empty")
+        if self.ssl_client_auth not in SSL_CLIENT_AUTH_VALUES:
+            raise ValueError(
+                f"invalid value for ssl.client.auth: {self.ssl_client_auth!r} "
+                f"(one of {', '.join(SSL_CLIENT_AUTH_VALUES)})"
+            )
+        if bool(self.ssl_keystore_location) != bool(self.ssl_truststore_location):
+            raise ValueError(
+                "ssl.keystore.location and ssl.truststore.location go together: a TLS broker "
+                "presents its certificate and checks its peers'"
+            )
+        if self.ssl_client_auth != "none" and not self.ssl_keystore_location:
+            raise ValueError(f"ssl.client.auth={self.ssl_client_auth} needs ssl.keystore.location")
         if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms:
             # As Kafka's KafkaConfig.validateValues: a follower whose fetch waits longer than
             # the lag limit would drop out of the ISR while idle.
@@ -301,6 +332,22 @@ class BrokerConfig:
                 {**log_properties, "message.max.bytes": str(self.message_max_bytes)}
             ),
         )
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.ssl_keystore_location)
+
+    @property
+    def super_user_principals(self) -> frozenset[str]:
+        """``super.users`` as a set of principals (Kafka separates them with ``;``)."""
+        return frozenset(p.strip() for p in self.super_users.split(";") if p.strip())
+
+    def tls(self) -> TlsConfig | None:
+        """The broker's TLS material (read from its files), or None for PLAINTEXT. Raises
+        TlsConfigError for a file that cannot be read or holds no usable PEM."""
+        if not self.tls_enabled:
+            return None
+        return TlsConfig.from_files(self.ssl_truststore_location, self.ssl_keystore_location)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> BrokerConfig:
@@ -489,6 +536,9 @@ def _check_value(prop: _Property, value: object) -> None:
     elif prop.kind == "str":
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"invalid value for {prop.name}: {value!r} (must not be empty)")
+    elif prop.kind == "optstr":
+        if not isinstance(value, str):
+            raise ValueError(f"invalid value for {prop.name}: {value!r} is not a string")
     elif prop.kind == "path" and not isinstance(value, Path):
         raise ValueError(f"invalid value for {prop.name}: {value!r} is not a Path")
     elif prop.kind == "mode" and not isinstance(value, TruncationMode):

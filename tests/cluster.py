@@ -32,6 +32,7 @@ from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto import zk_data
 from proto.record_batch import Record, decode_batch, encode_batch, scan_batches
+from proto.tls import TlsConfig, sync_channel
 from proto.topic_partition import TopicPartition
 from tests.helpers import wait_for
 
@@ -52,8 +53,11 @@ class Cluster:
         broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
         *,
         scripted_controller: bool = False,
+        tls: TlsConfig | None = None,
     ) -> None:
+        """``tls``: the test's own certificate, for its channels to TLS brokers."""
         self.zk = zk
+        self.tls = tls
         self.root = root
         base = {
             "zookeeper.session.timeout.ms": "2000",
@@ -106,7 +110,7 @@ class Cluster:
         if cached is None or cached[0] != address:
             if cached is not None:
                 cached[1].close()
-            cached = (address, grpc.insecure_channel(address))
+            cached = (address, sync_channel(address, self.tls))
             self._channels[broker_id] = cached
         return cached[1]
 
@@ -140,7 +144,7 @@ class Cluster:
         """The leader named by the state znode if it is running, not paused, and its
         metadata says it leads at that epoch (it has become leader), else None."""
         addresses = {i: b.address for i, b in self.brokers.items() if b.is_running and not b.paused}
-        state = leader_serving(self.zk, tp, addresses)
+        state = leader_serving(self.zk, tp, addresses, self.tls)
         return None if state is None else state.leader
 
     def wait_for_leader(
@@ -344,6 +348,7 @@ def running_cluster(
     broker_overrides: Mapping[int, Mapping[str, str]] | None = None,
     *,
     scripted_controller: bool = False,
+    tls: TlsConfig | None = None,
 ) -> Iterator[Cluster]:
     cluster = Cluster(
         zk,
@@ -353,6 +358,7 @@ def running_cluster(
         overrides,
         broker_overrides,
         scripted_controller=scripted_controller,
+        tls=tls,
     )
     try:
         cluster.start()
