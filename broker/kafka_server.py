@@ -44,6 +44,7 @@ from proto.broker_config import BrokerConfig
 from proto.errors import MinibrokerError
 from proto.grpc_keepalive import SERVER_KEEPALIVE_OPTIONS
 from proto.tls import TlsConfigError
+from proto.zk_credentials import ZkCredentialsError
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ class BrokerServer:
         try:
             self.tls = config.tls()
             """The broker's certificate and truststore (None: PLAINTEXT), read once."""
-        except TlsConfigError as err:
+            config.zookeeper_credentials()  # read again by each ZooKeeper client: fail here
+        except (TlsConfigError, ZkCredentialsError) as err:
             raise BrokerStartupError(f"broker {config.broker_id}: {err}") from err
         self.executor = ThreadPoolExecutor(
             max_workers=4, thread_name_prefix=f"broker-{config.broker_id}-io"
@@ -137,6 +139,8 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.executor, self.log_manager.startup)
         await self.zk.start()
+        if self.config.zookeeper_set_acl:
+            await self.zk.create_top_level_paths()
         # Dynamic broker configs apply before anything is hosted (Kafka reads them right
         # after connecting to ZooKeeper).
         await self.dynamic_config.start()
@@ -210,14 +214,13 @@ class BrokerServer:
         port = self.config.metrics_prometheus_port
         if port < 0:
             return
-        server = MetricsServer(
-            self.metrics_registry, self.config.host, port, asyncio.get_running_loop()
-        )
+        host = self.config.metrics_prometheus_host or self.config.host
+        server = MetricsServer(self.metrics_registry, host, port, asyncio.get_running_loop())
         try:
             self.metrics_port = server.start()
         except OSError as err:
             raise PortInUseError(
-                f"broker {self.broker_id} cannot serve metrics on {self.config.host}:{port}: "
+                f"broker {self.broker_id} cannot serve metrics on {host}:{port}: "
                 f"{err.strerror or err}"
             ) from err
         self._metrics_server = server

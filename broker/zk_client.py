@@ -46,6 +46,7 @@ from kazoo.exceptions import (
 )
 
 from proto.topic_partition import TopicPartition
+from proto.zk_credentials import ZkCredentials
 from proto.zk_data import (
     BROKER_IDS_PATH,
     CONFIG_CHANGES_PATH,
@@ -57,6 +58,7 @@ from proto.zk_data import (
     LEADER_NONE,
     LOG_DIR_EVENT_NOTIFICATION_PATH,
     LOG_DIR_EVENT_PREFIX,
+    PERSISTENT_PATHS,
     PartitionState,
     PartitionStateData,
     ProducerIdBlock,
@@ -151,6 +153,7 @@ class BrokerZkClient(ZooKeeperClient):
         broker_id: int,
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int | None = None,
+        credentials: ZkCredentials | None = None,
     ) -> None:
         """See :class:`ZooKeeperClient`; raises ValueError for a malformed connect string."""
         super().__init__(
@@ -158,6 +161,7 @@ class BrokerZkClient(ZooKeeperClient):
             broker_id=broker_id,
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=connection_timeout_ms,
+            credentials=credentials,
         )
         self._lease_confirmed_at: float | None = None
         """Loop time at which a request was sent that this session later saw answered."""
@@ -230,6 +234,17 @@ class BrokerZkClient(ZooKeeperClient):
     # -- session callbacks -----------------------------------------------------------------
 
     # -- broker registration ---------------------------------------------------------------
+
+    async def create_top_level_paths(self) -> None:
+        """Create the persistent parents that are missing (Kafka's ``createTopLevelPaths``),
+        with the ACL of :meth:`_acl_for`; for ``zookeeper.set.acl``, where they must exist
+        before a client without credentials could create them."""
+        for path in PERSISTENT_PATHS:
+            try:
+                await self.request("create", path, b"", makepath=True)
+            except NodeExistsError:
+                continue
+            self._log(logging.INFO, "top_level_path_created", path=path)
 
     async def register_broker(
         self, broker_id: int, host: str, port: int, *, wait_for_stale_s: float = 0.0

@@ -64,6 +64,7 @@ from proto.dynamic_broker_config import check_dynamic_broker_config
 from proto.minibroker_pb2 import ErrorCode
 from proto.replica_assignment import assign_new_partitions, assign_replicas
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.zk_credentials import ZkCredentials
 from proto.zookeeper import ZkConnectionError, ZkError, ZkNoChrootError, ZooKeeperClient
 
 __all__ = [
@@ -137,8 +138,12 @@ class AdminClient(AsyncClosing):
         *,
         zookeeper_timeout_ms: int = 10_000,
         wait_timeout_s: float = 30.0,
+        zookeeper_credentials: ZkCredentials | None = None,
     ) -> None:
+        """``zookeeper_credentials``: the brokers' digest, needed to write to a cluster whose
+        znodes carry the secure ACL (``zookeeper.set.acl``)."""
         self.connections = connections
+        self.zookeeper_credentials = zookeeper_credentials
         self.zookeeper_connect = zookeeper_connect.strip()
         self.zookeeper_timeout_ms = zookeeper_timeout_ms
         self.wait_timeout_s = wait_timeout_s
@@ -639,6 +644,7 @@ class AdminClient(AsyncClosing):
                 broker_id=-1,
                 session_timeout_ms=self.zookeeper_timeout_ms,
                 create_chroot=False,  # a missing chroot is no cluster at all: never make one
+                credentials=self.zookeeper_credentials,
             )
         except ValueError as e:
             raise ClientError(f"bad ZooKeeper connect string {connect!r}: {e}") from None

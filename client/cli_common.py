@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection, Coroutine
 from pathlib import Path
 from typing import Any
 
+from client.admin import AdminClient
 from client.metadata import (
     BOOTSTRAP_ENV,
     DEFAULT_BOOTSTRAP,
@@ -34,6 +35,7 @@ from client.metadata import (
 from client.producer import parse_acks
 from deploy.local_cluster import DATA_DIR_ENV, DEFAULT_DATA_DIR, LocalCluster, default_data_dir
 from proto.tls import TlsConfig
+from proto.zk_credentials import ZkCredentials, read_digest_file
 
 ZOOKEEPER_ENV = "MINIBROKER_ZOOKEEPER"
 COMMAND_CONFIG_ENV = "MINIBROKER_COMMAND_CONFIG"
@@ -116,6 +118,26 @@ def tls_config(args: argparse.Namespace) -> TlsConfig | None:
     if not config:
         return None
     return TlsConfig.from_properties(read_properties(Path(config)))
+
+
+def admin_client(args: argparse.Namespace, conns: BrokerConnections) -> AdminClient:
+    """The admin client of ``--zookeeper``, with the ZooKeeper digest of the command
+    config (``zookeeper.auth.digest.file``) when the cluster's znodes are ACL'd."""
+    return AdminClient(conns, args.zookeeper, zookeeper_credentials=zookeeper_credentials(args))
+
+
+def zookeeper_credentials(args: argparse.Namespace) -> ZkCredentials | None:
+    """``zookeeper.auth.digest.file`` of ``--command-config`` (or
+    ``$MINIBROKER_COMMAND_CONFIG``), with ``zookeeper.set.acl``; None without one."""
+    config = getattr(args, "command_config", None) or os.environ.get(COMMAND_CONFIG_ENV)
+    if not config:
+        return None
+    properties = read_properties(Path(config))
+    digest_file = properties.get("zookeeper.auth.digest.file")
+    if not digest_file:
+        return None
+    set_acl = properties.get("zookeeper.set.acl", "true").strip().lower() == "true"
+    return read_digest_file(digest_file, set_acl=set_acl)
 
 
 def read_properties(path: Path) -> dict[str, str]:

@@ -21,8 +21,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Mapping
 
-from client.admin import AdminClient, EntityConfig
-from client.cli_common import add_bootstrap_option, add_zookeeper_option, connections, run_async
+from client.admin import EntityConfig
+from client.cli_common import (
+    add_bootstrap_option,
+    add_zookeeper_option,
+    admin_client,
+    connections,
+    run_async,
+)
 from client.metadata import ClientError
 from proto.dynamic_broker_config import broker_config_synonyms, topic_config_synonyms
 from proto.zk_data import DEFAULT_BROKER_ENTITY
@@ -58,7 +64,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def _run(args: argparse.Namespace) -> int:
     entity = _entity(args)
-    async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
+    async with connections(args) as conns, admin_client(args, conns) as admin:
         if args.describe:
             if args.add_config is not None or args.delete_config is not None:
                 raise ClientError("--add-config and --delete-config go with --alter")

@@ -19,8 +19,13 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 
-from client.admin import AdminClient
-from client.cli_common import add_bootstrap_option, add_zookeeper_option, connections, run_async
+from client.cli_common import (
+    add_bootstrap_option,
+    add_zookeeper_option,
+    admin_client,
+    connections,
+    run_async,
+)
 from client.consumer_groups import ConsumerGroupService, PartitionRow, ResetSpec
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition
@@ -71,7 +76,7 @@ def _warn(line: str) -> None:
 async def _run(args: argparse.Namespace) -> int:
     if (args.describe or args.reset_offsets) and not args.group:
         raise ClientError("--describe and --reset-offsets need --group")
-    async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
+    async with connections(args) as conns, admin_client(args, conns) as admin:
         service = ConsumerGroupService(admin, _warn)
         if args.list:
             for group in await service.list_groups():

@@ -11,11 +11,11 @@ import argparse
 import sys
 from collections.abc import Mapping
 
-from client.admin import AdminClient
 from client.cli_common import (
     add_bootstrap_option,
     add_topic_argument,
     add_zookeeper_option,
+    admin_client,
     connections,
     run_async,
 )
@@ -71,7 +71,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 async def _create(args: argparse.Namespace) -> int:
     config = parse_overrides(args.config)
-    async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
+    async with connections(args) as conns, admin_client(args, conns) as admin:
         if args.if_not_exists and args.topic in await admin.list_topics():
             return 0
         await admin.create_topic(args.topic, args.partitions, args.replication_factor, config)
@@ -80,7 +80,7 @@ async def _create(args: argparse.Namespace) -> int:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
+    async with connections(args) as conns, admin_client(args, conns) as admin:
         for name in sorted(await admin.list_topics()):
             print(name)
     return 0
@@ -88,7 +88,7 @@ async def _list(args: argparse.Namespace) -> int:
 
 async def _describe(args: argparse.Namespace) -> int:
     names = [args.topic] if args.topic else None
-    async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
+    async with connections(args) as conns, admin_client(args, conns) as admin:
         topics = await admin.describe_topics(names)
         try:
             configs: Mapping[str, Mapping[str, str]] | None = await admin.topic_configs(
@@ -104,7 +104,7 @@ async def _describe(args: argparse.Namespace) -> int:
 
 
 async def _alter(args: argparse.Namespace) -> int:
-    async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
+    async with connections(args) as conns, admin_client(args, conns) as admin:
         await admin.create_partitions(args.topic, args.partitions)
     print(
         "WARNING: If partitions are increased for a topic that has a key, the partition "
@@ -133,7 +133,7 @@ def describe_lines(topic: TopicMetadata, configs: Mapping[str, str] | None = Non
 
 
 async def _delete(args: argparse.Namespace) -> int:
-    async with connections(args) as conns, AdminClient(conns, args.zookeeper) as admin:
+    async with connections(args) as conns, admin_client(args, conns) as admin:
         await admin.delete_topic(args.topic)
     print(f"Deleted topic {args.topic}.")
     return 0

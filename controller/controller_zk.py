@@ -84,6 +84,7 @@ from kazoo.exceptions import (
 )
 
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.zk_credentials import ZkCredentials
 from proto.zk_data import (
     ADMIN_DELETE_TOPICS_PATH,
     BROKER_IDS_PATH,
@@ -295,6 +296,7 @@ class ControllerZkClient(ZooKeeperClient):
         broker_id: int,
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int | None = None,
+        credentials: ZkCredentials | None = None,
     ) -> None:
         """See :class:`ZooKeeperClient`; ``broker_id`` is also the candidate written into
         ``/controller``. Raises ValueError for a malformed connect string."""
@@ -303,6 +305,7 @@ class ControllerZkClient(ZooKeeperClient):
             broker_id=broker_id,
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=connection_timeout_ms,
+            credentials=credentials,
         )
         self._epoch: int | None = None
         self._epoch_zk_version: int | None = None

@@ -91,6 +91,7 @@ from proto.minibroker_pb2 import ErrorCode
 from proto.replica_assignment import InvalidReplicaAssignmentError
 from proto.tls import TlsConfig
 from proto.topic_partition import TopicPartition
+from proto.zk_credentials import ZkCredentials
 from proto.zk_data import (
     LEADER_NONE,
     PREFERRED_REPLICA_ELECTION_PATH,
@@ -217,6 +218,7 @@ class KafkaController:
         leader_imbalance_per_broker_percentage: int = 10,
         metrics: ControllerMetrics | None = None,
         tls: TlsConfig | None = None,
+        zookeeper_credentials: ZkCredentials | None = None,
     ) -> None:
         """``unclean_leader_election_enable`` is the broker default, which a topic's
         ``/config/topics/<t>`` overrides."""
@@ -228,6 +230,7 @@ class KafkaController:
             broker_id=broker_id,
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=connection_timeout_ms,
+            credentials=zookeeper_credentials,
         )
         self._request_timeout_s = request_timeout_s
         self._session_timeout_s = session_timeout_ms / 1000
@@ -268,6 +271,7 @@ class KafkaController:
             leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
             metrics=metrics,
             tls=tls,
+            zookeeper_credentials=config.zookeeper_credentials(),
         )
 
     # -- public ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from types import MappingProxyType
 
 from proto.log_config import LogConfig, check_range
 from proto.tls import TlsConfig
+from proto.zk_credentials import ZkCredentials, read_digest_file
 
 __all__ = [
     "BROKER_PROPERTIES",
@@ -105,10 +106,13 @@ _PROPERTIES = (
     _Property("host", "host", "str"),
     _Property("port", "port", "int", 0, 65535),
     _Property("metrics.prometheus.port", "metrics_prometheus_port", "int", -1, 65535),
+    _Property("metrics.prometheus.host", "metrics_prometheus_host", "optstr"),
     _Property("ssl.keystore.location", "ssl_keystore_location", "optstr"),
     _Property("ssl.truststore.location", "ssl_truststore_location", "optstr"),
     _Property("ssl.client.auth", "ssl_client_auth", "str"),
     _Property("super.users", "super_users", "optstr"),
+    _Property("zookeeper.set.acl", "zookeeper_set_acl", "bool"),
+    _Property("zookeeper.auth.digest.file", "zookeeper_auth_digest_file", "optstr"),
     _Property("zookeeper.connect", "zookeeper_connect", "str"),
     _Property("log.dirs", "log_dir", "path"),
     _Property("zookeeper.session.timeout.ms", "zookeeper_session_timeout_ms", "int", 1, _INT32_MAX),
@@ -223,6 +227,10 @@ class BrokerConfig:
     """``metrics.prometheus.port``: serve Prometheus metrics at ``http://host:port/metrics``;
     -1 (the default) serves none, 0 a free port (logged at start-up). minibroker's own
     property: Kafka exports JMX and leaves Prometheus to an agent."""
+    metrics_prometheus_host: str = ""
+    """``metrics.prometheus.host``: the address the metrics endpoint binds; empty (the
+    default): ``host``. ``0.0.0.0`` where a scraper on another host or container must reach
+    it while ``host`` is a loopback address (the Docker cluster)."""
     ssl_keystore_location: str = ""
     """``ssl.keystore.location``: a PEM file with this broker's certificate chain and private
     key. Set, the broker's one listener is SSL (Kafka's ``listeners=SSL://...``) and it speaks
@@ -236,6 +244,15 @@ class BrokerConfig:
     """``super.users``: ``User:CN=broker-1;User:CN=broker-2;...``, the principals that may
     act as brokers (control requests, replica fetches), as with Kafka's authorizer. With TLS,
     every other principal may produce, fetch and read metadata, not more."""
+    zookeeper_set_acl: bool = False
+    """``zookeeper.set.acl``: create every znode with the secure ACL (the brokers' digest may
+    change it, the world may read it; ``/consumers`` stays open), so that nobody without the
+    credentials can write ``/controller_epoch``, ``/brokers`` or ``/admin``. Needs
+    ``zookeeper.auth.digest.file``."""
+    zookeeper_auth_digest_file: str = ""
+    """``zookeeper.auth.digest.file``: a file holding ``user:password``, the ZooKeeper digest
+    identity every broker of the cluster authenticates its sessions with (minibroker's own
+    property: Kafka authenticates to ZooKeeper with SASL through a JAAS file, or mTLS)."""
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int | None = None
     """How long to wait for the first ZooKeeper connection; None: the session timeout."""
@@ -311,6 +328,8 @@ class BrokerConfig:
                 "ssl.keystore.location and ssl.truststore.location go together: a TLS broker "
                 "presents its certificate and checks its peers'"
             )
+        if self.zookeeper_set_acl and not self.zookeeper_auth_digest_file:
+            raise ValueError("zookeeper.set.acl=true needs zookeeper.auth.digest.file")
         if self.ssl_client_auth != "none" and not self.ssl_keystore_location:
             raise ValueError(f"ssl.client.auth={self.ssl_client_auth} needs ssl.keystore.location")
         if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms:
@@ -348,6 +367,13 @@ class BrokerConfig:
         if not self.tls_enabled:
             return None
         return TlsConfig.from_files(self.ssl_truststore_location, self.ssl_keystore_location)
+
+    def zookeeper_credentials(self) -> ZkCredentials | None:
+        """The digest of ``zookeeper.auth.digest.file`` (read now), or None without one.
+        Raises ZkCredentialsError for a file that cannot be read or is malformed."""
+        if not self.zookeeper_auth_digest_file:
+            return None
+        return read_digest_file(self.zookeeper_auth_digest_file, set_acl=self.zookeeper_set_acl)
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, str]) -> BrokerConfig:

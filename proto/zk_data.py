@@ -58,6 +58,7 @@ __all__ = [
     "LOG_DIR_EVENT_NOTIFICATION_PATH",
     "LOG_DIR_EVENT_PREFIX",
     "LOG_DIR_FAILURE_EVENT",
+    "PERSISTENT_PATHS",
     "PREFERRED_REPLICA_ELECTION_PATH",
     "REASSIGN_PARTITIONS_PATH",
     "BrokerRegistration",
@@ -141,6 +142,20 @@ REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
 LATEST_PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CONSUMERS_PATH = "/consumers"
+PERSISTENT_PATHS = (
+    CONSUMERS_PATH,
+    BROKER_IDS_PATH,
+    BROKER_TOPICS_PATH,
+    CONFIG_CHANGES_PATH,
+    CONFIG_TOPICS_PATH,
+    CONFIG_BROKERS_PATH,
+    ADMIN_DELETE_TOPICS_PATH,
+    ISR_CHANGE_NOTIFICATION_PATH,
+    LOG_DIR_EVENT_NOTIFICATION_PATH,
+)
+"""The parents every broker makes sure of at start-up with ``zookeeper.set.acl`` (Kafka's
+``ZkData.PersistentZkPaths``), so that each carries the secure ACL before anyone without
+the credentials could create it (``/consumers`` the open one)."""
 
 _JSON_SEPARATORS = (",", ":")
 _INTEGER = re.compile(r"-?[0-9]+")

@@ -42,11 +42,13 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 from proto.broker_config import split_zookeeper_connect
 from proto.errors import MinibrokerError
 from proto.event_log import log_event
-from proto.zk_data import ZkDataError
+from proto.zk_credentials import SECURE_ACL, ZkCredentials
+from proto.zk_data import CONSUMERS_PATH, ZkDataError
 
 if TYPE_CHECKING:
     from proto.broker_config import BrokerConfig
@@ -290,8 +292,12 @@ class ZooKeeperClient:
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int | None = None,
         create_chroot: bool = True,
+        credentials: ZkCredentials | None = None,
     ) -> None:
-        """``connect`` is ``host:port[,host:port...][/chroot]`` (``zookeeper.connect``); a
+        """``credentials``: the digest to authenticate the session with and whether to
+        create znodes with the secure ACL (``zookeeper.set.acl``; see :class:`ZkCredentials`).
+
+        ``connect`` is ``host:port[,host:port...][/chroot]`` (``zookeeper.connect``); a
         chroot that does not exist yet is created on start, as Kafka does, unless
         ``create_chroot`` is False (then :meth:`start` raises ZkNoChrootError). ``broker_id``
         labels the log lines (-1 for a client). Raises ValueError for a malformed connect
@@ -304,6 +310,7 @@ class ZooKeeperClient:
             session_timeout_ms if connection_timeout_ms is None else connection_timeout_ms
         )
         self._create_chroot = create_chroot
+        self._credentials = credentials
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._closing = False
@@ -326,6 +333,7 @@ class ZooKeeperClient:
             broker_id=config.broker_id,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+            credentials=config.zookeeper_credentials(),
         )
 
     def __repr__(self) -> str:
@@ -354,6 +362,7 @@ class ZooKeeperClient:
             connection_timeout_ms=self._connection_timeout_ms,
             listener=self._kazoo_listener,
             create_chroot=self._create_chroot,
+            credentials=self._credentials,
         )
         self._client = client
         if created:
@@ -518,9 +527,24 @@ class ZooKeeperClient:
         """kazoo's ``<op>_async(path, *args, **kwargs)`` (``get``, ``create``, ...) awaited,
         retried after a connection loss (see :meth:`_pipeline`); ZooKeeper's error answers
         (NoNodeError, NodeExistsError, BadVersionError, ...) are raised."""
+        if op == "create" and "acl" not in kwargs and len(args) < 2:
+            acl = self._acl_for(path)
+            if acl is not None:
+                kwargs["acl"] = acl
         return await self._call(
             op, path, lambda client: getattr(client, f"{op}_async")(path, *args, **kwargs)
         )
+
+    def _acl_for(self, path: str) -> list[ACL] | None:
+        """Kafka's ``ZkData.defaultAcls``: with ``zookeeper.set.acl`` every znode is the
+        credentials' to change and the world's to read, except under ``/consumers``, which
+        the consumers of ZooKeeper groups write without credentials. None: kazoo's default
+        (the secure ACL with credentials, else open)."""
+        if self._credentials is None or not self._credentials.set_acl:
+            return None
+        if path == CONSUMERS_PATH or path.startswith(CONSUMERS_PATH + "/"):
+            return list(OPEN_ACL_UNSAFE)
+        return None
 
     async def _call(self, op: str, path: str, start: Callable[[Any], Any]) -> Any:
         """``start(kazoo_client)`` (an ``*_async`` call) as a one-element pipeline; an error
@@ -675,6 +699,7 @@ async def connect_session(
     connection_timeout_ms: int,
     listener: Callable[[KazooClient, asyncio.AbstractEventLoop], Callable[..., Any]],
     create_chroot: bool = True,
+    credentials: ZkCredentials | None = None,
 ) -> tuple[KazooClient, bool]:
     """A connected kazoo client for ``connect`` (``hosts[/chroot]``), and whether the
     chroot had to be created first (kazoo cannot create its own root; Kafka creates a
@@ -698,11 +723,14 @@ async def connect_session(
             timeout_s,
             unreachable,
             create_chroot,
+            credentials,
         )
     session_timeout_s = session_timeout_ms / 1000
     client = KazooClient(
         hosts=connect,
         timeout=session_timeout_s,
+        auth_data=None if credentials is None else [("digest", credentials.digest)],
+        default_acl=SECURE_ACL if credentials is not None and credentials.set_acl else None,
         connection_retry=KazooRetry(
             max_tries=-1, max_delay=min(RECONNECT_MAX_DELAY_S, session_timeout_s / 3)
         ),
@@ -726,10 +754,17 @@ def _ensure_chroot(
     timeout_s: float,
     unreachable: str,
     create: bool,
+    credentials: ZkCredentials | None = None,
 ) -> bool:
     """Blocking (executor): create the chroot with a client outside it (or, with
-    ``create`` False, raise ZkNoChrootError if it is missing)."""
-    root = KazooClient(hosts=hosts, timeout=session_timeout_ms / 1000)
+    ``create`` False, raise ZkNoChrootError if it is missing). With ``zookeeper.set.acl``
+    the chroot gets the secure ACL, so nobody without the credentials creates anything in
+    it."""
+    root = KazooClient(
+        hosts=hosts,
+        timeout=session_timeout_ms / 1000,
+        auth_data=None if credentials is None else [("digest", credentials.digest)],
+    )
     try:
         if not start_kazoo(root, timeout_s):
             raise ZkConnectionError(unreachable)
@@ -737,7 +772,8 @@ def _ensure_chroot(
             return False
         if not create:
             raise ZkNoChrootError(f"ZooKeeper at {hosts}: {chroot} does not exist")
-        root.ensure_path(chroot)
+        secure = credentials is not None and credentials.set_acl
+        root.ensure_path(chroot, acl=SECURE_ACL if secure else None)
         return True
     finally:
         stop_kazoo(root)

@@ -1,24 +1,29 @@
 """An authenticated cluster (issue 14): mutual TLS on every channel, broker principals alone
-may act as brokers.
+may act as brokers, and ZooKeeper's znodes only the brokers' digest may change.
 
 Three brokers with certificates of a throw-away CA (``deploy.tls_certs``), replicating over
 TLS. A client with its own certificate produces and consumes. Then the forged requests of
 the attacker's probe are sent, each without a broker's certificate: on a plaintext channel
 (the handshake fails), with a certificate of another CA (the handshake fails), with the
 client's certificate (PERMISSION_DENIED), and with broker 2's certificate speaking for
-broker 3 (PERMISSION_DENIED). Afterwards every acknowledged record is still on all three
-replicas, the ISR is whole and no broker restarted.
+broker 3 (PERMISSION_DENIED). A ZooKeeper client without the digest may read but not
+write ``/controller_epoch``, ``/brokers`` or ``/admin``, nor create ``/controller``.
+Afterwards every acknowledged record is still on all three replicas, the ISR is whole and no
+broker restarted.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
 from client.cli import main as cli_main
 from deploy.tls_certs import ClusterCertificates, generate
@@ -33,6 +38,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 TP = TopicPartition("guarded", 0)
 BROKERS = (1, 2, 3)
 ACKED = [b"acked-%d" % i for i in range(20)]
+DIGEST = "minibroker:s3cret"
 
 
 @dataclass
@@ -41,6 +47,8 @@ class TlsCluster:
     certs: ClusterCertificates
     rogue: ClusterCertificates
     """Certificates of another CA, with a broker-1 among them."""
+    zookeeper_connect: str
+    """The brokers' ``zookeeper.connect`` (their own chroot, with the secure ACL)."""
 
     def identity(self, name: str, *, rogue: bool = False) -> TlsConfig:
         certs = self.rogue if rogue else self.certs
@@ -50,20 +58,48 @@ class TlsCluster:
         return sync_channel(self.cluster.brokers[broker_id].address, identity)
 
 
+@contextmanager
+def digest_client(connect: str) -> Iterator[KazooClient]:
+    """A kazoo client authenticated with the brokers' digest, which removes what the
+    brokers created at the end (the test's chroot cleanup has no credentials)."""
+    client = KazooClient(hosts=connect, auth_data=[("digest", DIGEST)])
+    with warnings.catch_warnings():
+        # kazoo warns that the chroot is missing: the first broker creates it, secure.
+        warnings.simplefilter("ignore", UserWarning)
+        client.start(timeout=10)
+    try:
+        yield client
+    finally:
+        for child in client.get_children("/") if client.exists("/") else []:
+            if child != "zookeeper":
+                client.delete(f"/{child}", recursive=True)
+        client.stop()
+        client.close()
+
+
 @pytest.fixture
-def tls_cluster(zk_client: KazooClient, zk_connect: str, tmp_path: Path) -> Iterator[TlsCluster]:
+def tls_cluster(zk_connect: str, tmp_path: Path) -> Iterator[TlsCluster]:
     certs = generate(tmp_path / "tls", BROKERS)
     rogue = generate(tmp_path / "rogue", (1,))
-    per_broker = {i: certs.broker_properties(i, BROKERS) for i in BROKERS}
+    digest_file = tmp_path / "zookeeper-digest"
+    digest_file.write_text(DIGEST + "\n")
+    acl = {"zookeeper.set.acl": "true", "zookeeper.auth.digest.file": str(digest_file)}
+    per_broker = {i: {**certs.broker_properties(i, BROKERS), **acl} for i in BROKERS}
     client = TlsConfig.from_files(certs.ca, certs.client)
-    with running_cluster(
-        zk_client, zk_connect, tmp_path, BROKERS, broker_overrides=per_broker, tls=client
-    ) as cluster:
+    # A chroot the brokers create themselves, with the secure ACL; the harness's own
+    # ZooKeeper client has the digest, as an operator's would.
+    connect = zk_connect + "/secure"
+    with (
+        digest_client(connect) as zk,
+        running_cluster(
+            zk, connect, tmp_path, BROKERS, broker_overrides=per_broker, tls=client
+        ) as cluster,
+    ):
         cluster.create_topic(TP.topic, {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
         cluster.wait_for_isr(TP, {1, 2, 3})
         for value in ACKED:
             assert cluster.produce(1, TP, [value]).error_code == pb.NONE
-        yield TlsCluster(cluster, certs, rogue)
+        yield TlsCluster(cluster, certs, rogue, connect)
 
 
 def denied(send: Callable[[grpc.Channel], object], channel: grpc.Channel) -> grpc.RpcError:
@@ -202,3 +238,38 @@ def test_the_cli_speaks_tls_with_a_client_certificate(
     # Without a certificate the CLI says it cannot reach the cluster, in one line.
     assert cli_main([*consume, "--timeout-ms", "3000", "--bootstrap-server", bootstrap]) != 0
     assert "cannot reach" in capsys.readouterr().err
+
+
+def test_zookeeper_znodes_cannot_be_written_without_the_brokers_digest(
+    tls_cluster: TlsCluster,
+) -> None:
+    cluster = tls_cluster.cluster
+    pids = {i: cluster.brokers[i].pid for i in BROKERS}
+    epoch = cluster.controller_epoch()
+    outsider = KazooClient(hosts=tls_cluster.zookeeper_connect)
+    outsider.start(timeout=10)
+    try:
+        assert outsider.get("/controller_epoch")[0] == str(epoch).encode()  # readable
+        state_path = f"/brokers/topics/{TP.topic}/partitions/{TP.partition}/state"
+        writes: dict[str, Callable[[], object]] = {
+            "set /controller_epoch": lambda: outsider.set("/controller_epoch", b"999"),
+            "create /controller": lambda: outsider.create(
+                "/controller", b'{"brokerid":9}', ephemeral=True
+            ),
+            "set /brokers/ids/1": lambda: outsider.set("/brokers/ids/1", b"{}"),
+            "create a topic": lambda: outsider.create("/brokers/topics/evil", b"{}"),
+            "set a partition state": lambda: outsider.set(state_path, b"{}"),
+            "delete a topic": lambda: outsider.create(f"/admin/delete_topics/{TP.topic}"),
+            "reassign": lambda: outsider.create("/admin/reassign_partitions", b"{}"),
+        }
+        for what, write in writes.items():
+            with pytest.raises(NoAuthError):
+                write()
+            assert what
+        # ZooKeeper consumer groups stay open to clients without credentials, as Kafka's.
+        outsider.create("/consumers/g/ids/c1", b"{}", ephemeral=True, makepath=True)
+    finally:
+        outsider.stop()
+        outsider.close()
+    assert cluster.controller_epoch() == epoch
+    check_intact(tls_cluster, pids)
