@@ -114,10 +114,19 @@ def tls_config(args: argparse.Namespace) -> TlsConfig | None:
         return TlsConfig.from_files(ca, cert, key)
     if cert is not None or key is not None:
         raise UsageError("--tls-cert and --tls-key need --tls-ca (the CA to check brokers with)")
-    config = getattr(args, "command_config", None) or os.environ.get(COMMAND_CONFIG_ENV)
-    if not config:
+    config = _command_config(args)
+    if config is None:
         return None
-    return TlsConfig.from_properties(read_properties(Path(config)))
+    return TlsConfig.from_properties(read_properties(config))
+
+
+def _command_config(args: argparse.Namespace) -> Path | None:
+    """``--command-config``, else ``$MINIBROKER_COMMAND_CONFIG``, else the admin properties
+    of the local ``cluster up --tls`` cluster in ``--data-dir``."""
+    given = getattr(args, "command_config", None) or os.environ.get(COMMAND_CONFIG_ENV)
+    if given:
+        return Path(given)
+    return LocalCluster(getattr(args, "data_dir", None) or default_data_dir()).command_config()
 
 
 def admin_client(args: argparse.Namespace, conns: BrokerConnections) -> AdminClient:
@@ -129,10 +138,10 @@ def admin_client(args: argparse.Namespace, conns: BrokerConnections) -> AdminCli
 def zookeeper_credentials(args: argparse.Namespace) -> ZkCredentials | None:
     """``zookeeper.auth.digest.file`` of ``--command-config`` (or
     ``$MINIBROKER_COMMAND_CONFIG``), with ``zookeeper.set.acl``; None without one."""
-    config = getattr(args, "command_config", None) or os.environ.get(COMMAND_CONFIG_ENV)
-    if not config:
+    config = _command_config(args)
+    if config is None:
         return None
-    properties = read_properties(Path(config))
+    properties = read_properties(config)
     digest_file = properties.get("zookeeper.auth.digest.file")
     if not digest_file:
         return None

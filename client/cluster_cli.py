@@ -97,6 +97,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="KEY=VALUE",
         help="a broker property for every broker, e.g. min.insync.replicas=2 (repeatable)",
     )
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="the authenticated mode: a throw-away CA and certificates in DATA_DIR/tls, "
+        "mutual TLS everywhere, broker-only control requests, ZooKeeper ACLs; the CLI then "
+        "uses DATA_DIR/tls/admin.properties",
+    )
     up.set_defaults(run=_up)
     action("down", "stop every broker cleanly, then ZooKeeper").set_defaults(run=_down)
     status = action("status", "brokers, controller, under-replicated and offline partitions")
@@ -142,6 +149,7 @@ def _up(args: argparse.Namespace) -> int:
             zookeeper_port=args.zookeeper_port,
             zookeeper_nodes=args.zookeeper_nodes,
             overrides=parse_overrides(args.override),
+            tls=args.tls,
         )
     except ClusterAlreadyRunningError as running:
         if not running.complete:
@@ -155,7 +163,11 @@ def _up(args: argparse.Namespace) -> int:
         )
         print(f"cluster up: {args.brokers} brokers{ensemble}, data in {cluster.data_dir}")
     print(f"  bootstrap servers: {cluster.bootstrap_servers}")
-    print(f"  zookeeper:         {cluster.zookeeper_connect}")
+    found = cluster.addresses()
+    print(f"  zookeeper:         {found[1] if found else cluster.zookeeper_connect}")
+    config = cluster.command_config()
+    if config is not None:
+        print(f"  security:          TLS + ZooKeeper ACLs; client properties {config}")
     print(f"  logs:              {cluster.logs_dir}")
     return 0
 

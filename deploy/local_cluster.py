@@ -36,6 +36,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -44,6 +45,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from deploy import tls_certs
 from deploy.broker_process import BrokerProcess, BrokerProcessError, BrokerSpec
 from deploy.cluster_status import (
     BrokerStatus,
@@ -67,6 +69,7 @@ from deploy.zookeeper import (
 )
 from proto import zk_data
 from proto.errors import MinibrokerError
+from proto.zk_credentials import SECURE_ACL, read_digest_file
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -89,6 +92,9 @@ MAX_ZOOKEEPER_NODES = 7
 """More members cost JVMs and make every write wait for more acknowledgements; on one
 machine they buy nothing more to test than 5 do."""
 STATE_FILE = "cluster.json"
+TLS_CHROOT = "/minibroker"
+ADMIN_PROPERTIES = "admin.properties"
+ZOOKEEPER_DIGEST_FILE = "zookeeper-digest"
 _STOP_TIMEOUT_S = 60.0
 _POLL_S = 0.05
 
@@ -165,12 +171,15 @@ class _State:
     """Node id -> node: ``{1: standalone}``, or the members of an ensemble."""
     brokers: dict[int, _Process]
     overrides: dict[str, str] = field(default_factory=dict)
+    tls: bool = False
+    """``cluster up --tls``: certificates, ACLs and the chroot in ``<data-dir>/tls/``."""
 
     def to_json(self) -> str:
         data = {
             "zookeeper_nodes": {str(n): asdict(z) for n, z in sorted(self.zookeeper.items())},
             "brokers": {str(i): asdict(b) for i, b in sorted(self.brokers.items())},
             "overrides": self.overrides,
+            "tls": self.tls,
         }
         return json.dumps(data, indent=2) + "\n"
 
@@ -189,6 +198,7 @@ class _State:
             nodes,
             {int(i): _Process(**b) for i, b in data["brokers"].items()},
             dict(data.get("overrides", {})),
+            bool(data.get("tls", False)),
         )
 
     @property
@@ -207,6 +217,12 @@ class _State:
     def zookeeper_connect(self) -> str:
         """Every node's ``host:port``, in node order: the brokers' ``zookeeper.connect``."""
         return ",".join(f"{z.host}:{z.port}" for _, z in sorted(self.zookeeper.items()))
+
+    @property
+    def cluster_zookeeper_connect(self) -> str:
+        """The brokers' and clients' ``zookeeper.connect``: every node, and with TLS the
+        cluster's own chroot (whose secure ACL keeps outsiders from creating anything)."""
+        return self.zookeeper_connect + (TLS_CHROOT if self.tls else "")
 
     @property
     def bootstrap_servers(self) -> str:
@@ -274,7 +290,19 @@ class LocalCluster:
         if not self.state_path.is_file():
             return None
         state = self._read_state()
-        return state.bootstrap_servers, state.zookeeper_connect
+        return state.bootstrap_servers, state.cluster_zookeeper_connect
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.data_dir / "tls"
+
+    def command_config(self) -> Path | None:
+        """The admin client properties of a ``cluster up --tls`` cluster (its TLS client
+        certificate and the ZooKeeper digest), the CLI's default ``--command-config``; None
+        for a PLAINTEXT cluster or none at all."""
+        if not self.state_path.is_file() or not self._read_state().tls:
+            return None
+        return self.tls_dir / ADMIN_PROPERTIES
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -287,8 +315,13 @@ class LocalCluster:
         zookeeper_nodes: int = 1,
         overrides: Mapping[str, str] | None = None,
         timeout: float = 60.0,
+        tls: bool = False,
     ) -> None:
-        """Start ZooKeeper and ``brokers`` brokers on ``base_port``, ``base_port + 1``, ...;
+        """With ``tls``, the authenticated mode (README, "Security"): a throw-away CA and
+        certificates in ``<data-dir>/tls/``, mutual TLS between everyone, ZooKeeper ACLs
+        under the chroot ``/minibroker``, and ``tls/admin.properties`` for the CLI.
+
+        Start ZooKeeper and ``brokers`` brokers on ``base_port``, ``base_port + 1``, ...;
         return once every broker is registered and a controller is elected. Ports are
         checked first: a taken one is an error naming it, before anything starts. What was
         started is stopped again if a later step fails.
@@ -338,9 +371,11 @@ class LocalCluster:
         started: list[BrokerProcess] = []
         try:
             nodes = zookeeper.start(timeout=timeout)
-            state = _State(nodes, {}, dict(overrides or {}))
+            state = _State(nodes, {}, dict(overrides or {}), tls)
+            if tls:
+                self._make_tls(brokers, state)
             self._write_state(state)
-            with _kazoo(state.zookeeper_connect) as zk:
+            with _kazoo(state.cluster_zookeeper_connect) as zk:
                 for broker_id in range(1, brokers + 1):
                     process = self._broker_process(broker_id, state, base_port + broker_id - 1)
                     process.start(zk, timeout=timeout)
@@ -418,7 +453,7 @@ class LocalCluster:
         if not _wait_until_free(known.port, timeout=10.0):
             raise LocalClusterError(f"cannot start broker {broker_id}: port {known.port} in use")
         process = self._broker_process(broker_id, state, known.port)
-        with _kazoo(state.zookeeper_connect) as zk:
+        with _kazoo(state.cluster_zookeeper_connect) as zk:
             try:
                 process.start(zk, timeout=timeout)
             except BrokerProcessError as e:
@@ -524,7 +559,7 @@ class LocalCluster:
         :mod:`deploy.cluster_status`). Each ZooKeeper node's mode comes from its ``srvr``
         answer; without a serving majority, ZooKeeper's view is left out."""
         state = self._read_state()
-        connect = state.zookeeper_connect
+        connect = state.cluster_zookeeper_connect
         nodes = []
         for n, z in sorted(state.zookeeper.items()):
             running = self._zookeeper_ours(state, n)
@@ -583,14 +618,45 @@ class LocalCluster:
             config = replace(template, data_dir=data_dir, port=known.port, log_path=log_path)
         return ZooKeeperServer(config)
 
+    def _make_tls(self, brokers: int, state: _State) -> None:
+        """The TLS mode's files (see :meth:`up`) and its chroot, created with the secure ACL
+        before any broker starts."""
+        certs = tls_certs.generate(self.tls_dir, range(1, brokers + 1), clients=("admin",))
+        digest = self.tls_dir / ZOOKEEPER_DIGEST_FILE
+        _write_private(digest, f"minibroker:{secrets.token_urlsafe(24)}\n")
+        admin = {
+            **certs.client_properties("admin"),
+            "zookeeper.set.acl": "true",
+            "zookeeper.auth.digest.file": str(digest),
+        }
+        _write_private(
+            self.tls_dir / ADMIN_PROPERTIES, "".join(f"{k}={v}\n" for k, v in admin.items())
+        )
+        credentials = read_digest_file(digest, set_acl=True)
+        client = KazooClient(
+            hosts=state.zookeeper_connect, auth_data=[("digest", credentials.digest)]
+        )
+        client.start(timeout=10)
+        try:
+            client.ensure_path(TLS_CHROOT, acl=SECURE_ACL)
+        finally:
+            client.stop()
+            client.close()
+
     def _broker_process(self, broker_id: int, state: _State, port: int) -> BrokerProcess:
+        overrides = dict(state.overrides)
+        if state.tls:
+            certs = tls_certs.ClusterCertificates(self.tls_dir)
+            overrides.update(certs.broker_properties(broker_id, certs.broker_ids()))
+            overrides["zookeeper.set.acl"] = "true"
+            overrides["zookeeper.auth.digest.file"] = str(self.tls_dir / ZOOKEEPER_DIGEST_FILE)
         return BrokerProcess(
             BrokerSpec(
                 broker_id,
                 self.broker_dir(broker_id),
-                state.zookeeper_connect,
+                state.cluster_zookeeper_connect,
                 port=port,
-                overrides=dict(state.overrides),
+                overrides=overrides,
                 log_path=self.broker_log(broker_id),
             )
         )
@@ -778,6 +844,13 @@ def _signal(pid: int, signum: signal.Signals, *, group: bool = False) -> None:
             os.kill(pid, signum)
         if signum == signal.SIGTERM:
             os.kill(pid, signal.SIGCONT)  # a paused process must be able to exit
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable by its owner only (a secret)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
 
 
 @contextlib.contextmanager

@@ -59,6 +59,15 @@ class ClusterCertificates:
     def broker(self, broker_id: int) -> Path:
         return self.directory / broker_file(broker_id)
 
+    def broker_ids(self) -> list[int]:
+        """The brokers that have a certificate here."""
+        ids = []
+        for path in self.directory.glob("broker-*.pem"):
+            suffix = path.stem.removeprefix("broker-")
+            if suffix.isdigit():
+                ids.append(int(suffix))
+        return sorted(ids)
+
     def broker_properties(self, broker_id: int, broker_ids: Iterable[int]) -> dict[str, str]:
         """The TLS properties of broker ``broker_id`` in a cluster of ``broker_ids``."""
         return {

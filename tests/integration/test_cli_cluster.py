@@ -81,3 +81,52 @@ def test_cluster_up_refuses_a_taken_port_with_one_line(cluster_dir: Path) -> Non
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert f"broker 2 port {base + 1} already in use" in result.stderr
     assert not (cluster_dir / "cluster.json").exists()
+
+
+def test_cluster_up_tls_is_authenticated_and_the_cli_finds_its_credentials(
+    cluster_dir: Path,
+) -> None:
+    """`cluster up --tls`: the CLI's defaults (the cluster's admin.properties) work for every
+    command; a client without the certificate cannot reach the brokers; the ZooKeeper chroot
+    refuses writes without the digest."""
+    base = free_port_run(4)
+    data = ["--data-dir", str(cluster_dir)]
+    up = minibroker(
+        "cluster", "up", *data, "--tls", "--base-port", str(base), "--zookeeper-port", str(base + 3)
+    )  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    assert "TLS + ZooKeeper ACLs" in up.stdout
+    assert f"127.0.0.1:{base + 3}/minibroker" in up.stdout
+    created = minibroker("topics", "create", "orders", "--replication-factor", "3", *data)
+    assert created.returncode == 0, created.stderr
+    produced = minibroker("produce", "orders", "--acks", "all", *data, input_text="a\nb\nc\n")
+    assert produced.returncode == 0, produced.stderr
+    consumed = minibroker(
+        "consume", "orders", "--from-beginning", "--max-messages", "3", "--timeout-ms", "10000",
+        *data,
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr
+    assert sorted(consumed.stdout.split()) == ["a", "b", "c"]
+    status = minibroker("cluster", "status", *data)
+    assert "Topics: 1" in status.stdout, status.stdout
+
+    plaintext = cluster_dir.parent / "plaintext.properties"
+    plaintext.write_text("security.protocol=PLAINTEXT\n")
+    refused = minibroker(
+        "consume", "orders", "--from-beginning", "--timeout-ms", "3000",
+        "--command-config", str(plaintext), *data,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "cannot reach" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    # With the certificate but without the digest, no topic can be created in the chroot.
+    tls_dir = cluster_dir / "tls"
+    no_digest = cluster_dir.parent / "no-digest.properties"
+    no_digest.write_text(
+        f"security.protocol=SSL\nssl.truststore.location={tls_dir / 'ca.pem'}\n"
+        f"ssl.keystore.location={tls_dir / 'admin.pem'}\n"
+    )
+    denied = minibroker("topics", "create", "other", "--command-config", str(no_digest), *data)
+    assert denied.returncode != 0
+    assert "NoAuth" in denied.stderr, denied.stderr
+    assert "Traceback" not in denied.stderr
