@@ -15,7 +15,7 @@ TIMELINE ?=
 REPORT ?= audit-report
 MASTER ?=
 
-.PHONY: help setup system-deps test check unit integration fuzz proto bench up up-ha up-metrics prometheus-image down down-volumes run chaos audit image clean
+.PHONY: help setup system-deps test check unit integration fuzz proto bench up up-ha up-tls up-metrics prometheus-image down down-volumes run chaos audit image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -72,6 +72,9 @@ up: image ## the cluster in Docker: ZooKeeper + 3 brokers, waits for health, pri
 
 up-ha: image ## the same on a 3-node ZooKeeper ensemble (MINIBROKER_ZOOKEEPER_NODES=3 make up)
 	@MINIBROKER_ZOOKEEPER_NODES=3 deploy/docker/compose.sh up
+
+up-tls: image ## the authenticated Docker cluster: mutual TLS, broker-only control requests, ZooKeeper ACLs (files in ./minibroker-tls)
+	@MINIBROKER_TLS=1 deploy/docker/compose.sh up
 
 up-metrics: image prometheus-image ## the same plus Prometheus scraping the brokers (compose profile "metrics", 127.0.0.1:9090)
 	@MINIBROKER_METRICS=1 deploy/docker/compose.sh up

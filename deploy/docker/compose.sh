@@ -20,6 +20,10 @@
 # Prometheus scraping the brokers, on 127.0.0.1:$MINIBROKER_PROMETHEUS_PORT (9090). `down`
 # and `down-volumes` remove it whether or not it was asked for.
 #
+# With MINIBROKER_TLS=1 (`make up-tls`), the authenticated variant (deploy/docker-compose.tls.yml,
+# one ZooKeeper): `up` first makes a throw-away CA, the brokers' and an admin certificate, the
+# ZooKeeper digest and admin.properties in $MINIBROKER_TLS_DIR (./minibroker-tls), once.
+#
 # Environment: MINIBROKER_PROJECT, MINIBROKER_ZOOKEEPER_NODES (1 or 3), MINIBROKER_PORT_1..3
 # (9091..9093), MINIBROKER_ZOOKEEPER_PORT (2181; with 3 nodes also MINIBROKER_ZOOKEEPER_PORT_2
 # and _3, 2182 and 2183), MINIBROKER_UP_TIMEOUT (seconds to wait for health, 180),
@@ -81,6 +85,26 @@ fi
 if [ "$nodes" = 3 ] || [ "$command" = down ] || [ "$command" = down-volumes ]; then
     compose+=(-f "$ha_file")
 fi
+# The TLS variant: asked for, or running (its brokers carry a keystore setting).
+tls="${MINIBROKER_TLS:-0}"
+case "$tls" in
+    0 | 1) ;;
+    *) die "MINIBROKER_TLS must be 0 or 1 (the authenticated cluster), not '$tls'" ;;
+esac
+if [ "$tls" = 0 ] && [ "$command" != up ] \
+    && docker inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$project-broker-1" 2>/dev/null \
+    | grep -q '^MINIBROKER_CFG_SSL_KEYSTORE_LOCATION='; then
+    tls=1
+fi
+if [ "$tls" = 1 ] && [ "$nodes" = 3 ] && [ "$command" = up ]; then
+    die "the TLS variant runs on one ZooKeeper: unset MINIBROKER_ZOOKEEPER_NODES"
+fi
+tls_dir="${MINIBROKER_TLS_DIR:-$PWD/minibroker-tls}"
+case "$tls_dir" in /*) ;; *) tls_dir="$PWD/$tls_dir" ;; esac
+export MINIBROKER_TLS_DIR="$tls_dir"
+if [ "$tls" = 1 ] || [ "$command" = down ] || [ "$command" = down-volumes ]; then
+    compose+=(-f deploy/docker-compose.tls.yml)
+fi
 # A local override file (per-broker settings, more services), as compose itself would read
 # one next to the compose file if it were not given -f.
 if [ -f deploy/docker-compose.override.yml ]; then
@@ -120,7 +144,42 @@ zookeeper_connect() {
         connect+=",127.0.0.1:${MINIBROKER_ZOOKEEPER_PORT_2:-2182}"
         connect+=",127.0.0.1:${MINIBROKER_ZOOKEEPER_PORT_3:-2183}"
     fi
+    if [ "$tls" = 1 ]; then
+        connect+="/minibroker"
+    fi
     echo "$connect"
+}
+
+# The TLS variant's files, made once with the image's own Python (deploy/tls_certs.py), as
+# the invoking user so that the host's CLI can read the admin certificate; the brokers run
+# as root and read theirs through the read-only /tls mount.
+make_tls_files() {
+    if [ -f "$tls_dir/ca.pem" ] && [ -f "$tls_dir/admin.properties" ]; then
+        echo "make up: reusing the TLS files in $tls_dir" >&2
+        return
+    fi
+    mkdir -p "$tls_dir"
+    docker run --rm --network none --user "$(id -u):$(id -g)" -v "$tls_dir:/tls" \
+        -e "PROJECT=$project" --entrypoint /opt/minibroker/bin/python \
+        "${MINIBROKER_IMAGE:-minibroker:latest}" -c '
+import os, secrets
+from pathlib import Path
+from deploy.tls_certs import generate
+hosts = ["%s-broker-%d" % (os.environ["PROJECT"], i) for i in (1, 2, 3)]
+generate(Path("/tls"), [1, 2, 3], hosts, clients=("admin",))
+fd = os.open("/tls/zookeeper-digest", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+os.write(fd, ("minibroker:%s\n" % secrets.token_urlsafe(24)).encode())
+os.close(fd)
+' 2>&1 || die "could not make the TLS files in $tls_dir"
+    umask 077
+    cat >"$tls_dir/admin.properties" <<EOF
+security.protocol=SSL
+ssl.truststore.location=$tls_dir/ca.pem
+ssl.keystore.location=$tls_dir/admin.pem
+zookeeper.set.acl=true
+zookeeper.auth.digest.file=$tls_dir/zookeeper-digest
+EOF
+    echo "make up: made a throw-away CA, certificates and the ZooKeeper digest in $tls_dir" >&2
 }
 
 # A port is taken when something on the host accepts connections on 127.0.0.1:<port> and
@@ -186,6 +245,9 @@ up() {
         die "project $project has containers of the 1-node ZooKeeper variant (\`make up\`): \`make down\` first"
     fi
     check_ports
+    if [ "$tls" = 1 ]; then
+        make_tls_files
+    fi
     local existing
     existing="$(existing_volumes | sort | tr '\n' ' ')"
     if [ -n "$existing" ]; then
@@ -222,17 +284,23 @@ up() {
     local servers zk what=ZooKeeper
     servers="$(bootstrap)"
     zk="$(zookeeper_connect)"
+    local security="" export_config=""
     if [ "$nodes" = 3 ]; then
         what="A ZooKeeper ensemble of 3"
+    fi
+    if [ "$tls" = 1 ]; then
+        security="
+  security:          TLS + ZooKeeper ACLs; client properties $tls_dir/admin.properties"
+        export_config=" MINIBROKER_COMMAND_CONFIG=$tls_dir/admin.properties"
     fi
     cat <<EOF
 make up: $what and 3 brokers are healthy after $((SECONDS - start)) s (project $project).
 
   bootstrap servers: $servers
-  zookeeper:         $zk
+  zookeeper:         $zk$security
 
 Next:
-  export MINIBROKER_BOOTSTRAP=$servers MINIBROKER_ZOOKEEPER=$zk
+  export MINIBROKER_BOOTSTRAP=$servers MINIBROKER_ZOOKEEPER=$zk$export_config
   minibroker topics create orders --partitions 3 --replication-factor 3
   seq 1000 | minibroker produce orders --acks all
   minibroker consume orders --from-beginning --timeout-ms 5000

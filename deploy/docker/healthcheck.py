@@ -42,15 +42,18 @@ def check_zookeeper(host: str = "127.0.0.1", port: int = 2181) -> str:
 
 
 def check_broker() -> str:
-    import grpc
-
     from proto import minibroker_pb2 as pb
     from proto import minibroker_pb2_grpc as pb_grpc
+    from proto.tls import TlsConfig, sync_channel
 
     broker_id = int(os.environ["MINIBROKER_BROKER_ID"])
     port = int(os.environ.get("MINIBROKER_PORT") or 9090 + broker_id)
     host = os.environ.get("MINIBROKER_ADVERTISED_HOST") or "127.0.0.1"
-    with grpc.insecure_channel(f"{host}:{port}") as channel:
+    # The TLS variant (docker-compose.tls.yml): ask with the broker's own certificate.
+    keystore = os.environ.get("MINIBROKER_CFG_SSL_KEYSTORE_LOCATION")
+    truststore = os.environ.get("MINIBROKER_CFG_SSL_TRUSTSTORE_LOCATION")
+    tls = TlsConfig.from_files(truststore, keystore) if keystore and truststore else None
+    with sync_channel(f"{host}:{port}", tls) as channel:
         response = pb_grpc.BrokerStub(channel).Metadata(pb.MetadataRequest(), timeout=TIMEOUT_S)
     listed = sorted(b.node_id for b in response.brokers)
     if broker_id not in listed:
