@@ -89,6 +89,24 @@ class ClusterBackend(abc.ABC):
     def can_partition(self) -> bool:
         return False
 
+    # -- disks -----------------------------------------------------------------------------
+
+    def fill_log_dir(self, broker_id: int) -> str:
+        """Take every free byte of the broker's data dir's file system (its next write fails
+        with ENOSPC); says how much. Raises BackendUnavailableError where the backend cannot
+        fill one broker's disk alone."""
+        raise BackendUnavailableError(
+            f"the {self.name} backend cannot fill one broker's disk alone: disk-full runs on "
+            "the local backend, whose brokers each get a tmpfs (`cluster up --log-dir-size`)"
+        )
+
+    def free_log_dir(self, broker_id: int) -> None:  # noqa: B027 - nothing filled elsewhere
+        """Undo :meth:`fill_log_dir`."""
+
+    @property
+    def can_fill_log_dir(self) -> bool:
+        return False
+
     # -- ZooKeeper -------------------------------------------------------------------------
 
     def zookeeper_nodes(self) -> list[int]:

@@ -14,8 +14,9 @@ import shutil
 from pathlib import Path
 
 from broker.kafka_server import ZOOKEEPER_SESSION_FILE
-from chaos.backend import ClusterBackend
+from chaos.backend import BackendUnavailableError, ClusterBackend
 from chaos.torn_write import tear_active_segment
+from deploy import small_log_dirs
 from deploy.local_cluster import LocalCluster, LocalClusterError
 
 __all__ = ["LocalBackend"]
@@ -69,6 +70,23 @@ class LocalBackend(ClusterBackend):
         except (OSError, ValueError):
             return None
         return int(session_hex, 16), bytes.fromhex(password_hex)
+
+    @property
+    def can_fill_log_dir(self) -> bool:
+        return self.cluster.log_dir_size() is not None
+
+    def fill_log_dir(self, broker_id: int) -> str:
+        if not self.can_fill_log_dir:
+            raise BackendUnavailableError(
+                "disk-full needs each broker's data dir on a file system of its own: start "
+                "the cluster with `cluster up --log-dir-size 256M` (root), or let chaos run "
+                "start its own"
+            )
+        filled = small_log_dirs.fill(self.cluster.broker_dir(broker_id))
+        return f"filled {filled:,} bytes of broker {broker_id}'s data dir"
+
+    def free_log_dir(self, broker_id: int) -> None:
+        small_log_dirs.free(self.cluster.broker_dir(broker_id))
 
     def zookeeper_nodes(self) -> list[int]:
         return self.cluster.zookeeper_nodes()

@@ -252,6 +252,34 @@ class _TornWrite(Nemesis):
         return Fault(self.name, broker, _restart(ctx, broker))
 
 
+class _DiskFull(Nemesis):
+    """A broker's disk fills up (KIP-112): its log dir goes offline, the controller moves
+    its leaderships to the other ISR members; healed as Kafka heals it, by freeing the
+    space and restarting the broker. The strike prefers a leader of the workload."""
+
+    name = "disk-full"
+
+    def check(self, backend: ClusterBackend) -> None:
+        if not backend.can_fill_log_dir:
+            backend.fill_log_dir(-1)  # raises, saying why
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        broker = _Leader().target(ctx, pick)
+        detail = ctx.backend.fill_log_dir(broker)
+        ctx.timeline.event("disk-full", broker, nemesis=self.name, detail=detail)
+
+        def heal() -> None:
+            ctx.backend.free_log_dir(broker)
+            ctx.timeline.event("disk-freed", broker)
+            if ctx.backend.is_running(broker):
+                ctx.backend.kill(broker)  # an offline log dir comes back only with a restart
+                ctx.timeline.event("kill", broker)
+            ctx.backend.start(broker)
+            ctx.timeline.event("start", broker)
+
+        return Fault(self.name, broker, heal)
+
+
 class _Partition(Nemesis):
     name = "partition"
 
@@ -510,6 +538,7 @@ NEMESES: dict[str, Nemesis] = {
         _Controller(),
         _ZkExpire(),
         _TornWrite(),
+        _DiskFull(),
         _Cascade(),
         _Partition(),
         _Split(),

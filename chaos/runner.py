@@ -64,6 +64,10 @@ class Interrupted(MinibrokerError):
     """SIGINT or SIGTERM during a run."""
 
 
+LOG_DIR_BYTES = 256 << 20
+"""Each broker's tmpfs in a run with ``disk-full`` on a cluster it starts itself."""
+
+
 @dataclass
 class RunSettings:
     """``chaos run``'s options."""
@@ -235,6 +239,7 @@ class _Run:
                 zookeeper_port=base + BROKERS,
                 zookeeper_nodes=zookeepers,
                 overrides=cluster_overrides(settings),
+                log_dir_bytes=LOG_DIR_BYTES if self._wants("disk-full") else None,
             )
             return LocalBackend(cluster)
         if settings.backend == "docker":
@@ -254,6 +259,10 @@ class _Run:
         raise BackendUnavailableError(
             f"unknown backend {settings.backend!r}: choose local or docker"
         )
+
+    def _wants(self, nemesis: str) -> bool:
+        names = self.replay.nemeses if self.replay is not None else list(self.settings.nemeses)
+        return nemesis in names
 
     def _wants_zookeeper_faults(self) -> bool:
         """A cluster the run starts gets a 3-node ensemble when ZooKeeper faults may come."""

@@ -104,6 +104,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "mutual TLS everywhere, broker-only control requests, ZooKeeper ACLs; the CLI then "
         "uses DATA_DIR/tls/admin.properties",
     )
+    up.add_argument(
+        "--log-dir-size",
+        type=_byte_size,
+        default=None,
+        metavar="SIZE",
+        help="put each broker's data dir on a tmpfs of SIZE (e.g. 256M; root only), so one "
+        "broker's disk can fill up alone (chaos's disk-full); `cluster down` copies the data "
+        "back to the disk",
+    )
     up.set_defaults(run=_up)
     action("down", "stop every broker cleanly, then ZooKeeper").set_defaults(run=_down)
     status = action("status", "brokers, controller, under-replicated and offline partitions")
@@ -140,6 +149,17 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         sub.set_defaults(run=run)
 
 
+def _byte_size(text: str) -> int:
+    """``256M``, ``1G``, ``65536``: bytes (K, M, G are powers of 1024)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("B")
+    factor = units.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in units else text
+    if not number.isdigit() or int(number) * factor < 1 << 20:
+        raise argparse.ArgumentTypeError(f"expected a size of at least 1M, e.g. 256M, got {text!r}")
+    return int(number) * factor
+
+
 def _up(args: argparse.Namespace) -> int:
     cluster = LocalCluster(args.data_dir)
     try:
@@ -150,6 +170,7 @@ def _up(args: argparse.Namespace) -> int:
             zookeeper_nodes=args.zookeeper_nodes,
             overrides=parse_overrides(args.override),
             tls=args.tls,
+            log_dir_bytes=args.log_dir_size,
         )
     except ClusterAlreadyRunningError as running:
         if not running.complete:

@@ -45,7 +45,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from deploy import tls_certs
+from deploy import small_log_dirs, tls_certs
 from deploy.broker_process import BrokerProcess, BrokerProcessError, BrokerSpec
 from deploy.cluster_status import (
     BrokerStatus,
@@ -56,6 +56,7 @@ from deploy.cluster_status import (
     read_zookeeper,
 )
 from deploy.ports import port_is_free
+from deploy.small_log_dirs import SmallLogDirError
 from deploy.zookeeper import (
     QuorumPeer,
     ZooKeeperConfig,
@@ -173,6 +174,8 @@ class _State:
     overrides: dict[str, str] = field(default_factory=dict)
     tls: bool = False
     """``cluster up --tls``: certificates, ACLs and the chroot in ``<data-dir>/tls/``."""
+    log_dir_bytes: int | None = None
+    """``cluster up --log-dir-size``: each broker's data dir is a tmpfs of this size."""
 
     def to_json(self) -> str:
         data = {
@@ -180,6 +183,7 @@ class _State:
             "brokers": {str(i): asdict(b) for i, b in sorted(self.brokers.items())},
             "overrides": self.overrides,
             "tls": self.tls,
+            "log_dir_bytes": self.log_dir_bytes,
         }
         return json.dumps(data, indent=2) + "\n"
 
@@ -199,6 +203,7 @@ class _State:
             {int(i): _Process(**b) for i, b in data["brokers"].items()},
             dict(data.get("overrides", {})),
             bool(data.get("tls", False)),
+            data.get("log_dir_bytes"),
         )
 
     @property
@@ -316,10 +321,15 @@ class LocalCluster:
         overrides: Mapping[str, str] | None = None,
         timeout: float = 60.0,
         tls: bool = False,
+        log_dir_bytes: int | None = None,
     ) -> None:
         """With ``tls``, the authenticated mode (README, "Security"): a throw-away CA and
         certificates in ``<data-dir>/tls/``, mutual TLS between everyone, ZooKeeper ACLs
         under the chroot ``/minibroker``, and ``tls/admin.properties`` for the CLI.
+
+        With ``log_dir_bytes``, each broker's data dir is a tmpfs of that size (root only;
+        :mod:`deploy.small_log_dirs`), so that one broker's disk can fill up alone (chaos's
+        ``disk-full``); :meth:`down` copies the data back to the disk and unmounts.
 
         Start ZooKeeper and ``brokers`` brokers on ``base_port``, ``base_port + 1``, ...;
         return once every broker is registered and a controller is elected. Ports are
@@ -371,9 +381,12 @@ class LocalCluster:
         started: list[BrokerProcess] = []
         try:
             nodes = zookeeper.start(timeout=timeout)
-            state = _State(nodes, {}, dict(overrides or {}), tls)
+            state = _State(nodes, {}, dict(overrides or {}), tls, log_dir_bytes)
             if tls:
                 self._make_tls(brokers, state)
+            if log_dir_bytes is not None:
+                for broker_id in range(1, brokers + 1):
+                    small_log_dirs.mount(self.broker_dir(broker_id), log_dir_bytes)
             self._write_state(state)
             with _kazoo(state.cluster_zookeeper_connect) as zk:
                 for broker_id in range(1, brokers + 1):
@@ -385,10 +398,11 @@ class LocalCluster:
                     state.brokers[broker_id] = _Process(process.pid, process.port)
                     self._write_state(state)
                 _wait_for_controller(zk, timeout)
-        except (ZooKeeperError, BrokerProcessError, LocalClusterError) as e:
+        except (ZooKeeperError, BrokerProcessError, LocalClusterError, SmallLogDirError) as e:
             for process in started:
                 process.kill()
             zookeeper.stop()
+            self._unmount_log_dirs(brokers)
             self.state_path.unlink(missing_ok=True)
             raise LocalClusterError(str(e)) from None
 
@@ -405,7 +419,20 @@ class LocalCluster:
             _signal(state.zookeeper[node].pid, signal.SIGTERM, group=True)
         for node in running:
             self._wait_zookeeper_gone(state, node)
+        if state.log_dir_bytes is not None:
+            self._unmount_log_dirs(max(state.brokers, default=0))
         self.state_path.unlink(missing_ok=True)
+
+    def _unmount_log_dirs(self, brokers: int) -> None:
+        for broker_id in range(1, brokers + 1):
+            try:
+                small_log_dirs.unmount_keeping(self.broker_dir(broker_id))
+            except SmallLogDirError as e:
+                log.warning("%s", e)
+
+    def log_dir_size(self) -> int | None:
+        """The size of each broker's own tmpfs (``--log-dir-size``), or None."""
+        return self._read_state().log_dir_bytes
 
     def kill(self, broker_id: int) -> None:
         """SIGKILL broker ``broker_id`` (a crash)."""

@@ -9,6 +9,7 @@ heal and stop everything; bad input is one line and exit status 2 before anythin
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -173,6 +174,46 @@ def test_a_cascade_loses_acknowledged_writes_only_without_leader_epochs(
     else:
         assert status == 0, (run_dir / "audit" / "summary.txt").read_text()
         assert kinds == set()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="disk-full mounts a tmpfs per broker (root only)")
+def test_a_full_disk_takes_a_log_dir_offline_and_the_audit_finds_nothing_lost(
+    tmp_path: Path, spark: Any
+) -> None:
+    """disk-full on a cluster the run starts with a tmpfs per broker: the struck broker's
+    next write fails, its log dir goes offline, the controller moves its leaderships, and
+    after the space is freed and the broker restarted it rejoins; nothing acknowledged is
+    lost, and `cluster down` leaves the data on disk for the audit."""
+    replay = _schedule(tmp_path / "schedule.json", [("disk-full", 4.0)], gap=4.0)
+    run_dir = tmp_path / "run"
+    status = run_chaos(
+        RunSettings(
+            out=run_dir,
+            replay=replay,
+            producers=2,
+            rate=50,
+            consumers=1,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            spark=spark,
+        )
+    )
+    assert status == 0, (run_dir / "audit" / "summary.txt").read_text()
+    events = _timeline(run_dir)
+    full = [e for e in events if e["f"] == "disk-full"]
+    assert len(full) == 1, events
+    broker = full[0]["target"]
+    assert [e["f"] for e in events if e.get("target") == broker][-3:] == [
+        "disk-freed", "kill", "start",
+    ]  # fmt: skip
+    log = (run_dir / "logs" / f"broker-{broker}.log").read_text()
+    assert "event=log_dir_offline" in log
+    assert "No space left on device" in log
+    for b in (1, 2, 3):
+        data = run_dir / "data" / f"broker-{b}"
+        assert not os.path.ismount(data)
+        assert (data / "meta.properties").is_file()
+    assert json.loads((run_dir / "audit" / "report.json").read_text())["violations"] == []
+    assert not _processes_of(run_dir), "the run left processes behind"
 
 
 def test_an_interrupted_run_heals_the_paused_broker_and_stops_everything(
