@@ -133,12 +133,30 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     status.set_defaults(run=_status)
     for name, help_text, run in (
-        ("kill", "SIGKILL one broker (a crash)", _kill),
+        ("kill", "SIGKILL one broker (a crash), or `zookeeper [N]`", _kill),
         ("stop", "stop one broker cleanly (controlled shutdown)", _stop),
-        ("start", "start a stopped or killed broker again", _start),
+        (
+            "start",
+            "start a stopped or killed broker again; `start zookeeper [N]`: ZooKeeper",
+            _start,
+        ),
     ):
         sub = action(name, help_text)
-        sub.add_argument("broker_id", type=int, metavar="N", help="the broker id")
+        sub.add_argument(
+            "broker_id",
+            type=_broker_or_zookeeper if name != "stop" else int,
+            metavar="N" if name == "stop" else "N|zookeeper",
+            help="the broker id" if name == "stop" else "the broker id, or zookeeper",
+        )
+        if name != "stop":
+            sub.add_argument(
+                "node",
+                type=int,
+                nargs="?",
+                default=None,
+                metavar="NODE",
+                help="with zookeeper: the node id (default: every node not running, or 1)",
+            )
         sub.set_defaults(run=run)
     for name, help_text, run in (
         ("kill-zookeeper", "SIGKILL one ZooKeeper node (a crash)", _kill_zookeeper),
@@ -200,6 +218,12 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _kill(args: argparse.Namespace) -> int:
+    if args.broker_id == "zookeeper":
+        cluster = LocalCluster(args.data_dir)
+        node = _zookeeper_targets(args, cluster, running=True)[0]
+        cluster.kill_zookeeper(node)
+        print(f"ZooKeeper node {node} killed (SIGKILL)")
+        return 0
     LocalCluster(args.data_dir).kill(args.broker_id)
     print(f"broker {args.broker_id} killed (SIGKILL)")
     return 0
@@ -211,7 +235,32 @@ def _stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _broker_or_zookeeper(text: str) -> int | str:
+    if text == "zookeeper":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a broker id or zookeeper, got {text!r}"
+        ) from None
+
+
+def _zookeeper_targets(args: argparse.Namespace, cluster: LocalCluster, running: bool) -> list[int]:
+    """``zookeeper [N]``: node N, else every node that runs (kill) or does not (start)."""
+    if args.node is not None:
+        return [args.node]
+    found = [n for n in cluster.zookeeper_nodes() if cluster.zookeeper_node_running(n) == running]
+    return found or [1]
+
+
 def _start(args: argparse.Namespace) -> int:
+    if args.broker_id == "zookeeper":
+        cluster = LocalCluster(args.data_dir)
+        for node in _zookeeper_targets(args, cluster, running=False):
+            args.node = node
+            _start_zookeeper(args)
+        return 0
     LocalCluster(args.data_dir).start(args.broker_id)
     print(f"broker {args.broker_id} started")
     return 0

@@ -56,6 +56,14 @@ def test_cluster_up_status_kill_start_stop_down(cluster_dir: Path) -> None:
     stopped = minibroker("cluster", "status", *data).stdout
     assert stopped.count("not running") == 1
 
+    # Kafka users' spelling of restarting ZooKeeper (issue 14): `cluster start zookeeper`.
+    killed = minibroker("cluster", "kill", "zookeeper", *data)
+    assert killed.returncode == 0, killed.stderr
+    assert "ZooKeeper node 1 killed" in killed.stdout
+    restarted = minibroker("cluster", "start", "zookeeper", *data)
+    assert restarted.returncode == 0, restarted.stderr
+    assert "ZooKeeper node 1 started" in restarted.stdout
+
     no_such = minibroker("cluster", "kill", "7", *data)
     assert no_such.returncode == 1
     assert "not part of this cluster" in no_such.stderr
