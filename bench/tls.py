@@ -23,7 +23,7 @@ from deploy.ports import free_port_block
 
 RECORDS = 200_000
 RECORD_BYTES = 100
-ROUNDS = 2
+ROUNDS = 3
 TOPIC = "perf"
 _SUMMARY = re.compile(r"([\d,]+) records/s, ([\d.]+) MB/s; latency ms p50 ([\d.]+), p95 ([\d.]+)")
 REPO = Path(__file__).resolve().parent.parent
@@ -45,6 +45,11 @@ class TlsResult:
 
     def best(self, mode: str) -> PerfRound:
         return max((r for r in self.rounds if r.mode == mode), key=lambda r: r.records_per_s)
+
+    def spread(self, mode: str) -> float:
+        """Slowest round of ``mode`` against its fastest (1.0: no noise)."""
+        rates = [r.records_per_s for r in self.rounds if r.mode == mode]
+        return min(rates) / max(rates)
 
     @property
     def ratio(self) -> float:
