@@ -76,7 +76,7 @@ up-ha: image ## the same on a 3-node ZooKeeper ensemble (MINIBROKER_ZOOKEEPER_NO
 up-tls: image ## the authenticated Docker cluster: mutual TLS, broker-only control requests, ZooKeeper ACLs (files in ./minibroker-tls)
 	@MINIBROKER_TLS=1 deploy/docker/compose.sh up
 
-up-metrics: image prometheus-image ## the same plus Prometheus scraping the brokers (compose profile "metrics", 127.0.0.1:9090)
+up-metrics: image prometheus-image ## the Docker cluster plus Prometheus scraping the brokers (compose profile "metrics", 127.0.0.1:9090)
 	@MINIBROKER_METRICS=1 deploy/docker/compose.sh up
 
 down: ## stop and remove the Docker cluster's containers, either variant (the data volumes stay)
