@@ -28,6 +28,7 @@ from client.cli_common import (
 )
 from client.metadata import ClientError
 from client.producer import Producer, ProducerConfig, RecordMetadata
+from client.producer_config import DEFAULT_BATCH_SIZE
 
 _READ_CHUNK = 1 << 16
 PROPERTIES = ("parse.key", "key.separator")
@@ -58,7 +59,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--partition", type=int, default=None, help="send every record here")
     parser.add_argument("--linger-ms", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=16384)
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument(
         "--delivery-timeout-ms",
         type=int,

@@ -281,6 +281,14 @@ class Producer:
         self._check_open()
         if self._sender_task is None:
             await self.start()
+        accumulator = self._accumulator
+        if accumulator is not None and accumulator.wakeup.is_set():
+            # The last send created or closed a batch: let the sender take it now, before
+            # this record is queued (so cancelling here still queues nothing). Without
+            # this yield a caller that never waits would queue up to buffer_memory before
+            # the first request leaves; with it, the loop turns once per batch.
+            await asyncio.sleep(0)
+            self._check_open()
         _check_bytes("value", value)
         _check_bytes("key", key)
         header_tuple = tuple(headers)
@@ -288,7 +296,9 @@ class Producer:
             if not isinstance(header_key, str):
                 raise TypeError(f"header keys must be str, got {type(header_key).__name__}")
             _check_bytes(f"header {header_key!r}", header_value)
-        num_partitions = await self._partition_count(topic)
+        metadata = self._metadata
+        known = metadata.partitions(topic) if metadata is not None else None
+        num_partitions = known if known is not None else await self._partition_count(topic)
         if partition is not None and not 0 <= partition < num_partitions:
             raise ClientError(
                 f"partition {partition} out of range: topic '{topic}' has {num_partitions} "
@@ -303,7 +313,8 @@ class Producer:
                 f"a record of {size} bytes (as a batch of one) is larger than "
                 f"max_request_size ({self.config.max_request_size})"
             )
-        await self._buffer.reserve(size, self.config.max_block_ms / 1000)
+        if not self._buffer.try_reserve(size):
+            await self._buffer.reserve(size, self.config.max_block_ms / 1000)
         try:
             self._check_open()
             future = self._append(topic, num_partitions, record, size, partition)

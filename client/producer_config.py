@@ -13,6 +13,7 @@ from proto.topic_partition import TopicPartition
 
 __all__ = [
     "ACKS_ALL",
+    "DEFAULT_BATCH_SIZE",
     "DeliveryTimeoutError",
     "ProducerClosedError",
     "ProducerConfig",
@@ -57,6 +58,10 @@ def parse_acks(value: str | int) -> int:
     raise ClientError(f"acks must be 0, 1 or all (-1), got {value!r}")
 
 
+DEFAULT_BATCH_SIZE = 262144
+"""``batch.size``'s default (see :attr:`ProducerConfig.batch_size`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ProducerConfig:
     """The producer's settings, named as Kafka's (``batch.size`` -> ``batch_size``).
@@ -66,9 +71,13 @@ class ProducerConfig:
 
     acks: int = ACKS_ALL
     """0, 1 or -1 (all); :func:`parse_acks` reads ``"all"``."""
-    batch_size: int = 16384
+    batch_size: int = DEFAULT_BATCH_SIZE
     """Upper bound of one partition's batch in bytes (a larger record gets a batch of its
-    own); 0 sends every record alone."""
+    own); 0 sends every record alone. 256 KiB, not Kafka's 16 KiB: each Produce is a unary
+    gRPC call with about a millisecond of fixed cost in the brokers, and a partition has one
+    batch in flight at a time, so 16 KiB (about 150 100-byte records) caps a saturating
+    producer near 35,000 records/s while 256 KiB reaches about 80,000 on 2 cores (issue 15).
+    A producer that does not saturate is unaffected: ``linger_ms`` sends what it has."""
     linger_ms: int = 5
     """How long a batch that is not full waits for more records before it is sent."""
     retries: int = _INT32_MAX

@@ -340,6 +340,14 @@ class BufferPool:
         self.used = 0
         self._freed = asyncio.Event()
 
+    def try_reserve(self, size: int) -> bool:
+        """Take ``size`` bytes if they fit now, without waiting (the common case, kept
+        free of a coroutine per record); False if :meth:`reserve` must wait."""
+        if self.used and self.used + size > self.limit:
+            return False
+        self.used += size
+        return True
+
     async def reserve(self, size: int, timeout_s: float) -> None:
         """Wait until ``size`` more bytes fit (or nothing is used: a huge record still
         goes, alone). Raises ClientError after ``timeout_s``."""

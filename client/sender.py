@@ -70,6 +70,9 @@ _DEADLINE_MARGIN_S = 1.0
 """The gRPC deadline exceeds the broker-side ``timeout_ms`` by this much, so an acks=all
 request that times out at the broker comes back as REQUEST_TIMED_OUT, not as a deadline."""
 
+_NONE = ErrorCode.NONE
+"""Looked up once: protobuf's enum wrapper makes each ``ErrorCode.X`` a slow call."""
+
 
 # -- idempotence -------------------------------------------------------------------------------
 
@@ -201,7 +204,7 @@ class ProducerMetadata:
         """How many partitions ``topic`` has, or None while the metadata does not know it."""
         cluster = self.client.current
         found = cluster.topics.get(topic) if cluster is not None else None
-        if found is None or found.error_code != ErrorCode.NONE or not found.partitions:
+        if found is None or found.error_code != _NONE or not found.partitions:
             return None
         return len(found.partitions)
 
@@ -406,12 +409,12 @@ class Sender:
                         now,
                     )
                 elif config.acks == 0:
-                    if part.error_code != ErrorCode.NONE:
+                    if part.error_code != _NONE:
                         # Nobody waits for an acks=0 outcome; still, a hint that the
                         # leadership moved is worth a refresh for the next batches.
                         self.metadata.request_update()
                     self._complete(batch, -1, -1)
-                elif part.error_code == ErrorCode.NONE:
+                elif part.error_code == _NONE:
                     self._complete(batch, part.base_offset, part.log_append_time_ms)
                 elif part.error_code == ErrorCode.DUPLICATE_SEQUENCE:
                     # Kafka's Sender: the broker has the batch already (older than the

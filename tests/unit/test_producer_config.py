@@ -11,7 +11,7 @@ from client.producer import ACKS_ALL, ProducerConfig, parse_acks
 def test_defaults_are_kafkas() -> None:
     config = ProducerConfig()
     assert config.acks == ACKS_ALL == -1
-    assert (config.batch_size, config.linger_ms) == (16384, 5)
+    assert (config.batch_size, config.linger_ms) == (262144, 5)
     assert config.retries == 2**31 - 1
     assert (config.retry_backoff_ms, config.request_timeout_ms) == (100, 30000)
     assert config.delivery_timeout_ms == 120000
