@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import json
 import os
 import sys
 import time
@@ -59,6 +60,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     consume.set_defaults(run=lambda a: run_async(perf_consume(a)))
     for sub in (produce, consume):
+        sub.add_argument(
+            "--json",
+            action="store_true",
+            help="print the result as one JSON object (records, seconds, records_per_s, "
+            "mb_per_s, latency_ms), so runs can be compared",
+        )
         add_bootstrap_option(sub)
 
 
@@ -81,6 +88,28 @@ class PerfResult:
     seconds: float
     value_bytes: int
     latencies_ms: list[float]
+
+    def to_json(self) -> dict[str, object]:
+        """The result as ``perf ... --json`` prints it."""
+        rate = self.records / self.seconds if self.seconds else 0.0
+        result: dict[str, object] = {
+            "records": self.records,
+            "seconds": round(self.seconds, 3),
+            "records_per_s": round(rate, 1),
+            "mb_per_s": round(self.value_bytes / self.seconds / 1e6, 3) if self.seconds else 0.0,
+        }
+        if self.latencies_ms:
+            ordered = sorted(self.latencies_ms)
+            result["latency_ms"] = {
+                "p50": percentile(ordered, 50),
+                "p95": percentile(ordered, 95),
+                "p99": percentile(ordered, 99),
+                "max": ordered[-1],
+            }
+        return result
+
+    def report(self, as_json: bool) -> str:
+        return json.dumps(self.to_json()) if as_json else self.summary()
 
     def summary(self) -> str:
         rate = self.records / self.seconds if self.seconds else 0.0
@@ -151,11 +180,8 @@ async def perf_produce(args: argparse.Namespace) -> int:
                 progress.update(task, completed=len(latencies) + len(errors))
     if errors:
         raise ClientError(f"{len(errors)} of {args.num_records} records failed: {errors[0]}")
-    print(
-        PerfResult(
-            args.num_records, elapsed, args.num_records * args.record_size, latencies
-        ).summary()
-    )
+    result = PerfResult(args.num_records, elapsed, args.num_records * args.record_size, latencies)
+    print(result.report(args.json))
     return 0
 
 
@@ -203,7 +229,7 @@ async def perf_consume(args: argparse.Namespace) -> int:
                 value_bytes += sum(len(r.value or b"") for r in records)
                 progress.advance(task, len(records))
             elapsed = last - started
-    print(PerfResult(count, elapsed, value_bytes, []).summary())
+    print(PerfResult(count, elapsed, value_bytes, []).report(args.json))
     if count < args.num_records:
         raise ClientError(f"only {count} of {args.num_records} records arrived within --timeout-ms")
     return 0

@@ -4,6 +4,7 @@ ZooKeeper and three brokers on free ports)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -362,3 +363,10 @@ def test_kafka_habits_topic_option_properties_and_perf_count_names(cluster: Loca
     assert produced.startswith("50 records in ")
     consumed = cluster.ok("perf", "consume", "habits", "--num-records", "52")
     assert consumed.startswith("52 records in ")
+    # --json: one object per run, so runs can be compared (issue 15).
+    as_json = json.loads(cluster.ok("perf", "produce", "habits", "--messages", "20", "--json"))
+    assert as_json["records"] == 20
+    assert as_json["records_per_s"] > 0
+    assert set(as_json["latency_ms"]) == {"p50", "p95", "p99", "max"}
+    read = json.loads(cluster.ok("perf", "consume", "habits", "--num-records", "72", "--json"))
+    assert (read["records"], "latency_ms" in read) == (72, False)
