@@ -6,50 +6,34 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from broker.broker_metrics import RequestMetrics
+from broker.unary_interceptor import UnaryInterceptor
 
 __all__ = ["RequestTiming"]
 
-if TYPE_CHECKING:
-    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:  # generic only in the type stubs
-    _ServerInterceptor = grpc.aio.ServerInterceptor
 
-
-class RequestTiming(_ServerInterceptor):
+class RequestTiming(UnaryInterceptor):
     """Times each unary call from the handler's start to its answer into ``metrics``; a call
     ending with a gRPC status other than OK (INVALID_ARGUMENT, INTERNAL, a cancellation)
-    also counts as an error of that status. Wrapped handlers are cached per method."""
+    also counts as an error of that status."""
 
     def __init__(self, metrics: RequestMetrics) -> None:
+        super().__init__()
         self._metrics = metrics
-        self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
+    def wrap(
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        method = handler_call_details.method
-        cached = self._handlers.get(method)
-        if cached is not None:
-            return cached
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None:
-            return handler
-        wrapped = grpc.unary_unary_rpc_method_handler(
+        assert handler.unary_unary is not None
+        return grpc.unary_unary_rpc_method_handler(
             self._timed(method.rsplit("/", 1)[-1], handler.unary_unary),
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
-        self._handlers[method] = wrapped
-        return wrapped
 
     def _timed(
         self, api: str, behavior: Callable[[Any, Any], Any]

@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
+
+from broker.unary_interceptor import UnaryInterceptor
 
 __all__ = ["UndecodableRequests"]
 
 logger = logging.getLogger(__name__)
-
-if TYPE_CHECKING:
-    _ServerInterceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:  # generic only in the type stubs
-    _ServerInterceptor = grpc.aio.ServerInterceptor
 
 
 class _Undecodable:
@@ -35,38 +32,24 @@ class _Undecodable:
         self.error = error
 
 
-class UndecodableRequests(_ServerInterceptor):
-    """Answers requests that do not decode with INVALID_ARGUMENT (see the module docstring).
-
-    The wrapped handler of each method is built once and cached: a broker has a handful of
-    methods, and the produce path should not pay for building handlers per call.
-    """
+class UndecodableRequests(UnaryInterceptor):
+    """Answers requests that do not decode with INVALID_ARGUMENT (see the module
+    docstring); each method's wrapped handler is built once (:class:`UnaryInterceptor`)."""
 
     def __init__(self, broker_id: int) -> None:
+        super().__init__()
         self._broker_id = broker_id
-        self._handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any]]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
+    def wrap(
+        self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        method = handler_call_details.method
-        cached = self._handlers.get(method)
-        if cached is not None:
-            return cached
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
-            return handler  # unknown method (UNIMPLEMENTED) or a kind this server does not use
-        wrapped = grpc.unary_unary_rpc_method_handler(
+        if handler.unary_unary is None or handler.request_deserializer is None:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(
             self._guard(method, handler.unary_unary),
             request_deserializer=_never_raising(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
-        self._handlers[method] = wrapped
-        return wrapped
 
     def _guard(
         self, method: str, behavior: Callable[[Any, Any], Any]

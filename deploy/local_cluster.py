@@ -650,19 +650,17 @@ class LocalCluster:
         before any broker starts."""
         certs = tls_certs.generate(self.tls_dir, range(1, brokers + 1), clients=("admin",))
         digest = self.tls_dir / ZOOKEEPER_DIGEST_FILE
-        _write_private(digest, f"minibroker:{secrets.token_urlsafe(24)}\n")
+        tls_certs.write_file(digest, f"minibroker:{secrets.token_urlsafe(24)}\n")
         admin = {
             **certs.client_properties("admin"),
             "zookeeper.set.acl": "true",
             "zookeeper.auth.digest.file": str(digest),
         }
-        _write_private(
+        tls_certs.write_file(
             self.tls_dir / ADMIN_PROPERTIES, "".join(f"{k}={v}\n" for k, v in admin.items())
         )
         credentials = read_digest_file(digest, set_acl=True)
-        client = KazooClient(
-            hosts=state.zookeeper_connect, auth_data=[("digest", credentials.digest)]
-        )
+        client = KazooClient(hosts=state.zookeeper_connect, auth_data=credentials.auth_data)
         client.start(timeout=10)
         try:
             client.ensure_path(TLS_CHROOT, acl=SECURE_ACL)
@@ -871,13 +869,6 @@ def _signal(pid: int, signum: signal.Signals, *, group: bool = False) -> None:
             os.kill(pid, signum)
         if signum == signal.SIGTERM:
             os.kill(pid, signal.SIGCONT)  # a paused process must be able to exit
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path``, readable by its owner only (a secret)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
 
 
 @contextlib.contextmanager

@@ -124,8 +124,8 @@ def generate(
         )
         .sign(ca_key, hashes.SHA256())
     )
-    _write(directory / CA_FILE, _pem(ca_cert), private=False)
-    _write(directory / CA_KEY_FILE, _key_pem(ca_key), private=True)
+    write_file(directory / CA_FILE, _pem(ca_cert), private=False)
+    write_file(directory / CA_KEY_FILE, _key_pem(ca_key), private=True)
     for broker_id in broker_ids:
         _issue(directory / broker_file(broker_id), f"broker-{broker_id}", names, ca_cert, ca_key)
     for client in clients:
@@ -168,7 +168,7 @@ def _issue(
         )
         .sign(ca_key, hashes.SHA256())
     )
-    _write(path, _pem(cert) + _key_pem(key), private=True)
+    write_file(path, _pem(cert) + _key_pem(key), private=True)
 
 
 def _pem(cert: x509.Certificate) -> bytes:
@@ -183,7 +183,11 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _write(path: Path, data: bytes, *, private: bool) -> None:
+def write_file(path: Path, data: bytes | str, *, private: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically, readable by its owner only unless not
+    ``private`` (keys, the ZooKeeper digest, client properties naming them)."""
+    if isinstance(data, str):
+        data = data.encode()
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
     with os.fdopen(fd, "wb") as out:

@@ -29,6 +29,11 @@ class ZkCredentials:
     digest: str
     set_acl: bool = True
 
+    @property
+    def auth_data(self) -> list[tuple[str, str]]:
+        """kazoo's ``auth_data`` for a session of this identity."""
+        return [("digest", self.digest)]
+
     def __repr__(self) -> str:
         user = self.digest.partition(":")[0]
         return f"ZkCredentials(user={user!r}, set_acl={self.set_acl})"

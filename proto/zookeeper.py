@@ -729,7 +729,7 @@ async def connect_session(
     client = KazooClient(
         hosts=connect,
         timeout=session_timeout_s,
-        auth_data=None if credentials is None else [("digest", credentials.digest)],
+        auth_data=None if credentials is None else credentials.auth_data,
         default_acl=SECURE_ACL if credentials is not None and credentials.set_acl else None,
         connection_retry=KazooRetry(
             max_tries=-1, max_delay=min(RECONNECT_MAX_DELAY_S, session_timeout_s / 3)
@@ -763,7 +763,7 @@ def _ensure_chroot(
     root = KazooClient(
         hosts=hosts,
         timeout=session_timeout_ms / 1000,
-        auth_data=None if credentials is None else [("digest", credentials.digest)],
+        auth_data=None if credentials is None else credentials.auth_data,
     )
     try:
         if not start_kazoo(root, timeout_s):
