@@ -34,7 +34,7 @@ from client.cli_common import (
 )
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import ClientError
-from client.producer import Producer, ProducerConfig, RecordMetadata
+from client.producer import Producer, ProducerConfig, RecordRange
 from client.producer_config import DEFAULT_BATCH_SIZE
 
 
@@ -87,7 +87,18 @@ class PerfResult:
     records: int
     seconds: float
     value_bytes: int
-    latencies_ms: list[float]
+    latencies_ms: list[tuple[float, int]]
+    """(latency, how many records had it): records given to the producer together share
+    the moment they were given and the acknowledgement of their batch."""
+
+    def percentiles(self) -> dict[str, float]:
+        ordered = sorted(self.latencies_ms)
+        return {
+            "p50": percentile(ordered, 50),
+            "p95": percentile(ordered, 95),
+            "p99": percentile(ordered, 99),
+            "max": ordered[-1][0] if ordered else 0.0,
+        }
 
     def to_json(self) -> dict[str, object]:
         """The result as ``perf ... --json`` prints it."""
@@ -99,13 +110,7 @@ class PerfResult:
             "mb_per_s": round(self.value_bytes / self.seconds / 1e6, 3) if self.seconds else 0.0,
         }
         if self.latencies_ms:
-            ordered = sorted(self.latencies_ms)
-            result["latency_ms"] = {
-                "p50": percentile(ordered, 50),
-                "p95": percentile(ordered, 95),
-                "p99": percentile(ordered, 99),
-                "max": ordered[-1],
-            }
+            result["latency_ms"] = {k: round(v, 3) for k, v in self.percentiles().items()}
         return result
 
     def report(self, as_json: bool) -> str:
@@ -118,20 +123,27 @@ class PerfResult:
             f"{self.records} records in {self.seconds:.2f} s: {rate:,.0f} records/s, {mb:.2f} MB/s"
         )
         if self.latencies_ms:
-            ordered = sorted(self.latencies_ms)
+            p = self.percentiles()
             text += (
-                f"; latency ms p50 {percentile(ordered, 50):.1f}, p95 {percentile(ordered, 95):.1f}"
-                f", p99 {percentile(ordered, 99):.1f}, max {ordered[-1]:.1f}"
+                f"; latency ms p50 {p['p50']:.1f}, p95 {p['p95']:.1f}"
+                f", p99 {p['p99']:.1f}, max {p['max']:.1f}"
             )
         return text
 
 
-def percentile(ordered: list[float], p: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    if not ordered:
+def percentile(ordered: list[tuple[float, int]], p: float) -> float:
+    """Nearest-rank percentile of ascending (value, weight) pairs: the value below which
+    ``p`` percent of the weight lies."""
+    total = sum(weight for _, weight in ordered)
+    if not total:
         return 0.0
-    rank = max(1, min(len(ordered), int(-(-p * len(ordered) // 100))))
-    return ordered[rank - 1]
+    rank = max(1, min(total, -(-p * total // 100)))
+    seen = 0
+    for value, weight in ordered:
+        seen += weight
+        if seen >= rank:
+            return value
+    return ordered[-1][0]
 
 
 def _progress() -> Progress:
@@ -144,13 +156,36 @@ def _progress() -> Progress:
     )
 
 
+class _Acks:
+    """What ``perf produce`` learns from the acknowledgements: latencies and failures."""
+
+    def __init__(self) -> None:
+        self.latencies: list[tuple[float, int]] = []
+        self.acknowledged = 0
+        self.first_error: BaseException | None = None
+
+    def on_ack(self, sent_at: float, future: asyncio.Future[RecordRange]) -> None:
+        """A run of records' outcome: their latency from ``send_many`` (as Kafka's
+        ProducerPerformance measures it, from the call), or their error."""
+        if future.cancelled():
+            self.first_error = self.first_error or asyncio.CancelledError()
+        elif future.exception() is not None:
+            self.first_error = self.first_error or future.exception()
+        else:
+            count = future.result().count
+            self.acknowledged += count
+            self.latencies.append(((time.monotonic() - sent_at) * 1000, count))
+
+
 async def perf_produce(args: argparse.Namespace) -> int:
     if args.num_records < 1 or args.record_size < 0:
         raise UsageError("--num-records must be >= 1 and --record-size >= 0")
     config = ProducerConfig(acks=args.acks, batch_size=args.batch_size, linger_ms=args.linger_ms)
-    value = os.urandom(args.record_size)
-    latencies: list[float] = []
-    errors: list[BaseException] = []
+    # Records go to the producer a batch's worth per send_many call when unthrottled, and
+    # as they fall due (at most a millisecond's worth at a time) with --throughput.
+    values = [os.urandom(args.record_size)] * max(1, args.batch_size // (args.record_size + 8))
+    acks = _Acks()
+    futures: list[asyncio.Future[RecordRange]] = []
     async with connections(args) as conns:
         await check_reachable(conns, [args.topic])
         async with Producer(conns, config) as producer:
@@ -158,47 +193,41 @@ async def perf_produce(args: argparse.Namespace) -> int:
                 task = progress.add_task("produce", total=args.num_records)
                 # The bar follows the acks a few times a second, not per record: a
                 # callback into rich per record cost a seventh of the client's CPU.
-                ticker = asyncio.create_task(
-                    _follow(progress, task, lambda: len(latencies) + len(errors))
-                )
+                ticker = asyncio.create_task(_follow(progress, task, lambda: acks.acknowledged))
                 started = time.monotonic()
                 try:
-                    for i in range(args.num_records):
+                    sent = 0
+                    while sent < args.num_records:
+                        count = min(len(values), args.num_records - sent)
                         if args.throughput > 0:
-                            due = started + i / args.throughput
-                            delay = due - time.monotonic()
-                            if delay > 0:
-                                await asyncio.sleep(delay)
-                        future = await producer.send(args.topic, value)
-                        future.add_done_callback(
-                            functools.partial(_on_ack, time.monotonic(), latencies, errors)
-                        )
+                            due = _due(started, sent, args.throughput)
+                            if due < 1:
+                                next_due = started + sent / args.throughput
+                                await asyncio.sleep(max(0.0, next_due - time.monotonic()))
+                                continue
+                            count = min(count, due)
+                        sent_at = time.monotonic()
+                        futures = await producer.send_many(args.topic, values[:count])
+                        on_ack = functools.partial(acks.on_ack, sent_at)
+                        for future in futures:
+                            future.add_done_callback(on_ack)
+                        sent += count
                     await producer.flush()
                     elapsed = time.monotonic() - started
                 finally:
                     ticker.cancel()
-                progress.update(task, completed=len(latencies) + len(errors))
-    if errors:
-        raise ClientError(f"{len(errors)} of {args.num_records} records failed: {errors[0]}")
-    result = PerfResult(args.num_records, elapsed, args.num_records * args.record_size, latencies)
-    print(result.report(args.json))
+                progress.update(task, completed=acks.acknowledged)
+    if acks.first_error is not None:
+        failed = args.num_records - acks.acknowledged
+        raise ClientError(f"{failed} of {args.num_records} records failed: {acks.first_error}")
+    value_bytes = args.num_records * args.record_size
+    print(PerfResult(args.num_records, elapsed, value_bytes, acks.latencies).report(args.json))
     return 0
 
 
-def _on_ack(
-    sent_at: float,
-    latencies: list[float],
-    errors: list[BaseException],
-    future: asyncio.Future[RecordMetadata],
-) -> None:
-    """A record's outcome: its latency from ``send`` (as Kafka's ProducerPerformance
-    measures it), or its error."""
-    if future.cancelled():
-        errors.append(asyncio.CancelledError())
-    elif future.exception() is not None:
-        errors.append(future.exception() or RuntimeError("unknown failure"))
-    else:
-        latencies.append((time.monotonic() - sent_at) * 1000)
+def _due(started: float, sent: int, throughput: int) -> int:
+    """How many more records are due at ``throughput`` records/s by now."""
+    return int((time.monotonic() - started) * throughput) + 1 - sent
 
 
 async def _follow(progress: Progress, task: TaskID, done: Callable[[], int]) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "ProducerClosedError",
     "ProducerConfig",
     "RecordMetadata",
+    "RecordRange",
     "RecordTooLargeError",
     "parse_acks",
 ]
@@ -155,6 +156,25 @@ class RecordMetadata:
     earlier, offset not known)."""
     timestamp: int
     """The record's CreateTime in ms, or the broker's LogAppendTime if the topic uses it."""
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRange:
+    """Where a run of records given to ``Producer.send_many`` was written: ``count``
+    consecutive records from ``offset`` on, in the order they were given (one per batch
+    the run went into, not one per record)."""
+
+    topic: str
+    partition: int
+    offset: int
+    """Offset of the first record; -1 as in :attr:`RecordMetadata.offset`."""
+    count: int
+    timestamp: int
+    """CreateTime of the records (one per ``send_many`` call), or the LogAppendTime."""
 
     @property
     def tp(self) -> TopicPartition:

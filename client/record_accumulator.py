@@ -13,15 +13,9 @@ from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
 from client.metadata import ClientError
-from client.producer_config import RecordMetadata
-from proto.record_batch import (
-    HEADER_SIZE,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    Record,
-    encode_batch,
-)
+from client.producer_config import RecordMetadata, RecordRange
+from proto.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Record
+from proto.records_builder import RecordsBuilder
 from proto.topic_partition import TopicPartition
 
 __all__ = ["BufferPool", "ProducerBatch", "RecordAccumulator", "record_size"]
@@ -62,34 +56,37 @@ def record_size(
 
 
 class ProducerBatch:
-    """The records of one partition that travel together, and their futures."""
+    """The records of one partition that travel together, encoded as they are appended
+    (:class:`RecordsBuilder`), and who waits for them: a future per record given to
+    ``send``, one per run of records given to ``send_many``."""
 
     __slots__ = (
         "attempts",
         "base_sequence",
+        "builder",
         "closed",
         "created",
         "deadline",
         "done",
-        "futures",
         "last_error",
         "payload",
         "producer_epoch",
         "producer_id",
-        "records",
+        "range_futures",
+        "record_futures",
         "reserved",
         "retry_at",
-        "size",
         "tp",
     )
 
     def __init__(self, tp: TopicPartition, created: float, deadline: float) -> None:
         loop = asyncio.get_running_loop()
         self.tp = tp
-        self.records: list[Record] = []
-        self.futures: list[asyncio.Future[RecordMetadata]] = []
-        self.size = HEADER_SIZE
-        """Encoded size of the batch so far."""
+        self.builder = RecordsBuilder()
+        self.record_futures: list[tuple[int, int, asyncio.Future[RecordMetadata]]] = []
+        """(offset delta, timestamp, future) of each record given to ``send``."""
+        self.range_futures: list[tuple[int, int, int, asyncio.Future[RecordRange]]] = []
+        """(first offset delta, count, timestamp, future) of each run of ``send_many``."""
         self.reserved = 0
         """Bytes of ``buffer_memory`` its records hold."""
         self.created = created
@@ -111,62 +108,88 @@ class ProducerBatch:
 
     def __repr__(self) -> str:
         return (
-            f"ProducerBatch({self.tp}, records={len(self.records)}, size={self.size}, "
+            f"ProducerBatch({self.tp}, records={self.record_count}, size={self.size}, "
             f"sequence={self.base_sequence}, attempts={self.attempts})"
         )
 
+    @property
+    def size(self) -> int:
+        """Encoded size of the batch so far."""
+        return self.builder.size
+
+    @property
+    def record_count(self) -> int:
+        return self.builder.count
+
     def try_append(self, record: Record, batch_size: int) -> asyncio.Future[RecordMetadata] | None:
         """Add ``record`` if it fits (the first record always does); None if it does not."""
-        if self.records:
-            size = record_size(
-                len(self.records),
-                record.timestamp - self.records[0].timestamp,
-                record.key,
-                record.value,
-                record.headers,
-            )
-            if self.size + size > batch_size:
-                return None
-        else:
-            size = record_size(0, 0, record.key, record.value, record.headers)
-        self.size += size
-        self.records.append(record)
+        builder = self.builder
+        delta = builder.count
+        if not builder.append(
+            record.timestamp, record.key, record.value, record.headers, batch_size
+        ):
+            return None
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        self.futures.append(future)
+        self.record_futures.append((delta, record.timestamp, future))
         return future
+
+    def append_values(
+        self, values: Sequence[bytes | None], start: int, timestamp: int, batch_size: int
+    ) -> tuple[int, asyncio.Future[RecordRange] | None]:
+        """Add keyless records ``values[start:]`` while they fit (at least one if the batch
+        is empty): the index of the first value left out, and the future of those added
+        (None: none fitted)."""
+        first = self.builder.count
+        end = self.builder.append_values(values, start, timestamp, batch_size)
+        if end == start:
+            return start, None
+        future: asyncio.Future[RecordRange] = asyncio.get_running_loop().create_future()
+        self.range_futures.append((first, end - start, timestamp, future))
+        return end, future
 
     def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
-        self.payload = encode_batch(
-            self.records,
-            producer_id=producer_id,
-            producer_epoch=producer_epoch,
-            base_sequence=base_sequence,
-        )
+        self.payload = self.builder.build(producer_id, producer_epoch, base_sequence)
         return self.payload
 
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:
         """Every record acknowledged, the first at ``base_offset`` (-1: unknown)."""
         topic, partition = self.tp
-        for delta, (record, future) in enumerate(zip(self.records, self.futures, strict=True)):
-            if not future.done():
-                future.set_result(
+        known = base_offset >= 0
+        append_time = log_append_time_ms >= 0
+        for delta, timestamp, record_future in self.record_futures:
+            if not record_future.done():
+                record_future.set_result(
                     RecordMetadata(
                         topic,
                         partition,
-                        base_offset + delta if base_offset >= 0 else -1,
-                        log_append_time_ms if log_append_time_ms >= 0 else record.timestamp,
+                        base_offset + delta if known else -1,
+                        log_append_time_ms if append_time else timestamp,
+                    )
+                )
+        for first, count, timestamp, range_future in self.range_futures:
+            if not range_future.done():
+                range_future.set_result(
+                    RecordRange(
+                        topic,
+                        partition,
+                        base_offset + first if known else -1,
+                        count,
+                        log_append_time_ms if append_time else timestamp,
                     )
                 )
         if not self.done.done():
             self.done.set_result(None)
 
     def fail(self, error: Exception) -> None:
-        for future in self.futures:
-            if not future.done():
-                future.set_exception(error)
+        for _, _, record_future in self.record_futures:
+            if not record_future.done():
+                record_future.set_exception(error)
+        for _, _, _, range_future in self.range_futures:
+            if not range_future.done():
+                range_future.set_exception(error)
         if not self.done.done():
             self.done.set_result(None)
 
@@ -242,6 +265,51 @@ class RecordAccumulator:
             self._close(batch)
         self.wakeup.set()
         return future
+
+    def append_values(
+        self,
+        tp: TopicPartition,
+        values: Sequence[bytes | None],
+        start: int,
+        timestamp: int,
+        now: float,
+        *,
+        abort_on_new_batch: bool = False,
+    ) -> tuple[int, asyncio.Future[RecordRange] | None, int]:
+        """The bulk :meth:`append`: keyless records ``values[start:]`` into the open batch
+        of ``tp``, then, if some are left, a new one, until one batch is full. Returns the
+        index of the first value not taken, the future of those taken (None: none), and
+        the bytes they added (the caller's buffer-memory share of them; the batches hold
+        it as ``reserved``).
+
+        A full batch is closed, so the sticky partitioner moves on and the caller asks it
+        again for the rest. With ``abort_on_new_batch``, nothing goes into a new batch:
+        the caller asks the partitioner first (KIP-480), as :meth:`append` does.
+        """
+        batch_size = self.batch_size
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        elif queue and not queue[-1].closed:
+            last = queue[-1]
+            before = last.size
+            end, future = last.append_values(values, start, timestamp, batch_size)
+            added = last.size - before
+            last.reserved += added
+            if end < len(values) or last.size >= batch_size:
+                self._close(last)
+            if future is not None or abort_on_new_batch:
+                return end, future, added
+        batch = ProducerBatch(tp, now, now + self.delivery_timeout_s)
+        end, future = batch.append_values(values, start, timestamp, batch_size)
+        assert future is not None, "an empty batch takes a record"
+        batch.reserved += batch.size
+        queue.append(batch)
+        self.incomplete.add(batch)
+        if end < len(values) or batch.size >= batch_size:
+            self._close(batch)
+        self.wakeup.set()
+        return end, future, batch.size
 
     def _close(self, batch: ProducerBatch) -> None:
         if not batch.closed:

@@ -360,7 +360,7 @@ class Sender:
                 idempotence is not None and batch.producer_id != idempotence.producer_id
             ):
                 if idempotence is not None:
-                    sequence = idempotence.next_sequence(batch.tp, len(batch.records))
+                    sequence = idempotence.next_sequence(batch.tp, batch.record_count)
                     batch.encode(idempotence.producer_id, idempotence.producer_epoch, sequence)
                 else:
                     batch.encode(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
@@ -468,7 +468,7 @@ class Sender:
                 f"delivery_timeout_ms={timeout_ms} expired)",
             )
         return DeliveryTimeoutError(
-            f"{batch.tp}: {len(batch.records)} record(s) expired: {timeout_ms} ms "
+            f"{batch.tp}: {batch.record_count} record(s) expired: {timeout_ms} ms "
             "(delivery_timeout_ms) passed before they could be sent"
         )
 

@@ -839,6 +839,95 @@ def test_deliberate_partitioner_can_be_given() -> None:
     run(scenario)
 
 
+# -- send_many: the bulk path ------------------------------------------------------------------
+
+
+def test_send_many_keeps_order_tiles_offsets_and_fills_sticky_batches() -> None:
+    async def scenario() -> None:
+        async with fake_cluster(2) as cluster, connected(cluster) as connections:
+            cluster.create("t", 3)
+            config = fast(batch_size=2000, linger_ms=50)
+            async with Producer(connections, config) as producer:
+                values = [b"%05d" % i + bytes(80) for i in range(500)]
+                futures = []
+                for start in range(0, 500, 70):  # calls that do not line up with batches
+                    futures += await producer.send_many("t", values[start : start + 70])
+                ranges = await asyncio.gather(*futures)
+                assert producer._buffer.used == 0
+            assert sum(r.count for r in ranges) == 500
+            given = 0
+            for r in ranges:  # each run: the next values in the order given
+                tp = TopicPartition("t", r.partition)
+                log = cluster.records(tp)
+                assert log[r.offset : r.offset + r.count] == values[given : given + r.count]
+                given += r.count
+            for tp, batches in cluster.logs.items():
+                assert all(len(b) <= 2000 for b in batches)
+                # sticky: every batch but a partition's last is nearly full
+                assert all(parse_header(b).record_count >= 18 for b in batches[:-1]), tp
+            assert len({r.partition for r in ranges}) > 1
+
+    run(scenario)
+
+
+def test_send_many_to_one_partition_and_a_retry_resends_the_same_bytes() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 2)
+            tp = TopicPartition("t", 1)
+            cluster.brokers[1].script[tp].append((APPEND_THEN, ErrorCode.REQUEST_TIMED_OUT))
+            async with Producer(connections, fast()) as producer:
+                (first,) = await producer.send_many("t", [b"a", None, b"c"], partition=1)
+                written = await first
+                assert (written.partition, written.offset, written.count) == (1, 0, 3)
+            assert cluster.records(tp) == [b"a", None, b"c"]
+            sent = [b for _, b in cluster.brokers[1].batches()]
+            assert len(sent) == 2
+            assert sent[0] == sent[1]
+
+    run(scenario)
+
+
+def test_send_many_checks_its_input_before_queueing_anything() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            config = fast(max_request_size=1000)
+            async with Producer(connections, config) as producer:
+                assert await producer.send_many("t", []) == []
+                with pytest.raises(TypeError, match="value must be bytes"):
+                    await producer.send_many("t", [b"ok", "text"])  # type: ignore[list-item]
+                with pytest.raises(RecordTooLargeError, match="max_request_size"):
+                    await producer.send_many("t", [b"ok", bytes(2000)])
+                with pytest.raises(ClientError, match="out of range"):
+                    await producer.send_many("t", [b"ok"], partition=3)
+                await producer.flush()
+                assert producer._buffer.used == 0
+            assert cluster.records(TopicPartition("t", 0)) == []
+
+    run(scenario)
+
+
+def test_send_many_waits_for_buffer_memory_and_fails_after_max_block_ms() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            broker = cluster.brokers[1]
+            broker.hold = asyncio.Event()
+            config = fast(buffer_memory=1000, max_block_ms=100, linger_ms=0)
+            async with Producer(connections, config) as producer:
+                first = await producer.send_many("t", [bytes(100)] * 5)
+                with pytest.raises(ClientError, match="producer buffer full"):
+                    await producer.send_many("t", [bytes(100)] * 5)
+                broker.hold.set()
+                await asyncio.gather(*first)
+                (second,) = await producer.send_many("t", [bytes(100)] * 5)
+                assert (await second).offset == 5
+            assert len(cluster.records(TopicPartition("t", 0))) == 10
+
+    run(scenario)
+
+
 def test_a_silent_leader_fails_the_request_at_its_deadline_and_expires_what_waits() -> None:
     async def scenario() -> None:
         async with fake_cluster() as cluster, connected(cluster) as connections:

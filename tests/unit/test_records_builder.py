@@ -1,0 +1,121 @@
+"""RecordsBuilder: the producer's one-pass batch encoder is byte for byte what encode_batch
+writes for the same records, its size is always the size of the batch it builds, and a
+rebuild under another producer id changes the header only."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from proto.record_batch import (
+    HEADER_SIZE,
+    NO_TIMESTAMP,
+    Record,
+    check_batch,
+    decode_batch,
+    encode_batch,
+)
+from proto.records_builder import RecordsBuilder
+
+BASE = 1_700_000_000_000
+
+values_strategy = st.lists(st.none() | st.binary(max_size=300), min_size=1, max_size=40)
+record_strategy = st.tuples(
+    st.none() | st.binary(max_size=40),
+    st.none() | st.binary(max_size=200),
+    st.integers(min_value=-(2**40), max_value=2**40),
+    st.lists(st.tuples(st.text(max_size=8), st.none() | st.binary(max_size=10)), max_size=3),
+)
+OneRecord = tuple[bytes | None, bytes | None, int, list[tuple[str, bytes | None]]]
+ManyValues = tuple[list[bytes | None], int]
+# A batch is built from single records and runs of bulk values, in any order.
+steps_strategy = st.lists(
+    record_strategy | st.tuples(values_strategy, st.integers(-1000, 1000)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=300)
+@given(steps_strategy, st.integers(0, 2**40), st.integers(0, 2**15 - 1), st.integers(0, 2**31 - 1))
+def test_builder_writes_exactly_what_encode_batch_writes(
+    steps: list[OneRecord | ManyValues], producer_id: int, epoch: int, sequence: int
+) -> None:
+    builder = RecordsBuilder()
+    expected: list[Record] = []
+    for step in steps:
+        if len(step) == 4:
+            key, value, dt, headers = step
+            builder.append(BASE + dt, key, value, tuple(headers))
+            expected.append(Record(key, value, BASE + dt, tuple(headers)))
+        else:
+            values, dt = step
+            assert builder.append_values(values, 0, BASE + dt, 1 << 30) == len(values)
+            expected += [Record(None, v, BASE + dt) for v in values]
+    built = builder.build(producer_id, epoch, sequence)
+    reference = encode_batch(
+        expected, producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence
+    )
+    assert built == reference
+    assert builder.size == len(built)
+    assert len(builder) == len(expected)
+
+
+def test_offset_deltas_past_the_lookup_table_still_encode_exactly() -> None:
+    values = [b""] * 20_000  # offset deltas beyond 16383 take 3-byte varints
+    builder = RecordsBuilder()
+    assert builder.append_values(values, 0, BASE, 1 << 30) == len(values)
+    built = builder.build(-1, -1, -1)
+    assert built == encode_batch([Record(None, b"", BASE)] * len(values))
+    assert [r.offset for r in decode_batch(built).records][-3:] == [19_997, 19_998, 19_999]
+
+
+def test_append_values_stops_at_the_limit_and_takes_one_record_into_an_empty_batch() -> None:
+    builder = RecordsBuilder()
+    values = [bytes(100)] * 50
+    end = builder.append_values(values, 0, BASE, 1000)
+    assert 0 < end < 50
+    assert builder.size <= 1000
+    # the next record would not have fitted
+    single = RecordsBuilder()
+    single.append_values(values, 0, BASE, 1 << 20)
+    assert builder.size + (single.size - HEADER_SIZE) > 1000
+    # resuming where it stopped, from another index
+    assert builder.append_values(values, end, BASE, 1000) == end
+    huge = RecordsBuilder()
+    assert huge.append_values([bytes(5000), b"x"], 0, BASE, 1000) == 1
+    assert huge.size > 1000
+
+
+def test_append_refuses_a_record_over_the_limit_unless_the_batch_is_empty() -> None:
+    builder = RecordsBuilder()
+    assert builder.append(BASE, b"k", bytes(2000), (), limit=100)
+    assert not builder.append(BASE, b"k", b"v", (), limit=100)
+    assert len(builder) == 1
+    size = builder.record_size(BASE, b"k", b"v")
+    before = builder.size
+    assert builder.append(BASE, b"k", b"v")  # no limit
+    assert builder.size == before + size
+
+
+def test_a_rebuild_under_a_new_producer_id_changes_only_the_header() -> None:
+    builder = RecordsBuilder()
+    builder.append_values([b"a", b"b", None], 0, BASE, 1 << 20)
+    first = builder.build(7, 0, 0)
+    second = builder.build(8, 1, 42)
+    assert first[HEADER_SIZE:] == second[HEADER_SIZE:]
+    assert first != second
+    header = check_batch(second)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (8, 1, 42)
+    builder.append(BASE + 5, None, b"c")  # more records after a build are still encoded
+    third = decode_batch(builder.build(8, 1, 42))
+    assert [r.value for r in third.records] == [b"a", b"b", None, b"c"]
+    assert third.header.max_timestamp == BASE + 5
+
+
+def test_an_empty_batch_cannot_be_built() -> None:
+    builder = RecordsBuilder()
+    assert builder.base_timestamp == NO_TIMESTAMP
+    with pytest.raises(ValueError, match="at least one record"):
+        builder.build(-1, -1, -1)
