@@ -7,7 +7,8 @@ conditional update), checkpoints high watermarks, and fences its leaders when th
 session is lost.
 
 Everything here runs on the broker's event loop. Appends run inline (page-cache writes of at
-most ``message.max.bytes``); reads, which may be large, and log creation go to the executor.
+most ``message.max.bytes``); reads of the log's recent tail too (page cache, see
+``LOOP_READ_MAX_BYTES``); older or larger reads and log creation go to the executor.
 """
 
 from __future__ import annotations
@@ -66,6 +67,13 @@ ISR_CHANGE_MAX_DELAY_MS = 60_000
 
 LOG_DIR_RENOTIFY_S = 5.0
 """Least time between two log-dir failure notifications of one broker."""
+LOOP_READ_MAX_BYTES = 1024 * 1024
+"""A fetch of at most this many recently appended bytes (the partition remembers how many
+it appended lately, so this is known without I/O) is read on the loop: the tail of the
+log is in the page cache, a read of it is a copy of up to a mebibyte (about 100 µs), and
+the executor hop it replaces cost more than that (two context switches, the GIL handed
+back and forth; issue 15). An empty read at the log end never leaves the loop. Older or
+larger reads, which may touch the disk, still go to the executor."""
 
 
 def now_ms() -> int:
@@ -915,13 +923,16 @@ class ReplicaManager:
                 partition.check_leader_epoch(spec.current_leader_epoch)
                 # KIP-74: the first partition with data gets at least one whole batch, even
                 # one larger than the limits, so that a fetch can always make progress.
-                result = await self._in_executor(
-                    partition.read,
+                read_args = (
                     spec.fetch_offset,
                     max(0, min(spec.max_bytes, budget)),
                     is_follower,
                     budget == max_bytes,
                 )
+                if partition.bytes_available(spec.fetch_offset, is_follower) <= LOOP_READ_MAX_BYTES:
+                    result = partition.read(*read_args)
+                else:
+                    result = await self._in_executor(partition.read, *read_args)
                 data: FetchData = result.data
             except Exception as err:
                 code, message = self._error_of_storage(err, "read")

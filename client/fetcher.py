@@ -37,7 +37,7 @@ from client.subscription_state import EARLIEST, LATEST, NoOffsetForPartitionErro
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
-from proto.record_batch import CorruptRecordError, decode_batch, scan_batches
+from proto.record_batch import CorruptRecordError, decode_rows, scan_batches
 from proto.topic_partition import TopicPartition
 
 __all__ = ["Fetcher", "records_from_fetch"]
@@ -69,19 +69,9 @@ def records_from_fetch(
         if header.next_offset <= fetch_offset:
             continue
         if not header.is_control:
-            for record in decode_batch(data, scanned.position).records:
-                if record.offset >= fetch_offset:
-                    records.append(
-                        ConsumerRecord(
-                            tp.topic,
-                            tp.partition,
-                            record.offset,
-                            record.key,
-                            record.value,
-                            record.timestamp,
-                            record.headers,
-                        )
-                    )
+            records += decode_rows(
+                data, scanned.position, header, ConsumerRecord, tp, min_offset=fetch_offset
+            )
         next_offset = max(next_offset, header.next_offset)
     if scan.stop_problem is not None and not scan.incomplete:
         raise CorruptRecordError(scan.stop_reason or "unreadable batch")

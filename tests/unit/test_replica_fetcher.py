@@ -22,6 +22,7 @@ import grpc
 import grpc.aio
 import pytest
 
+from broker import replica_fetcher
 from broker.log.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from broker.log.log import Log
 from broker.partition import LeadershipState, Partition
@@ -408,7 +409,12 @@ class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
 # -- tests -----------------------------------------------------------------------------------
 
 
-def test_follower_catches_up_byte_for_byte_across_epochs(tmp_path: Path) -> None:
+def test_follower_catches_up_byte_for_byte_across_epochs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Appends this large go to the executor here, so that path is exercised too (the
+    # default threshold, 1 MiB, is above these 100 KiB responses).
+    monkeypatch.setattr(replica_fetcher, "EXECUTOR_APPEND_MIN_BYTES", 64 * 1024)
     small_segments = LogConfig(segment_bytes=64 * 1024)
     leader = leader_partition(tmp_path, config=small_segments)
     follower = follower_partition(tmp_path, epoch=2, config=small_segments)
