@@ -15,7 +15,7 @@ TIMELINE ?=
 REPORT ?= audit-report
 MASTER ?=
 
-.PHONY: help setup system-deps test check unit integration fuzz proto bench up up-ha up-tls up-metrics prometheus-image down down-volumes run chaos audit image clean
+.PHONY: help setup system-deps test check unit integration fuzz proto bench bench-deps up up-ha up-tls up-metrics prometheus-image down down-volumes run chaos audit image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -63,8 +63,18 @@ fuzz: setup ## the fuzz tests (batches, every RPC) long, on fresh random inputs:
 proto: $(INSTALLED) ## regenerate the committed gRPC stubs from proto/minibroker.proto
 	$(PY) -m proto.generate
 
-bench: setup ## run the benchmarks and write bench/RESULTS.md
+bench: setup bench-deps ## run the benchmarks and write bench/RESULTS.md and bench/results.json
 	$(PY) -m bench.run
+
+# What only the benchmarks need: Debian's nats-server and nats-py (bench/side_by_side.py).
+bench-deps:
+	@if ! command -v nats-server >/dev/null && [ ! -x /usr/sbin/nats-server ]; then \
+	  echo "installing Debian packages: nats-server"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; elif command -v sudo >/dev/null; then sudo="sudo"; \
+	  else echo "error: need root or sudo to install nats-server" >&2; exit 1; fi; \
+	  $$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q nats-server; \
+	fi
+	@$(PY) -c "import nats" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 
 # The Docker cluster (deploy/docker-compose.yml, deploy/docker/): README, section "Docker".
 up: image ## the cluster in Docker: ZooKeeper + 3 brokers, waits for health, prints the bootstrap address

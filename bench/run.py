@@ -8,6 +8,7 @@ previous RESULTS.md. Every section says when and on what machine it was measured
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import shlex
@@ -16,10 +17,11 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from bench import audit, failover, log_append, replication
+from bench import audit, failover, log_append, replication, side_by_side
 from bench import chaos as chaos_bench
 from bench import tls as tls_bench
 from bench.machine import describe
@@ -28,6 +30,7 @@ from chaos.runner import MIN_INSYNC_REPLICAS, RunSettings
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS = BENCH_DIR / "RESULTS.md"
+RESULTS_JSON = BENCH_DIR / "results.json"
 WORK_DIR = BENCH_DIR / "out"
 
 
@@ -39,6 +42,8 @@ class _Run:
     """The run/command/machine lines every section written in this run starts with."""
     raw_write: log_append.AppendResult | None = None
     """The log_append no-fsync result, whose plain-file MB/s is the raw-write figure."""
+    figures: dict[str, Any] = field(default_factory=dict)
+    """Section name -> its figures, for results.json."""
 
 
 def _log_append_section(run: _Run) -> list[str]:
@@ -47,6 +52,10 @@ def _log_append_section(run: _Run) -> list[str]:
         log_append.measure(WORK_DIR, batches=4000, fsync_every=100),
     ]
     run.raw_write = results[0]
+    run.figures["log_append"] = {
+        r.label: {"log_mb_s": r.log_mb_s, "plain_mb_s": r.plain_mb_s, "ratio": r.ratio}
+        for r in results
+    }
     lines = [
         "## Log append vs plain file writes",
         "",
@@ -97,6 +106,13 @@ def _replication_section(run: _Run) -> list[str]:
     cpu = ", ".join(f"{name} {pct:.0f}" for name, pct in r.cpu_percent.items())
     slow, median, fast = r.per_second
     partitions = len(replication.ASSIGNMENT)
+    run.figures["replication"] = {
+        "records_per_s": r.records_per_s,
+        "batch_bytes": r.batch_bytes,
+        "in_flight": r.in_flight,
+        "latency_ms": {"p50": lat.p50, "p95": lat.p95, "p99": lat.p99, "max": lat.max},
+        "raw_write_mb_s": raw.plain_mb_s,
+    }
     lines = [
         f"## Replicated produce: {len(replication.BROKER_IDS)} brokers, RF 3, acks=all",
         "",
@@ -160,6 +176,13 @@ def _failover_section(run: _Run) -> list[str]:
     r = failover.measure(WORK_DIR)
     kills = r.kills
     total, expiry, elected = r.failover, r.expiry, r.elected
+    run.figures["failover"] = {
+        "median_ms": total.median * 1000,
+        "p90_ms": total.p90 * 1000,
+        "max_ms": total.max * 1000,
+        "session_timeout_ms": r.session_timeout_ms,
+        "kills": len(r.kills),
+    }
     settings = ", ".join(f"`{k}` {v}" for k, v in r.broker_overrides.items())
     topic_config = ", ".join(f"`{k}` {v}" for k, v in r.topic_config.items())
     lines = [
@@ -314,6 +337,14 @@ def _findings_summary(findings: list[str]) -> str:
 def _audit_section(run: _Run) -> list[str]:
     r = audit.measure(WORK_DIR)
     first, best = r.audit_s[0], min(r.audit_s)
+    run.figures["audit"] = {
+        "records_decoded": r.decoded,
+        "records_per_s_best": r.decoded / best,
+        "records_per_s_first": r.decoded / first,
+        "spark_startup_s": r.startup_s,
+        "master": r.master,
+        "violations": r.violations,
+    }
     lines = [
         f"## Spark audit: {r.records:,} records x {len(audit.BROKERS)} replicas, {r.master}",
         "",
@@ -360,6 +391,15 @@ def _audit_section(run: _Run) -> list[str]:
 
 def _chaos_section(run: _Run) -> list[str]:
     results = chaos_bench.measure(WORK_DIR / "chaos")
+    run.figures["chaos"] = {
+        r.label: {
+            "acked": r.stats.acked,
+            "acks_per_s": r.stats.acks_per_s,
+            "violations": r.stats.violations,
+            "exit_status": r.status,
+        }
+        for r in results
+    }
     defaults = RunSettings(out=WORK_DIR)
 
     def row(label: str, cell: Callable[[chaos_bench.ChaosResult], str]) -> str:
@@ -433,6 +473,10 @@ def _chaos_section(run: _Run) -> list[str]:
 
 def _tls_section(run: _Run) -> list[str]:
     r = tls_bench.measure(WORK_DIR / "tls")
+    run.figures["tls"] = {
+        "rounds": [{"mode": p.mode, "records_per_s": p.records_per_s} for p in r.rounds],
+        "best_tls_over_best_plaintext": r.ratio,
+    }
     lines = [
         "## The authenticated mode: `perf produce` with TLS on and off",
         "",
@@ -462,6 +506,67 @@ def _tls_section(run: _Run) -> list[str]:
     return lines
 
 
+def _side_by_side_section(run: _Run) -> list[str]:
+    r = side_by_side.measure(WORK_DIR / "side_by_side")
+    run.figures["side_by_side"] = r.figures()
+
+    def row(name: str, rate: side_by_side.Rate, unit: str = "records/s") -> str:
+        lat = rate.latency_ms
+        cells = " | ".join(f"{lat[k]:,.1f}" if k in lat else "" for k in ("p50", "p99"))
+        return f"| {name} | {rate.per_s:,.0f} {unit} | {rate.mb_per_s:,.1f} | {cells} |"
+
+    lines = [
+        "## Side by side: perf, the ceilings of this machine, NATS JetStream",
+        "",
+        *run.stamp,
+        "",
+        "One run (bench/side_by_side.py), 100-byte records. minibroker: a local `cluster up` "
+        "(3 brokers, ZooKeeper), RF 3, `min.insync.replicas` 2, 3 partitions, the CLI on its "
+        "defaults, as a user runs it:",
+        "",
+        *(f"- `{c}`" for c in r.perf_commands),
+        "",
+        "| what | throughput | MB/s (payload) | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|",
+        *(row(name, rate) for name, rate in r.minibroker.items()),
+    ]
+    if r.nats is not None:
+        lines.append(row("NATS JetStream R3, nats-py publish_async", r.nats, "messages/s"))
+    lines += [
+        "",
+        "Ceilings (the same run): what the disk, gRPC itself and the brokers allow.",
+        "",
+        "| ceiling | throughput | MB/s (payload) |",
+        "|---|---:|---:|",
+    ]
+    for name, rate in r.ceilings.items():
+        unit = "messages/s" if rate.note == "messages/s" else "records/s"
+        lines.append(f"| {name} | {rate.per_s:,.0f} {unit} | {rate.mb_per_s:,.1f} |")
+    ratios = r.ratios()
+    lines += [
+        "",
+        "- plain append: unbuffered writes of one pre-built 256 KiB batch, no fsync; gRPC "
+        "echo: raw bytes to bench/echo_server.py in its own process, 4 in flight; raw "
+        "batches: pre-built 256 KiB batches as Produce requests, acks=all, one in flight "
+        "per partition (as the producer keeps it)",
+        f"- `perf produce` acks=all against the raw batches: "
+        f"{ratios['perf_produce_over_raw_batches']:.2f} (goal >= 0.8)",
+    ]
+    if "perf_produce_over_nats" in ratios:
+        lines.append(
+            f"- `perf produce` acks=all against NATS JetStream R3: "
+            f"{ratios['perf_produce_over_nats']:.1f}x (goal >= 20x)"
+        )
+    else:
+        lines.append(f"- NATS JetStream not measured: {r.nats_problem}")
+    for name, rate in r.minibroker.items():
+        print(f"side by side: {name}: {rate.per_s:,.0f}/s {rate.latency_ms}")
+    for name, rate in r.ceilings.items():
+        print(f"side by side: ceiling {name}: {rate.per_s:,.0f}/s, {rate.mb_per_s:,.1f} MB/s")
+    print(f"side by side: nats {r.nats or r.nats_problem}; ratios {ratios}")
+    return lines
+
+
 SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "log_append": _log_append_section,
     "replication": _replication_section,
@@ -469,6 +574,7 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "audit": _audit_section,
     "chaos": _chaos_section,
     "tls": _tls_section,
+    "side_by_side": _side_by_side_section,
 }
 """In RESULTS.md order; log_append first, since replication quotes its raw-write figure."""
 
@@ -525,7 +631,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     RESULTS.write_text(header + "\n\n".join(sections) + "\n")
     print(f"wrote {RESULTS}")
+    _write_figures(run)
     return 0
+
+
+def _write_figures(run: _Run) -> None:
+    """results.json: every section's figures, with the stamp of the run that measured them;
+    sections not run this time keep their previous entry, as in RESULTS.md."""
+    previous: dict[str, Any] = {}
+    if RESULTS_JSON.exists():
+        try:
+            previous = json.loads(RESULTS_JSON.read_text())
+        except ValueError:
+            previous = {}
+    stamp = [line.removeprefix("- ") for line in run.stamp]
+    for name, figures in run.figures.items():
+        previous[name] = {"measured": stamp, **figures}
+    RESULTS_JSON.write_text(json.dumps(previous, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {RESULTS_JSON}")
 
 
 if __name__ == "__main__":

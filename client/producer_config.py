@@ -77,8 +77,9 @@ class ProducerConfig:
     own); 0 sends every record alone. 256 KiB, not Kafka's 16 KiB: each Produce is a unary
     gRPC call with about a millisecond of fixed cost in the brokers, and a partition has one
     batch in flight at a time, so 16 KiB (about 150 100-byte records) caps a saturating
-    producer near 35,000 records/s while 256 KiB reaches about 80,000 on 2 cores (issue 15).
-    A producer that does not saturate is unaffected: ``linger_ms`` sends what it has."""
+    producer near 35,000 records/s on 2 cores, while 256 KiB carries ``perf produce``
+    (``send_many``) to about 400,000 (issue 15, ``bench/RESULTS.md``). A producer that
+    does not saturate is unaffected: ``linger_ms`` sends what it has."""
     linger_ms: int = 5
     """How long a batch that is not full waits for more records before it is sent."""
     retries: int = _INT32_MAX

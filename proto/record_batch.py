@@ -42,6 +42,7 @@ from typing import Any, NamedTuple, TypeVar
 import crc32c
 
 from proto.errors import MinibrokerError
+from proto.record_layout import same_layout_run
 
 __all__ = [
     "ATTRIBUTES_OFFSET",
@@ -784,8 +785,10 @@ def decode_rows(
     timestamp, headers)``, skipping records below ``min_offset``: the consumer's bulk path.
 
     Validates every record as :func:`decode_batch` does, with the same messages, but
-    decodes one-byte varints inline and builds one object per record, not two: a
-    ``row_type`` NamedTuple is made with ``tuple.__new__``. Raises CorruptRecordError.
+    decodes short varints inline, builds one object per record, not two (a ``row_type``
+    NamedTuple is made with ``tuple.__new__``), and cuts runs of records of one layout
+    (fixed-size records: :mod:`proto.record_layout`) out at their stride once their
+    columns are checked, without walking each. Raises CorruptRecordError.
     """
     where = f"batch at position {pos}"
     if header.compression != 0:
@@ -800,9 +803,11 @@ def decode_rows(
     new = tuple.__new__
     rows: list[_RowT] = []
     append = rows.append
+    count = header.record_count
     index = 0
     try:
-        for index in range(header.record_count):  # noqa: B007 (named in errors)
+        while index < count:
+            start = p
             # Varints of one or two bytes are decoded inline (lengths up to 8191 and
             # offset deltas up to 8191 take two); longer ones by decode_varint.
             b = data[p]
@@ -819,12 +824,14 @@ def decode_rows(
             if length < 0 or record_end > end:
                 raise CorruptRecordError(f"length {length} does not fit in the batch")
             p += 1  # attributes: unused in v2
+            timestamp_at = p
             b = data[p]
             if b < 0x80:
                 timestamp_delta = (b >> 1) ^ -(b & 1)
                 p += 1
             else:
                 timestamp_delta, p = decode_varlong(data, p)
+            timestamp_width = p - timestamp_at
             b = data[p]
             if b < 0x80:
                 offset_delta = (b >> 1) ^ -(b & 1)
@@ -840,6 +847,7 @@ def decode_rows(
                 p += 1
             else:
                 key, p = _decode_bytes(data, p, record_end, "key")
+            key_at = p - len(key) if key is not None else 0
             b = data[p]
             if b < 0x80:
                 raw = b
@@ -859,6 +867,7 @@ def decode_rows(
                 if raw >= 0:
                     p -= 1 if b < 0x80 else 2  # null or negative: decode_bytes says which
                 value, p = _decode_bytes(data, p, record_end, "value")
+            value_at = p - len(value) if value is not None else 0
             if data[p] == 0 and p + 1 == record_end:  # no headers: the common case
                 headers: tuple[tuple[str, bytes | None], ...] = ()
                 p += 1
@@ -868,6 +877,31 @@ def decode_rows(
             if offset >= min_offset:
                 timestamp = base_timestamp + timestamp_delta if append_time is None else append_time
                 append(new(row_type, (*prefix, offset, key, value, timestamp, headers)))
+            index += 1
+            size = p - start
+            if (
+                index < count
+                and not headers
+                and data[p] == data[start]
+                and p + size <= end
+                and not data[p + size - 1]
+            ):
+                # The next records may share this one's layout: then they sit at this
+                # stride and are cut out of it without a walk (proto.record_layout checks
+                # every column of the run first, as the broker's validator does).
+                run = same_layout_run(
+                    data, start, size, index - 1, min(count - index + 1, (end - start) // size)
+                )
+                if run > 1:
+                    _cut_run(
+                        rows, data, start, size, run, base_offset + offset_delta,
+                        (timestamp_at - start, timestamp_width, base_timestamp, append_time),
+                        key_at - start if key is not None else -1, len(key or b""),
+                        value_at - start if value is not None else -1, len(value or b""),
+                        row_type, prefix, min_offset,
+                    )  # fmt: skip
+                    index += run - 1
+                    p = start + run * size
     except CorruptRecordError as e:
         raise CorruptRecordError(f"{where}: record {index}: {e.reason}") from None
     except IndexError:
@@ -877,6 +911,45 @@ def decode_rows(
     if p != end:
         raise CorruptRecordError(f"{where}: {end - p} bytes after the last record")
     return rows
+
+
+def _cut_run(
+    rows: list[_RowT],
+    data: bytes,
+    start: int,
+    size: int,
+    run: int,
+    first_offset: int,
+    timestamps: tuple[int, int, int, int | None],
+    key_at: int,
+    key_length: int,
+    value_at: int,
+    value_length: int,
+    row_type: type[_RowT],
+    prefix: tuple[Any, ...],
+    min_offset: int,
+) -> None:
+    """Append the rows of records 1 .. ``run - 1`` after the one at ``start``, which share
+    its layout (``size`` bytes each; key and value at the same places, -1: null; the
+    timestampDelta at the same place and as wide; offsets one apart)."""
+    timestamp_at, width, base_timestamp, append_time = timestamps
+    new = tuple.__new__
+    append = rows.append
+    for j in range(1, run):
+        offset = first_offset + j
+        if offset < min_offset:
+            continue
+        q = start + j * size
+        if append_time is not None:
+            timestamp = append_time
+        elif width == 1:
+            b = data[q + timestamp_at]
+            timestamp = base_timestamp + ((b >> 1) ^ -(b & 1))
+        else:
+            timestamp = base_timestamp + decode_varlong(data, q + timestamp_at)[0]
+        key = data[q + key_at : q + key_at + key_length] if key_at >= 0 else None
+        value = data[q + value_at : q + value_at + value_length] if value_at >= 0 else None
+        append(new(row_type, (*prefix, offset, key, value, timestamp, ())))
 
 
 def _decode_headers(

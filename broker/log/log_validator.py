@@ -77,13 +77,12 @@ per record as it can have (no object per record, local names, inline paths for o
 two-byte varints): about 0.7 µs per record. Runs of records with one layout (the same
 length, key and value sizes and varint widths, no headers: a batch of fixed-size records
 has two, below and from index 64, where offsetDelta grows a byte) are checked as a whole
-instead, a column of bytes at a time with extended slices: a few µs per run, about 0.1 µs
-per record for 100-byte records. bench/RESULTS.md has the measured figures.
+instead (proto.record_layout), a column of bytes at a time with extended slices: a few µs
+per run, about 0.1 µs per record for 100-byte records. bench/RESULTS.md has the measured figures.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -101,6 +100,7 @@ from proto.record_batch import (
     decode_varint,
     decode_varlong,
 )
+from proto.record_layout import same_layout_run
 
 __all__ = ["validate_client_batches"]
 
@@ -260,7 +260,7 @@ def _walk_records(data: bytes | bytearray, batch_pos: int, end: int, count: int)
                 # a header count of 0 would end it): check the run at once.
                 previous = p - size
                 remaining = min(count - index + 1, (end - previous) // size)
-                run = _same_layout_run(data, previous, size, index - 1, remaining)
+                run = same_layout_run(data, previous, size, index - 1, remaining)
                 start = p = previous + run * size
                 index += run - 1
         else:
@@ -313,115 +313,6 @@ def _skip_headers(data: bytes | bytearray, p: int, record_end: int) -> int:
         elif u != 1:
             raise _Malformed
     return p
-
-
-# -- runs of records with one layout ---------------------------------------------------------
-
-_CONTINUED = re.compile(rb"[\x80-\xff]*")
-"""Matches the leading bytes of a column that are not the last byte of a varint."""
-_FINAL = re.compile(rb"[\x00-\x7f]*")
-"""Matches the leading bytes of a column that are the last byte of a varint."""
-_ONE_BYTE_DELTAS = bytes(range(0, 128, 2))
-"""The offsetDelta varint of record i < 64: one byte, 2i."""
-_TWO_BYTE_DELTAS = (
-    bytes((i << 1) & 0x7F | 0x80 for i in range(64, 8192)),
-    bytes(i >> 6 for i in range(64, 8192)),
-)
-"""The two bytes of the offsetDelta varint of record i, 64 <= i < 8192, from i = 64 on."""
-_HIGH_BIT_FLIPPED = bytes(range(128, 256)) + bytes(range(128))
-"""A translation table flipping bit 7, so that isascii() says "all bytes >= 0x80"."""
-_MIN_RUN = 4
-"""Fewer records of one size are walked one by one: checking columns costs more."""
-_MAX_TIMESTAMP_WIDTH = 9
-"""Widest timestampDelta checked by column: 63 bits, so no varlong of it overflows."""
-
-
-def _same_layout_run(
-    data: bytes | bytearray, start: int, size: int, index: int, remaining: int
-) -> int:
-    """How many records from the valid one at ``start`` (record ``index``, ``size`` bytes,
-    of ``remaining`` left in its batch) share its layout and so are valid too; at least 1.
-
-    Records share the layout when their length, key length, value length and header count
-    (0) bytes equal the first record's, their timestampDelta varints are as wide, and their
-    offsetDeltas are the canonical varints of their indexes (as wide as the first one's
-    while the indexes stay below 64, or 8192). Such records parse exactly like the first
-    one, field for field. Each byte column is checked for all of them at once with an
-    extended slice, the length's first, so that records of other sizes end the attempt
-    early; how far the run goes is worked out only when a column differs. The caller bounds
-    ``remaining`` by the batch, so the run stays in it.
-    """
-    deltas: tuple[bytes, ...]
-    if index < 64:
-        k = min(remaining, 64 - index)
-        deltas = (_ONE_BYTE_DELTAS[index : index + k],)
-    elif index < 8192:
-        k = min(remaining, 8192 - index)
-        i = index - 64
-        deltas = (_TWO_BYTE_DELTAS[0][i : i + k], _TWO_BYTE_DELTAS[1][i : i + k])
-    else:
-        return 1
-    if k < 2:
-        return 1
-    stop = start + k * size
-    run = k
-    p = start
-    while True:  # length: the same bytes
-        column = data[p:stop:size]
-        if rest := column.lstrip(column[:1]):
-            run = min(run, k - len(rest))
-            if run < _MIN_RUN:
-                return 1
-        if data[p] < 0x80:
-            break
-        p += 1
-    p += 2  # past the length's last byte and the attributes
-    ts_end = p
-    while data[ts_end] >= 0x80:
-        ts_end += 1
-    if ts_end - p >= _MAX_TIMESTAMP_WIDTH:
-        return 1
-    for at in range(p, ts_end):  # timestampDelta: as wide
-        column = data[at:stop:size]
-        if not column.translate(_HIGH_BIT_FLIPPED).isascii():
-            run = min(run, _leading(_CONTINUED, column))
-    column = data[ts_end:stop:size]
-    if not column.isascii():
-        run = min(run, _leading(_FINAL, column))
-    p = ts_end + 1
-    for expected in deltas:  # offsetDelta: its index's canonical varint
-        column = data[p:stop:size]
-        if column != expected:
-            run = min(run, _common_prefix(column, expected))
-        p += 1
-    if run < 2:
-        return 1  # and the first record's own offsetDelta may be wider: p is not its key's
-    for _ in range(2):  # key and value lengths: the same bytes
-        u, end = _varint(data, p, 5)
-        for at in range(p, end):
-            column = data[at:stop:size]
-            if rest := column.lstrip(column[:1]):
-                run = min(run, k - len(rest))
-        p = end + (0 if u & 1 else u >> 1)
-    if data[p] or p + 1 - start != size:
-        return 1  # records with headers take the record-by-record walk
-    if rest := data[p:stop:size].lstrip(b"\x00"):  # header count 0
-        run = min(run, k - len(rest))
-    return max(run, 1)
-
-
-def _leading(pattern: re.Pattern[bytes], column: bytes | bytearray) -> int:
-    """Length of the longest prefix of ``column`` that ``pattern`` matches."""
-    match = pattern.match(column)
-    return match.end() if match else 0
-
-
-def _common_prefix(a: bytes | bytearray, b: bytes) -> int:
-    """Length of the common prefix of two byte strings of equal length."""
-    if a == b:
-        return len(a)
-    differ = int.from_bytes(a, "big") ^ int.from_bytes(b, "big")
-    return len(a) - (differ.bit_length() + 7) // 8
 
 
 # -- saying what is wrong --------------------------------------------------------------------

@@ -7,7 +7,7 @@ Two functions, two passes over the files (the second reads them from the page ca
 - :func:`scan_segment` walks the batch headers (``scan_batches``: framing and CRC, records
   not decoded) and yields one row per batch (:data:`BATCH_SCHEMA`), plus one row for a
   torn or unframeable tail. The continuity, CRC, gap and epoch checks run on these rows.
-- :func:`decode_segment` decodes every sound batch (``decode_batch``) and yields one row
+- :func:`decode_segment` decodes every sound batch (``decode_rows``) and yields one row
   per batch with its records' offsets, values and digests as arrays
   (:data:`DECODED_SCHEMA`); Spark explodes them into one row per record. A batch rows
   fewer than records keeps the Python-to-JVM traffic down to a few objects per record.
@@ -28,7 +28,7 @@ from proto.record_batch import (
     CorruptRecordError,
     Record,
     compute_crc,
-    decode_batch,
+    decode_rows,
     scan_batches,
 )
 
@@ -170,19 +170,28 @@ def record_digest(record: Record) -> int:
     """CRC-32C of what identifies a record besides its value and offset: key, timestamp
     and headers. Two replicas hold the same record at an offset when value, batch epoch
     and this digest agree."""
-    digest = compute_crc(_INT64.pack(record.timestamp))
-    if record.key is not None:
-        digest = compute_crc(b"k" + record.key) ^ (digest << 1)
-    for key, value in record.headers:
-        digest = compute_crc(b"h" + key.encode() + b"=" + (value or b"")) ^ (digest << 1)
+    return _digest(record.timestamp, record.key, record.headers)
+
+
+def _digest(timestamp: int, key: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
+    digest = compute_crc(_INT64.pack(timestamp))
+    if key is not None:
+        digest = compute_crc(b"k" + key) ^ (digest << 1)
+    for header_key, value in headers:
+        digest = compute_crc(b"h" + header_key.encode() + b"=" + (value or b"")) ^ (digest << 1)
     return digest & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def decode_segment(task: SegmentTask) -> Iterator[tuple[Any, ...]]:
     """The decoded rows of one segment (:data:`DECODED_SCHEMA`): the records of every
-    batch that passes its CRC and record-count checks."""
+    batch that passes its CRC and record-count checks.
+
+    Records are decoded by ``decode_rows`` (the consumer's bulk path) from a copy of each
+    batch, and the digest of a keyless, header-less record, a function of its timestamp
+    alone, is computed once per timestamp: a batch's records mostly share one.
+    """
     pid, broker, _, path, _, _ = task
-    digest = record_digest
+    by_timestamp: dict[int, int] = {}
     with _mapped(path) as buf:
         for found in scan_batches(buf):
             h = found.header
@@ -194,12 +203,22 @@ def decode_segment(task: SegmentTask) -> Iterator[tuple[Any, ...]]:
                 codec = h.compression_name
                 yield (pid, broker, epoch, base, last, None, codec, [], [], [], *producer)
                 continue
+            data = bytes(buf[found.position : found.position + h.size])
             try:
-                records = decode_batch(buf, found.position).records
+                rows = decode_rows(data, 0, h, tuple, min_offset=-(2**63))
             except CorruptRecordError as e:
                 error = f"its CRC holds but its records do not parse: {e.reason}"
                 yield (pid, broker, epoch, base, last, error, None, [], [], [], *producer)
                 continue
+            digests = []
+            for _, key, _, timestamp, headers in rows:
+                if key is None and not headers:
+                    digest = by_timestamp.get(timestamp)
+                    if digest is None:
+                        digest = by_timestamp[timestamp] = _digest(timestamp, None, ())
+                    digests.append(digest)
+                else:
+                    digests.append(_digest(timestamp, key, headers))
             yield (
                 pid,
                 broker,
@@ -208,8 +227,8 @@ def decode_segment(task: SegmentTask) -> Iterator[tuple[Any, ...]]:
                 last,
                 None,
                 None,
-                [r.offset for r in records],
-                [r.value for r in records],
-                [digest(r) for r in records],
+                [row[0] for row in rows],
+                [row[2] for row in rows],
+                digests,
                 *producer,
             )

@@ -648,3 +648,44 @@ def test_decode_rows_refuses_records_that_lie_as_decode_batch_does(cut: int) -> 
         assert [(r.offset, r.value) for r in rows] == [
             (r.offset, r.value) for r in decode_batch(damaged).records
         ]
+
+
+@settings(max_examples=200)
+@given(
+    st.integers(1, 300),
+    st.sampled_from([0, 1, 5, 100, 200]),
+    st.none() | st.binary(min_size=0, max_size=8),
+    st.lists(st.integers(0, 299), max_size=4),
+    st.sampled_from([(0, 0), (0, 50), (-60, 60), (0, 10_000)]),
+    st.data(),
+)
+def test_decode_rows_cuts_runs_of_one_layout_exactly_as_decode_batch_decodes(
+    count: int,
+    value_size: int,
+    key: bytes | None,
+    odd_ones: list[int],
+    timestamp_range: tuple[int, int],
+    data: st.DataObject,
+) -> None:
+    """Batches of equal records (the bulk path's case), with a few records of another
+    size, a null value or a key among them, and timestamps of one or several widths."""
+    base = 1_700_000_000_000
+    low, high = timestamp_range
+    records = []
+    for i in range(count):
+        ts = base + data.draw(st.integers(low, high))
+        value: bytes | None = bytes([i % 256]) * value_size
+        record_key = key
+        if i in odd_ones:
+            value = None if i % 2 else b"odd" * 7
+            record_key = b"other-key"
+        records.append(Record(record_key, value, ts))
+    batch = encode_batch(records, base_offset=5000)
+    header = check_batch(batch)
+    skip = data.draw(st.integers(0, count))
+    rows = decode_rows(batch, 0, header, _Row, ("t",), min_offset=5000 + skip)
+    assert rows == [
+        _Row("t", r.offset, r.key, r.value, r.timestamp, r.headers)
+        for r in decode_batch(batch).records
+        if r.offset >= 5000 + skip
+    ]
