@@ -25,6 +25,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -327,6 +328,20 @@ async def _nats_publish(ports: list[int]) -> Rate:
     return Rate(NATS_MESSAGES / elapsed, NATS_MESSAGES * RECORD_BYTES / elapsed / 1e6)
 
 
+def _wait_listening(ports: list[int], timeout_s: float = 30.0) -> None:
+    """Until every port accepts a connection (nats-py logs a traceback per refused try)."""
+    deadline = time.monotonic() + timeout_s
+    for port in ports:
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"nats-server did not listen on {port}") from None
+                time.sleep(0.05)
+
+
 def nats_jetstream() -> tuple[Rate | None, str]:
     server = shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin")
     if server is None:
@@ -350,6 +365,7 @@ def nats_jetstream() -> tuple[Rate | None, str]:
                         stderr=subprocess.DEVNULL,
                     )
                 )
+            _wait_listening(ports)
             return uvloop.run(_nats_publish(ports)), ""
         finally:
             for process in processes:

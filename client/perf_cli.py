@@ -200,12 +200,12 @@ async def perf_produce(args: argparse.Namespace) -> int:
                     while sent < args.num_records:
                         count = min(len(values), args.num_records - sent)
                         if args.throughput > 0:
+                            # Hand over a millisecond's worth at a time, not each record as
+                            # it falls due: a call per record costs more than the record.
+                            want = min(count, max(1, args.throughput // 1000))
                             due = _due(started, sent, args.throughput)
-                            if due < 1:
-                                # Wake when a millisecond's worth is due, not per record:
-                                # a wake-up per record costs more than the record.
-                                step = max(1, args.throughput // 1000)
-                                next_due = started + (sent + step - 1) / args.throughput
+                            if due < want:
+                                next_due = started + (sent + want - 1) / args.throughput
                                 await asyncio.sleep(max(0.0, next_due - time.monotonic()))
                                 continue
                             count = min(count, due)
