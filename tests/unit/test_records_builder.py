@@ -119,3 +119,53 @@ def test_an_empty_batch_cannot_be_built() -> None:
     assert builder.base_timestamp == NO_TIMESTAMP
     with pytest.raises(ValueError, match="at least one record"):
         builder.build(-1, -1, -1)
+
+
+@settings(max_examples=150)
+@given(
+    st.integers(0, 150),  # records already in the batch
+    st.integers(1, 400),  # values appended at once, all of one length
+    st.sampled_from([0, 1, 7, 100, 200, 1000]),
+    st.integers(200, 300_000),  # limit
+    st.integers(-5, 5),  # the call's timestamp, from the first record's
+)
+def test_values_of_one_length_take_the_uniform_path_and_encode_exactly(
+    before: int, count: int, length: int, limit: int, dt: int
+) -> None:
+    builder = RecordsBuilder()
+    expected = []
+    if before:
+        builder.append_values([b"x" * 3] * before, 0, BASE, 1 << 30)
+        expected = [Record(None, b"x" * 3, BASE)] * before
+    values = [bytes([i % 256]) * length for i in range(count)]
+    size_before = builder.size
+    end = builder.append_values(values, 0, BASE + dt, limit)
+    expected += [Record(None, v, BASE + dt) for v in values[:end]]
+    if not expected:
+        return
+    built = builder.build(1, 0, 0)
+    assert built == encode_batch(expected, producer_id=1, producer_epoch=0, base_sequence=0)
+    assert builder.size == len(built)
+    if end < count:  # it stopped at the limit: the next record would not have fitted
+        one_more = RecordsBuilder()
+        if before:
+            one_more.append_values([b"x" * 3] * before, 0, BASE, 1 << 30)
+        one_more.append_values(values[: end + 1], 0, BASE + dt, 1 << 30)
+        assert one_more.size > limit
+    if end and (before or end > 1):  # what it took beyond the one record it must take fits
+        assert builder.size <= max(limit, size_before)
+
+
+def test_offset_deltas_crossing_8192_take_the_uniform_path_exactly() -> None:
+    values = [b"v" * 10] * 9000
+    builder = RecordsBuilder()
+    assert builder.append_values(values, 0, BASE, 1 << 30) == 9000
+    assert builder.build(-1, -1, -1) == encode_batch([Record(None, b"v" * 10, BASE)] * 9000)
+
+
+def test_a_call_that_appends_nothing_leaves_the_max_timestamp() -> None:
+    builder = RecordsBuilder()
+    builder.append_values([bytes(100)], 0, BASE, 1 << 20)
+    assert builder.append_values([bytes(100)], 0, BASE + 50, builder.size) == 0
+    assert builder.max_timestamp == BASE
+    assert builder.build(-1, -1, -1) == encode_batch([Record(None, bytes(100), BASE)])
