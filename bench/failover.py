@@ -1,6 +1,7 @@
 """Failover time: from ``kill -9`` of a partition's leader to the first acknowledged
 acks=all produce on its new leader, over repeated kills, next to the ZooKeeper session
-timeout.
+timeout; then the same for clean leader moves: SIGTERM of the leader, whose controlled
+shutdown has the controller move its leaderships before it exits (issue 15's goal: 200 ms).
 
 The cluster is real: a ZooKeeper (tickTime 200 ms) and three broker processes, each running
 its controller candidate, with ``zookeeper.session.timeout.ms`` :data:`SESSION_TIMEOUT_MS`
@@ -45,8 +46,9 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -152,6 +154,14 @@ class FailoverResult:
     """ERROR/CRITICAL/traceback lines of the broker logs, tagged ``(run)`` or ``(shutdown)``
     (WARNINGs are not collected: followers and the controller lose a broker every round)."""
     wall_s: float
+    moves: list[Kill] = field(default_factory=list)
+    """Clean leader moves: SIGTERM of the leader (controlled shutdown) instead of SIGKILL,
+    measured the same way, after the kills."""
+
+    @property
+    def moved(self) -> Summary | None:
+        """From the SIGTERM to the first acknowledgement by the new leader."""
+        return Summary.of([m.failover_s for m in self.moves]) if self.moves else None
 
     @property
     def failover(self) -> Summary:
@@ -278,7 +288,12 @@ def _acknowledged_before_kill(producer: _Producer, leader: int) -> int:
         time.sleep(RETRY_BACKOFF_S)
 
 
-def _kill_round(number: int, zk: KazooClient, procs: Mapping[int, BrokerProcess]) -> Kill:
+def _kill_round(
+    number: int, zk: KazooClient, procs: Mapping[int, BrokerProcess], *, clean: bool = False
+) -> Kill:
+    """One round; with ``clean``, SIGTERM instead of SIGKILL: the broker's controlled
+    shutdown asks the controller to move its leaderships before it exits (sent from a
+    thread, since stopping waits for the exit)."""
     before = wait_for_leader(zk, TP, _running(procs))
     if sorted(before.isr) != sorted(BROKER_IDS):
         raise BenchmarkError(f"round {number}: ISR {list(before.isr)} before the kill")
@@ -293,9 +308,10 @@ def _kill_round(number: int, zk: KazooClient, procs: Mapping[int, BrokerProcess]
             expired.append(time.monotonic())  # kazoo's thread; one-shot watch: once
 
         zk.get_children(zk_data.BROKER_IDS_PATH, watch=on_brokers_changed)
+        stopping = ThreadPoolExecutor(1)
         wall0 = time.time()
         t0 = time.monotonic()
-        procs[victim].kill()
+        stopped = stopping.submit(procs[victim].stop if clean else procs[victim].kill)
         attempts = 0
         while True:
             if time.monotonic() - t0 > FAILOVER_LIMIT_S:
@@ -318,6 +334,8 @@ def _kill_round(number: int, zk: KazooClient, procs: Mapping[int, BrokerProcess]
                 break
             errors[attempt.error] += 1
             time.sleep(RETRY_BACKOFF_S)
+        stopped.result()
+        stopping.shutdown()
     new_epoch = state.leader_epoch
     if new_epoch != before.leader_epoch + 1:
         raise BenchmarkError(
@@ -375,8 +393,11 @@ def _size(path: Path) -> int:
         return 0
 
 
-def measure(work_dir: Path, *, kills: int = 15, keep: bool = False) -> FailoverResult:
-    """Start the cluster, kill the partition's leader ``kills`` times, stop, clean up.
+def measure(
+    work_dir: Path, *, kills: int = 15, moves: int = 5, keep: bool = False
+) -> FailoverResult:
+    """Start the cluster, kill the partition's leader ``kills`` times, then stop it cleanly
+    (SIGTERM) ``moves`` times, stop, clean up.
 
     The temporary directory (ZooKeeper, broker data and logs) is removed after a successful
     run unless ``keep``, and kept, with its path in the error, after a failed one.
@@ -384,6 +405,7 @@ def measure(work_dir: Path, *, kills: int = 15, keep: bool = False) -> FailoverR
     wall_start = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="failover-", dir=work_dir))
     results: list[Kill] = []
+    moved: list[Kill] = []
     try:
         with ExitStack() as stack:
             server = stack.enter_context(
@@ -408,6 +430,15 @@ def measure(work_dir: Path, *, kills: int = 15, keep: bool = False) -> FailoverR
                     f"{_ms(k.rejoin_s)}",
                     flush=True,
                 )
+            for number in range(1, moves + 1):
+                moved.append(_kill_round(number, zk, procs, clean=True))
+                m = moved[-1]
+                print(
+                    f"failover: clean move {number}: SIGTERM to {m.victim}, new leader "
+                    f"{m.new_leader} epoch {m.old_epoch}->{m.new_epoch}, first ack "
+                    f"{_ms(m.failover_s)}, {m.attempts} attempts {m.errors}",
+                    flush=True,
+                )
             run_sizes = {i: _size(b.log_path) for i, b in procs.items()}
             stop_brokers(procs.values())
         findings = _log_findings(procs, run_sizes)
@@ -426,6 +457,7 @@ def measure(work_dir: Path, *, kills: int = 15, keep: bool = False) -> FailoverR
         topic_config=dict(TOPIC_CONFIG),
         log_findings=findings,
         wall_s=time.perf_counter() - wall_start,
+        moves=moved,
     )
 
 

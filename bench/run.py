@@ -182,6 +182,9 @@ def _failover_section(run: _Run) -> list[str]:
         "max_ms": total.max * 1000,
         "session_timeout_ms": r.session_timeout_ms,
         "kills": len(r.kills),
+        "clean_move_median_ms": r.moved.median * 1000 if r.moved else None,
+        "clean_move_max_ms": r.moved.max * 1000 if r.moved else None,
+        "clean_moves": len(r.moves),
     }
     settings = ", ".join(f"`{k}` {v}" for k, v in r.broker_overrides.items())
     topic_config = ", ".join(f"`{k}` {v}" for k, v in r.topic_config.items())
@@ -214,6 +217,17 @@ def _failover_section(run: _Run) -> list[str]:
         lines.append(_summary_row("the killed broker's session expiry (watch fired)", expiry))
     lines += [
         _summary_row("the new state znode (its mtime)", elected),
+        *(
+            [
+                _summary_row(
+                    f"clean move: SIGTERM of the leader (controlled shutdown), "
+                    f"{len(r.moves)} rounds, to the first ack by the new leader",
+                    r.moved,
+                )
+            ]
+            if r.moved is not None
+            else []
+        ),
         "",
         "| session timeout ms | median failover ms | median / session timeout | kills |",
         "|---:|---:|---:|---:|",

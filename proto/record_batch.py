@@ -36,7 +36,9 @@ that, in place). :func:`encode_batch` and :func:`decode_batch` are for clients, 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
+from itertools import repeat
 from typing import Any, NamedTuple, TypeVar
 
 import crc32c
@@ -931,25 +933,54 @@ def _cut_run(
 ) -> None:
     """Append the rows of records 1 .. ``run - 1`` after the one at ``start``, which share
     its layout (``size`` bytes each; key and value at the same places, -1: null; the
-    timestampDelta at the same place and as wide; offsets one apart)."""
+    timestampDelta at the same place and as wide; offsets one apart).
+
+    Every column is built by ``map``, ``zip`` and ``repeat``, in C: the values (and keys)
+    are slices at the stride, the timestamps one value when their column is constant (one
+    producer call's records share one), and each row is made by ``tuple.__new__`` over
+    the zipped columns. Only timestamps that differ are decoded one by one.
+    """
     timestamp_at, width, base_timestamp, append_time = timestamps
-    new = tuple.__new__
-    append = rows.append
-    for j in range(1, run):
-        offset = first_offset + j
-        if offset < min_offset:
-            continue
-        q = start + j * size
-        if append_time is not None:
-            timestamp = append_time
-        elif width == 1:
-            b = data[q + timestamp_at]
-            timestamp = base_timestamp + ((b >> 1) ^ -(b & 1))
+    skip = max(0, min_offset - first_offset - 1)
+    first = 1 + skip
+    if first >= run:
+        return
+    count = run - first
+    begin = start + first * size
+    stop = start + run * size
+    offsets = range(first_offset + first, first_offset + run)
+    values: Iterable[bytes | None] = (
+        map(data.__getitem__, map(slice, range(begin + value_at, stop, size),
+                                  range(begin + value_at + value_length, stop + size, size)))
+        if value_at >= 0
+        else repeat(None, count)
+    )  # fmt: skip
+    keys: Iterable[bytes | None] = (
+        map(data.__getitem__, map(slice, range(begin + key_at, stop, size),
+                                  range(begin + key_at + key_length, stop + size, size)))
+        if key_at >= 0
+        else repeat(None, count)
+    )  # fmt: skip
+    stamps: Iterable[int]
+    if append_time is not None:
+        stamps = repeat(append_time, count)
+    elif width == 1:
+        column = data[begin + timestamp_at : stop : size]
+        if column.count(column[:1]) == count:
+            b = column[0]
+            stamps = repeat(base_timestamp + ((b >> 1) ^ -(b & 1)), count)
         else:
-            timestamp = base_timestamp + decode_varlong(data, q + timestamp_at)[0]
-        key = data[q + key_at : q + key_at + key_length] if key_at >= 0 else None
-        value = data[q + value_at : q + value_at + value_length] if value_at >= 0 else None
-        append(new(row_type, (*prefix, offset, key, value, timestamp, ())))
+            stamps = [base_timestamp + ((b >> 1) ^ -(b & 1)) for b in column]
+    else:
+        stamps = [
+            base_timestamp + decode_varlong(data, q + timestamp_at)[0]
+            for q in range(begin, stop, size)
+        ]
+    columns = zip(
+        *(repeat(field, count) for field in prefix), offsets, keys, values, stamps,
+        repeat((), count), strict=True,
+    )  # fmt: skip
+    rows.extend(map(partial(tuple.__new__, row_type), columns))
 
 
 def _decode_headers(
