@@ -328,10 +328,16 @@ def _kill_round(
             attempts += 1
             attempt = producer.send(state.leader)
             if attempt.base_offset is not None:
-                if state.leader == victim:
+                if state.leader != victim:
+                    t1 = attempt.acked
+                    break
+                if not clean:
                     raise BenchmarkError(f"round {number}: killed broker {victim} acknowledged")
-                t1 = attempt.acked
-                break
+                # A leader shutting down cleanly serves until the controller moves it.
+                last_offset = attempt.base_offset
+                errors["acknowledged by the stopping leader"] += 1
+                time.sleep(RETRY_BACKOFF_S)
+                continue
             errors[attempt.error] += 1
             time.sleep(RETRY_BACKOFF_S)
         stopped.result()
