@@ -37,6 +37,7 @@ from typing import Any
 import grpc
 import uvloop
 
+from bench.cli_runner import REPO, run_minibroker
 from bench.echo_server import CHANNEL_OPTIONS, SERVICE
 from client.metadata import BrokerConnections, MetadataClient
 from deploy.local_cluster import LocalCluster
@@ -59,7 +60,6 @@ NATS_MESSAGES = 200_000
 NATS_WINDOW = 4000
 """Acknowledgements nats-py may have pending (``publish_async``'s stall threshold)."""
 TOPIC = "perf"
-REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -228,18 +228,8 @@ async def _raw_batches(bootstrap: str, partitions: int) -> Rate:
 # -- minibroker through the CLI -------------------------------------------------------------------
 
 
-def _cli(data_dir: Path, *args: str, timeout: float = 900) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "client.cli", *args, "--data-dir", str(data_dir)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd=REPO,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"minibroker {' '.join(args)} failed: {result.stderr[-2000:]}")
-    return result.stdout
+def _cli(data_dir: Path, *args: str) -> str:
+    return run_minibroker(*args, data_dir=data_dir)[0]
 
 
 def _perf(data_dir: Path, *args: str) -> Rate:

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.cli_runner import run_minibroker
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
 
@@ -26,7 +25,6 @@ RECORD_BYTES = 100
 ROUNDS = 3
 TOPIC = "perf"
 _SUMMARY = re.compile(r"([\d,]+) records/s, ([\d.]+) MB/s; latency ms p50 ([\d.]+), p95 ([\d.]+)")
-REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -56,18 +54,9 @@ class TlsResult:
         return self.best("TLS").records_per_s / self.best("PLAINTEXT").records_per_s
 
 
-def _cli(*args: str, data_dir: Path, timeout: float = 600) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "client.cli", *args, "--data-dir", str(data_dir)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd=REPO,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"minibroker {' '.join(args)} failed: {result.stderr[-2000:]}")
-    return result.stdout + result.stderr
+def _cli(*args: str, data_dir: Path) -> str:
+    out, err = run_minibroker(*args, data_dir=data_dir, timeout=600)
+    return out + err
 
 
 def _round(work_dir: Path, tls: bool) -> PerfRound:

@@ -301,11 +301,7 @@ class Producer:
         metadata = self._metadata
         known = metadata.partitions(topic) if metadata is not None else None
         num_partitions = known if known is not None else await self._partition_count(topic)
-        if partition is not None and not 0 <= partition < num_partitions:
-            raise ClientError(
-                f"partition {partition} out of range: topic '{topic}' has {num_partitions} "
-                f"partition(s), 0 to {num_partitions - 1}"
-            )
+        _check_partition(topic, partition, num_partitions)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         record = Record(key, value, timestamp_ms, header_tuple)
@@ -366,11 +362,7 @@ class Producer:
         metadata = self._metadata
         known = metadata.partitions(topic) if metadata is not None else None
         num_partitions = known if known is not None else await self._partition_count(topic)
-        if partition is not None and not 0 <= partition < num_partitions:
-            raise ClientError(
-                f"partition {partition} out of range: topic '{topic}' has {num_partitions} "
-                f"partition(s), 0 to {num_partitions - 1}"
-            )
+        _check_partition(topic, partition, num_partitions)
         largest_batch = HEADER_SIZE + _MAX_BULK_RECORD_OVERHEAD + largest
         if largest_batch > self.config.max_request_size:
             raise RecordTooLargeError(
@@ -511,6 +503,14 @@ def _bulk_reservation(count: int, value_bytes: int, largest: int, batch_size: in
     room = batch_size - HEADER_SIZE - _MAX_BULK_RECORD_OVERHEAD - largest
     batches = count if room <= 0 else min(count, records // room + 2)
     return records + batches * HEADER_SIZE
+
+
+def _check_partition(topic: str, partition: int | None, num_partitions: int) -> None:
+    if partition is not None and not 0 <= partition < num_partitions:
+        raise ClientError(
+            f"partition {partition} out of range: topic '{topic}' has {num_partitions} "
+            f"partition(s), 0 to {num_partitions - 1}"
+        )
 
 
 def _check_bytes(what: str, data: Any) -> None:

@@ -1018,25 +1018,9 @@ def _decode_record(
     offset_delta, p = decode_varint(data, p)
     key, p = _decode_bytes(data, p, record_end, "key")
     value, p = _decode_bytes(data, p, record_end, "value")
-    header_count, p = decode_varint(data, p)
-    if header_count < 0:
-        raise CorruptRecordError("negative header count")
-    headers = []
-    for _ in range(header_count):
-        header_key, p = _decode_bytes(data, p, record_end, "header key")
-        if header_key is None:
-            raise CorruptRecordError("null header key")
-        header_value, p = _decode_bytes(data, p, record_end, "header value")
-        try:
-            headers.append((header_key.decode("utf-8"), header_value))
-        except UnicodeDecodeError:
-            raise CorruptRecordError("header key is not UTF-8") from None
-    if p != record_end:
-        raise CorruptRecordError(
-            f"length is {length} bytes but its fields take {p - record_end + length}"
-        )
+    headers, p = _decode_headers(data, p, record_end, length)
     timestamp = header.base_timestamp + timestamp_delta if append_time is None else append_time
-    return Record(key, value, timestamp, tuple(headers), header.base_offset + offset_delta), p
+    return Record(key, value, timestamp, headers, header.base_offset + offset_delta), p
 
 
 def _decode_bytes(data: bytes, pos: int, limit: int, what: str) -> tuple[bytes | None, int]:
