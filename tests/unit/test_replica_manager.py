@@ -13,7 +13,7 @@ from broker.log.log import Log
 from broker.log.log_manager import LogManager
 from broker.metadata_cache import MetadataCache
 from broker.partition import LeadershipState, Partition
-from broker.replica_manager import ReplicaManager
+from broker.replica_manager import FetchSpec, ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkSessionExpiredError
 from proto import minibroker_pb2 as pb
 from proto.broker_config import BrokerConfig
@@ -70,6 +70,48 @@ def test_produce_mixing_a_good_and_a_poison_partition_writes_only_the_good_one(
         assert (logs[POISONED].log_end_offset, logs[POISONED].size_in_bytes) == (0, 0)
         for log in logs.values():
             log.close()
+
+
+# -- where fetches read ------------------------------------------------------------------------
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def test_the_recent_tail_is_read_on_the_loop_and_older_data_in_the_executor(
+    tmp_path: Path,
+) -> None:
+    """Issue 15: reads of what the partition appended lately (page cache, a copy of at
+    most LOOP_READ_MAX_BYTES) skip the executor hop; data older than the partition's append
+    marks, e.g. written before it was opened, may be on disk and is read in the executor."""
+    batch = encode_batch([Record(None, b"v%d" % i, 1) for i in range(10)])
+
+    async def fetch(manager: ReplicaManager, tp: TopicPartition) -> list[bytes | None]:
+        results = await manager.fetch_messages(-1, 0, 1, 1 << 20, {tp: FetchSpec(0, 1 << 20)})
+        assert results[tp].error_code == ErrorCode.NONE
+        return [r.value for r in decode_batch(results[tp].records).records]
+
+    with _CountingExecutor() as executor:
+        manager = replica_manager(tmp_path, executor)
+        asyncio.run(manager.append_records(1, 1000, {GOOD: batch}))
+        assert len(asyncio.run(fetch(manager, GOOD))) == 10
+        assert executor.submitted == 0
+        # the same log reopened: its data predates the new partition's append marks
+        log = manager.partitions[GOOD].log
+        reopened = Partition(GOOD, 1, log, clock_ms=int, high_watermark=10)
+        assert reopened.make_leader(LeadershipState(1, 1, (1,), (1,), 0, controller_epoch=1))
+        manager.partitions[GOOD] = reopened
+        assert len(asyncio.run(fetch(manager, GOOD))) == 10
+        assert executor.submitted == 1
+        for partition in manager.partitions.values():
+            partition.log.close()
 
 
 # -- LeaderAndIsr that fails part way ---------------------------------------------------------
