@@ -185,7 +185,6 @@ async def perf_produce(args: argparse.Namespace) -> int:
     # as they fall due (at most a millisecond's worth at a time) with --throughput.
     values = [os.urandom(args.record_size)] * max(1, args.batch_size // (args.record_size + 8))
     acks = _Acks()
-    futures: list[asyncio.Future[RecordRange]] = []
     async with connections(args) as conns:
         await check_reachable(conns, [args.topic])
         async with Producer(conns, config) as producer:

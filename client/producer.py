@@ -359,9 +359,7 @@ class Producer:
                 value_bytes += n
                 if n > largest:
                     largest = n
-        metadata = self._metadata
-        known = metadata.partitions(topic) if metadata is not None else None
-        num_partitions = known if known is not None else await self._partition_count(topic)
+        num_partitions = await self._partition_count(topic)
         _check_partition(topic, partition, num_partitions)
         largest_batch = HEADER_SIZE + _MAX_BULK_RECORD_OVERHEAD + largest
         if largest_batch > self.config.max_request_size:

@@ -90,6 +90,7 @@ __all__ = [
     "decode_varint",
     "decode_varlong",
     "encode_batch",
+    "encode_record",
     "encode_varint",
     "encode_varlong",
     "parse_header",
@@ -673,6 +674,26 @@ def _encode_bytes(out: bytearray, data: bytes | None) -> None:
         out += data
 
 
+def encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> bytes:
+    """One record as a v2 batch holds it, its length varint first."""
+    part = bytearray(b"\x00")  # record attributes: unused in v2
+    part += encode_varlong(timestamp_delta)
+    part += encode_varint(offset_delta)
+    _encode_bytes(part, key)
+    _encode_bytes(part, value)
+    part += encode_varint(len(headers))
+    for header_key, header_value in headers:
+        _encode_bytes(part, header_key.encode("utf-8"))
+        _encode_bytes(part, header_value)
+    return encode_varint(len(part)) + part
+
+
 def encode_batch(
     records: Sequence[Record],
     *,
@@ -695,23 +716,13 @@ def encode_batch(
         base_timestamp = records[0].timestamp
     body = bytearray()
     max_timestamp = NO_TIMESTAMP
-    varint = encode_varint
     for delta, record in enumerate(records):
         timestamp = record.timestamp
         if timestamp > max_timestamp:
             max_timestamp = timestamp
-        part = bytearray(b"\x00")  # record attributes: unused in v2
-        part += encode_varlong(timestamp - base_timestamp)
-        part += varint(delta)
-        _encode_bytes(part, record.key)
-        _encode_bytes(part, record.value)
-        headers = record.headers
-        part += varint(len(headers))
-        for header_key, header_value in headers:
-            _encode_bytes(part, header_key.encode("utf-8"))
-            _encode_bytes(part, header_value)
-        body += varint(len(part))
-        body += part
+        body += encode_record(
+            delta, timestamp - base_timestamp, record.key, record.value, record.headers
+        )
     count = len(records)
     if HEADER_SIZE + len(body) - LOG_OVERHEAD > _INT32_MAX:
         raise ValueError(f"batch of {len(body)} bytes of records is too large for the format")

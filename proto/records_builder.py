@@ -29,6 +29,7 @@ from proto.record_batch import (
     MAGIC,
     NO_PARTITION_LEADER_EPOCH,
     NO_TIMESTAMP,
+    encode_record,
     encode_varint,
     encode_varlong,
 )
@@ -75,35 +76,6 @@ class RecordsBuilder:
     def __len__(self) -> int:
         return self.count
 
-    def record_size(
-        self,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]] = (),
-    ) -> int:
-        """Bytes ``append`` would add for this record (Kafka's ``DefaultRecord.sizeInBytes``)."""
-        return len(self._encode(timestamp, key, value, headers))
-
-    def _encode(
-        self,
-        timestamp: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]],
-    ) -> bytes:
-        base = timestamp if self.count == 0 else self.base_timestamp
-        body = bytearray(_ZERO_ATTRIBUTES)
-        body += encode_varlong(timestamp - base)
-        body += _varint(self.count)
-        _put_bytes(body, key)
-        _put_bytes(body, value)
-        body += _varint(len(headers))
-        for header_key, header_value in headers:
-            _put_bytes(body, header_key.encode("utf-8"))
-            _put_bytes(body, header_value)
-        return _varint(len(body)) + body
-
     def append(
         self,
         timestamp: int,
@@ -114,7 +86,8 @@ class RecordsBuilder:
     ) -> bool:
         """Append one record, unless the batch would then exceed ``limit`` bytes (the first
         record is always taken). Returns whether it was."""
-        encoded = self._encode(timestamp, key, value, headers)
+        base = timestamp if self.count == 0 else self.base_timestamp
+        encoded = encode_record(self.count, timestamp - base, key, value, headers)
         if limit is not None and self.count and self.size + len(encoded) > limit:
             return False
         if self.count == 0:
@@ -279,11 +252,3 @@ class RecordsBuilder:
         )
         assert len(prefix) == ATTRIBUTES_OFFSET
         return b"".join((prefix, covered, body))
-
-
-def _put_bytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        out += _NULL
-    else:
-        out += _varint(len(data))
-        out += data

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,6 +79,19 @@ def _processes_of(run_dir: Path) -> list[str]:
         ["pgrep", "-af", str(run_dir)], capture_output=True, text=True, check=False
     ).stdout
     return [line for line in found.splitlines() if "pgrep" not in line]
+
+
+def _broker_stopped(run_dir: Path, broker_id: int) -> bool:
+    """Whether the run's broker ``broker_id`` is in the stopped state (SIGSTOP)."""
+    for line in _processes_of(run_dir):
+        pid, _, command = line.partition(" ")
+        if f"broker --id {broker_id} " in command:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                return False
+            return stat.rpartition(")")[2].split()[0] == "T"
+    return False
 
 
 def _timeline(run_dir: Path) -> list[dict[str, Any]]:
@@ -238,7 +250,11 @@ def test_an_interrupted_run_heals_the_paused_broker_and_stops_everything(
             message="the pause to strike",
         )
         paused = next(e["target"] for e in _timeline(run_dir) if e["f"] == "pause")
-        time.sleep(0.5)  # the paused broker is frozen now; the run is in the fault's hold
+        wait_for(
+            lambda: _broker_stopped(run_dir, paused),
+            30,
+            message=f"broker {paused} to be frozen (SIGSTOP) in the fault's hold",
+        )
         run.send_signal(signal.SIGINT)
         output, _ = run.communicate(timeout=300)
     finally:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from client.record_accumulator import record_size
 from proto.record_batch import (
     HEADER_SIZE,
     NO_TIMESTAMP,
@@ -93,7 +94,7 @@ def test_append_refuses_a_record_over_the_limit_unless_the_batch_is_empty() -> N
     assert builder.append(BASE, b"k", bytes(2000), (), limit=100)
     assert not builder.append(BASE, b"k", b"v", (), limit=100)
     assert len(builder) == 1
-    size = builder.record_size(BASE, b"k", b"v")
+    size = record_size(1, 0, b"k", b"v")
     before = builder.size
     assert builder.append(BASE, b"k", b"v")  # no limit
     assert builder.size == before + size
