@@ -56,6 +56,12 @@ def start_session(
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.adaptive.enabled": "true",
+        # The cached DataFrames (records, offsets, history) are read a few times within one
+        # run: compressing them cost a fifth of the JVM's CPU (a JFR profile of the audit
+        # benchmark: dictionary and run-length statistics gathered over every column,
+        # boxing each value into a Scala HashMap) for memory the audit does not run short
+        # of; MEMORY_AND_DISK spills what does not fit.
+        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
     }
     cores = local_cores(master)
