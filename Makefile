@@ -15,7 +15,7 @@ TIMELINE ?=
 REPORT ?= audit-report
 MASTER ?=
 
-.PHONY: help setup system-deps test check unit integration fuzz proto bench bench-deps up up-ha up-tls up-metrics prometheus-image down down-volumes run chaos audit image clean
+.PHONY: help setup system-deps test check unit integration fuzz proto bench bench-deps up up-ha up-tls up-metrics up-spark audit-spark prometheus-image spark-image down down-volumes run chaos audit image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -89,6 +89,12 @@ up-tls: image ## the authenticated Docker cluster: mutual TLS, broker-only contr
 up-metrics: image prometheus-image ## the Docker cluster plus Prometheus scraping the brokers (compose profile "metrics", 127.0.0.1:9090)
 	@MINIBROKER_METRICS=1 deploy/docker/compose.sh up
 
+up-spark: image spark-image ## the Docker cluster plus Spark's standalone master and a worker (compose profile "spark", UI on 127.0.0.1:8080)
+	@MINIBROKER_SPARK=1 deploy/docker/compose.sh up
+
+audit-spark: ## the audit of the Docker cluster's logs in place, on the spark profile's master: make audit-spark [AUDIT_ARGS="--conf k=v"]
+	@deploy/docker/compose.sh audit $(AUDIT_ARGS)
+
 down: ## stop and remove the Docker cluster's containers, either variant (the data volumes stay)
 	@deploy/docker/compose.sh down
 
@@ -130,6 +136,11 @@ prometheus-image: image ## the Prometheus image of the "metrics" profile: Debian
 	docker build --network host --force-rm --pull=false \
 	  --build-arg BASE_IMAGE=$${MINIBROKER_IMAGE:-minibroker:latest} \
 	  -f deploy/docker/Dockerfile.prometheus -t $${MINIBROKER_PROMETHEUS_IMAGE:-minibroker-prometheus:latest} deploy/docker
+
+spark-image: image ## the Spark image of the "spark" profile: the minibroker image with the audit extra (pyspark)
+	docker build --network host --force-rm --pull=false \
+	  --build-arg BASE_IMAGE=$${MINIBROKER_IMAGE:-minibroker:latest} \
+	  -f deploy/docker/Dockerfile.spark -t $${MINIBROKER_SPARK_IMAGE:-minibroker-spark:latest} deploy/docker
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build *.egg-info

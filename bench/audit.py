@@ -20,7 +20,7 @@ from chaos.audit.testing import BrokerDataDir, history_line, write_lines
 from proto.log_config import LogConfig
 from proto.topic_partition import TopicPartition
 
-__all__ = ["AuditBenchResult", "measure"]
+__all__ = ["AuditBenchResult", "measure", "write_data"]
 
 BROKERS = (1, 2, 3)
 TOPIC = "audit"
@@ -67,7 +67,7 @@ def _value(partition: int, i: int) -> str:
     return f"p{partition}-{i:09d}-".ljust(VALUE_BYTES, "x")
 
 
-def _write(root: Path, records: int) -> Path:
+def write_data(root: Path, records: int) -> Path:
     """The three data dirs under ``root`` and the history; returns the history file."""
     dirs = {
         b: BrokerDataDir(root / f"broker-{b}", b, LogConfig(segment_bytes=SEGMENT_BYTES))
@@ -113,7 +113,7 @@ def measure(work_dir: Path, records: int = RECORDS, master: str = MASTER) -> Aud
     root.mkdir(parents=True)
     try:
         started = time.perf_counter()
-        history = _write(root, records)
+        history = write_data(root, records)
         write_s = time.perf_counter() - started
         data = [root / f"broker-{b}" for b in BROKERS]
         segments = sorted(root.glob("broker-*/*/*.log"))

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import audit, failover, log_append, replication, side_by_side
+from bench import audit, audit_spark, failover, log_append, replication, side_by_side
 from bench import chaos as chaos_bench
 from bench import tls as tls_bench
 from bench.machine import describe
@@ -403,6 +403,52 @@ def _audit_section(run: _Run) -> list[str]:
     return lines
 
 
+def _audit_spark_section(run: _Run) -> list[str]:
+    r = audit_spark.measure(WORK_DIR)
+    run.figures["audit_spark"] = {
+        label: {"seconds": list(seconds), "records_per_s_best": r.records_per_s(label)}
+        for label, seconds in r.seconds.items()
+    } | {"records_decoded": r.records_decoded}
+    lines = [
+        "## Spark audit on a standalone master and worker in Docker, against local[2]",
+        "",
+        *run.stamp,
+        "",
+        "The audit section's data (the same writer, "
+        f"{r.records_decoded:,} records on disk and a history of a third as many lines), "
+        "audited by `minibroker audit` once per run in the `minibroker-spark` image of the "
+        'compose profile "spark": on Spark\'s standalone master and one worker '
+        f"({audit_spark.WORKER_CORES} cores, {audit_spark.WORKER_MEMORY}) in containers, "
+        "the data bind-mounted read-only at the same path in the worker and the driver's "
+        "container, and on `local[2]` in the same image; the two alternate, "
+        f"{audit_spark.RUNS} runs each. Seconds are the audit's own (report.json), Spark's "
+        "start-up excluded; each run is a new session, so each includes starting the "
+        "executors' Python workers and compiling the query stages (the audit section's "
+        '"first" column).',
+        "",
+        "| master | audit s (each run) | records/s (best) | phases of the best run |",
+        "|---|---|---:|---|",
+    ]
+    for label, seconds in r.seconds.items():
+        phases = ", ".join(f"{n} {v:.1f} s" for n, v in r.phases[label].items())
+        lines.append(
+            f"| {label} | {', '.join(f'{s:.1f}' for s in seconds)} | "
+            f"{r.records_per_s(label):,.0f} | {phases} |"
+        )
+    lines += [
+        "",
+        "Both on this one machine's cores, so the standalone cluster can only add its "
+        "overhead (the executor in a JVM of its own, RPC between the containers); what it "
+        "shows is that the job the Docker cluster's `make audit-spark` runs reads the files "
+        "where they lie.",
+        "",
+        f"- `make spark-image` before the runs: {r.build_s:.0f} s",
+    ]
+    for label in r.seconds:
+        print(f"audit_spark: {label}: {r.records_per_s(label):,.0f} records/s {r.seconds[label]}")
+    return lines
+
+
 def _chaos_section(run: _Run) -> list[str]:
     results = chaos_bench.measure(WORK_DIR / "chaos")
     run.figures["chaos"] = {
@@ -586,6 +632,7 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "replication": _replication_section,
     "failover": _failover_section,
     "audit": _audit_section,
+    "audit_spark": _audit_spark_section,
     "chaos": _chaos_section,
     "tls": _tls_section,
     "side_by_side": _side_by_side_section,

@@ -20,6 +20,14 @@
 # Prometheus scraping the brokers, on 127.0.0.1:$MINIBROKER_PROMETHEUS_PORT (9090). `down`
 # and `down-volumes` remove it whether or not it was asked for.
 #
+# With MINIBROKER_SPARK=1 (`make up-spark`), `up` also starts the "spark" profile: Spark's
+# standalone master and a worker mounting the brokers' data volumes read-only; the master's
+# UI on 127.0.0.1:$MINIBROKER_SPARK_UI_PORT (8080). `deploy/docker/compose.sh audit [ARGS]`
+# (`make audit-spark`) then runs the audit's driver in a one-off container on that master,
+# over the three brokers' data, reports to $MINIBROKER_AUDIT_REPORT_DIR (./audit-report);
+# ARGS are more `minibroker audit` options. One ZooKeeper only (the HA variant's brokers
+# keep their data in other volumes).
+#
 # With MINIBROKER_TLS=1 (`make up-tls`), the authenticated variant (deploy/docker-compose.tls.yml,
 # one ZooKeeper): `up` first makes a throw-away CA, the brokers' and an admin certificate, the
 # ZooKeeper digest and admin.properties in $MINIBROKER_TLS_DIR (./minibroker-tls), once.
@@ -81,6 +89,24 @@ fi
 if [ "$metrics" = 1 ]; then
     services+=(prometheus)
 fi
+spark="${MINIBROKER_SPARK:-0}"
+case "$spark" in
+    0 | 1) ;;
+    *) die "MINIBROKER_SPARK must be 0 or 1 (Spark's master and a worker for the audit), not '$spark'" ;;
+esac
+if [ "$command" = audit ]; then
+    spark=1
+fi
+if [ "$spark" = 1 ] && [ "$nodes" = 3 ]; then
+    die "the spark profile audits the one-ZooKeeper cluster's volumes: unset MINIBROKER_ZOOKEEPER_NODES"
+fi
+if [ "$spark" = 1 ] || [ "$command" = down ] || [ "$command" = down-volumes ] \
+    || docker inspect "$project-spark-master" >/dev/null 2>&1; then
+    compose+=(--profile spark)
+fi
+if [ "$spark" = 1 ] && [ "$command" = up ]; then
+    services+=(spark-master spark-worker)
+fi
 # `down` with both files removes the containers and volumes of either variant.
 if [ "$nodes" = 3 ] || [ "$command" = down ] || [ "$command" = down-volumes ]; then
     compose+=(-f "$ha_file")
@@ -131,6 +157,9 @@ ports() {
     echo "broker-3 ${MINIBROKER_PORT_3:-9093} MINIBROKER_PORT_3"
     if [ "$metrics" = 1 ]; then
         echo "prometheus ${MINIBROKER_PROMETHEUS_PORT:-9090} MINIBROKER_PROMETHEUS_PORT"
+    fi
+    if [ "$spark" = 1 ]; then
+        echo "spark-master ${MINIBROKER_SPARK_UI_PORT:-8080} MINIBROKER_SPARK_UI_PORT"
     fi
 }
 
@@ -319,15 +348,37 @@ EOF
   curl -s 'http://127.0.0.1:${MINIBROKER_PROMETHEUS_PORT:-9090}/api/v1/query?query=kafka_server_replicamanager_underreplicatedpartitions'
 EOF
     fi
+    if [ "$spark" = 1 ]; then
+        cat <<EOF
+  # Spark master: http://127.0.0.1:${MINIBROKER_SPARK_UI_PORT:-8080}; the audit of the brokers' logs in place:
+  make audit-spark       # reports in ./audit-report (MINIBROKER_AUDIT_REPORT_DIR)
+EOF
+    fi
     cat <<EOF
   make down              # stop (data kept); make down-volumes also drops the data
 EOF
 }
 
+# The audit's driver in a one-off container of the spark profile, on the running master,
+# over the brokers' data volumes (mounted read-only at /data/broker-N). Its exit status is
+# `minibroker audit`'s: 0 clean, 1 violations, 2 bad input.
+audit() {
+    docker inspect -f '{{.State.Running}}' "$project-spark-master" 2>/dev/null | grep -q true \
+        || die "no Spark master runs in project $project: \`make up-spark\` first"
+    local report="${MINIBROKER_AUDIT_REPORT_DIR:-$PWD/audit-report}"
+    case "$report" in /*) ;; *) report="$PWD/$report" ;; esac
+    mkdir -p "$report"
+    export MINIBROKER_AUDIT_REPORT_DIR="$report"
+    "${compose[@]}" run --rm --no-deps audit \
+        minibroker audit --master spark://spark-master:7077 \
+        --data /data/broker-1 /data/broker-2 /data/broker-3 --report /report "$@"
+}
+
 case "$command" in
     up) up ;;
+    audit) shift; audit "$@" ;;
     down) "${compose[@]}" down --remove-orphans ;;
     down-volumes) "${compose[@]}" down --volumes --remove-orphans ;;
-    "") die "usage: $0 up|down|down-volumes|COMPOSE-ARGS..." ;;
+    "") die "usage: $0 up|down|down-volumes|audit [AUDIT-ARGS...]|COMPOSE-ARGS..." ;;
     *) "${compose[@]}" "$@" ;;
 esac

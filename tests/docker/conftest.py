@@ -18,11 +18,14 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import minibroker as run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_SH = REPO / "deploy" / "docker" / "compose.sh"
@@ -30,6 +33,19 @@ PROJECT = "minibroker-test"
 UP_TIMEOUT_S = 1500
 """`make up` builds the image first: on a new machine that is the offline base
 (debootstrap, about a minute) and a cold image build (two to three minutes)."""
+
+
+CLI_TIMEOUT_S = 300
+
+
+def minibroker(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The CLI of this checkout, as a user on the host runs it; it must succeed."""
+    result = run_cli(*args, input_text=stdin, timeout=CLI_TIMEOUT_S)
+    assert result.returncode == 0, (
+        f"minibroker {' '.join(args)} exited {result.returncode}:\n"
+        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    )
+    return result
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -116,14 +132,39 @@ class DockerCluster:
             timeout=timeout,
         )
 
-    def make(self, target: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def make(
+        self, target: str, timeout: float = 300, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`make TARGET` on this cluster (``env``: this cluster's and more)."""
         return subprocess.run(
             ["make", "--no-print-directory", target],
             cwd=REPO,
-            env=self.env,
+            env=self.env if env is None else env,
             capture_output=True,
             text=True,
             timeout=timeout,
+        )
+
+
+@contextmanager
+def profile_up(
+    cluster: DockerCluster, target: str, env: dict[str, str], services: Sequence[str]
+) -> Iterator[subprocess.CompletedProcess[str]]:
+    """`make TARGET` (a compose profile's `up-*`) on the session's cluster with ``env``, which
+    must succeed; the profile's ``services`` are removed at the end, whatever happened."""
+    up = cluster.make(target, timeout=UP_TIMEOUT_S, env=env)
+    try:
+        assert up.returncode == 0, (
+            f"make {target} failed:\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}"
+        )
+        yield up
+    finally:
+        subprocess.run(
+            [str(COMPOSE_SH), "rm", "-s", "-f", *services],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            timeout=120,
         )
 
 

@@ -12,7 +12,6 @@ killed container is started again and its broker rejoins the ISR of every partit
 from __future__ import annotations
 
 import subprocess
-import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -23,7 +22,7 @@ import pytest
 
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
-from tests.docker.conftest import REPO, DockerCluster
+from tests.docker.conftest import DockerCluster, minibroker
 from tests.helpers import wait_for
 
 T = TypeVar("T")
@@ -32,25 +31,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 PARTITIONS = 3
 LINES = 10_000
-CLI_TIMEOUT_S = 300
 REJOIN_TIMEOUT_S = 180
-
-
-def minibroker(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI of this checkout, as a user on the host runs it."""
-    result = subprocess.run(
-        [sys.executable, "-m", "client.cli", *args],
-        input=stdin,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-    )
-    assert result.returncode == 0, (
-        f"minibroker {' '.join(args)} exited {result.returncode}:\n"
-        f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    )
-    return result
 
 
 def metadata(cluster: DockerCluster, topic: str) -> pb.MetadataResponse:

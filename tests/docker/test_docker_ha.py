@@ -18,8 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.docker.conftest import UP_TIMEOUT_S, DockerCluster, _free_ports, _show_logs
-from tests.docker.test_docker_cluster import minibroker
+from tests.docker.conftest import UP_TIMEOUT_S, DockerCluster, _free_ports, _show_logs, minibroker
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]

@@ -9,50 +9,23 @@ and exactly one active controller among them. The container is removed at the en
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from tests.docker.conftest import REPO, UP_TIMEOUT_S, DockerCluster
+from tests.docker.conftest import DockerCluster, _free_ports, profile_up
 from tests.helpers import wait_for
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
 def prometheus_port(docker_cluster: DockerCluster) -> Iterator[int]:
-    port = _free_port()
+    (port,) = _free_ports(1)
     env = {**docker_cluster.env, "MINIBROKER_METRICS": "1", "MINIBROKER_PROMETHEUS_PORT": str(port)}
-    up = subprocess.run(
-        ["make", "--no-print-directory", "up-metrics"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=UP_TIMEOUT_S,
-    )
-    try:
-        assert up.returncode == 0, (
-            f"make up-metrics failed:\n{up.stdout[-4000:]}\n{up.stderr[-4000:]}"
-        )
+    with profile_up(docker_cluster, "up-metrics", env, ["prometheus"]) as up:
         assert f"http://127.0.0.1:{port}/graph" in up.stdout
         yield port
-    finally:
-        subprocess.run(
-            [str(REPO / "deploy" / "docker" / "compose.sh"), "rm", "-s", "-f", "prometheus"],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            timeout=120,
-        )
 
 
 def query(port: int, promql: str) -> list[dict[str, object]]:
