@@ -752,8 +752,18 @@ class LocalCluster:
                 _signal(pid, signal.SIGKILL, group=group)
                 deadline = time.monotonic() + 10
             time.sleep(_POLL_S)
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)  # reap it if it was our own child
+        _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    """Reap ``pid``, gone now, if this interpreter started it: through its harness when
+    there is one (``pid`` polls the Popen, which so learns how it ended; a Popen that never
+    does warns at exit, "ResourceWarning: subprocess N is still running"), else directly.
+    Harnesses of processes that have ended are dropped from ``_outliving``."""
+    for harness in [h for h in _outliving if h.pid is None]:
+        _outliving.remove(harness)
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
 
 
 def _wait_until_free(port: int, timeout: float) -> bool:

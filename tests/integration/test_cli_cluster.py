@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,3 +140,34 @@ def test_cluster_up_tls_is_authenticated_and_the_cli_finds_its_credentials(
     assert denied.returncode != 0
     assert "NoAuth" in denied.stderr, denied.stderr
     assert "Traceback" not in denied.stderr
+
+
+_IN_PROCESS_CLUSTER = """
+import sys
+from pathlib import Path
+from deploy.local_cluster import LocalCluster
+base = int(sys.argv[2])
+cluster = LocalCluster(Path(sys.argv[1]))
+cluster.up(1, base_port=base, zookeeper_port=base + 1)
+cluster.kill(1)
+cluster.start(1)
+cluster.down()
+"""
+
+
+def test_an_interpreter_driving_a_cluster_reaps_every_process_it_started(
+    cluster_dir: Path,
+) -> None:
+    """The chaos runner drives clusters in its own process, acting on them by pid: the
+    processes it started, killed or stopped must be reaped through their Popen, which
+    otherwise warns at exit that each "is still running" (90 such lines after `make test`)."""
+    base = free_port_run(2)
+    done = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-c", _IN_PROCESS_CLUSTER,
+         str(cluster_dir), str(base)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ResourceWarning" not in done.stderr, done.stderr[-3000:]
