@@ -33,6 +33,7 @@ from client import (
 )
 from client.cli_common import UsageError, finish_args
 from proto.errors import MinibrokerError
+from proto.malloc_tuning import tune_malloc
 
 DISTRIBUTION = "minibroker"
 
@@ -113,6 +114,9 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Every process of the project starts here (brokers too): large buffers reused, not
+    # page-faulted in afresh for each request (proto.malloc_tuning says what it measured).
+    tune_malloc()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     command_parser = getattr(args, "command_parser", parser)
