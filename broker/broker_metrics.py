@@ -20,6 +20,8 @@ Where Kafka has no metric (a partition's high watermark), the name follows the s
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 REQUEST_TIME_BUCKETS_MS = (0.5, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
@@ -67,6 +69,16 @@ class RequestMetrics:
             registry=registry,
         )
 
+        self._children: dict[str, tuple[Any, Any]] = {}
+        """Per API, its counter and histogram children: ``labels()`` looks them up under a
+        lock on every call, and the produce and fetch paths observe thousands a second."""
+
     def observe(self, request: str, elapsed_ms: float) -> None:
-        self.requests.labels(request).inc()
-        self.total_time_ms.labels(request).observe(elapsed_ms)
+        children = self._children.get(request)
+        if children is None:
+            children = self._children[request] = (
+                self.requests.labels(request),
+                self.total_time_ms.labels(request),
+            )
+        children[0].inc()
+        children[1].observe(elapsed_ms)

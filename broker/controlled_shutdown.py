@@ -75,10 +75,12 @@ async def _attempt(
 ) -> str:
     """One ControlledShutdown round trip; "done" or why not."""
     try:
-        controller_id = await asyncio.wait_for(zk.get_controller_id(), zk_timeout_s)
+        async with asyncio.timeout(zk_timeout_s):
+            controller_id = await zk.get_controller_id()
         if controller_id is None:
             return "no_controller"
-        address = await asyncio.wait_for(zk.get_broker_address(controller_id), zk_timeout_s)
+        async with asyncio.timeout(zk_timeout_s):
+            address = await zk.get_broker_address(controller_id)
     except (ZkError, TimeoutError) as e:
         return f"zookeeper_unreachable:{type(e).__name__}"
     if address is None:

@@ -10,16 +10,27 @@ handling one request is logged and answered with INTERNAL, and the broker goes o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import grpc
 
 from broker.authorizer import ClusterAuthorizer
+from broker.broker_metrics import RequestMetrics
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
-from broker.replica_manager import FetchPartitionResult, FetchSpec, ProduceResult, ReplicaManager
+from broker.replica_manager import (
+    AppendedRecords,
+    FetchPartitionResult,
+    FetchSpec,
+    ProduceResult,
+    ReplicaManager,
+)
 from broker.zk_client import ZkDataError, ZkError
 from controller.kafka_controller import KafkaController
 from proto import errors
@@ -31,6 +42,11 @@ from proto.topic_partition import TopicPartition, topic_name_problem
 logger = logging.getLogger(__name__)
 
 ACKS_VALUES = (0, 1, -1)
+SESSION_MAX_PENDING_ANSWERS = 64
+"""Produce requests of one ProduceSession appended but not yet answered (waiting for their
+acks) before the broker stops reading more from that session: gRPC's flow control then
+holds the client back, as Kafka's ``queued.max.requests`` does. Well above what a client
+keeps in flight (``max.in.flight.requests.per.connection``, 5)."""
 _Response = TypeVar("_Response")
 
 
@@ -86,6 +102,60 @@ def _current_leader_epoch(
     return part.current_leader_epoch if part.HasField("current_leader_epoch") else None
 
 
+@dataclass(frozen=True)
+class _ParsedProduce:
+    """A produce request checked: what to append, what is refused up front, in what order
+    the response lists the partitions."""
+
+    entries: dict[TopicPartition, bytes]
+    refused: dict[TopicPartition, ProduceResult]
+    order: list[TopicPartition]
+
+
+def _parse_produce(request: pb.ProduceRequest) -> _ParsedProduce:
+    if request.acks not in ACKS_VALUES:
+        raise MalformedRequestError(f"acks must be 0, 1 or -1 (all), got {request.acks}")
+    if request.timeout_ms < 0:
+        raise MalformedRequestError(f"timeout_ms must be >= 0, got {request.timeout_ms}")
+    entries: dict[TopicPartition, bytes] = {}
+    refused: dict[TopicPartition, ProduceResult] = {}
+    order: list[TopicPartition] = []
+    for topic in request.topics:
+        for part in topic.partitions:
+            tp = TopicPartition(topic.name, part.index)
+            order.append(tp)
+            problem = _partition_problem(tp)
+            if problem is not None:
+                refused[tp] = ProduceResult(problem, f"invalid partition {tp!r}")
+            elif not part.records:
+                refused[tp] = ProduceResult(ErrorCode.CORRUPT_MESSAGE, f"{tp}: no record batches")
+            else:
+                entries[tp] = part.records
+    _unique("produce request", order)
+    return _ParsedProduce(entries, refused, order)
+
+
+def _produce_response(
+    parsed: _ParsedProduce, results: dict[TopicPartition, ProduceResult]
+) -> pb.ProduceResponse:
+    results.update(parsed.refused)
+    response = pb.ProduceResponse()
+    for name, tps in _by_topic(parsed.order).items():
+        topic_response = response.responses.add(name=name)
+        for tp in tps:
+            r = results[tp]
+            topic_response.partitions.add(
+                index=tp.partition,
+                error_code=r.error_code,
+                error_message=r.error_message,
+                base_offset=r.base_offset,
+                log_append_time_ms=-1,
+                log_start_offset=r.log_start_offset,
+                leader_epoch=r.leader_epoch,
+            )
+    return response
+
+
 class BrokerService(pb_grpc.BrokerServicer):
     """Produce, Fetch, OffsetsForLeaderEpoch, ListOffsets, Metadata and InitProducerId."""
 
@@ -97,8 +167,12 @@ class BrokerService(pb_grpc.BrokerServicer):
         *,
         producer_id_timeout_ms: int = 6000,
         authorizer: ClusterAuthorizer | None = None,
+        request_metrics: RequestMetrics | None = None,
     ) -> None:
         self.replica_manager = replica_manager
+        self.request_metrics = request_metrics
+        """Where the sessions' requests are counted and timed (the unary methods' are by
+        the RequestTiming interceptor)."""
         self.authorizer = authorizer or ClusterAuthorizer(replica_manager.broker_id, enabled=False)
         """Replica fetches (``replica_id`` >= 0) only from the broker they name."""
         self.metadata_cache = metadata_cache
@@ -112,46 +186,86 @@ class BrokerService(pb_grpc.BrokerServicer):
         return await _guarded(context, "Produce", lambda: self._produce(request))
 
     async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
-        if request.acks not in ACKS_VALUES:
-            raise MalformedRequestError(f"acks must be 0, 1 or -1 (all), got {request.acks}")
-        if request.timeout_ms < 0:
-            raise MalformedRequestError(f"timeout_ms must be >= 0, got {request.timeout_ms}")
-        entries: dict[TopicPartition, bytes] = {}
-        refused: dict[TopicPartition, ProduceResult] = {}
-        order: list[TopicPartition] = []
-        for topic in request.topics:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.index)
-                order.append(tp)
-                problem = _partition_problem(tp)
-                if problem is not None:
-                    refused[tp] = ProduceResult(problem, f"invalid partition {tp!r}")
-                elif not part.records:
-                    refused[tp] = ProduceResult(
-                        ErrorCode.CORRUPT_MESSAGE, f"{tp}: no record batches"
-                    )
-                else:
-                    entries[tp] = part.records
-        _unique("produce request", order)
+        parsed = _parse_produce(request)
         results = await self.replica_manager.append_records(
-            request.acks, request.timeout_ms, entries
+            request.acks, request.timeout_ms, parsed.entries
         )
-        results.update(refused)
-        response = pb.ProduceResponse()
-        for name, tps in _by_topic(order).items():
-            topic_response = response.responses.add(name=name)
-            for tp in tps:
-                r = results[tp]
-                topic_response.partitions.add(
-                    index=tp.partition,
-                    error_code=r.error_code,
-                    error_message=r.error_message,
-                    base_offset=r.base_offset,
-                    log_append_time_ms=-1,
-                    log_start_offset=r.log_start_offset,
-                    leader_epoch=r.leader_epoch,
+        return _produce_response(parsed, results)
+
+    async def ProduceSession(  # type: ignore[override]  # grpc.aio's context.write style
+        self,
+        request_iterator: AsyncIterator[pb.ProduceRequest],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> None:
+        """Produce requests as a stream (see the proto): each request's batches are appended
+        before the next request is read, so the session's appends keep its order; each
+        answer, tagged with the request's correlation id, is written once its acks are met,
+        by a task of its own. A malformed request ends the session (INVALID_ARGUMENT) after
+        the answers to the requests before it; the client half-closing ends it once every
+        answer is written. Cancelled (the client went away), what was appended stays."""
+        answers: set[asyncio.Task[None]] = set()
+        writing = asyncio.Lock()
+        room = asyncio.Semaphore(SESSION_MAX_PENDING_ANSWERS)
+
+        async def answer(
+            request: pb.ProduceRequest,
+            parsed: _ParsedProduce,
+            appended: AppendedRecords,
+            started: float,
+        ) -> None:
+            try:
+                results = await self.replica_manager.await_acks(appended, request.timeout_ms)
+                response = _produce_response(parsed, results)
+                response.correlation_id = request.correlation_id
+                async with writing:
+                    await context.write(response)
+            except (asyncio.CancelledError, grpc.aio.AbortError):
+                raise
+            except Exception:
+                # A bug, or the call ended under the write: either way this request gets no
+                # answer, so the session must end rather than leave the client waiting.
+                logger.exception("request failed event=request_error rpc=ProduceSession")
+                with contextlib.suppress(grpc.aio.AbortError, Exception):
+                    await context.abort(
+                        grpc.StatusCode.INTERNAL, "ProduceSession: internal broker error (see log)"
+                    )
+                return
+            finally:
+                room.release()
+            self._observe("Produce", started)
+
+        async def finish_answers() -> None:
+            while answers:
+                await asyncio.wait(set(answers))
+
+        try:
+            async for request in request_iterator:
+                started = time.perf_counter()
+                try:
+                    parsed = _parse_produce(request)
+                except MalformedRequestError as err:
+                    await finish_answers()  # owed to the requests before this one
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ProduceSession: {err}")
+                await room.acquire()
+                appended = await _guarded(
+                    context,
+                    "ProduceSession",
+                    partial(
+                        self.replica_manager.append_to_local_logs, request.acks, parsed.entries
+                    ),
                 )
-        return response
+                task = asyncio.create_task(answer(request, parsed, appended, started))
+                answers.add(task)
+                task.add_done_callback(answers.discard)
+            await finish_answers()  # half-closed by the client
+        finally:
+            for task in answers:
+                task.cancel()
+
+    def _observe(self, api: str, started: float) -> None:
+        """A request of a session served: counted and timed as the unary method's are."""
+        if self.request_metrics is not None:
+            self.request_metrics.observe(api, (time.perf_counter() - started) * 1000)
 
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[object, object]
@@ -209,6 +323,34 @@ class BrokerService(pb_grpc.BrokerServicer):
                     records=r.records,
                 )
         return response
+
+    async def FetchSession(  # type: ignore[override]  # grpc.aio's context.write style
+        self,
+        request_iterator: AsyncIterator[pb.FetchRequest],
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> None:
+        """Fetch requests as a stream (see the proto), each answered in turn exactly as
+        :meth:`Fetch` answers it. The first request's ``replica_id`` is the session's: a
+        replica's session is authorized once, as that broker, and a request naming another
+        replica ends the session with INVALID_ARGUMENT."""
+        replica_id: int | None = None
+        async for request in request_iterator:
+            started = time.perf_counter()
+            if replica_id is None:
+                replica_id = request.replica_id
+                if replica_id >= 0:
+                    await self.authorizer.authorize_cluster_action(
+                        context, "FetchSession", as_broker=replica_id
+                    )
+            elif request.replica_id != replica_id:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"FetchSession: a session fetches for one replica_id: it began as "
+                    f"{replica_id}, this request says {request.replica_id}",
+                )
+            response = await _guarded(context, "FetchSession", partial(self._fetch, request))
+            await context.write(response)
+            self._observe("Fetch", started)
 
     async def OffsetsForLeaderEpoch(
         self,
@@ -324,10 +466,8 @@ class BrokerService(pb_grpc.BrokerServicer):
             )
         failed = pb.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
         try:
-            producer_id = await asyncio.wait_for(
-                self.producer_id_manager.generate_producer_id(),
-                self.producer_id_timeout_ms / 1000,
-            )
+            async with asyncio.timeout(self.producer_id_timeout_ms / 1000):
+                producer_id = await self.producer_id_manager.generate_producer_id()
         except (TimeoutError, ZkError) as err:
             logger.warning(
                 "no producer id: ZooKeeper unavailable event=init_producer_id_failed "

@@ -166,6 +166,7 @@ class BrokerServer:
                 self.producer_id_manager,
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 authorizer=self._authorizer,
+                request_metrics=self._request_metrics,
             ),
             self._grpc,
         )
@@ -287,7 +288,8 @@ class BrokerServer:
         """
         timeout_s = self.config.zookeeper_session_timeout_ms / 1000
         try:
-            await asyncio.wait_for(self.zk.deregister_broker(self.broker_id), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self.zk.deregister_broker(self.broker_id)
         except TimeoutError:
             logger.warning(
                 "ZooKeeper unreachable at shutdown event=deregister_timeout broker=%d "

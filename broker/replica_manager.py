@@ -114,6 +114,17 @@ class FetchPartitionResult:
     records: bytes = b""
 
 
+@dataclass(frozen=True)
+class AppendedRecords:
+    """What :meth:`ReplicaManager.append_to_local_logs` did, for
+    :meth:`ReplicaManager.await_acks`."""
+
+    results: dict[TopicPartition, ProduceResult]
+    """Per partition: the append's outcome (filled in further by await_acks)."""
+    waiting: dict[TopicPartition, ProducePartitionStatus]
+    """The partitions appended with acks=all: what their acknowledgement waits for."""
+
+
 def _checked_endpoint(endpoint: pb.BrokerEndpoint, field: str) -> BrokerInfo:
     """A broker endpoint from a control request, if it could be connected to."""
     if endpoint.node_id < 0 or not endpoint.host or not 0 < endpoint.port < 65536:
@@ -780,12 +791,26 @@ class ReplicaManager:
         append_records_to_leader): a gap or a fenced epoch is a per-partition error, a
         retried batch is answered with its original base offset and not written again.
         Cancelling the call (the client went away) leaves what was appended in the logs;
-        it only stops waiting for the acknowledgement.
+        it only stops waiting for the acknowledgement. The two halves,
+        :meth:`append_to_local_logs` and :meth:`await_acks`, serve a produce session, which
+        appends its requests in order and answers each when its acks are met.
         """
+        appended = await self.append_to_local_logs(required_acks, entries)
+        return await self.await_acks(appended, timeout_ms)
+
+    async def append_to_local_logs(
+        self, required_acks: int, entries: dict[TopicPartition, bytes]
+    ) -> AppendedRecords:
+        """The first half of :meth:`append_records`: check the ZooKeeper session, then
+        append every entry with no await in between, so that requests whose appends are
+        awaited one after the other are appended in that order (a produce session's
+        promise). Cancelled before it appends, it appends nothing."""
         results: dict[TopicPartition, ProduceResult] = {}
-        if not await self.zk.ensure_session_lease():
-            return {tp: self._zombie_result(tp, "nothing was written") for tp in entries}
         waiting: dict[TopicPartition, ProducePartitionStatus] = {}
+        if not await self.zk.ensure_session_lease():
+            for tp in entries:
+                results[tp] = self._zombie_result(tp, "nothing was written")
+            return AppendedRecords(results, waiting)
         for tp, records in entries.items():
             partition = self.partitions.get(tp)
             if partition is None:
@@ -824,8 +849,18 @@ class ReplicaManager:
                 self._wake(tp)
             if required_acks == ACKS_ALL:
                 waiting[tp] = ProducePartitionStatus(info.last_offset + 1, info.first_offset)
-        if waiting:
-            await self._wait_for_isr(timeout_ms, waiting, results)
+        return AppendedRecords(results, waiting)
+
+    async def await_acks(
+        self, appended: AppendedRecords, timeout_ms: int
+    ) -> dict[TopicPartition, ProduceResult]:
+        """The second half of :meth:`append_records`: for acks=all, wait until the ISR has
+        the appended records or ``timeout_ms`` passes; then confirm the ZooKeeper session."""
+        results = appended.results
+        if not any(r.error_code == ErrorCode.NONE for r in results.values()):
+            return results  # nothing written: nothing to wait for or to withhold
+        if appended.waiting:
+            await self._wait_for_isr(timeout_ms, appended.waiting, results)
         if not await self.zk.ensure_session_lease():
             # The session may have expired while we appended or waited: this broker may
             # have been replaced as leader, so it must not acknowledge (no zombie acks).

@@ -1,5 +1,7 @@
 """Per-API request counts, errors and total time (Kafka's ``RequestMetrics``), as a gRPC
-server interceptor so that every method is measured the same way, refused ones included."""
+server interceptor so that every unary method is measured the same way, refused ones
+included. The sessions (ProduceSession, FetchSession) carry many requests per call: their
+handlers time each request themselves under the unary method's name (Produce, Fetch)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,12 @@ from typing import Any
 import grpc
 
 from broker.broker_metrics import RequestMetrics
-from broker.unary_interceptor import UnaryInterceptor
+from broker.handler_interceptor import HandlerInterceptor
 
 __all__ = ["RequestTiming"]
 
 
-class RequestTiming(UnaryInterceptor):
+class RequestTiming(HandlerInterceptor):
     """Times each unary call from the handler's start to its answer into ``metrics``; a call
     ending with a gRPC status other than OK (INVALID_ARGUMENT, INTERNAL, a cancellation)
     also counts as an error of that status."""
@@ -28,7 +30,8 @@ class RequestTiming(UnaryInterceptor):
     def wrap(
         self, method: str, handler: grpc.RpcMethodHandler[Any, Any]
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        assert handler.unary_unary is not None
+        if handler.unary_unary is None:
+            return handler
         return grpc.unary_unary_rpc_method_handler(
             self._timed(method.rsplit("/", 1)[-1], handler.unary_unary),
             request_deserializer=handler.request_deserializer,

@@ -214,7 +214,8 @@ class BrokerZkClient(ZooKeeperClient):
         if self._session_id is None or self._closing:
             return False
         with contextlib.suppress(ZkError, TimeoutError):
-            await asyncio.wait_for(self._ping(), self._session_timeout_ms / 3000)
+            async with asyncio.timeout(self._session_timeout_ms / 3000):
+                await self._ping()
         return self.session_lease_valid()
 
     async def _ping(self) -> None:
@@ -228,7 +229,8 @@ class BrokerZkClient(ZooKeeperClient):
         while not self._closing:
             started = loop.time()
             with contextlib.suppress(ZkError, TimeoutError):
-                await asyncio.wait_for(self._ping(), interval)
+                async with asyncio.timeout(interval):
+                    await self._ping()
             await asyncio.sleep(max(0.0, interval - (loop.time() - started)))
 
     # -- session callbacks -----------------------------------------------------------------

@@ -200,7 +200,8 @@ async def _produce(args: argparse.Namespace) -> None:
                 delay = next_at - time.monotonic()
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stopping.wait(), delay)
+                        async with asyncio.timeout(delay):
+                            await stopping.wait()
                 else:
                     next_at = time.monotonic()  # behind: do not burst to catch up
             if pending:

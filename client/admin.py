@@ -615,9 +615,8 @@ class AdminClient(AsyncClosing):
         a ClientError naming ZooKeeper."""
         zk = await self._client()
         try:
-            return await asyncio.wait_for(
-                zk.request(method, path, *args, **kwargs), self.zookeeper_timeout_ms / 1000
-            )
+            async with asyncio.timeout(self.zookeeper_timeout_ms / 1000):
+                return await zk.request(method, path, *args, **kwargs)
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
         except (KazooException, ZkError, TimeoutError) as e:

@@ -217,7 +217,8 @@ class Producer:
             if self._sender is not None and self._sender_task is not None:
                 self._sender.stop_when_done()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self._sender_task), timeout_s)
+                    async with asyncio.timeout(timeout_s):
+                        await asyncio.shield(self._sender_task)
         finally:
             self._closed = True
             if self._sender_task is not None and not self._sender_task.done():

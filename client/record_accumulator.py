@@ -425,7 +425,8 @@ class BufferPool:
             self._freed.clear()
             remaining = deadline - loop.time()
             try:
-                await asyncio.wait_for(self._freed.wait(), max(0.0, remaining))
+                async with asyncio.timeout(max(0.0, remaining)):
+                    await self._freed.wait()
             except TimeoutError:
                 raise ClientError(
                     f"producer buffer full: {self.used} bytes waiting for acknowledgement "

@@ -1,8 +1,9 @@
 """The producer's network loop (Kafka's ``Sender``) and what it needs from the cluster.
 
 - :class:`Sender` (one asyncio task) drains the accumulator's ready batches, groups them per
-  leader into one ``Produce`` request, retries what failed with a retriable error and
-  completes the records' futures;
+  leader into one ``Produce`` request, sent on the producer's produce session (one stream)
+  to that leader (:mod:`client.produce_session`), retries what failed with a retriable
+  error and completes the records' futures;
 - :class:`ProducerMetadata` keeps the leaders of the producer's topics, refreshed when an
   error says the leadership it knew is stale;
 - :class:`IdempotenceState` and :func:`init_producer_id` give the batches their producer id
@@ -48,6 +49,7 @@ from client.metadata import (
     ClusterMetadata,
     MetadataClient,
 )
+from client.produce_session import ProduceSession, ProduceSessionEndedError
 from client.producer_config import DeliveryTimeoutError, ProducerConfig
 from client.record_accumulator import ProducerBatch, RecordAccumulator
 from proto import errors
@@ -278,6 +280,8 @@ class Sender:
         self._on_batch_done = on_batch_done
         self.in_flight: dict[TopicPartition, ProducerBatch] = {}
         """The one batch per partition whose Produce request is under way."""
+        self._sessions: dict[str, ProduceSession] = {}
+        """One produce session (stream) per broker address."""
         self._requests: set[asyncio.Task[None]] = set()
         self._stopping = False
         self._reset_not_before = 0.0
@@ -305,12 +309,16 @@ class Sender:
                 next_time = await self._run_once(now)
                 timeout = None if next_time == math.inf else max(0.0, next_time - now)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(accumulator.wakeup.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await accumulator.wakeup.wait()
         finally:
             for task in list(self._requests):
                 task.cancel()
             if self._requests:
                 await asyncio.gather(*self._requests, return_exceptions=True)
+            for session in self._sessions.values():
+                session.close()
+            self._sessions.clear()
 
     async def _run_once(self, now: float) -> float:
         """Send what is ready; returns when to look again."""
@@ -386,11 +394,10 @@ class Sender:
         loop = asyncio.get_running_loop()
         try:
             try:
-                stub = pb_grpc.BrokerStub(self.connections.channel(node.address))
-                response = await stub.Produce(
-                    request, timeout=config.request_timeout_ms / 1000 + _DEADLINE_MARGIN_S
+                response = await self._session(node).produce(
+                    request, config.request_timeout_ms / 1000 + _DEADLINE_MARGIN_S
                 )
-            except grpc.aio.AioRpcError as e:
+            except (grpc.aio.AioRpcError, TimeoutError, ProduceSessionEndedError) as e:
                 error = self._transport_error(node, e)
                 now = loop.time()
                 for batch in batches:
@@ -430,9 +437,24 @@ class Sender:
                     del self.in_flight[batch.tp]
             self.accumulator.wakeup.set()
 
-    def _transport_error(self, node: BrokerNode, e: grpc.aio.AioRpcError) -> ClientError:
-        code = e.code()
+    def _session(self, node: BrokerNode) -> ProduceSession:
+        session = self._sessions.get(node.address)
+        if session is None:
+            stub = pb_grpc.BrokerStub(self.connections.channel(node.address))
+            session = self._sessions[node.address] = ProduceSession(stub)
+        return session
+
+    def _transport_error(
+        self, node: BrokerNode, e: grpc.aio.AioRpcError | TimeoutError | ProduceSessionEndedError
+    ) -> ClientError:
         where = f"broker {node.node_id} ({node.address})"
+        if not isinstance(e, grpc.aio.AioRpcError):
+            # No answer in time, or the stream ended under the request: as a connection
+            # Kafka drops, the leadership may have moved; ask again.
+            self.metadata.request_update()
+            what = "deadline_exceeded" if isinstance(e, TimeoutError) else str(e)
+            return BrokerUnreachableError(f"{where} did not answer: {what}")
+        code = e.code()
         if code in _RETRIABLE_STATUS:
             # Unreachable or silent: the leadership may have moved; ask again.
             self.metadata.request_update()

@@ -381,9 +381,8 @@ class KafkaController:
             # Deleting /controller lets a successor stand at once; if ZooKeeper does not
             # answer, closing the session (or its expiry) removes it anyway.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self._resign("stopped", stand_again=False), self._session_timeout_s
-                )
+                async with asyncio.timeout(self._session_timeout_s):
+                    await self._resign("stopped", stand_again=False)
         await self._close_channels()
         await self._zk.close()
         while not self._queue.empty():  # nobody will answer these any more

@@ -139,11 +139,14 @@ class ProduceRequest(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
     CLIENT_ID_FIELD_NUMBER: _builtins.int
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
     acks: _builtins.int
     """0: no acknowledgement of the append; 1: the leader appended; -1: the whole ISR has it."""
     timeout_ms: _builtins.int
     """How long an acks=-1 request may wait in the produce purgatory."""
     client_id: _builtins.str
+    correlation_id: _builtins.int
+    """ProduceSession only: echoed in the response, to match answers that may come out of order."""
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicProduceData]: ...
     def __init__(
@@ -153,10 +156,11 @@ class ProduceRequest(_message.Message):
         timeout_ms: _builtins.int = ...,
         topics: _abc.Iterable[Global___TopicProduceData] | None = ...,
         client_id: _builtins.str = ...,
+        correlation_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "client_id", b"client_id", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "client_id", b"client_id", "correlation_id", b"correlation_id", "timeout_ms", b"timeout_ms", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -214,7 +218,10 @@ class ProduceResponse(_message.Message):
 
     RESPONSES_FIELD_NUMBER: _builtins.int
     THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
+    CORRELATION_ID_FIELD_NUMBER: _builtins.int
     throttle_time_ms: _builtins.int
+    correlation_id: _builtins.int
+    """The request's correlation_id (ProduceSession)."""
     @_builtins.property
     def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicProduceResponse]: ...
     def __init__(
@@ -222,10 +229,11 @@ class ProduceResponse(_message.Message):
         *,
         responses: _abc.Iterable[Global___TopicProduceResponse] | None = ...,
         throttle_time_ms: _builtins.int = ...,
+        correlation_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["correlation_id", b"correlation_id", "responses", b"responses", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

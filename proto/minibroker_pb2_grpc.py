@@ -43,8 +43,18 @@ class BrokerStub:
                 request_serializer=proto_dot_minibroker__pb2.ProduceRequest.SerializeToString,
                 response_deserializer=proto_dot_minibroker__pb2.ProduceResponse.FromString,
                 _registered_method=True)
+        self.ProduceSession = channel.stream_stream(
+                '/minibroker.Broker/ProduceSession',
+                request_serializer=proto_dot_minibroker__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=proto_dot_minibroker__pb2.ProduceResponse.FromString,
+                _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/minibroker.Broker/Fetch',
+                request_serializer=proto_dot_minibroker__pb2.FetchRequest.SerializeToString,
+                response_deserializer=proto_dot_minibroker__pb2.FetchResponse.FromString,
+                _registered_method=True)
+        self.FetchSession = channel.stream_stream(
+                '/minibroker.Broker/FetchSession',
                 request_serializer=proto_dot_minibroker__pb2.FetchRequest.SerializeToString,
                 response_deserializer=proto_dot_minibroker__pb2.FetchResponse.FromString,
                 _registered_method=True)
@@ -84,9 +94,30 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ProduceSession(self, request_iterator, context):
+        """Produce requests of one client to one broker as a stream, the way Kafka's requests share
+        one connection: the broker appends the requests' batches strictly in the order they
+        arrive and answers each (tagged with its correlation_id) once its acks are met, so
+        answers may overtake one another. Cheaper than a unary call per request (no call set-up),
+        and the order of appends lets a client keep several requests in flight.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Fetch(self, request, context):
         """Read record batches: consumers (replica_id -1) below the high watermark, followers up to
         the log end offset. Long-polls up to max_wait_ms until min_bytes are available.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchSession(self, request_iterator, context):
+        """Fetches of one fetcher (a follower's, per leader) as a stream: each FetchRequest is
+        answered by one FetchResponse, in order, exactly as Fetch answers it (long poll, the
+        follower's fetch offset moving the HW); the next request is sent after the answer. A
+        session speaks for one replica_id throughout. Cheaper than a unary call per fetch.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -129,8 +160,18 @@ def add_BrokerServicer_to_server(servicer, server):
                     request_deserializer=proto_dot_minibroker__pb2.ProduceRequest.FromString,
                     response_serializer=proto_dot_minibroker__pb2.ProduceResponse.SerializeToString,
             ),
+            'ProduceSession': grpc.stream_stream_rpc_method_handler(
+                    servicer.ProduceSession,
+                    request_deserializer=proto_dot_minibroker__pb2.ProduceRequest.FromString,
+                    response_serializer=proto_dot_minibroker__pb2.ProduceResponse.SerializeToString,
+            ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
+                    request_deserializer=proto_dot_minibroker__pb2.FetchRequest.FromString,
+                    response_serializer=proto_dot_minibroker__pb2.FetchResponse.SerializeToString,
+            ),
+            'FetchSession': grpc.stream_stream_rpc_method_handler(
+                    servicer.FetchSession,
                     request_deserializer=proto_dot_minibroker__pb2.FetchRequest.FromString,
                     response_serializer=proto_dot_minibroker__pb2.FetchResponse.SerializeToString,
             ),
@@ -197,6 +238,33 @@ class Broker:
             _registered_method=True)
 
     @staticmethod
+    def ProduceSession(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/minibroker.Broker/ProduceSession',
+            proto_dot_minibroker__pb2.ProduceRequest.SerializeToString,
+            proto_dot_minibroker__pb2.ProduceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def Fetch(request,
             target,
             options=(),
@@ -211,6 +279,33 @@ class Broker:
             request,
             target,
             '/minibroker.Broker/Fetch',
+            proto_dot_minibroker__pb2.FetchRequest.SerializeToString,
+            proto_dot_minibroker__pb2.FetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchSession(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/minibroker.Broker/FetchSession',
             proto_dot_minibroker__pb2.FetchRequest.SerializeToString,
             proto_dot_minibroker__pb2.FetchResponse.FromString,
             options,

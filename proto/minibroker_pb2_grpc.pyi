@@ -52,9 +52,22 @@ class BrokerStub:
     def __new__(cls, channel: _aio.Channel) -> BrokerAsyncStub: ...
     Produce: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.ProduceRequest, _minibroker_pb2.ProduceResponse]
     """Append record batches to partition leaders (acks 0, 1 or -1 = all)."""
+    ProduceSession: _grpc.StreamStreamMultiCallable[_minibroker_pb2.ProduceRequest, _minibroker_pb2.ProduceResponse]
+    """Produce requests of one client to one broker as a stream, the way Kafka's requests share
+    one connection: the broker appends the requests' batches strictly in the order they
+    arrive and answers each (tagged with its correlation_id) once its acks are met, so
+    answers may overtake one another. Cheaper than a unary call per request (no call set-up),
+    and the order of appends lets a client keep several requests in flight.
+    """
     Fetch: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.FetchRequest, _minibroker_pb2.FetchResponse]
     """Read record batches: consumers (replica_id -1) below the high watermark, followers up to
     the log end offset. Long-polls up to max_wait_ms until min_bytes are available.
+    """
+    FetchSession: _grpc.StreamStreamMultiCallable[_minibroker_pb2.FetchRequest, _minibroker_pb2.FetchResponse]
+    """Fetches of one fetcher (a follower's, per leader) as a stream: each FetchRequest is
+    answered by one FetchResponse, in order, exactly as Fetch answers it (long poll, the
+    follower's fetch offset moving the HW); the next request is sent after the answer. A
+    session speaks for one replica_id throughout. Cheaper than a unary call per fetch.
     """
     OffsetsForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.OffsetsForLeaderEpochRequest, _minibroker_pb2.OffsetsForLeaderEpochResponse]
     """KIP-101/KIP-279: the end offset of the largest leader epoch <= the one asked."""
@@ -77,9 +90,22 @@ class BrokerAsyncStub(BrokerStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Produce: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.ProduceRequest, _minibroker_pb2.ProduceResponse]  # type: ignore[assignment]
     """Append record batches to partition leaders (acks 0, 1 or -1 = all)."""
+    ProduceSession: _aio.StreamStreamMultiCallable[_minibroker_pb2.ProduceRequest, _minibroker_pb2.ProduceResponse]  # type: ignore[assignment]
+    """Produce requests of one client to one broker as a stream, the way Kafka's requests share
+    one connection: the broker appends the requests' batches strictly in the order they
+    arrive and answers each (tagged with its correlation_id) once its acks are met, so
+    answers may overtake one another. Cheaper than a unary call per request (no call set-up),
+    and the order of appends lets a client keep several requests in flight.
+    """
     Fetch: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.FetchRequest, _minibroker_pb2.FetchResponse]  # type: ignore[assignment]
     """Read record batches: consumers (replica_id -1) below the high watermark, followers up to
     the log end offset. Long-polls up to max_wait_ms until min_bytes are available.
+    """
+    FetchSession: _aio.StreamStreamMultiCallable[_minibroker_pb2.FetchRequest, _minibroker_pb2.FetchResponse]  # type: ignore[assignment]
+    """Fetches of one fetcher (a follower's, per leader) as a stream: each FetchRequest is
+    answered by one FetchResponse, in order, exactly as Fetch answers it (long poll, the
+    follower's fetch offset moving the HW); the next request is sent after the answer. A
+    session speaks for one replica_id throughout. Cheaper than a unary call per fetch.
     """
     OffsetsForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.OffsetsForLeaderEpochRequest, _minibroker_pb2.OffsetsForLeaderEpochResponse]  # type: ignore[assignment]
     """KIP-101/KIP-279: the end offset of the largest leader epoch <= the one asked."""
@@ -107,6 +133,19 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         """Append record batches to partition leaders (acks 0, 1 or -1 = all)."""
 
     @_abc_1.abstractmethod
+    def ProduceSession(
+        self,
+        request_iterator: _MaybeAsyncIterator[_minibroker_pb2.ProduceRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_minibroker_pb2.ProduceResponse], _abc.AsyncIterator[_minibroker_pb2.ProduceResponse]]:
+        """Produce requests of one client to one broker as a stream, the way Kafka's requests share
+        one connection: the broker appends the requests' batches strictly in the order they
+        arrive and answers each (tagged with its correlation_id) once its acks are met, so
+        answers may overtake one another. Cheaper than a unary call per request (no call set-up),
+        and the order of appends lets a client keep several requests in flight.
+        """
+
+    @_abc_1.abstractmethod
     def Fetch(
         self,
         request: _minibroker_pb2.FetchRequest,
@@ -114,6 +153,18 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_minibroker_pb2.FetchResponse, _abc.Awaitable[_minibroker_pb2.FetchResponse]]:
         """Read record batches: consumers (replica_id -1) below the high watermark, followers up to
         the log end offset. Long-polls up to max_wait_ms until min_bytes are available.
+        """
+
+    @_abc_1.abstractmethod
+    def FetchSession(
+        self,
+        request_iterator: _MaybeAsyncIterator[_minibroker_pb2.FetchRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_minibroker_pb2.FetchResponse], _abc.AsyncIterator[_minibroker_pb2.FetchResponse]]:
+        """Fetches of one fetcher (a follower's, per leader) as a stream: each FetchRequest is
+        answered by one FetchResponse, in order, exactly as Fetch answers it (long poll, the
+        follower's fetch offset moving the HW); the next request is sent after the answer. A
+        session speaks for one replica_id throughout. Cheaper than a unary call per fetch.
         """
 
     @_abc_1.abstractmethod

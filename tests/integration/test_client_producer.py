@@ -27,6 +27,7 @@ from tests.helpers import wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 PRODUCE_METHOD = "/minibroker.Broker/Produce"
+PRODUCE_SESSION_METHOD = "/minibroker.Broker/ProduceSession"
 
 
 def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -134,9 +135,45 @@ def test_producer_rides_through_kill_9_of_a_partition_leader(
         assert sum(counts.values()) == 3000
 
 
+def _lost() -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(),
+        details="test: acknowledgement lost",
+        debug_error_string="test",
+    )
+
+
+class LostAckStream:
+    """A ProduceSession call whose next ``drops[0]`` answers are read from the broker and
+    then lost: the stream reports UNAVAILABLE instead, as a connection that broke after the
+    broker wrote the answer."""
+
+    def __init__(self, call: Any, drops: list[int]) -> None:
+        self._call = call
+        self._drops = drops
+        self._broken = False
+
+    async def read(self) -> Any:
+        if self._broken:
+            raise _lost()
+        response = await self._call.read()
+        if self._drops[0] > 0 and response is not grpc.aio.EOF:  # type: ignore[attr-defined]
+            self._drops[0] -= 1
+            self._broken = True
+            self._call.cancel()
+            raise _lost()
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._call, name)
+
+
 class LostAckChannel:
     """A channel that delivers the next ``drop`` Produce requests to the broker and then
-    reports UNAVAILABLE as if the connection broke before the answer came back."""
+    reports UNAVAILABLE as if the connection broke before the answer came back (on the
+    produce session's stream and on unary Produce calls alike)."""
 
     def __init__(self, channel: grpc.aio.Channel, drops: list[int]) -> None:
         self._channel = channel
@@ -152,16 +189,16 @@ class LostAckChannel:
             response = await real(request, **call_kwargs)
             if drops and drops[0] > 0:
                 drops[0] -= 1
-                raise grpc.aio.AioRpcError(
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.aio.Metadata(),
-                    grpc.aio.Metadata(),
-                    details="test: acknowledgement lost",
-                    debug_error_string="test",
-                )
+                raise _lost()
             return response
 
         return call
+
+    def stream_stream(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        real = self._channel.stream_stream(method, *args, **kwargs)
+        if method != PRODUCE_SESSION_METHOD:
+            return real
+        return lambda *a, **kw: LostAckStream(real(*a, **kw), self._drops)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._channel, name)

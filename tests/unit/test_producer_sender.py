@@ -109,6 +109,10 @@ class FakeBroker(pb_grpc.BrokerServicer):
         """While set to an unset event, Produce requests wait for it."""
         self.in_flight: dict[TopicPartition, int] = defaultdict(int)
         self.max_in_flight: dict[TopicPartition, int] = defaultdict(int)
+        self.sessions_supported = True
+        """False: ProduceSession is UNIMPLEMENTED, as on a broker that predates it."""
+        self.sessions = 0
+        """ProduceSession calls opened."""
 
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -133,6 +137,37 @@ class FakeBroker(pb_grpc.BrokerServicer):
                     isr_nodes=sorted(cluster.brokers),
                 )
         return response
+
+    async def ProduceSession(  # type: ignore[override]  # grpc.aio's context.write style
+        self,
+        request_iterator: AsyncIterator[pb.ProduceRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        """Each request answered by a task of its own, as the broker does; a scripted abort
+        ends the whole stream, as a broker's failure would."""
+        if not self.sessions_supported:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        self.sessions += 1
+        answers: set[asyncio.Task[None]] = set()
+        writing = asyncio.Lock()
+
+        async def answer(request: pb.ProduceRequest) -> None:
+            with contextlib.suppress(grpc.aio.AbortError):
+                response = await self.Produce(request, context)
+                response.correlation_id = request.correlation_id
+                async with writing:
+                    await context.write(response)
+
+        try:
+            async for request in request_iterator:
+                task = asyncio.create_task(answer(request))
+                answers.add(task)
+                task.add_done_callback(answers.discard)
+            while answers:
+                await asyncio.wait(set(answers))
+        finally:
+            for task in answers:
+                task.cancel()
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -175,6 +210,13 @@ class FakeBroker(pb_grpc.BrokerServicer):
     ) -> pb.FetchResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
         raise AssertionError("unreachable")
+
+    async def FetchSession(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[pb.FetchRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -397,6 +439,45 @@ def test_one_request_in_flight_per_partition_keeps_order() -> None:
                 assert cluster.records(TopicPartition("t", p)) == [
                     b"%d" % i for i in range(p, 20, 2)
                 ]
+
+    run(scenario)
+
+
+def test_requests_to_a_leader_share_one_session_across_a_broken_stream() -> None:
+    """Every request to a broker travels on one ProduceSession stream; a stream the broker
+    ends (here a scripted UNAVAILABLE) fails the request on it, which is retried on a new
+    stream, and the records keep their order."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            broker = cluster.brokers[1]
+            async with Producer(connections, fast(linger_ms=0)) as producer:
+                for i in range(10):
+                    await (await producer.send("t", b"%d" % i))
+                assert broker.sessions == 1
+                broker.abort_next.append(grpc.StatusCode.UNAVAILABLE)
+                await (await producer.send("t", b"10"))
+                for i in range(11, 20):
+                    await (await producer.send("t", b"%d" % i))
+            assert broker.sessions == 2
+            assert len(broker.produce_requests) == 21  # 20 requests, one of them twice
+            assert cluster.records(TopicPartition("t", 0)) == [b"%d" % i for i in range(20)]
+
+    run(scenario)
+
+
+def test_a_broker_without_produce_sessions_gets_unary_produce_calls() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            broker = cluster.brokers[1]
+            broker.sessions_supported = False
+            async with Producer(connections, fast(linger_ms=0)) as producer:
+                results = [await (await producer.send("t", b"%d" % i)) for i in range(5)]
+            assert [m.offset for m in results] == list(range(5))
+            assert broker.sessions == 0
+            assert len(broker.produce_requests) == 5
 
     run(scenario)
 

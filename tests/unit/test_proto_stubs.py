@@ -52,7 +52,9 @@ def test_services_are_complete() -> None:
     services = minibroker_pb2.DESCRIPTOR.services_by_name
     assert set(services["Broker"].methods_by_name) == {
         "Produce",
+        "ProduceSession",
         "Fetch",
+        "FetchSession",
         "OffsetsForLeaderEpoch",
         "ListOffsets",
         "Metadata",

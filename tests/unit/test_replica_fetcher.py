@@ -1,9 +1,10 @@
 """The replica fetcher against a real gRPC leader serving real partitions and logs.
 
 The leader here is a small Broker servicer standing in for the broker server: it answers
-Fetch and OffsetsForLeaderEpoch from a leader-side ``Partition`` and its ``Log`` in a
-temporary directory (reads, fencing, epoch lookups, the follower's fetch state), so every
-answer the fetcher gets is computed, not canned. Broker 1 leads, broker 2 follows.
+Fetch (as unary calls and over FetchSession streams, as the broker does) and
+OffsetsForLeaderEpoch from a leader-side ``Partition`` and its ``Log`` in a temporary
+directory (reads, fencing, epoch lookups, the follower's fetch state), so every answer the
+fetcher gets is computed, not canned. Broker 1 leads, broker 2 follows.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,6 +62,9 @@ class LeaderServicer(pb_grpc.BrokerServicer):
         self.sent_high_watermarks: list[int] = []
         self.asked_epochs: list[tuple[TopicPartition, int]] = []
         """(partition, leader_epoch) of every OffsetsForLeaderEpoch entry, in order."""
+        self.sessions = 0
+        """FetchSession calls opened."""
+        self.unary_fetches = 0
 
     @property
     def fetch_offsets(self) -> list[tuple[TopicPartition, int]]:
@@ -70,9 +75,22 @@ class LeaderServicer(pb_grpc.BrokerServicer):
         """Wake long-polling fetches: the leader appended."""
         self.appended.set()
 
+    async def FetchSession(  # type: ignore[override]  # grpc.aio's context.write style
+        self,
+        request_iterator: AsyncIterator[pb.FetchRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        self.sessions += 1
+        async for request in request_iterator:
+            await context.write(await self._fetch(request))
+
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchResponse:
+        self.unary_fetches += 1
+        return await self._fetch(request)
+
+    async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.max_wait_ms / 1000
         self.fetch_requests.append(
@@ -89,7 +107,8 @@ class LeaderServicer(pb_grpc.BrokerServicer):
             if size >= request.min_bytes or len(readable) < _count(request) or remaining <= 0:
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.appended.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self.appended.wait()
         # As Kafka: the response carries the HW from before the read; the follower's new
         # position is recorded after it, so the follower learns the new HW next time.
         for tp, (fetch_offset, log_start) in readable.items():
@@ -185,6 +204,13 @@ class LeaderServicer(pb_grpc.BrokerServicer):
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
+
+    async def ProduceSession(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[pb.ProduceRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
 
     async def ListOffsets(
@@ -695,6 +721,56 @@ def test_leader_down_retries_without_raising_and_resumes_on_the_same_port(
     run(scenario)
     assert not errors_seen
     assert log_bytes(follower) == log_bytes(leader)
+
+
+class UnaryOnlyLeader(LeaderServicer):
+    """A leader that predates FetchSession: the method is UNIMPLEMENTED."""
+
+    async def FetchSession(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[pb.FetchRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+
+
+def test_fetches_go_over_one_session_stream_and_fall_back_to_unary_calls(
+    tmp_path: Path,
+) -> None:
+    """Against a leader with FetchSession every fetch travels on one stream, across many
+    round trips and a restart of the leader (a new stream then); against one without it, the
+    fetcher switches to unary Fetch calls and replicates all the same."""
+    leader = leader_partition(tmp_path)
+    follower = follower_partition(tmp_path)
+
+    async def scenario(stack: contextlib.AsyncExitStack) -> None:
+        servicer, server, port = await start_leader(stack, leader)
+        start_fetcher(stack, port, config(LE), {TP: follower})
+        for i in range(1, 21):
+            produce(leader, b"m%d" % (i - 1), servicer=servicer)
+            await eventually(functools.partial(lambda n: follower.log_end_offset == n, i))
+        assert len(servicer.fetch_requests) >= 20
+        assert (servicer.sessions, servicer.unary_fetches) == (1, 0)
+        await server.stop(None)
+        restarted, _ = await serve(servicer, port)
+        stack.push_async_callback(restarted.stop, None)
+        produce(leader, b"m20", servicer=servicer)
+        await eventually(lambda: follower.log_end_offset == 21)
+        assert (servicer.sessions, servicer.unary_fetches) == (2, 0)
+
+    run(scenario)
+    old_follower = follower_partition(tmp_path / "old")
+    old = UnaryOnlyLeader({TP: leader})
+
+    async def against_an_older_leader(stack: contextlib.AsyncExitStack) -> None:
+        server, port = await serve(old)
+        stack.push_async_callback(server.stop, None)
+        start_fetcher(stack, port, config(LE), {TP: old_follower})
+        await eventually(lambda: old_follower.log_end_offset == 21)
+        assert old.unary_fetches >= 1
+
+    run(against_an_older_leader)
+    assert log_bytes(old_follower) == log_bytes(follower) == log_bytes(leader)
 
 
 def test_removed_partitions_are_no_longer_fetched(tmp_path: Path) -> None:
