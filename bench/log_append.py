@@ -1,7 +1,7 @@
 """Log append throughput against plain file writes of the same bytes, in one run.
 
-The plain baseline writes each 16 KiB batch with one unbuffered ``write`` (the Log's segment
-makes one ``pwritev`` per append), so the ratio isolates what the Log adds: validation
+The plain baseline writes each batch with one unbuffered ``write`` (the Log's segment makes
+one ``pwritev`` per append), so the ratio isolates what the Log adds: validation
 (header parse, CRC32C, and broker.log.log_validator's walk over every record: here runs of
 records of one layout, checked a column at a time), stamping base offset and leader epoch
 (a 16-byte buffer before the rest of the batch in that ``pwritev``), index and epoch-cache
@@ -28,6 +28,10 @@ from proto.log_config import LogConfig
 from proto.record_batch import Record, encode_batch, validate_batches
 
 BATCH_BYTES = 16 * 1024
+"""Kafka's default batch.size, the replication bench's batches."""
+PRODUCER_BATCH_BYTES = 256 * 1024
+"""minibroker's producer default batch.size (client/producer_config.py): what a producer on
+its defaults sends when it is busy."""
 RECORD_VALUE_BYTES = 100
 
 
@@ -46,13 +50,18 @@ class AppendResult:
         return self.log_mb_s / self.plain_mb_s
 
 
-def make_batch(value_bytes: Callable[[], int] = lambda: RECORD_VALUE_BYTES) -> bytes:
+def make_batch(
+    value_bytes: Callable[[], int] = lambda: RECORD_VALUE_BYTES, batch_bytes: int = BATCH_BYTES
+) -> bytes:
     """A v2 batch of records of 100-byte values (or of ``value_bytes()`` each), as close to
-    16 KiB as whole records allow."""
+    ``batch_bytes`` as whole records allow."""
     records: list[Record] = []
+    size = 0
     while True:
-        records.append(Record(key=None, value=os.urandom(value_bytes()), timestamp=0))
-        if len(encode_batch(records)) > BATCH_BYTES:
+        record = Record(key=None, value=os.urandom(value_bytes()), timestamp=0)
+        size += len(record.value or b"") + 7  # at least this; encode_batch decides
+        records.append(record)
+        if size > batch_bytes and len(encode_batch(records)) > batch_bytes:
             records.pop()
             return encode_batch(records)
 
@@ -112,9 +121,14 @@ def _best(run: Callable[[], float], rounds: int) -> float:
 
 
 def measure(
-    work_dir: Path, *, batches: int = 8000, rounds: int = 3, fsync_every: int | None = None
+    work_dir: Path,
+    *,
+    batches: int = 8000,
+    rounds: int = 3,
+    fsync_every: int | None = None,
+    batch_bytes: int = BATCH_BYTES,
 ) -> AppendResult:
-    batch = make_batch()
+    batch = make_batch(batch_bytes=batch_bytes)
     total_mb = len(batch) * batches / 1e6
     directory = Path(tempfile.mkdtemp(prefix="log-append-", dir=work_dir))
     try:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from broker.partition import Partition
 from broker.purgatory import DelayedOperation
-from proto.minibroker_pb2 import ErrorCode
+from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
 
 
@@ -49,7 +49,7 @@ class DelayedProduce(DelayedOperation):
                 continue
             partition = self._get_partition(tp)
             if partition is None:
-                status.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                status.error_code = pb.UNKNOWN_TOPIC_OR_PARTITION
                 continue
             status.error_code = partition.produce_status(status.required_offset)
             pending = pending or status.error_code is None
@@ -61,4 +61,4 @@ class DelayedProduce(DelayedOperation):
     def on_expiration(self) -> None:
         for status in self.statuses.values():
             if status.error_code is None:
-                status.error_code = ErrorCode.REQUEST_TIMED_OUT
+                status.error_code = pb.REQUEST_TIMED_OUT

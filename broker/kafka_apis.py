@@ -89,9 +89,9 @@ def _by_topic(order: list[TopicPartition]) -> dict[str, list[TopicPartition]]:
 
 def _partition_problem(tp: TopicPartition) -> int | None:
     if topic_name_problem(tp.topic) is not None:
-        return ErrorCode.INVALID_TOPIC
+        return pb.INVALID_TOPIC
     if tp.partition < 0:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return pb.UNKNOWN_TOPIC_OR_PARTITION
     return None
 
 
@@ -128,7 +128,7 @@ def _parse_produce(request: pb.ProduceRequest) -> _ParsedProduce:
             if problem is not None:
                 refused[tp] = ProduceResult(problem, f"invalid partition {tp!r}")
             elif not part.records:
-                refused[tp] = ProduceResult(ErrorCode.CORRUPT_MESSAGE, f"{tp}: no record batches")
+                refused[tp] = ProduceResult(pb.CORRUPT_MESSAGE, f"{tp}: no record batches")
             else:
                 entries[tp] = part.records
     _unique("produce request", order)
@@ -306,7 +306,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             request.replica_id, request.max_wait_ms, request.min_bytes, max_bytes, specs
         )
         results.update(refused)
-        response = pb.FetchResponse(error_code=ErrorCode.NONE)
+        response = pb.FetchResponse(error_code=pb.NONE)
         for name, tps in _by_topic(order).items():
             topic_response = response.responses.add(topic=name)
             for tp in tps:
@@ -420,20 +420,18 @@ class BrokerService(pb_grpc.BrokerServicer):
                 problem = topic_name_problem(name)
                 partitions = cache.partitions_of(name)
                 if problem is not None:
-                    response.topics.add(name=name, error_code=ErrorCode.INVALID_TOPIC)
+                    response.topics.add(name=name, error_code=pb.INVALID_TOPIC)
                     continue
                 if not partitions:
-                    response.topics.add(name=name, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                    response.topics.add(name=name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION)
                     continue
-                topic = response.topics.add(name=name, error_code=ErrorCode.NONE)
+                topic = response.topics.add(name=name, error_code=pb.NONE)
                 live = {b.broker_id for b in cache.brokers()}
                 for index in sorted(partitions):
                     info = partitions[index]
                     leader_live = info.leader >= 0 and (not live or info.leader in live)
                     topic.partitions.add(
-                        error_code=ErrorCode.NONE
-                        if leader_live
-                        else ErrorCode.LEADER_NOT_AVAILABLE,
+                        error_code=pb.NONE if leader_live else pb.LEADER_NOT_AVAILABLE,
                         partition_index=index,
                         leader_id=info.leader,
                         leader_epoch=info.leader_epoch,
@@ -475,7 +473,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 self.replica_manager.broker_id,
                 err,
             )
-            failed.error_code = ErrorCode.REQUEST_TIMED_OUT
+            failed.error_code = pb.REQUEST_TIMED_OUT
             return failed
         except (ZkDataError, ProducerIdsExhaustedError) as err:
             logger.error(
@@ -483,7 +481,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 self.replica_manager.broker_id,
                 err,
             )
-            failed.error_code = ErrorCode.UNKNOWN_SERVER_ERROR
+            failed.error_code = pb.UNKNOWN_SERVER_ERROR
             return failed
         logger.info(
             "producer id handed out event=init_producer_id broker=%d producer_id=%d",
@@ -491,7 +489,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             producer_id,
         )
         return pb.InitProducerIdResponse(
-            error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0
+            error_code=pb.NONE, producer_id=producer_id, producer_epoch=0
         )
 
 
@@ -545,7 +543,7 @@ class ControlService(pb_grpc.ControlServicer):
         )
         if self.controller is None or not self.controller.is_active:
             return pb.ControlledShutdownResponse(
-                error_code=ErrorCode.NOT_CONTROLLER,
+                error_code=pb.NOT_CONTROLLER,
                 error_message=f"broker is not the controller (controller is "
                 f"{self.replica_manager.metadata_cache.controller_id})",
             )
@@ -557,7 +555,7 @@ class ControlService(pb_grpc.ControlServicer):
             return pb.ControlledShutdownResponse(
                 error_code=ErrorCode.ValueType(err.code), error_message=str(err)
             )
-        response = pb.ControlledShutdownResponse(error_code=ErrorCode.NONE)
+        response = pb.ControlledShutdownResponse(error_code=pb.NONE)
         for tp in remaining:
             response.remaining_partitions.add(topic_name=tp.topic, partition_index=tp.partition)
         return response

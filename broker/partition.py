@@ -20,7 +20,7 @@ from typing import Any
 
 from broker.log.log import FetchData, Log, LogAppendInfo
 from proto import errors
-from proto.minibroker_pb2 import ErrorCode
+from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -323,7 +323,7 @@ class Partition:
             return None
         if len(self.isr) < self.config.min_insync_replicas:
             return errors.NotEnoughReplicasAfterAppendError.code
-        return ErrorCode.NONE
+        return pb.NONE
 
     # -- leader: followers -----------------------------------------------------------------
 

@@ -141,9 +141,9 @@ def _error_of(err: BaseException) -> tuple[int, str]:
         # The message alone: the code travels apart, and the client's error prefixes its name.
         return err.code, str(err.args[0]) if err.args else ""
     if isinstance(err, CorruptRecordError):
-        return ErrorCode.CORRUPT_MESSAGE, str(err)
+        return pb.CORRUPT_MESSAGE, str(err)
     if isinstance(err, OSError):
-        return ErrorCode.KAFKA_STORAGE_ERROR, f"log directory I/O error: {err}"
+        return pb.KAFKA_STORAGE_ERROR, f"log directory I/O error: {err}"
     raise err
 
 
@@ -315,7 +315,7 @@ class ReplicaManager:
                 delay = min(delay * 2, 2.0)
 
     def _storage_error(self) -> tuple[int, str]:
-        return ErrorCode.KAFKA_STORAGE_ERROR, (
+        return pb.KAFKA_STORAGE_ERROR, (
             f"the log dir {self.log_manager.data_dir} of broker {self.broker_id} is offline "
             f"after an I/O error: {self.log_dir_failure}"
         )
@@ -423,7 +423,7 @@ class ReplicaManager:
             except errors.BrokerResponseError as err:
                 self._log(logging.WARNING, "refused_leader_and_isr", reason=err)
                 return pb.LeaderAndIsrResponse(error_code=ErrorCode.ValueType(err.code))
-            response = pb.LeaderAndIsrResponse(error_code=ErrorCode.NONE)
+            response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
             new_followers: dict[int, dict[TopicPartition, Partition]] = {}
             try:
                 await self._apply_partition_states(
@@ -480,7 +480,7 @@ class ReplicaManager:
             controller_epoch=ps.controller_epoch,
         )
         if self.broker_id not in state.replicas:
-            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, (
+            return pb.UNKNOWN_TOPIC_OR_PARTITION, (
                 f"broker {self.broker_id} is not a replica of {tp} "
                 f"(replicas {list(state.replicas)})"
             )
@@ -496,7 +496,7 @@ class ReplicaManager:
                 request_epoch=state.leader_epoch,
                 epoch=existing.leader_epoch,
             )
-            return ErrorCode.FENCED_LEADER_EPOCH, (
+            return pb.FENCED_LEADER_EPOCH, (
                 f"{tp}: leader epoch {state.leader_epoch} is older than {existing.leader_epoch}"
             )
         if (
@@ -505,27 +505,27 @@ class ReplicaManager:
             and (state.leader == existing.leader_id and not existing.fenced)
         ):
             if existing.is_leader or state.leader < 0 or self._is_fetching(tp):
-                return ErrorCode.NONE, ""
+                return pb.NONE, ""
             # A follower at this epoch that fetches from nobody (its fetcher stopped on an
             # error, or an earlier request failed before it started one): the controller's
             # repeat is the "next LeaderAndIsr" that starts it again.
             new_followers.setdefault(state.leader, {})[tp] = existing
             self._log(logging.INFO, "follower_fetches_again", **existing.log_context())
-            return ErrorCode.NONE, ""
+            return pb.NONE, ""
         try:
             partition = existing or await self._create_partition(tp)
         except IllegalPartitionPathError as err:
-            return ErrorCode.INVALID_TOPIC, str(err)
+            return pb.INVALID_TOPIC, str(err)
         except OSError as err:
             self._log(logging.ERROR, "cannot_open_log", tp=tp, error=err)
             if _is_log_dir_failure(err):
                 self.mark_log_dir_offline(err, "open_log")
-            return ErrorCode.KAFKA_STORAGE_ERROR, f"cannot open the log of {tp}: {err}"
+            return pb.KAFKA_STORAGE_ERROR, f"cannot open the log of {tp}: {err}"
         except ZkError as err:
             # The topic's config could not be read (this broker's session ended meanwhile):
             # the controller sends the state again once the broker is registered anew.
             self._log(logging.WARNING, "cannot_read_topic_config", tp=tp, error=err)
-            return ErrorCode.REQUEST_TIMED_OUT, f"{tp}: cannot read the topic config: {err}"
+            return pb.REQUEST_TIMED_OUT, f"{tp}: cannot read the topic config: {err}"
         self.metadata_cache.add_partition(
             tp, PartitionInfo(state.leader, state.leader_epoch, state.replicas, state.isr)
         )
@@ -541,7 +541,7 @@ class ReplicaManager:
                 new_followers.setdefault(state.leader, {})[tp] = partition
             self._log(logging.INFO, "became_follower", **partition.log_context())
         self._wake(tp)
-        return ErrorCode.NONE, ""
+        return pb.NONE, ""
 
     async def _synced_partition_states(
         self, tps: list[TopicPartition]
@@ -683,7 +683,7 @@ class ReplicaManager:
             except errors.BrokerResponseError as err:
                 self._log(logging.WARNING, "refused_stop_replica", reason=err)
                 return pb.StopReplicaResponse(error_code=ErrorCode.ValueType(err.code))
-            response = pb.StopReplicaResponse(error_code=ErrorCode.NONE)
+            response = pb.StopReplicaResponse(error_code=pb.NONE)
             stopping: list[tuple[pb.StopReplicaPartitionState, TopicPartition]] = []
             for s, tp in zip(request.partition_states, tps, strict=True):
                 refusal = stop_replica_refusal(
@@ -708,7 +708,7 @@ class ReplicaManager:
                 )
             await self._remove_from_fetchers_and_wait([tp for _, tp in stopping])
             for s, tp in stopping:
-                code, message = ErrorCode.NONE, ""
+                code, message = pb.NONE, ""
                 self.partitions.pop(tp, None)
                 self._checkpointed_hws.pop(tp, None)
                 self._wake(tp)
@@ -716,9 +716,9 @@ class ReplicaManager:
                     try:
                         await self._in_executor(self.log_manager.delete_log, tp)
                     except IllegalPartitionPathError as err:
-                        code, message = ErrorCode.INVALID_TOPIC, str(err)
+                        code, message = pb.INVALID_TOPIC, str(err)
                     except OSError as err:
-                        code, message = ErrorCode.KAFKA_STORAGE_ERROR, str(err)
+                        code, message = pb.KAFKA_STORAGE_ERROR, str(err)
                 self._log(
                     logging.INFO, "stopped_replica", tp=tp, delete=s.delete_partition, error=code
                 )
@@ -778,7 +778,7 @@ class ReplicaManager:
                 for s in request.partition_states
             },
         )
-        return pb.UpdateMetadataResponse(error_code=ErrorCode.NONE)
+        return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
     # -- produce -----------------------------------------------------------------------------
 
@@ -815,7 +815,7 @@ class ReplicaManager:
             partition = self.partitions.get(tp)
             if partition is None:
                 results[tp] = ProduceResult(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    pb.UNKNOWN_TOPIC_OR_PARTITION,
                     f"broker {self.broker_id} does not host {tp}",
                 )
                 continue
@@ -830,7 +830,7 @@ class ReplicaManager:
                 results[tp] = ProduceResult(code, message, leader_epoch=partition.leader_epoch)
                 continue
             results[tp] = ProduceResult(
-                ErrorCode.NONE,
+                pb.NONE,
                 base_offset=info.first_offset,
                 log_start_offset=partition.log.log_start_offset,
                 leader_epoch=partition.leader_epoch,
@@ -857,7 +857,7 @@ class ReplicaManager:
         """The second half of :meth:`append_records`: for acks=all, wait until the ISR has
         the appended records or ``timeout_ms`` passes; then confirm the ZooKeeper session."""
         results = appended.results
-        if not any(r.error_code == ErrorCode.NONE for r in results.values()):
+        if not any(r.error_code == pb.NONE for r in results.values()):
             return results  # nothing written: nothing to wait for or to withhold
         if appended.waiting:
             await self._wait_for_isr(timeout_ms, appended.waiting, results)
@@ -865,13 +865,13 @@ class ReplicaManager:
             # The session may have expired while we appended or waited: this broker may
             # have been replaced as leader, so it must not acknowledge (no zombie acks).
             for tp, result in results.items():
-                if result.error_code == ErrorCode.NONE:
+                if result.error_code == pb.NONE:
                     results[tp] = self._zombie_result(tp, "written here but not acknowledged")
         return results
 
     def _zombie_result(self, tp: TopicPartition, what: str) -> ProduceResult:
         return ProduceResult(
-            ErrorCode.NOT_LEADER_OR_FOLLOWER,
+            pb.NOT_LEADER_OR_FOLLOWER,
             f"broker {self.broker_id} cannot confirm its ZooKeeper session, so it may have "
             f"been replaced as leader of {tp}; {what}",
         )
@@ -887,7 +887,7 @@ class ReplicaManager:
             await operation.wait()
         for tp, status in waiting.items():
             assert status.error_code is not None
-            if status.error_code != ErrorCode.NONE:
+            if status.error_code != pb.NONE:
                 previous = results[tp]
                 results[tp] = ProduceResult(
                     status.error_code,
@@ -919,7 +919,7 @@ class ReplicaManager:
         is_follower = replica_id >= 0
         results = await self._read(replica_id, max_bytes, specs)
         ready = sum(len(r.records) for r in results.values())
-        has_error = any(r.error_code != ErrorCode.NONE for r in results.values())
+        has_error = any(r.error_code != pb.NONE for r in results.values())
         if max_wait_ms <= 0 or not specs or ready >= min_bytes or has_error:
             return results
         statuses = {
@@ -942,7 +942,7 @@ class ReplicaManager:
             partition = self.partitions.get(tp)
             if partition is None:
                 results[tp] = FetchPartitionResult(
-                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    pb.UNKNOWN_TOPIC_OR_PARTITION,
                     f"broker {self.broker_id} does not host {tp}",
                 )
                 continue
@@ -984,7 +984,7 @@ class ReplicaManager:
             if is_follower:
                 self._record_follower_fetch(partition, replica_id, spec)
             results[tp] = FetchPartitionResult(
-                ErrorCode.NONE,
+                pb.NONE,
                 high_watermark=result.high_watermark,
                 log_start_offset=result.log_start_offset,
                 log_end_offset=result.log_end_offset,
@@ -1034,7 +1034,7 @@ class ReplicaManager:
         except errors.BrokerResponseError as err:
             return err.code, -1, -1
         epoch, end_offset = partition.last_offset_for_leader_epoch(leader_epoch)
-        return ErrorCode.NONE, epoch, end_offset
+        return pb.NONE, epoch, end_offset
 
     async def list_offset(
         self, tp: TopicPartition, current_leader_epoch: int | None, timestamp: int, replica_id: int
@@ -1045,18 +1045,18 @@ class ReplicaManager:
         except errors.BrokerResponseError as err:
             return err.code, -1, -1
         if timestamp == LIST_OFFSETS_EARLIEST:
-            return ErrorCode.NONE, partition.log.log_start_offset, -1
+            return pb.NONE, partition.log.log_start_offset, -1
         if timestamp == LIST_OFFSETS_LATEST:
             if replica_id >= 0:
-                return ErrorCode.NONE, partition.log_end_offset, -1
+                return pb.NONE, partition.log_end_offset, -1
             if partition.high_watermark < partition.leader_epoch_start_offset:
                 # KIP-207: a new leader's HW may still be below what the old one exposed.
-                return ErrorCode.OFFSET_NOT_AVAILABLE, -1, -1
-            return ErrorCode.NONE, partition.high_watermark, -1
+                return pb.OFFSET_NOT_AVAILABLE, -1, -1
+            return pb.NONE, partition.high_watermark, -1
         offset = await self._in_executor(partition.log.offset_for_timestamp, timestamp)
         if offset >= partition.high_watermark:
             offset = -1
-        return ErrorCode.NONE, offset, timestamp if offset >= 0 else -1
+        return pb.NONE, offset, timestamp if offset >= 0 else -1
 
     # -- ISR maintenance ---------------------------------------------------------------------
 

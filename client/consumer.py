@@ -551,7 +551,7 @@ class Consumer(AsyncClosing):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         inflight = self._fetcher.in_flight
-        self._fetcher.cancel_fetches()
+        self._fetcher.close()
         if inflight:
             await asyncio.gather(*inflight, return_exceptions=True)
         group, self._group = self._group, None

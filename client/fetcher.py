@@ -2,7 +2,8 @@
 
 How a poll works (Kafka's ``Fetcher``): for every assigned partition with a known position
 and no fetched records waiting, one Fetch per leader (``replica_id`` -1, the leader epoch
-from the metadata for KIP-320 fencing) stays in flight, long-polling up to
+from the metadata for KIP-320 fencing, sent on the consumer's fetch session with that
+leader: :mod:`proto.fetch_session`) stays in flight, long-polling up to
 ``fetch_max_wait_ms``; poll returns as soon as one of them brings records, and keeps the
 others in flight for the next poll. A partition's position moves only when poll returns
 its records, so the position is always "the next record the application has not seen":
@@ -37,6 +38,7 @@ from client.subscription_state import EARLIEST, LATEST, NoOffsetForPartitionErro
 from proto import errors
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from proto.fetch_session import FetchSession, SessionEndedError
 from proto.record_batch import CorruptRecordError, decode_rows, scan_batches
 from proto.topic_partition import TopicPartition
 
@@ -123,6 +125,8 @@ class Fetcher:
         self._request_metadata_update = request_metadata_update
         self._completed: deque[_CompletedFetch] = deque()
         self._inflight: dict[int, _InflightFetch] = {}
+        self._sessions: dict[str, FetchSession] = {}
+        """One fetch session (stream) per leader address: a fetch is a message on it."""
         self._node_backoff_until: dict[int, float] = {}
         self._reset_backoff_until = -float("inf")
 
@@ -210,9 +214,9 @@ class Fetcher:
                     log_start_offset=-1,
                     partition_max_bytes=self.config.max_partition_fetch_bytes,
                 )
-            stub = pb_grpc.BrokerStub(self._connections.channel(nodes[node_id].address))
             timeout = (self.config.fetch_max_wait_ms + self.config.request_timeout_ms) / 1000
-            task = asyncio.ensure_future(stub.Fetch(request, timeout=timeout))
+            session = self._session(nodes[node_id].address)
+            task = asyncio.ensure_future(session.fetch(request, timeout))
             self._inflight[node_id] = _InflightFetch(node_id, offsets, task)
 
     def collect_fetches(self) -> None:
@@ -226,6 +230,9 @@ class Fetcher:
             error = fetch.task.exception()
             if isinstance(error, grpc.aio.AioRpcError):
                 self._leader_failed(node_id, f"fetch failed: {error.code().name}")
+                continue
+            if isinstance(error, TimeoutError | SessionEndedError):
+                self._leader_failed(node_id, f"fetch failed: {error or 'no answer in time'}")
                 continue
             if error is not None:
                 raise error
@@ -311,6 +318,20 @@ class Fetcher:
                 fetch.task.cancel()
         self._inflight.clear()
         self._completed.clear()
+
+    def close(self) -> None:
+        """Abandon the fetches (:meth:`cancel_fetches`) and end the fetch sessions."""
+        self.cancel_fetches()
+        for session in self._sessions.values():
+            session.close()
+        self._sessions.clear()
+
+    def _session(self, address: str) -> FetchSession:
+        session = self._sessions.get(address)
+        if session is None:
+            stub = pb_grpc.BrokerStub(self._connections.channel(address))
+            session = self._sessions[address] = FetchSession(stub)
+        return session
 
     def drop_unassigned(self) -> None:
         self._completed = deque(c for c in self._completed if self._state.is_assigned(c.tp))

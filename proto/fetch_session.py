@@ -37,12 +37,16 @@ class SessionEndedError(MinibrokerError):
 class FetchSession:
     """Fetches from one broker over one ``FetchSession`` call (see the module docstring).
 
-    Not for concurrent use: one :meth:`fetch` at a time, as a fetcher loop makes them.
+    One fetch at a time, as a fetcher loop makes them. A fetch started while an abandoned
+    one (cancelled, its task not yet unwound) still holds the stream gets a new stream, so
+    the old one's unwinding never disturbs it.
     """
 
     def __init__(self, stub: pb_grpc.BrokerAsyncStub) -> None:
         self._stub = stub
         self._call: grpc.aio.StreamStreamCall[pb.FetchRequest, pb.FetchResponse] | None = None
+        self._busy = False
+        """A fetch is under way on ``_call``."""
         self._unary = False
         """The broker does not know FetchSession: every fetch is a unary Fetch."""
 
@@ -61,8 +65,11 @@ class FetchSession:
         if self._unary:
             return await self._stub.Fetch(request, timeout=timeout_s)
         call = self._call
-        if call is None:
+        if call is None or self._busy:
+            if call is not None:
+                call.cancel()
             call = self._call = self._stub.FetchSession(None)  # written to, not iterated
+        self._busy = True
         try:
             with contextlib.suppress(asyncio.InvalidStateError):
                 # A call that already ended refuses the write; its read says why.
@@ -70,23 +77,30 @@ class FetchSession:
             async with asyncio.timeout(timeout_s):
                 response = await call.read()
         except grpc.aio.AioRpcError as err:
-            self.close()
+            self._discard(call)
             if err.code() != grpc.StatusCode.UNIMPLEMENTED:
                 raise
             logger.info("FetchSession not known to the broker; fetching with unary Fetch calls")
             self._unary = True
             return await self._stub.Fetch(request, timeout=timeout_s)
         except BaseException:
-            self.close()
+            self._discard(call)
             raise
         if response is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
-            self.close()
+            self._discard(call)
             raise SessionEndedError("the broker ended the fetch session without an answer")
+        if self._call is call:
+            self._busy = False
         assert isinstance(response, pb.FetchResponse)
         return response
 
+    def _discard(self, call: grpc.aio.StreamStreamCall[pb.FetchRequest, pb.FetchResponse]) -> None:
+        if self._call is call:
+            self._call = None
+            self._busy = False
+        call.cancel()
+
     def close(self) -> None:
         """End the stream (cancels it); the next fetch opens a new one. Idempotent."""
-        call, self._call = self._call, None
-        if call is not None:
-            call.cancel()
+        if self._call is not None:
+            self._discard(self._call)

@@ -26,6 +26,26 @@ _TWO_BYTE_DELTAS = (
     bytes(i >> 6 for i in range(64, 8192)),
 )
 """The two bytes of the offsetDelta varint of record i, 64 <= i < 8192, from i = 64 on."""
+_MAX_RUN_INDEX = 1 << 17
+"""Records up to this index in a batch are checked by column (three-byte offsetDeltas from
+8192 on: a 1 MiB batch of 100-byte records holds about 9,700); later ones one by one."""
+_three_byte_deltas: tuple[bytes, bytes, bytes] | None = None
+
+
+def _three_byte_delta_columns() -> tuple[bytes, bytes, bytes]:
+    """The three bytes of the offsetDelta varint of record i, 8192 <= i < _MAX_RUN_INDEX,
+    from i = 8192 on; built on first use (370 KB)."""
+    global _three_byte_deltas
+    if _three_byte_deltas is None:
+        indexes = range(8192, _MAX_RUN_INDEX)
+        _three_byte_deltas = (
+            bytes((i << 1) & 0x7F | 0x80 for i in indexes),
+            bytes((i >> 6) & 0x7F | 0x80 for i in indexes),
+            bytes(i >> 13 for i in indexes),
+        )
+    return _three_byte_deltas
+
+
 _HIGH_BIT_FLIPPED = bytes(range(128, 256)) + bytes(range(128))
 """A translation table flipping bit 7, so that isascii() says "all bytes >= 0x80"."""
 _MIN_RUN = 4
@@ -43,7 +63,7 @@ def same_layout_run(
     Records share the layout when their length, key length, value length and header count
     (0) bytes equal the first record's, their timestampDelta varints are as wide, and their
     offsetDeltas are the canonical varints of their indexes (as wide as the first one's
-    while the indexes stay below 64, or 8192). Such records parse exactly like the first
+    while the indexes stay below 64, 8192 or 2^17). Such records parse exactly like the first
     one, field for field. Each byte column is checked for all of them at once with an
     extended slice, the length's first, so that records of other sizes end the attempt
     early; how far the run goes is worked out only when a column differs. The caller bounds
@@ -57,6 +77,10 @@ def same_layout_run(
         k = min(remaining, 8192 - index)
         i = index - 64
         deltas = (_TWO_BYTE_DELTAS[0][i : i + k], _TWO_BYTE_DELTAS[1][i : i + k])
+    elif index < _MAX_RUN_INDEX:
+        k = min(remaining, _MAX_RUN_INDEX - index)
+        i = index - 8192
+        deltas = tuple(column[i : i + k] for column in _three_byte_delta_columns())
     else:
         return 1
     if k < 2:
@@ -66,7 +90,7 @@ def same_layout_run(
     p = start
     while True:  # length: the same bytes
         column = data[p:stop:size]
-        if rest := column.lstrip(column[:1]):
+        if rest := _unequal_tail(column):
             run = min(run, k - len(rest))
             if run < _MIN_RUN:
                 return 1
@@ -97,15 +121,25 @@ def same_layout_run(
     for _ in range(2):  # key and value lengths: the same bytes
         u, end = _raw_varint(data, p)
         for at in range(p, end):
-            column = data[at:stop:size]
-            if rest := column.lstrip(column[:1]):
+            if rest := _unequal_tail(data[at:stop:size]):
                 run = min(run, k - len(rest))
         p = end + (0 if u & 1 else u >> 1)
     if data[p] or p + 1 - start != size:
         return 1  # records with headers take the record-by-record walk
-    if rest := data[p:stop:size].lstrip(b"\x00"):  # header count 0
+    column = data[p:stop:size]
+    if column != bytes(len(column)) and (rest := column.lstrip(b"\x00")):  # header count 0
         run = min(run, k - len(rest))
     return max(run, 1)
+
+
+def _unequal_tail(column: bytes | bytearray) -> bytes | bytearray:
+    """``column`` from its first byte that differs from its first byte (empty when all are
+    equal). The comparison with a repeated byte is a memcmp, 40x faster than ``lstrip``,
+    which is only needed where a column does differ (measured on 2,400-byte columns: 0.18
+    against 7.8 µs)."""
+    if column == column[:1] * len(column):
+        return b""
+    return column.lstrip(column[:1])
 
 
 def _leading(pattern: re.Pattern[bytes], column: bytes | bytearray) -> int:

@@ -17,6 +17,7 @@ bytes of some other file that reused the descriptor number.
 
 from __future__ import annotations
 
+import bisect
 import errno
 import logging
 import os
@@ -58,6 +59,11 @@ INDEX_SUFFIX = ".index"
 
 _INT32_MAX = 2**31 - 1
 _HEADER_SCAN_CHUNK = 16 * 1024
+_RECENT_BATCHES = 64
+"""Batches appended last whose positions a segment remembers. Followers and consumers near
+the end fetch from the LEO they reached, which is almost always the start of one of these:
+their reads then skip the index lookup and the scan of headers on disk, which for small
+batches reads and parses up to a few dozen headers per fetch (one index entry per 4 KiB)."""
 """Bytes read at a time when walking batch headers (index lookups, timestamps, producer
 state), unless the batches are larger: then each read takes one header only."""
 _RECOVERY_CHUNK = 4 * 1024 * 1024
@@ -258,6 +264,8 @@ class LogSegment:
         self._appended_max_timestamp = NO_TIMESTAMP
         self._timestamp_generation = 0
         self._timestamp_lock = threading.Lock()
+        self._recent: deque[tuple[int, int, BatchHeader]] = deque(maxlen=_RECENT_BATCHES)
+        """(last offset, position, header) of the batches appended last, oldest first."""
 
     def __repr__(self) -> str:
         return f"LogSegment({str(self.log_path)!r}, size={self._size})"
@@ -383,12 +391,14 @@ class LogSegment:
         last_indexed = self._last_indexed_position
         new_entries = []
         max_timestamp = self._appended_max_timestamp
+        appended = []
         for header in batches:
             if position - last_indexed > interval:
                 new_entries.append((header.last_offset, position))
                 last_indexed = position
             if header.max_timestamp > max_timestamp:
                 max_timestamp = header.max_timestamp
+            appended.append((header.last_offset, position, header))
             position += header.batch_length + LOG_OVERHEAD
         if position - start != len(records):
             raise ValueError(f"{self.log_path}: batch headers do not add up to the appended bytes")
@@ -400,6 +410,7 @@ class LogSegment:
         self._last_indexed_position = last_indexed
         self._appended_max_timestamp = max_timestamp
         self._next_offset = batches[-1].next_offset
+        self._recent.extend(appended)
         self._size = position
 
     def _maybe_index(self, header: BatchHeader, position: int) -> None:
@@ -423,6 +434,7 @@ class LogSegment:
             return 0
         position, header = found
         removed = self._size - position
+        self._recent.clear()
         self._index.truncate_to_position(position)
         last = self._index.last_entry()
         self._last_indexed_position = 0 if last is None else last.position
@@ -634,6 +646,9 @@ class LogSegment:
         current size); None if no such batch.
         """
         end = self._size if max_position is None else max_position
+        recent = self._recent_batch(offset, end)
+        if recent is not None:
+            return recent
         entry = self._index.lookup(offset)
         start = entry.position
         if start and not self._entry_matches(start, entry.offset, end):
@@ -646,6 +661,22 @@ class LogSegment:
             if header.last_offset >= offset:
                 return position, header
         return None
+
+    def _recent_batch(self, offset: int, end: int) -> tuple[int, BatchHeader] | None:
+        """translate_offset's answer from the batches appended last, when they hold it: the
+        first one whose last offset is >= ``offset``, provided ``offset`` is not below the
+        oldest of them (then no earlier batch can qualify) and it ends below ``end``.
+        Works from a snapshot, as reads may run in the executor while the loop appends."""
+        recent = tuple(self._recent)
+        if not recent or offset < recent[0][2].base_offset:
+            return None
+        i = bisect.bisect_left(recent, offset, key=lambda entry: entry[0])
+        if i == len(recent):
+            return None
+        _, position, header = recent[i]
+        if position + header.size > end:
+            return None  # beyond what the caller may read: the slow path decides
+        return position, header
 
     def _entry_matches(self, position: int, offset: int, end: int) -> bool:
         """Whether a batch ending exactly at ``offset`` starts at ``position``."""

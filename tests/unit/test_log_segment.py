@@ -98,6 +98,32 @@ def test_translate_offset(segment: LogSegment) -> None:
     assert segment.translate_offset(50) is not None  # below the base: the first batch
 
 
+def test_batches_appended_last_translate_as_the_index_and_the_headers_on_disk_say(
+    tmp_path: Path,
+) -> None:
+    """The recent-batch shortcut of translate_offset answers exactly as the slow path (a
+    reopened segment has no recent batches), after appends of one and many batches, a
+    truncation and more appends, for every offset, with and without a position bound."""
+    live = LogSegment.create(tmp_path, 0, index_interval_bytes=INTERVAL)
+    fill(live, 100, per_batch=2)  # more than the 64 remembered
+    append(live, b"".join(batch(200 + 5 * i, 5) for i in range(10)))
+    live.truncate_to(223)
+    append(live, batch(live.next_offset, 4))
+    fill_from = live.next_offset
+    for i in range(3):
+        append(live, batch(fill_from + 3 * i, 3))
+    live.flush()
+    reopened = LogSegment.open(tmp_path, 0, index_interval_bytes=INTERVAL)
+    sizes = [h.size for h in validate_batches(live.log_path.read_bytes())]
+    boundaries = [sum(sizes[:n]) for n in (len(sizes) - 1, len(sizes) - 30, len(sizes) // 2)]
+    for offset in range(-1, live.next_offset + 2):
+        for bound in (None, *boundaries):
+            assert live.translate_offset(offset, bound) == reopened.translate_offset(
+                offset, bound
+            ), (offset, bound)
+    reopened.close()
+
+
 def test_read_whole_batches(segment: LogSegment) -> None:
     written = fill(segment, 10)
     size = len(batch(0, 3))

@@ -155,6 +155,22 @@ def test_a_bad_field_deep_in_a_run_of_same_layout_records_is_found(
     assert fragment in message
 
 
+@pytest.mark.parametrize("field", [0, 3, 4, 5, 7, -1])  # length, offsetDelta, value length, ...
+def test_a_bad_byte_among_records_with_three_byte_offset_deltas_is_found(field: int) -> None:
+    """From record 8192 on the offsetDelta takes three bytes; 9,000 small records of one
+    layout are still checked a column at a time there, and one bad byte is still found."""
+    records = uniform_records(9000, value_size=10)
+    validate(raw_batch(b"".join(records), 9000))
+    assert decodes_to_exactly_its_records(raw_batch(b"".join(records), 9000))
+    batch = bytearray(raw_batch(b"".join(records), 9000))
+    start = positions(records)[8500]
+    at = start + field if field >= 0 else start + len(records[8500]) + field
+    batch[at] ^= 0x01
+    code, message = refusal(with_crc(batch))
+    assert code == ErrorCode.INVALID_RECORD
+    assert "record 8500" in message
+
+
 @pytest.mark.parametrize("field", [2, 30, 90])  # attributes, inside the value
 def test_bytes_no_rule_covers_may_differ_inside_a_run(field: int) -> None:
     records = uniform_records(148)

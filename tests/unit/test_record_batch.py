@@ -650,6 +650,22 @@ def test_decode_rows_refuses_records_that_lie_as_decode_batch_does(cut: int) -> 
         ]
 
 
+@pytest.mark.parametrize("odd_one", [None, 8191, 8192, 9000])
+def test_decode_rows_cuts_runs_past_offset_delta_8192_exactly_as_decode_batch_decodes(
+    odd_one: int | None,
+) -> None:
+    """Records from 8192 on carry three-byte offsetDeltas and are cut out by column too."""
+    records = [Record(None, b"%05d" % i, 1_700_000_000_000) for i in range(9500)]
+    if odd_one is not None:
+        records[odd_one] = Record(b"k", b"odd", 1_700_000_000_000)
+    batch = encode_batch(records, base_offset=10)
+    rows = decode_rows(batch, 0, check_batch(batch), _Row, ("t",), min_offset=0)
+    assert rows == [
+        _Row("t", r.offset, r.key, r.value, r.timestamp, r.headers)
+        for r in decode_batch(batch).records
+    ]
+
+
 @settings(max_examples=200)
 @given(
     st.integers(1, 300),

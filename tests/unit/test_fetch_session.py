@@ -1,0 +1,148 @@
+"""proto.fetch_session against a real grpc.aio server: one stream, abandoned fetches,
+timeouts, and brokers without the method."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
+
+from proto import minibroker_pb2 as pb
+from proto import minibroker_pb2_grpc as pb_grpc
+from proto.fetch_session import FetchSession
+
+
+class Broker:
+    """Fetch and FetchSession of the Broker service (the other methods are UNIMPLEMENTED):
+    each fetch is answered with its fetch offset as the high watermark; a fetch at offset
+    -1 is never answered (a long poll that outlives its fetcher)."""
+
+    def __init__(self, *, sessions: bool = True) -> None:
+        self.with_sessions = sessions
+        self.sessions = 0
+        self.unary = 0
+
+    @staticmethod
+    def answer(request: pb.FetchRequest) -> pb.FetchResponse:
+        response = pb.FetchResponse()
+        offset = request.topics[0].partitions[0].fetch_offset
+        response.responses.add(topic="t").partitions.add(high_watermark=offset)
+        return response
+
+    async def FetchSession(
+        self,
+        request_iterator: AsyncIterator[pb.FetchRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        if not self.with_sessions:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        self.sessions += 1
+        async for request in request_iterator:
+            if request.topics[0].partitions[0].fetch_offset < 0:
+                await asyncio.Event().wait()
+            await context.write(self.answer(request))
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchResponse:
+        self.unary += 1
+        return self.answer(request)
+
+
+def fetch_at(offset: int) -> pb.FetchRequest:
+    request = pb.FetchRequest(replica_id=-1)
+    request.topics.add(topic="t").partitions.add(partition=0, fetch_offset=offset)
+    return request
+
+
+def hw(response: pb.FetchResponse) -> int:
+    return response.responses[0].partitions[0].high_watermark
+
+
+def run(broker: Broker, scenario: Callable[[FetchSession], Coroutine[Any, Any, None]]) -> None:
+    async def main() -> None:
+        server = grpc.aio.server()
+        methods = {
+            "FetchSession": grpc.stream_stream_rpc_method_handler(
+                broker.FetchSession,
+                request_deserializer=pb.FetchRequest.FromString,
+                response_serializer=pb.FetchResponse.SerializeToString,
+            ),
+            "Fetch": grpc.unary_unary_rpc_method_handler(
+                broker.Fetch,
+                request_deserializer=pb.FetchRequest.FromString,
+                response_serializer=pb.FetchResponse.SerializeToString,
+            ),
+        }
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("minibroker.Broker", methods),)
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                session = FetchSession(pb_grpc.BrokerStub(channel))
+                try:
+                    await scenario(session)
+                finally:
+                    session.close()
+        finally:
+            await server.stop(None)
+
+    asyncio.run(main())
+
+
+def test_fetches_share_one_stream() -> None:
+    broker = Broker()
+
+    async def scenario(session: FetchSession) -> None:
+        for offset in range(50):
+            assert hw(await session.fetch(fetch_at(offset), 5)) == offset
+
+    run(broker, scenario)
+    assert (broker.sessions, broker.unary) == (1, 0)
+
+
+def test_a_fetch_started_while_an_abandoned_one_unwinds_gets_its_own_stream() -> None:
+    broker = Broker()
+
+    async def scenario(session: FetchSession) -> None:
+        stuck = asyncio.ensure_future(session.fetch(fetch_at(-1), 30))
+        await asyncio.sleep(0.1)
+        stuck.cancel()  # as a consumer's seek abandons its fetch; the task has not run yet
+        fresh = asyncio.ensure_future(session.fetch(fetch_at(7), 5))
+        with pytest.raises(asyncio.CancelledError):
+            await stuck
+        assert hw(await fresh) == 7
+        assert hw(await session.fetch(fetch_at(8), 5)) == 8
+
+    run(broker, scenario)
+    assert broker.sessions == 2
+
+
+def test_a_fetch_past_its_timeout_ends_the_stream_and_the_next_opens_another() -> None:
+    broker = Broker()
+
+    async def scenario(session: FetchSession) -> None:
+        with pytest.raises(TimeoutError):
+            await session.fetch(fetch_at(-1), 0.2)
+        assert hw(await session.fetch(fetch_at(3), 5)) == 3
+
+    run(broker, scenario)
+    assert broker.sessions == 2
+
+
+def test_a_broker_without_fetch_sessions_gets_unary_fetches() -> None:
+    broker = Broker(sessions=False)
+
+    async def scenario(session: FetchSession) -> None:
+        for offset in range(3):
+            assert hw(await session.fetch(fetch_at(offset), 5)) == offset
+        assert not session.streaming
+
+    run(broker, scenario)
+    assert (broker.sessions, broker.unary) == (0, 3)
