@@ -50,7 +50,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     produce.add_argument("--acks", type=acks_argument, default=-1)
     produce.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    produce.add_argument("--linger-ms", type=int, default=5)
+    produce.add_argument("--linger-ms", type=int, default=0)
     produce.set_defaults(run=lambda a: run_async(perf_produce(a)))
     consume = kinds.add_parser("consume", help="consume records from the beginning and measure")
     add_topic_argument(consume)

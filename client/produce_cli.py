@@ -58,7 +58,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="as Kafka's console producer: parse.key=true, key.separator=SEP (default a tab)",
     )
     parser.add_argument("--partition", type=int, default=None, help="send every record here")
-    parser.add_argument("--linger-ms", type=int, default=5)
+    parser.add_argument("--linger-ms", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     parser.add_argument(
         "--delivery-timeout-ms",

@@ -26,6 +26,9 @@ __all__ = [
 ACKS_ALL = -1
 """``acks=all``: the whole ISR has the records before they are acknowledged."""
 _INT32_MAX = 2**31 - 1
+MAX_IDEMPOTENT_IN_FLIGHT = 5
+"""Kafka's bound on in-flight requests with idempotence: the batches a broker remembers per
+producer to answer a retry with its original offset (proto producer state keeps 5 too)."""
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -74,14 +77,20 @@ class ProducerConfig:
     """0, 1 or -1 (all); :func:`parse_acks` reads ``"all"``."""
     batch_size: int = DEFAULT_BATCH_SIZE
     """Upper bound of one partition's batch in bytes (a larger record gets a batch of its
-    own); 0 sends every record alone. 256 KiB, not Kafka's 16 KiB: each Produce is a unary
-    gRPC call with about a millisecond of fixed cost in the brokers, and a partition has one
-    batch in flight at a time, so 16 KiB (about 150 100-byte records) caps a saturating
-    producer near 35,000 records/s on 2 cores, while 256 KiB carries ``perf produce``
-    (``send_many``) to about 400,000 (issue 15, ``bench/RESULTS.md``). A producer that
-    does not saturate is unaffected: ``linger_ms`` sends what it has."""
-    linger_ms: int = 5
-    """How long a batch that is not full waits for more records before it is sent."""
+    own); 0 sends every record alone. 256 KiB, not Kafka's 16 KiB: a Produce request costs
+    the brokers a few hundred microseconds of CPU whatever it carries (Python gRPC), so a
+    saturating producer needs about 1,000 records per request; with 16 KiB (about 150
+    100-byte records) ``perf produce`` made 35,000 records/s on 2 cores, with 256 KiB it
+    makes several hundred thousand (issue 15, ``bench/RESULTS.md``). A producer that does
+    not saturate is unaffected: it sends what it has."""
+    linger_ms: int = 0
+    """How long a batch that is not full waits for more records before it is sent. With 0
+    (the default, as in Kafka before 4.0), Nagle's rule: a partition with nothing in flight
+    sends at once, and the records that come while one of its batches is in flight gather
+    until the answer comes. At low rates each record leaves at once (the lowest latency);
+    under load each request carries a round trip's worth of records, as it must when a
+    request costs the brokers as much as here. Above 0, Kafka's rule: a batch waits up to
+    ``linger_ms`` (sent at once when full)."""
     retries: int = _INT32_MAX
     """How often a batch is resent after a retriable error; ``delivery_timeout_ms`` is the
     bound that matters with the default."""
@@ -102,6 +111,13 @@ class ProducerConfig:
     """Bytes of records waiting to be acknowledged before ``send`` blocks."""
     max_block_ms: int = 60000
     """How long ``send`` and ``start`` may block: buffer full, metadata, producer id."""
+    max_in_flight_requests_per_connection: int = 5
+    """Batches of one partition sent and not yet answered, with idempotence (at most 5, as
+    Kafka allows: the broker remembers the last 5 batches of a producer to recognise a
+    retry). The produce session keeps their order on the way and the broker's sequence
+    checks refuse any batch whose predecessor is missing, so retries never reorder records.
+    Without idempotence a partition has one batch in flight whatever this says: Kafka lets
+    records reorder there when a batch is retried; this producer does not."""
     client_id: str = "minibroker-producer"
 
     def __post_init__(self) -> None:
@@ -117,6 +133,7 @@ class ProducerConfig:
             ("max_request_size", HEADER_SIZE + 7),
             ("buffer_memory", 1),
             ("max_block_ms", 0),
+            ("max_in_flight_requests_per_connection", 1),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -136,7 +153,19 @@ class ProducerConfig:
             )
         elif idempotent and self.retries == 0:
             raise ClientError("enable_idempotence requires retries > 0")
+        if idempotent and self.max_in_flight_requests_per_connection > MAX_IDEMPOTENT_IN_FLIGHT:
+            raise ClientError(
+                "max_in_flight_requests_per_connection must be at most "
+                f"{MAX_IDEMPOTENT_IN_FLIGHT} with enable_idempotence, got "
+                f"{self.max_in_flight_requests_per_connection}"
+            )
         object.__setattr__(self, "enable_idempotence", idempotent)
+
+    @property
+    def in_flight_per_partition(self) -> int:
+        """Batches of one partition allowed in flight (see
+        :attr:`max_in_flight_requests_per_connection`)."""
+        return self.max_in_flight_requests_per_connection if self.enable_idempotence else 1
 
     @property
     def idempotent(self) -> bool:

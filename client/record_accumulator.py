@@ -68,6 +68,7 @@ class ProducerBatch:
         "created",
         "deadline",
         "done",
+        "drain_order",
         "last_error",
         "payload",
         "producer_epoch",
@@ -99,6 +100,9 @@ class ProducerBatch:
         self.producer_id = NO_PRODUCER_ID
         self.producer_epoch = NO_PRODUCER_EPOCH
         self.base_sequence = NO_SEQUENCE
+        self.drain_order = -1
+        """The partition's count of batches drained before this one's first drain: the
+        order of its sequence numbers (which wrap), kept by retries."""
         self.attempts = 0
         self.retry_at = 0.0
         """Loop time before which a retry must not be sent (retry_backoff_ms)."""
@@ -319,13 +323,24 @@ class RecordAccumulator:
                 self._on_batch_closed(batch.tp)
 
     def ready(
-        self, now: float, muted: Collection[TopicPartition] = ()
+        self,
+        now: float,
+        muted: Collection[TopicPartition] = (),
+        busy: Collection[TopicPartition] = (),
     ) -> tuple[list[ProducerBatch], float]:
-        """The head batches that may be sent now (their partition has nothing in flight),
-        and the loop time when the next one becomes ready or expires (inf: nothing)."""
+        """The head batches that may be sent now, and the loop time when the next one
+        becomes ready or expires (inf: nothing).
+
+        A ``muted`` partition has no room for another batch in flight. A head is ready when
+        it is full (or back for a retry, or a flush or close wants everything), or has
+        waited ``linger_ms``; with ``linger_ms`` 0, a partial head waits while its partition
+        is ``busy`` (has a batch in flight): Nagle's rule, so that at low rates each record
+        leaves at once and under load the records that arrive during a round trip share
+        the next request (a request costs the brokers far more than Kafka's do)."""
         ready = []
         next_time = math.inf
         exhausted = self.flushing > 0 or self.closing
+        nagle = self.linger_s == 0
         for tp, queue in self._queues.items():
             if not queue:
                 continue
@@ -339,10 +354,11 @@ class RecordAccumulator:
                 head.closed  # full, or back for a retry
                 or len(queue) > 1  # a newer batch exists, so this one is full
                 or exhausted
-                or head.created + self.linger_s <= now
+                or (not nagle and head.created + self.linger_s <= now)
+                or (nagle and tp not in busy)
             ):
                 ready.append(head)
-            else:
+            elif not nagle:
                 next_time = min(next_time, head.created + self.linger_s)
         return ready, next_time
 
@@ -356,13 +372,18 @@ class RecordAccumulator:
             del self._queues[batch.tp]
 
     def reenqueue(self, batch: ProducerBatch, retry_at: float) -> None:
-        """Put a batch that failed retriably back at the head of its queue."""
+        """Put a batch that failed retriably back in its queue: before every batch drained
+        after it or never drained (Kafka's ``insertInSequenceOrder``), so that batches back
+        from several requests in flight are sent again in their first order."""
         batch.retry_at = retry_at
         batch.closed = True
         queue = self._queues.get(batch.tp)
         if queue is None:
             queue = self._queues[batch.tp] = deque()
-        queue.appendleft(batch)
+        at = 0
+        while at < len(queue) and 0 <= queue[at].drain_order < batch.drain_order:
+            at += 1
+        queue.insert(at, batch)
         self.wakeup.set()
 
     def expire(self, now: float) -> list[ProducerBatch]:
@@ -395,6 +416,9 @@ class RecordAccumulator:
     @property
     def has_queued(self) -> bool:
         return any(self._queues.values())
+
+    def has_queued_for(self, tp: TopicPartition) -> bool:
+        return bool(self._queues.get(tp))
 
 
 # -- buffer memory -----------------------------------------------------------------------------

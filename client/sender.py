@@ -11,11 +11,18 @@
 
 Ordering and the idempotent producer. Kafka allows up to 5 requests in flight per
 connection and, with idempotence, relies on the broker's sequence checks to keep order
-across retries. This producer keeps it simpler: **at most one request in flight per
-partition**, always. A batch that fails with a retriable error goes back to the head of
-its partition's queue and is resent before anything behind it, so retries never reorder
-records, with or without idempotence. The price is throughput per partition (one batch per
-round trip); requests to one leader still carry every partition that is ready.
+across retries; so does this producer, with one difference. With idempotence, up to
+``max_in_flight_requests_per_connection`` (5) batches of a partition are in flight: the
+produce session delivers them in the order they were sent and the broker appends them in
+that order, refusing any batch whose predecessor it has not written
+(OUT_OF_ORDER_SEQUENCE). When one of them fails retriably, the partition sends nothing
+more until all its batches in flight are answered; those refused for coming after the
+missing one go back into the queue in their first order (Kafka's
+``insertInSequenceOrder``) and everything is sent again from the oldest. Without
+idempotence a partition has **one batch in flight**: a batch that fails with a retriable
+error goes back to the head of its queue and is resent before anything behind it, so
+retries never reorder records there either (Kafka lets them reorder in that case). Requests
+to one leader carry every partition that is ready.
 
 With idempotence (the default with ``acks=all``) the producer gets a producer id from
 ``InitProducerId`` at start and gives each batch, when it is first drained, the next
@@ -278,8 +285,16 @@ class Sender:
         self.metadata = metadata
         self.idempotence = idempotence
         self._on_batch_done = on_batch_done
-        self.in_flight: dict[TopicPartition, ProducerBatch] = {}
-        """The one batch per partition whose Produce request is under way."""
+        self.in_flight: dict[TopicPartition, list[ProducerBatch]] = {}
+        """Per partition, the batches whose Produce requests are under way, in drain order
+        (at most ``config.in_flight_per_partition``)."""
+        self._limit = config.in_flight_per_partition
+        self._recovering: set[TopicPartition] = set()
+        """Partitions with a batch back for a retry while later ones were still in flight:
+        nothing more is sent for them until every one in flight is answered (and those
+        refused for coming after the missing one are back in the queue, in order)."""
+        self._drained: dict[TopicPartition, int] = {}
+        """Per partition, how many batches were drained (each batch's drain_order)."""
         self._sessions: dict[str, ProduceSession] = {}
         """One produce session (stream) per broker address."""
         self._requests: set[asyncio.Task[None]] = set()
@@ -330,7 +345,10 @@ class Sender:
                 return self._reset_not_before
             await self._reset_producer_id()
             return now
-        ready, next_time = self.accumulator.ready(now, self.in_flight)
+        muted = self._recovering.union(
+            tp for tp, batches in self.in_flight.items() if len(batches) >= self._limit
+        )
+        ready, next_time = self.accumulator.ready(now, muted, self.in_flight)
         by_leader: dict[BrokerNode, list[ProducerBatch]] = {}
         missing_leader = False
         for batch in ready:
@@ -347,7 +365,10 @@ class Sender:
             self.metadata.request_update()
         for node, batches in by_leader.items():
             drained, left = self._drain(batches)
-            if left:
+            if left or any(
+                self.accumulator.has_queued_for(b.tp) and len(self.in_flight[b.tp]) < self._limit
+                for b in drained
+            ):
                 next_time = now  # the rest goes in the next request
             task = asyncio.create_task(self._send(node, drained))
             self._requests.add(task)
@@ -364,6 +385,9 @@ class Sender:
             if drained and total + batch.size > self.config.max_request_size:
                 return drained, True
             self.accumulator.drain(batch)
+            if batch.drain_order < 0:
+                batch.drain_order = self._drained.get(batch.tp, 0)
+                self._drained[batch.tp] = batch.drain_order + 1
             if batch.payload is None or (
                 idempotence is not None and batch.producer_id != idempotence.producer_id
             ):
@@ -375,7 +399,7 @@ class Sender:
             assert batch.payload is not None
             total += len(batch.payload)
             batch.attempts += 1
-            self.in_flight[batch.tp] = batch
+            self.in_flight.setdefault(batch.tp, []).append(batch)
             drained.append(batch)
         return drained, False
 
@@ -433,8 +457,12 @@ class Sender:
                     self._retry_or_fail(batch, refused, now)
         finally:
             for batch in batches:
-                if self.in_flight.get(batch.tp) is batch:
-                    del self.in_flight[batch.tp]
+                in_flight = self.in_flight.get(batch.tp)
+                if in_flight is not None and batch in in_flight:
+                    in_flight.remove(batch)
+                    if not in_flight:
+                        del self.in_flight[batch.tp]
+                        self._recovering.discard(batch.tp)
             self.accumulator.wakeup.set()
 
     def _session(self, node: BrokerNode) -> ProduceSession:
@@ -464,10 +492,17 @@ class Sender:
     def _retry_or_fail(self, batch: ProducerBatch, error: Exception, now: float) -> None:
         batch.last_error = error
         retriable = isinstance(error, errors.MinibrokerError) and error.retriable
+        if isinstance(error, errors.OutOfOrderSequenceError) and batch.tp in self._recovering:
+            # An earlier batch of this partition failed after this one was sent: the broker
+            # refused this one for the gap, and it goes again after that one (Kafka retries
+            # such a batch too, KIP-360).
+            retriable = True
         if retriable and batch.attempts <= self.config.retries and now < batch.deadline:
             if isinstance(error, errors.MinibrokerError) and error.invalid_metadata:
                 self.metadata.request_update()
             log.debug("retrying %s after %s", batch, error)
+            if any(b is not batch for b in self.in_flight.get(batch.tp, ())):
+                self._recovering.add(batch.tp)
             self.accumulator.reenqueue(batch, now + self.config.retry_backoff_ms / 1000)
             return
         if retriable and batch.attempts > self.config.retries:
@@ -510,6 +545,10 @@ class Sender:
         ):
             # The broker's next expected sequence for this partition is now unknown.
             idempotence.needs_reset = True
+            if any(b is not batch for b in self.in_flight.get(batch.tp, ())):
+                # Those sent after it will be refused for the gap: they go again, under the
+                # new producer id, instead of failing with it.
+                self._recovering.add(batch.tp)
 
     async def _reset_producer_id(self) -> None:
         assert self.idempotence is not None

@@ -11,13 +11,14 @@ from client.producer import ACKS_ALL, ProducerConfig, parse_acks
 def test_defaults_are_kafkas() -> None:
     config = ProducerConfig()
     assert config.acks == ACKS_ALL == -1
-    assert (config.batch_size, config.linger_ms) == (262144, 5)
+    assert (config.batch_size, config.linger_ms) == (262144, 0)
     assert config.retries == 2**31 - 1
     assert (config.retry_backoff_ms, config.request_timeout_ms) == (100, 30000)
     assert config.delivery_timeout_ms == 120000
     assert config.max_request_size == 1048576
     assert config.enable_idempotence is True
     assert config.idempotent
+    assert config.max_in_flight_requests_per_connection == config.in_flight_per_partition == 5
 
 
 @pytest.mark.parametrize(
@@ -74,6 +75,8 @@ def test_idempotence_can_be_turned_off_with_acks_all() -> None:
         ("max_request_size", 10),
         ("buffer_memory", 0),
         ("linger_ms", 1.5),
+        ("max_in_flight_requests_per_connection", 0),
+        ("max_in_flight_requests_per_connection", 6),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(field: str, value: object) -> None:
@@ -87,5 +90,10 @@ def test_delivery_timeout_must_cover_linger_and_request_timeout() -> None:
         match=r"delivery_timeout_ms \(1000\) must be at least "
         r"linger_ms \+ request_timeout_ms \(1005\)",
     ):
-        ProducerConfig(delivery_timeout_ms=1000, request_timeout_ms=1000)
+        ProducerConfig(delivery_timeout_ms=1000, request_timeout_ms=1000, linger_ms=5)
     ProducerConfig(delivery_timeout_ms=1005, request_timeout_ms=1000)
+
+
+def test_without_idempotence_a_partition_has_one_batch_in_flight() -> None:
+    config = ProducerConfig(acks=1, max_in_flight_requests_per_connection=8)
+    assert (config.idempotent, config.in_flight_per_partition) == (False, 1)

@@ -44,9 +44,10 @@ APPEND_THEN = "append-then"
 
 @dataclass
 class ProducerState:
-    last_sequence: int
-    last_base_offset: int
     next_sequence: int
+    recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=5))
+    """(base sequence, base offset) of the producer's last 5 batches, as a broker keeps
+    them to answer a retry with its original offset."""
 
 
 @dataclass
@@ -79,8 +80,9 @@ class FakeCluster:
         header = parse_header(batch)
         if header.producer_id >= 0:
             state = self.producers.get((header.producer_id, tp))
-            if state is not None and header.base_sequence == state.last_sequence:
-                return ErrorCode.NONE, state.last_base_offset  # a duplicate of the last batch
+            for sequence, offset in state.recent if state is not None else ():
+                if header.base_sequence == sequence:
+                    return ErrorCode.NONE, offset  # a duplicate of a recent batch
             expected = 0 if state is None else state.next_sequence
             if header.base_sequence != expected:
                 return ErrorCode.OUT_OF_ORDER_SEQUENCE, -1
@@ -88,9 +90,9 @@ class FakeCluster:
         self.next_offset[tp] += header.record_count
         self.logs[tp].append(batch)
         if header.producer_id >= 0:
-            self.producers[(header.producer_id, tp)] = ProducerState(
-                header.base_sequence, base, header.base_sequence + header.record_count
-            )
+            state = self.producers.setdefault((header.producer_id, tp), ProducerState(0))
+            state.next_sequence = header.base_sequence + header.record_count
+            state.recent.append((header.base_sequence, base))
         return ErrorCode.NONE, base
 
 
@@ -297,6 +299,7 @@ def fast(**settings: Any) -> ProducerConfig:
     not short: on a loaded machine a first request (a new connection) can take seconds,
     and a timeout would add a retry that tests counting requests do not expect."""
     defaults: dict[str, Any] = {
+        "linger_ms": 5,  # Kafka's lingering, which most of these tests gather records with
         "retry_backoff_ms": 10,
         "request_timeout_ms": 10_000,
         "delivery_timeout_ms": 20_000,
@@ -341,6 +344,30 @@ def test_linger_gathers_records_into_one_batch_and_one_request() -> None:
             assert len(broker.produce_requests) == 1
             (batch,) = cluster.logs[TopicPartition("t", 0)]
             assert parse_header(batch).record_count == 10
+
+    run(scenario)
+
+
+def test_with_linger_0_records_wait_while_their_partition_has_a_batch_in_flight() -> None:
+    """Nagle's rule for linger_ms 0: a record for an idle partition leaves at once; those
+    that come while its batch is in flight gather into the next request, sent when the
+    answer comes."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            tp = TopicPartition("t", 0)
+            broker = cluster.brokers[1]
+            async with Producer(connections, fast(linger_ms=0)) as producer:
+                broker.hold = asyncio.Event()
+                first = await producer.send("t", b"first")
+                await eventually(lambda: broker.in_flight[tp] == 1, what="sent at once")
+                rest = [await producer.send("t", b"v%d" % i) for i in range(9)]
+                await asyncio.sleep(0.05)  # give them the chance to (wrongly) go alone
+                assert len(broker.produce_requests) == 1
+                broker.hold.set()
+                await asyncio.gather(first, *rest)
+            assert [parse_header(b).record_count for b in cluster.logs[tp]] == [1, 9]
 
     run(scenario)
 
@@ -413,18 +440,20 @@ def test_flush_does_not_wait_for_linger() -> None:
     run(scenario)
 
 
-def test_one_request_in_flight_per_partition_keeps_order() -> None:
+def test_without_idempotence_one_batch_per_partition_is_in_flight() -> None:
+    """Without idempotence a retry could reorder records behind it (Kafka allows that), so a
+    partition has one batch in flight at a time; the first batch of each partition leaves
+    as soon as it exists, every later one waits for its answer."""
+
     async def scenario() -> None:
         async with fake_cluster() as cluster, connected(cluster) as connections:
             cluster.create("t", 2)
             broker = cluster.brokers[1]
             broker.hold = asyncio.Event()
-            config = fast(batch_size=0, linger_ms=0)
+            config = fast(batch_size=0, linger_ms=0, acks=1)
             async with Producer(connections, config) as producer:
                 futures = [await producer.send("t", b"%d" % i, partition=i % 2) for i in range(20)]
                 tps = [TopicPartition("t", p) for p in range(2)]
-                # The first batch of each partition leaves as soon as it exists (one request
-                # or two, as the loop turns); every later one waits for its answer.
                 await eventually(
                     lambda: all(broker.in_flight[tp] == 1 for tp in tps), what="first batches"
                 )
@@ -439,6 +468,95 @@ def test_one_request_in_flight_per_partition_keeps_order() -> None:
                 assert cluster.records(TopicPartition("t", p)) == [
                     b"%d" % i for i in range(p, 20, 2)
                 ]
+
+    run(scenario)
+
+
+def test_with_idempotence_batches_of_a_partition_are_pipelined_in_order() -> None:
+    """Up to max_in_flight_requests_per_connection batches of a partition are in flight at
+    once; they arrive, are appended and are acknowledged in the order they were sent."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 2)
+            broker = cluster.brokers[1]
+            broker.hold = asyncio.Event()
+            config = fast(batch_size=0, linger_ms=0, max_in_flight_requests_per_connection=3)
+            async with Producer(connections, config) as producer:
+                futures = [await producer.send("t", b"%d" % i, partition=i % 2) for i in range(20)]
+                tps = [TopicPartition("t", p) for p in range(2)]
+                await eventually(
+                    lambda: all(broker.in_flight[tp] == 3 for tp in tps), what="three in flight"
+                )
+                await asyncio.sleep(0.05)  # give a fourth request the chance to (wrongly) go
+                assert [broker.in_flight[tp] for tp in tps] == [3, 3]
+                broker.hold.set()
+                results = await asyncio.gather(*futures)
+            assert max(broker.max_in_flight.values()) == 3
+            for p in range(2):
+                assert [m.offset for m in results if m.partition == p] == list(range(10))
+                assert cluster.records(TopicPartition("t", p)) == [
+                    b"%d" % i for i in range(p, 20, 2)
+                ]
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    "first_answer",
+    [ErrorCode.NOT_ENOUGH_REPLICAS, (APPEND_THEN, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND)],
+    ids=["refused", "appended-unacknowledged"],
+)
+def test_a_failed_batch_among_several_in_flight_goes_again_before_those_sent_after_it(
+    first_answer: int | tuple[str, int],
+) -> None:
+    """Five batches in flight; the first is refused (nothing written) or written without an
+    acknowledgement. The broker's sequence checks refuse those behind a missing one
+    (OUT_OF_ORDER_SEQUENCE), and the producer sends them all again in their first order:
+    every record is written once, in order, acknowledged at its offset."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            tp = TopicPartition("t", 0)
+            broker = cluster.brokers[1]
+            async with Producer(connections, fast(batch_size=0, linger_ms=0)) as producer:
+                await (await producer.send("t", b"warm-up"))
+                broker.hold = asyncio.Event()
+                broker.script[tp].append(first_answer)
+                futures = [await producer.send("t", b"%d" % i) for i in range(12)]
+                await eventually(lambda: broker.in_flight[tp] == 5, what="five in flight")
+                broker.hold.set()
+                results = await asyncio.gather(*futures)
+            assert [m.offset for m in results] == list(range(1, 13))
+            assert cluster.records(tp) == [b"warm-up"] + [b"%d" % i for i in range(12)]
+            assert max(broker.max_in_flight.values()) == 5
+
+    run(scenario)
+
+
+def test_batches_in_flight_behind_one_that_fails_for_good_go_again_under_a_new_id() -> None:
+    """The first of five batches in flight is refused for good: its record fails; the four
+    behind it, refused for the gap it left, are sent again under a new producer id, in
+    order, instead of failing with it."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            tp = TopicPartition("t", 0)
+            broker = cluster.brokers[1]
+            async with Producer(connections, fast(batch_size=0, linger_ms=0)) as producer:
+                await (await producer.send("t", b"warm-up"))
+                broker.hold = asyncio.Event()
+                broker.script[tp].append(ErrorCode.CORRUPT_MESSAGE)
+                futures = [await producer.send("t", b"%d" % i) for i in range(5)]
+                await eventually(lambda: broker.in_flight[tp] == 5, what="five in flight")
+                broker.hold.set()
+                outcomes = await asyncio.gather(*futures, return_exceptions=True)
+            assert isinstance(outcomes[0], errors.CorruptMessageError)
+            assert [m.offset for m in outcomes[1:]] == [1, 2, 3, 4]  # type: ignore[union-attr]
+            assert cluster.records(tp) == [b"warm-up", b"1", b"2", b"3", b"4"]
+            assert cluster.init_producer_id_calls == 2
 
     run(scenario)
 
@@ -1014,7 +1132,11 @@ def test_a_silent_leader_fails_the_request_at_its_deadline_and_expires_what_wait
         async with fake_cluster() as cluster, connected(cluster) as connections:
             cluster.create("t", 1)
             config = ProducerConfig(
-                linger_ms=0, retry_backoff_ms=20, request_timeout_ms=100, delivery_timeout_ms=150
+                linger_ms=0,
+                retry_backoff_ms=20,
+                request_timeout_ms=100,
+                delivery_timeout_ms=150,
+                max_in_flight_requests_per_connection=1,
             )
             async with Producer(connections, config) as producer:
                 await producer.send("t", b"warm-up")
