@@ -400,7 +400,7 @@ def _size(path: Path) -> int:
 
 
 def measure(
-    work_dir: Path, *, kills: int = 15, moves: int = 5, keep: bool = False
+    work_dir: Path, *, kills: int = 15, moves: int = 15, keep: bool = False
 ) -> FailoverResult:
     """Start the cluster, kill the partition's leader ``kills`` times, then stop it cleanly
     (SIGTERM) ``moves`` times, stop, clean up.
@@ -440,7 +440,8 @@ def measure(
                 moved.append(_kill_round(number, zk, procs, clean=True))
                 m = moved[-1]
                 print(
-                    f"failover: clean move {number}: SIGTERM to {m.victim}, new leader "
+                    f"failover: clean move {number}: SIGTERM to {m.victim}"
+                    f"{' (controller)' if m.victim_was_controller else ''}, new leader "
                     f"{m.new_leader} epoch {m.old_epoch}->{m.new_epoch}, first ack "
                     f"{_ms(m.failover_s)}, {m.attempts} attempts {m.errors}",
                     flush=True,

@@ -257,6 +257,24 @@ def _failover_section(run: _Run) -> list[str]:
             f"| {k.new_leader} | {k.old_epoch} -> {k.new_epoch} | {_ms(k.expiry_s)} "
             f"| {_ms(k.elected_s)} | {_ms(k.failover_s)} | {k.attempts - 1} |"
         )
+    if r.moves:
+        lines += [
+            "",
+            "Clean moves: SIGTERM of the leader, whose controlled shutdown asks the controller "
+            "to move its leaderships before it exits; the same producer loop, from the signal "
+            "to the first acks=all acknowledgement by another broker (the stopping leader may "
+            "still acknowledge until the move: those count as its, not the new leader's).",
+            "",
+            "| move | stopped | the controller too | new leader | leader epoch | first ack ms "
+            "| acknowledged by the stopping leader |",
+            "|---:|---:|---|---:|---|---:|---:|",
+        ]
+        for m in r.moves:
+            lines.append(
+                f"| {m.round} | {m.victim} | {'yes' if m.victim_was_controller else 'no'} "
+                f"| {m.new_leader} | {m.old_epoch} -> {m.new_epoch} | {_ms(m.failover_s)} "
+                f"| {m.errors.get('acknowledged by the stopping leader', 0)} |"
+            )
     lines += ["", *_failover_findings(r)]
     print(
         f"failover: median {total.median * 1000:,.0f} ms, p90 {total.p90 * 1000:,.0f} ms, "

@@ -1,4 +1,9 @@
-"""glibc malloc settings for processes that move large buffers: every minibroker process.
+"""Settings of the Python process for a broker or a client: every minibroker process.
+
+:func:`tune_process` applies both of these, first thing in the CLI's ``main`` (brokers
+start there too); a program using the client library decides for its own process.
+
+**malloc** (:func:`tune_malloc`).
 
 A broker or client of this project allocates and frees a few large buffers per request:
 a 256 KiB produce batch arrives as a bytes object, is parsed out of a protobuf message,
@@ -20,16 +25,26 @@ heap stays mapped per arena instead of going back to the system.
 The same settings can be given as ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_``
 environment variables; those win (a user who set them knows better), and on a C library
 other than glibc this does nothing.
+
+**The cyclic garbage collector** (:func:`tune_gc`): run less often; see there.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "tune_malloc"]
+__all__ = [
+    "GC_GENERATION0_THRESHOLD",
+    "MMAP_THRESHOLD_BYTES",
+    "TRIM_THRESHOLD_BYTES",
+    "tune_gc",
+    "tune_malloc",
+    "tune_process",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +54,10 @@ and fetch response size the defaults allow (glibc's own ceiling for its dynamic 
 is the same 32 MiB on 64-bit systems)."""
 TRIM_THRESHOLD_BYTES = 128 * 1024 * 1024
 """Free heap kept at the top of an arena before it is given back to the kernel."""
+
+GC_GENERATION0_THRESHOLD = 50_000
+"""Allocations of tracked objects between two collections of the youngest generation
+(CPython's default: 700). See :func:`tune_gc`."""
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -70,3 +89,26 @@ def tune_malloc() -> bool:
     if not done:
         logger.debug("mallopt refused the thresholds; malloc keeps its defaults")
     return done
+
+
+def tune_gc() -> None:
+    """Collect the youngest generation every GC_GENERATION0_THRESHOLD allocations instead of
+    every 700.
+
+    A consumer builds a record tuple per record it returns, a broker or producer a handful
+    of objects per request, and CPython's default threshold makes the cyclic collector run
+    every 700 of them, each run also walking the survivors that the records being handed
+    over keep alive. Measured (issue 15, ``perf consume`` of 4,000,000 records on this
+    project's machine, alternating): 0.90-0.96 million records/s with the default, 1.32
+    million with 10,000, 1.46-1.48 million with 50,000 or 100,000, 1.52-1.56 million with
+    the collector off. Cycles are still collected, a little later; reference counting
+    frees everything else as before.
+    """
+    _, second, third = gc.get_threshold()
+    gc.set_threshold(GC_GENERATION0_THRESHOLD, second, third)
+
+
+def tune_process() -> None:
+    """:func:`tune_malloc` and :func:`tune_gc`."""
+    tune_malloc()
+    tune_gc()

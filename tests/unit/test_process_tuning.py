@@ -1,4 +1,5 @@
-"""proto.malloc_tuning: large buffers come from the reused heap, not from fresh mappings."""
+"""proto.process_tuning: large buffers come from the reused heap, not from fresh mappings;
+the cyclic collector runs less often."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 _HEAP_OR_MAPPING = """
 import ctypes, sys
-from proto.malloc_tuning import tune_malloc
+from proto.process_tuning import tune_malloc
 tuned = tune_malloc()
 buffer = bytearray(4 * 1024 * 1024)
 address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
@@ -56,3 +57,17 @@ def test_a_large_buffer_comes_from_the_heap_once_tuned() -> None:
 def test_settings_in_the_environment_win_and_are_left_alone() -> None:
     env = _env_without_malloc_settings() | {"MALLOC_MMAP_THRESHOLD_": "131072"}
     assert _where_a_large_buffer_lands(env) == "False anonymous"
+
+
+def test_the_youngest_generation_is_collected_less_often() -> None:
+    code = (
+        "import gc\n"
+        "from proto.process_tuning import tune_process\n"
+        "before = gc.get_threshold()\n"
+        "tune_process()\n"
+        "print(before[1:] == gc.get_threshold()[1:], gc.get_threshold()[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.split() == ["True", "50000"]
