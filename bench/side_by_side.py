@@ -5,8 +5,8 @@ of this machine and to NATS JetStream, all measured in one run.
   disk's side); grpc.aio echo of 16 KiB and 1 MiB messages, unary and on one bidirectional
   stream, against :mod:`bench.echo_server` in its own process (the price of a gRPC message);
   and pre-built 256 KiB batches sent straight as Produce requests to the cluster, acks=all,
-  one request in flight per partition as the producer keeps it (the brokers' side: the
-  most any client could get from them this way);
+  on produce sessions with 5 requests in flight per partition as the producer keeps them
+  (the brokers' side: the most any client could get from them this way);
 - **minibroker**: the CLI as a user runs it on a local ``cluster up`` (3 brokers, RF 3,
   ``min.insync.replicas`` 2, 3 partitions): ``perf produce`` on its defaults with acks=all
   (best of two) and acks=1, ``perf consume``, then ``perf produce --throughput`` at half
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ import uvloop
 from bench.cli_runner import REPO, run_minibroker
 from bench.echo_server import CHANNEL_OPTIONS, SERVICE
 from client.metadata import BrokerConnections, MetadataClient
+from client.produce_session import ProduceSession
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
 from proto import minibroker_pb2 as pb
@@ -55,6 +57,8 @@ is the steady state, not the speed of filling the buffer."""
 LATENCY_SECONDS = 10
 """How long each ``perf produce --throughput`` run lasts."""
 RAW_BATCH_BYTES = 256 * 1024
+RAW_IN_FLIGHT = 5
+"""Raw batches in flight per partition: the producer's max.in.flight.requests.per.connection."""
 CEILING_SECONDS = 3.0
 NATS_MESSAGES = 200_000
 NATS_WINDOW = 4000
@@ -192,36 +196,48 @@ def grpc_echo() -> dict[str, Rate]:
 
 
 async def _raw_batches(bootstrap: str, partitions: int) -> Rate:
-    """Pre-built batches as Produce requests, acks=all, one in flight per partition."""
+    """Pre-built batches as Produce requests, acks=all, on one produce session per leader,
+    ``RAW_IN_FLIGHT`` requests in flight per partition (as the idempotent producer keeps
+    them, without its sequence numbers)."""
     batch, count = _prebuilt_batch(RAW_BATCH_BYTES)
     host, port = bootstrap.split(",")[0].rsplit(":", 1)
     async with BrokerConnections([(host, int(port))]) as connections:
         cluster = await MetadataClient(connections).refresh([TOPIC])
+        sessions: dict[str, ProduceSession] = {}
         acked = 0
 
-        async def one_partition(partition: int, deadline: float) -> None:
+        async def one_request(partition: int, deadline: float) -> None:
             nonlocal acked
             tp = TopicPartition(TOPIC, partition)
             leader = cluster.leader_of(tp)
             assert leader is not None, f"no leader for {tp}"
-            stub = pb_grpc.BrokerStub(connections.channel(leader.address))
-            request = pb.ProduceRequest(acks=-1, timeout_ms=30_000)
-            request.topics.add(name=TOPIC).partitions.add(index=partition, records=batch)
+            session = sessions.get(leader.address)
+            if session is None:
+                stub = pb_grpc.BrokerStub(connections.channel(leader.address))
+                session = sessions[leader.address] = ProduceSession(stub)
             while time.perf_counter() < deadline:
-                response = await stub.Produce(request, timeout=60)
+                request = pb.ProduceRequest(acks=-1, timeout_ms=30_000)
+                request.topics.add(name=TOPIC).partitions.add(index=partition, records=batch)
+                response = await session.produce(request, 60)
                 code = response.responses[0].partitions[0].error_code
                 if code != pb.ErrorCode.NONE:
                     raise RuntimeError(f"raw batch to {tp} refused: {pb.ErrorCode.Name(code)}")
                 acked += count
 
-        await asyncio.gather(
-            *(one_partition(p, time.perf_counter() + 1.0) for p in range(partitions))
-        )  # warm-up
-        acked = 0
-        started = time.perf_counter()
-        deadline = started + CEILING_SECONDS * 2
-        await asyncio.gather(*(one_partition(p, deadline) for p in range(partitions)))
-        elapsed = time.perf_counter() - started
+        def all_partitions(deadline: float) -> list[Coroutine[Any, Any, None]]:
+            return [
+                one_request(p, deadline) for p in range(partitions) for _ in range(RAW_IN_FLIGHT)
+            ]
+
+        try:
+            await asyncio.gather(*all_partitions(time.perf_counter() + 1.0))  # warm-up
+            acked = 0
+            started = time.perf_counter()
+            await asyncio.gather(*all_partitions(started + CEILING_SECONDS * 2))
+            elapsed = time.perf_counter() - started
+        finally:
+            for session in sessions.values():
+                session.close()
     return Rate(acked / elapsed, acked * RECORD_BYTES / elapsed / 1e6, note="acks=all")
 
 
