@@ -62,8 +62,9 @@ def make_batch(
         size += len(record.value or b"") + 7  # at least this; encode_batch decides
         records.append(record)
         if size > batch_bytes and len(encode_batch(records)) > batch_bytes:
-            records.pop()
-            return encode_batch(records)
+            while len(batch := encode_batch(records)) > batch_bytes:
+                del records[-max(1, (len(batch) - batch_bytes) // 120) :]
+            return batch
 
 
 @dataclass(frozen=True)
