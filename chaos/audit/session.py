@@ -55,26 +55,16 @@ def start_session(
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.adaptive.enabled": "true",
-        # The cached DataFrames (records, offsets, history) are read a few times within one
-        # run: compressing them cost a fifth of the JVM's CPU (a JFR profile of the audit
-        # benchmark: dictionary and run-length statistics gathered over every column,
-        # boxing each value into a Scala HashMap) for memory the audit does not run short
-        # of; MEMORY_AND_DISK spills what does not fit.
-        "spark.sql.inMemoryColumnarStorage.compressed": "false",
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
     }
-    cores = local_cores(master)
-    if cores is not None:
+    if local_cores(master) is not None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update(
             {
                 "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1",
-                # The driver is the executor in local mode: room for the cached records.
+                # The driver is the executor in local mode: room for the shuffled blocks.
                 "spark.driver.memory": "2g",
-                # A few shuffle partitions per core; adaptive execution coalesces small ones.
-                "spark.sql.shuffle.partitions": str(max(4, 4 * cores)),
             }
         )
     settings.update(conf or {})
@@ -83,11 +73,4 @@ def start_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if cores is None and "spark.sql.shuffle.partitions" not in (conf or {}):
-        # On a cluster too, a few shuffle partitions per core the executors have, not
-        # Spark's 200: the audit's many small shuffles spent most of their time starting
-        # tasks (on the Docker cluster's 2-core worker, 900,000 records: checks 94 s with
-        # 200 partitions, 14 s with 8). The cores are known only once the session runs.
-        parallelism = spark.sparkContext.defaultParallelism
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(8, 4 * parallelism)))
     return spark

@@ -376,7 +376,7 @@ TIMELINE = [
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    session = start_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    session = start_session("local[2]")
     try:
         yield session
     finally:
@@ -709,3 +709,47 @@ def test_audit_stdout_stays_short_and_printable_with_thousands_of_violations(
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]", out)
     assert f"{MANY_RETRIES + 1} violations" in out
     assert "many-0" in out
+
+
+# -- a history cut into ranges: line numbers count from the start of the file ----------------
+
+FILLER = 30_000
+"""Lines before the ones that matter: the history is parsed in several ranges (a few MB)."""
+
+
+def _filler() -> list[dict[str, Any]]:
+    tp = TopicPartition("filler", 0)
+    return [history_line("fail", tp, f"f{i}", None, time=T0) for i in range(FILLER)]
+
+
+def test_a_bad_line_far_into_a_long_history_is_named_by_its_line_in_the_file(
+    spark: SparkSession, faulty: Run, tmp_path: Path
+) -> None:
+    lines = [json.dumps(x) for x in _filler()] + ["{oops"]
+    history = tmp_path / "history.jsonl"
+    history.write_text("\n".join(lines) + "\n")
+    assert history.stat().st_size > 2 << 20
+    err = io.StringIO()
+    status = audit_command(
+        data=faulty.data, history=history, report=tmp_path / "out", spark=spark, err=err
+    )
+    assert status == EXIT_BAD_INPUT
+    assert f"history {history}, line {FILLER + 1}: not valid JSON" in err.getvalue()
+
+
+def test_findings_name_history_lines_of_the_file_in_a_long_history(
+    spark: SparkSession, faulty: Run, tmp_path: Path
+) -> None:
+    # The acknowledgement of LOST's offset 22 (truncated away) after the filler lines.
+    lost = history_line("ok", LOST, f"{LOST.topic}-22", 22, time=T0 + 5)
+    history = write_lines(tmp_path / "history.jsonl", [*_filler(), lost])
+    out = io.StringIO()
+    status = audit_command(
+        data=faulty.data, history=history, report=tmp_path / "out", spark=spark, out=out
+    )
+    assert status == EXIT_VIOLATIONS
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (finding,) = [v for v in report["violations"] if v["kind"] == "lost_ack"]
+    assert finding["topic"] == LOST.topic
+    assert f"history line {FILLER + 1}," in finding["detail"]
+    assert "'lost-22'" in finding["detail"]
