@@ -35,13 +35,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pyspark import RDD, StorageLevel
 from pyspark.sql import SparkSession
 
-from chaos.audit.chunk import Pending, phantom_item, shown
-from chaos.audit.data_dirs import AuditInputError, BrokerDir
+from chaos.audit.chunk import (
+    ChunkAnswers,
+    ChunkQuestions,
+    ChunkResult,
+    CopyRow,
+    PartitionFacts,
+    Pending,
+    Skip,
+    duplicate_items,
+    phantom_item,
+    shown,
+    skip_item,
+)
+from chaos.audit.data_dirs import AuditInputError, BrokerDir, ReplicaFiles
 from chaos.audit.history import NemesisEvent, parse_history_line
 from chaos.audit.history_columns import FAIL, INFO, OK, parse_range
-from chaos.audit.model import AuditResult, PartitionSummary
+from chaos.audit.model import AuditResult, PartitionSummary, ReplicaSummary
 from chaos.audit.runs import Run, merge
 from chaos.audit.segments import SegmentTask, pack
 from chaos.audit.tasks import (
@@ -49,6 +62,7 @@ from chaos.audit.tasks import (
     HistoryRange,
     Plan,
     ReduceResult,
+    lookup_partitions,
     map_units,
     read_bytes,
     reduce_partitions,
@@ -56,8 +70,13 @@ from chaos.audit.tasks import (
 from chaos.audit.violations import describe
 from proto.topic_partition import TopicPartition
 
-__all__ = ["audit"]
+__all__ = ["CHUNK_OFFSETS", "SPLIT_BYTES", "audit"]
 
+SPLIT_BYTES = 256 << 20
+"""A partition whose largest replica holds more segment bytes is cut over several tasks."""
+CHUNK_OFFSETS = 1 << 20
+"""Offsets of one range of a cut partition: the records and lines one task holds at a time
+(a few hundred bytes each at the peak of decoding)."""
 HISTORY_RANGE_BYTES = 64 << 20
 """A history range parsed by one unit at most."""
 _UNITS_PER_CORE = 2
@@ -118,13 +137,19 @@ def audit(
     dirs: list[BrokerDir],
     history: Path | None = None,
     timeline: Iterable[NemesisEvent] = (),
+    *,
+    split_bytes: int = SPLIT_BYTES,
+    chunk_offsets: int = CHUNK_OFFSETS,
 ) -> AuditResult:
     """Audit the replicas of ``dirs`` (and ``history``) on ``spark``.
 
-    Raises AuditInputError for a malformed history line (naming it).
+    A partition whose largest replica has more than ``split_bytes`` of segments is cut into
+    ranges of ``chunk_offsets`` offsets over several tasks. Raises AuditInputError for a
+    malformed history line (naming it).
     """
     started = time.monotonic()
-    result = _Audit(spark, dirs, history, list(timeline)).result()
+    run = _Audit(spark, dirs, history, list(timeline), split_bytes, chunk_offsets)
+    result = run.result()
     result.seconds = time.monotonic() - started
     return result
 
@@ -135,6 +160,9 @@ class _Wanted:
 
     lines: set[int] = field(default_factory=set)
     """Lines (as the tasks number them) whose value a finding shows."""
+    placed: dict[tuple[str, int], set[int]] = field(default_factory=dict)
+    """(topic, partition) -> value hashes: written by an ok or info line of that partition
+    (asked for the cut partitions, whose lines no one task holds)?"""
     unplaced: dict[str, set[int]] = field(default_factory=dict)
     """topic -> value hashes: written by an ok or info line without a partition?"""
     failed: dict[str, set[int]] = field(default_factory=dict)
@@ -142,15 +170,15 @@ class _Wanted:
 
     def parse(self) -> bool:
         """Whether the ranges must be parsed (not only split into lines)."""
-        return bool(self.unplaced or self.failed)
+        return bool(self.placed or self.unplaced or self.failed)
 
 
 @dataclass(slots=True)
 class _Answers:
     values: dict[int, Any] = field(default_factory=dict)
     """Line -> its value, shown."""
-    unplaced: set[tuple[str, int]] = field(default_factory=set)
-    """(topic, value hash) written by an ok or info line without a partition."""
+    written: set[tuple[str, int, int]] = field(default_factory=set)
+    """(topic, partition (-1: none given), value hash) written by an ok or info line."""
     failed: dict[tuple[str, int], int] = field(default_factory=dict)
     """(topic, value hash) -> first fail line (as the tasks number them)."""
 
@@ -171,18 +199,25 @@ def _lookup(unit: HistoryRange, wanted: _Wanted) -> _Answers:
         return answers
     parsed_range = parse_range(data)
     lines = parsed_range.lines
+    writes = (lines.kind == OK) | (lines.kind == INFO)
     for t, topic in enumerate(parsed_range.topics):
-        unplaced = wanted.unplaced.get(topic, set())
-        failed = wanted.failed.get(topic, set())
         in_topic = parsed_range.topic == t
-        if unplaced:
+        for partition in np.unique(parsed_range.partition[in_topic]).tolist():
+            asked = wanted.placed.get((topic, partition), set())
+            if partition < 0:
+                asked = asked | wanted.unplaced.get(topic, set())
+            if not asked:
+                continue
             chosen = (
                 in_topic
-                & (parsed_range.partition < 0)
-                & ((lines.kind == OK) | (lines.kind == INFO))
-                & np.isin(lines.value, np.array(sorted(unplaced), dtype=np.uint64))
+                & (parsed_range.partition == partition)
+                & writes
+                & np.isin(lines.value, np.array(sorted(asked), dtype=np.uint64))
             )
-            answers.unplaced |= {(topic, v) for v in np.unique(lines.value[chosen]).tolist()}
+            answers.written |= {
+                (topic, partition, v) for v in np.unique(lines.value[chosen]).tolist()
+            }
+        failed = wanted.failed.get(topic, set())
         if failed:
             chosen = np.flatnonzero(
                 in_topic
@@ -196,6 +231,57 @@ def _lookup(unit: HistoryRange, wanted: _Wanted) -> _Answers:
     return answers
 
 
+def _without_hashes(result: ReduceResult) -> ReduceResult:
+    """A result as the driver collects it: the cut partitions' hashes stay in the executors
+    (the duplicate job reads them there)."""
+    for chunk in result.chunks:
+        chunk.hashes = {}
+    return result
+
+
+def _hash_blocks(result: ReduceResult, buckets: int) -> Iterator[tuple[int, Any]]:
+    """A cut partition's version hashes, by bucket (hash mod ``buckets``)."""
+    for chunk in result.chunks:
+        for kind, hashes in chunk.hashes.items():
+            bucket = hashes % np.uint64(buckets)
+            for b in np.unique(bucket).tolist():
+                yield b, (chunk.pid, kind, hashes[bucket == b])
+
+
+def _repeated_hashes(blocks: Iterable[tuple[int, Any]]) -> Iterator[tuple[int, str, Any]]:
+    """(pid, kind, hashes) of a bucket's hashes held at more than one offset."""
+    grouped: dict[tuple[int, str], list[Any]] = defaultdict(list)
+    for _, (pid, kind, hashes) in blocks:
+        grouped[(pid, kind)].append(hashes)
+    for (pid, kind), parts in grouped.items():
+        values, counts = np.unique(np.concatenate(parts), return_counts=True)
+        repeated = values[counts > 1]
+        if len(repeated):
+            yield pid, kind, repeated
+
+
+@dataclass(slots=True)
+class _Partition:
+    """What the reduce tasks said about one partition, put together."""
+
+    facts: PartitionFacts | None = None
+    replicas: list[ReplicaSummary] = field(default_factory=list)
+    items: list[Run] = field(default_factory=list)
+    chunks: list[ChunkResult] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+    held: list[tuple[int, int]] = field(default_factory=list)
+
+    def add(self, result: ReduceResult) -> None:
+        self.facts = self.facts or result.facts
+        if result.replicas is not None:
+            self.replicas = result.replicas
+        if result.held is not None:
+            self.held = result.held
+        self.items += result.items
+        self.chunks += result.chunks
+        self.skips += result.skips
+
+
 class _Audit:
     """One audit run: the job and what the driver makes of its answers."""
 
@@ -205,12 +291,16 @@ class _Audit:
         dirs: list[BrokerDir],
         history: Path | None,
         timeline: list[NemesisEvent],
+        split_bytes: int,
+        chunk_offsets: int,
     ) -> None:
         self.spark = spark
         self.sc = spark.sparkContext
         self.dirs = dirs
         self.history = history
         self.timeline = timeline
+        self.split_bytes = split_bytes
+        self.chunk_offsets = chunk_offsets
         self.clock = _Clock()
 
     def _ranges(self) -> list[HistoryRange]:
@@ -221,15 +311,24 @@ class _Audit:
         parts = max(_UNITS_PER_CORE * cores, math.ceil(size / HISTORY_RANGE_BYTES))
         return _history_ranges(self.history, parts)
 
-    def result(self) -> AuditResult:
-        replicas = [r for d in self.dirs for r in d.replicas]
-        known = sorted({r.topic_partition for r in replicas})
+    def _plan(self, replicas: list[ReplicaFiles], known: list[TopicPartition]) -> Plan:
         pid_of = {tp: pid for pid, tp in enumerate(known)}
-        plan = Plan(
+        largest = [0] * len(known)
+        for r in replicas:
+            pid = pid_of[r.topic_partition]
+            largest[pid] = max(largest[pid], sum(s.size for s in r.segments))
+        return Plan(
             replicas,
             [pid_of[r.topic_partition] for r in replicas],
             [(tp.topic, tp.partition) for tp in known],
+            [max(1, math.ceil(size / self.split_bytes)) for size in largest],
+            self.chunk_offsets,
         )
+
+    def result(self) -> AuditResult:
+        replicas = [r for d in self.dirs for r in d.replicas]
+        known = sorted({r.topic_partition for r in replicas})
+        plan = self._plan(replicas, known)
         ranges = self._ranges()
         segments = [
             SegmentTask(i, s.base_offset, str(s.path), k == len(r.segments) - 1, s.size)
@@ -240,18 +339,35 @@ class _Audit:
         work: list[SegmentTask | HistoryRange] = [*segments, *ranges]
         units = pack(work, _UNITS_PER_CORE * cores, _cost)
         self.clock.lap("plan")
-        results: list[ReduceResult] = (
+        shuffled = (
             self.sc.parallelize(units, max(1, len(units)))
             .flatMap(lambda chosen: map_units(chosen, plan))
             .partitionBy(plan.reducers, lambda reducer: reducer)
-            .mapPartitionsWithIndex(lambda i, payloads: reduce_partitions(i, payloads, plan))
-            .collect()
         )
-        self.clock.lap("job")
-        return self._assemble(results, ranges, known)
+        reduced = shuffled.mapPartitionsWithIndex(
+            lambda i, payloads: reduce_partitions(i, payloads, plan)
+        )
+        cut = any(plan.cut(pid) for pid in range(len(known)))
+        if cut:
+            reduced = reduced.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            results: list[ReduceResult] = (
+                reduced.map(_without_hashes) if cut else reduced
+            ).collect()
+            self.clock.lap("job")
+            return self._assemble(results, ranges, known, plan, shuffled, reduced)
+        finally:
+            if cut:
+                reduced.unpersist()
 
     def _assemble(
-        self, results: list[ReduceResult], ranges: list[HistoryRange], known: list[TopicPartition]
+        self,
+        results: list[ReduceResult],
+        ranges: list[HistoryRange],
+        known: list[TopicPartition],
+        plan: Plan,
+        shuffled: RDD[Any],
+        reduced: RDD[Any],
     ) -> AuditResult:
         stats = sorted((s for r in results for s in r.stats), key=lambda s: s.index)
         lines_before = [0]
@@ -272,61 +388,68 @@ class _Audit:
                 per_partition[(topic, partition)][kind] += n
             for key, n in s.seconds.items():
                 per_second[key] += n
-        partitions = [*known]
-        by_partition = {r.partition: r for r in results if r.partition is not None}
-        extra = sorted(
-            TopicPartition(*tp) for tp in by_partition if TopicPartition(*tp) not in set(known)
-        )
-        partitions += extra
-        {tp: pid for pid, tp in enumerate(partitions)}
+        gathered: dict[tuple[str, int], _Partition] = defaultdict(_Partition)
+        for result in results:
+            if result.partition is not None:
+                gathered[result.partition].add(result)
+        extra = sorted({TopicPartition(*tp) for tp in gathered} - set(known))
+        partitions = [*known, *extra]
 
         items: list[Run] = []
         summaries: list[PartitionSummary] = []
         pending: list[tuple[int, Pending]] = []
+        unresolved: dict[int, list[tuple[Run, int]]] = defaultdict(list)
         wanted = _Wanted()
         for pid, tp in enumerate(partitions):
-            r = by_partition.get((tp.topic, tp.partition))
+            got = gathered[(tp.topic, tp.partition)]
             kinds = per_partition.get((tp.topic, tp.partition), {})
+            facts = got.facts
             summary = PartitionSummary(
                 tp.topic,
                 tp.partition,
-                r.replicas if r else [],
-                r.facts.committed_end if r and r.facts else 0,
-                r.facts.log_start if r and r.facts else 0,
+                got.replicas,
+                facts.committed_end if facts else 0,
+                facts.log_start if facts else 0,
                 acked=kinds.get("ok", 0),
                 reads=kinds.get("read", 0),
             )
             summaries.append(summary)
-            if r is None or r.chunk is None:
-                continue
-            summary.acked_checked = r.chunk.acked_checked
-            for run in (*r.items, *r.chunk.runs):
-                run.pid = pid
-                items.append(run)
-            for p in r.chunk.pending:
-                pending.append((pid, p))
-                wanted.unplaced.setdefault(tp.topic, set()).add(p.value)
-                wanted.failed.setdefault(tp.topic, set()).add(p.value)
-            wanted.lines.update(r.chunk.value_lines)
-        if pending or wanted.lines:
-            answers = self._lookups(ranges, wanted)
-        else:
-            answers = _Answers()
+            cut = pid < len(known) and plan.cut(pid)
+            records: dict[int, int] = defaultdict(int)
+            for chunk in got.chunks:
+                summary.acked_checked += chunk.acked_checked
+                for broker, n in chunk.records.items():
+                    records[broker] += n
+                items += chunk.runs
+                unresolved[pid] += chunk.unresolved
+                for p in chunk.pending:
+                    pending.append((pid, p))
+                    wanted.unplaced.setdefault(tp.topic, set()).add(p.value)
+                    wanted.failed.setdefault(tp.topic, set()).add(p.value)
+                    if cut:
+                        wanted.placed.setdefault((tp.topic, tp.partition), set()).add(p.value)
+                wanted.lines.update(chunk.value_lines)
+            if cut:
+                for replica in summary.replicas:
+                    replica.records = records.get(replica.broker, 0)
+            items += got.items
+            if facts is not None:
+                items += [s for s in (skip_item(facts, k, got.held) for k in got.skips) if s]
+            for run in items:
+                run.pid = pid if run.pid in (-1, pid) else run.pid
+        if any(plan.cut(pid) for pid in range(len(known))):
+            items += self._cut_partitions(plan, gathered, partitions, unresolved, shuffled, reduced)
+        answers = self._lookups(ranges, wanted) if pending or wanted.lines else _Answers()
         for pid, p in pending:
             tp = partitions[pid]
-            if (tp.topic, p.value) in answers.unplaced:
+            if {(tp.topic, tp.partition, p.value), (tp.topic, -1, p.value)} & answers.written:
                 continue
             failed = answers.failed.get((tp.topic, p.value))
-            facts = by_partition[(tp.topic, tp.partition)].facts
+            facts = gathered[(tp.topic, tp.partition)].facts
             assert facts is not None
-            items.append(
-                phantom_item(
-                    facts,
-                    Pending(pid, p.offset, p.value, p.epoch, p.shown),
-                    None if failed is None else line_of(failed),
-                )
-            )
-            items[-1].pid = pid
+            found = phantom_item(facts, p, None if failed is None else line_of(failed))
+            found.pid = pid
+            items.append(found)
         runs = merge(items)
         for run in runs:
             if run.kind not in _HISTORY_LINE_KINDS:
@@ -371,6 +494,60 @@ class _Audit:
             phases=self.clock.laps,
         )
 
+    def _cut_partitions(
+        self,
+        plan: Plan,
+        gathered: dict[tuple[str, int], _Partition],
+        partitions: list[TopicPartition],
+        unresolved: dict[int, list[tuple[Run, int]]],
+        shuffled: RDD[Any],
+        reduced: RDD[Any],
+    ) -> list[Run]:
+        """What spans a cut partition's ranges: the writes and values its versions hold at
+        several offsets (a job over the hashes the ranges kept, then the ranges asked for
+        their copies), and where each lost or misread value is held instead."""
+        buckets = plan.reducers
+        repeated = (
+            reduced.flatMap(lambda result: _hash_blocks(result, buckets))
+            .partitionBy(buckets, lambda bucket: bucket)
+            .mapPartitions(_repeated_hashes)
+            .collect()
+        )
+        questions: dict[int, ChunkQuestions] = defaultdict(ChunkQuestions)
+        for pid, kind, hashes in repeated:
+            target = questions[pid].writes if kind == "write" else questions[pid].values
+            target.update(hashes.tolist())
+        for pid, found in unresolved.items():
+            if plan.cut(pid) and found:
+                questions[pid].moved.update(value for _, value in found)
+        answers: list[tuple[int, ChunkAnswers]] = []
+        if questions:
+            asked = dict(questions)
+            answers = shuffled.mapPartitionsWithIndex(
+                lambda i, payloads: lookup_partitions(i, payloads, plan, asked)
+            ).collect()
+        moved: dict[int, dict[int, int]] = defaultdict(dict)
+        writes: dict[int, list[CopyRow]] = defaultdict(list)
+        values: dict[int, list[CopyRow]] = defaultdict(list)
+        for pid, answer in answers:
+            for value, offset in answer.moved.items():
+                moved[pid][value] = min(moved[pid].get(value, offset), offset)
+            writes[pid] += answer.writes
+            values[pid] += answer.values
+        items: list[Run] = []
+        for pid, found in unresolved.items():
+            for run, value in found:
+                moved_to = moved[pid].get(value)
+                if moved_to is not None:
+                    run.key["moved"] = True
+                    run.first["moved_to"] = moved_to
+                items.append(run)
+        for pid in set(writes) | set(values):
+            facts = gathered[(partitions[pid].topic, partitions[pid].partition)].facts
+            in_history = facts.in_history if facts else False
+            items += duplicate_items(pid, writes[pid], values[pid], in_history)
+        return items
+
     def _lookups(self, ranges: Sequence[HistoryRange], wanted: _Wanted) -> _Answers:
         merged = _Answers()
         chosen = [
@@ -380,12 +557,11 @@ class _Audit:
         ]
         if not chosen:
             return merged
-        found: Iterator[_Answers] = iter(
+        for a in (
             self.sc.parallelize(chosen, len(chosen)).map(lambda r: _lookup(r, wanted)).collect()
-        )
-        for a in found:
+        ):
             merged.values.update(a.values)
-            merged.unplaced |= a.unplaced
+            merged.written |= a.written
             for key, line in a.failed.items():
                 merged.failed[key] = min(merged.failed.get(key, line), line)
         return merged

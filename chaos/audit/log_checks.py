@@ -35,6 +35,8 @@ from chaos.audit.segments import SegmentScan, Stop
 __all__ = [
     "BatchTable",
     "ReplicaLog",
+    "batch_end",
+    "bounds",
     "comparable_entries",
     "held_ranges",
     "log_items",
@@ -151,14 +153,29 @@ def replica_logs(
     return logs
 
 
+def bounds(files: ReplicaFiles, end: int | None) -> tuple[int, int]:
+    """A replica's (log start offset, log end offset): ``end`` is one past the last offset
+    of its batches (None when it has none); the LEO is at least its last segment's base, the
+    log start the checkpoint's or its first segment's base, at most the LEO."""
+    first_base = (
+        files.segments[0].base_offset if files.segments else files.log_start_checkpoint or 0
+    )
+    last_base = files.segments[-1].base_offset if files.segments else first_base
+    leo = max(end, last_base) if end is not None else last_base
+    log_start = max(files.log_start_checkpoint or 0, first_base)
+    return min(log_start, leo), leo
+
+
+def batch_end(table: BatchTable) -> int | None:
+    """One past the last offset of the batches (None for none)."""
+    return int(table.last_offset.max()) + 1 if len(table) else None
+
+
 def summarize(log: ReplicaLog) -> ReplicaSummary:
     """The replica's summary; ``records`` is filled in once the chunks have decoded them."""
     r = log.files
     b = log.batches
-    first_base = r.segments[0].base_offset if r.segments else r.log_start_checkpoint or 0
-    last_base = r.segments[-1].base_offset if r.segments else first_base
-    leo = max(int(b.last_offset.max()) + 1, last_base) if len(b) else last_base
-    log_start = max(r.log_start_checkpoint or 0, first_base)
+    log_start, leo = bounds(r, batch_end(b))
     torn = None
     torn_stops = [(i, s) for i, s in log.stops if s.kind == "torn"]
     if torn_stops:
@@ -166,7 +183,7 @@ def summarize(log: ReplicaLog) -> ReplicaSummary:
         torn = TornTail(r.segments[i].path.name, stop.position, stop.remaining, stop.problem)
     return ReplicaSummary(
         broker=r.broker,
-        log_start_offset=min(log_start, leo),
+        log_start_offset=log_start,
         log_end_offset=leo,
         high_watermark=r.high_watermark,
         batches=len(b),

@@ -20,6 +20,7 @@ first failure sends the batch to decode_rows, which names it).
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -77,7 +78,7 @@ and length)."""
 _ENTRY_FIELDS = 12
 
 
-def _bytes_field(data: bytearray, p: int, limit: int) -> tuple[int, int, int]:
+def _bytes_field(data: bytes | bytearray, p: int, limit: int) -> tuple[int, int, int]:
     """(start, length, position after) of a key or value; start -1 for null. Raises
     CorruptRecordError (or IndexError) where decode_rows's ``_decode_bytes`` would."""
     length, p = decode_varint(data, p)
@@ -88,7 +89,7 @@ def _bytes_field(data: bytearray, p: int, limit: int) -> tuple[int, int, int]:
     return p, length, p + length
 
 
-def _headers(data: bytearray, p: int, record_end: int) -> tuple[Headers, int]:
+def _headers(data: bytes | bytearray, p: int, record_end: int) -> tuple[Headers, int]:
     count, p = decode_varint(data, p)
     if count < 0:
         raise CorruptRecordError("negative header count")
@@ -109,7 +110,7 @@ def _headers(data: bytearray, p: int, record_end: int) -> tuple[Headers, int]:
 
 
 def _walk(
-    data: bytearray,
+    data: bytes | bytearray,
     header: BatchHeader,
     batch: int,
     base: int,
@@ -212,8 +213,7 @@ def _varlong_column(buffer: npt.NDArray[np.uint8], at: I64, width: int) -> I64:
 
 
 def decode_columns(
-    buffer: npt.NDArray[np.uint8] | bytearray,
-    batches: Sequence[tuple[int, BatchHeader]],
+    buffer: bytes | bytearray | mmap.mmap, batches: Sequence[tuple[int, BatchHeader]]
 ) -> RecordColumns:
     """The records of ``batches`` as columns: each ``(position, header)`` a batch in
     ``buffer`` that passed check_batch and is not compressed (the caller skips compressed
@@ -222,14 +222,13 @@ def decode_columns(
     A batch whose records do not parse is in ``errors`` with decode_rows's message and
     contributes no record.
     """
-    data = buffer if isinstance(buffer, bytearray) else bytearray(buffer.tobytes())
-    array = np.frombuffer(data, dtype=np.uint8)
+    array = np.frombuffer(buffer, dtype=np.uint8)
     entries: list[_Entry] = []
     headers_of: list[tuple[int, Headers]] = []
     errors: dict[int, str] = {}
     for batch, (position, header) in enumerate(batches):
         size = len(entries)
-        piece = data[position : position + header.size]
+        piece = buffer[position : position + header.size]
         try:
             _walk(piece, header, batch, position, entries, headers_of)
         except (CorruptRecordError, IndexError):

@@ -1,5 +1,5 @@
 """The bodies of the audit's Spark tasks: a map stage that reads the inputs and a reduce stage
-with a task per partition.
+with a task per partition (or per share of a large one).
 
 The job is one shuffle (:mod:`chaos.audit.job`). Each **map** task (:func:`map_units`)
 takes a few units of work, packed by bytes:
@@ -17,6 +17,14 @@ replicas' summaries, the committed range) and audits the records against the lin
 (:mod:`chaos.audit.chunk`). Everything moves as a few column blocks per task, so the JVM
 only carries bytes.
 
+A partition too large for one task's memory is **cut** (:class:`Plan`): its offsets in
+ranges of ``chunk_offsets``, its ranges spread over several reduce tasks, each holding one
+range's records and lines at a time. Its first task also gets the whole scans (the batch
+checks and summaries, a few dozen bytes a batch); every task gets each segment's end (the
+committed range); a scan's batches go to the tasks of the ranges they hold; a consumer
+session's reads go together to one task (its poll steps). What spans the ranges is the
+driver's: :func:`lookup_partitions` answers its questions afterwards.
+
 Line numbers in the tasks are ``range << LINE_BITS | line within the range``: ordered as
 in the file; the driver turns them into the file's line numbers once it knows how many
 lines each range has.
@@ -27,17 +35,36 @@ from __future__ import annotations
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from chaos.audit.chunk import ChunkResult, ChunkSpec, PartitionFacts, ReplicaChunk, audit_chunk
+from chaos.audit.chunk import (
+    ChunkAnswers,
+    ChunkQuestions,
+    ChunkResult,
+    ChunkSpec,
+    PartitionFacts,
+    ReplicaChunk,
+    Skip,
+    audit_chunk,
+    lookup_chunk,
+    poll_items,
+)
 from chaos.audit.data_dirs import ReplicaFiles
 from chaos.audit.history import NemesisEvent
-from chaos.audit.history_columns import KINDS, Lines, parse_range
-from chaos.audit.log_checks import log_items, replica_logs, summarize
+from chaos.audit.history_columns import KINDS, READ, Lines, parse_range
+from chaos.audit.log_checks import (
+    BatchTable,
+    batch_end,
+    bounds,
+    held_ranges,
+    log_items,
+    replica_logs,
+    summarize,
+)
 from chaos.audit.model import ReplicaSummary
 from chaos.audit.runs import Run
 from chaos.audit.segments import SegmentScan, SegmentTask, scan_segment
@@ -48,6 +75,7 @@ __all__ = [
     "HistoryStats",
     "Plan",
     "ReduceResult",
+    "lookup_partitions",
     "map_units",
     "read_bytes",
     "reduce_partitions",
@@ -56,6 +84,8 @@ __all__ = [
 LINE_BITS = 40
 """Line numbers in the tasks: the range's index above these bits, the line within it below."""
 _WRITES = ("ok", "fail", "info")
+_ALL = -(2**63), 2**63 - 1
+"""The offsets of a partition that is not cut."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,30 +116,54 @@ class HistoryStats:
 
 @dataclass(slots=True)
 class Plan:
-    """What every task knows: the replicas and which reduce task has which partition."""
+    """What every task knows: the replicas and which reduce tasks have which partition."""
 
     replicas: list[ReplicaFiles]
     pids: list[int]
-    """Per replica: its partition's index (and reduce task)."""
+    """Per replica: its partition's index."""
     partitions: list[tuple[str, int]]
     """The partitions the data dirs hold, by index."""
+    shares: list[int]
+    """Per partition: its reduce tasks (1 unless it is cut), one after the other."""
+    chunk_offsets: int
+    """The offsets of one range of a cut partition."""
     extra: int = 1
     """Reduce tasks after those, for the partitions only the history names."""
+    first: list[int] = field(default_factory=list)
     index: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.index = {tp: pid for pid, tp in enumerate(self.partitions)}
+        self.first = [sum(self.shares[:pid]) for pid in range(len(self.partitions))]
 
     @property
     def reducers(self) -> int:
-        return len(self.partitions) + self.extra
+        return sum(self.shares) + self.extra
+
+    def cut(self, pid: int) -> bool:
+        return self.shares[pid] > 1
+
+    def chunk_task(self, pid: int, chunk: int) -> int:
+        """The reduce task of a cut partition's range ``chunk``."""
+        return self.first[pid] + chunk % self.shares[pid]
+
+    def stream_task(self, pid: int, process: int, session: int) -> int:
+        return self.first[pid] + zlib.crc32(f"{process}/{session}".encode()) % self.shares[pid]
 
     def reducer_of(self, topic: str, partition: int) -> int:
+        """The (first) reduce task of a partition."""
         pid = self.index.get((topic, partition))
         if pid is not None:
-            return pid
+            return self.first[pid]
         spread = zlib.crc32(f"{topic}\x00{partition}".encode()) % self.extra
-        return len(self.partitions) + spread
+        return sum(self.shares) + spread
+
+    def owner(self, reducer: int) -> int | None:
+        """The partition a reduce task serves (None: an extra one)."""
+        for pid, first in enumerate(self.first):
+            if first <= reducer < first + self.shares[pid]:
+                return pid
+        return None
 
 
 ScanUnit = SegmentTask | HistoryRange
@@ -128,16 +182,50 @@ def map_units(units: Sequence[ScanUnit], plan: Plan) -> Iterator[tuple[int, Any]
     """A map task: (reduce task, payload) for each of its units' outputs."""
     for unit in units:
         if isinstance(unit, SegmentTask):
-            yield plan.pids[unit.replica], ("scan", scan_segment(unit))
+            yield from _segment(scan_segment(unit), plan)
         else:
             yield from _history(unit, plan)
+
+
+def _segment(scan: SegmentScan, plan: Plan) -> Iterator[tuple[int, Any]]:
+    pid = plan.pids[scan.task.replica]
+    yield plan.first[pid], ("scan", scan)
+    if not plan.cut(pid):
+        return
+    end = batch_end(_table(scan))
+    for reducer in range(plan.first[pid], plan.first[pid] + plan.shares[pid]):
+        yield reducer, ("end", scan.task.replica, end)
+    valid = np.flatnonzero(scan.valid())
+    size = plan.chunk_offsets
+    first = scan.base_offset[valid] // size
+    last = scan.last_offset[valid] // size
+    for chunk in np.unique(np.concatenate([first, last])).tolist():
+        chosen = valid[(first <= chunk) & (last >= chunk)]
+        yield plan.chunk_task(pid, chunk), ("slice", chunk, scan.task, _table(scan, chosen))
+
+
+def _table(scan: SegmentScan, chosen: npt.NDArray[np.intp] | None = None) -> BatchTable:
+    """The scan's batches (``chosen``: those only) as a table of its one segment file."""
+    pick: Any = slice(None) if chosen is None else chosen
+    valid = scan.valid()[pick]
+    return BatchTable(
+        np.zeros(len(valid), dtype=np.int64),
+        scan.position[pick],
+        scan.size[pick],
+        scan.base_offset[pick],
+        scan.last_offset[pick],
+        scan.epoch[pick],
+        scan.record_count[pick],
+        scan.compressed[pick],
+        valid,
+    )
 
 
 def _history(unit: HistoryRange, plan: Plan) -> Iterator[tuple[int, Any]]:
     parsed = parse_range(read_bytes(unit.path, unit.start, unit.end))
     lines = parsed.lines
     lines.line += unit.index << LINE_BITS
-    # One int64 key per group (topic, partition + 1, kind or offset bucket): 1-D uniques.
+    # One int64 key per group (topic, partition + 1, kind or second): 1-D uniques.
     place = parsed.topic.astype(np.int64) << 40 | (parsed.partition + 1) << 3
     counts: dict[tuple[str, int, str], int] = {}
     for key, n in zip(*_unique_counts(place | lines.kind), strict=True):
@@ -147,8 +235,10 @@ def _history(unit: HistoryRange, plan: Plan) -> Iterator[tuple[int, Any]]:
     for key, n in zip(*_unique_counts(second << 3 | lines.kind), strict=True):
         seconds[(key >> 3, KINDS[key & 7])] = n
     events = [e._replace(line=unit.index << LINE_BITS | e.line) for e in parsed.events]
-    stats = HistoryStats(unit.index, parsed.count, parsed.error, events, counts, seconds)
-    yield 0, ("stats", stats)
+    yield (
+        0,
+        ("stats", HistoryStats(unit.index, parsed.count, parsed.error, events, counts, seconds)),
+    )
     written = {t for (t, _, kind) in counts if kind in _WRITES}
     unsettled = {
         t for (t, p, kind) in counts if kind == "fail" or (p < 0 and kind in ("ok", "info"))
@@ -157,16 +247,29 @@ def _history(unit: HistoryRange, plan: Plan) -> Iterator[tuple[int, Any]]:
         yield reducer, ("topics", written, unsettled)
     if parsed.error is not None or not len(lines):
         return
-    known = parsed.partition >= 0
     for chosen in _groups(place):
         first = int(chosen[0])
-        if not known[first]:
+        partition = int(parsed.partition[first])
+        if partition < 0:
             continue  # no partition: only the driver's lookups read these
-        topic, partition = parsed.topics[parsed.topic[first]], int(parsed.partition[first])
-        yield (
-            plan.reducer_of(topic, partition),
-            ("lines", topic, partition, lines.take(chosen)),
-        )
+        topic = parsed.topics[parsed.topic[first]]
+        pid = plan.index.get((topic, partition))
+        group = lines.take(chosen)
+        if pid is None or not plan.cut(pid):
+            yield plan.reducer_of(topic, partition), ("lines", topic, partition, 0, group)
+            continue
+        chunks = np.maximum(group.offset, 0) // plan.chunk_offsets
+        for chunk in np.unique(chunks).tolist():
+            part = group.take(chunks == chunk)
+            yield plan.chunk_task(pid, chunk), ("lines", topic, partition, chunk, part)
+        reads = group.take(group.kind == READ)
+        streams: dict[int, list[int]] = defaultdict(list)
+        for k, (process, session) in enumerate(
+            zip(reads.process.tolist(), reads.session.tolist(), strict=True)
+        ):
+            streams[plan.stream_task(pid, process, session)].append(k)
+        for reducer, picked in streams.items():
+            yield reducer, ("reads", topic, partition, reads.take(np.array(picked)))
 
 
 def _unique_counts(keys: npt.NDArray[np.int64]) -> tuple[list[int], list[int]]:
@@ -195,101 +298,243 @@ def _groups(keys: npt.NDArray[np.int64]) -> list[npt.NDArray[np.intp]]:
 
 @dataclass(slots=True)
 class ReduceResult:
-    """What a reduce task returns: per partition it had, its findings and summaries."""
+    """One reduce task's answer about one partition (or the history's counts)."""
 
     partition: tuple[str, int] | None
     """None for the result that only passes the history's counts on."""
-    replicas: list[ReplicaSummary] = field(default_factory=list)
-    """In broker order; ``records`` filled in."""
+    replicas: list[ReplicaSummary] | None = None
+    """The replicas' summaries, in broker order (from the partition's first task); their
+    ``records`` are the chunks'."""
     facts: PartitionFacts | None = None
     items: list[Run] = field(default_factory=list)
-    """The batch-level items (their pid: the partition's index in the plan, or -1)."""
-    chunk: ChunkResult | None = None
+    """The batch-level items and, of a cut partition, the poll items."""
+    chunks: list[ChunkResult] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+    """A cut partition's poll skips, judged against ``held`` by the driver."""
+    held: list[tuple[int, int]] | None = None
+    """A cut partition's held ranges (from its first task)."""
     stats: list[HistoryStats] = field(default_factory=list)
-    """Passed through by reduce task 0."""
+    """Passed on by reduce task 0."""
+
+
+@dataclass(slots=True)
+class _Inputs:
+    """What a reduce task received, by partition."""
+
+    scans: list[SegmentScan] = field(default_factory=list)
+    ends: dict[int, list[int | None]] = field(default_factory=lambda: defaultdict(list))
+    """Replica -> its segments' batch ends (a cut partition's)."""
+    slices: dict[int, list[tuple[SegmentTask, BatchTable]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    """Range -> the batches of each segment holding its offsets."""
+    lines: dict[tuple[str, int, int], list[Lines]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    reads: dict[tuple[str, int], list[Lines]] = field(default_factory=lambda: defaultdict(list))
+    written: set[str] = field(default_factory=set)
+    unsettled: set[str] = field(default_factory=set)
+    stats: list[HistoryStats] = field(default_factory=list)
+
+
+def _inputs(payloads: Iterable[tuple[int, Any]]) -> _Inputs:
+    got = _Inputs()
+    for _, payload in payloads:
+        kind = payload[0]
+        if kind == "scan":
+            got.scans.append(payload[1])
+        elif kind == "end":
+            got.ends[payload[1]].append(payload[2])
+        elif kind == "slice":
+            got.slices[payload[1]].append((payload[2], payload[3]))
+        elif kind == "lines":
+            got.lines[(payload[1], payload[2], payload[3])].append(payload[4])
+        elif kind == "reads":
+            got.reads[(payload[1], payload[2])].append(payload[3])
+        elif kind == "topics":
+            got.written |= payload[1]
+            got.unsettled |= payload[2]
+        else:
+            got.stats.append(payload[1])
+    return got
 
 
 def reduce_partitions(
     index: int, payloads: Iterable[tuple[int, Any]], plan: Plan
 ) -> Iterator[ReduceResult]:
-    """A reduce task: the partition ``index`` of the plan (or, for an extra task, the
-    partitions only the history names) audited from its scans and lines."""
-    scans: list[SegmentScan] = []
-    lines: dict[tuple[str, int], list[Lines]] = defaultdict(list)
-    written: set[str] = set()
-    unsettled: set[str] = set()
-    stats: list[HistoryStats] = []
-    for _, payload in payloads:
-        kind = payload[0]
-        if kind == "scan":
-            scans.append(payload[1])
-        elif kind == "lines":
-            lines[(payload[1], payload[2])].append(payload[3])
-        elif kind == "topics":
-            written |= payload[1]
-            unsettled |= payload[2]
-        else:
-            stats.append(payload[1])
-    if stats:
-        yield ReduceResult(None, stats=stats)
-    if index < len(plan.partitions):
-        targets = [plan.partitions[index]]
+    """A reduce task: its share of a partition of the plan (or, for an extra task, the
+    partitions only the history names), audited from its scans and lines."""
+    got = _inputs(payloads)
+    if got.stats:
+        yield ReduceResult(None, stats=got.stats)
+    pid = plan.owner(index)
+    if pid is None:
+        known = set(plan.partitions)
+        for topic, partition, _ in sorted(got.lines):
+            if (topic, partition) not in known:
+                yield _whole((topic, partition), -1, plan, got)
+    elif not plan.cut(pid):
+        yield _whole(plan.partitions[pid], pid, plan, got)
     else:
-        targets = sorted(tp for tp in lines if tp not in set(plan.partitions))
-    for tp in targets:
-        pid = index if index < len(plan.partitions) else -1
-        yield _partition(tp, pid, plan, scans, Lines.concat(lines.get(tp, [])), written, unsettled)
+        yield _share(index, pid, plan, got)
 
 
-def _partition(
-    tp: tuple[str, int],
-    pid: int,
-    plan: Plan,
-    scans: list[SegmentScan],
-    lines: Lines,
-    written: set[str],
-    unsettled: set[str],
-) -> ReduceResult:
-    chosen = [r for r, p in enumerate(plan.pids) if p == pid] if pid >= 0 else []
-    files = [plan.replicas[r] for r in chosen]
-    renumber = {r: k for k, r in enumerate(chosen)}
-    mine = [s for s in scans if s.task.replica in renumber]
-    for s in mine:
-        s.task = s.task._replace(replica=renumber[s.task.replica])
-    logs = replica_logs(files, [pid] * len(files), mine)
-    logs.sort(key=lambda log: log.broker)
-    summaries = [summarize(log) for log in logs]
-    items: list[Run] = []
-    for log, summary in zip(logs, summaries, strict=True):
-        items += log_items(log, summary)
-    max_leo = max((s.log_end_offset for s in summaries), default=0)
-    max_hw = max((s.high_watermark or 0 for s in summaries), default=0)
-    facts = PartitionFacts(
+def _replica_indices(plan: Plan, pid: int) -> list[int]:
+    """The plan's replicas of a partition, by broker."""
+    if pid < 0:
+        return []
+    chosen = [r for r, p in enumerate(plan.pids) if p == pid]
+    return sorted(chosen, key=lambda r: plan.replicas[r].broker)
+
+
+def _facts(
+    tp: tuple[str, int], pid: int, plan: Plan, ends: dict[int, int | None], written: set[str]
+) -> PartitionFacts:
+    """The partition's facts from each replica's batch end (one past its last offset)."""
+    chosen = _replica_indices(plan, pid)
+    pairs = [bounds(plan.replicas[r], ends.get(r)) for r in chosen]
+    max_leo = max((leo for _, leo in pairs), default=0)
+    max_hw = max((plan.replicas[r].high_watermark or 0 for r in chosen), default=0)
+    return PartitionFacts(
         pid,
         tp[0],
         tp[1],
         min(max_hw, max_leo),
-        min((s.log_start_offset for s in summaries), default=0),
+        min((start for start, _ in pairs), default=0),
         max_leo,
-        tuple(s.broker for s in summaries),
+        tuple(plan.replicas[r].broker for r in chosen),
         tp[0] in written,
     )
-    low, high = -(2**63), 2**63 - 1
+
+
+def _logs(plan: Plan, pid: int, scans: list[SegmentScan]) -> list[Any]:
+    """The partition's replicas put together from its segments' scans, by broker."""
+    chosen = _replica_indices(plan, pid)
+    renumber = {r: k for k, r in enumerate(chosen)}
+    mine = []
+    for s in scans:
+        if s.task.replica in renumber:
+            s.task = s.task._replace(replica=renumber[s.task.replica])
+            mine.append(s)
+    return replica_logs([plan.replicas[r] for r in chosen], [pid] * len(chosen), mine)
+
+
+def _whole(tp: tuple[str, int], pid: int, plan: Plan, got: _Inputs) -> ReduceResult:
+    logs = _logs(plan, pid, got.scans)
+    summaries = [summarize(log) for log in logs]
+    items: list[Run] = []
+    for log, summary in zip(logs, summaries, strict=True):
+        items += log_items(log, summary)
+    facts = _facts(
+        tp,
+        pid,
+        plan,
+        dict(
+            zip(_replica_indices(plan, pid), (batch_end(log.batches) for log in logs), strict=True)
+        ),
+        got.written,
+    )
     spec = ChunkSpec(
-        0,
         facts,
-        low,
-        high,
+        *_ALL,
         True,
         [
-            ReplicaChunk(
-                log.broker, [str(s.path) for s in log.files.segments], log.chunk(low, high)
-            )
+            ReplicaChunk(log.broker, [str(s.path) for s in log.files.segments], log.chunk(*_ALL))
             for log in logs
         ],
-        topic_settled=tp[0] not in unsettled,
+        topic_settled=tp[0] not in got.unsettled,
     )
-    chunk = audit_chunk(spec, lines)
+    chunk = audit_chunk(spec, Lines.concat(got.lines.get((*tp, 0), [])))
     for summary in summaries:
         summary.records = chunk.records.get(summary.broker, 0)
-    return ReduceResult(tp, summaries, facts, items, chunk)
+    return ReduceResult(tp, summaries, facts, items, [chunk])
+
+
+def _cut_facts(plan: Plan, pid: int, got: _Inputs) -> PartitionFacts:
+    """A cut partition's facts, from the batch ends every segment sends each of its tasks."""
+    ends: dict[int, int | None] = {}
+    for replica, segment_ends in got.ends.items():
+        present = [e for e in segment_ends if e is not None]
+        ends[replica] = max(present) if present else None
+    return _facts(plan.partitions[pid], pid, plan, ends, got.written)
+
+
+def _ranges(plan: Plan, pid: int, got: _Inputs) -> Iterator[tuple[ChunkSpec, Lines]]:
+    """The ranges of a cut partition this task holds: their specs and lines."""
+    tp = plan.partitions[pid]
+    facts = _cut_facts(plan, pid, got)
+    chosen = _replica_indices(plan, pid)
+    size = plan.chunk_offsets
+    for chunk in sorted(set(got.slices) | {k for (t, p, k) in got.lines if (t, p) == tp}):
+        replicas = []
+        for r in chosen:
+            files = plan.replicas[r]
+            parts = []
+            for task, table in got.slices.get(chunk, []):
+                if task.replica != r:
+                    continue
+                k = next(
+                    i for i, s in enumerate(files.segments) if s.base_offset == task.base_offset
+                )
+                table.segment[:] = k
+                parts.append(table)
+            replicas.append(
+                ReplicaChunk(files.broker, [str(s.path) for s in files.segments], _concat(parts))
+            )
+        spec = ChunkSpec(
+            facts,
+            chunk * size,
+            (chunk + 1) * size,
+            False,
+            replicas,
+            topic_settled=tp[0] not in got.unsettled,
+        )
+        yield spec, Lines.concat(got.lines.get((*tp, chunk), []))
+
+
+def _concat(tables: list[BatchTable]) -> BatchTable:
+    if not tables:
+        z = np.zeros(0, dtype=np.int64)
+        return BatchTable(z, z, z, z, z, z, z, np.zeros(0, np.bool_), np.zeros(0, np.bool_))
+    return BatchTable(
+        *(np.concatenate([getattr(t, f.name) for t in tables]) for f in fields(BatchTable))
+    )
+
+
+def _share(index: int, pid: int, plan: Plan, got: _Inputs) -> ReduceResult:
+    """A reduce task's share of a cut partition: its ranges, the poll streams it holds, and,
+    for the partition's first task, the batch checks and the summaries."""
+    tp = plan.partitions[pid]
+    facts = _cut_facts(plan, pid, got)
+    result = ReduceResult(tp, facts=facts)
+    for spec, lines in _ranges(plan, pid, got):
+        result.chunks.append(audit_chunk(spec, lines))
+    if index == plan.first[pid]:
+        logs = _logs(plan, pid, got.scans)
+        result.replicas = [summarize(log) for log in logs]
+        for log, summary in zip(logs, result.replicas, strict=True):
+            result.items += log_items(log, summary)
+        tables = [log.batches for log in logs]
+        result.held = held_ranges(tables, facts.log_start, facts.committed_end)
+    reads = got.reads.get(tp, [])
+    if reads:
+        polls, skips = poll_items(facts, Lines.concat(reads))
+        result.items += polls
+        result.skips = skips
+    return result
+
+
+def lookup_partitions(
+    index: int,
+    payloads: Iterable[tuple[int, Any]],
+    plan: Plan,
+    questions: dict[int, ChunkQuestions],
+) -> Iterator[tuple[int, ChunkAnswers]]:
+    """A reduce task asked again (over the job's shuffled inputs): for a cut partition the
+    driver has questions about, each of its ranges' answers."""
+    pid = plan.owner(index)
+    if pid is None or pid not in questions or not plan.cut(pid):
+        return
+    got = _inputs(payloads)
+    for spec, _ in _ranges(plan, pid, got):
+        yield pid, lookup_chunk(spec, questions[pid])

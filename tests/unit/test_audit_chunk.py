@@ -65,7 +65,6 @@ def _audit(paths: list[Path], lines: Lines | None = None) -> ChunkResult:
     )
     low, high = -(2**63), 2**63 - 1
     spec = ChunkSpec(
-        0,
         facts,
         low,
         high,

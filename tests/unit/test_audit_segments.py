@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaos.audit.segments import SegmentTask, pack, read_range, scan_segment
+from chaos.audit.segments import SegmentTask, map_file, pack, scan_segment
 from chaos.audit.testing import BrokerDataDir
 from proto.log_config import LogConfig
 from proto.record_batch import scan_batches
@@ -85,8 +85,9 @@ def test_pack_balances_sizes_over_at_most_the_bins_asked() -> None:
     assert pack([], 3, lambda t: 0) == []
 
 
-def test_read_range_reads_the_bytes_asked_and_stops_at_the_end(tmp_path: Path) -> None:
+def test_map_file_maps_a_file_and_an_empty_one_is_no_bytes(tmp_path: Path) -> None:
     path = tmp_path / "f"
     path.write_bytes(bytes(range(100)))
-    assert read_range(str(path), 10, 20) == bytes(range(10, 20))
-    assert read_range(str(path), 95, 120) == bytes(range(95, 100))
+    (tmp_path / "empty").write_bytes(b"")
+    assert map_file(str(path))[10:20] == bytes(range(10, 20))
+    assert map_file(str(tmp_path / "empty")) == b""
