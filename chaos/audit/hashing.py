@@ -97,10 +97,11 @@ def hash_spans(
     lengths = np.asarray(lengths, dtype=np.int64)
     out = np.zeros(len(starts), dtype=np.uint64)
     counts = np.where(starts >= 0, (lengths + _SEVEN) >> _THREE, -1)
-    for count in np.unique(counts):
+    uniform = len(counts) and bool(np.all(counts == counts[0]))
+    for count in counts[:1] if uniform else np.unique(counts):
         if count < 0:
             continue
-        chosen = np.flatnonzero(counts == count)
+        chosen = np.arange(len(counts)) if uniform else np.flatnonzero(counts == count)
         for block in range(0, len(chosen), _BLOCK):
             picked = chosen[block : block + _BLOCK]
             length = lengths[picked]

@@ -109,7 +109,7 @@ def _lines(array: npt.NDArray[np.uint8]) -> tuple[npt.NDArray[np.int64], npt.NDA
 
 
 def _fast(
-    data: bytes,
+    data: Text,
     array: npt.NDArray[np.uint8],
     starts: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
@@ -118,13 +118,12 @@ def _fast(
     if not len(starts):
         return []
     quotes = np.flatnonzero(array == 0x22)
-    first = np.searchsorted(quotes, starts)
-    count = np.searchsorted(quotes, ends) - first
+    first, count = _quotes_per_line(quotes, starts, ends)
     offsets = np.empty(len(starts) + 1, dtype=np.int64)
     offsets[:-1] = starts
     offsets[-1] = len(array)
     lines = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(array)]
     )
     left = np.ones(len(starts), dtype=np.bool_)
     found = []
@@ -135,7 +134,7 @@ def _fast(
             break
         sample = remaining[0]
         tried += 1
-        template = learn(data[starts[sample] : ends[sample]])
+        template = learn(bytes(data[starts[sample] : ends[sample]]))
         if template is None:
             left[sample] = False  # for the slow path
             continue
@@ -148,11 +147,11 @@ def _fast(
     return found
 
 
-def _line_count(data: bytes) -> int:
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+Text = bytes | memoryview
+"""A range's bytes: read, or a view of the mapped file."""
 
 
-def parse_range(data: bytes) -> ParsedRange:
+def parse_range(data: Text) -> ParsedRange:
     """The lines of ``data`` (whole lines of a history file)."""
     array = np.frombuffer(data, dtype=np.uint8)
     starts, ends = _lines(array)
@@ -167,13 +166,20 @@ def parse_range(data: bytes) -> ParsedRange:
     topic_parts = [slow.topic]
     partition_parts = [slow.partition]
     for m in fast:
-        hashes, first = np.unique(m.topic_hash, return_index=True)
+        if len(m.topic_hash) and bool(np.all(m.topic_hash == m.topic_hash[0])):
+            hashes, first = m.topic_hash[:1], np.zeros(1, dtype=np.intp)  # one topic
+        else:
+            hashes, first = np.unique(m.topic_hash, return_index=True)
         index = np.empty(len(hashes), dtype=np.int32)
         for k, at in enumerate(first.tolist()):
             start = int(m.topic_start[at])
-            name = data[start : start + int(m.topic_length[at])].decode("ascii")
+            name = bytes(data[start : start + int(m.topic_length[at])]).decode("ascii")
             index[k] = topics.setdefault(name, len(topics))
-        topic_parts.append(index[np.searchsorted(hashes, m.topic_hash)])
+        topic_parts.append(
+            np.full(len(m.topic_hash), index[0], dtype=np.int32)
+            if len(hashes) == 1
+            else index[np.searchsorted(hashes, m.topic_hash)]
+        )
         partition_parts.append(m.partition)
         parts.append(
             Lines(
@@ -210,8 +216,24 @@ def parse_range(data: bytes) -> ParsedRange:
     )
 
 
+def _quotes_per_line(
+    quotes: npt.NDArray[np.int64], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Each line's first double quote (its index in ``quotes``) and how many it has. When
+    every line has as many (a range of one line shape) that is arithmetic, checked; else
+    two binary searches."""
+    n = len(starts)
+    if n and len(quotes) % n == 0 and len(quotes):
+        c = len(quotes) // n
+        grid = quotes.reshape(n, c)
+        if bool(np.all(grid[:, 0] >= starts)) and bool(np.all(grid[:, -1] < ends)):
+            return np.arange(n, dtype=np.int64) * c, np.full(n, c, dtype=np.int64)
+    first = np.searchsorted(quotes, starts)
+    return first, np.searchsorted(quotes, ends) - first
+
+
 def _slow(
-    data: bytes,
+    data: Text,
     starts: npt.NDArray[np.int64],
     ends: npt.NDArray[np.int64],
     chosen: npt.NDArray[np.intp],
@@ -231,7 +253,7 @@ def _slow(
     error = None
     for i in chosen.tolist():
         number = i + 1
-        text = data[starts[i] : ends[i]]
+        text = bytes(data[starts[i] : ends[i]])
         try:
             parsed = parse_history_line(number, text)
         except HistoryError as e:

@@ -241,17 +241,16 @@ def _integers(
     buffer: npt.NDArray[np.uint8], begin: I64, length: I64
 ) -> tuple[npt.NDArray[np.bool_], I64]:
     """(null, value) of numbers the pattern checked: ``null``, or at most 18 digits after an
-    optional minus sign; a digit column at a time."""
-    first = buffer[begin]
-    null = first == ord("n")
-    minus = first == ord("-")
+    optional minus sign; their bytes copied out as rows, the digits summed a column at a
+    time."""
+    width = int(length.max(initial=1))
+    rows = _bytes_at(buffer, begin, width).astype(np.int64)
+    null = rows[:, 0] == ord("n")
+    minus = rows[:, 0] == ord("-")
     value = np.zeros(len(begin), dtype=np.int64)
-    at = begin + minus
-    digits = np.where(null, 0, length - minus)
-    for j in range(int(digits.max(initial=0))):
-        use = j < digits
-        d = buffer[np.where(use, at + j, 0)].astype(np.int64) - ord("0")
-        value = np.where(use, value * 10 + d, value)
+    for j in range(width):
+        use = (j < length) & ~null & ~(minus & (j == 0))
+        value = np.where(use, value * 10 + rows[:, j] - ord("0"), value)
     return null, np.where(minus, -value, value)
 
 

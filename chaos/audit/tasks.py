@@ -67,7 +67,7 @@ from chaos.audit.log_checks import (
 )
 from chaos.audit.model import ReplicaSummary
 from chaos.audit.runs import Run
-from chaos.audit.segments import SegmentScan, SegmentTask, scan_segment
+from chaos.audit.segments import SegmentScan, SegmentTask, map_file, scan_segment
 
 __all__ = [
     "LINE_BITS",
@@ -175,6 +175,11 @@ def read_bytes(path: str, start: int, end: int) -> bytes:
         return f.read(end - start)
 
 
+def _mapped_range(unit: HistoryRange) -> memoryview:
+    """The range's bytes in the mapped file (no copy)."""
+    return memoryview(map_file(unit.path))[unit.start : unit.end]
+
+
 # -- the map stage -----------------------------------------------------------------------------
 
 
@@ -222,7 +227,7 @@ def _table(scan: SegmentScan, chosen: npt.NDArray[np.intp] | None = None) -> Bat
 
 
 def _history(unit: HistoryRange, plan: Plan) -> Iterator[tuple[int, Any]]:
-    parsed = parse_range(read_bytes(unit.path, unit.start, unit.end))
+    parsed = parse_range(_mapped_range(unit))
     lines = parsed.lines
     lines.line += unit.index << LINE_BITS
     # One int64 key per group (topic, partition + 1, kind or second): 1-D uniques.
@@ -230,10 +235,10 @@ def _history(unit: HistoryRange, plan: Plan) -> Iterator[tuple[int, Any]]:
     counts: dict[tuple[str, int, str], int] = {}
     for key, n in zip(*_unique_counts(place | lines.kind), strict=True):
         counts[(parsed.topics[key >> 40], (key >> 3 & (1 << 37) - 1) - 1, KINDS[key & 7])] = n
-    seconds: dict[tuple[int, str], int] = {}
+    seconds: dict[tuple[int, str], int] = defaultdict(int)
     second = np.floor(lines.time).astype(np.int64)
-    for key, n in zip(*_unique_counts(second << 3 | lines.kind), strict=True):
-        seconds[(key >> 3, KINDS[key & 7])] = n
+    for key, n in zip(*_run_counts(second << 3 | lines.kind), strict=True):
+        seconds[(key >> 3, KINDS[key & 7])] += n
     events = [e._replace(line=unit.index << LINE_BITS | e.line) for e in parsed.events]
     yield (
         0,
@@ -279,6 +284,16 @@ def _unique_counts(keys: npt.NDArray[np.int64]) -> tuple[list[int], list[int]]:
         return [int(keys[0])], [len(keys)]
     values, n = np.unique(keys, return_counts=True)
     return values.tolist(), n.tolist()
+
+
+def _run_counts(keys: npt.NDArray[np.int64]) -> tuple[list[int], list[int]]:
+    """(key, length) of each run of equal keys: a history's lines come in time order, so its
+    (second, kind) keys come in a few runs per second, counted without sorting."""
+    if not len(keys):
+        return [], []
+    starts = np.flatnonzero(np.diff(keys)) + 1
+    bounds = np.concatenate([[0], starts, [len(keys)]])
+    return keys[bounds[:-1]].tolist(), np.diff(bounds).tolist()
 
 
 def _groups(keys: npt.NDArray[np.int64]) -> list[npt.NDArray[np.intp]]:

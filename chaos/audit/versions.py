@@ -76,6 +76,8 @@ class Records:
         if not parts:
             z, u = np.zeros(0, np.int64), np.zeros(0, np.uint64)
             return Records(z, z, u, u, u, u, u, np.zeros((0, 3), np.int64), z, z, z)
+        if len(parts) == 1:
+            return parts[0]
         return Records(
             *(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Records))
         )
