@@ -7,16 +7,17 @@ range fall into a few *templates*: the line's text outside its values. A templat
 from one line (:func:`learn`, which tokenises it and checks the result with ``json.loads``)
 and matched against every line with as many double quotes, all at once (:func:`match`):
 
-- every constant piece of the template (``{"time": ``, ``, "process": ``, ...) contains a
-  double quote of the line, or ends it, so the quotes' positions say where each piece must
-  be; its bytes are compared there, and the pieces and values must tile the line;
-- the values in between are then exactly the line's values: strings are the bytes between
-  their quotes (lines with a backslash, a control character or a non-ASCII byte are never
-  matched, so a string's bytes are its UTF-8 text), and numbers must be JSON numbers of the
-  simplest forms (digits, no leading zero, a fraction for ``time``), converted by Arrow's
-  exact parser; ``null`` where a field may be null;
-- what :func:`chaos.audit.history.parse_history_line` checks of the values (the type, a
-  non-empty topic, the fields an ``ok`` or a read needs, their ranges) is checked per column.
+- the template is an RE2 pattern (:attr:`Template.pattern`) run over all the lines by Arrow:
+  the text outside the values byte for byte, and each value of the one form this path
+  takes: printable ASCII strings without a backslash (so a string's bytes are its UTF-8
+  text), JSON numbers of the simplest forms (digits, no leading zero, at most 18 of them,
+  a fraction for ``time``), ``null`` where a field may be null;
+- in a line that matches, the pieces of text contain the line's double quotes at known
+  places, so the quotes' positions say where each value starts and ends; strings are
+  hashed where they lie, numbers converted a column at a time (``time`` by Arrow's exact
+  decimal-to-double conversion, as Python's ``float``);
+- what :func:`chaos.audit.history.parse_history_line` checks of the values (the fields an
+  ``ok`` or a read needs, the partition's range) is checked per column.
 
 A line that fails any of this is left to ``parse_history_line``, so a line's meaning never
 depends on which path parsed it; the fast path only has to be sure. Nemesis lines, whose
@@ -44,9 +45,6 @@ _STRING_FIELDS = frozenset({"type", "topic", "value"})
 _NUMBER_FIELDS = frozenset({"time", "process", "partition", "offset", "session"})
 _REQUIRED = ("time", "process", "type", "topic", "value")
 _TYPES = (b"ok", b"fail", b"info", b"read")
-_MAX_DIGITS = 18
-"""Longer numbers take the slow path (no overflow of int64 here)."""
-_MAX_TIME_CHARS = 32
 _INT32_MAX = 2**31 - 1
 
 

@@ -72,7 +72,7 @@ from proto.topic_partition import TopicPartition
 
 __all__ = ["CHUNK_OFFSETS", "SPLIT_BYTES", "audit"]
 
-SPLIT_BYTES = 256 << 20
+SPLIT_BYTES = 128 << 20
 """A partition whose largest replica holds more segment bytes is cut over several tasks."""
 CHUNK_OFFSETS = 1 << 20
 """Offsets of one range of a cut partition: the records and lines one task holds at a time
@@ -416,11 +416,12 @@ class _Audit:
             summaries.append(summary)
             cut = pid < len(known) and plan.cut(pid)
             records: dict[int, int] = defaultdict(int)
+            mine = [*got.items]
             for chunk in got.chunks:
                 summary.acked_checked += chunk.acked_checked
                 for broker, n in chunk.records.items():
                     records[broker] += n
-                items += chunk.runs
+                mine += chunk.runs
                 unresolved[pid] += chunk.unresolved
                 for p in chunk.pending:
                     pending.append((pid, p))
@@ -432,11 +433,11 @@ class _Audit:
             if cut:
                 for replica in summary.replicas:
                     replica.records = records.get(replica.broker, 0)
-            items += got.items
             if facts is not None:
-                items += [s for s in (skip_item(facts, k, got.held) for k in got.skips) if s]
-            for run in items:
-                run.pid = pid if run.pid in (-1, pid) else run.pid
+                mine += [s for s in (skip_item(facts, k, got.held) for k in got.skips) if s]
+            for run in mine:
+                run.pid = pid  # a partition only the history names was -1 in its task
+            items += mine
         if any(plan.cut(pid) for pid in range(len(known))):
             items += self._cut_partitions(plan, gathered, partitions, unresolved, shuffled, reduced)
         answers = self._lookups(ranges, wanted) if pending or wanted.lines else _Answers()
