@@ -441,8 +441,8 @@ def _audit_spark_section(run: _Run) -> list[str]:
         "container, and on `local[2]` in the same image; the two alternate, "
         f"{audit_spark.RUNS} runs each. Seconds are the audit's own (report.json), Spark's "
         "start-up excluded; each run is a new session, so each includes starting the "
-        "executors' Python workers and compiling the query stages (the audit section's "
-        '"first" column).',
+        "executors' Python workers (numpy and pyarrow imported in each) and the JVMs' first "
+        'compilations (the audit section\'s "first" column).',
         "",
         "| master | audit s (each run) | records/s (best) | phases of the best run |",
         "|---|---|---:|---|",

@@ -312,16 +312,33 @@ class _Audit:
         return _history_ranges(self.history, parts)
 
     def _plan(self, replicas: list[ReplicaFiles], known: list[TopicPartition]) -> Plan:
+        """Which reduce tasks have which partitions: a cut partition (its largest replica
+        over ``split_bytes``) tasks of its own, the others packed a few per core by bytes."""
         pid_of = {tp: pid for pid, tp in enumerate(known)}
         largest = [0] * len(known)
         for r in replicas:
             pid = pid_of[r.topic_partition]
             largest[pid] = max(largest[pid], sum(s.size for s in r.segments))
+        shares = [max(1, math.ceil(size / self.split_bytes)) for size in largest]
+        whole = [pid for pid in range(len(known)) if shares[pid] == 1]
+        cores = max(1, self.sc.defaultParallelism)
+        bins = pack(whole, _UNITS_PER_CORE * cores, lambda pid: largest[pid])
+        first = [0] * len(known)
+        for reducer, chosen in enumerate(bins):
+            for pid in chosen:
+                first[pid] = reducer
+        reducers = len(bins)
+        for pid in range(len(known)):
+            if shares[pid] > 1:
+                first[pid] = reducers
+                reducers += shares[pid]
         return Plan(
             replicas,
             [pid_of[r.topic_partition] for r in replicas],
             [(tp.topic, tp.partition) for tp in known],
-            [max(1, math.ceil(size / self.split_bytes)) for size in largest],
+            first,
+            shares,
+            max(1, reducers),
             self.chunk_offsets,
         )
 

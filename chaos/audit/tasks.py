@@ -35,7 +35,7 @@ from __future__ import annotations
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,7 @@ from chaos.audit.history import NemesisEvent
 from chaos.audit.history_columns import KINDS, READ, Lines, parse_range
 from chaos.audit.log_checks import (
     BatchTable,
+    ReplicaLog,
     batch_end,
     bounds,
     held_ranges,
@@ -116,29 +117,35 @@ class HistoryStats:
 
 @dataclass(slots=True)
 class Plan:
-    """What every task knows: the replicas and which reduce tasks have which partition."""
+    """What every task knows: the replicas and which reduce tasks have which partition.
+
+    A partition that is not cut shares its reduce task with others (the driver packs them
+    by bytes, a few per core: a Python task costs Spark tens of milliseconds whatever it
+    does, and a cluster may have hundreds of partitions); a cut one has tasks of its own.
+    """
 
     replicas: list[ReplicaFiles]
     pids: list[int]
     """Per replica: its partition's index."""
     partitions: list[tuple[str, int]]
     """The partitions the data dirs hold, by index."""
+    first: list[int]
+    """Per partition: its (first) reduce task."""
     shares: list[int]
-    """Per partition: its reduce tasks (1 unless it is cut), one after the other."""
+    """Per partition: its reduce tasks, ``first`` and the ones after it (1 unless cut)."""
+    reducers: int
     chunk_offsets: int
     """The offsets of one range of a cut partition."""
-    extra: int = 1
-    """Reduce tasks after those, for the partitions only the history names."""
-    first: list[int] = field(default_factory=list)
     index: dict[tuple[str, int], int] = field(default_factory=dict)
+    owners: dict[int, list[int]] = field(default_factory=dict)
+    """Reduce task -> the partitions it serves."""
 
     def __post_init__(self) -> None:
         self.index = {tp: pid for pid, tp in enumerate(self.partitions)}
-        self.first = [sum(self.shares[:pid]) for pid in range(len(self.partitions))]
-
-    @property
-    def reducers(self) -> int:
-        return sum(self.shares) + self.extra
+        self.owners = defaultdict(list)
+        for pid, (first, shares) in enumerate(zip(self.first, self.shares, strict=True)):
+            for reducer in range(first, first + shares):
+                self.owners[reducer].append(pid)
 
     def cut(self, pid: int) -> bool:
         return self.shares[pid] > 1
@@ -151,19 +158,12 @@ class Plan:
         return self.first[pid] + zlib.crc32(f"{process}/{session}".encode()) % self.shares[pid]
 
     def reducer_of(self, topic: str, partition: int) -> int:
-        """The (first) reduce task of a partition."""
+        """The (first) reduce task of a partition; one picked by hash for a partition only
+        the history names."""
         pid = self.index.get((topic, partition))
         if pid is not None:
             return self.first[pid]
-        spread = zlib.crc32(f"{topic}\x00{partition}".encode()) % self.extra
-        return sum(self.shares) + spread
-
-    def owner(self, reducer: int) -> int | None:
-        """The partition a reduce task serves (None: an extra one)."""
-        for pid, first in enumerate(self.first):
-            if first <= reducer < first + self.shares[pid]:
-                return pid
-        return None
+        return zlib.crc32(f"{topic}\x00{partition}".encode()) % self.reducers
 
 
 ScanUnit = SegmentTask | HistoryRange
@@ -377,21 +377,18 @@ def _inputs(payloads: Iterable[tuple[int, Any]]) -> _Inputs:
 def reduce_partitions(
     index: int, payloads: Iterable[tuple[int, Any]], plan: Plan
 ) -> Iterator[ReduceResult]:
-    """A reduce task: its share of a partition of the plan (or, for an extra task, the
-    partitions only the history names), audited from its scans and lines."""
+    """A reduce task: the partitions of the plan it serves (of a cut one, its share), and
+    those only the history names whose lines it got, audited from scans and lines."""
     got = _inputs(payloads)
     if got.stats:
         yield ReduceResult(None, stats=got.stats)
-    pid = plan.owner(index)
-    if pid is None:
-        known = set(plan.partitions)
-        for topic, partition, _ in sorted(got.lines):
-            if (topic, partition) not in known:
-                yield _whole((topic, partition), -1, plan, got)
-    elif not plan.cut(pid):
-        yield _whole(plan.partitions[pid], pid, plan, got)
-    else:
-        yield _share(index, pid, plan, got)
+    for pid in plan.owners.get(index, []):
+        if plan.cut(pid):
+            yield _share(index, pid, plan, got)
+        else:
+            yield _whole(plan.partitions[pid], pid, plan, got)
+    for topic, partition in sorted({(t, p) for t, p, _ in got.lines} - set(plan.index)):
+        yield _whole((topic, partition), -1, plan, got)
 
 
 def _replica_indices(plan: Plan, pid: int) -> list[int]:
@@ -422,15 +419,16 @@ def _facts(
     )
 
 
-def _logs(plan: Plan, pid: int, scans: list[SegmentScan]) -> list[Any]:
-    """The partition's replicas put together from its segments' scans, by broker."""
+def _logs(plan: Plan, pid: int, scans: list[SegmentScan]) -> list[ReplicaLog]:
+    """The partition's replicas put together from its segments' scans, by broker (the
+    scans of the task's other partitions left alone)."""
     chosen = _replica_indices(plan, pid)
     renumber = {r: k for k, r in enumerate(chosen)}
-    mine = []
-    for s in scans:
-        if s.task.replica in renumber:
-            s.task = s.task._replace(replica=renumber[s.task.replica])
-            mine.append(s)
+    mine = [
+        replace(s, task=s.task._replace(replica=renumber[s.task.replica]))
+        for s in scans
+        if s.task.replica in renumber
+    ]
     return replica_logs([plan.replicas[r] for r in chosen], [pid] * len(chosen), mine)
 
 
@@ -547,9 +545,10 @@ def lookup_partitions(
 ) -> Iterator[tuple[int, ChunkAnswers]]:
     """A reduce task asked again (over the job's shuffled inputs): for a cut partition the
     driver has questions about, each of its ranges' answers."""
-    pid = plan.owner(index)
-    if pid is None or pid not in questions or not plan.cut(pid):
+    asked = [pid for pid in plan.owners.get(index, []) if pid in questions and plan.cut(pid)]
+    if not asked:
         return
     got = _inputs(payloads)
-    for spec, _ in _ranges(plan, pid, got):
-        yield pid, lookup_chunk(spec, questions[pid])
+    for pid in asked:
+        for spec, _ in _ranges(plan, pid, got):
+            yield pid, lookup_chunk(spec, questions[pid])
