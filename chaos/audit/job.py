@@ -6,11 +6,12 @@ One job, one shuffle (the task bodies: :mod:`chaos.audit.tasks`):
 - the **map** stage reads the inputs: every segment file's batch headers and CRCs, and the
   history, cut into ranges of whole lines (the driver finds the cuts), parsed into columns.
   The units are packed into a few tasks per core by bytes, a history byte weighing more.
-- the **reduce** stage has a task per partition: its replicas' scans and its history lines
-  are shuffled to it, and it judges the batches (gap, crc, epoch_cache, hw_above_leo), then
-  reads, compares and decodes the replicas' records and judges them against the lines
-  (lost_ack, divergence, duplicate, phantom, inconsistent_read, nonmonotonic_poll,
-  poll_skip: :mod:`chaos.audit.chunk`).
+- the **reduce** stage has a few tasks per core, the partitions packed into them by bytes
+  (a large one cut over tasks of its own): a partition's replicas' scans and its history
+  lines are shuffled to its task, which judges the batches (gap, crc, epoch_cache,
+  hw_above_leo), then reads, compares and decodes the replicas' records and judges them
+  against the lines (lost_ack, divergence, duplicate, phantom, inconsistent_read,
+  nonmonotonic_poll, poll_skip: :mod:`chaos.audit.chunk`).
 
 A Python task costs Spark tens of milliseconds whatever it does, and rows handed to the
 JVM one by one cost it more than the audit's own work (the design this replaced spent most
@@ -19,8 +20,9 @@ of its time there): so few tasks, and only blocks of columns cross the shuffle.
 A second, small job runs only when findings need the history's text: the values of the
 lines a finding shows, and for a committed record that no line of its partition wrote,
 whether a line without a partition wrote it or one said its write failed
-(:func:`_lookup`). Runs of consecutive findings are merged in each task and again here
-(:mod:`chaos.audit.runs`).
+(:func:`_lookup`); and, for a partition cut over several tasks, two to settle what spans
+its ranges (:meth:`_Audit._cut_partitions`). Runs of consecutive findings are merged in each
+task and again here (:mod:`chaos.audit.runs`).
 """
 
 from __future__ import annotations

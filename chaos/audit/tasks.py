@@ -1,5 +1,5 @@
 """The bodies of the audit's Spark tasks: a map stage that reads the inputs and a reduce stage
-with a task per partition (or per share of a large one).
+that audits the partitions, a few per task (a large one over tasks of its own).
 
 The job is one shuffle (:mod:`chaos.audit.job`). Each **map** task (:func:`map_units`)
 takes a few units of work, packed by bytes:
@@ -11,7 +11,7 @@ takes a few units of work, packed by bytes:
   reduce task (lines of a partition no data dir holds go to an extra one), the topics it
   writes to every reduce task, its counts to the first.
 
-Each **reduce** task (:func:`reduce_partitions`) puts its partition's replicas together
+Each **reduce** task (:func:`reduce_partitions`) puts each of its partitions' replicas together
 from their segments' scans (:mod:`chaos.audit.log_checks`: the batch-level findings, the
 replicas' summaries, the committed range) and audits the records against the lines
 (:mod:`chaos.audit.chunk`). Everything moves as a few column blocks per task, so the JVM
