@@ -3,16 +3,23 @@
 Three brokers' data dirs are written with the project's ``Log`` (:mod:`chaos.audit.testing`):
 one topic, a partition led by each broker, every partition replicated to all three (RF 3),
 100-byte unique values in batches of about 16 KiB, high watermarks at the log end, and a
-history with one ``ok`` line per record. The audit then runs twice on one SparkSession; the
-start-up of that session is timed separately and left out of the audit times. Every check
-runs (nothing is planted, so the audit must come out clean).
+history with one ``ok`` line per record. The audit then runs :data:`RUNS` times on one
+SparkSession; the start-up of that session is timed separately and left out of the audit
+times. Every check runs (nothing is planted, so the audit must come out clean).
+
+Besides wall time, each run's CPU is read from ``/proc`` for the driver, its JVM and the
+Python workers (the machine's two cores are shared with other work: CPU seconds say what
+the audit costs whatever the load).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import statistics
 import subprocess
 import time
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +40,7 @@ PER_BATCH = 150
 """Records per batch: 150 100-byte records make a batch of about 16 KiB."""
 SEGMENT_BYTES = 64 * 1024**2
 MASTER = "local[2]"
-RUNS = 2
+RUNS = 5
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,11 @@ class AuditBenchResult:
     """SparkSession start-up."""
     audit_s: tuple[float, ...]
     """Each audit run, start-up excluded."""
+    cpu_s: tuple[dict[str, float], ...]
+    """Each run's CPU seconds: ``driver`` (this process), ``jvm``, ``workers`` (Python);
+    empty without /proc."""
+    load: tuple[float, ...]
+    """The 1-minute load average after each run."""
     violations: int
     phases: dict[str, float]
     """Wall seconds per phase of the fastest run (chaos.audit.model.AuditResult.phases)."""
@@ -61,6 +73,10 @@ class AuditBenchResult:
 
     def records_per_s(self, run: int) -> float:
         return self.decoded / self.audit_s[run]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.audit_s)
 
 
 def _value(partition: int, i: int) -> str:
@@ -102,6 +118,46 @@ def _java_version() -> str:
     return out.stderr.splitlines()[0].strip() if out.stderr else "unknown Java"
 
 
+def _process_tree_cpu() -> dict[str, float]:
+    """CPU seconds so far of this process and its descendants (those gone included), by
+    kind: the driver (this interpreter), the JVM, the Python workers."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[tuple[int, list[str]]]] = defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        children[int(fields[1])].append((int(entry), fields))
+    totals = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
+
+    def walk(pid: int, fields: list[str]) -> None:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()[:300]
+        except OSError:
+            command = b""
+        kind = "jvm" if b"java" in command else "workers" if b"pyspark" in command else "driver"
+        # utime, stime, and those of reaped children
+        totals[kind] += sum(int(x) for x in fields[11:15]) / tick
+        for child, child_fields in children.get(pid, []):
+            walk(child, child_fields)
+
+    me = os.getpid()
+    stat = Path(f"/proc/{me}/stat").read_text()
+    walk(me, stat[stat.rindex(")") + 2 :].split())
+    return totals
+
+
+def _cpu() -> dict[str, float]:
+    try:
+        return _process_tree_cpu()
+    except OSError:
+        return {}
+
+
 def measure(work_dir: Path, records: int = RECORDS, master: str = MASTER) -> AuditBenchResult:
     """Write the data, start Spark, audit ``RUNS`` times."""
     from chaos.audit.data_dirs import read_data_dirs
@@ -123,11 +179,17 @@ def measure(work_dir: Path, records: int = RECORDS, master: str = MASTER) -> Aud
         startup_s = time.perf_counter() - started
         try:
             times: list[float] = []
+            cpu: list[dict[str, float]] = []
+            load: list[float] = []
             phases: dict[str, float] = {}
             for _ in range(RUNS):
+                before = _cpu()
                 started = time.perf_counter()
                 result = audit(spark, read_data_dirs(data), history)
                 times.append(time.perf_counter() - started)
+                after = _cpu()
+                cpu.append({k: after[k] - before[k] for k in after if k in before})
+                load.append(os.getloadavg()[0])
                 if times[-1] == min(times):
                     phases = result.phases
             version = spark.version
@@ -142,6 +204,8 @@ def measure(work_dir: Path, records: int = RECORDS, master: str = MASTER) -> Aud
             write_s=write_s,
             startup_s=startup_s,
             audit_s=tuple(times),
+            cpu_s=tuple(cpu),
+            load=tuple(load),
             violations=len(result.violations),
             phases=phases,
             master=master,

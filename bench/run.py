@@ -380,11 +380,17 @@ def _findings_summary(findings: list[str]) -> str:
 
 def _audit_section(run: _Run) -> list[str]:
     r = audit.measure(WORK_DIR)
-    first, best = r.audit_s[0], min(r.audit_s)
+    first, best, median = r.audit_s[0], min(r.audit_s), r.median_s
+    steady = r.cpu_s[1:] or r.cpu_s
+    cpu = {k: statistics.median(c[k] for c in steady) for k in (steady[0] if steady else {})}
     run.figures["audit"] = {
         "records_decoded": r.decoded,
         "records_per_s_best": r.decoded / best,
+        "records_per_s_median": r.decoded / median,
         "records_per_s_first": r.decoded / first,
+        "audit_s": list(r.audit_s),
+        "cpu_s_median": cpu,
+        "load_after_runs": list(r.load),
         "spark_startup_s": r.startup_s,
         "master": r.master,
         "violations": r.violations,
@@ -403,31 +409,43 @@ def _audit_section(run: _Run) -> list[str]:
         "divergence, duplicate, gap, crc, epoch_cache, hw_above_leo, phantom). One "
         f"SparkSession on `{r.master}`; its start-up is timed apart and excluded from the "
         f"audit times. The audit runs {len(r.audit_s)} times on that session: the first "
-        "includes starting the Python workers and compiling the query stages.",
+        "includes starting the Python workers and importing numpy and pyarrow in them.",
         "",
         "| records on disk (all replicas) | segments | data MB | history MB | Spark start-up s "
-        "| audit s (first) | audit s (best) | records/s (first) | records/s (best) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| audit s (first) | audit s (median) | audit s (best) | records/s (median) "
+        "| records/s (best) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {r.decoded:,} | {r.segments} | {r.data_bytes / 1e6:,.0f} | "
-        f"{r.history_bytes / 1e6:,.0f} | {r.startup_s:.1f} | {first:.1f} | {best:.1f} | "
-        f"{r.decoded / first:,.0f} | {r.decoded / best:,.0f} |",
+        f"{r.history_bytes / 1e6:,.0f} | {r.startup_s:.1f} | {first:.1f} | {median:.2f} | "
+        f"{best:.2f} | {r.decoded / median:,.0f} | {r.decoded / best:,.0f} |",
         "",
         "records/s counts the records decoded and compared across all replicas (each unique "
         f"record {len(audit.BROKERS)} times); acknowledged records checked per second are a "
         f"third of that: {r.records / best:,.0f} (best run).",
         "",
+        "- each run, s: "
+        + ", ".join(f"{t:.2f}" for t in r.audit_s)
+        + "; load average (1 min) after each: "
+        + ", ".join(f"{x:.1f}" for x in r.load),
+        "- CPU per run after the first (median), s: "
+        + (", ".join(f"{k} {v:.2f}" for k, v in cpu.items()) or "not measured")
+        + " (from /proc: the driver, its JVM, the Python workers; what the audit costs "
+        "whatever else runs on the machine)",
         "- where the fastest run spent its time: "
-        + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in r.phases.items())
-        + " (history: read and parse the history in the executors; segments: scan and "
-        "decode every segment with the project's codec; checks: every violation query; "
-        "statistics: per-partition and per-second counts)",
+        + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in r.phases.items())
+        + " (plan: list the data dirs' files and pack the map tasks; job: the one Spark job, "
+        "segments scanned and the history parsed in the map tasks, each partition's replicas "
+        "compared, decoded and judged in its reduce task; checks: merging the findings on the "
+        "driver, and the lookup job when findings need the history's text; statistics: "
+        "per-partition and per-second counts)",
         f"- violations found: {r.violations} (none planted)",
         f"- Spark {r.spark_version}, {r.java_version}",
         f"- writing the data dirs and the history (not timed in the audit): {r.write_s:.0f} s",
     ]
     print(
-        f"audit: {r.decoded:,} records in {first:.1f} s (first), {best:.1f} s (best): "
-        f"{r.decoded / best:,.0f} records/s; Spark start-up {r.startup_s:.1f} s; "
+        f"audit: {r.decoded:,} records in {first:.1f} s (first), {median:.2f} s (median), "
+        f"{best:.2f} s (best): {r.decoded / best:,.0f} records/s best, "
+        f"{r.decoded / median:,.0f} median; Spark start-up {r.startup_s:.1f} s; "
         f"violations {r.violations}"
     )
     return lines
@@ -453,8 +471,8 @@ def _audit_spark_section(run: _Run) -> list[str]:
         "container, and on `local[2]` in the same image; the two alternate, "
         f"{audit_spark.RUNS} runs each. Seconds are the audit's own (report.json), Spark's "
         "start-up excluded; each run is a new session, so each includes starting the "
-        "executors' Python workers and compiling the query stages (the audit section's "
-        '"first" column).',
+        "executors' Python workers (numpy and pyarrow imported in each) and the JVMs' first "
+        'compilations (the audit section\'s "first" column).',
         "",
         "| master | audit s (each run) | records/s (best) | phases of the best run |",
         "|---|---|---:|---|",

@@ -15,10 +15,9 @@ be the previous offset plus one. Every other step is reported here:
   if the committed log holds a record in between; the log may itself lack those offsets
   (a gap the audit reports apart), which the Spark job decides with the log's held ranges.
 
-:func:`poll_steps` runs in Spark's executors over reads the job has partitioned by stream
-and sorted by :data:`ORDER` (Spark sorts, spilling to disk, so a stream of any length is
-walked one read at a time); like :mod:`chaos.audit.history` it needs only the standard
-library.
+:func:`steps` finds them in columns (a partition's reads, in the chunk task that holds the
+partition: one sort and one comparison of neighbours); :func:`poll_steps` is the same walk
+one read at a time, the definition the columns are tested against.
 """
 
 from __future__ import annotations
@@ -27,15 +26,22 @@ from collections.abc import Iterable, Iterator
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
+    "BACKWARDS",
     "ORDER",
-    "POLL_STEP_SCHEMA",
+    "REPEATED",
+    "SKIP",
     "STREAM",
+    "WHAT",
     "PollRead",
     "PollStep",
     "poll_steps",
     "sort_key",
     "step_kind",
+    "steps",
     "stream_of",
 ]
 
@@ -75,12 +81,6 @@ class PollStep(NamedTuple):
     time: float
     """When this read was written."""
 
-
-POLL_STEP_SCHEMA = (
-    "pid int, process bigint, session bigint, what string, previous bigint, offset bigint, "
-    "previous_line bigint, line bigint, time double"
-)
-"""Rows of :func:`poll_steps` (:class:`PollStep`)."""
 
 stream_of = itemgetter(0, 1, 2)
 """A :class:`PollRead`'s poll stream, the :data:`STREAM` fields: (pid, process, session)."""
@@ -128,3 +128,28 @@ def poll_steps(reads: Iterable[Any]) -> Iterator[PollStep]:
                     read.time,
                 )
         last = read
+
+
+BACKWARDS, REPEATED, SKIP = 0, 1, 2
+WHAT = ("backwards", "repeated", "skip")
+"""Step kinds by code (:func:`steps`)."""
+
+
+def steps(
+    process: npt.NDArray[np.int64],
+    session: npt.NDArray[np.int64],
+    time: npt.NDArray[np.float64],
+    line: npt.NDArray[np.int64],
+    offset: npt.NDArray[np.int64],
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp], npt.NDArray[np.int8]]:
+    """The steps of one partition's reads (columns, in any order) that are not one offset
+    up, as :func:`poll_steps` finds them: (index of the read before, index of the read,
+    kind code of :data:`WHAT`), in stream order."""
+    order = np.lexsort((line, time, session, process))
+    before, after = order[:-1], order[1:]
+    same = (process[after] == process[before]) & (session[after] == session[before])
+    previous, current = offset[before], offset[after]
+    chosen = np.flatnonzero(same & (current != previous + 1))
+    previous, current = previous[chosen], current[chosen]
+    kind = np.where(current < previous, BACKWARDS, np.where(current == previous, REPEATED, SKIP))
+    return before[chosen], after[chosen], kind.astype(np.int8)

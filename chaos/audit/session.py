@@ -20,11 +20,16 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "local_cores", "start_session"]
+__all__ = ["DEFAULT_MASTER", "JIT_OPTIONS", "local_cores", "start_session"]
 
 DEFAULT_MASTER = "local[*]"
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 """The driver's logging: errors only, on stderr."""
+JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""The JVMs compile with C1 only. The audit's JVM work is moving blocks of bytes between
+Python tasks; C2's optimising compiler threads spent 0.6-1 s of CPU per audit of the
+benchmark's 3M records compiling code that never paid it back (the JVM's CPU per run:
+1.0-1.5 s with C2, 0.4 s without, the same task time)."""
 _LOCAL = re.compile(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?")
 
 
@@ -55,26 +60,19 @@ def start_session(
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.adaptive.enabled": "true",
-        # The cached DataFrames (records, offsets, history) are read a few times within one
-        # run: compressing them cost a fifth of the JVM's CPU (a JFR profile of the audit
-        # benchmark: dictionary and run-length statistics gathered over every column,
-        # boxing each value into a Scala HashMap) for memory the audit does not run short
-        # of; MEMORY_AND_DISK spills what does not fit.
-        "spark.sql.inMemoryColumnarStorage.compressed": "false",
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}",
+        "spark.driver.extraJavaOptions": (
+            f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()} {JIT_OPTIONS}"
+        ),
+        "spark.executor.extraJavaOptions": JIT_OPTIONS,
     }
-    cores = local_cores(master)
-    if cores is not None:
+    if local_cores(master) is not None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.update(
             {
                 "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1",
-                # The driver is the executor in local mode: room for the cached records.
+                # The driver is the executor in local mode: room for the shuffled blocks.
                 "spark.driver.memory": "2g",
-                # A few shuffle partitions per core; adaptive execution coalesces small ones.
-                "spark.sql.shuffle.partitions": str(max(4, 4 * cores)),
             }
         )
     settings.update(conf or {})
@@ -83,11 +81,4 @@ def start_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    if cores is None and "spark.sql.shuffle.partitions" not in (conf or {}):
-        # On a cluster too, a few shuffle partitions per core the executors have, not
-        # Spark's 200: the audit's many small shuffles spent most of their time starting
-        # tasks (on the Docker cluster's 2-core worker, 900,000 records: checks 94 s with
-        # 200 partitions, 14 s with 8). The cores are known only once the session runs.
-        parallelism = spark.sparkContext.defaultParallelism
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(8, 4 * parallelism)))
     return spark

@@ -24,6 +24,9 @@ from pyspark.sql import SparkSession
 from broker.log.checkpoints import LEADER_EPOCH_CHECKPOINT, LeaderEpochCheckpointFile
 from broker.log.epoch_entry import EpochEntry
 from chaos.audit.cli import EXIT_BAD_INPUT, EXIT_CLEAN, EXIT_VIOLATIONS, audit_command
+from chaos.audit.data_dirs import read_data_dirs
+from chaos.audit.history import parse_timeline_line
+from chaos.audit.job import audit
 from chaos.audit.model import KINDS, READ_KINDS
 from chaos.audit.session import start_session
 from chaos.audit.testing import BrokerDataDir, history_line, read_line, write_lines
@@ -376,7 +379,7 @@ TIMELINE = [
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    session = start_session("local[2]", {"spark.sql.shuffle.partitions": "4"})
+    session = start_session("local[2]")
     try:
         yield session
     finally:
@@ -709,3 +712,108 @@ def test_audit_stdout_stays_short_and_printable_with_thousands_of_violations(
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]", out)
     assert f"{MANY_RETRIES + 1} violations" in out
     assert "many-0" in out
+
+
+# -- a history cut into ranges: line numbers count from the start of the file ----------------
+
+FILLER = 30_000
+"""Lines before the ones that matter: the history is parsed in several ranges (a few MB)."""
+
+
+def _filler() -> list[dict[str, Any]]:
+    tp = TopicPartition("filler", 0)
+    return [history_line("fail", tp, f"f{i}", None, time=T0) for i in range(FILLER)]
+
+
+def test_a_bad_line_far_into_a_long_history_is_named_by_its_line_in_the_file(
+    spark: SparkSession, faulty: Run, tmp_path: Path
+) -> None:
+    lines = [json.dumps(x) for x in _filler()] + ["{oops"]
+    history = tmp_path / "history.jsonl"
+    history.write_text("\n".join(lines) + "\n")
+    assert history.stat().st_size > 2 << 20
+    err = io.StringIO()
+    status = audit_command(
+        data=faulty.data, history=history, report=tmp_path / "out", spark=spark, err=err
+    )
+    assert status == EXIT_BAD_INPUT
+    assert f"history {history}, line {FILLER + 1}: not valid JSON" in err.getvalue()
+
+
+def test_findings_name_history_lines_of_the_file_in_a_long_history(
+    spark: SparkSession, faulty: Run, tmp_path: Path
+) -> None:
+    # The acknowledgement of LOST's offset 22 (truncated away) after the filler lines.
+    lost = history_line("ok", LOST, f"{LOST.topic}-22", 22, time=T0 + 5)
+    history = write_lines(tmp_path / "history.jsonl", [*_filler(), lost])
+    out = io.StringIO()
+    status = audit_command(
+        data=faulty.data, history=history, report=tmp_path / "out", spark=spark, out=out
+    )
+    assert status == EXIT_VIOLATIONS
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (finding,) = [v for v in report["violations"] if v["kind"] == "lost_ack"]
+    assert finding["topic"] == LOST.topic
+    assert f"history line {FILLER + 1}," in finding["detail"]
+    assert "'lost-22'" in finding["detail"]
+
+
+# -- partitions cut into offset ranges over several tasks: the same report -------------------
+
+
+def _report(result: Any) -> dict[str, Any]:
+    summary = result.to_json()["summary"]
+    for key in ("seconds", "phases"):
+        summary.pop(key)
+    return {"violations": [v.to_json() for v in result.violations], "summary": summary}
+
+
+def test_partitions_cut_into_ranges_over_several_tasks_give_the_same_report(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Ranges of 4 offsets (batches of 5 records straddle them), each partition over up to
+    # a dozen tasks: every check that spans a partition crosses ranges and tasks.
+    data, history = _build(tmp_path / "data", faults=True)
+    timeline = write_lines(tmp_path / "timeline.jsonl", TIMELINE)
+    events = [e for e in (parse_timeline_line(i, x) for i, x in enumerate(
+        timeline.read_bytes().split(b"\n"), start=1)) if e]  # fmt: skip
+    whole = audit(spark, read_data_dirs(data), history, events)
+    cut = audit(spark, read_data_dirs(data), history, events, split_bytes=400, chunk_offsets=4)
+    assert _report(cut) == _report(whole)
+    assert {v.kind for v in whole.violations} == set(KINDS)
+
+
+def test_duplicates_without_a_history_are_found_across_ranges(
+    spark: SparkSession, unhistoried: Run
+) -> None:
+    whole = audit(spark, read_data_dirs(unhistoried.data))
+    cut = audit(spark, read_data_dirs(unhistoried.data), split_bytes=64 << 10, chunk_offsets=256)
+    assert _report(cut) == _report(whole)
+    assert sum(v.kind == "duplicate" for v in cut.violations) == MANY_RETRIES + 1
+
+
+def test_acks_and_reads_of_a_partition_no_data_dir_holds_are_lost_and_inconsistent(
+    spark: SparkSession, faulty: Run, tmp_path: Path
+) -> None:
+    nowhere = TopicPartition("nowhere", 2)
+    history = write_lines(
+        tmp_path / "history.jsonl",
+        [
+            history_line("ok", nowhere, "n0", 0, time=T0),
+            history_line("ok", nowhere, "n1", 1, time=T0 + 1),
+            read_line(nowhere, 0, "n0", time=T0 + 2),
+        ],
+    )
+    out = io.StringIO()
+    status = audit_command(
+        data=faulty.data, history=history, report=tmp_path / "out", spark=spark, out=out
+    )
+    assert status == EXIT_VIOLATIONS
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    found = [v for v in report["violations"] if v["topic"] == "nowhere"]
+    assert [(v["kind"], v["offset"], v["last_offset"]) for v in found] == [
+        ("inconsistent_read", 0, 0),
+        ("lost_ack", 0, 1),
+    ]
+    assert "a partition that no data dir given holds" in found[0]["detail"]
+    assert "no data dir given holds nowhere-2" in found[1]["detail"]

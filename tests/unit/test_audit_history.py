@@ -12,7 +12,6 @@ from chaos.audit.history import (
     HistoryOp,
     HistoryRead,
     NemesisEvent,
-    history_rows,
     parse_history_line,
     parse_timeline_line,
 )
@@ -85,6 +84,9 @@ def test_a_nemesis_line_in_a_history_is_an_event() -> None:
         (_line(time="noon"), '"time" must be a number of unix seconds'),
         (_line(value=5), '"value" must be a string'),
         (_line(topic=""), '"topic" must be a non-empty string'),
+        (_line(partition=2**31), '"partition" must be at most 2147483647'),
+        (_line(offset=2**63), '"offset" must be at most 9223372036854775807'),
+        (_line(process=2**63), '"process" must be an integer (or "nemesis")'),
         ('{"time": 1, "process": 1, "type": "ok", "topic": "t", "partition": 0, '
          '"value": "\\ud800", "offset": 0}', '"value" is not valid Unicode'),
     ],
@@ -99,16 +101,6 @@ def test_a_bad_line_is_reported_with_its_number_and_reason(text: str, reason: st
 def test_invalid_utf8_is_bad_input() -> None:
     with pytest.raises(HistoryError, match="line 3: not UTF-8"):
         parse_history_line(3, b"\xff\xfe")
-
-
-def test_history_rows_number_lines_from_one_and_flag_errors() -> None:
-    assert history_rows((b"", 0)) == []
-    (row,) = history_rows((_line().encode(), 0))
-    assert row == (1, None, 1.5, "ok", "t", 2, b"v", 9, None, None, 3, None)
-    (bad,) = history_rows((b"{", 41))
-    assert bad[0] == 42
-    assert bad[1].startswith("not valid JSON")
-    assert bad[2:] == (None,) * 10
 
 
 def test_a_timeline_keeps_only_nemesis_lines() -> None:
@@ -151,15 +143,6 @@ def test_a_read_missing_its_offset_or_value_is_bad_input_naming_the_line(
         parse_history_line(31, text)
     assert caught.value.line_number == 31
     assert str(caught.value).startswith(f"line 31: {reason}")
-
-
-def test_history_rows_carry_a_reads_process_and_session() -> None:
-    (row,) = history_rows((_read().encode(), 9))
-    assert row == (10, None, 2.5, "read", "t", 2, b"v", 9, None, None, 7, 3)
-    (unset,) = history_rows((_read(session=...).encode(), 0))
-    assert unset[-1] == 0
-    (bad,) = history_rows((_read(value=...).encode(), 4))
-    assert bad[:2] == (5, '"value" is missing (a read must say what it saw)')
 
 
 def test_a_read_the_history_recorder_writes_parses_with_its_session(tmp_path: Path) -> None:

@@ -3,9 +3,21 @@ within one poll stream, a (partition, process, session), in the order the lines 
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from chaos.audit.polls import PollRead, PollStep, poll_steps, sort_key, step_kind, stream_of
+from chaos.audit.polls import (
+    WHAT,
+    PollRead,
+    PollStep,
+    poll_steps,
+    sort_key,
+    step_kind,
+    steps,
+    stream_of,
+)
 
 
 def _reads(
@@ -83,3 +95,29 @@ def test_reads_out_of_order_are_refused() -> None:
 def test_rows_with_the_same_fields_as_tuples_are_accepted() -> None:
     rows = [tuple(r) for r in _reads([3, 2])]
     assert [s.what for s in poll_steps(rows)] == ["backwards"]
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 1), st.integers(0, 3), st.integers(0, 9)),
+        max_size=40,
+    )
+)
+def test_steps_in_columns_are_the_walks_steps(rows: list[tuple[int, int, int, int]]) -> None:
+    reads = [
+        PollRead(0, process, session, float(t), line, offset)
+        for line, (process, session, t, offset) in enumerate(rows)
+    ]
+    walked = [(s.line, s.what) for s in poll_steps(sorted(reads, key=sort_key))]
+    columns = [
+        np.array([getattr(r, f) for r in reads])
+        for f in ("process", "session", "time", "line", "offset")
+    ]
+    before, after, kind = steps(*columns)
+    found = [
+        (int(columns[3][a]), WHAT[k]) for a, k in zip(after.tolist(), kind.tolist(), strict=True)
+    ]
+    assert found == walked
+    assert [int(columns[3][b]) for b in before.tolist()] == [
+        s.previous_line for s in poll_steps(sorted(reads, key=sort_key))
+    ]

@@ -1,19 +1,13 @@
-"""What Spark's executors make of a segment file: batch rows, decoded rows, damage reported."""
+"""What the audit's map tasks make of a segment file: its batches as columns, damage reported."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from chaos.audit.segments import (
-    SegmentTask,
-    decode_segment,
-    pack,
-    record_digest,
-    scan_segment,
-)
+from chaos.audit.segments import SegmentTask, map_file, pack, scan_segment
 from chaos.audit.testing import BrokerDataDir
 from proto.log_config import LogConfig
-from proto.record_batch import Record, scan_batches
+from proto.record_batch import scan_batches
 from proto.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)
@@ -29,48 +23,33 @@ def _segments(tmp_path: Path) -> list[Path]:
 
 
 def _task(path: Path, *, last: bool) -> SegmentTask:
-    return SegmentTask(3, 5, int(path.stem), str(path), last, path.stat().st_size)
+    return SegmentTask(3, int(path.stem), str(path), last, path.stat().st_size)
 
 
-def test_scan_yields_one_row_per_batch(tmp_path: Path) -> None:
+def test_a_scan_has_one_row_per_batch(tmp_path: Path) -> None:
     first, second = _segments(tmp_path)
-    rows = list(scan_segment(_task(first, last=False))) + list(
-        scan_segment(_task(second, last=True))
-    )
-    # kind, pid, broker, segment, position, base, last, epoch, count, size, problem
-    assert [(r[0], r[1], r[2], r[3], r[5], r[6], r[7], r[8], r[10]) for r in rows] == [
-        ("batch", 3, 5, 0, 0, 1, 0, 2, None),
-        ("batch", 3, 5, 0, 2, 3, 0, 2, None),
-        ("batch", 3, 5, 4, 4, 5, 1, 2, None),
-    ]
-    assert rows[1][4] == rows[0][9]  # the second batch starts where the first ends
+    a, b = scan_segment(_task(first, last=False)), scan_segment(_task(second, last=True))
+    assert a.base_offset.tolist() + b.base_offset.tolist() == [0, 2, 4]
+    assert a.last_offset.tolist() + b.last_offset.tolist() == [1, 3, 5]
+    assert a.epoch.tolist() + b.epoch.tolist() == [0, 0, 1]
+    assert a.record_count.tolist() + b.record_count.tolist() == [2, 2, 2]
+    assert a.position.tolist()[1] == a.size.tolist()[0]  # the second starts where the first ends
+    assert not a.problems
+    assert a.stop is None
+    assert b.stop is None
+    assert a.valid().all()
 
 
-def test_decode_yields_records_of_sound_batches(tmp_path: Path) -> None:
-    first, second = _segments(tmp_path)
-    rows = list(decode_segment(_task(first, last=False))) + list(
-        decode_segment(_task(second, last=True))
-    )
-    assert [(r[2], r[3], r[4], r[5], r[6], r[7], r[8]) for r in rows] == [
-        (0, 0, 1, None, None, [0, 1], [b"a", b"b"]),
-        (0, 2, 3, None, None, [2, 3], [b"c", b"d"]),
-        (1, 4, 5, None, None, [4, 5], [b"e", None]),
-    ]
-    assert all(len(r[9]) == len(r[7]) for r in rows)
-
-
-def test_a_flipped_byte_fails_the_crc_and_its_records_are_not_decoded(tmp_path: Path) -> None:
+def test_a_flipped_byte_fails_the_crc_and_the_batch_is_not_valid(tmp_path: Path) -> None:
     first, _ = _segments(tmp_path)
     data = bytearray(first.read_bytes())
     batches = list(scan_batches(bytes(data)))
     data[batches[1].position + batches[1].header.size - 2] ^= 0x01
     first.write_bytes(bytes(data))
-    rows = list(scan_segment(_task(first, last=False)))
-    assert rows[0][10] is None
-    assert rows[1][10] is not None
-    assert rows[1][10].startswith("CRC mismatch")
-    decoded = list(decode_segment(_task(first, last=False)))
-    assert [r[3] for r in decoded] == [0]  # the damaged batch is left to the scan's report
+    scan = scan_segment(_task(first, last=False))
+    assert list(scan.problems) == [1]
+    assert scan.problems[1].startswith("CRC mismatch")
+    assert scan.valid().tolist() == [True, False]
 
 
 def test_a_cut_tail_is_torn_in_the_last_segment_and_unframed_before_it(tmp_path: Path) -> None:
@@ -78,34 +57,37 @@ def test_a_cut_tail_is_torn_in_the_last_segment_and_unframed_before_it(tmp_path:
     data = first.read_bytes()
     first.write_bytes(data[:-10])
     size = len(data) - 10
-    *_, torn = scan_segment(_task(first, last=True))
+    torn = scan_segment(_task(first, last=True)).stop
     position = next(iter(scan_batches(data))).header.size
-    assert torn[0] == "torn"
-    assert (torn[4], torn[5], torn[9]) == (position, 2, size - position)
-    assert "needs" in torn[10]  # the batch length asks for more bytes than remain
-    *_, unframed = scan_segment(_task(first, last=False))
-    assert unframed[0] == "unframed"
+    assert torn is not None
+    assert torn.kind == "torn"
+    assert (torn.position, torn.next_offset, torn.remaining) == (position, 2, size - position)
+    assert "needs" in torn.problem  # the batch length asks for more bytes than remain
+    unframed = scan_segment(_task(first, last=False)).stop
+    assert unframed is not None
+    assert unframed.kind == "unframed"
 
 
-def test_pack_balances_bytes_over_at_most_the_bins_asked() -> None:
-    tasks = [SegmentTask(0, 1, i, f"s{i}", False, size) for i, size in enumerate([9, 1, 1, 5, 4])]
-    bins = pack(tasks, 2)
+def test_an_empty_segment_has_no_batch(tmp_path: Path) -> None:
+    empty = tmp_path / f"{7:020d}.log"
+    empty.write_bytes(b"")
+    scan = scan_segment(_task(empty, last=True))
+    assert len(scan) == 0
+    assert scan.stop is None
+
+
+def test_pack_balances_sizes_over_at_most_the_bins_asked() -> None:
+    tasks = [SegmentTask(0, i, f"s{i}", False, size) for i, size in enumerate([9, 1, 1, 5, 4])]
+    bins = pack(tasks, 2, lambda t: t.size)
     assert sorted(sum(t.size for t in b) for b in bins) == [10, 10]
     assert sorted(t.base_offset for b in bins for t in b) == [0, 1, 2, 3, 4]
-    assert len(pack(tasks, 10)) == 5
-    assert pack([], 3) == []
+    assert len(pack(tasks, 10, lambda t: t.size)) == 5
+    assert pack([], 3, lambda t: 0) == []
 
 
-def test_record_digest_tells_keys_timestamps_and_headers_apart() -> None:
-    base = Record(key=None, value=b"v", timestamp=1)
-    digests = {
-        record_digest(r)
-        for r in (
-            base,
-            base._replace(key=b"k"),
-            base._replace(timestamp=2),
-            base._replace(headers=(("h", b"1"),)),
-        )
-    }
-    assert len(digests) == 4
-    assert record_digest(base._replace(value=b"other")) == record_digest(base)  # value apart
+def test_map_file_maps_a_file_and_an_empty_one_is_no_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(bytes(range(100)))
+    (tmp_path / "empty").write_bytes(b"")
+    assert map_file(str(path))[10:20] == bytes(range(10, 20))
+    assert map_file(str(tmp_path / "empty")) == b""
