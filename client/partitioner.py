@@ -6,12 +6,15 @@ Three rules, in order:
 2. a keyed record goes to ``toPositive(murmur2(key)) % partitions``, exactly as Kafka's
    Java producer computes it, so a key lands on the same partition whichever client wrote
    it (and keeps its order there);
-3. a record without a key goes to the topic's *sticky* partition (KIP-480): all keyless
-   records of a topic fill one batch on one partition, and only when that batch is closed
-   (full, or taken by the sender) does the topic move on, to a random partition with a
-   leader other than the previous one when there is a choice. Batches fill up instead of
-   one-record batches spread over every partition, which is what made KIP-480 halve
-   latency at low throughput.
+3. a record without a key goes to the topic's *sticky* partition (KIP-480, with KIP-794's
+   rule for when to move on): all keyless records of a topic go to one partition until
+   ``batch.size`` bytes of them were closed into batches there (a full batch, or several
+   the sender took before they filled), then to a random partition with a leader other
+   than the previous one when there is a choice. Batches fill up instead of one-record
+   batches spread over every partition, which is what made KIP-480 halve latency at low
+   throughput; counting bytes rather than batches (KIP-794) keeps that true when the
+   sender takes batches before they fill (``linger_ms`` 0): moving on at every batch sent
+   had spread a slow producer's records one per request over every partition.
 """
 
 from __future__ import annotations
@@ -74,8 +77,9 @@ class Partitioner:
     """Explicit partition, else murmur2 of the key, else the topic's sticky partition.
 
     The producer's accumulator calls :meth:`on_batch_closed` whenever a batch stops
-    accepting records (it is full, or the sender drained it); if that batch was on the
-    topic's sticky partition, the next keyless record picks a new one.
+    accepting records (it is full, or the sender drained it); once the batches closed on the
+    topic's sticky partition add up to ``batch.size`` bytes, the next keyless record picks a
+    new one.
     """
 
     def __init__(self, rng: random.Random | None = None) -> None:
@@ -84,6 +88,8 @@ class Partitioner:
         """topic -> the partition keyless records go to now."""
         self._previous: dict[str, int] = {}
         """topic -> the sticky partition before the current (or pending) choice."""
+        self._filled: dict[str, int] = {}
+        """topic -> bytes of the batches closed on its sticky partition so far."""
 
     def partition(
         self,
@@ -108,13 +114,21 @@ class Partitioner:
         if current is None or current >= num_partitions or (available and current not in available):
             current = self._choose(topic, num_partitions, available)
             self._sticky[topic] = current
+            self._filled.pop(topic, None)
         return current
 
-    def on_batch_closed(self, tp: TopicPartition) -> None:
-        """A batch of ``tp`` is full or was sent: if ``tp`` is sticky, move on next time."""
-        if self._sticky.get(tp.topic) == tp.partition:
-            del self._sticky[tp.topic]
-            self._previous[tp.topic] = tp.partition
+    def on_batch_closed(self, tp: TopicPartition, size: int, batch_size: int) -> None:
+        """A batch of ``tp`` of ``size`` bytes is full or was sent: if ``tp`` is sticky and
+        its closed batches reach ``batch_size`` bytes, move on next time (KIP-794)."""
+        if self._sticky.get(tp.topic) != tp.partition:
+            return
+        filled = self._filled.get(tp.topic, 0) + size
+        if filled < batch_size:
+            self._filled[tp.topic] = filled
+            return
+        del self._sticky[tp.topic]
+        self._filled.pop(tp.topic, None)
+        self._previous[tp.topic] = tp.partition
 
     def _choose(self, topic: str, num_partitions: int, available: Sequence[int]) -> int:
         candidates: Sequence[int] = [p for p in available if p < num_partitions]

@@ -213,7 +213,7 @@ class RecordAccumulator:
         batch_size: int,
         linger_ms: int,
         delivery_timeout_ms: int,
-        on_batch_closed: Callable[[TopicPartition], None] | None = None,
+        on_batch_closed: Callable[[TopicPartition, int, int], None] | None = None,
     ) -> None:
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000
@@ -320,7 +320,7 @@ class RecordAccumulator:
             batch.closed = True
             self.wakeup.set()
             if self._on_batch_closed is not None:
-                self._on_batch_closed(batch.tp)
+                self._on_batch_closed(batch.tp, batch.size, self.batch_size)
 
     def ready(
         self,

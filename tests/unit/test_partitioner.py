@@ -80,11 +80,15 @@ def test_keyed_records_ignore_availability() -> None:
     assert partitioner.partition("t", b"foobar", 10, available=[0]) == 6
 
 
+FULL = 16384
+"""A batch as large as batch.size."""
+
+
 def test_keyless_records_stick_to_one_partition_until_its_batch_closes() -> None:
     partitioner = Partitioner(random.Random(7))
     first = partitioner.partition("t", None, 6, available=range(6))
     assert all(partitioner.partition("t", None, 6, range(6)) == first for _ in range(50))
-    partitioner.on_batch_closed(TopicPartition("t", first))
+    partitioner.on_batch_closed(TopicPartition("t", first), FULL, FULL)
     second = partitioner.partition("t", None, 6, range(6))
     assert second != first
     assert all(partitioner.partition("t", None, 6, range(6)) == second for _ in range(50))
@@ -93,8 +97,8 @@ def test_keyless_records_stick_to_one_partition_until_its_batch_closes() -> None
 def test_closing_a_batch_of_another_partition_does_not_move_the_sticky_one() -> None:
     partitioner = Partitioner(random.Random(3))
     sticky = partitioner.partition("t", None, 4, range(4))
-    partitioner.on_batch_closed(TopicPartition("t", (sticky + 1) % 4))
-    partitioner.on_batch_closed(TopicPartition("other", sticky))
+    partitioner.on_batch_closed(TopicPartition("t", (sticky + 1) % 4), FULL, FULL)
+    partitioner.on_batch_closed(TopicPartition("other", sticky), FULL, FULL)
     assert partitioner.partition("t", None, 4, range(4)) == sticky
 
 
@@ -102,7 +106,7 @@ def test_sticky_partition_is_per_topic() -> None:
     partitioner = Partitioner(random.Random(5))
     a = partitioner.partition("a", None, 100, range(100))
     b = partitioner.partition("b", None, 100, range(100))
-    partitioner.on_batch_closed(TopicPartition("a", a))
+    partitioner.on_batch_closed(TopicPartition("a", a), FULL, FULL)
     assert partitioner.partition("b", None, 100, range(100)) == b
 
 
@@ -112,7 +116,7 @@ def test_new_sticky_partition_has_a_leader_and_differs_from_the_previous() -> No
     previous = partitioner.partition("t", None, 6, available)
     for _ in range(100):
         assert previous in available
-        partitioner.on_batch_closed(TopicPartition("t", previous))
+        partitioner.on_batch_closed(TopicPartition("t", previous), FULL, FULL)
         chosen = partitioner.partition("t", None, 6, available)
         assert chosen != previous
         previous = chosen
@@ -121,7 +125,7 @@ def test_new_sticky_partition_has_a_leader_and_differs_from_the_previous() -> No
 def test_single_available_partition_is_chosen_again() -> None:
     partitioner = Partitioner(random.Random(2))
     assert partitioner.partition("t", None, 6, [3]) == 3
-    partitioner.on_batch_closed(TopicPartition("t", 3))
+    partitioner.on_batch_closed(TopicPartition("t", 3), FULL, FULL)
     assert partitioner.partition("t", None, 6, [3]) == 3
 
 
@@ -143,5 +147,22 @@ def test_sticky_choice_spreads_over_partitions() -> None:
     for _ in range(200):
         p = partitioner.partition("t", None, 5, range(5))
         seen.add(p)
-        partitioner.on_batch_closed(TopicPartition("t", p))
+        partitioner.on_batch_closed(TopicPartition("t", p), FULL, FULL)
     assert seen == set(range(5))
+
+
+def test_batches_taken_before_they_fill_move_the_sticky_partition_on_after_batch_size_bytes() -> (
+    None
+):
+    """KIP-794: the sender taking small batches (linger.ms 0) does not move the sticky
+    partition at every batch; batch.size bytes of them do."""
+    partitioner = Partitioner(random.Random(8))
+    sticky = partitioner.partition("t", None, 6, range(6))
+    for _ in range(15):
+        partitioner.on_batch_closed(TopicPartition("t", sticky), 1000, FULL)
+        assert partitioner.partition("t", None, 6, range(6)) == sticky
+    partitioner.on_batch_closed(TopicPartition("t", sticky), 1384, FULL)  # 16,384 in all
+    moved = partitioner.partition("t", None, 6, range(6))
+    assert moved != sticky
+    partitioner.on_batch_closed(TopicPartition("t", moved), 1000, FULL)  # counted afresh
+    assert partitioner.partition("t", None, 6, range(6)) == moved

@@ -180,7 +180,7 @@ def test_flush_makes_every_batch_ready_at_once() -> None:
 def test_drain_closes_the_open_batch_and_tells_the_partitioner() -> None:
     async def scenario() -> None:
         closed: list[TopicPartition] = []
-        acc = RecordAccumulator(16384, 0, 120_000, closed.append)
+        acc = RecordAccumulator(16384, 0, 120_000, lambda tp, size, limit: closed.append(tp))
         acc.append(TP0, rec(b"a"), now=0.0)
         (head,), _ = acc.ready(0.0)
         acc.drain(head)
@@ -197,7 +197,9 @@ def test_abort_on_new_batch_closes_the_full_batch_and_returns_none() -> None:
         closed: list[TopicPartition] = []
         value = b"x" * 50
         batch_size = HEADER_SIZE + one_record_size(value) + 10  # room for one record only
-        acc = RecordAccumulator(batch_size, 1000, 120_000, closed.append)
+        acc = RecordAccumulator(
+            batch_size, 1000, 120_000, lambda tp, size, limit: closed.append(tp)
+        )
         assert acc.append(TP0, rec(value), now=0.0, abort_on_new_batch=True) is not None
         assert closed == []  # the first batch of a partition is not a reason to move on
         assert acc.append(TP0, rec(value), now=0.0, abort_on_new_batch=True) is None
