@@ -107,24 +107,40 @@ class ProduceSession:
         """
         if self._unary:
             return await self._stub.Produce(request, timeout=timeout_s)
-        async with self._writing:
-            stream = self._stream
-            if stream is None or stream.call.done():
-                stream = self._stream = _Stream(self._stub.ProduceSession(None))
-            correlation_id = self._next_id
-            self._next_id = (correlation_id + 1) & _CORRELATION_MASK
-            request.correlation_id = correlation_id
-            answer: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
-            stream.waiting[correlation_id] = answer
-            try:
-                await stream.call.write(request)
-            except asyncio.InvalidStateError:
-                pass  # the call already ended: its reader fails the answer with its status
-            except BaseException:
-                # Cancelled or failed mid-write: what the broker got is unknown, so the
-                # stream cannot be trusted with the requests behind this one.
-                self._end(stream)
-                raise
+        answer: asyncio.Future[pb.ProduceResponse] = asyncio.get_running_loop().create_future()
+        try:
+            async with self._writing:
+                stream = self._stream
+                if stream is None or stream.call.done():
+                    stream = self._stream = _Stream(self._stub.ProduceSession(None))
+                correlation_id = self._next_id
+                self._next_id = (correlation_id + 1) & _CORRELATION_MASK
+                request.correlation_id = correlation_id
+                stream.waiting[correlation_id] = answer
+                try:
+                    await stream.call.write(request)
+                except asyncio.InvalidStateError:
+                    pass  # the call already ended: its reader fails the answer with its status
+                except BaseException:
+                    # Cancelled or failed mid-write: what the broker got is unknown, so the
+                    # stream cannot be trusted with the requests behind this one.
+                    self._end(stream)
+                    raise
+            return await self._answer(stream, correlation_id, answer, request, timeout_s)
+        finally:
+            if answer.done() and not answer.cancelled():
+                # Retrieved whatever happened: the stream's end may have set an error on
+                # it while this call was being cancelled, or after it gave up writing.
+                answer.exception()
+
+    async def _answer(
+        self,
+        stream: _Stream,
+        correlation_id: int,
+        answer: asyncio.Future[pb.ProduceResponse],
+        request: pb.ProduceRequest,
+        timeout_s: float,
+    ) -> pb.ProduceResponse:
         try:
             async with asyncio.timeout(timeout_s):
                 return await answer

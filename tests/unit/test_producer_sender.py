@@ -585,6 +585,28 @@ def test_requests_to_a_leader_share_one_session_across_a_broken_stream() -> None
     run(scenario)
 
 
+@pytest.mark.parametrize("status", [grpc.StatusCode.INTERNAL, grpc.StatusCode.UNAVAILABLE])
+def test_a_stream_that_breaks_with_internal_is_retried_not_failed(
+    status: grpc.StatusCode,
+) -> None:
+    """A broker killed mid-stream often ends it with "INTERNAL: Internal error from Core":
+    as UNAVAILABLE, a transport failure, retried, and no producer id reset (which would
+    write the batches in doubt a second time)."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            broker = cluster.brokers[1]
+            async with Producer(connections, fast(linger_ms=0)) as producer:
+                await (await producer.send("t", b"0"))
+                broker.abort_next.append(status)
+                assert (await (await producer.send("t", b"1"))).offset == 1
+            assert cluster.records(TopicPartition("t", 0)) == [b"0", b"1"]
+            assert cluster.init_producer_id_calls == 1
+
+    run(scenario)
+
+
 def test_a_broker_without_produce_sessions_gets_unary_produce_calls() -> None:
     async def scenario() -> None:
         async with fake_cluster() as cluster, connected(cluster) as connections:
