@@ -20,12 +20,14 @@ MASTER ?=
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup: system-deps $(INSTALLED) ## install what is missing: ZooKeeper, Java 17, the venv with minibroker[dev,audit]
+setup: system-deps $(INSTALLED) ## install what is missing: ZooKeeper, Java 17, kcat, the venv with minibroker[dev,audit]
 
-# Debian's zookeeper package and a Java 17 runtime, installed only when missing.
+# Debian's zookeeper package, a Java 17 runtime and kcat (the Kafka listener's tests),
+# installed only when missing.
 system-deps:
 	@need=""; \
 	[ -f $(ZOOKEEPER_JAR) ] || need="$$need zookeeper"; \
+	command -v kcat >/dev/null || need="$$need kcat"; \
 	java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])' || need="$$need openjdk-17-jre-headless"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing Debian packages:$$need"; \

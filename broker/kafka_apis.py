@@ -87,7 +87,9 @@ def _by_topic(order: list[TopicPartition]) -> dict[str, list[TopicPartition]]:
     return grouped
 
 
-def _partition_problem(tp: TopicPartition) -> int | None:
+def partition_problem(tp: TopicPartition) -> int | None:
+    """The error code of a partition no request may name (an invalid topic name, a negative
+    index), else None."""
     if topic_name_problem(tp.topic) is not None:
         return pb.INVALID_TOPIC
     if tp.partition < 0:
@@ -124,7 +126,7 @@ def _parse_produce(request: pb.ProduceRequest) -> _ParsedProduce:
         for part in topic.partitions:
             tp = TopicPartition(topic.name, part.index)
             order.append(tp)
-            problem = _partition_problem(tp)
+            problem = partition_problem(tp)
             if problem is not None:
                 refused[tp] = ProduceResult(problem, f"invalid partition {tp!r}")
             elif not part.records:
@@ -286,7 +288,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             for part in topic.partitions:
                 tp = TopicPartition(topic.topic, part.partition)
                 order.append(tp)
-                problem = _partition_problem(tp)
+                problem = partition_problem(tp)
                 if problem is not None:
                     refused[tp] = FetchPartitionResult(problem, f"invalid partition {tp!r}")
                     continue
@@ -363,7 +365,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 topic_response = response.topics.add(topic=topic.topic)
                 for part in topic.partitions:
                     tp = TopicPartition(topic.topic, part.partition)
-                    problem = _partition_problem(tp)
+                    problem = partition_problem(tp)
                     if problem is not None:
                         code, epoch, end = problem, -1, -1
                     else:
@@ -387,7 +389,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                 topic_response = response.topics.add(name=topic.name)
                 for part in topic.partitions:
                     tp = TopicPartition(topic.name, part.partition_index)
-                    problem = _partition_problem(tp)
+                    problem = partition_problem(tp)
                     if problem is not None:
                         code, offset, timestamp = problem, -1, -1
                     else:
@@ -451,46 +453,53 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def _init_producer_id(
         self, request: pb.InitProducerIdRequest
     ) -> pb.InitProducerIdResponse:
-        """A new producer id at epoch 0, for an idempotent producer (no transactions).
-
-        Any broker answers (Kafka routes a request without transactional id to any broker
-        too). ZooKeeper not answering in time is REQUEST_TIMED_OUT, retriable: a block may
-        have to be reserved first.
-        """
         if request.transactional_id:
             raise MalformedRequestError(
                 "transactional_id is set, but this broker supports no transactions; "
                 "leave it empty to get a producer id for an idempotent producer"
             )
-        failed = pb.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
-        try:
-            async with asyncio.timeout(self.producer_id_timeout_ms / 1000):
-                producer_id = await self.producer_id_manager.generate_producer_id()
-        except (TimeoutError, ZkError) as err:
-            logger.warning(
-                "no producer id: ZooKeeper unavailable event=init_producer_id_failed "
-                "broker=%d error=%r",
-                self.replica_manager.broker_id,
-                err,
-            )
-            failed.error_code = pb.REQUEST_TIMED_OUT
-            return failed
-        except (ZkDataError, ProducerIdsExhaustedError) as err:
-            logger.error(
-                "no producer id event=init_producer_id_failed broker=%d error=%s",
-                self.replica_manager.broker_id,
-                err,
-            )
-            failed.error_code = pb.UNKNOWN_SERVER_ERROR
-            return failed
-        logger.info(
-            "producer id handed out event=init_producer_id broker=%d producer_id=%d",
-            self.replica_manager.broker_id,
-            producer_id,
+        code, producer_id = await new_producer_id(
+            self.producer_id_manager, self.replica_manager.broker_id, self.producer_id_timeout_ms
         )
+        if code != pb.NONE:
+            return pb.InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
         return pb.InitProducerIdResponse(
             error_code=pb.NONE, producer_id=producer_id, producer_epoch=0
         )
+
+
+async def new_producer_id(
+    manager: ProducerIdManager, broker_id: int, timeout_ms: int
+) -> tuple[pb.ErrorCode.ValueType, int]:
+    """(error code, producer id): a new producer id, at epoch 0, for an idempotent producer
+    (no transactions), on either listener.
+
+    Any broker answers (Kafka routes a request without transactional id to any broker
+    too). ZooKeeper not answering in time is REQUEST_TIMED_OUT, retriable: a block may
+    have to be reserved first.
+    """
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            producer_id = await manager.generate_producer_id()
+    except (TimeoutError, ZkError) as err:
+        logger.warning(
+            "no producer id: ZooKeeper unavailable event=init_producer_id_failed "
+            "broker=%d error=%r",
+            broker_id,
+            err,
+        )
+        return pb.REQUEST_TIMED_OUT, -1
+    except (ZkDataError, ProducerIdsExhaustedError) as err:
+        logger.error(
+            "no producer id event=init_producer_id_failed broker=%d error=%s", broker_id, err
+        )
+        return pb.UNKNOWN_SERVER_ERROR, -1
+    logger.info(
+        "producer id handed out event=init_producer_id broker=%d producer_id=%d",
+        broker_id,
+        producer_id,
+    )
+    return pb.NONE, producer_id
 
 
 class ControlService(pb_grpc.ControlServicer):

@@ -29,6 +29,8 @@ from broker.broker_metrics import ReplicaManagerMetrics, RequestMetrics
 from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager
 from broker.kafka_apis import BrokerService, ControlService
+from broker.kafka_wire.kafka_listener import KafkaListener
+from broker.kafka_wire.kafka_wire_apis import KafkaWireApis
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
@@ -116,6 +118,7 @@ class BrokerServer:
         self.port: int | None = None
         self._controller_started = False
         self._grpc: grpc.aio.Server | None = None
+        self._kafka_listener: KafkaListener | None = None
         self._replica_manager_started = False
         self._stopped = asyncio.Event()
 
@@ -191,6 +194,7 @@ class BrokerServer:
                 f"{_bind_problem(self.config.host, self.config.port)}"
             )
         await self._grpc.start()
+        await self._serve_kafka()
         self._serve_metrics()
         self.zk.on_session_lost(self.replica_manager.on_session_lost)
         self.zk.on_session_established(self._register)
@@ -199,15 +203,47 @@ class BrokerServer:
         self._controller_started = True
         await self.controller.start()
         logger.info(
-            "broker started event=started broker=%d port=%d security_protocol=%s "
+            "broker started event=started broker=%d port=%d kafka_port=%s security_protocol=%s "
             "metrics_port=%s data_dir=%s zookeeper=%s",
             self.broker_id,
             self.port,
+            self.kafka_port,
             "PLAINTEXT" if self.tls is None else f"SSL/{self.config.ssl_client_auth}",
             self.metrics_port,
             self.config.log_dir,
             self.config.zookeeper_connect,
         )
+
+    async def _serve_kafka(self) -> None:
+        """With ``kafka.port``, bind the Kafka protocol listener before registering: the
+        registration advertises it beside the gRPC one."""
+        port = self.config.kafka_port
+        if port < 0:
+            return
+        listener = KafkaListener(
+            self.broker_id,
+            KafkaWireApis(
+                self.replica_manager,
+                self.metadata_cache,
+                self.producer_id_manager,
+                producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
+            ).handlers,
+            max_request_bytes=self.config.socket_request_max_bytes,
+            observe=self._request_metrics.observe,
+        )
+        try:
+            self.kafka_port = await listener.start(self.config.host, port)
+        except OSError as err:
+            raise PortInUseError(
+                f"broker {self.broker_id} cannot listen for Kafka clients on "
+                f"{self.config.host}:{port}: {err.strerror or err} (pick another kafka.port)"
+            ) from err
+        self._kafka_listener = listener
+
+    async def _stop_kafka(self) -> None:
+        if self._kafka_listener is not None:
+            await self._kafka_listener.stop()
+            self._kafka_listener = None
 
     def _serve_metrics(self) -> None:
         """Bind the Prometheus endpoint before registering, so a taken port is an error at
@@ -266,6 +302,7 @@ class BrokerServer:
             await controlled_shutdown(
                 self.config, self.zk, self.replica_manager.broker_epoch, self.tls
             )
+        await self._stop_kafka()
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
         await self._stop_metrics()
@@ -303,6 +340,7 @@ class BrokerServer:
     async def _abandon_start(self) -> None:
         """Undo a partial start. The replica manager is only shut down if it started: before
         it read the HW checkpoint, its shutdown would overwrite that file with nothing."""
+        await self._stop_kafka()
         if self._grpc is not None:
             await self._grpc.stop(None)
         await self._stop_metrics()

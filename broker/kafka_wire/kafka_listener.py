@@ -1,0 +1,259 @@
+"""The Kafka listener: Kafka's binary protocol over TCP on the broker's event loop.
+
+One connection is one reader and one writer. The reader takes a frame at a time and runs
+its handler's stage (:mod:`broker.kafka_wire.kafka_wire_apis`) before reading the next, so
+what must keep the connection's order (a Produce's append) does; the answers are queued and
+the writer writes each, in request order, when it is ready. A client may thus keep several
+requests in flight on a connection, as librdkafka and the Java client do, and the broker
+still sees them one after the other, as Kafka's muted channel has it. The queue is bounded:
+a client that sends faster than it reads its answers is held back by TCP, as Kafka's
+``queued.max.requests`` holds it.
+
+Hostile input closes that connection only, with a log line: a size over
+``socket.request.max.bytes`` (a TLS ClientHello or an HTTP request read as a size is one),
+a frame that does not decode as the version it names, a handler's ``CloseConnection``. An
+API or version not served gets Kafka's answer: ApiVersions says UNSUPPORTED_VERSION in
+version 0 with the list of what is served (KIP-511), anything else Kafka knows gets its
+response with every error code set to UNSUPPORTED_VERSION, and what Kafka does not know
+closes the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.index import api_key_map
+
+from broker.kafka_wire.kafka_wire_apis import (
+    API_VERSIONS,
+    SUPPORTED_VERSIONS,
+    UNSUPPORTED_VERSION,
+    Answer,
+    CloseConnection,
+    KafkaRequest,
+    api_versions_tree,
+)
+from broker.kafka_wire.messages import Tree
+from broker.kafka_wire.request_codec import (
+    MalformedRequestError,
+    decode_request,
+    encode_response,
+    peek_header,
+    request_schema,
+    response_schema,
+)
+from proto import minibroker_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MAX_QUEUED_ANSWERS", "KafkaListener"]
+
+MAX_QUEUED_ANSWERS = 64
+"""Requests of one connection read but not yet answered before the reader waits."""
+_TLS_HANDSHAKE = 0x16
+
+
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    """An answer owed, in the order the requests came."""
+
+    api_key: int
+    correlation_id: int
+    schema: type[Any]
+    answer: Awaitable[Tree | None]
+    started: float
+    error: int = 0
+
+
+class KafkaListener:
+    """Serves Kafka clients on ``host:port`` until :meth:`stop`."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        handlers: Mapping[int, Callable[[KafkaRequest], Awaitable[Answer]]],
+        *,
+        max_request_bytes: int,
+        observe: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.handlers = handlers
+        """By API key, the stage of each API in :data:`SUPPORTED_VERSIONS`."""
+        self.max_request_bytes = max_request_bytes
+        """``socket.request.max.bytes``: a larger size field closes the connection."""
+        self._observe = observe
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        """Bind and serve; returns the bound port. Raises OSError when it cannot bind."""
+        self._server = await asyncio.start_server(
+            self._connection, host, port, reuse_address=True, reuse_port=False
+        )
+        bound: int = self._server.sockets[0].getsockname()[1]
+        return bound
+
+    async def stop(self) -> None:
+        """Stop accepting and close every connection (their pending answers are dropped:
+        the clients retry elsewhere, as after a broker crash)."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections))
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def _log(self, level: int, event: str, peer: object, **fields: object) -> None:
+        text = " ".join(f"{k}={v}" for k, v in fields.items())
+        logger.log(level, "event=%s broker=%d peer=%s %s", event, self.broker_id, peer, text)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        queue: asyncio.Queue[_Queued | None] = asyncio.Queue()
+        room = asyncio.Semaphore(MAX_QUEUED_ANSWERS)
+        reading = asyncio.create_task(self._read_requests(reader, queue, room, peer))
+        writing = asyncio.create_task(self._write_answers(queue, room, writer, peer))
+        try:
+            done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
+            if reading in done:
+                reading.result()
+                queue.put_nowait(None)  # the client is done sending: answer what it sent
+            await writing
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except CloseConnection as err:
+            self._log(logging.WARNING, "kafka_connection_closed", peer, reason=repr(str(err)))
+        except Exception:
+            logger.exception(
+                "event=kafka_connection_failed broker=%d peer=%s", self.broker_id, peer
+            )
+        finally:
+            for part in (reading, writing):
+                part.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await part
+            while not queue.empty():  # answers never to be written: their coroutines closed
+                if (queued := queue.get_nowait()) is not None:
+                    _discard(queued.answer)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            self._connections.discard(task)
+
+    async def _read_requests(
+        self,
+        reader: asyncio.StreamReader,
+        queue: asyncio.Queue[_Queued | None],
+        room: asyncio.Semaphore,
+        peer: object,
+    ) -> None:
+        """Read requests until the client closes; stage each in turn."""
+        while True:
+            try:
+                head = await reader.readexactly(4)
+            except asyncio.IncompleteReadError as err:
+                if err.partial:
+                    self._log(logging.WARNING, "kafka_truncated_frame", peer)
+                return
+            size = int.from_bytes(head, "big", signed=True)
+            if size < 0 or size > self.max_request_bytes:
+                tls = head[0] == _TLS_HANDSHAKE
+                hint = " (a TLS handshake: this listener is PLAINTEXT)" if tls else ""
+                raise CloseConnection(
+                    f"request size {size} is not in 0..socket.request.max.bytes "
+                    f"({self.max_request_bytes}){hint}"
+                )
+            frame = await reader.readexactly(size)
+            started = time.perf_counter()
+            await room.acquire()
+            try:
+                queued = await self._stage(frame, started)
+            except MalformedRequestError as err:
+                raise CloseConnection(str(err)) from err
+            queue.put_nowait(queued)
+
+    async def _stage(self, frame: bytes, started: float) -> _Queued:
+        api_key, version, correlation_id = peek_header(frame)
+        versions = SUPPORTED_VERSIONS.get(api_key)
+        schema = request_schema(api_key, version)
+        if versions is not None and versions[0] <= version <= versions[1] and schema is not None:
+            request = decode_request(frame, schema)
+            answer = await self.handlers[api_key](request)
+            reply = response_schema(api_key, version)
+            assert reply is not None
+            return _Queued(api_key, correlation_id, reply, answer, started)
+        if api_key == API_VERSIONS:
+            reply = response_schema(API_VERSIONS, 0)
+            assert reply is not None
+            answer = _ready(api_versions_tree(UNSUPPORTED_VERSION))
+            return _Queued(api_key, correlation_id, reply, answer, started)
+        reply = response_schema(api_key, version)
+        if reply is None or schema is None:
+            raise MalformedRequestError(f"Kafka has no API {api_key} version {version}")
+        if not any(f.name == "error_code" for f in dataclasses.fields(reply)):
+            # Its errors are per partition, of partitions we would have to decode: Kafka
+            # closes the connection on a version it cannot parse.
+            raise MalformedRequestError(f"API {api_key} version {version} is not served here")
+        return _Queued(
+            api_key, correlation_id, reply, _ready({}), started, error=UNSUPPORTED_VERSION
+        )
+
+    async def _write_answers(
+        self,
+        queue: asyncio.Queue[_Queued | None],
+        room: asyncio.Semaphore,
+        writer: asyncio.StreamWriter,
+        peer: object,
+    ) -> None:
+        while (queued := await queue.get()) is not None:
+            room.release()
+            try:
+                tree = await queued.answer
+                error = queued.error
+            except CloseConnection:
+                raise
+            except Exception:
+                logger.exception(
+                    "request failed event=kafka_request_error broker=%d peer=%s api_key=%d",
+                    self.broker_id,
+                    peer,
+                    queued.api_key,
+                )
+                tree, error = {}, pb.UNKNOWN_SERVER_ERROR
+            if tree is not None:
+                writer.write(
+                    encode_response(queued.schema, queued.correlation_id, tree, error=error)
+                )
+                await writer.drain()
+            if self._observe is not None:
+                name = api_name(queued.api_key)
+                self._observe(name, (time.perf_counter() - queued.started) * 1000)
+
+
+@functools.cache
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API (``ApiVersions``), as the request metrics label it."""
+    name = api_key_map.get(api_key)
+    return str(api_key) if name is None else "".join(w.title() for w in name.split("_"))
+
+
+def _discard(answer: Awaitable[Tree | None]) -> None:
+    if isinstance(answer, Coroutine):
+        answer.close()
+
+
+async def _ready(tree: Tree) -> Tree:
+    return tree

@@ -1,0 +1,423 @@
+"""The Kafka protocol's face of a broker: Kafka's ``KafkaApis`` for the Kafka listener.
+
+It serves the same :class:`ReplicaManager`, metadata cache and producer ids as the gRPC
+services of :mod:`broker.kafka_apis`, only spelled in Kafka's messages: a second front door,
+not a second broker. Record batches pass through as the bytes the log stores.
+
+Each handler is a *stage*: what must happen in the order the connection's requests arrived
+runs when the stage is awaited (a Produce's append, so a pipelining idempotent producer's
+batches reach the log in order, as Kafka's one-request-at-a-time connection guarantees), and
+the stage returns the *answer*: an awaitable of the response as a tree
+(:mod:`broker.kafka_wire.messages`), or of None for a request Kafka does not answer
+(``acks=0``). The connection writes the answers in request order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from broker.kafka_apis import ACKS_VALUES, new_producer_id, partition_problem
+from broker.kafka_wire.messages import Tree
+from broker.metadata_cache import MetadataCache
+from broker.producer_id_manager import ProducerIdManager
+from broker.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
+from proto import minibroker_pb2 as pb
+from proto.topic_partition import TopicPartition, topic_name_problem
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "CloseConnection",
+    "KafkaRequest",
+    "KafkaWireApis",
+]
+
+API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS = 18, 3, 0, 1, 2
+OFFSET_FOR_LEADER_EPOCH, INIT_PRODUCER_ID = 23, 22
+
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    PRODUCE: (3, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 6),
+    METADATA: (1, 12),
+    API_VERSIONS: (0, 3),
+    INIT_PRODUCER_ID: (0, 4),
+    OFFSET_FOR_LEADER_EPOCH: (2, 4),
+}
+"""API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
+lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
+ones); the highs stop before versions whose semantics minibroker lacks: Fetch 13 and
+Produce 13 name topics by id (ZooKeeper-era topics have none here), ListOffsets 7 asks for
+the max-timestamp offset (KIP-734), Produce 10 reports the new leader (KIP-951)."""
+
+INVALID_SESSION_ID = 0
+UNSUPPORTED_VERSION = 35
+FETCH_SESSION_ID_NOT_FOUND = 70
+LISTENER_NOT_FOUND = 72
+TOPIC_AUTHORIZED_OPERATIONS_UNKNOWN = -(2**31)
+"""Kafka's ``MetadataResponse.AUTHORIZED_OPERATIONS_OMITTED``."""
+READ_COMMITTED = 1
+
+Answer = Awaitable[Tree | None]
+
+
+class CloseConnection(Exception):
+    """The connection must be closed once the answers before this one are written (Kafka
+    closes it when an ``acks=0`` produce fails, the only way such a producer learns of it;
+    and on a request it cannot make sense of)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRequest:
+    """One decoded request: its header's fields and its body, a kio dataclass."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def _ms(value: object) -> int:
+    """A kio ``timedelta`` field (or an int) in whole milliseconds."""
+    if isinstance(value, int):
+        return value
+    return int(value.total_seconds() * 1000)  # type: ignore[attr-defined]
+
+
+def _epoch_or_none(epoch: int) -> int | None:
+    """KIP-320's current leader epoch: -1 asks for no fencing."""
+    return None if epoch < 0 else epoch
+
+
+def _done(tree: Tree | None) -> Coroutine[Any, Any, Tree | None]:
+    async def answer() -> Tree | None:
+        return tree
+
+    return answer()
+
+
+class KafkaWireApis:
+    """The handlers of every API in :data:`SUPPORTED_VERSIONS`, by API key."""
+
+    def __init__(
+        self,
+        replica_manager: ReplicaManager,
+        metadata_cache: MetadataCache,
+        producer_id_manager: ProducerIdManager,
+        *,
+        producer_id_timeout_ms: int = 6000,
+        cluster_id: str | None = None,
+    ) -> None:
+        self.replica_manager = replica_manager
+        self.metadata_cache = metadata_cache
+        self.producer_id_manager = producer_id_manager
+        self.producer_id_timeout_ms = producer_id_timeout_ms
+        self.cluster_id = cluster_id
+        self.broker_id = replica_manager.broker_id
+        self.handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
+            API_VERSIONS: self.api_versions,
+            METADATA: self.metadata,
+            PRODUCE: self.produce,
+            FETCH: self.fetch,
+            LIST_OFFSETS: self.list_offsets,
+            OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
+            INIT_PRODUCER_ID: self.init_producer_id,
+        }
+        assert set(self.handlers) == set(SUPPORTED_VERSIONS)
+
+    async def api_versions(self, request: KafkaRequest) -> Answer:
+        return _done(api_versions_tree(pb.NONE))
+
+    async def metadata(self, request: KafkaRequest) -> Answer:
+        return self._metadata(request)
+
+    async def _metadata(self, request: KafkaRequest) -> Tree:
+        cache = self.metadata_cache
+        brokers = []
+        reachable: set[int] = set()
+        for b in cache.brokers():
+            if b.kafka_endpoint is not None:
+                host, port = b.kafka_endpoint
+                brokers.append({"node_id": b.broker_id, "host": host, "port": port})
+                reachable.add(b.broker_id)
+        asked = request.body.topics
+        if asked is None or (request.api_version == 0 and not asked):
+            names = sorted(cache.topics())
+        else:
+            names = [t.name for t in asked if t.name is not None]
+        live = {b.broker_id for b in cache.brokers()}
+        topics = []
+        for name in names:
+            if topic_name_problem(name) is not None:
+                topics.append({"name": name, "error_code": pb.INVALID_TOPIC})
+                continue
+            partitions = cache.partitions_of(name)
+            if not partitions:
+                topics.append({"name": name, "error_code": pb.UNKNOWN_TOPIC_OR_PARTITION})
+                continue
+            described = []
+            for index in sorted(partitions):
+                info = partitions[index]
+                code: int
+                if info.leader < 0 or info.leader not in live:
+                    code = pb.LEADER_NOT_AVAILABLE
+                elif info.leader not in reachable:
+                    code = LISTENER_NOT_FOUND
+                else:
+                    code = pb.NONE
+                described.append(
+                    {
+                        "error_code": code,
+                        "partition_index": index,
+                        "leader_id": info.leader,
+                        "leader_epoch": info.leader_epoch,
+                        "replica_nodes": info.replicas,
+                        "isr_nodes": info.isr,
+                        "offline_replicas": info.offline_replicas,
+                    }
+                )
+            topics.append(
+                {
+                    "name": name,
+                    "error_code": pb.NONE,
+                    "is_internal": False,
+                    "partitions": described,
+                    "topic_authorized_operations": TOPIC_AUTHORIZED_OPERATIONS_UNKNOWN,
+                }
+            )
+        return {
+            "brokers": brokers,
+            "cluster_id": self.cluster_id,
+            "controller_id": cache.controller_id,
+            "topics": topics,
+            "cluster_authorized_operations": TOPIC_AUTHORIZED_OPERATIONS_UNKNOWN,
+        }
+
+    async def produce(self, request: KafkaRequest) -> Answer:
+        """Appended now, in the connection's order; answered when the acks are met."""
+        body = request.body
+        acks = body.acks
+        order: list[TopicPartition] = []
+        entries: dict[TopicPartition, bytes] = {}
+        refused: dict[TopicPartition, tuple[int, str]] = {}
+        for topic in body.topic_data:
+            for part in topic.partition_data:
+                tp = TopicPartition(topic.name, part.index)
+                if tp in refused or tp in entries:
+                    raise CloseConnection(f"produce request names {tp} twice")
+                order.append(tp)
+                problem = partition_problem(tp)
+                if body.transactional_id is not None:
+                    refused[tp] = (pb.INVALID_REQUEST, "transactions are not supported")
+                elif acks not in ACKS_VALUES:
+                    refused[tp] = (pb.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1: {acks}")
+                elif problem is not None:
+                    refused[tp] = (problem, f"invalid partition {tp!r}")
+                elif not part.records:
+                    refused[tp] = (pb.CORRUPT_MESSAGE, f"{tp}: no record batches")
+                else:
+                    entries[tp] = bytes(part.records)
+        appended = (
+            await self.replica_manager.append_to_local_logs(acks, entries)
+            if entries
+            else AppendedRecords({}, {})
+        )
+        return self._produce_answer(acks, _ms(body.timeout), order, refused, appended)
+
+    async def _produce_answer(
+        self,
+        acks: int,
+        timeout_ms: int,
+        order: list[TopicPartition],
+        refused: dict[TopicPartition, tuple[int, str]],
+        appended: AppendedRecords,
+    ) -> Tree | None:
+        results = await self.replica_manager.await_acks(appended, timeout_ms)
+        if acks == 0:
+            failed = [tp for tp in order if tp in refused or results[tp].error_code != pb.NONE]
+            if failed:
+                raise CloseConnection(f"acks=0 produce failed for {failed}")
+            return None
+        by_topic: dict[str, list[Tree]] = {}
+        for tp in order:
+            if tp in refused:
+                code, message = refused[tp]
+                partition: Tree = {"index": tp.partition, "error_code": code, "base_offset": -1}
+                partition = {**partition, "error_message": message, "log_start_offset": -1}
+            else:
+                r = results[tp]
+                partition = {
+                    "index": tp.partition,
+                    "error_code": r.error_code,
+                    "base_offset": r.base_offset,
+                    "log_append_time": None,
+                    "log_start_offset": r.log_start_offset,
+                    "error_message": r.error_message or None,
+                }
+            by_topic.setdefault(tp.topic, []).append(partition)
+        return {
+            "responses": [
+                {"name": name, "partition_responses": parts} for name, parts in by_topic.items()
+            ]
+        }
+
+    async def fetch(self, request: KafkaRequest) -> Answer:
+        return self._fetch(request)
+
+    async def _fetch(self, request: KafkaRequest) -> Tree:
+        """A consumer's fetch, sessionless (KIP-227's session id 0: every request names its
+        partitions, which every client supports). Replica fetches belong to the gRPC
+        listener, where the broker's identity is checked."""
+        body = request.body
+        session_id = getattr(body, "session_id", INVALID_SESSION_ID)
+        if session_id != INVALID_SESSION_ID:
+            return {"error_code": FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": []}
+        order: list[TopicPartition] = []
+        specs: dict[TopicPartition, FetchSpec] = {}
+        refused: dict[TopicPartition, int] = {}
+        for topic in body.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition)
+                if tp in specs or tp in refused:
+                    continue  # Kafka keeps one entry per partition
+                order.append(tp)
+                problem = partition_problem(tp)
+                if body.replica_id >= 0:
+                    refused[tp] = pb.INVALID_REQUEST
+                elif problem is not None:
+                    refused[tp] = problem
+                elif part.fetch_offset < 0:
+                    refused[tp] = pb.OFFSET_OUT_OF_RANGE
+                else:
+                    specs[tp] = FetchSpec(
+                        fetch_offset=part.fetch_offset,
+                        max_bytes=max(part.partition_max_bytes, 0),
+                        current_leader_epoch=_epoch_or_none(
+                            getattr(part, "current_leader_epoch", -1)
+                        ),
+                    )
+        max_bytes = getattr(body, "max_bytes", 0)
+        if max_bytes <= 0:
+            max_bytes = sum(s.max_bytes for s in specs.values())
+        results = (
+            await self.replica_manager.fetch_messages(
+                -1, max(_ms(body.max_wait), 0), max(body.min_bytes, 0), max_bytes, specs
+            )
+            if specs
+            else {}
+        )
+        aborted: list[Tree] | None = [] if getattr(body, "isolation_level", 0) == READ_COMMITTED else None
+        by_topic: dict[str, list[Tree]] = {}
+        for tp in order:
+            if tp in refused:
+                partition: Tree = {"partition_index": tp.partition, "error_code": refused[tp]}
+                partition = {**partition, "high_watermark": -1, "last_stable_offset": -1}
+                partition = {**partition, "log_start_offset": -1, "records": None}
+            else:
+                r = results[tp]
+                partition = {
+                    "partition_index": tp.partition,
+                    "error_code": r.error_code,
+                    "high_watermark": r.high_watermark,
+                    "last_stable_offset": r.high_watermark,
+                    "log_start_offset": r.log_start_offset,
+                    "aborted_transactions": aborted,
+                    "records": r.records,
+                }
+            by_topic.setdefault(tp.topic, []).append(partition)
+        return {
+            "error_code": pb.NONE,
+            "session_id": INVALID_SESSION_ID,
+            "responses": [{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
+        }
+
+    async def list_offsets(self, request: KafkaRequest) -> Answer:
+        return self._list_offsets(request)
+
+    async def _list_offsets(self, request: KafkaRequest) -> Tree:
+        body = request.body
+        # Only the gRPC listener serves replicas; a Kafka client is always a consumer here.
+        topics = []
+        for topic in body.topics:
+            partitions = []
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                problem = partition_problem(tp)
+                if problem is not None:
+                    code, offset, timestamp = problem, -1, -1
+                else:
+                    current = _epoch_or_none(getattr(part, "current_leader_epoch", -1))
+                    code, offset, timestamp = await self.replica_manager.list_offset(
+                        tp, current, part.timestamp, -1
+                    )
+                hosted = self.replica_manager.partitions.get(tp)
+                partitions.append(
+                    {
+                        "partition_index": tp.partition,
+                        "error_code": code,
+                        "timestamp": timestamp,
+                        "offset": offset,
+                        "leader_epoch": hosted.leader_epoch if hosted else -1,
+                    }
+                )
+            topics.append({"name": topic.name, "partitions": partitions})
+        return {"topics": topics}
+
+    async def offset_for_leader_epoch(self, request: KafkaRequest) -> Answer:
+        """KIP-320: a consumer asks where the leader's log ends for the epoch of the last
+        record it read, to find out whether its position was truncated away."""
+        topics = []
+        for topic in request.body.topics:
+            partitions = []
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition)
+                problem = partition_problem(tp)
+                if problem is not None:
+                    code, epoch, end = problem, -1, -1
+                else:
+                    code, epoch, end = self.replica_manager.last_offset_for_leader_epoch(
+                        tp, _epoch_or_none(part.current_leader_epoch), part.leader_epoch
+                    )
+                partitions.append(
+                    {
+                        "error_code": code,
+                        "partition": tp.partition,
+                        "leader_epoch": epoch,
+                        "end_offset": end,
+                    }
+                )
+            topics.append({"topic": topic.topic, "partitions": partitions})
+        return _done({"topics": topics})
+
+    async def init_producer_id(self, request: KafkaRequest) -> Answer:
+        return self._init_producer_id(request)
+
+    async def _init_producer_id(self, request: KafkaRequest) -> Tree:
+        """A new id at epoch 0 for an idempotent producer, also when it asks for its epoch
+        to be bumped (KIP-360): a fresh id serves it as well, since its sequences start
+        again at 0 either way. Transactional producers are refused."""
+        if request.body.transactional_id is not None:
+            return {"error_code": pb.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+        code, producer_id = await new_producer_id(
+            self.producer_id_manager, self.broker_id, self.producer_id_timeout_ms
+        )
+        epoch = 0 if code == pb.NONE else -1
+        return {"error_code": code, "producer_id": producer_id, "producer_epoch": epoch}
+
+
+def api_versions_tree(code: int) -> Tree:
+    """ApiVersions' answer: every API this listener serves and its versions; ``code`` is
+    UNSUPPORTED_VERSION when the client asked in a version we do not have (KIP-511: the
+    answer then comes as version 0, which every client can read)."""
+    return {
+        "error_code": code,
+        "api_keys": [
+            {"api_key": key, "min_version": low, "max_version": high}
+            for key, (low, high) in sorted(SUPPORTED_VERSIONS.items())
+        ],
+    }

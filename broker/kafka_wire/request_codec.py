@@ -1,0 +1,96 @@
+"""Kafka's framing: a request's header and body from a frame, a response's bytes from a tree.
+
+Every frame is a big-endian int32 size and that many bytes. A request starts with its
+header: api key (int16), api version (int16), correlation id (int32), client id (nullable
+int16 string), and, in the flexible versions (KIP-482), tagged fields; the body follows.
+The response header is the correlation id, plus tagged fields when the response version is
+flexible, except ApiVersions' which stays version 0 so a client can always read it. kio's
+schemas say which header each API version takes.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import struct
+from typing import Any
+
+from kio.index import KioIndexError, load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from broker.kafka_wire.kafka_wire_apis import KafkaRequest
+from broker.kafka_wire.messages import Tree, build
+from proto.errors import MinibrokerError
+
+__all__ = [
+    "MalformedRequestError",
+    "decode_request",
+    "encode_response",
+    "peek_header",
+    "request_schema",
+    "response_schema",
+]
+
+_KEY_VERSION_CORRELATION = struct.Struct(">hhi")
+
+
+class MalformedRequestError(MinibrokerError):
+    """A frame that is not a request of the version it names: the connection is closed."""
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api key, api version, correlation id): the fields every header version starts
+    with, so even a request we cannot decode can be answered or logged."""
+    if len(frame) < _KEY_VERSION_CORRELATION.size:
+        raise MalformedRequestError(f"a {len(frame)}-byte frame is too short for a header")
+    return _KEY_VERSION_CORRELATION.unpack_from(frame)
+
+
+@functools.cache
+def request_schema(api_key: int, api_version: int) -> type[Any] | None:
+    """kio's class for this request version, or None if Kafka has no such version."""
+    try:
+        return load_request_schema(api_key, api_version)
+    except KioIndexError:
+        return None
+
+
+@functools.cache
+def response_schema(api_key: int, api_version: int) -> type[Any] | None:
+    """kio's class for this response version, or None if Kafka has no such version."""
+    try:
+        return load_response_schema(api_key, api_version)
+    except KioIndexError:
+        return None
+
+
+def decode_request(frame: bytes, schema: type[Any]) -> KafkaRequest:
+    """The request in ``frame``, whose header names ``schema``'s API and version."""
+    try:
+        header, size = entity_reader(schema.__header_schema__)(frame, 0)
+        body, body_size = entity_reader(schema)(frame, size)
+    except Exception as err:  # kio's native reader: ValueError, UnicodeDecodeError, ...
+        raise MalformedRequestError(f"undecodable {schema.__name__}: {err!r}") from err
+    if size + body_size != len(frame):
+        raise MalformedRequestError(
+            f"{schema.__name__} takes {size + body_size} bytes, the frame has {len(frame)}"
+        )
+    return KafkaRequest(
+        header.request_api_key,
+        header.request_api_version,
+        header.correlation_id,
+        header.client_id,
+        body,
+    )
+
+
+def encode_response(schema: type[Any], correlation_id: int, tree: Tree, *, error: int = 0) -> bytes:
+    """The whole frame, size first, of the response ``tree`` in ``schema``'s version."""
+    header_schema = schema.__header_schema__
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    entity_writer(header_schema)(out, build(header_schema, {"correlation_id": correlation_id}))
+    entity_writer(schema)(out, build(schema, tree, error=error))
+    with out.getbuffer() as frame:
+        struct.pack_into(">i", frame, 0, len(frame) - 4)
+    return out.getvalue()
