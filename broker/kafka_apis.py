@@ -416,7 +416,9 @@ class BrokerService(pb_grpc.BrokerServicer):
             cache = self.metadata_cache
             response = pb.MetadataResponse(controller_id=cache.controller_id)
             for b in cache.brokers():
-                response.brokers.add(node_id=b.broker_id, host=b.host, port=b.port)
+                endpoint = response.brokers.add(node_id=b.broker_id, host=b.host, port=b.port)
+                if b.kafka_endpoint is not None:
+                    endpoint.kafka_host, endpoint.kafka_port = b.kafka_endpoint
             names = list(request.topics) or sorted(cache.topics())
             for name in names:
                 problem = topic_name_problem(name)

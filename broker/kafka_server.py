@@ -116,6 +116,8 @@ class BrokerServer:
             config, self.zk, self.replica_manager, self.controller
         )
         self.port: int | None = None
+        self.kafka_port: int | None = None
+        """The bound Kafka protocol port, None without a Kafka listener."""
         self._controller_started = False
         self._grpc: grpc.aio.Server | None = None
         self._kafka_listener: KafkaListener | None = None
@@ -275,6 +277,8 @@ class BrokerServer:
             self.broker_id,
             self.config.host,
             self.port,
+            kafka_port=self.kafka_port,
+            grpc_security_protocol="PLAINTEXT" if self.tls is None else "SSL",
             wait_for_stale_s=self.config.zookeeper_session_timeout_ms * 2 / 1000,
         )
         self.replica_manager.broker_epoch = epoch

@@ -126,13 +126,22 @@ class AppendedRecords:
 
 
 def _checked_endpoint(endpoint: pb.BrokerEndpoint, field: str) -> BrokerInfo:
-    """A broker endpoint from a control request, if it could be connected to."""
+    """A broker endpoint from a control request, if it could be connected to; its Kafka
+    listener's too, if it names one (``kafka_port`` 0 and no ``kafka_host``: none)."""
     if endpoint.node_id < 0 or not endpoint.host or not 0 < endpoint.port < 65536:
         raise errors.InvalidRequestError(
             f"{field} names broker {endpoint.node_id} at {endpoint.host!r}:{endpoint.port}, "
             "which is not a broker id and address"
         )
-    return BrokerInfo(endpoint.node_id, endpoint.host, endpoint.port)
+    kafka_endpoint = None
+    if endpoint.kafka_host or endpoint.kafka_port:
+        if not endpoint.kafka_host or not 0 < endpoint.kafka_port < 65536:
+            raise errors.InvalidRequestError(
+                f"{field} names broker {endpoint.node_id}'s Kafka listener at "
+                f"{endpoint.kafka_host!r}:{endpoint.kafka_port}, which is not an address"
+            )
+        kafka_endpoint = (endpoint.kafka_host, endpoint.kafka_port)
+    return BrokerInfo(endpoint.node_id, endpoint.host, endpoint.port, kafka_endpoint=kafka_endpoint)
 
 
 def _error_of(err: BaseException) -> tuple[int, str]:

@@ -249,20 +249,37 @@ class BrokerZkClient(ZooKeeperClient):
             self._log(logging.INFO, "top_level_path_created", path=path)
 
     async def register_broker(
-        self, broker_id: int, host: str, port: int, *, wait_for_stale_s: float = 0.0
+        self,
+        broker_id: int,
+        host: str,
+        port: int,
+        *,
+        kafka_port: int | None = None,
+        grpc_security_protocol: str = "PLAINTEXT",
+        wait_for_stale_s: float = 0.0,
     ) -> int:
         """Create the ephemeral ``/brokers/ids/<id>`` and return the broker epoch (its czxid,
-        KIP-380). Parent znodes are created as needed.
+        KIP-380). Parent znodes are created as needed. ``kafka_port``: the bound port of the
+        broker's Kafka protocol listener on ``host`` (None: it runs none); with it the
+        registration names both listeners and ``grpc_security_protocol`` (``SSL`` for a TLS
+        broker), see :func:`proto.zk_data.encode_broker_registration`.
 
         If the znode already belongs to this session (a retry after a lost reply, or a
-        second call), it is kept (updated if host or port changed) and its czxid returned.
+        second call), it is kept (updated if an endpoint changed) and its czxid returned.
         If another live session owns it, raises BrokerIdInUseError; with
         ``wait_for_stale_s`` it first waits up to that long for the znode to go away, which
         is what happens when this broker's previous process was killed and its session has
         not timed out yet.
         """
         path = broker_path(broker_id)
-        data = encode_broker_registration(host, port, _now_ms())
+        data = encode_broker_registration(
+            host,
+            port,
+            _now_ms(),
+            kafka_port=kafka_port,
+            grpc_security_protocol=grpc_security_protocol,
+        )
+        endpoints = (host, port, None if kafka_port is None else (host, kafka_port))
         loop = self._require_loop()
         deadline = loop.time() + wait_for_stale_s
         while True:
@@ -282,6 +299,7 @@ class BrokerZkClient(ZooKeeperClient):
                     "broker_registered",
                     path=path,
                     endpoint=f"{host}:{port}",
+                    kafka_endpoint="-" if kafka_port is None else f"{host}:{kafka_port}",
                     broker_epoch=stat.czxid,
                     session=self._session_hex(),
                 )
@@ -293,7 +311,7 @@ class BrokerZkClient(ZooKeeperClient):
             owner = int(stat.ephemeralOwner)
             if owner == self._current_session_id():
                 current = self._decode(path, decode_broker_registration, existing)
-                if (current.host, current.port) != (host, port):
+                if (current.host, current.port, current.kafka_endpoint) != endpoints:
                     await self._set(path, data, int(stat.version))
                 self._log(
                     logging.INFO,

@@ -189,6 +189,10 @@ class LiveBroker:
     def port(self) -> int:
         return self.registration.port
 
+    @property
+    def kafka_endpoint(self) -> tuple[str, int] | None:
+        return self.registration.kafka_endpoint
+
 
 # -- pure helpers ------------------------------------------------------------------------------
 

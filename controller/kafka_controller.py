@@ -57,6 +57,7 @@ from controller.channel_manager import ControllerChannelManager
 from controller.controller_context import ControllerContext
 from controller.controller_metrics import ControllerMetrics
 from controller.controller_zk import ControllerMovedError, ControllerZkClient, ZkWatch
+from controller.controller_zk import LiveBroker as RegisteredBroker
 from controller.leader_election import (
     controlled_shutdown_leader_election,
     elected_state,
@@ -516,7 +517,7 @@ class KafkaController:
         tell every live broker everything."""
         ctx = self._ctx
         for broker_id, broker in (await self._zk.live_brokers()).items():
-            self._add_live_broker(broker_id, broker.host, broker.port, broker.broker_epoch)
+            self._add_live_broker(broker_id, broker)
         topics = await self._zk.topics()
         # Watched before the assignments are read, so no partition added meanwhile is missed.
         await self._watch_topics(topics)
@@ -633,7 +634,7 @@ class KafkaController:
             await self._on_broker_failure([*dead, *bounced], batch)
         for broker_id in (*new, *bounced):
             broker = current[broker_id]
-            self._add_live_broker(broker_id, broker.host, broker.port, broker.broker_epoch)
+            self._add_live_broker(broker_id, broker)
         if new or bounced:
             await self._on_broker_startup([*new, *bounced], batch)
         # Every UpdateMetadata carries the broker list: all brokers learn who is alive.
@@ -1222,10 +1223,16 @@ class KafkaController:
 
     # -- brokers and sending -----------------------------------------------------------------
 
-    def _add_live_broker(self, broker_id: int, host: str, port: int, epoch: int) -> None:
-        self._ctx.live_brokers[broker_id] = LiveBroker(broker_id, host, port, epoch)
+    def _add_live_broker(self, broker_id: int, broker: RegisteredBroker) -> None:
+        self._ctx.live_brokers[broker_id] = LiveBroker(
+            broker_id,
+            broker.host,
+            broker.port,
+            broker.broker_epoch,
+            kafka_endpoint=broker.kafka_endpoint,
+        )
         if self._channels is not None:
-            self._channels.add_broker(broker_id, host, port)
+            self._channels.add_broker(broker_id, broker.host, broker.port)
 
     async def _remove_live_broker(self, broker_id: int) -> None:
         self._ctx.live_brokers.pop(broker_id, None)

@@ -305,7 +305,10 @@ class ControllerBrokerRequestBatch:
 
 
 def _endpoint(broker: BrokerInfo) -> pb.BrokerEndpoint:
-    return pb.BrokerEndpoint(node_id=broker.broker_id, host=broker.host, port=broker.port)
+    endpoint = pb.BrokerEndpoint(node_id=broker.broker_id, host=broker.host, port=broker.port)
+    if broker.kafka_endpoint is not None:
+        endpoint.kafka_host, endpoint.kafka_port = broker.kafka_endpoint
+    return endpoint
 
 
 def _update_metadata_state(

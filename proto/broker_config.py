@@ -105,6 +105,7 @@ _PROPERTIES = (
     _Property("broker.id", "broker_id", "int", 0, _INT32_MAX),
     _Property("host", "host", "str"),
     _Property("port", "port", "int", 0, 65535),
+    _Property("kafka.port", "kafka_port", "int", -1, 65535),
     _Property("metrics.prometheus.port", "metrics_prometheus_port", "int", -1, 65535),
     _Property("metrics.prometheus.host", "metrics_prometheus_host", "optstr"),
     _Property("ssl.keystore.location", "ssl_keystore_location", "optstr"),
@@ -223,6 +224,12 @@ class BrokerConfig:
     """``host``: address the gRPC server binds and registers in ``/brokers/ids/<id>``."""
     port: int = 9091
     """``port``: the gRPC port; 0 binds a free one (the broker registers the bound port)."""
+    kafka_port: int = -1
+    """``kafka.port``: a second listener, on ``host``, that speaks Kafka's own binary protocol
+    over TCP, so that Kafka's clients (kcat, aiokafka, confluent-kafka) work unchanged; -1
+    (the default) runs none, 0 binds a free port. The bound port is registered as the
+    broker's ``KAFKA://`` endpoint in ``/brokers/ids/<id>`` and reaches every broker in
+    UpdateMetadata. minibroker's own property: Kafka names its listeners in ``listeners``."""
     metrics_prometheus_port: int = -1
     """``metrics.prometheus.port``: serve Prometheus metrics at ``http://host:port/metrics``;
     -1 (the default) serves none, 0 a free port (logged at start-up). minibroker's own
@@ -318,6 +325,11 @@ class BrokerConfig:
         split_zookeeper_connect(self.zookeeper_connect)
         if not self.host.strip():
             raise ValueError("invalid value for host: must not be empty")
+        if self.kafka_port > 0 and self.kafka_port == self.port:
+            raise ValueError(
+                f"invalid value for kafka.port: {self.kafka_port} is also the gRPC port "
+                "(both listeners bind host)"
+            )
         if self.ssl_client_auth not in SSL_CLIENT_AUTH_VALUES:
             raise ValueError(
                 f"invalid value for ssl.client.auth: {self.ssl_client_auth!r} "

@@ -870,10 +870,17 @@ class BrokerEndpoint(_message.Message):
     HOST_FIELD_NUMBER: _builtins.int
     PORT_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
+    KAFKA_HOST_FIELD_NUMBER: _builtins.int
+    KAFKA_PORT_FIELD_NUMBER: _builtins.int
     node_id: _builtins.int
     host: _builtins.str
     port: _builtins.int
     rack: _builtins.str
+    kafka_host: _builtins.str
+    """The broker's Kafka protocol listener (kafka.port, the KAFKA:// endpoint of its
+    registration); kafka_port 0: it runs none.
+    """
+    kafka_port: _builtins.int
     def __init__(
         self,
         *,
@@ -881,10 +888,12 @@ class BrokerEndpoint(_message.Message):
         host: _builtins.str = ...,
         port: _builtins.int = ...,
         rack: _builtins.str = ...,
+        kafka_host: _builtins.str = ...,
+        kafka_port: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "node_id", b"node_id", "port", b"port", "rack", b"rack"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "kafka_host", b"kafka_host", "kafka_port", b"kafka_port", "node_id", b"node_id", "port", b"port", "rack", b"rack"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

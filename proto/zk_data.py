@@ -53,6 +53,7 @@ __all__ = [
     "ENDPOINT_SCHEME",
     "ISR_CHANGE_NOTIFICATION_PATH",
     "ISR_CHANGE_PREFIX",
+    "KAFKA_ENDPOINT_SCHEME",
     "LATEST_PRODUCER_ID_BLOCK_PATH",
     "LEADER_NONE",
     "LOG_DIR_EVENT_NOTIFICATION_PATH",
@@ -61,6 +62,7 @@ __all__ = [
     "PERSISTENT_PATHS",
     "PREFERRED_REPLICA_ELECTION_PATH",
     "REASSIGN_PARTITIONS_PATH",
+    "SECURITY_PROTOCOLS",
     "BrokerRegistration",
     "PartitionState",
     "PartitionStateData",
@@ -117,6 +119,11 @@ LEADER_NONE = -1
 """``leader`` of a partition without a leader (Kafka's ``LeaderAndIsr.NoLeader``)."""
 ENDPOINT_SCHEME = "GRPC"
 """The listener name in a broker registration's ``endpoints`` (Kafka's ``PLAINTEXT``)."""
+KAFKA_ENDPOINT_SCHEME = "KAFKA"
+"""The listener name of a broker's Kafka protocol listener (``kafka.port``)."""
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
+"""The values of ``listener_security_protocol_map`` a broker here writes (Kafka's
+``SecurityProtocol`` names; SASL is not implemented)."""
 
 BROKER_IDS_PATH = "/brokers/ids"
 BROKER_TOPICS_PATH = "/brokers/topics"
@@ -369,25 +376,57 @@ class BrokerRegistration:
     port: int
     timestamp_ms: int | None
     """When it registered (epoch ms); None if the znode had no timestamp."""
+    kafka_endpoint: tuple[str, int] | None = None
+    """(host, port) of its Kafka protocol listener, the ``KAFKA://`` endpoint; None when
+    it runs none."""
 
 
-def format_endpoint(host: str, port: int) -> str:
+def format_endpoint(host: str, port: int, scheme: str = ENDPOINT_SCHEME) -> str:
     """``GRPC://host:port``, with an IPv6 host in brackets (Kafka's ``Utils.formatAddress``)."""
     address = f"[{host}]" if ":" in host else host
-    return f"{ENDPOINT_SCHEME}://{address}:{port}"
+    return f"{scheme}://{address}:{port}"
 
 
-def encode_broker_registration(host: str, port: int, timestamp_ms: int) -> bytes:
-    """``{"version":1,"host":..,"port":..,"timestamp":"<ms>","endpoints":["GRPC://host:port"]}``"""
-    return _dumps(
-        {
-            "version": 1,
-            "host": host,
-            "port": port,
-            "timestamp": str(timestamp_ms),
-            "endpoints": [format_endpoint(host, port)],
+def encode_broker_registration(
+    host: str,
+    port: int,
+    timestamp_ms: int,
+    *,
+    kafka_port: int | None = None,
+    grpc_security_protocol: str = "PLAINTEXT",
+) -> bytes:
+    """``{"version":1,"host":..,"port":..,"timestamp":"<ms>","endpoints":["GRPC://host:port"]}``
+
+    With ``kafka_port`` (the broker's bound Kafka protocol listener, on ``host`` too), as
+    Kafka writes a broker with two listeners: ``"endpoints":["GRPC://host:port",
+    "KAFKA://host:kafka_port"]`` and ``"listener_security_protocol_map":{"GRPC":
+    grpc_security_protocol,"KAFKA":"PLAINTEXT"}``, under version 4, the version that
+    introduced that map (Kafka 0.10.2, KIP-103). ``grpc_security_protocol`` is ``SSL`` for
+    a TLS broker; without ``kafka_port`` it is not written. ValueError for a port outside
+    1-65535 or an unknown security protocol.
+    """
+    if grpc_security_protocol not in SECURITY_PROTOCOLS:
+        raise ValueError(
+            f"unknown security protocol {grpc_security_protocol!r} "
+            f"(one of {', '.join(SECURITY_PROTOCOLS)})"
+        )
+    registration: dict[str, Any] = {
+        "version": 1,
+        "host": host,
+        "port": port,
+        "timestamp": str(timestamp_ms),
+        "endpoints": [format_endpoint(host, port)],
+    }
+    if kafka_port is not None:
+        if not 0 < kafka_port < 65536:
+            raise ValueError(f"a registered Kafka port is in 1-65535, got {kafka_port}")
+        registration["version"] = 4
+        registration["endpoints"].append(format_endpoint(host, kafka_port, KAFKA_ENDPOINT_SCHEME))
+        registration["listener_security_protocol_map"] = {
+            ENDPOINT_SCHEME: grpc_security_protocol,
+            KAFKA_ENDPOINT_SCHEME: "PLAINTEXT",
         }
-    )
+    return _dumps(registration)
 
 
 _ENDPOINT = re.compile(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:/\[\]]*):([0-9]+)")
@@ -395,7 +434,10 @@ _ENDPOINT = re.compile(r"([A-Za-z0-9_]+)://(\[[^\]]*\]|[^:/\[\]]*):([0-9]+)")
 
 def decode_broker_registration(data: bytes) -> BrokerRegistration:
     """Our registration, or Kafka's versions 1-5: the ``GRPC://`` endpoint wins, else the
-    ``host``/``port`` fields (Kafka leaves them null/-1 when it has no PLAINTEXT listener)."""
+    ``host``/``port`` fields (Kafka leaves them null/-1 when it has no PLAINTEXT listener);
+    the ``KAFKA://`` endpoint, if any, is the Kafka protocol listener. Every endpoint must
+    be ``NAME://host:port``, as Kafka's ``EndPoint.createEndPoint`` demands, and a KAFKA
+    one must name a host and a port in 1-65535: a client is sent there."""
     obj = _loads_object(data)
     _version(obj, range(1, 6))
     timestamp = obj.get("timestamp")
@@ -403,17 +445,26 @@ def decode_broker_registration(data: bytes) -> BrokerRegistration:
     endpoints = obj.get("endpoints", [])
     if not isinstance(endpoints, list):
         raise ZkDataError(f"endpoints must be a list, got {endpoints!r}")
+    grpc: tuple[str, int] | None = None
+    kafka: tuple[str, int] | None = None
     for endpoint in endpoints:
         match = _ENDPOINT.fullmatch(_str(endpoint, "endpoint"))
         if match is None:
             raise ZkDataError(f"malformed endpoint {endpoint!r}")
-        if match.group(1) == ENDPOINT_SCHEME:
-            return BrokerRegistration(match.group(2).strip("[]"), int(match.group(3)), timestamp_ms)
+        scheme, address = match.group(1), (match.group(2).strip("[]"), int(match.group(3)))
+        if scheme == ENDPOINT_SCHEME and grpc is None:
+            grpc = address
+        elif scheme == KAFKA_ENDPOINT_SCHEME and kafka is None:
+            if not address[0] or not 0 < address[1] < 65536:
+                raise ZkDataError(f"malformed {KAFKA_ENDPOINT_SCHEME} endpoint {endpoint!r}")
+            kafka = address
+    if grpc is not None:
+        return BrokerRegistration(grpc[0], grpc[1], timestamp_ms, kafka)
     host = obj.get("host")
     port = obj.get("port")
     if not isinstance(host, str) or not host or isinstance(port, bool) or not isinstance(port, int):
         raise ZkDataError(f"no {ENDPOINT_SCHEME} endpoint and no host/port")
-    return BrokerRegistration(host, port, timestamp_ms)
+    return BrokerRegistration(host, port, timestamp_ms, kafka)
 
 
 # -- /brokers/topics/<t> ---------------------------------------------------------------------

@@ -117,6 +117,33 @@ def test_registration_json_and_broker_epoch_is_the_czxid(
     run(scenario())
 
 
+def test_registration_with_a_kafka_listener_names_both_endpoints_and_their_protocols(
+    connect: str, zk_client: KazooClient
+) -> None:
+    async def scenario() -> None:
+        async with client(connect) as zk:
+            epoch = await zk.register_broker(
+                4, "127.0.0.1", 9094, kafka_port=19094, grpc_security_protocol="SSL"
+            )
+            data, _ = await asyncio.to_thread(zk_client.get, "/brokers/ids/4")
+            registration = json.loads(data)
+            assert registration["version"] == 4
+            assert (registration["host"], registration["port"]) == ("127.0.0.1", 9094)
+            assert registration["endpoints"] == ["GRPC://127.0.0.1:9094", "KAFKA://127.0.0.1:19094"]
+            assert registration["listener_security_protocol_map"] == {
+                "GRPC": "SSL",
+                "KAFKA": "PLAINTEXT",
+            }
+            # Registering again in the same session with other endpoints rewrites the node
+            # (here a plain version 1 one again); the epoch stays.
+            assert await zk.register_broker(4, "127.0.0.1", 9094) == epoch
+            data, _ = await asyncio.to_thread(zk_client.get, "/brokers/ids/4")
+            assert json.loads(data)["endpoints"] == ["GRPC://127.0.0.1:9094"]
+            assert "listener_security_protocol_map" not in json.loads(data)
+
+    run(scenario())
+
+
 def test_a_missing_chroot_is_created(connect: str, zk_client: KazooClient) -> None:
     async def scenario() -> None:
         async with client(connect + "/nested/cluster") as zk:

@@ -490,7 +490,7 @@ def test_reads_and_admin_deletes(zk_connect: str, zk_client: KazooClient) -> Non
             assert await controller.controller_id() is None
             assert await controller.controller_epoch() is None
 
-            data = encode_broker_registration("10.0.0.3", 9093, 1)
+            data = encode_broker_registration("10.0.0.3", 9093, 1, kafka_port=19093)
             await zk(zk_client, "create", "/brokers/ids/3", data, ephemeral=True, makepath=True)
             await zk(zk_client, "create", "/brokers/ids/9", b"{garbage", ephemeral=True)
             await create_topic(zk_client, "orders", {0: [1, 2], 1: [2, 1]})
@@ -526,6 +526,7 @@ def test_reads_and_admin_deletes(zk_connect: str, zk_client: KazooClient) -> Non
                 9093,
                 stat.czxid,
             )
+            assert brokers[3].kafka_endpoint == ("10.0.0.3", 19093)
             assert await controller.topics() == {"orders", "audit", "bad"}
             assert await controller.topic_assignment("orders") == {0: [1, 2], 1: [2, 1]}
             assert await controller.topic_assignments(["orders", "audit", "bad", "none"]) == {

@@ -31,6 +31,7 @@ def test_defaults_are_kafkas_and_design_md() -> None:
     assert c.log_dir == Path("/data/b1")
     assert c.host == "127.0.0.1"
     assert c.port == 9091
+    assert c.kafka_port == -1  # no Kafka listener
     assert c.zookeeper_session_timeout_ms == 6000
     assert c.zookeeper_connection_timeout_ms == 6000  # defaults to the session timeout
     assert c.replica_lag_time_max_ms == 10_000
@@ -86,6 +87,15 @@ def test_parses_types_and_whitespace() -> None:
     assert c.test_follower_hw_update_delay_ms == 3000
 
 
+def test_kafka_port_is_off_a_free_port_or_a_port() -> None:
+    assert config(**{"kafka.port": "-1"}).kafka_port == -1
+    assert config(**{"kafka.port": "0", "port": "0"}).kafka_port == 0  # both free ports: fine
+    c = config(**{"kafka.port": " 19091 "})
+    assert c.kafka_port == 19091
+    assert c.to_properties()["kafka.port"] == "19091"
+    assert BrokerConfig.from_properties(c.to_properties()) == c
+
+
 def test_log_properties_become_the_default_log_config() -> None:
     c = config(
         **{
@@ -125,6 +135,9 @@ def test_log_dir_alias_and_log_dirs_wins() -> None:
     [
         ("port", "abc", "invalid value for port: 'abc' is not an integer"),
         ("port", "70000", r"invalid value for port: 70000 \(must be in \[0, 65535\]\)"),
+        ("kafka.port", "-2", r"invalid value for kafka\.port: -2 \(must be in \[-1, 65535\]\)"),
+        ("kafka.port", "65536", r"invalid value for kafka\.port: 65536"),
+        ("kafka.port", "9091", r"invalid value for kafka\.port: 9091 is also the gRPC port"),
         ("broker.id", "-1", "invalid value for broker.id: -1"),
         ("min.insync.replicas", "0", "invalid value for min.insync.replicas: 0"),
         ("replica.lag.time.max.ms", "1.5", "invalid value for replica.lag.time.max.ms"),

@@ -1,6 +1,7 @@
 """BrokerService.InitProducerId's answers when ZooKeeper cannot reserve a block: a retriable
 REQUEST_TIMED_OUT when it does not answer in time, UNKNOWN_SERVER_ERROR when the znode is
-unusable. (Success against a real ZooKeeper: tests/integration/test_idempotent_producer.py.)"""
+unusable. (Success against a real ZooKeeper: tests/integration/test_idempotent_producer.py.)
+Metadata's brokers with their Kafka listeners."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 from typing import Any, cast
 
 from broker.kafka_apis import BrokerService
-from broker.metadata_cache import MetadataCache
+from broker.metadata_cache import BrokerInfo, MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from proto import minibroker_pb2 as pb
@@ -57,3 +58,27 @@ def test_a_malformed_block_znode_is_a_server_error() -> None:
     response = init_producer_id(_MalformedZnode())
     assert response.error_code == pb.UNKNOWN_SERVER_ERROR
     assert response.producer_id == -1
+
+
+def test_metadata_names_each_brokers_kafka_listener_if_it_has_one() -> None:
+    cache = MetadataCache()
+    cache.update(
+        controller_id=1,
+        controller_epoch=1,
+        brokers=[
+            BrokerInfo(1, "10.0.0.1", 9091, kafka_endpoint=("10.0.0.1", 19091)),
+            BrokerInfo(2, "10.0.0.2", 9092),
+        ],
+        partitions={},
+    )
+    service = BrokerService(
+        cast(ReplicaManager, _Replicas()),
+        cache,
+        ProducerIdManager(1, _UnreachableZooKeeper()),
+        producer_id_timeout_ms=50,
+    )
+    response = asyncio.run(service.Metadata(pb.MetadataRequest(), cast(Any, None)))
+    assert [(b.node_id, b.kafka_host, b.kafka_port) for b in response.brokers] == [
+        (1, "10.0.0.1", 19091),
+        (2, "", 0),
+    ]

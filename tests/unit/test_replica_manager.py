@@ -201,3 +201,45 @@ def test_a_follower_made_before_a_failing_partition_still_fetches_and_a_repeat_r
                 await asyncio.get_running_loop().run_in_executor(executor, log_manager.shutdown)
 
     asyncio.run(scenario())
+
+
+def _update_metadata(*live_brokers: pb.BrokerEndpoint) -> pb.UpdateMetadataRequest:
+    return pb.UpdateMetadataRequest(
+        controller_id=2, controller_epoch=1, broker_epoch=5, live_brokers=live_brokers
+    )
+
+
+@pytest.mark.parametrize(
+    ("kafka_host", "kafka_port"), [("", 19092), ("10.0.0.2", 0), ("10.0.0.2", 70000)]
+)
+def test_update_metadata_carries_kafka_endpoints_and_refuses_half_of_one(
+    tmp_path: Path, kafka_host: str, kafka_port: int
+) -> None:
+    """kafka_port 0 with no kafka_host is a broker without a Kafka listener; half an
+    address, or a port no listener has, is a malformed request as a whole."""
+    config = BrokerConfig(broker_id=1, zookeeper_connect="unused:2181", log_dir=tmp_path)
+    cache = MetadataCache()
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(1) as executor:
+            zk = cast(BrokerZkClient, _ControlZk({}))
+            manager = ReplicaManager(
+                config, LogManager(tmp_path, LogConfig(), 1), zk, cache, executor
+            )
+            manager.broker_epoch = 5
+            one = pb.BrokerEndpoint(
+                node_id=1, host="10.0.0.1", port=9091, kafka_host="10.0.0.1", kafka_port=19091
+            )
+            two = pb.BrokerEndpoint(node_id=2, host="10.0.0.2", port=9092)
+            answer = await manager.update_metadata(_update_metadata(one, two))
+            assert answer.error_code == ErrorCode.NONE
+            assert [b.kafka_endpoint for b in cache.brokers()] == [("10.0.0.1", 19091), None]
+
+            bad = pb.BrokerEndpoint(
+                node_id=2, host="10.0.0.2", port=9092, kafka_host=kafka_host, kafka_port=kafka_port
+            )
+            answer = await manager.update_metadata(_update_metadata(one, bad))
+            assert answer.error_code == ErrorCode.INVALID_REQUEST
+            assert [b.kafka_endpoint for b in cache.brokers()] == [("10.0.0.1", 19091), None]
+
+    asyncio.run(scenario())

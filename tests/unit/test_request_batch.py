@@ -279,3 +279,21 @@ def test_build_does_not_consume_the_batch() -> None:
     assert not batch.is_empty
     assert build(batch) == build(batch)
     assert len(build(batch)) == 4
+
+
+def test_each_brokers_kafka_listener_goes_out_with_its_endpoint() -> None:
+    brokers = live(1, 2)
+    brokers[1] = LiveBroker(1, "h1", 9001, epoch=101, kafka_endpoint=("h1", 19001))
+    batch = ControllerBrokerRequestBatch()
+    batch.add_leader_and_isr([2], TP0, state(1, [1, 2]), [1, 2])
+    leader_and_isr, *update_metadata = (r.request for r in build(batch, brokers))
+    assert isinstance(leader_and_isr, pb.LeaderAndIsrRequest)
+    assert list(leader_and_isr.live_leaders) == [
+        pb.BrokerEndpoint(node_id=1, host="h1", port=9001, kafka_host="h1", kafka_port=19001)
+    ]
+    for request in update_metadata:
+        assert isinstance(request, pb.UpdateMetadataRequest)
+        assert [(b.kafka_host, b.kafka_port) for b in request.live_brokers] == [
+            ("h1", 19001),
+            ("", 0),  # broker 2 has no Kafka listener
+        ]

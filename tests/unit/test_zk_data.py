@@ -116,6 +116,87 @@ def test_broker_registration_decodes_kafka_v4_and_v1() -> None:
     assert decode_broker_registration(v1) == BrokerRegistration("hadoop1", 9092, 1525741823119)
 
 
+def test_broker_registration_with_a_kafka_listener_is_kafkas_v4_json() -> None:
+    data = encode_broker_registration("10.0.0.5", 9091, 1603451234567, kafka_port=19091)
+    assert data == (
+        b'{"version":4,"host":"10.0.0.5","port":9091,"timestamp":"1603451234567",'
+        b'"endpoints":["GRPC://10.0.0.5:9091","KAFKA://10.0.0.5:19091"],'
+        b'"listener_security_protocol_map":{"GRPC":"PLAINTEXT","KAFKA":"PLAINTEXT"}}'
+    )
+    assert decode_broker_registration(data) == BrokerRegistration(
+        "10.0.0.5", 9091, 1603451234567, kafka_endpoint=("10.0.0.5", 19091)
+    )
+
+
+def test_broker_registration_of_a_tls_broker_maps_grpc_to_ssl() -> None:
+    data = encode_broker_registration("b1", 9091, 1, kafka_port=19091, grpc_security_protocol="SSL")
+    assert json.loads(data)["listener_security_protocol_map"] == {
+        "GRPC": "SSL",
+        "KAFKA": "PLAINTEXT",
+    }
+    # Without a Kafka listener the map (and the security protocol) is not written at all.
+    assert encode_broker_registration(
+        "b1", 9091, 1, grpc_security_protocol="SSL"
+    ) == encode_broker_registration("b1", 9091, 1)
+
+
+def test_broker_registration_with_a_kafka_listener_on_ipv6() -> None:
+    data = encode_broker_registration("::1", 9091, 1, kafka_port=19091)
+    assert json.loads(data)["endpoints"] == ["GRPC://[::1]:9091", "KAFKA://[::1]:19091"]
+    assert decode_broker_registration(data) == BrokerRegistration(
+        "::1", 9091, 1, kafka_endpoint=("::1", 19091)
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"kafka_port": 0}, "1-65535"),
+        ({"kafka_port": 65536}, "1-65535"),
+        ({"kafka_port": 19091, "grpc_security_protocol": "SASL_SSL"}, "security protocol"),
+    ],
+)
+def test_broker_registration_refuses_what_no_listener_has(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        encode_broker_registration("h", 9091, 1, **kwargs)  # type: ignore[arg-type]
+
+
+def test_broker_registration_decodes_kafka_2_8_v5_with_other_listeners() -> None:
+    """As Kafka 2.8 writes it (BrokerIdZNode.encode, version 5: features, the protocol map,
+    a rack): no GRPC and no KAFKA endpoint, so host/port and no Kafka listener of ours."""
+    v5 = (
+        b'{"features":{},"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT",'
+        b'"SSL":"SSL","INTERNAL":"PLAINTEXT"},"endpoints":["PLAINTEXT://kafka-1.example.com:9092",'
+        b'"SSL://kafka-1.example.com:9093","INTERNAL://10.0.0.7:19092"],"rack":"eu-west-1a",'
+        b'"jmx_port":9999,"host":"kafka-1.example.com","timestamp":"1625140800000","port":9092,'
+        b'"version":5}'
+    )
+    assert decode_broker_registration(v5) == BrokerRegistration(
+        "kafka-1.example.com", 9092, 1625140800000, kafka_endpoint=None
+    )
+    # A broker of ours among Kafka's listeners, the KAFKA endpoint before the GRPC one.
+    ours = (
+        b'{"version":5,"host":null,"port":-1,"features":{},"timestamp":"7",'
+        b'"endpoints":["SSL://h:9093","KAFKA://h:19091","GRPC://h:9091"],'
+        b'"listener_security_protocol_map":{"SSL":"SSL","KAFKA":"PLAINTEXT","GRPC":"SSL"}}'
+    )
+    assert decode_broker_registration(ours) == BrokerRegistration("h", 9091, 7, ("h", 19091))
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["KAFKA://h", "KAFKA://:19091", "KAFKA://h:0", "KAFKA://h:65536", "KAFKA://[::1]", "KAFKA:h:1"],
+)
+def test_broker_registration_with_a_malformed_kafka_endpoint_is_malformed(endpoint: str) -> None:
+    data = json.dumps(
+        {"version": 4, "host": "h", "port": 9091, "endpoints": ["GRPC://h:9091", endpoint]}
+    ).encode()
+    with pytest.raises(ZkDataError, match="endpoint"):
+        decode_broker_registration(data)
+
+
 @pytest.mark.parametrize(
     "data",
     [
