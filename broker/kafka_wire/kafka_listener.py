@@ -43,7 +43,7 @@ from broker.kafka_wire.kafka_wire_apis import (
 )
 from broker.kafka_wire.messages import Tree
 from broker.kafka_wire.request_codec import (
-    MalformedRequestError,
+    MalformedFrameError,
     decode_request,
     encode_response,
     peek_header,
@@ -181,7 +181,7 @@ class KafkaListener:
             await room.acquire()
             try:
                 queued = await self._stage(frame, started)
-            except MalformedRequestError as err:
+            except MalformedFrameError as err:
                 raise CloseConnection(str(err)) from err
             queue.put_nowait(queued)
 
@@ -202,11 +202,11 @@ class KafkaListener:
             return _Queued(api_key, correlation_id, reply, answer, started)
         reply = response_schema(api_key, version)
         if reply is None or schema is None:
-            raise MalformedRequestError(f"Kafka has no API {api_key} version {version}")
+            raise MalformedFrameError(f"Kafka has no API {api_key} version {version}")
         if not any(f.name == "error_code" for f in dataclasses.fields(reply)):
             # Its errors are per partition, of partitions we would have to decode: Kafka
             # closes the connection on a version it cannot parse.
-            raise MalformedRequestError(f"API {api_key} version {version} is not served here")
+            raise MalformedFrameError(f"API {api_key} version {version} is not served here")
         return _Queued(
             api_key, correlation_id, reply, _ready({}), started, error=UNSUPPORTED_VERSION
         )

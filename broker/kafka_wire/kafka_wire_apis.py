@@ -25,6 +25,7 @@ from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
 from proto import minibroker_pb2 as pb
+from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition, topic_name_problem
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ READ_COMMITTED = 1
 Answer = Awaitable[Tree | None]
 
 
-class CloseConnection(Exception):
+class CloseConnection(MinibrokerError):
     """The connection must be closed once the answers before this one are written (Kafka
     closes it when an ``acks=0`` produce fails, the only way such a producer learns of it;
     and on a request it cannot make sense of)."""
@@ -311,7 +312,8 @@ class KafkaWireApis:
             if specs
             else {}
         )
-        aborted: list[Tree] | None = [] if getattr(body, "isolation_level", 0) == READ_COMMITTED else None
+        read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
+        aborted: list[Tree] | None = [] if read_committed else None
         by_topic: dict[str, list[Tree]] = {}
         for tp in order:
             if tp in refused:

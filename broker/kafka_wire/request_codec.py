@@ -23,7 +23,7 @@ from broker.kafka_wire.messages import Tree, build
 from proto.errors import MinibrokerError
 
 __all__ = [
-    "MalformedRequestError",
+    "MalformedFrameError",
     "decode_request",
     "encode_response",
     "peek_header",
@@ -34,7 +34,7 @@ __all__ = [
 _KEY_VERSION_CORRELATION = struct.Struct(">hhi")
 
 
-class MalformedRequestError(MinibrokerError):
+class MalformedFrameError(MinibrokerError):
     """A frame that is not a request of the version it names: the connection is closed."""
 
 
@@ -42,7 +42,7 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     """(api key, api version, correlation id): the fields every header version starts
     with, so even a request we cannot decode can be answered or logged."""
     if len(frame) < _KEY_VERSION_CORRELATION.size:
-        raise MalformedRequestError(f"a {len(frame)}-byte frame is too short for a header")
+        raise MalformedFrameError(f"a {len(frame)}-byte frame is too short for a header")
     return _KEY_VERSION_CORRELATION.unpack_from(frame)
 
 
@@ -70,9 +70,9 @@ def decode_request(frame: bytes, schema: type[Any]) -> KafkaRequest:
         header, size = entity_reader(schema.__header_schema__)(frame, 0)
         body, body_size = entity_reader(schema)(frame, size)
     except Exception as err:  # kio's native reader: ValueError, UnicodeDecodeError, ...
-        raise MalformedRequestError(f"undecodable {schema.__name__}: {err!r}") from err
+        raise MalformedFrameError(f"undecodable {schema.__name__}: {err!r}") from err
     if size + body_size != len(frame):
-        raise MalformedRequestError(
+        raise MalformedFrameError(
             f"{schema.__name__} takes {size + body_size} bytes, the frame has {len(frame)}"
         )
     return KafkaRequest(

@@ -19,6 +19,7 @@ from kio.schema.metadata.v1.request import MetadataRequest as MetadataV1Request
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.request_header.v1.header import RequestHeader as HeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
+from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
 
 from broker.kafka_wire.kafka_listener import KafkaListener, api_name
@@ -33,7 +34,7 @@ from broker.kafka_wire.kafka_wire_apis import (
 )
 from broker.kafka_wire.messages import Tree, build
 from broker.kafka_wire.request_codec import (
-    MalformedRequestError,
+    MalformedFrameError,
     decode_request,
     encode_response,
     request_schema,
@@ -64,7 +65,7 @@ def frame(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
 
 def metadata_request(*names: str) -> MetadataRequest:
     return MetadataRequest(
-        topics=tuple(MetadataRequestTopic(topic_id=None, name=n) for n in names),
+        topics=tuple(MetadataRequestTopic(topic_id=None, name=TopicName(n)) for n in names),
         allow_auto_topic_creation=False,
         include_topic_authorized_operations=False,
     )
@@ -291,7 +292,8 @@ def test_a_handler_bug_is_answered_with_unknown_server_error() -> None:
 def test_decode_request_reads_both_header_versions() -> None:
     for version, header in ((1, HeaderV1), (12, HeaderV2)):
         schema = request_schema(METADATA, version)
-        assert schema is not None and schema.__header_schema__ is header
+        assert schema is not None
+        assert schema.__header_schema__ is header
         body = build(schema, {"topics": [{"name": "t"}]})
         data = frame(METADATA, version, 42, body)[4:]
         request = decode_request(data, schema)
@@ -304,9 +306,9 @@ def test_decode_request_refuses_trailing_and_missing_bytes() -> None:
     schema = request_schema(METADATA, 12)
     assert schema is not None
     data = frame(METADATA, 12, 1, metadata_request("t"))[4:]
-    with pytest.raises(MalformedRequestError, match="frame has"):
+    with pytest.raises(MalformedFrameError, match="frame has"):
         decode_request(data + b"\x00", schema)
-    with pytest.raises(MalformedRequestError, match="undecodable"):
+    with pytest.raises(MalformedFrameError, match="undecodable"):
         decode_request(data[:-3], schema)
 
 

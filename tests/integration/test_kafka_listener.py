@@ -1,0 +1,249 @@
+"""The Kafka listener against real broker processes, through Kafka's own clients, unchanged:
+kcat (librdkafka, from Debian), aiokafka and confluent-kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import confluent_kafka
+import pytest
+import uvloop
+from kazoo.client import KazooClient
+
+from client.consumer import Consumer, ConsumerConfig
+from client.metadata import BrokerConnections
+from client.producer import Producer, ProducerConfig
+from proto import zk_data
+from proto.topic_partition import TopicPartition
+from tests.cluster import Cluster, running_cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+KAFKA_PORT_FREE = {"kafka.port": "0"}
+T = TypeVar("T")
+
+
+def kafka_bootstrap(cluster: Cluster) -> str:
+    """Every live broker's Kafka listener, as its registration advertises it."""
+    addresses = []
+    for broker_id in cluster.live():
+        data, _ = cluster.zk.get(f"{zk_data.BROKER_IDS_PATH}/{broker_id}")
+        endpoint = zk_data.decode_broker_registration(data).kafka_endpoint
+        assert endpoint is not None, f"broker {broker_id} registered no Kafka listener"
+        addresses.append(f"{endpoint[0]}:{endpoint[1]}")
+    return ",".join(addresses)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
+
+
+def kcat(bootstrap: str, *args: str, stdin: str | None = None) -> str:
+    done = subprocess.run(
+        ["kcat", "-b", bootstrap, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"kcat {' '.join(args)} failed: {done.stderr}"
+    return done.stdout
+
+
+def test_kcat_lists_produces_and_consumes_keyed_lines(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
+        cluster.create_topic("lines", {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
+        bootstrap = kafka_bootstrap(cluster)
+        listing = json.loads(kcat(bootstrap, "-L", "-J", "-t", "lines"))
+        assert sorted(b["id"] for b in listing["brokers"]) == [1, 2, 3]
+        (topic,) = listing["topics"]
+        assert sorted(p["partition"] for p in topic["partitions"]) == [0, 1, 2]
+        lines = [f"key-{i % 97}:value-{i}" for i in range(10_000)]
+        produce = ["-P", "-t", "lines", "-K", ":", "-X", "acks=all"]
+        kcat(bootstrap, *produce, stdin="\n".join(lines) + "\n")
+        consume = ["-C", "-t", "lines", "-o", "beginning", "-e", "-q", "-K", ":", "-f", "%k:%s\n"]
+        out = kcat(bootstrap, *consume)
+        got = out.splitlines()
+        assert sorted(got) == sorted(lines)
+        # A key always lands on one partition, and a partition keeps the order of sending.
+        order = {line: i for i, line in enumerate(lines)}
+        for key in {line.split(":")[0] for line in lines}:
+            seen = [order[line] for line in got if line.split(":")[0] == key]
+            assert seen == sorted(seen), f"{key} read out of order"
+
+
+Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
+"""key, value, headers, timestamp (ms)."""
+
+
+def sample_records(tag: str, count: int) -> list[Record]:
+    """Keys, values and headers of all shapes: null key, null value, empty, binary, a header
+    with a null value, several headers."""
+    base_ms = 1_700_000_000_000
+    out: list[Record] = []
+    for i in range(count):
+        key = None if i % 7 == 0 else f"{tag}-key-{i}".encode()
+        value = None if i % 11 == 0 else bytes(range(i % 256)) + f"{tag}-{i}".encode()
+        headers: tuple[tuple[str, bytes | None], ...] = ()
+        if i % 3 == 1:
+            headers = (("trace", f"t{i}".encode()), ("empty", b""))
+        elif i % 3 == 2:
+            headers = (("nothing", None),)
+        out.append((key, value, headers, base_ms + i))
+    return out
+
+
+def confluent_headers(record: confluent_kafka.Message) -> tuple[tuple[str, bytes | None], ...]:
+    headers = record.headers() or []
+    assert isinstance(headers, list)
+    return tuple(
+        (name, value.encode() if isinstance(value, str) else value) for name, value in headers
+    )
+
+
+def test_records_cross_between_grpc_and_kafka_byte_for_byte(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
+        cluster.create_topic("cross", {0: [1, 2, 3], 1: [2, 3, 1]})
+        bootstrap = kafka_bootstrap(cluster)
+        grpc_bootstrap = ",".join(b.address for b in cluster.brokers.values())
+        via_grpc, via_kafka = sample_records("grpc", 500), sample_records("kafka", 500)
+
+        async def produce_over_grpc() -> None:
+            async with (
+                BrokerConnections.from_bootstrap(grpc_bootstrap) as connections,
+                Producer(connections, ProducerConfig(acks=-1)) as producer,
+            ):
+                futures = [
+                    await producer.send("cross", v, key=k, partition=0, headers=h, timestamp_ms=t)
+                    for k, v, h, t in via_grpc
+                ]
+                await asyncio.gather(*futures)
+
+        run(produce_over_grpc())
+
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True}
+        )
+        failures: list[str] = []
+
+        def delivered(err: confluent_kafka.KafkaError | None, _: confluent_kafka.Message) -> None:
+            if err is not None:
+                failures.append(str(err))
+
+        for k, v, h, t in via_kafka:
+            producer.produce(
+                "cross", v, k, partition=1, headers=list(h), timestamp=t, on_delivery=delivered
+            )
+        assert producer.flush(30) == 0
+        assert failures == []
+
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": "unused", "enable.auto.commit": False}
+        )
+        try:
+            consumer.assign([confluent_kafka.TopicPartition("cross", 0, 0)])
+            read: list[Record] = []
+            deadline = time.monotonic() + 30
+            while len(read) < len(via_grpc) and time.monotonic() < deadline:
+                for m in consumer.consume(500, timeout=1):
+                    assert m.error() is None, m.error()
+                    read.append((m.key(), m.value(), confluent_headers(m), m.timestamp()[1]))
+            assert read == via_grpc
+        finally:
+            consumer.close()
+
+        async def consume_over_grpc() -> list[Record]:
+            async with BrokerConnections.from_bootstrap(grpc_bootstrap) as connections:
+                consumer = Consumer(connections, ConsumerConfig(auto_offset_reset="earliest"))
+                async with consumer:
+                    consumer.assign([TopicPartition("cross", 1)])
+                    out: list[Record] = []
+                    async with asyncio.timeout(30):
+                        while len(out) < len(via_kafka):
+                            for r in await consumer.poll(timeout_ms=500):
+                                out.append((r.key, r.value, tuple(r.headers), r.timestamp))
+                    return out
+
+        assert run(consume_over_grpc()) == via_kafka
+
+
+def test_aiokafka_idempotent_producer_survives_a_leader_kill_exactly_once(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+
+    topic = "survive"
+    overrides = {**KAFKA_PORT_FREE, "min.insync.replicas": "2"}
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=overrides) as cluster:
+        cluster.create_topic(topic, {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
+        bootstrap = kafka_bootstrap(cluster)
+        victim = cluster.wait_for_leader(TopicPartition(topic, 0))
+        acked: dict[bytes, tuple[int, int]] = {}
+
+        async def produce() -> None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=bootstrap,
+                enable_idempotence=True,
+                acks="all",
+                request_timeout_ms=30_000,
+                linger_ms=5,
+            )
+            await producer.start()
+            try:
+                sent = 0
+                for round_ in range(30):
+                    if round_ == 10:
+                        cluster.brokers[victim].kill()  # SIGKILL, as `cluster kill` does
+                    futures = {}
+                    for _ in range(200):
+                        value = b"v%06d" % sent
+                        futures[value] = await producer.send(topic, value, key=b"k%d" % (sent % 9))
+                        sent += 1
+                    for value, future in futures.items():
+                        meta = await future
+                        acked[value] = (meta.partition, meta.offset)
+            finally:
+                await producer.stop()
+
+        async def consume() -> list[tuple[int, int, bytes]]:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+            )
+            await consumer.start()
+            try:
+                tps = [AioTopicPartition(topic, p) for p in range(3)]
+                consumer.assign(tps)
+                ends = await consumer.end_offsets(tps)
+                out: list[tuple[int, int, bytes]] = []
+
+                async def behind() -> bool:
+                    return any([await consumer.position(tp) < ends[tp] for tp in tps])
+
+                async with asyncio.timeout(60):
+                    while await behind():
+                        for records in (await consumer.getmany(timeout_ms=500)).values():
+                            out += [(r.partition, r.offset, r.value) for r in records]
+                return out
+            finally:
+                await consumer.stop()
+
+        run(produce())
+        assert len(acked) == 6000
+        read = run(consume())
+        values = [value for _, _, value in read]
+        assert len(values) == len(set(values)), "a record was written twice"
+        where = {value: (partition, offset) for partition, offset, value in read}
+        assert {v: where.get(v) for v in acked} == acked, "an acknowledged record is missing"
