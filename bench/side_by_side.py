@@ -256,9 +256,15 @@ def _perf(data_dir: Path, *args: str) -> Rate:
 def minibroker_perf(work_dir: Path) -> tuple[dict[str, Rate], Rate, list[str]]:
     data_dir = work_dir / "cluster"
     shutil.rmtree(data_dir, ignore_errors=True)
-    base = free_port_block(4)
+    base = free_port_block(7)
     cluster = LocalCluster(data_dir)
-    cluster.up(3, base_port=base, zookeeper_port=base + 3, overrides={"min.insync.replicas": "2"})
+    cluster.up(
+        3,
+        base_port=base,
+        zookeeper_port=base + 3,
+        kafka_base_port=base + 4,
+        overrides={"min.insync.replicas": "2"},
+    )
     n = str(PERF_RECORDS)
     size = str(RECORD_BYTES)
     produce = ["produce", TOPIC, "--num-records", n, "--record-size", size]

@@ -64,9 +64,9 @@ def _cli(*args: str, data_dir: Path) -> str:
 def _round(work_dir: Path, tls: bool) -> PerfRound:
     data_dir = work_dir / ("tls" if tls else "plaintext")
     shutil.rmtree(data_dir, ignore_errors=True)
-    base = free_port_block(4)
+    base = free_port_block(7)
     cluster = LocalCluster(data_dir)
-    cluster.up(3, base_port=base, zookeeper_port=base + 3, tls=tls)
+    cluster.up(3, base_port=base, zookeeper_port=base + 3, kafka_base_port=base + 4, tls=tls)
     try:
         _cli("topics", "create", TOPIC, "--partitions", "3", "--replication-factor", "3",
              data_dir=data_dir)  # fmt: skip

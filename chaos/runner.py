@@ -228,7 +228,7 @@ class _Run:
                 return LocalBackend(cluster)
             cluster = LocalCluster(self.run.data)
             zookeepers = 3 if self._wants_zookeeper_faults() else 1
-            base = free_port_block(BROKERS + zookeepers)
+            base = free_port_block(2 * BROKERS + zookeepers)
             self.say(
                 f"starting a local cluster: {zookeepers} ZooKeeper node(s) and {BROKERS} "
                 f"brokers from port {base}"
@@ -237,6 +237,7 @@ class _Run:
                 BROKERS,
                 base_port=base,
                 zookeeper_port=base + BROKERS,
+                kafka_base_port=base + BROKERS + zookeepers,
                 zookeeper_nodes=zookeepers,
                 overrides=cluster_overrides(settings),
                 log_dir_bytes=LOG_DIR_BYTES if self._wants("disk-full") else None,

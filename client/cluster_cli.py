@@ -36,6 +36,7 @@ from deploy.local_cluster import (
     DATA_DIR_ENV,
     DEFAULT_BASE_PORT,
     DEFAULT_DATA_DIR,
+    DEFAULT_KAFKA_BASE_PORT,
     DEFAULT_ZOOKEEPER_PORT,
     STATE_FILE,
     ClusterAlreadyRunningError,
@@ -74,6 +75,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=DEFAULT_BASE_PORT,
         help=f"broker n listens on base-port + n - 1 (default {DEFAULT_BASE_PORT})",
+    )
+    up.add_argument(
+        "--kafka-base-port",
+        type=int,
+        default=DEFAULT_KAFKA_BASE_PORT,
+        help="broker n's Kafka protocol listener, for Kafka's own clients (kcat, aiokafka, "
+        f"...), is on kafka-base-port + n - 1 (default {DEFAULT_KAFKA_BASE_PORT}; none with "
+        "--tls: it speaks PLAINTEXT)",
     )
     up.add_argument(
         "--zookeeper-port",
@@ -184,6 +193,7 @@ def _up(args: argparse.Namespace) -> int:
         cluster.up(
             args.brokers,
             base_port=args.base_port,
+            kafka_base_port=args.kafka_base_port,
             zookeeper_port=args.zookeeper_port,
             zookeeper_nodes=args.zookeeper_nodes,
             overrides=parse_overrides(args.override),
@@ -202,6 +212,9 @@ def _up(args: argparse.Namespace) -> int:
         )
         print(f"cluster up: {args.brokers} brokers{ensemble}, data in {cluster.data_dir}")
     print(f"  bootstrap servers: {cluster.bootstrap_servers}")
+    kafka = cluster.kafka_bootstrap_servers
+    if kafka is not None:
+        print(f"  kafka bootstrap:   {kafka} (Kafka's protocol: kcat, aiokafka, ...)")
     found = cluster.addresses()
     print(f"  zookeeper:         {found[1] if found else cluster.zookeeper_connect}")
     config = cluster.command_config()
@@ -373,6 +386,10 @@ def print_status(status: ClusterStatus, console: Console) -> None:
                 node.mode or "-",
             )
         console.print(nodes)
+    if status.bootstrap_servers is not None:
+        console.print(f"Bootstrap servers: {status.bootstrap_servers}")
+    if status.kafka_bootstrap_servers is not None:
+        console.print(f"Kafka bootstrap servers: {status.kafka_bootstrap_servers}")
     console.print(
         f"Controller: {status.controller if status.controller is not None else 'none'}"
         f" (epoch {status.controller_epoch if status.controller_epoch is not None else '-'})"

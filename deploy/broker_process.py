@@ -47,6 +47,9 @@ class BrokerSpec:
     port: int = 0
     """0: let the broker pick a free port (learnt from its registration, then kept)."""
     host: str = "127.0.0.1"
+    kafka_port: int | None = None
+    """The port of its Kafka protocol listener (``kafka.port``): None runs none, 0 a free
+    one chosen at the first start (then kept, as ``port``)."""
     overrides: dict[str, str] = field(default_factory=dict)
     log_path: Path | None = None
     """Default: ``<data_dir>/../broker-<id>.log``."""
@@ -61,6 +64,7 @@ class BrokerProcess:
         self.log_path = spec.log_path or spec.data_dir.parent / f"broker-{spec.broker_id}.log"
         self._proc: subprocess.Popen[bytes] | None = None
         self.port = spec.port
+        self.kafka_port = spec.kafka_port
         self.paused = False
         """SIGSTOPped by :meth:`pause` and not resumed since."""
 
@@ -87,6 +91,11 @@ class BrokerProcess:
     def address(self) -> str:
         return f"{self.spec.host}:{self.port}"
 
+    @property
+    def kafka_address(self) -> str | None:
+        """``host:port`` of its Kafka protocol listener, None if it runs none."""
+        return None if self.kafka_port is None else f"{self.spec.host}:{self.kafka_port}"
+
     def command(self) -> list[str]:
         spec = self.spec
         cmd = [
@@ -101,6 +110,9 @@ class BrokerProcess:
         ]  # fmt: skip
         for key, value in sorted(spec.overrides.items()):
             cmd += ["--override", f"{key}={value}"]
+        if self.kafka_port is not None:
+            # Last, so it wins (as --port does): the harness owns the ports it chose.
+            cmd += ["--override", f"kafka.port={self.kafka_port}"]
         return cmd
 
     def start(self, zk: KazooClient | None = None, timeout: float = 30.0) -> None:
@@ -108,10 +120,8 @@ class BrokerProcess:
         if self.is_running:
             raise BrokerProcessError(f"broker {self.broker_id} is already running")
         self.spec.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        if self.port == 0:
-            # Chosen here, not by the broker binding port 0: a port from the ephemeral range
-            # may be some connection's local port when the broker restarts on it.
-            self.port = free_port_block(1, self.spec.host)
+        if self.port == 0 or self.kafka_port == 0:
+            self._choose_free_ports()
         before = _registration_czxid(zk, self.broker_id) if zk is not None else None
         with open(os.devnull, "rb") as stdin, self.log_path.open("ab") as out:
             self._proc = subprocess.Popen(
@@ -125,6 +135,18 @@ class BrokerProcess:
         log.info("started broker %d pid=%d", self.broker_id, self._proc.pid)
         if zk is not None:
             self.wait_until_registered(zk, before, timeout)
+
+    def _choose_free_ports(self) -> None:
+        """The ports left 0, chosen here rather than by the broker binding port 0: a port
+        from the ephemeral range may be some connection's local port when the broker
+        restarts on it. Two from one free block, so that they differ from each other and
+        from a port given."""
+        block = free_port_block(2, self.spec.host)
+        spare = iter(p for p in (block, block + 1) if p not in (self.port, self.kafka_port))
+        if self.port == 0:
+            self.port = next(spare)
+        if self.kafka_port == 0:
+            self.kafka_port = next(spare)
 
     def wait_until_registered(
         self, zk: KazooClient, previous_czxid: int | None, timeout: float = 30.0

@@ -102,6 +102,10 @@ class ClusterStatus:
     """One line per znode skipped (an illegal topic name, malformed content)."""
     zookeeper_nodes: list[ZooKeeperNodeStatus] = field(default_factory=list)
     """Each ZooKeeper node, where they are known (not when only a connect string is)."""
+    bootstrap_servers: str | None = None
+    """The brokers' gRPC ``host:port,...`` where cluster.json gives them."""
+    kafka_bootstrap_servers: str | None = None
+    """Their Kafka protocol listeners' ``host:port,...``, where cluster.json gives them."""
 
     @classmethod
     def of(
@@ -110,12 +114,19 @@ class ClusterStatus:
         brokers: list[BrokerStatus],
         view: ZooKeeperView | None,
         zookeeper_nodes: list[ZooKeeperNodeStatus] | None = None,
+        *,
+        bootstrap_servers: str | None = None,
+        kafka_bootstrap_servers: str | None = None,
     ) -> ClusterStatus:
         """The status of ``brokers`` with ZooKeeper's ``view`` (None: ZooKeeper is down or
         has no quorum)."""
         nodes = list(zookeeper_nodes or [])
+        addresses = {
+            "bootstrap_servers": bootstrap_servers,
+            "kafka_bootstrap_servers": kafka_bootstrap_servers,
+        }
         if view is None:
-            return cls(connect, False, brokers, None, None, 0, 0, [], [], [], nodes)
+            return cls(connect, False, brokers, None, None, 0, 0, [], [], [], nodes, **addresses)
         return cls(
             connect,
             True,
@@ -128,6 +139,7 @@ class ClusterStatus:
             view.offline,
             view.warnings,
             nodes,
+            **addresses,
         )
 
     @property

@@ -6,7 +6,7 @@ benchmarks use (deploy/zookeeper.py, deploy/broker_process.py). The processes ou
 command that started them, so every later command finds them again through
 ``<data-dir>/cluster.json`` (pids, ports) and acts by pid. Layout::
 
-    <data-dir>/cluster.json        pids and ports
+    <data-dir>/cluster.json        pids and ports (gRPC and Kafka protocol)
     <data-dir>/zookeeper/          ZooKeeper's dataDir (one node)
     <data-dir>/zookeeper-<n>/      ZooKeeper node n's dataDir (an ensemble)
     <data-dir>/broker-<n>/         broker n's log dir
@@ -19,7 +19,8 @@ never hit.
 Example usage::
 
     cluster = LocalCluster(Path("minibroker-data"))
-    cluster.up(brokers=3)                 # ZooKeeper on 2181, brokers on 9091-9093
+    cluster.up(brokers=3)                 # ZooKeeper on 2181, brokers on 9091-9093 (gRPC)
+    print(cluster.kafka_bootstrap_servers)  # and 19091-19093 (Kafka's protocol)
     cluster.kill(2)                       # SIGKILL broker 2
     cluster.start(2)
     print(cluster.status().controller)
@@ -76,6 +77,7 @@ __all__ = [
     "DATA_DIR_ENV",
     "DEFAULT_BASE_PORT",
     "DEFAULT_DATA_DIR",
+    "DEFAULT_KAFKA_BASE_PORT",
     "DEFAULT_ZOOKEEPER_PORT",
     "ClusterStatus",
     "LocalCluster",
@@ -88,6 +90,8 @@ log = logging.getLogger(__name__)
 DATA_DIR_ENV = "MINIBROKER_DATA_DIR"
 DEFAULT_DATA_DIR = Path("minibroker-data")
 DEFAULT_BASE_PORT = 9091
+DEFAULT_KAFKA_BASE_PORT = 19091
+"""Broker n's Kafka protocol listener (``kafka.port``) is on this + n - 1."""
 DEFAULT_ZOOKEEPER_PORT = 2181
 MAX_ZOOKEEPER_NODES = 7
 """More members cost JVMs and make every write wait for more acknowledgements; on one
@@ -151,6 +155,9 @@ class _Process:
     pid: int
     port: int
     host: str = "127.0.0.1"
+    kafka_port: int | None = None
+    """Its Kafka protocol listener's port; None: it runs none (a ``--tls`` cluster, or a
+    cluster.json written before Kafka listeners)."""
 
 
 @dataclass
@@ -233,6 +240,17 @@ class _State:
     def bootstrap_servers(self) -> str:
         return ",".join(f"{b.host}:{b.port}" for _, b in sorted(self.brokers.items()))
 
+    @property
+    def kafka_bootstrap_servers(self) -> str | None:
+        """The brokers' Kafka protocol listeners, for Kafka's own clients (kcat,
+        aiokafka, ...); None when no broker has one."""
+        listeners = [
+            f"{b.host}:{b.kafka_port}"
+            for _, b in sorted(self.brokers.items())
+            if b.kafka_port is not None
+        ]
+        return ",".join(listeners) or None
+
 
 class LocalCluster:
     """The cluster in one data directory."""
@@ -287,6 +305,13 @@ class LocalCluster:
     def bootstrap_servers(self) -> str:
         return self._read_state().bootstrap_servers
 
+    @property
+    def kafka_bootstrap_servers(self) -> str | None:
+        """``host:port,...`` of the brokers' Kafka protocol listeners (for kcat, aiokafka,
+        confluent-kafka); None when they run none (a ``--tls`` cluster, or one started
+        before Kafka listeners existed)."""
+        return self._read_state().kafka_bootstrap_servers
+
     def addresses(self) -> tuple[str, str] | None:
         """(bootstrap servers, ZooKeeper connect string) of the cluster started here, from
         one read of cluster.json; None when there is none (the client commands' defaults).
@@ -316,6 +341,7 @@ class LocalCluster:
         brokers: int = 3,
         *,
         base_port: int = DEFAULT_BASE_PORT,
+        kafka_base_port: int = DEFAULT_KAFKA_BASE_PORT,
         zookeeper_port: int = DEFAULT_ZOOKEEPER_PORT,
         zookeeper_nodes: int = 1,
         overrides: Mapping[str, str] | None = None,
@@ -331,10 +357,13 @@ class LocalCluster:
         :mod:`deploy.small_log_dirs`), so that one broker's disk can fill up alone (chaos's
         ``disk-full``); :meth:`down` copies the data back to the disk and unmounts.
 
-        Start ZooKeeper and ``brokers`` brokers on ``base_port``, ``base_port + 1``, ...;
-        return once every broker is registered and a controller is elected. Ports are
-        checked first: a taken one is an error naming it, before anything starts. What was
-        started is stopped again if a later step fails.
+        Start ZooKeeper and ``brokers`` brokers on ``base_port``, ``base_port + 1``, ...,
+        each with a Kafka protocol listener (``kafka.port``) on ``kafka_base_port``,
+        ``kafka_base_port + 1``, ...; return once every broker is registered and a
+        controller is elected. Ports are checked first: a taken one is an error naming it,
+        before anything starts. What was started is stopped again if a later step fails.
+        A ``tls`` cluster gets no Kafka listeners: they speak PLAINTEXT, and would let
+        anyone without a certificate produce and fetch.
 
         ``zookeeper_nodes`` > 1 runs an ensemble (an odd number: 3 tolerates the loss of
         one node, 5 of two) with client ports ``zookeeper_port``, ``zookeeper_port + 1``,
@@ -353,6 +382,8 @@ class LocalCluster:
                     len(state.zookeeper),
                 )
         ports = {f"broker {i}": base_port + i - 1 for i in range(1, brokers + 1)}
+        kafka_ports = {} if tls else {i: kafka_base_port + i - 1 for i in range(1, brokers + 1)}
+        ports.update({f"broker {i} Kafka": port for i, port in kafka_ports.items()})
         if zookeeper_nodes == 1:
             ports["ZooKeeper"] = zookeeper_port
         else:
@@ -368,13 +399,13 @@ class LocalCluster:
         if clashes:
             raise LocalClusterError(
                 f"cannot start the cluster: {', '.join(clashes)} would share a port "
-                "(pick others with --base-port / --zookeeper-port)"
+                "(pick others with --base-port / --kafka-base-port / --zookeeper-port)"
             )
         taken = [f"{what} port {port}" for what, port in ports.items() if not port_is_free(port)]
         if taken:
             raise LocalClusterError(
                 f"cannot start the cluster: {', '.join(taken)} already in use "
-                "(pick others with --base-port / --zookeeper-port)"
+                "(pick others with --base-port / --kafka-base-port / --zookeeper-port)"
             )
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         zookeeper = self._new_zookeeper(zookeeper_nodes, zookeeper_port)
@@ -390,12 +421,16 @@ class LocalCluster:
             self._write_state(state)
             with _kazoo(state.cluster_zookeeper_connect) as zk:
                 for broker_id in range(1, brokers + 1):
-                    process = self._broker_process(broker_id, state, base_port + broker_id - 1)
+                    process = self._broker_process(
+                        broker_id, state, base_port + broker_id - 1, kafka_ports.get(broker_id)
+                    )
                     process.start(zk, timeout=timeout)
                     started.append(process)
                     _outliving.append(process)
                     assert process.pid is not None
-                    state.brokers[broker_id] = _Process(process.pid, process.port)
+                    state.brokers[broker_id] = _Process(
+                        process.pid, process.port, kafka_port=process.kafka_port
+                    )
                     self._write_state(state)
                 _wait_for_controller(zk, timeout)
         except (ZooKeeperError, BrokerProcessError, LocalClusterError, SmallLogDirError) as e:
@@ -465,7 +500,7 @@ class LocalCluster:
         return known is not None and self._is_ours(known.pid, broker_id)
 
     def start(self, broker_id: int, timeout: float = 60.0) -> None:
-        """Start a stopped or killed broker again, same port and data."""
+        """Start a stopped or killed broker again, same ports and data."""
         state = self._read_state()
         known = state.brokers.get(broker_id)
         if known is None:
@@ -477,9 +512,10 @@ class LocalCluster:
             raise LocalClusterError(f"broker {broker_id} is already running (pid {known.pid})")
         if not any(self._zookeeper_ours(state, n) for n in state.zookeeper):
             raise LocalClusterError("ZooKeeper is not running: `cluster down`, then `cluster up`")
-        if not _wait_until_free(known.port, timeout=10.0):
-            raise LocalClusterError(f"cannot start broker {broker_id}: port {known.port} in use")
-        process = self._broker_process(broker_id, state, known.port)
+        for port in (known.port, known.kafka_port):
+            if port is not None and not _wait_until_free(port, timeout=10.0):
+                raise LocalClusterError(f"cannot start broker {broker_id}: port {port} in use")
+        process = self._broker_process(broker_id, state, known.port, known.kafka_port)
         with _kazoo(state.cluster_zookeeper_connect) as zk:
             try:
                 process.start(zk, timeout=timeout)
@@ -487,7 +523,9 @@ class LocalCluster:
                 raise LocalClusterError(str(e)) from None
         assert process.pid is not None
         _outliving.append(process)
-        state.brokers[broker_id] = _Process(process.pid, process.port)
+        state.brokers[broker_id] = _Process(
+            process.pid, process.port, kafka_port=process.kafka_port
+        )
         self._write_state(state)
 
     # -- ZooKeeper nodes (the chaos tool's zk-kill and zk-quorum-loss act on these) ----------
@@ -616,7 +654,14 @@ class LocalCluster:
             )
             for i, p in sorted(state.brokers.items())
         ]
-        return ClusterStatus.of(connect, brokers, view, nodes)
+        return ClusterStatus.of(
+            connect,
+            brokers,
+            view,
+            nodes,
+            bootstrap_servers=state.bootstrap_servers,
+            kafka_bootstrap_servers=state.kafka_bootstrap_servers,
+        )
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -668,7 +713,9 @@ class LocalCluster:
             client.stop()
             client.close()
 
-    def _broker_process(self, broker_id: int, state: _State, port: int) -> BrokerProcess:
+    def _broker_process(
+        self, broker_id: int, state: _State, port: int, kafka_port: int | None
+    ) -> BrokerProcess:
         overrides = dict(state.overrides)
         if state.tls:
             certs = tls_certs.ClusterCertificates(self.tls_dir)
@@ -681,6 +728,7 @@ class LocalCluster:
                 self.broker_dir(broker_id),
                 state.cluster_zookeeper_connect,
                 port=port,
+                kafka_port=kafka_port,
                 overrides=overrides,
                 log_path=self.broker_log(broker_id),
             )

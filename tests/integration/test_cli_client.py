@@ -63,9 +63,12 @@ class LocalCluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    base = free_port_run(4)
+    base = free_port_run(7)
     local = LocalCluster(tmp_path_factory.mktemp("cli") / "cluster", base)
-    local.ok("cluster", "up", "--base-port", str(base), "--zookeeper-port", str(base + 3))
+    local.ok(
+        "cluster", "up", "--base-port", str(base), "--zookeeper-port", str(base + 3),
+        "--kafka-base-port", str(base + 4),
+    )  # fmt: skip
     try:
         yield local
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -15,6 +16,12 @@ from tests.helpers import free_port_run, minibroker
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
+def kafka_ports(cluster_dir: Path) -> dict[int, int | None]:
+    """Each broker's Kafka protocol port as cluster.json records it."""
+    brokers = json.loads((cluster_dir / "cluster.json").read_text())["brokers"]
+    return {int(b): entry.get("kafka_port") for b, entry in brokers.items()}
+
+
 @pytest.fixture
 def cluster_dir(tmp_path: Path) -> Iterator[Path]:
     data_dir = tmp_path / "cluster"
@@ -24,20 +31,24 @@ def cluster_dir(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_cluster_up_status_kill_start_stop_down(cluster_dir: Path) -> None:
-    base = free_port_run(4)
+    base = free_port_run(7)
     data = ["--data-dir", str(cluster_dir)]
     up = minibroker(
-        "cluster", "up", *data, "--base-port", str(base), "--zookeeper-port", str(base + 3)
-    )
+        "cluster", "up", *data, "--base-port", str(base), "--zookeeper-port", str(base + 3),
+        "--kafka-base-port", str(base + 4),
+    )  # fmt: skip
     assert up.returncode == 0, up.stderr
     assert f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}" in up.stdout
-    assert (cluster_dir / "cluster.json").exists()
+    kafka = f"127.0.0.1:{base + 4},127.0.0.1:{base + 5},127.0.0.1:{base + 6}"
+    assert f"kafka bootstrap:   {kafka}" in up.stdout
+    assert kafka_ports(cluster_dir) == {1: base + 4, 2: base + 5, 3: base + 6}
     assert (cluster_dir / "logs" / "broker-1.log").exists()
 
     status = minibroker("cluster", "status", *data)
     assert status.returncode == 0, status.stderr
     assert "Controller: " in status.stdout
     assert status.stdout.count("yes") == 3
+    assert f"Kafka bootstrap servers: {kafka}\n" in status.stdout
 
     # `make run` then the README's `cluster up`: the second up has nothing to do.
     again = minibroker("cluster", "up", *data, "--base-port", str(base))
@@ -54,6 +65,7 @@ def test_cluster_up_status_kill_start_stop_down(cluster_dir: Path) -> None:
     assert "`minibroker cluster start 2`" in partly.stderr
     assert "Traceback" not in partly.stderr
     assert minibroker("cluster", "start", "2", *data).returncode == 0
+    assert kafka_ports(cluster_dir)[2] == base + 5  # a restart keeps the broker's ports
     assert minibroker("cluster", "stop", "3", *data).returncode == 0
     stopped = minibroker("cluster", "status", *data).stdout
     assert stopped.count("not running") == 1
@@ -79,13 +91,14 @@ def test_cluster_up_status_kill_start_stop_down(cluster_dir: Path) -> None:
 
 
 def test_cluster_up_refuses_a_taken_port_with_one_line(cluster_dir: Path) -> None:
-    base = free_port_run(4)
+    base = free_port_run(7)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", base + 1))
         squatter.listen()
         result = minibroker(
             "cluster", "up", "--data-dir", str(cluster_dir),
             "--base-port", str(base), "--zookeeper-port", str(base + 3),
+            "--kafka-base-port", str(base + 4),
         )  # fmt: skip
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0, result.stderr
@@ -107,6 +120,9 @@ def test_cluster_up_tls_is_authenticated_and_the_cli_finds_its_credentials(
     assert up.returncode == 0, up.stderr
     assert "TLS + ZooKeeper ACLs" in up.stdout
     assert f"127.0.0.1:{base + 3}/minibroker" in up.stdout
+    # No PLAINTEXT Kafka listener beside the authenticated gRPC one.
+    assert "kafka bootstrap" not in up.stdout
+    assert kafka_ports(cluster_dir) == {1: None, 2: None, 3: None}
     created = minibroker("topics", "create", "orders", "--replication-factor", "3", *data)
     assert created.returncode == 0, created.stderr
     produced = minibroker("produce", "orders", "--acks", "all", *data, input_text="a\nb\nc\n")
@@ -148,7 +164,7 @@ from pathlib import Path
 from deploy.local_cluster import LocalCluster
 base = int(sys.argv[2])
 cluster = LocalCluster(Path(sys.argv[1]))
-cluster.up(1, base_port=base, zookeeper_port=base + 1)
+cluster.up(1, base_port=base, zookeeper_port=base + 1, kafka_base_port=base + 2)
 cluster.kill(1)
 cluster.start(1)
 cluster.down()
@@ -161,7 +177,7 @@ def test_an_interpreter_driving_a_cluster_reaps_every_process_it_started(
     """The chaos runner drives clusters in its own process, acting on them by pid: the
     processes it started, killed or stopped must be reaped through their Popen, which
     otherwise warns at exit that each "is still running" (90 such lines after `make test`)."""
-    base = free_port_run(2)
+    base = free_port_run(3)
     done = subprocess.run(
         [sys.executable, "-W", "always::ResourceWarning", "-c", _IN_PROCESS_CLUSTER,
          str(cluster_dir), str(base)],

@@ -114,10 +114,11 @@ class CliCluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
-    base = free_port_run(4)
+    base = free_port_run(7)
     local = CliCluster(tmp_path_factory.mktemp("ops") / "cluster", base)
     local.ok(
         "cluster", "up", "--base-port", str(base), "--zookeeper-port", str(base + 3),
+        "--kafka-base-port", str(base + 4),
         "--override", "log.retention.check.interval.ms=300",
         "--override", "zookeeper.session.timeout.ms=3000",
     )  # fmt: skip

@@ -21,7 +21,7 @@ from proto import minibroker_pb2 as pb
 from proto import zk_data
 from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
-from tests.helpers import wait_for
+from tests.helpers import free_port_run, wait_for
 from tests.load import AcksAllLoad, check_acked_records_survive
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -81,6 +81,44 @@ def controller_known_to(cluster: Cluster, broker_id: int) -> int:
 
 def broker_log(cluster: Cluster, broker_id: int) -> str:
     return cluster.brokers[broker_id].log_path.read_text(errors="replace")
+
+
+# -- live brokers ----------------------------------------------------------------------------
+
+
+def test_update_metadata_tells_every_broker_each_registered_kafka_listener(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """A registration naming a Kafka protocol listener (issue 16) reaches every broker's
+    metadata through the controller's UpdateMetadata, and leaves it with the registration.
+    Broker 7 is registered the way a broker with a Kafka listener registers itself, with no
+    process behind it (as one frozen or gone before its session expired)."""
+    grpc_port = free_port_run(2)
+    registration = zk_data.encode_broker_registration(
+        "127.0.0.1", grpc_port, int(time.time() * 1000), kafka_port=grpc_port + 1
+    )
+    with running_cluster(zk_client, zk_connect, tmp_path, broker_ids=(1, 2)) as cluster:
+
+        def kafka_listeners(broker_id: int) -> dict[int, tuple[str, int]]:
+            response = cluster.broker_stub(broker_id).Metadata(pb.MetadataRequest(), timeout=5)
+            return {b.node_id: (b.kafka_host, b.kafka_port) for b in response.brokers}
+
+        cluster.wait_for_controller()
+        zk_client.create(zk_data.broker_path(7), registration, ephemeral=True)
+        expected = {1: ("", 0), 2: ("", 0), 7: ("127.0.0.1", grpc_port + 1)}
+        wait_for(
+            lambda: all(kafka_listeners(b) == expected for b in (1, 2)),
+            FAILOVER_MARGIN_S,
+            message=lambda: (
+                f"{expected} in every broker's metadata: {[kafka_listeners(b) for b in (1, 2)]}"
+            ),
+        )
+        zk_client.delete(zk_data.broker_path(7))
+        wait_for(
+            lambda: all(7 not in kafka_listeners(b) for b in (1, 2)),
+            FAILOVER_MARGIN_S,
+            message="broker 7 gone from every broker's metadata",
+        )
 
 
 # -- creation, describe, deletion -------------------------------------------------------------

@@ -153,12 +153,13 @@ class Writer:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    base = free_port_run(6)
+    base = free_port_run(9)
     local = LocalCluster(tmp_path_factory.mktemp("zk-faults") / "cluster")
     local.up(
         3,
         base_port=base,
         zookeeper_port=base + 3,
+        kafka_base_port=base + 6,
         zookeeper_nodes=3,
         overrides={
             "zookeeper.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),

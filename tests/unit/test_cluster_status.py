@@ -95,3 +95,20 @@ def test_docker_zookeeper_containers_of_make_up_and_make_up_ha() -> None:
         3: "mb-zookeeper-3",
     }
     assert docker_zookeeper_containers("mb", ["mb-broker-1"]) == {}
+
+
+def test_status_of_a_local_cluster_names_both_bootstraps() -> None:
+    status = ClusterStatus.of(
+        "127.0.0.1:2181",
+        [BrokerStatus(1, 9091, 7, True)],
+        ZooKeeperView({1: ("127.0.0.1", 9091)}, 1, 4, 0, 0, [], [], []),
+        [ZooKeeperNodeStatus(1, 2181, 5, "standalone")],
+        bootstrap_servers="127.0.0.1:9091",
+        kafka_bootstrap_servers="127.0.0.1:19091",
+    )
+    text = _printed(status)
+    assert "Bootstrap servers: 127.0.0.1:9091\n" in text
+    assert "Kafka bootstrap servers: 127.0.0.1:19091\n" in text
+    # Without Kafka listeners (a --tls cluster) there is no such line.
+    plain = ClusterStatus.of("127.0.0.1:2181", [], None, bootstrap_servers="127.0.0.1:9091")
+    assert "Kafka" not in _printed(plain)

@@ -1,10 +1,12 @@
 """deploy.local_cluster without servers: cluster.json of a single ZooKeeper (as written before
-ensembles) and of an ensemble, the connect string the brokers and the CLI get, the
-``--zookeeper-nodes`` check, and which process counts as a node's JVM."""
+ensembles) and of an ensemble, the connect string the brokers and the CLI get, the Kafka
+listeners' ports, the ``--zookeeper-nodes`` and port checks, and which process counts as a
+node's JVM."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,14 +16,17 @@ import pytest
 
 from client.cli import build_parser
 from client.cli_common import finish_args
+from deploy.broker_process import BrokerProcess, BrokerSpec
 from deploy.local_cluster import (
     ClusterAlreadyRunningError,
     LocalCluster,
     LocalClusterError,
+    _Process,
     _State,
     _ZooKeeperNode,
     check_zookeeper_nodes,
 )
+from deploy.ports import free_port_block
 from deploy.zookeeper import QuorumPeer
 from tests.helpers import wait_for
 
@@ -49,6 +54,74 @@ def test_cluster_json_written_before_ensembles_is_read_as_a_single_node_1() -> N
     # Written back, it names its node the new way and reads the same.
     assert _State.from_json(state.to_json()) == state
     assert "zookeeper_nodes" in json.loads(state.to_json())
+
+
+def test_cluster_json_records_each_brokers_kafka_port_and_old_files_have_none() -> None:
+    old = _State.from_json(json.dumps(OLD_CLUSTER_JSON))
+    assert old.brokers[1].kafka_port is None
+    assert old.kafka_bootstrap_servers is None
+    state = _ensemble_state()
+    state.brokers = {i: _Process(10 + i, 9090 + i, kafka_port=19090 + i) for i in (2, 1)}
+    written = json.loads(state.to_json())
+    assert written["brokers"]["1"] == {
+        "pid": 11,
+        "port": 9091,
+        "host": "127.0.0.1",
+        "kafka_port": 19091,
+    }
+    again = _State.from_json(state.to_json())
+    assert again == state
+    assert again.bootstrap_servers == "127.0.0.1:9091,127.0.0.1:9092"
+    assert again.kafka_bootstrap_servers == "127.0.0.1:19091,127.0.0.1:19092"
+
+
+def _cluster_up(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "client.cli", "cluster", "up", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cluster_up_refuses_kafka_ports_that_clash_or_are_taken_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    base = free_port_block(7)
+    ports = ["--base-port", str(base), "--zookeeper-port", str(base + 6)]
+    clash = _cluster_up("--data-dir", str(tmp_path), *ports, "--kafka-base-port", str(base + 2))
+    assert clash.returncode == 1
+    assert clash.stderr.strip().count("\n") == 0, clash.stderr
+    assert "broker 1 Kafka, broker 3 would share a port" in clash.stderr
+    assert "--kafka-base-port" in clash.stderr
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", base + 4))
+        squatter.listen()
+        taken = _cluster_up("--data-dir", str(tmp_path), *ports, "--kafka-base-port", str(base + 3))
+    assert taken.returncode == 1
+    assert f"broker 2 Kafka port {base + 4} already in use" in taken.stderr
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_a_broker_process_gets_a_kafka_port_of_its_own_and_keeps_it(tmp_path: Path) -> None:
+    spec = BrokerSpec(
+        1, tmp_path / "broker-1", "127.0.0.1:2181", kafka_port=0, overrides={"kafka.port": "7"}
+    )
+    process = BrokerProcess(spec)
+    process._choose_free_ports()
+    assert process.port > 0
+    assert process.kafka_port is not None
+    assert process.kafka_port > 0
+    assert process.kafka_port != process.port
+    # The harness's choice comes last, so it wins over an override of the same key.
+    assert process.command()[-2:] == ["--override", f"kafka.port={process.kafka_port}"]
+    assert process.kafka_address == f"127.0.0.1:{process.kafka_port}"
+    fixed = BrokerProcess(BrokerSpec(1, tmp_path / "broker-1", "127.0.0.1:2181", port=0))
+    fixed._choose_free_ports()
+    assert fixed.kafka_port is None
+    assert fixed.kafka_address is None
+    assert not any(arg.startswith("kafka.port=") for arg in fixed.command())
 
 
 def test_ensemble_state_round_trips_and_names_every_node() -> None:
