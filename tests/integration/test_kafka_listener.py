@@ -7,7 +7,7 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,6 +22,7 @@ from client.producer import Producer, ProducerConfig
 from proto import zk_data
 from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
+from tests.helpers import free_port_run, minibroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -179,71 +180,94 @@ def test_records_cross_between_grpc_and_kafka_byte_for_byte(
         assert run(consume_over_grpc()) == via_kafka
 
 
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Iterator[Path]:
+    """A ``cluster up`` data dir, the cluster brought down after the test."""
+    data_dir = tmp_path / "cluster"
+    yield data_dir
+    if (data_dir / "cluster.json").exists():
+        minibroker("cluster", "down", "--data-dir", str(data_dir))
+
+
 def test_aiokafka_idempotent_producer_survives_a_leader_kill_exactly_once(
-    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+    cluster_dir: Path,
 ) -> None:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition as AioTopicPartition
 
+    base = free_port_run(7)
+    data = ["--data-dir", str(cluster_dir)]
+    up = minibroker(
+        "cluster", "up", *data, "--base-port", str(base), "--zookeeper-port", str(base + 3),
+        "--kafka-base-port", str(base + 4), "--override", "min.insync.replicas=2",
+    )  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    bootstrap = f"127.0.0.1:{base + 4},127.0.0.1:{base + 5},127.0.0.1:{base + 6}"
     topic = "survive"
-    overrides = {**KAFKA_PORT_FREE, "min.insync.replicas": "2"}
-    with running_cluster(zk_client, zk_connect, tmp_path, overrides=overrides) as cluster:
-        cluster.create_topic(topic, {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
-        bootstrap = kafka_bootstrap(cluster)
-        victim = cluster.wait_for_leader(TopicPartition(topic, 0))
-        acked: dict[bytes, tuple[int, int]] = {}
+    create = minibroker(
+        "topics", "create", topic, "--partitions", "3", "--replication-factor", "3",
+        "--bootstrap-server", f"127.0.0.1:{base}",
+    )  # fmt: skip
+    assert create.returncode == 0, create.stderr
+    listing = json.loads(kcat(bootstrap, "-L", "-J", "-t", topic))
+    (described,) = listing["topics"]
+    victim = next(p["leader"] for p in described["partitions"] if p["partition"] == 0)
+    acked: dict[bytes, tuple[int, int]] = {}
 
-        async def produce() -> None:
-            producer = AIOKafkaProducer(
-                bootstrap_servers=bootstrap,
-                enable_idempotence=True,
-                acks="all",
-                request_timeout_ms=30_000,
-                linger_ms=5,
-            )
-            await producer.start()
-            try:
-                sent = 0
-                for round_ in range(30):
-                    if round_ == 10:
-                        cluster.brokers[victim].kill()  # SIGKILL, as `cluster kill` does
-                    futures = {}
-                    for _ in range(200):
-                        value = b"v%06d" % sent
-                        futures[value] = await producer.send(topic, value, key=b"k%d" % (sent % 9))
-                        sent += 1
-                    for value, future in futures.items():
-                        meta = await future
-                        acked[value] = (meta.partition, meta.offset)
-            finally:
-                await producer.stop()
+    async def produce() -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            request_timeout_ms=60_000,
+            linger_ms=5,
+        )
+        await producer.start()
+        try:
+            sent = 0
+            for round_ in range(30):
+                if round_ == 10:
+                    killed = await asyncio.to_thread(
+                        minibroker, "cluster", "kill", str(victim), *data
+                    )
+                    assert killed.returncode == 0, killed.stderr
+                futures = {}
+                for _ in range(200):
+                    value = b"v%06d" % sent
+                    futures[value] = await producer.send(topic, value, key=b"k%d" % (sent % 9))
+                    sent += 1
+                for value, future in futures.items():
+                    meta = await future
+                    acked[value] = (meta.partition, meta.offset)
+        finally:
+            await producer.stop()
 
-        async def consume() -> list[tuple[int, int, bytes]]:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
-            )
-            await consumer.start()
-            try:
-                tps = [AioTopicPartition(topic, p) for p in range(3)]
-                consumer.assign(tps)
-                ends = await consumer.end_offsets(tps)
-                out: list[tuple[int, int, bytes]] = []
+    async def consume() -> list[tuple[int, int, bytes]]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
+        await consumer.start()
+        try:
+            tps = [AioTopicPartition(topic, p) for p in range(3)]
+            consumer.assign(tps)
+            ends = await consumer.end_offsets(tps)
+            out: list[tuple[int, int, bytes]] = []
 
-                async def behind() -> bool:
-                    return any([await consumer.position(tp) < ends[tp] for tp in tps])
+            async def behind() -> bool:
+                return any([await consumer.position(tp) < ends[tp] for tp in tps])
 
-                async with asyncio.timeout(60):
-                    while await behind():
-                        for records in (await consumer.getmany(timeout_ms=500)).values():
-                            out += [(r.partition, r.offset, r.value) for r in records]
-                return out
-            finally:
-                await consumer.stop()
+            async with asyncio.timeout(60):
+                while await behind():
+                    for records in (await consumer.getmany(timeout_ms=500)).values():
+                        out += [(r.partition, r.offset, r.value) for r in records]
+            return out
+        finally:
+            await consumer.stop()
 
-        run(produce())
-        assert len(acked) == 6000
-        read = run(consume())
-        values = [value for _, _, value in read]
-        assert len(values) == len(set(values)), "a record was written twice"
-        where = {value: (partition, offset) for partition, offset, value in read}
-        assert {v: where.get(v) for v in acked} == acked, "an acknowledged record is missing"
+    run(produce())
+    assert len(acked) == 6000
+    read = run(consume())
+    values = [value for _, _, value in read]
+    assert len(values) == len(set(values)), "a record was written twice"
+    where = {value: (partition, offset) for partition, offset, value in read}
+    assert {v: where.get(v) for v in acked} == acked, "an acknowledged record is missing"
