@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
 import grpc
 import uvloop
 
@@ -287,6 +288,11 @@ def minibroker_perf(work_dir: Path) -> tuple[dict[str, Rate], Rate, list[str]]:
             data_dir, "produce", TOPIC, "--num-records", str(1000 * LATENCY_SECONDS),
             "--record-size", size, "--throughput", "1000",
         )  # fmt: skip
+        kafka_bootstrap = cluster.kafka_bootstrap_servers
+        assert kafka_bootstrap is not None, "cluster up gives every broker a Kafka listener"
+        results["confluent-kafka producer acks=all, Kafka listener"] = confluent_produce(
+            kafka_bootstrap
+        )
         raw = uvloop.run(_raw_batches(cluster.bootstrap_servers, 3))
     finally:
         cluster.down()
@@ -297,8 +303,39 @@ def minibroker_perf(work_dir: Path) -> tuple[dict[str, Rate], Rate, list[str]]:
         f"minibroker perf consume {TOPIC} --num-records {n}",
         f"minibroker perf produce {TOPIC} --record-size {size} --throughput {half}|1000 "
         f"(for {LATENCY_SECONDS} s each)",
+        f"confluent-kafka (librdkafka {confluent_kafka.libversion()[0]}) Producer on its "
+        f"defaults with acks=all against the same cluster's Kafka listener, {n} records of "
+        f"{size} bytes from one Python loop (bench/side_by_side.py, confluent_produce)",
     ]
     return results, raw, commands
+
+
+def confluent_produce(bootstrap: str, count: int = PERF_RECORDS) -> Rate:
+    """confluent-kafka's producer, batching as librdkafka does on its defaults, through the
+    Kafka listener: what a Kafka user's own client gets from the same cluster. Measured from
+    the first ``produce`` to the last delivery report."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    failed: list[str] = []
+
+    def delivered(err: confluent_kafka.KafkaError | None, _: confluent_kafka.Message) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    value = b"x" * RECORD_BYTES
+    producer.list_topics(TOPIC, timeout=10)  # metadata first, as perf produce has it
+    started = time.perf_counter()
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(TOPIC, value, on_delivery=delivered)
+                break
+            except BufferError:  # queue.buffering.max.messages: let deliveries drain
+                producer.poll(0.01)
+        producer.poll(0)
+    if producer.flush(120) != 0 or failed:
+        raise RuntimeError(f"confluent-kafka: {len(failed)} records failed: {failed[:3]}")
+    elapsed = time.perf_counter() - started
+    return Rate(count / elapsed, count * RECORD_BYTES / elapsed / 1e6)
 
 
 # -- NATS JetStream ------------------------------------------------------------------------------
