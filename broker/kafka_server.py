@@ -28,7 +28,9 @@ from broker.authorizer import ClusterAuthorizer
 from broker.broker_metrics import ReplicaManagerMetrics, RequestMetrics
 from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager
+from broker.group_coordinator import GroupCoordinator
 from broker.kafka_apis import BrokerService, ControlService
+from broker.kafka_wire.group_apis import GroupApis
 from broker.kafka_wire.kafka_listener import KafkaListener
 from broker.kafka_wire.kafka_wire_apis import KafkaWireApis
 from broker.log.log_manager import LogManager, LogManagerError
@@ -121,6 +123,13 @@ class BrokerServer:
         self._controller_started = False
         self._grpc: grpc.aio.Server | None = None
         self._kafka_listener: KafkaListener | None = None
+        self.group_coordinator = GroupCoordinator(
+            config.broker_id,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+        )
+        """The consumer groups of the Kafka listener's clients (``subscribe()``)."""
         self._replica_manager_started = False
         self._stopped = asyncio.Event()
 
@@ -228,6 +237,7 @@ class BrokerServer:
                 self.replica_manager,
                 self.metadata_cache,
                 self.producer_id_manager,
+                group_apis=GroupApis(self.group_coordinator, self.metadata_cache, self.zk),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
             ).handlers,
             max_request_bytes=self.config.socket_request_max_bytes,
@@ -241,11 +251,13 @@ class BrokerServer:
                 f"{self.config.host}:{port}: {err.strerror or err} (pick another kafka.port)"
             ) from err
         self._kafka_listener = listener
+        self.group_coordinator.start()
 
     async def _stop_kafka(self) -> None:
         if self._kafka_listener is not None:
             await self._kafka_listener.stop()
             self._kafka_listener = None
+            await self.group_coordinator.stop()
 
     def _serve_metrics(self) -> None:
         """Bind the Prometheus endpoint before registering, so a taken port is an error at

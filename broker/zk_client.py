@@ -36,7 +36,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any, TypeVar
 
 from kazoo.exceptions import (
@@ -66,7 +67,10 @@ from proto.zk_data import (
     broker_config_path,
     broker_path,
     config_change_path,
+    consumer_offset_path,
+    consumer_offsets_path,
     decode_broker_registration,
+    decode_consumer_offset,
     decode_controller,
     decode_controller_epoch,
     decode_partition_state,
@@ -75,6 +79,7 @@ from proto.zk_data import (
     decode_topic_config,
     delete_topic_path,
     encode_broker_registration,
+    encode_consumer_offset,
     encode_isr_change_notification,
     encode_log_dir_event_notification,
     encode_partition_state,
@@ -697,10 +702,85 @@ class BrokerZkClient(ZooKeeperClient):
             return {}
         return self._decode(path, decode_topic_config, data)
 
+    # -- consumer offsets (the Kafka listener's group coordinator) ---------------------------
+
+    async def commit_consumer_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        """Write each offset to ``/consumers/<g>/offsets/<t>/<p>``, where minibroker's own
+        ZooKeeper groups (client/group.py) keep theirs, so both kinds of group and
+        ``consumer-groups describe`` read the same offsets. The writes are pipelined; a
+        partition never committed before gets its znode created. ValueError for a group or
+        topic name that cannot be a znode."""
+        paths = {tp: consumer_offset_path(group, tp) for tp in sorted(offsets)}
+        writes = [
+            partial(_set_any_version, path, encode_consumer_offset(offsets[tp]))
+            for tp, path in paths.items()
+        ]
+        results = await self._pipeline(f"commit offsets of {group}", writes)
+        for (tp, path), result in zip(paths.items(), results, strict=True):
+            if isinstance(result, NoNodeError):
+                data = encode_consumer_offset(offsets[tp])
+                try:
+                    await self.request("create", path, data, makepath=True)
+                except NodeExistsError:
+                    await self.request("set", path, data)
+            elif isinstance(result, BaseException):
+                raise result
+
+    async def get_consumer_offsets(
+        self, group: str, tps: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, int]:
+        """The group's committed offsets of ``tps`` (None: of every partition it committed);
+        partitions without one are left out. A znode that does not hold an offset is left
+        out and logged."""
+        if tps is None:
+            tps = await self._committed_partitions(group)
+        wanted = sorted(tps)
+        paths = [consumer_offset_path(group, tp) for tp in wanted]
+        reads = [partial(_get, path) for path in paths]
+        results = await self._pipeline(f"fetch offsets of {group}", reads)
+        out: dict[TopicPartition, int] = {}
+        for tp, path, result in zip(wanted, paths, results, strict=True):
+            if isinstance(result, NoNodeError):
+                continue
+            if isinstance(result, BaseException):
+                raise result
+            try:
+                out[tp] = decode_consumer_offset(result[0])
+            except ZkDataError as err:
+                self._log(logging.WARNING, "unreadable_offset", path=path, error=str(err))
+        return out
+
+    async def _committed_partitions(self, group: str) -> list[TopicPartition]:
+        root = consumer_offsets_path(group)
+        try:
+            topics = await self.request("get_children", root)
+        except NoNodeError:
+            return []
+        found: list[TopicPartition] = []
+        for topic in sorted(topics):
+            try:
+                partitions = await self.request("get_children", consumer_offsets_path(group, topic))
+            except (NoNodeError, ValueError):
+                continue
+            found += [
+                TopicPartition(topic, int(p)) for p in partitions if p.isascii() and p.isdigit()
+            ]
+        return found
+
     # -- internals -------------------------------------------------------------------------
 
     async def _set(self, path: str, data: bytes, version: int) -> Any:
         return await self._call("set", path, lambda c: c.set_async(path, data, version))
+
+
+def _set_any_version(path: str, data: bytes, client: Any) -> Any:
+    return client.set_async(path, data)
+
+
+def _get(path: str, client: Any) -> Any:
+    return client.get_async(path)
 
 
 def _describe_registration(data: bytes) -> str:

@@ -106,6 +106,11 @@ _PROPERTIES = (
     _Property("host", "host", "str"),
     _Property("port", "port", "int", 0, 65535),
     _Property("kafka.port", "kafka_port", "int", -1, 65535),
+    _Property(
+        "group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", "int", 0, _INT32_MAX
+    ),
+    _Property("group.min.session.timeout.ms", "group_min_session_timeout_ms", "int", 0, _INT32_MAX),
+    _Property("group.max.session.timeout.ms", "group_max_session_timeout_ms", "int", 0, _INT32_MAX),
     _Property("metrics.prometheus.port", "metrics_prometheus_port", "int", -1, 65535),
     _Property("metrics.prometheus.host", "metrics_prometheus_host", "optstr"),
     _Property("ssl.keystore.location", "ssl_keystore_location", "optstr"),
@@ -230,6 +235,13 @@ class BrokerConfig:
     (the default) runs none, 0 binds a free port. The bound port is registered as the
     broker's ``KAFKA://`` endpoint in ``/brokers/ids/<id>`` and reaches every broker in
     UpdateMetadata. minibroker's own property: Kafka names its listeners in ``listeners``."""
+    group_initial_rebalance_delay_ms: int = 3000
+    """``group.initial.rebalance.delay.ms``: how long the Kafka listener's group coordinator
+    lets members gather before an empty group's first generation (Kafka's default)."""
+    group_min_session_timeout_ms: int = 6000
+    """``group.min.session.timeout.ms``: the shortest session a group member may ask for."""
+    group_max_session_timeout_ms: int = 1_800_000
+    """``group.max.session.timeout.ms``: the longest session a group member may ask for."""
     metrics_prometheus_port: int = -1
     """``metrics.prometheus.port``: serve Prometheus metrics at ``http://host:port/metrics``;
     -1 (the default) serves none, 0 a free port (logged at start-up). minibroker's own
@@ -329,6 +341,14 @@ class BrokerConfig:
             raise ValueError(
                 f"invalid value for kafka.port: {self.kafka_port} is also the gRPC port "
                 "(both listeners bind host)"
+            )
+        if self.kafka_port >= 0 and self.ssl_keystore_location:
+            # The Kafka listener has no TLS yet: on an authenticated broker it would be a
+            # door around every certificate check.
+            raise ValueError(
+                "invalid value for kafka.port: the Kafka listener speaks PLAINTEXT only, "
+                "and this broker is authenticated (ssl.keystore.location is set); leave "
+                "kafka.port at -1"
             )
         if self.ssl_client_auth not in SSL_CLIENT_AUTH_VALUES:
             raise ValueError(

@@ -74,6 +74,7 @@ __all__ = [
     "config_change_path",
     "consumer_ids_path",
     "consumer_offset_path",
+    "consumer_offsets_path",
     "consumer_owner_path",
     "decode_broker_registration",
     "decode_config_change",
@@ -260,6 +261,13 @@ def consumer_owner_path(group: str, tp: TopicPartition) -> str:
         f"{CONSUMERS_PATH}/{_name('group', group)}/owners/"
         f"{_name('topic', tp.topic)}/{_partition(tp.partition)}"
     )
+
+
+def consumer_offsets_path(group: str, topic: str | None = None) -> str:
+    """``/consumers/<g>/offsets`` or ``/consumers/<g>/offsets/<t>``: a group's committed
+    offsets, by topic and then partition."""
+    path = f"{CONSUMERS_PATH}/{_name('group', group)}/offsets"
+    return path if topic is None else f"{path}/{_name('topic', topic)}"
 
 
 def consumer_offset_path(group: str, tp: TopicPartition) -> str:

@@ -36,9 +36,6 @@ from broker.kafka_wire.kafka_wire_apis import (
     API_VERSIONS,
     SUPPORTED_VERSIONS,
     UNSUPPORTED_VERSION,
-    Answer,
-    CloseConnection,
-    KafkaRequest,
     api_versions_tree,
 )
 from broker.kafka_wire.messages import Tree
@@ -50,6 +47,7 @@ from broker.kafka_wire.request_codec import (
     request_schema,
     response_schema,
 )
+from broker.kafka_wire.wire_request import Answer, CloseConnection, KafkaRequest
 from proto import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)

@@ -15,26 +15,31 @@ the stage returns the *answer*: an awaitable of the response as a tree
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 from broker.kafka_apis import ACKS_VALUES, new_producer_id, partition_problem
+from broker.kafka_wire.group_apis import GROUP_VERSIONS, GroupApis
 from broker.kafka_wire.messages import Tree
+from broker.kafka_wire.wire_request import (
+    Answer,
+    CloseConnection,
+    KafkaRequest,
+    done,
+    epoch_or_none,
+    ms,
+)
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
 from proto import minibroker_pb2 as pb
-from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition, topic_name_problem
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "SUPPORTED_VERSIONS",
-    "CloseConnection",
-    "KafkaRequest",
     "KafkaWireApis",
+    "api_versions_tree",
 ]
 
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS = 18, 3, 0, 1, 2
@@ -48,6 +53,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     API_VERSIONS: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    **GROUP_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -63,44 +69,6 @@ TOPIC_AUTHORIZED_OPERATIONS_UNKNOWN = -(2**31)
 """Kafka's ``MetadataResponse.AUTHORIZED_OPERATIONS_OMITTED``."""
 READ_COMMITTED = 1
 
-Answer = Awaitable[Tree | None]
-
-
-class CloseConnection(MinibrokerError):
-    """The connection must be closed once the answers before this one are written (Kafka
-    closes it when an ``acks=0`` produce fails, the only way such a producer learns of it;
-    and on a request it cannot make sense of)."""
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaRequest:
-    """One decoded request: its header's fields and its body, a kio dataclass."""
-
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    body: Any
-
-
-def _ms(value: object) -> int:
-    """A kio ``timedelta`` field (or an int) in whole milliseconds."""
-    if isinstance(value, int):
-        return value
-    return int(value.total_seconds() * 1000)  # type: ignore[attr-defined]
-
-
-def _epoch_or_none(epoch: int) -> int | None:
-    """KIP-320's current leader epoch: -1 asks for no fencing."""
-    return None if epoch < 0 else epoch
-
-
-def _done(tree: Tree | None) -> Coroutine[Any, Any, Tree | None]:
-    async def answer() -> Tree | None:
-        return tree
-
-    return answer()
-
 
 class KafkaWireApis:
     """The handlers of every API in :data:`SUPPORTED_VERSIONS`, by API key."""
@@ -111,6 +79,7 @@ class KafkaWireApis:
         metadata_cache: MetadataCache,
         producer_id_manager: ProducerIdManager,
         *,
+        group_apis: GroupApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str | None = None,
     ) -> None:
@@ -128,11 +97,12 @@ class KafkaWireApis:
             LIST_OFFSETS: self.list_offsets,
             OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             INIT_PRODUCER_ID: self.init_producer_id,
+            **group_apis.handlers,
         }
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 
     async def api_versions(self, request: KafkaRequest) -> Answer:
-        return _done(api_versions_tree(pb.NONE))
+        return done(api_versions_tree(pb.NONE))
 
     async def metadata(self, request: KafkaRequest) -> Answer:
         return self._metadata(request)
@@ -228,7 +198,7 @@ class KafkaWireApis:
             if entries
             else AppendedRecords({}, {})
         )
-        return self._produce_answer(acks, _ms(body.timeout), order, refused, appended)
+        return self._produce_answer(acks, ms(body.timeout), order, refused, appended)
 
     async def _produce_answer(
         self,
@@ -298,7 +268,7 @@ class KafkaWireApis:
                     specs[tp] = FetchSpec(
                         fetch_offset=part.fetch_offset,
                         max_bytes=max(part.partition_max_bytes, 0),
-                        current_leader_epoch=_epoch_or_none(
+                        current_leader_epoch=epoch_or_none(
                             getattr(part, "current_leader_epoch", -1)
                         ),
                     )
@@ -307,7 +277,7 @@ class KafkaWireApis:
             max_bytes = sum(s.max_bytes for s in specs.values())
         results = (
             await self.replica_manager.fetch_messages(
-                -1, max(_ms(body.max_wait), 0), max(body.min_bytes, 0), max_bytes, specs
+                -1, max(ms(body.max_wait), 0), max(body.min_bytes, 0), max_bytes, specs
             )
             if specs
             else {}
@@ -353,7 +323,7 @@ class KafkaWireApis:
                 if problem is not None:
                     code, offset, timestamp = problem, -1, -1
                 else:
-                    current = _epoch_or_none(getattr(part, "current_leader_epoch", -1))
+                    current = epoch_or_none(getattr(part, "current_leader_epoch", -1))
                     code, offset, timestamp = await self.replica_manager.list_offset(
                         tp, current, part.timestamp, -1
                     )
@@ -383,7 +353,7 @@ class KafkaWireApis:
                     code, epoch, end = problem, -1, -1
                 else:
                     code, epoch, end = self.replica_manager.last_offset_for_leader_epoch(
-                        tp, _epoch_or_none(part.current_leader_epoch), part.leader_epoch
+                        tp, epoch_or_none(part.current_leader_epoch), part.leader_epoch
                     )
                 partitions.append(
                     {
@@ -394,7 +364,7 @@ class KafkaWireApis:
                     }
                 )
             topics.append({"topic": topic.topic, "partitions": partitions})
-        return _done({"topics": topics})
+        return done({"topics": topics})
 
     async def init_producer_id(self, request: KafkaRequest) -> Answer:
         return self._init_producer_id(request)

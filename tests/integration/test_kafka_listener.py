@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ from client.producer import Producer, ProducerConfig
 from proto import zk_data
 from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
-from tests.helpers import free_port_run, minibroker
+from tests.helpers import free_port_run, minibroker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -271,3 +273,152 @@ def test_aiokafka_idempotent_producer_survives_a_leader_kill_exactly_once(
     assert len(values) == len(set(values)), "a record was written twice"
     where = {value: (partition, offset) for partition, offset, value in read}
     assert {v: where.get(v) for v in acked} == acked, "an acknowledged record is missing"
+
+
+class GroupMember:
+    """A ``tests.kafka_group_member`` process and what it has said so far."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.kafka_group_member", bootstrap, group, topic],
+            stdout=subprocess.PIPE,
+            stderr=None,  # the test's own: pytest shows it when the test fails
+            text=True,
+        )
+        self.assigned: list[int] = []
+        self.records: list[tuple[int, int, str]] = []
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            said = json.loads(line)
+            with self._lock:
+                if "assigned" in said:
+                    self.assigned = said["assigned"]
+                else:
+                    self.records.append((said["p"], said["o"], said["v"]))
+
+    def snapshot(self) -> tuple[list[int], list[tuple[int, int, str]]]:
+        with self._lock:
+            return list(self.assigned), list(self.records)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=10)
+        self._reader.join(timeout=10)
+        self._close()
+
+    def _close(self) -> None:
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        self._reader.join(timeout=10)
+        self._close()
+
+
+def produce_lines(bootstrap: str, topic: str, values: list[str]) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i, value in enumerate(values):
+        producer.produce(topic, value.encode(), partition=i % 6)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def test_confluent_kafka_group_splits_rebalances_on_a_crash_and_resumes_from_commits(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    overrides = {
+        **KAFKA_PORT_FREE,
+        "group.initial.rebalance.delay.ms": "300",
+        "group.min.session.timeout.ms": "1000",
+    }
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=overrides) as cluster:
+        topic, group = "six", "readers"
+        cluster.create_topic(topic, {p: [1 + (p + r) % 3 for r in range(3)] for p in range(6)})
+        bootstrap = kafka_bootstrap(cluster)
+        first = [f"first-{i}" for i in range(3000)]
+        produce_lines(bootstrap, topic, first)
+        members = [GroupMember(bootstrap, group, topic) for _ in range(3)]
+        try:
+            # Three members split the six partitions, two each, and read everything once.
+            def split() -> bool:
+                assigned = [m.snapshot()[0] for m in members]
+                return sorted(p for a in assigned for p in a) == list(range(6)) and all(
+                    len(a) == 2 for a in assigned
+                )
+
+            wait_for(split, timeout=60, message="the group to split 6 partitions 2-2-2")
+
+            def values_read() -> list[str]:
+                return [v for m in members for _, _, v in m.snapshot()[1]]
+
+            wait_for(lambda: len(values_read()) >= len(first), timeout=60, message="first records")
+            assert sorted(values_read()) == sorted(first)
+
+            # A member crashes: the other two take its partitions after its session expires,
+            # and start on them where it committed.
+            victim, survivors = members[0], members[1:]
+            lost = victim.snapshot()[0]
+            victim.kill()
+            committed = run(committed_offsets(cluster, group, topic))
+
+            def taken_over() -> bool:
+                assigned = [m.snapshot()[0] for m in survivors]
+                return sorted(p for a in assigned for p in a) == list(range(6))
+
+            wait_for(taken_over, timeout=60, message="the survivors to take all 6 partitions")
+            before = {id(m): len(m.snapshot()[1]) for m in survivors}
+            second = [f"second-{i}" for i in range(600)]
+            produce_lines(bootstrap, topic, second)
+
+            def new_records() -> list[tuple[int, int, str]]:
+                return [r for m in survivors for r in m.snapshot()[1][before[id(m)] :]]
+
+            wait_for(
+                lambda: {v for _, _, v in new_records()} >= set(second),
+                timeout=60,
+                message="the second records",
+            )
+            for partition in lost:
+                offsets = [o for p, o, _ in new_records() if p == partition]
+                assert min(offsets) == committed[partition], (
+                    f"partition {partition} resumed at {min(offsets)}, "
+                    f"committed {committed[partition]}"
+                )
+        finally:
+            for member in members:
+                member.stop()
+
+        # A new member of the same group starts at the group's committed offsets: it reads
+        # only what was produced after everyone stopped.
+        third = [f"third-{i}" for i in range(60)]
+        produce_lines(bootstrap, topic, third)
+        late = GroupMember(bootstrap, group, topic)
+        try:
+            wait_for(
+                lambda: len(late.snapshot()[1]) >= len(third), timeout=60, message="the late reader"
+            )
+            assert sorted(v for _, _, v in late.snapshot()[1]) == sorted(third)
+        finally:
+            late.stop()
+
+
+async def committed_offsets(cluster: Cluster, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets in ZooKeeper, where the Kafka listener writes them."""
+    out = {}
+    for partition in range(6):
+        path = zk_data.consumer_offset_path(group, TopicPartition(topic, partition))
+        data, _ = await asyncio.to_thread(cluster.zk.get, path)
+        out[partition] = zk_data.decode_consumer_offset(data)
+    return out

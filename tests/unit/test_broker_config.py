@@ -96,6 +96,20 @@ def test_kafka_port_is_off_a_free_port_or_a_port() -> None:
     assert BrokerConfig.from_properties(c.to_properties()) == c
 
 
+def test_an_authenticated_broker_refuses_the_plaintext_kafka_listener() -> None:
+    tls = {"ssl.keystore.location": "/k.pem", "ssl.truststore.location": "/t.pem"}
+    with pytest.raises(ValueError, match="kafka.port: the Kafka listener speaks PLAINTEXT"):
+        config(**tls, **{"kafka.port": "0"})
+    assert config(**tls).kafka_port == -1
+
+
+def test_group_coordinator_properties_have_kafkas_defaults() -> None:
+    c = config()
+    assert c.group_initial_rebalance_delay_ms == 3000
+    assert (c.group_min_session_timeout_ms, c.group_max_session_timeout_ms) == (6000, 1_800_000)
+    assert config(**{"group.initial.rebalance.delay.ms": "0"}).group_initial_rebalance_delay_ms == 0
+
+
 def test_log_properties_become_the_default_log_config() -> None:
     c = config(
         **{

@@ -27,9 +27,6 @@ from broker.kafka_wire.kafka_wire_apis import (
     API_VERSIONS,
     METADATA,
     SUPPORTED_VERSIONS,
-    Answer,
-    CloseConnection,
-    KafkaRequest,
     api_versions_tree,
 )
 from broker.kafka_wire.messages import Tree, build
@@ -40,6 +37,7 @@ from broker.kafka_wire.request_codec import (
     request_schema,
     response_schema,
 )
+from broker.kafka_wire.wire_request import Answer, CloseConnection, KafkaRequest
 
 Handler = Callable[[KafkaRequest], Awaitable[Answer]]
 

@@ -1,0 +1,495 @@
+"""The group coordinator of the Kafka listener: Kafka's classic consumer-group protocol
+(``GroupCoordinator`` and ``GroupMetadata``), for clients that ``subscribe()``.
+
+A group moves through Kafka's states: EMPTY, PREPARING_REBALANCE (members (re)join; the
+join phase ends when every known member has joined, or when the rebalance timeout drops
+those that did not), COMPLETING_REBALANCE (a new generation: the leader, which got every
+member's subscription, computes the assignment and sends it in its SyncGroup) and STABLE
+(members heartbeat; a join, a leave or a missed session timeout starts a rebalance). The
+coordinator only relays the members' protocol metadata and assignments as bytes: the
+assignor runs in the clients, as in Kafka.
+
+Which broker coordinates a group: Kafka hashes the group onto a partition of
+``__consumer_offsets`` and the leader of that partition coordinates. minibroker keeps
+committed offsets in ZooKeeper (``/consumers/<g>/offsets/<t>/<p>``, where its own groups
+keep them), so there is no such partition; every broker picks the coordinator from the live
+brokers it knows by rendezvous hashing (:func:`coordinator_for`): the same answer on every
+broker with the same metadata, and only the groups of a broker that leaves or returns
+move. A group's membership is in memory, as Kafka's is until its offsets topic is read: a
+group that moves starts empty at its new coordinator, and its members, told
+NOT_COORDINATOR or UNKNOWN_MEMBER_ID, find the new one and join again, resuming from the
+offsets committed in ZooKeeper. Two brokers whose metadata disagree for a moment may both
+think they coordinate a group; generations then protect only within one coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import hashlib
+import logging
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from proto import minibroker_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "GroupCoordinator",
+    "GroupState",
+    "JoinResult",
+    "SyncResult",
+    "coordinator_for",
+]
+
+UNKNOWN_MEMBER_ID = 25
+ILLEGAL_GENERATION = 22
+REBALANCE_IN_PROGRESS = 27
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_SESSION_TIMEOUT = 26
+NOT_COORDINATOR = 16
+EXPIRY_CHECK_S = 0.25
+"""How often members' sessions are checked (Kafka schedules a timer per heartbeat)."""
+
+
+def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
+    """The broker that coordinates ``group_id`` among ``broker_ids`` (rendezvous hashing:
+    the highest hash of group and broker wins), None if there is none."""
+    best: tuple[bytes, int] | None = None
+    for broker_id in broker_ids:
+        digest = hashlib.blake2b(f"{group_id}\0{broker_id}".encode(), digest_size=8).digest()
+        if best is None or (digest, broker_id) > best:
+            best = (digest, broker_id)
+    return None if best is None else best[1]
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    """A JoinGroup's answer: the leader gets every member's metadata, the others none."""
+
+    error_code: int
+    member_id: str
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+    """(member id, group instance id, metadata of the chosen protocol)."""
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """A SyncGroup's answer: the member's assignment."""
+
+    error_code: int
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass
+class _Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+    last_heard: float
+    """When the coordinator last heard from it (join, sync, heartbeat, commit)."""
+    assignment: bytes = b""
+    joining: asyncio.Future[JoinResult] | None = None
+    """Set while its JoinGroup waits for the join phase to end."""
+    syncing: asyncio.Future[SyncResult] | None = None
+    """Set while its SyncGroup waits for the leader's assignment."""
+
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+
+@dataclass
+class _Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str | None = None
+    members: dict[str, _Member] = field(default_factory=dict)
+    join_deadline: asyncio.TimerHandle | None = None
+    delaying: bool = False
+    """In the initial delay of an empty group's first rebalance
+    (``group.initial.rebalance.delay.ms``), which lets more members arrive first."""
+
+
+_T = TypeVar("_T")
+
+
+def _cancel_waiter(future: asyncio.Future[_T] | None, answer: _T) -> None:
+    if future is not None and not future.done():
+        future.set_result(answer)
+
+
+class GroupCoordinator:
+    """The groups this broker coordinates, in memory; offsets are not here (ZooKeeper)."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        *,
+        initial_rebalance_delay_ms: int = 3000,
+        min_session_timeout_ms: int = 6000,
+        max_session_timeout_ms: int = 1_800_000,
+    ) -> None:
+        self.broker_id = broker_id
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        """Kafka's ``group.initial.rebalance.delay.ms``."""
+        self.min_session_timeout_ms = min_session_timeout_ms
+        """Kafka's ``group.min.session.timeout.ms``."""
+        self.max_session_timeout_ms = max_session_timeout_ms
+        """Kafka's ``group.max.session.timeout.ms``."""
+        self.groups: dict[str, _Group] = {}
+        self._expiry: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._expiry = asyncio.create_task(self._expire_sessions(), name="group-session-expiry")
+
+    async def stop(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._expiry
+        for group_id in list(self.groups):
+            self.forget(group_id)
+
+    def _log(self, event: str, group: _Group, **fields: object) -> None:
+        text = " ".join(f"{k}={v}" for k, v in fields.items())
+        logger.info(
+            "event=%s broker=%d group=%s generation=%d state=%s members=%d %s",
+            event,
+            self.broker_id,
+            group.group_id,
+            group.generation_id,
+            group.state.value,
+            len(group.members),
+            text,
+        )
+
+    def forget(self, group_id: str) -> None:
+        """Drop a group this broker no longer coordinates: its waiting members are told
+        NOT_COORDINATOR and find the new coordinator."""
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return
+        if group.join_deadline is not None:
+            group.join_deadline.cancel()
+        for member in group.members.values():
+            _cancel_waiter(member.joining, JoinResult(NOT_COORDINATOR, member.member_id))
+            _cancel_waiter(member.syncing, SyncResult(NOT_COORDINATOR))
+        self._log("group_moved_away", group)
+
+    # -- JoinGroup ---------------------------------------------------------------------------
+
+    async def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        group_instance_id: str | None,
+        client_id: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> JoinResult:
+        """Join (or rejoin) and wait for the join phase to end. Cancelled (the client went
+        away), the member stays until its session expires, as in Kafka."""
+        if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
+            return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(UNKNOWN_MEMBER_ID, member_id)
+            group = self.groups[group_id] = _Group(group_id)
+        if not protocols or (
+            group.members
+            and (
+                protocol_type != group.protocol_type
+                or not self._supported_by_all(group, [n for n, _ in protocols], member_id)
+            )
+        ):
+            return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)
+        loop = asyncio.get_running_loop()
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            member = _Member(
+                member_id,
+                group_instance_id,
+                client_id,
+                session_timeout_ms,
+                rebalance_timeout_ms,
+                protocols,
+                loop.time(),
+            )
+            group.members[member_id] = member
+            if group.leader_id is None:
+                group.leader_id = member_id
+            group.protocol_type = protocol_type
+            self._log("member_joined", group, member=member_id)
+        else:
+            known = group.members.get(member_id)
+            if known is None:
+                return JoinResult(UNKNOWN_MEMBER_ID, member_id)
+            member = known
+            unchanged = member.protocols == protocols
+            member.protocols = protocols
+            member.session_timeout_ms = session_timeout_ms
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+            member.last_heard = loop.time()
+            if (
+                group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
+                and unchanged
+                and member_id != group.leader_id
+            ):
+                # A follower rejoining with what it had: it gets the current generation
+                # (KafkaApis: "return the current group's state").
+                return self._join_answer(group, member)
+        if member.joining is not None and not member.joining.done():
+            member.joining.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id))
+        joining = member.joining = loop.create_future()
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, f"member {member_id} joined")
+        self._maybe_complete_join(group)  # may answer it at once: keep our own reference
+        return await asyncio.shield(joining)
+
+    def _supported_by_all(self, group: _Group, names: list[str], member_id: str) -> bool:
+        others = [m for m in group.members.values() if m.member_id != member_id]
+        return any(all(n in m.protocol_names() for m in others) for n in names)
+
+    def _prepare_rebalance(self, group: _Group, reason: str) -> None:
+        loop = asyncio.get_running_loop()
+        for member in group.members.values():
+            _cancel_waiter(member.syncing, SyncResult(REBALANCE_IN_PROGRESS))
+            member.syncing = None
+        initial = group.state is GroupState.EMPTY and self.initial_rebalance_delay_ms > 0
+        group.state = GroupState.PREPARING_REBALANCE
+        if group.join_deadline is not None:
+            group.join_deadline.cancel()
+        if initial:
+            group.delaying = True
+            delay_s = self.initial_rebalance_delay_ms / 1000
+            group.join_deadline = loop.call_later(delay_s, self._initial_delay_over, group)
+        else:
+            timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+            group.join_deadline = loop.call_later(
+                timeout_ms / 1000, self._complete_join, group, True
+            )
+        self._log("rebalance_started", group, reason=repr(reason))
+
+    def _initial_delay_over(self, group: _Group) -> None:
+        group.delaying = False
+        loop = asyncio.get_running_loop()
+        timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        group.join_deadline = loop.call_later(timeout_ms / 1000, self._complete_join, group, True)
+        self._maybe_complete_join(group)
+
+    def _maybe_complete_join(self, group: _Group) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE or group.delaying:
+            return
+        if all(m.joining is not None for m in group.members.values()):
+            self._complete_join(group, False)
+
+    def _complete_join(self, group: _Group, timed_out: bool) -> None:
+        """End the join phase: members that did not rejoin are dropped, a new generation
+        begins and every waiting JoinGroup is answered."""
+        if self.groups.get(group.group_id) is not group:
+            return
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if group.join_deadline is not None:
+            group.join_deadline.cancel()
+            group.join_deadline = None
+        group.delaying = False
+        for member in [m for m in group.members.values() if m.joining is None]:
+            del group.members[member.member_id]
+            self._log("member_dropped", group, member=member.member_id, reason="did not rejoin")
+        group.generation_id += 1
+        if not group.members:
+            group.state = GroupState.EMPTY
+            group.leader_id = None
+            group.protocol_name = None
+            self._log("group_empty", group, timed_out=timed_out)
+            return
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.protocol_name = self._vote(group)
+        group.state = GroupState.COMPLETING_REBALANCE
+        now = asyncio.get_running_loop().time()
+        self._log("generation_started", group, leader=group.leader_id, protocol=group.protocol_name)
+        for member in group.members.values():
+            member.last_heard = now
+            waiter, member.joining = member.joining, None
+            _cancel_waiter(waiter, self._join_answer(group, member))
+
+    def _vote(self, group: _Group) -> str:
+        """Kafka's ``GroupMetadata.selectProtocol``: each member votes for its first
+        protocol that every member supports; the most votes win."""
+        members = list(group.members.values())
+        common = [
+            n for n in members[0].protocol_names() if all(n in m.protocol_names() for m in members)
+        ]
+        votes = Counter(next(n for n in m.protocol_names() if n in common) for m in members)
+        return max(common, key=lambda n: (votes[n], -common.index(n)))
+
+    def _join_answer(self, group: _Group, member: _Member) -> JoinResult:
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
+        if member.member_id == group.leader_id:
+            members = tuple(
+                (
+                    m.member_id,
+                    m.group_instance_id,
+                    dict(m.protocols).get(group.protocol_name or "", b""),
+                )
+                for m in group.members.values()
+            )
+        return JoinResult(
+            pb.NONE,
+            member.member_id,
+            group.generation_id,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            members,
+        )
+
+    # -- SyncGroup ---------------------------------------------------------------------------
+
+    async def sync_group(
+        self, group_id: str, generation_id: int, member_id: str, assignments: Mapping[str, bytes]
+    ) -> SyncResult:
+        """The member's assignment, once the leader has sent them all."""
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return SyncResult(UNKNOWN_MEMBER_ID)
+        if generation_id != group.generation_id:
+            return SyncResult(ILLEGAL_GENERATION)
+        member.last_heard = asyncio.get_running_loop().time()
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return SyncResult(REBALANCE_IN_PROGRESS)
+        if group.state is GroupState.STABLE:
+            return self._sync_answer(group, member)
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            return SyncResult(UNKNOWN_MEMBER_ID)
+        syncing = member.syncing = asyncio.get_running_loop().create_future()
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            group.state = GroupState.STABLE
+            self._log(
+                "group_stable",
+                group,
+                assignments=",".join(
+                    f"{m.member_id}:{len(m.assignment)}B" for m in group.members.values()
+                ),
+            )
+            for m in group.members.values():
+                waiter, m.syncing = m.syncing, None
+                _cancel_waiter(waiter, self._sync_answer(group, m))
+        return await asyncio.shield(syncing)
+
+    def _sync_answer(self, group: _Group, member: _Member) -> SyncResult:
+        return SyncResult(pb.NONE, member.assignment, group.protocol_type, group.protocol_name)
+
+    # -- Heartbeat, LeaveGroup, commits ------------------------------------------------------
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> int:
+        group = self.groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return UNKNOWN_MEMBER_ID
+        member.last_heard = asyncio.get_running_loop().time()
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        return pb.NONE
+
+    def leave_group(self, group_id: str, member_ids: list[str]) -> list[int]:
+        """Each member's error code: it leaves, and the others rebalance at once."""
+        group = self.groups.get(group_id)
+        codes = []
+        for member_id in member_ids:
+            if group is None or member_id not in group.members:
+                codes.append(UNKNOWN_MEMBER_ID)
+                continue
+            self._remove(group, member_id, "left the group")
+            codes.append(pb.NONE)
+        return codes
+
+    def check_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
+        """May this commit be written? Kafka's ``doCommitOffsets`` checks: a commit from
+        outside the group (generation -1, no member id: a consumer that ``assign()``s) only
+        while the group has no members."""
+        group = self.groups.get(group_id)
+        if generation_id < 0 and not member_id:
+            if group is None or group.state is GroupState.EMPTY:
+                return pb.NONE
+            return UNKNOWN_MEMBER_ID
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return UNKNOWN_MEMBER_ID
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return REBALANCE_IN_PROGRESS
+        if generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        member.last_heard = asyncio.get_running_loop().time()
+        return pb.NONE
+
+    def describe(self, group_id: str) -> _Group | None:
+        return self.groups.get(group_id)
+
+    # -- membership ------------------------------------------------------------------------
+
+    def _remove(self, group: _Group, member_id: str, reason: str) -> None:
+        member = group.members.pop(member_id)
+        _cancel_waiter(member.joining, JoinResult(UNKNOWN_MEMBER_ID, member_id))
+        _cancel_waiter(member.syncing, SyncResult(UNKNOWN_MEMBER_ID))
+        self._log("member_removed", group, member=member_id, reason=repr(reason))
+        if group.leader_id == member_id:
+            group.leader_id = next(iter(group.members), None)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member_id} {reason}")
+        elif group.state is GroupState.PREPARING_REBALANCE and not group.members:
+            self._complete_join(group, False)
+        self._maybe_complete_join(group)
+
+    async def _expire_sessions(self) -> None:
+        """Members not heard from within their session timeout leave (Kafka's
+        ``onExpireHeartbeat``); one waiting in JoinGroup or SyncGroup is alive."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(EXPIRY_CHECK_S)
+            now = loop.time()
+            for group in list(self.groups.values()):
+                for member in list(group.members.values()):
+                    waiting = member.joining is not None or member.syncing is not None
+                    silent_s = now - member.last_heard
+                    if not waiting and silent_s > member.session_timeout_ms / 1000:
+                        self._remove(group, member.member_id, "session expired")
+                if not group.members and group.state is GroupState.EMPTY:
+                    del self.groups[group.group_id]

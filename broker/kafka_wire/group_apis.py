@@ -1,0 +1,253 @@
+"""The Kafka listener's consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup,
+Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch, over :mod:`broker.group_coordinator`
+and the offsets in ZooKeeper (``/consumers/<g>/offsets/<t>/<p>``).
+
+Every group API but FindCoordinator is answered NOT_COORDINATOR by a broker that does not
+coordinate the group, and that broker drops what it held of the group: the client asks
+FindCoordinator again and joins there (see the coordinator module for the choice).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from broker.group_coordinator import NOT_COORDINATOR, GroupCoordinator, coordinator_for
+from broker.kafka_apis import partition_problem
+from broker.kafka_wire.messages import Tree
+from broker.kafka_wire.wire_request import Answer, KafkaRequest, done, ms
+from broker.metadata_cache import MetadataCache
+from broker.zk_client import BrokerZkClient, ZkError
+from proto import minibroker_pb2 as pb
+from proto.topic_partition import TopicPartition, topic_name_problem
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GROUP_VERSIONS", "GroupApis"]
+
+FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT = 10, 11, 14, 12
+LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH = 13, 8, 9
+GROUP_VERSIONS: dict[int, tuple[int, int]] = {
+    OFFSET_COMMIT: (2, 8),
+    OFFSET_FETCH: (1, 7),
+    FIND_COORDINATOR: (0, 3),
+    JOIN_GROUP: (0, 7),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 4),
+    SYNC_GROUP: (0, 4),
+}
+"""The highs stop before KIP-848's member epochs (OffsetCommit 9), batched groups
+(OffsetFetch 8, FindCoordinator 4) and KIP-800's leave reasons (JoinGroup 8, LeaveGroup 5)."""
+
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_GROUP_ID = 24
+GROUP_KEY = 0
+
+
+class GroupApis:
+    """The group handlers, by API key (stages, as :class:`KafkaWireApis`'s are)."""
+
+    def __init__(
+        self, coordinator: GroupCoordinator, metadata_cache: MetadataCache, zk: BrokerZkClient
+    ) -> None:
+        self.coordinator = coordinator
+        self.metadata_cache = metadata_cache
+        self.zk = zk
+        self.broker_id = coordinator.broker_id
+        self.handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
+            FIND_COORDINATOR: self.find_coordinator,
+            JOIN_GROUP: self.join_group,
+            SYNC_GROUP: self.sync_group,
+            HEARTBEAT: self.heartbeat,
+            LEAVE_GROUP: self.leave_group,
+            OFFSET_COMMIT: self.offset_commit,
+            OFFSET_FETCH: self.offset_fetch,
+        }
+
+    def _coordinator_of(self, group_id: str) -> int | None:
+        brokers = [b.broker_id for b in self.metadata_cache.brokers() if b.kafka_endpoint]
+        return coordinator_for(group_id, brokers)
+
+    def _refusal(self, group_id: str) -> int | None:
+        """The error code for a group request this broker must not serve, else None."""
+        if topic_name_problem(group_id, "group") is not None:
+            return INVALID_GROUP_ID
+        if self._coordinator_of(group_id) != self.broker_id:
+            self.coordinator.forget(group_id)
+            return NOT_COORDINATOR
+        return None
+
+    async def find_coordinator(self, request: KafkaRequest) -> Answer:
+        body = request.body
+        key_type = getattr(body, "key_type", GROUP_KEY)
+        if key_type != GROUP_KEY:
+            message = "transactions are not supported: no transaction coordinator"
+            return done({"error_code": pb.INVALID_REQUEST, "error_message": message, "node_id": -1})
+        if topic_name_problem(body.key, "group") is not None:
+            return done({"error_code": INVALID_GROUP_ID, "node_id": -1, "host": "", "port": -1})
+        node = self._coordinator_of(body.key)
+        broker = None if node is None else self.metadata_cache.broker(node)
+        if broker is None or broker.kafka_endpoint is None:
+            return done({"error_code": COORDINATOR_NOT_AVAILABLE, "node_id": -1, "port": -1})
+        host, port = broker.kafka_endpoint
+        return done({"error_code": pb.NONE, "node_id": node, "host": host, "port": port})
+
+    async def join_group(self, request: KafkaRequest) -> Answer:
+        return self._join_group(request)
+
+    async def _join_group(self, request: KafkaRequest) -> Tree:
+        body = request.body
+        refused = self._refusal(body.group_id)
+        if refused is not None:
+            return {"error_code": refused, "generation_id": -1, "member_id": body.member_id}
+        session_ms = ms(body.session_timeout)
+        result = await self.coordinator.join_group(
+            body.group_id,
+            body.member_id,
+            group_instance_id=getattr(body, "group_instance_id", None),
+            client_id=request.client_id or "",
+            session_timeout_ms=session_ms,
+            rebalance_timeout_ms=ms(getattr(body, "rebalance_timeout", session_ms)),
+            protocol_type=body.protocol_type,
+            protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],
+        )
+        return {
+            "error_code": result.error_code,
+            "generation_id": result.generation_id,
+            "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol_name or "",
+            "leader": result.leader,
+            "member_id": result.member_id,
+            "members": [
+                {"member_id": m, "group_instance_id": i, "metadata": meta}
+                for m, i, meta in result.members
+            ],
+        }
+
+    async def sync_group(self, request: KafkaRequest) -> Answer:
+        return self._sync_group(request)
+
+    async def _sync_group(self, request: KafkaRequest) -> Tree:
+        body = request.body
+        refused = self._refusal(body.group_id)
+        if refused is not None:
+            return {"error_code": refused, "assignment": b""}
+        assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
+        result = await self.coordinator.sync_group(
+            body.group_id, body.generation_id, body.member_id, assignments
+        )
+        return {
+            "error_code": result.error_code,
+            "assignment": result.assignment,
+            "protocol_type": result.protocol_type,
+            "protocol_name": result.protocol_name,
+        }
+
+    async def heartbeat(self, request: KafkaRequest) -> Answer:
+        body = request.body
+        refused = self._refusal(body.group_id)
+        if refused is not None:
+            return done({"error_code": refused})
+        code = self.coordinator.heartbeat(body.group_id, body.generation_id, body.member_id)
+        return done({"error_code": code})
+
+    async def leave_group(self, request: KafkaRequest) -> Answer:
+        body = request.body
+        refused = self._refusal(body.group_id)
+        members = getattr(body, "members", None)
+        ids = [m.member_id for m in members] if members is not None else [body.member_id]
+        if refused is not None:
+            return done({"error_code": refused, "members": []})
+        codes = self.coordinator.leave_group(body.group_id, ids)
+        top = codes[0] if members is None else pb.NONE
+        return done(
+            {
+                "error_code": top,
+                "members": [
+                    {"member_id": m, "group_instance_id": None, "error_code": c}
+                    for m, c in zip(ids, codes, strict=True)
+                ],
+            }
+        )
+
+    async def offset_commit(self, request: KafkaRequest) -> Answer:
+        return self._offset_commit(request)
+
+    async def _offset_commit(self, request: KafkaRequest) -> Tree:
+        """Checked against the group's generation, then written to ZooKeeper. The commit's
+        metadata string and leader epoch are not kept: ZooKeeper offsets are numbers."""
+        body = request.body
+        generation: int = getattr(
+            body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1)
+        )
+        code = self._refusal(body.group_id)
+        if code is None:
+            code = self.coordinator.check_commit(body.group_id, generation, body.member_id)
+        offsets: dict[TopicPartition, int] = {}
+        codes: dict[TopicPartition, int] = {}
+        order: list[TopicPartition] = []
+        for topic in body.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                order.append(tp)
+                problem = partition_problem(tp)
+                if code != pb.NONE:
+                    codes[tp] = code
+                elif problem is not None or part.committed_offset < 0:
+                    codes[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION if problem is None else problem
+                else:
+                    offsets[tp] = part.committed_offset
+        if offsets:
+            try:
+                await self.zk.commit_consumer_offsets(body.group_id, offsets)
+            except ZkError as err:
+                logger.warning(
+                    "event=offset_commit_failed broker=%d group=%s error=%r",
+                    self.broker_id,
+                    body.group_id,
+                    err,
+                )
+                codes.update(dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE))
+        by_topic: dict[str, list[Tree]] = {}
+        for tp in order:
+            by_topic.setdefault(tp.topic, []).append(
+                {"partition_index": tp.partition, "error_code": codes.get(tp, pb.NONE)}
+            )
+        return {"topics": [{"name": t, "partitions": p} for t, p in by_topic.items()]}
+
+    async def offset_fetch(self, request: KafkaRequest) -> Answer:
+        return self._offset_fetch(request)
+
+    async def _offset_fetch(self, request: KafkaRequest) -> Tree:
+        body = request.body
+        refused = self._refusal(body.group_id)
+        if refused is not None:
+            return {"error_code": refused, "topics": []}
+        asked: list[TopicPartition] | None = None
+        if body.topics is not None:
+            asked = [
+                TopicPartition(t.name, p)
+                for t in body.topics
+                for p in t.partition_indexes
+                if partition_problem(TopicPartition(t.name, p)) is None
+            ]
+        try:
+            committed = await self.zk.get_consumer_offsets(body.group_id, asked)
+        except ZkError:
+            return {"error_code": COORDINATOR_NOT_AVAILABLE, "topics": []}
+        wanted = asked if asked is not None else sorted(committed)
+        by_topic: dict[str, list[Tree]] = {}
+        for tp in wanted:
+            by_topic.setdefault(tp.topic, []).append(
+                {
+                    "partition_index": tp.partition,
+                    "committed_offset": committed.get(tp, -1),
+                    "committed_leader_epoch": -1,
+                    "metadata": "",
+                    "error_code": pb.NONE,
+                }
+            )
+        return {
+            "error_code": pb.NONE,
+            "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
+        }

@@ -1,0 +1,55 @@
+"""What every Kafka listener handler shares: the decoded request, the answer it returns and
+the way it asks for the connection to be closed (see :mod:`broker.kafka_wire.kafka_listener`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from broker.kafka_wire.messages import Tree
+from proto.errors import MinibrokerError
+
+__all__ = ["Answer", "CloseConnection", "KafkaRequest", "done", "epoch_or_none", "ms"]
+
+Answer = Awaitable[Tree | None]
+"""A handler's answer: the response as a tree, or None for a request Kafka does not
+answer (``acks=0``); awaited by the connection's writer, in request order."""
+
+
+class CloseConnection(MinibrokerError):
+    """The connection must be closed once the answers before this one are written (Kafka
+    closes it when an ``acks=0`` produce fails, the only way such a producer learns of it;
+    and on a request it cannot make sense of)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRequest:
+    """One decoded request: its header's fields and its body, a kio dataclass."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def ms(value: object) -> int:
+    """A kio ``timedelta`` field (or an int) in whole milliseconds."""
+    if isinstance(value, int):
+        return value
+    return int(value.total_seconds() * 1000)  # type: ignore[attr-defined]
+
+
+def epoch_or_none(epoch: int) -> int | None:
+    """KIP-320's current leader epoch: -1 asks for no fencing."""
+    return None if epoch < 0 else epoch
+
+
+def done(tree: Tree | None) -> Coroutine[Any, Any, Tree | None]:
+    """An answer already known when the handler's stage runs."""
+
+    async def answer() -> Tree | None:
+        return tree
+
+    return answer()
