@@ -30,6 +30,7 @@ from broker.controlled_shutdown import controlled_shutdown
 from broker.dynamic_config import DynamicConfigManager
 from broker.group_coordinator import GroupCoordinator
 from broker.kafka_apis import BrokerService, ControlService
+from broker.kafka_wire.admin_apis import AdminApis
 from broker.kafka_wire.group_apis import GroupApis
 from broker.kafka_wire.kafka_listener import KafkaListener
 from broker.kafka_wire.kafka_wire_apis import KafkaWireApis
@@ -39,6 +40,7 @@ from broker.metrics_server import BrokerStateCollector, MetricsServer
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from broker.request_timing import RequestTiming
+from broker.topic_admin import TopicAdmin
 from broker.undecodable_requests import UndecodableRequests
 from broker.zk_client import BrokerZkClient, ZkError
 from controller.controller_metrics import ControllerMetrics
@@ -238,6 +240,9 @@ class BrokerServer:
                 self.metadata_cache,
                 self.producer_id_manager,
                 group_apis=GroupApis(self.group_coordinator, self.metadata_cache, self.zk),
+                admin_apis=AdminApis(
+                    TopicAdmin(self.config, self.zk, self.metadata_cache), self.broker_id
+                ),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
             ).handlers,
             max_request_bytes=self.config.socket_request_max_bytes,

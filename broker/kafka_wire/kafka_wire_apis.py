@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from broker.kafka_apis import ACKS_VALUES, new_producer_id, partition_problem
+from broker.kafka_wire.admin_apis import ADMIN_VERSIONS, AdminApis
 from broker.kafka_wire.group_apis import GROUP_VERSIONS, GroupApis
 from broker.kafka_wire.messages import Tree
 from broker.kafka_wire.wire_request import (
@@ -54,6 +55,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     INIT_PRODUCER_ID: (0, 4),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     **GROUP_VERSIONS,
+    **ADMIN_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -80,6 +82,7 @@ class KafkaWireApis:
         producer_id_manager: ProducerIdManager,
         *,
         group_apis: GroupApis,
+        admin_apis: AdminApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str | None = None,
     ) -> None:
@@ -98,6 +101,7 @@ class KafkaWireApis:
             OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             INIT_PRODUCER_ID: self.init_producer_id,
             **group_apis.handlers,
+            **admin_apis.handlers,
         }
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 

@@ -208,7 +208,7 @@ def test_aiokafka_idempotent_producer_survives_a_leader_kill_exactly_once(
     topic = "survive"
     create = minibroker(
         "topics", "create", topic, "--partitions", "3", "--replication-factor", "3",
-        "--bootstrap-server", f"127.0.0.1:{base}",
+        *data,
     )  # fmt: skip
     assert create.returncode == 0, create.stderr
     listing = json.loads(kcat(bootstrap, "-L", "-J", "-t", topic))
@@ -422,3 +422,60 @@ async def committed_offsets(cluster: Cluster, group: str, topic: str) -> dict[in
         data, _ = await asyncio.to_thread(cluster.zk.get, path)
         out[partition] = zk_data.decode_consumer_offset(data)
     return out
+
+
+def test_admin_client_creates_describes_and_deletes_topics_through_zookeeper(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._config import ConfigResource
+    from confluent_kafka.cimpl import NewTopic
+
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
+        cluster.wait_for_controller()
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
+        wanted = [
+            NewTopic("made", 4, 3, config={"min.insync.replicas": "2"}),
+            NewTopic("too-wide", 1, 9),
+            NewTopic("odd-config", 1, 1, config={"no.such.property": "x"}),
+            NewTopic("bad/name", 1, 1),
+        ]
+        outcomes = {}
+        for name, future in admin.create_topics(wanted, operation_timeout=20).items():
+            try:
+                future.result()
+                outcomes[name] = "created"
+            except confluent_kafka.KafkaException as err:
+                outcomes[name] = err.args[0].name()
+        assert outcomes == {
+            "made": "created",
+            "too-wide": "INVALID_REPLICATION_FACTOR",
+            "odd-config": "INVALID_CONFIG",
+            "bad/name": "TOPIC_EXCEPTION",
+        }
+        # As Kafka 2.x's brokers do: the config and the assignment are in ZooKeeper, and
+        # the controller made leaders (create_topics waited for them).
+        assignment = zk_data.decode_topic_assignment(zk_client.get("/brokers/topics/made")[0])
+        assert sorted(assignment) == [0, 1, 2, 3]
+        assert all(len(set(r)) == 3 for r in assignment.values())
+        config = zk_data.decode_topic_config(zk_client.get("/config/topics/made")[0])
+        assert config == {"min.insync.replicas": "2"}
+        for p in range(4):
+            assert cluster.state(TopicPartition("made", p)) is not None
+
+        (described,) = admin.describe_configs([ConfigResource("topic", "made")]).values()
+        entries = described.result()
+        assert entries["min.insync.replicas"].value == "2"
+        assert entries["min.insync.replicas"].source == 1  # DYNAMIC_TOPIC_CONFIG
+        assert entries["retention.ms"].source == 5  # DEFAULT_CONFIG
+
+        deleted = admin.delete_topics(["made", "never-was"], operation_timeout=30)
+        deleted["made"].result()
+        with pytest.raises(confluent_kafka.KafkaException, match="UNKNOWN_TOPIC"):
+            deleted["never-was"].result()
+        wait_for(
+            lambda: zk_client.exists("/brokers/topics/made") is None,
+            timeout=30,
+            message="the controller to delete the topic",
+        )
+        del admin  # its threads stop before the brokers do

@@ -98,7 +98,7 @@ def test_kafka_port_is_off_a_free_port_or_a_port() -> None:
 
 def test_an_authenticated_broker_refuses_the_plaintext_kafka_listener() -> None:
     tls = {"ssl.keystore.location": "/k.pem", "ssl.truststore.location": "/t.pem"}
-    with pytest.raises(ValueError, match="kafka.port: the Kafka listener speaks PLAINTEXT"):
+    with pytest.raises(ValueError, match=r"kafka\.port: the Kafka listener speaks PLAINTEXT"):
         config(**tls, **{"kafka.port": "0"})
     assert config(**tls).kafka_port == -1
 

@@ -1,0 +1,283 @@
+"""Topic administration for the Kafka listener's CreateTopics, DeleteTopics and
+DescribeConfigs (Kafka 2.x's ``ZkAdminManager``): a broker that receives one writes the
+controller's ZooKeeper paths, as ``minibroker topics`` does, and the controller acts.
+
+Create writes ``/config/topics/<t>`` first and then ``/brokers/topics/<t>``, which the
+controller watches (so the topic never exists without its config); delete creates
+``/admin/delete_topics/<t>``. Both may wait, up to the request's timeout, for the outcome to
+reach this broker's metadata, as Kafka's ``DelayedCreatePartitions`` and
+``DelayedDeleteTopics`` do; past it the answer is REQUEST_TIMED_OUT and the work goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from broker.metadata_cache import MetadataCache
+from broker.zk_client import BrokerZkClient, ZkError
+from proto import minibroker_pb2 as pb
+from proto import zk_data
+from proto.broker_config import TOPIC_PROPERTIES, BrokerConfig
+from proto.errors import BrokerResponseError
+from proto.replica_assignment import assign_replicas, validate_replica_assignment
+from proto.topic_partition import topic_name_problem
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ConfigEntry", "NewTopic", "TopicAdmin", "TopicOutcome"]
+
+TOPIC_ALREADY_EXISTS = 36
+INVALID_CONFIG = 40
+POLICY_VIOLATION = 44
+_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class NewTopic:
+    """One topic of a CreateTopics request; -1 partitions or replication factor: the
+    broker's ``num.partitions`` / ``default.replication.factor`` (KIP-464)."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    assignment: Mapping[int, Sequence[int]]
+    configs: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class TopicOutcome:
+    error_code: int
+    error_message: str | None = None
+    num_partitions: int = -1
+    replication_factor: int = -1
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config of DescribeConfigs: a topic override is DYNAMIC_TOPIC_CONFIG (1), a
+    value the broker applies by default DEFAULT_CONFIG (5), a broker's own property
+    STATIC_BROKER_CONFIG (4)."""
+
+    name: str
+    value: str
+    source: int
+    read_only: bool = False
+
+
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+
+
+class TopicAdmin:
+    """CreateTopics, DeleteTopics and DescribeConfigs through ZooKeeper."""
+
+    def __init__(self, config: BrokerConfig, zk: BrokerZkClient, cache: MetadataCache) -> None:
+        self.config = config
+        self.zk = zk
+        self.cache = cache
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], timeout_ms: int, validate_only: bool
+    ) -> dict[str, TopicOutcome]:
+        outcomes: dict[str, TopicOutcome] = {}
+        created: dict[str, int] = {}
+        for topic in topics:
+            try:
+                outcome = await self._create(topic, validate_only)
+            except BrokerResponseError as err:
+                outcome = TopicOutcome(int(err.code), str(err))
+            except ZkError as err:
+                outcome = TopicOutcome(pb.REQUEST_TIMED_OUT, f"ZooKeeper unavailable: {err}")
+            outcomes[topic.name] = outcome
+            if outcome.error_code == pb.NONE and not validate_only:
+                created[topic.name] = outcome.num_partitions
+        if created and timeout_ms > 0:
+            ready = await self._wait(timeout_ms, set(created), lambda: self._led(created))
+            for name in created:
+                if name not in ready:
+                    outcomes[name] = TopicOutcome(
+                        pb.REQUEST_TIMED_OUT,
+                        f"topic {name} was created but its partitions have no leader yet",
+                    )
+        return outcomes
+
+    async def _create(self, topic: NewTopic, validate_only: bool) -> TopicOutcome:
+        name = topic.name
+        problem = topic_name_problem(name)
+        if problem is not None:
+            return TopicOutcome(pb.INVALID_TOPIC, problem)
+        try:
+            self.config.topic_config(topic.configs, strict=True)
+        except ValueError as err:
+            return TopicOutcome(INVALID_CONFIG, f"invalid config for topic {name}: {err}")
+        live = sorted(b.broker_id for b in self.cache.brokers())
+        if not live:
+            live = sorted(await self.zk.get_live_brokers())
+        if topic.assignment:
+            if topic.num_partitions != -1 or topic.replication_factor != -1:
+                return TopicOutcome(
+                    pb.INVALID_REQUEST,
+                    "give either a replica assignment or partitions and a replication factor",
+                )
+            assignment = validate_replica_assignment(topic.assignment, live)
+        else:
+            partitions = topic.num_partitions
+            factor = topic.replication_factor
+            assignment = assign_replicas(
+                self.config.num_partitions if partitions == -1 else partitions,
+                self.config.default_replication_factor if factor == -1 else factor,
+                live,
+            )
+        existing = await self._children(zk_data.BROKER_TOPICS_PATH)
+        for other in existing:
+            if other == name:
+                return TopicOutcome(TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
+            if other.replace(".", "_") == name.replace(".", "_"):
+                return TopicOutcome(
+                    pb.INVALID_TOPIC,
+                    f"topic '{name}' collides with existing topic '{other}' "
+                    "(names that differ only in '.' and '_' are not allowed)",
+                )
+        outcome = TopicOutcome(pb.NONE, None, len(assignment), len(assignment[0]))
+        if validate_only:
+            return outcome
+        if topic.configs:
+            data = zk_data.encode_topic_config(dict(topic.configs))
+            path = zk_data.topic_config_path(name)
+            try:
+                await self.zk.request("create", path, data, makepath=True)
+            except NodeExistsError:
+                await self.zk.request("set", path, data)
+        try:
+            await self.zk.request(
+                "create",
+                zk_data.topic_path(name),
+                zk_data.encode_topic_assignment(assignment),
+                makepath=True,
+            )
+        except NodeExistsError:
+            return TopicOutcome(TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
+        logger.info(
+            "event=topic_created broker=%d topic=%s partitions=%d replication_factor=%d "
+            "via=kafka_listener",
+            self.config.broker_id,
+            name,
+            outcome.num_partitions,
+            outcome.replication_factor,
+        )
+        return outcome
+
+    def _led(self, created: Mapping[str, int]) -> set[str]:
+        """The created topics whose partitions all have a live leader in the cache."""
+        live = {b.broker_id for b in self.cache.brokers()}
+        ready = set()
+        for name, count in created.items():
+            partitions = self.cache.partitions_of(name)
+            if len(partitions) == count and all(p.leader in live for p in partitions.values()):
+                ready.add(name)
+        return ready
+
+    async def delete_topics(self, names: Sequence[str], timeout_ms: int) -> dict[str, int]:
+        codes: dict[str, int] = {}
+        marked: list[str] = []
+        for name in names:
+            if topic_name_problem(name) is not None:
+                codes[name] = pb.INVALID_TOPIC
+                continue
+            try:
+                if await self.zk.get_topic_assignment(name) is None:
+                    codes[name] = pb.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                with contextlib.suppress(NodeExistsError):  # marked already: the same deletion
+                    await self.zk.request(
+                        "create", zk_data.delete_topic_path(name), b"", makepath=True
+                    )
+            except ZkError:
+                codes[name] = pb.REQUEST_TIMED_OUT
+                continue
+            codes[name] = pb.NONE
+            marked.append(name)
+        if marked and timeout_ms > 0:
+            gone = await self._wait(
+                timeout_ms,
+                set(marked),
+                lambda: {n for n in marked if not self.cache.partitions_of(n)},
+            )
+            for name in marked:
+                if name not in gone:
+                    codes[name] = pb.REQUEST_TIMED_OUT
+        return codes
+
+    async def describe_topic_configs(
+        self, name: str, keys: Sequence[str] | None
+    ) -> tuple[int, str | None, list[ConfigEntry]]:
+        """(error, message, entries): the topic's overrides and the defaults behind the
+        rest of the configs this broker applies."""
+        if topic_name_problem(name) is not None:
+            return pb.INVALID_TOPIC, f"illegal topic name {name!r}", []
+        if await self.zk.get_topic_assignment(name) is None:
+            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}", []
+        overrides = await self.zk.get_topic_config(name)
+        defaults = self._topic_defaults()
+        entries = []
+        for key in TOPIC_PROPERTIES:
+            if keys is not None and key not in keys:
+                continue
+            if key in overrides:
+                entries.append(ConfigEntry(key, overrides[key], DYNAMIC_TOPIC_CONFIG))
+            else:
+                entries.append(ConfigEntry(key, defaults[key], DEFAULT_CONFIG))
+        return pb.NONE, None, entries
+
+    def describe_broker_configs(self, keys: Sequence[str] | None) -> list[ConfigEntry]:
+        """This broker's own properties, as it started with them (read-only here)."""
+        return [
+            ConfigEntry(k, v, STATIC_BROKER_CONFIG, read_only=True)
+            for k, v in sorted(self.config.to_properties().items())
+            if (keys is None or k in keys) and "password" not in k
+        ]
+
+    def _topic_defaults(self) -> dict[str, str]:
+        topic_config = self.config.topic_config({})
+        log = topic_config.log_config
+        return {
+            "segment.bytes": str(log.segment_bytes),
+            "index.interval.bytes": str(log.index_interval_bytes),
+            "retention.ms": str(log.retention_ms),
+            "retention.bytes": str(log.retention_bytes),
+            "flush.messages": str(
+                log.flush_interval_messages
+                if log.flush_interval_messages is not None
+                else 2**63 - 1
+            ),
+            "max.message.bytes": str(log.max_message_bytes),
+            "min.insync.replicas": str(topic_config.min_insync_replicas),
+            "unclean.leader.election.enable": str(
+                topic_config.unclean_leader_election_enable
+            ).lower(),
+        }
+
+    async def _children(self, path: str) -> list[str]:
+        try:
+            children: list[str] = await self.zk.request("get_children", path)
+        except NoNodeError:
+            return []
+        return children
+
+    async def _wait(
+        self, timeout_ms: int, expected: set[str], done: Callable[[], set[str]]
+    ) -> set[str]:
+        """Poll ``done()`` (the names whose outcome has reached this broker's metadata)
+        until it holds ``expected`` or the timeout passes; returns its last answer."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        while True:
+            finished = done()
+            if finished >= expected or loop.time() >= deadline:
+                return finished
+            await asyncio.sleep(_POLL_S)
