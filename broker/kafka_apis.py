@@ -365,14 +365,9 @@ class BrokerService(pb_grpc.BrokerServicer):
                 topic_response = response.topics.add(topic=topic.topic)
                 for part in topic.partitions:
                     tp = TopicPartition(topic.topic, part.partition)
-                    problem = partition_problem(tp)
-                    if problem is not None:
-                        code, epoch, end = problem, -1, -1
-                    else:
-                        current = _current_leader_epoch(part)
-                        code, epoch, end = self.replica_manager.last_offset_for_leader_epoch(
-                            tp, current, part.leader_epoch
-                        )
+                    code, epoch, end = epoch_end_offset(
+                        self.replica_manager, tp, _current_leader_epoch(part), part.leader_epoch
+                    )
                     topic_response.partitions.add(
                         error_code=code, partition=tp.partition, leader_epoch=epoch, end_offset=end
                     )
@@ -389,21 +384,19 @@ class BrokerService(pb_grpc.BrokerServicer):
                 topic_response = response.topics.add(name=topic.name)
                 for part in topic.partitions:
                     tp = TopicPartition(topic.name, part.partition_index)
-                    problem = partition_problem(tp)
-                    if problem is not None:
-                        code, offset, timestamp = problem, -1, -1
-                    else:
-                        current = _current_leader_epoch(part)
-                        code, offset, timestamp = await self.replica_manager.list_offset(
-                            tp, current, part.timestamp, request.replica_id
-                        )
-                    partition = self.replica_manager.partitions.get(tp)
+                    code, offset, timestamp, epoch = await list_partition_offset(
+                        self.replica_manager,
+                        tp,
+                        _current_leader_epoch(part),
+                        part.timestamp,
+                        request.replica_id,
+                    )
                     topic_response.partitions.add(
                         partition_index=tp.partition,
                         error_code=code,
                         offset=offset,
                         timestamp=timestamp,
-                        leader_epoch=partition.leader_epoch if partition else -1,
+                        leader_epoch=epoch,
                     )
             return response
 
@@ -468,6 +461,40 @@ class BrokerService(pb_grpc.BrokerServicer):
         return pb.InitProducerIdResponse(
             error_code=pb.NONE, producer_id=producer_id, producer_epoch=0
         )
+
+
+def epoch_end_offset(
+    replica_manager: ReplicaManager,
+    tp: TopicPartition,
+    current_leader_epoch: int | None,
+    leader_epoch: int,
+) -> tuple[int, int, int]:
+    """(error code, epoch, end offset) of OffsetsForLeaderEpoch for one partition, on
+    either listener."""
+    problem = partition_problem(tp)
+    if problem is not None:
+        return problem, -1, -1
+    return replica_manager.last_offset_for_leader_epoch(tp, current_leader_epoch, leader_epoch)
+
+
+async def list_partition_offset(
+    replica_manager: ReplicaManager,
+    tp: TopicPartition,
+    current_leader_epoch: int | None,
+    timestamp: int,
+    replica_id: int,
+) -> tuple[int, int, int, int]:
+    """(error code, offset, timestamp, leader epoch) of ListOffsets for one partition, on
+    either listener."""
+    problem = partition_problem(tp)
+    if problem is not None:
+        code, offset, found = problem, -1, -1
+    else:
+        code, offset, found = await replica_manager.list_offset(
+            tp, current_leader_epoch, timestamp, replica_id
+        )
+    partition = replica_manager.partitions.get(tp)
+    return code, offset, found, partition.leader_epoch if partition else -1
 
 
 async def new_producer_id(

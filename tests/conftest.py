@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator
+from pathlib import Path
 
 import kazoo.protocol.connection
 import kazoo.retry
@@ -22,7 +23,7 @@ from hypothesis import settings
 from kazoo.client import KazooClient
 
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
-from tests.helpers import chrooted_client
+from tests.helpers import chrooted_client, minibroker
 
 settings.register_profile("bounded", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile(
@@ -67,3 +68,12 @@ def zk_client(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
     """A chrooted kazoo client for one test (see :func:`chrooted_client`)."""
     with chrooted_client(zookeeper) as client:
         yield client
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Iterator[Path]:
+    """A data dir for ``minibroker cluster up``; the cluster is brought down after the test."""
+    data_dir = tmp_path / "cluster"
+    yield data_dir
+    if (data_dir / "cluster.json").exists():
+        minibroker("cluster", "down", "--data-dir", str(data_dir))

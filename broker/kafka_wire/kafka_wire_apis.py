@@ -17,7 +17,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from broker.kafka_apis import ACKS_VALUES, new_producer_id, partition_problem
+from broker.kafka_apis import (
+    ACKS_VALUES,
+    epoch_end_offset,
+    list_partition_offset,
+    new_producer_id,
+    partition_problem,
+)
 from broker.kafka_wire.admin_apis import ADMIN_VERSIONS, AdminApis
 from broker.kafka_wire.group_apis import GROUP_VERSIONS, GroupApis
 from broker.kafka_wire.messages import Tree
@@ -316,29 +322,25 @@ class KafkaWireApis:
         return self._list_offsets(request)
 
     async def _list_offsets(self, request: KafkaRequest) -> Tree:
-        body = request.body
-        # Only the gRPC listener serves replicas; a Kafka client is always a consumer here.
+        # Only the gRPC listener serves replicas: a Kafka client is a consumer (-1) here.
         topics = []
-        for topic in body.topics:
+        for topic in request.body.topics:
             partitions = []
             for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.partition_index)
-                problem = partition_problem(tp)
-                if problem is not None:
-                    code, offset, timestamp = problem, -1, -1
-                else:
-                    current = epoch_or_none(getattr(part, "current_leader_epoch", -1))
-                    code, offset, timestamp = await self.replica_manager.list_offset(
-                        tp, current, part.timestamp, -1
-                    )
-                hosted = self.replica_manager.partitions.get(tp)
+                code, offset, timestamp, epoch = await list_partition_offset(
+                    self.replica_manager,
+                    TopicPartition(topic.name, part.partition_index),
+                    epoch_or_none(getattr(part, "current_leader_epoch", -1)),
+                    part.timestamp,
+                    -1,
+                )
                 partitions.append(
                     {
-                        "partition_index": tp.partition,
+                        "partition_index": part.partition_index,
                         "error_code": code,
                         "timestamp": timestamp,
                         "offset": offset,
-                        "leader_epoch": hosted.leader_epoch if hosted else -1,
+                        "leader_epoch": epoch,
                     }
                 )
             topics.append({"name": topic.name, "partitions": partitions})
@@ -351,18 +353,16 @@ class KafkaWireApis:
         for topic in request.body.topics:
             partitions = []
             for part in topic.partitions:
-                tp = TopicPartition(topic.topic, part.partition)
-                problem = partition_problem(tp)
-                if problem is not None:
-                    code, epoch, end = problem, -1, -1
-                else:
-                    code, epoch, end = self.replica_manager.last_offset_for_leader_epoch(
-                        tp, epoch_or_none(part.current_leader_epoch), part.leader_epoch
-                    )
+                code, epoch, end = epoch_end_offset(
+                    self.replica_manager,
+                    TopicPartition(topic.topic, part.partition),
+                    epoch_or_none(part.current_leader_epoch),
+                    part.leader_epoch,
+                )
                 partitions.append(
                     {
                         "error_code": code,
-                        "partition": tp.partition,
+                        "partition": part.partition,
                         "leader_epoch": epoch,
                         "end_offset": end,
                     }

@@ -6,7 +6,6 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,6 @@ def kafka_ports(cluster_dir: Path) -> dict[int, int | None]:
     """Each broker's Kafka protocol port as cluster.json records it."""
     brokers = json.loads((cluster_dir / "cluster.json").read_text())["brokers"]
     return {int(b): entry.get("kafka_port") for b, entry in brokers.items()}
-
-
-@pytest.fixture
-def cluster_dir(tmp_path: Path) -> Iterator[Path]:
-    data_dir = tmp_path / "cluster"
-    yield data_dir
-    if (data_dir / "cluster.json").exists():
-        minibroker("cluster", "down", "--data-dir", str(data_dir))
 
 
 def test_cluster_up_status_kill_start_stop_down(cluster_dir: Path) -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -180,15 +180,6 @@ def test_records_cross_between_grpc_and_kafka_byte_for_byte(
                     return out
 
         assert run(consume_over_grpc()) == via_kafka
-
-
-@pytest.fixture
-def cluster_dir(tmp_path: Path) -> Iterator[Path]:
-    """A ``cluster up`` data dir, the cluster brought down after the test."""
-    data_dir = tmp_path / "cluster"
-    yield data_dir
-    if (data_dir / "cluster.json").exists():
-        minibroker("cluster", "down", "--data-dir", str(data_dir))
 
 
 def test_aiokafka_idempotent_producer_survives_a_leader_kill_exactly_once(
