@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from broker.kafka_apis import (
     ACKS_VALUES,
@@ -261,26 +262,28 @@ class KafkaWireApis:
         order: list[TopicPartition] = []
         specs: dict[TopicPartition, FetchSpec] = {}
         refused: dict[TopicPartition, int] = {}
+        diverging: dict[TopicPartition, Tree] = {}
         for topic in body.topics:
             for part in topic.partitions:
                 tp = TopicPartition(topic.topic, part.partition)
-                if tp in specs or tp in refused:
+                if tp in specs or tp in refused or tp in diverging:
                     continue  # Kafka keeps one entry per partition
                 order.append(tp)
                 problem = partition_problem(tp)
+                current = epoch_or_none(getattr(part, "current_leader_epoch", -1))
                 if body.replica_id >= 0:
                     refused[tp] = pb.INVALID_REQUEST
                 elif problem is not None:
                     refused[tp] = problem
                 elif part.fetch_offset < 0:
                     refused[tp] = pb.OFFSET_OUT_OF_RANGE
+                elif (found := self._divergence(tp, current, part)) is not None:
+                    diverging[tp] = found
                 else:
                     specs[tp] = FetchSpec(
                         fetch_offset=part.fetch_offset,
                         max_bytes=max(part.partition_max_bytes, 0),
-                        current_leader_epoch=epoch_or_none(
-                            getattr(part, "current_leader_epoch", -1)
-                        ),
+                        current_leader_epoch=current,
                     )
         max_bytes = getattr(body, "max_bytes", 0)
         if max_bytes <= 0:
@@ -300,6 +303,8 @@ class KafkaWireApis:
                 partition: Tree = {"partition_index": tp.partition, "error_code": refused[tp]}
                 partition = {**partition, "high_watermark": -1, "last_stable_offset": -1}
                 partition = {**partition, "log_start_offset": -1, "records": None}
+            elif tp in diverging:
+                partition = diverging[tp]
             else:
                 r = results[tp]
                 partition = {
@@ -316,6 +321,29 @@ class KafkaWireApis:
             "error_code": pb.NONE,
             "session_id": INVALID_SESSION_ID,
             "responses": [{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
+        }
+
+    def _divergence(self, tp: TopicPartition, current: int | None, part: Any) -> Tree | None:
+        """Fetch 12's diverging epoch (added with KIP-595; Kafka's leaders check it for
+        every fetcher that names ``last_fetched_epoch``): if the leader's log for that epoch
+        ends before the fetch offset, or the epoch is unknown to it, the answer is the
+        diverging epoch and its end offset, without records, so the client truncates or
+        resets first."""
+        last_fetched_epoch = getattr(part, "last_fetched_epoch", -1)
+        if last_fetched_epoch < 0:
+            return None
+        code, epoch, end = epoch_end_offset(self.replica_manager, tp, current, last_fetched_epoch)
+        if code != pb.NONE or (epoch == last_fetched_epoch and end >= part.fetch_offset):
+            return None  # an error is the fetch's to report; no divergence: fetch as usual
+        partition = self.replica_manager.partitions[tp]
+        return {
+            "partition_index": tp.partition,
+            "error_code": pb.NONE,
+            "high_watermark": partition.high_watermark,
+            "last_stable_offset": partition.high_watermark,
+            "log_start_offset": partition.log.log_start_offset,
+            "diverging_epoch": {"epoch": epoch, "end_offset": end},
+            "records": None,
         }
 
     async def list_offsets(self, request: KafkaRequest) -> Answer:

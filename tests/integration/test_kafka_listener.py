@@ -4,7 +4,10 @@ kcat (librdkafka, from Debian), aiokafka and confluent-kafka."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -17,7 +20,10 @@ import confluent_kafka
 import pytest
 import uvloop
 from kazoo.client import KazooClient
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
 
+from broker.kafka_wire.messages import build
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
 from client.producer import Producer, ProducerConfig
@@ -470,3 +476,92 @@ def test_admin_client_creates_describes_and_deletes_topics_through_zookeeper(
             message="the controller to delete the topic",
         )
         del admin  # its threads stop before the brokers do
+
+
+def kafka_call(address: str, api_key: int, version: int, body: Any) -> Any:
+    """One request over a fresh connection, as a client library would send it (kio, Kafka's
+    own schemas); returns the decoded response."""
+    schema = type(body)
+    header_schema = schema.__header_schema__
+    out = io.BytesIO()
+    header = header_schema(
+        request_api_key=api_key, request_api_version=version, correlation_id=1, client_id="t"
+    )
+    entity_writer(header_schema)(out, header)
+    entity_writer(schema)(out, body)
+    data = out.getvalue()
+    response_schema = load_response_schema(api_key, version)
+    host, port = address.split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(struct.pack(">i", len(data)) + data)
+        (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+        frame = recv_exactly(sock, size)
+    _, header_size = entity_reader(response_schema.__header_schema__)(frame, 0)
+    response, _ = entity_reader(response_schema)(frame, header_size)
+    return response
+
+
+def recv_exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data
+
+
+def test_fetch_names_the_diverging_epoch_when_the_leaders_log_ends_before_the_fetch_offset(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    from kio.schema.fetch.v12 import request as fetch_v12
+
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
+        tp = TopicPartition("epochs", 0)
+        cluster.create_topic(tp.topic, {0: [1, 2, 3]})
+        cluster.produce_until_acked(tp, [b"r%d" % i for i in range(10)])
+        leader = cluster.wait_for_leader(tp)
+        data, _ = zk_client.get(f"{zk_data.BROKER_IDS_PATH}/{leader}")
+        endpoint = zk_data.decode_broker_registration(data).kafka_endpoint
+        assert endpoint is not None
+        epoch = cluster.state(tp).leader_epoch  # type: ignore[union-attr]
+
+        def fetch(offset: int, last_fetched_epoch: int) -> Any:
+            body = build(
+                fetch_v12.FetchRequest,
+                {
+                    "replica_id": -1,
+                    "max_wait": 0,
+                    "min_bytes": 0,
+                    "max_bytes": 1 << 20,
+                    "session_epoch": -1,
+                    "topics": [
+                        {
+                            "topic": tp.topic,
+                            "partitions": [
+                                {
+                                    "partition": 0,
+                                    "current_leader_epoch": epoch,
+                                    "fetch_offset": offset,
+                                    "last_fetched_epoch": last_fetched_epoch,
+                                    "log_start_offset": -1,
+                                    "partition_max_bytes": 1 << 20,
+                                }
+                            ],
+                        }
+                    ],
+                },
+            )
+            response = kafka_call(f"{endpoint[0]}:{endpoint[1]}", 1, 12, body)
+            return response.responses[0].partitions[0]
+
+        # The client says it last read epoch `epoch` up to offset 15: the leader's log of
+        # that epoch ends at 10, so those 5 records were truncated away here.
+        diverged = fetch(15, epoch)
+        assert diverged.error_code == 0
+        assert (diverged.diverging_epoch.epoch, diverged.diverging_epoch.end_offset) == (epoch, 10)
+        assert not diverged.records
+        assert diverged.high_watermark == 10
+        # Consistent with the leader's log: an ordinary fetch.
+        plain = fetch(4, epoch)
+        assert plain.diverging_epoch.epoch == -1
+        assert plain.records
