@@ -565,3 +565,32 @@ def test_fetch_names_the_diverging_epoch_when_the_leaders_log_ends_before_the_fe
         plain = fetch(4, epoch)
         assert plain.diverging_epoch.epoch == -1
         assert plain.records
+
+
+# kafka-python 3.0 calls importlib.resources' legacy API when imported (its own warning).
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_kafka_python_produces_and_reads_back_with_assign(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    import kafka  # kafka-python
+
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
+        cluster.create_topic("kp", {0: [1, 2, 3], 1: [2, 3, 1]})
+        bootstrap = kafka_bootstrap(cluster).split(",")
+        producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        try:
+            sent = [producer.send("kp", b"v%d" % i, key=b"k%d" % i) for i in range(200)]
+            for future in sent:
+                future.get(timeout=30)
+        finally:
+            producer.close()
+        consumer = kafka.KafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000
+        )
+        try:
+            consumer.assign([kafka.TopicPartition("kp", 0), kafka.TopicPartition("kp", 1)])
+            consumer.seek_to_beginning()
+            got = {(m.key, m.value) for m in consumer}
+        finally:
+            consumer.close()
+        assert got == {(b"k%d" % i, b"v%d" % i) for i in range(200)}
