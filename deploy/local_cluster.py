@@ -803,11 +803,22 @@ class LocalCluster:
         _reap(pid)
 
 
+_REAP_WAIT_S = 10.0
+"""How long a process that looks gone may take to finish exiting."""
+
+
 def _reap(pid: int) -> None:
     """Reap ``pid``, gone now, if this interpreter started it: through its harness when
     there is one (``pid`` polls the Popen, which so learns how it ended; a Popen that never
     does warns at exit, "ResourceWarning: subprocess N is still running"), else directly.
-    Harnesses of processes that have ended are dropped from ``_outliving``."""
+    Harnesses of processes that have ended are dropped from ``_outliving``.
+
+    "Gone" may mean exiting: a process's ``/proc/<pid>/cmdline`` reads empty from early in
+    its exit, before it is a zombie its parent can reap. Its harness is given a moment to
+    see it end, or under load its Popen is left unreaped and warns at exit."""
+    deadline = time.monotonic() + _REAP_WAIT_S
+    while any(h.pid == pid for h in _outliving) and time.monotonic() < deadline:
+        time.sleep(_POLL_S / 5)
     for harness in [h for h in _outliving if h.pid is None]:
         _outliving.remove(harness)
     with contextlib.suppress(ChildProcessError, OSError):
