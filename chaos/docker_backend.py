@@ -114,7 +114,10 @@ class DockerBackend(ClusterBackend):
         """`make up` (with 3 ZooKeeper nodes, the `up-ha` variant) under a project of the
         run's own, on free ports; removed at the end."""
         _client()
-        base = free_port_block(3 + zookeeper_nodes)
+        # gRPC, ZooKeeper, then the Kafka listeners': the compose file's defaults for the
+        # last (19091-19093) would collide with `make up` or `cluster up` on this machine.
+        base = free_port_block(3 + zookeeper_nodes + 3)
+        kafka_base = base + 3 + zookeeper_nodes
         env = {
             **os.environ,
             "MINIBROKER_PROJECT": project,
@@ -122,6 +125,9 @@ class DockerBackend(ClusterBackend):
             "MINIBROKER_PORT_2": str(base + 1),
             "MINIBROKER_PORT_3": str(base + 2),
             "MINIBROKER_ZOOKEEPER_PORT": str(base + 3),
+            "MINIBROKER_KAFKA_PORT_1": str(kafka_base),
+            "MINIBROKER_KAFKA_PORT_2": str(kafka_base + 1),
+            "MINIBROKER_KAFKA_PORT_3": str(kafka_base + 2),
             "MINIBROKER_ZOOKEEPER_NODES": str(zookeeper_nodes),
             "MINIBROKER_OVERRIDES": " ".join(f"{k}={v}" for k, v in sorted(overrides.items())),
         }

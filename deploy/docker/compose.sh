@@ -33,7 +33,9 @@
 # ZooKeeper digest and admin.properties in $MINIBROKER_TLS_DIR (./minibroker-tls), once.
 #
 # Environment: MINIBROKER_PROJECT, MINIBROKER_ZOOKEEPER_NODES (1 or 3), MINIBROKER_PORT_1..3
-# (9091..9093), MINIBROKER_ZOOKEEPER_PORT (2181; with 3 nodes also MINIBROKER_ZOOKEEPER_PORT_2
+# (9091..9093), MINIBROKER_KAFKA_PORT_1..3 (the Kafka protocol listeners', 19091..19093;
+# published in the TLS variant too, where no broker listens on them),
+# MINIBROKER_ZOOKEEPER_PORT (2181; with 3 nodes also MINIBROKER_ZOOKEEPER_PORT_2
 # and _3, 2182 and 2183), MINIBROKER_UP_TIMEOUT (seconds to wait for health, 180),
 # MINIBROKER_OVERRIDES and the others listed in deploy/docker-compose.yml.
 set -euo pipefail
@@ -155,6 +157,11 @@ ports() {
     echo "broker-1 ${MINIBROKER_PORT_1:-9091} MINIBROKER_PORT_1"
     echo "broker-2 ${MINIBROKER_PORT_2:-9092} MINIBROKER_PORT_2"
     echo "broker-3 ${MINIBROKER_PORT_3:-9093} MINIBROKER_PORT_3"
+    # Checked in the TLS variant too: its brokers run no Kafka listener, but compose cannot
+    # drop a port the base file publishes, so Docker still binds these on the host.
+    echo "broker-1 ${MINIBROKER_KAFKA_PORT_1:-19091} MINIBROKER_KAFKA_PORT_1"
+    echo "broker-2 ${MINIBROKER_KAFKA_PORT_2:-19092} MINIBROKER_KAFKA_PORT_2"
+    echo "broker-3 ${MINIBROKER_KAFKA_PORT_3:-19093} MINIBROKER_KAFKA_PORT_3"
     if [ "$metrics" = 1 ]; then
         echo "prometheus ${MINIBROKER_PROMETHEUS_PORT:-9090} MINIBROKER_PROMETHEUS_PORT"
     fi
@@ -165,6 +172,11 @@ ports() {
 
 bootstrap() {
     echo "127.0.0.1:${MINIBROKER_PORT_1:-9091},127.0.0.1:${MINIBROKER_PORT_2:-9092},127.0.0.1:${MINIBROKER_PORT_3:-9093}"
+}
+
+# The brokers' Kafka protocol listeners, for kcat, aiokafka, confluent-kafka.
+kafka_bootstrap() {
+    echo "127.0.0.1:${MINIBROKER_KAFKA_PORT_1:-19091},127.0.0.1:${MINIBROKER_KAFKA_PORT_2:-19092},127.0.0.1:${MINIBROKER_KAFKA_PORT_3:-19093}"
 }
 
 zookeeper_connect() {
@@ -313,19 +325,25 @@ up() {
     local servers zk what=ZooKeeper
     servers="$(bootstrap)"
     zk="$(zookeeper_connect)"
-    local security="" export_config=""
+    local security="" export_config="" kafka="" kcat=""
     if [ "$nodes" = 3 ]; then
         what="A ZooKeeper ensemble of 3"
     fi
     if [ "$tls" = 1 ]; then
         security="
-  security:          TLS + ZooKeeper ACLs; client properties $tls_dir/admin.properties"
+  security:          TLS + ZooKeeper ACLs; client properties $tls_dir/admin.properties
+  kafka protocol:    none (its listener has no TLS)"
         export_config=" MINIBROKER_COMMAND_CONFIG=$tls_dir/admin.properties"
+    else
+        kafka="
+  kafka bootstrap:   $(kafka_bootstrap)"
+        kcat="
+  kcat -b $(kafka_bootstrap) -L                     # Kafka's tools, on the Kafka ports"
     fi
     cat <<EOF
 make up: $what and 3 brokers are healthy after $((SECONDS - start)) s (project $project).
 
-  bootstrap servers: $servers
+  bootstrap servers: $servers$kafka
   zookeeper:         $zk$security
 
 Next:
@@ -333,7 +351,7 @@ Next:
   minibroker topics create orders --partitions 3 --replication-factor 3
   seq 1000 | minibroker produce orders --acks all
   minibroker consume orders --from-beginning --timeout-ms 5000
-  minibroker topics describe orders
+  minibroker topics describe orders$kcat
   docker kill $project-broker-1; docker start $project-broker-1    # a crash and a restart
 EOF
     if [ "$nodes" = 3 ]; then

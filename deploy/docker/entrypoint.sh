@@ -14,15 +14,19 @@
 #                 MINIBROKER_ADVERTISED_HOST    host: bound and registered (default 127.0.0.1)
 #                 MINIBROKER_ZOOKEEPER_CONNECT  zookeeper.connect (default zookeeper:2181)
 #                 MINIBROKER_PEERS              "name:port ..." every broker of the cluster
+#                 MINIBROKER_KAFKA_PORT         kafka.port, the Kafka protocol listener's
+#                                               (default -1: none)
+#                 MINIBROKER_KAFKA_PEERS        "name:port ..." every broker's Kafka port
 #                 MINIBROKER_OVERRIDES          "key=value key=value" Kafka property names
 #                 MINIBROKER_CFG_<NAME>=value   one property each: MIN_INSYNC_REPLICAS ->
 #                                               min.insync.replicas (`_` -> `.`, `__` -> `_`)
 #                 MINIBROKER_LOG_LEVEL          DEBUG, INFO (default) or WARNING
 #                 MINIBROKER_FORWARDER_DEBUG    1: log the forwarders' connections and errors
 #               Later settings win: MINIBROKER_OVERRIDES, then MINIBROKER_CFG_*, then the
-#               id/port/host/zookeeper/data dir above.
+#               id/port/host/zookeeper/data dir and Kafka port above.
 #   anything else is executed as given (with the forwarders below when MINIBROKER_PEERS is
-#   set, so `minibroker topics list` inside a container sees the same addresses as the host).
+#   set, so `minibroker topics list` inside a container sees the same addresses as the host;
+#   also MINIBROKER_KAFKA_PEERS', unless MINIBROKER_KAFKA_PORT=-1 says the brokers run none).
 #
 # Addresses. A broker binds and registers one host:port, which clients get back from
 # Metadata. Here every broker uses 127.0.0.1:<its port>, the same port on the host (the
@@ -31,6 +35,9 @@
 #   - 127.0.0.1:<peer port> -> <peer name>:<peer port>, for every other broker;
 #   - <the container's own addresses>:<port> -> 127.0.0.1:<port>, so that the published
 #     port and the other brokers' forwarders reach a broker that listens on loopback.
+# The Kafka protocol listener (MINIBROKER_KAFKA_PORT, bound on the same host) gets both
+# too, from MINIBROKER_KAFKA_PEERS: the brokers never use it among themselves, but a Kafka
+# client inside a container then gets addresses from Metadata that work there as well.
 # The second set follows the container's addresses (re-checked every 2 s), so a broker
 # disconnected from the network and connected again with a new address is reachable.
 set -eu
@@ -57,15 +64,16 @@ else
     FORWARDER_LOG=/dev/null
 fi
 
-# 127.0.0.1:<port> -> <name>:<port> for each peer other than our own port.
+# 127.0.0.1:<port> -> <name>:<port> for each peer ($2, "name:port ...", from the variable
+# named $3) other than our own port ($1).
 start_peer_forwarders() {
     # POSIX sh has no local variables: every name here is prefixed, so that the caller's
     # $port and $host stay as they were.
     pf_own_port="$1"
-    for pf_peer in ${MINIBROKER_PEERS:-}; do
+    for pf_peer in $2; do
         pf_name="${pf_peer%:*}"
         pf_port="${pf_peer##*:}"
-        case "$pf_port" in '' | *[!0-9]*) die "bad MINIBROKER_PEERS entry '$pf_peer' (expected name:port)" ;; esac
+        case "$pf_port" in '' | *[!0-9]*) die "bad $3 entry '$pf_peer' (expected name:port)" ;; esac
         [ "$pf_port" = "$pf_own_port" ] && continue
         # shellcheck disable=SC2086
         socat $SOCAT_OPTS "TCP-LISTEN:$pf_port,bind=127.0.0.1,reuseaddr,fork,$LOOPBACK_OPTS" \
@@ -172,6 +180,11 @@ run_broker() {
     case "$id" in '' | *[!0-9]*) die "MINIBROKER_BROKER_ID must be set to the broker id (a number)" ;; esac
     port="${MINIBROKER_PORT:-$((9090 + id))}"
     host="${MINIBROKER_ADVERTISED_HOST:-127.0.0.1}"
+    kafka_port="${MINIBROKER_KAFKA_PORT:--1}"
+    case "$kafka_port" in
+        -1) ;;
+        '' | *[!0-9]* | 0) die "MINIBROKER_KAFKA_PORT must be a port, or -1 for no Kafka protocol listener, not '$kafka_port'" ;;
+    esac
     mkdir -p /data
     set -- broker --id "$id" --host "$host" --port "$port" \
         --zookeeper "${MINIBROKER_ZOOKEEPER_CONNECT:-zookeeper:2181}" --data-dir /data \
@@ -190,10 +203,17 @@ run_broker() {
         done
         IFS="$old_ifs"
     fi
+    if [ "$kafka_port" != -1 ]; then
+        set -- "$@" --override "kafka.port=$kafka_port"
+    fi
     case "$host" in
         127.* | localhost)
-            start_peer_forwarders "$port"
+            start_peer_forwarders "$port" "${MINIBROKER_PEERS:-}" MINIBROKER_PEERS
             inbound_forwarder "$port" &
+            if [ "$kafka_port" != -1 ]; then
+                start_peer_forwarders "$kafka_port" "${MINIBROKER_KAFKA_PEERS:-}" MINIBROKER_KAFKA_PEERS
+                inbound_forwarder "$kafka_port" &
+            fi
             ;;
     esac
     log "minibroker $*"
@@ -212,7 +232,10 @@ case "$role" in
         ;;
     *)
         if [ -n "${MINIBROKER_PEERS:-}" ]; then
-            start_peer_forwarders ""
+            start_peer_forwarders "" "$MINIBROKER_PEERS" MINIBROKER_PEERS
+        fi
+        if [ -n "${MINIBROKER_KAFKA_PEERS:-}" ] && [ "${MINIBROKER_KAFKA_PORT:--1}" != -1 ]; then
+            start_peer_forwarders "" "$MINIBROKER_KAFKA_PEERS" MINIBROKER_KAFKA_PEERS
         fi
         exec "$@"
         ;;

@@ -5,10 +5,11 @@ Every test here is marked ``docker`` and ``slow``; run them alone with ``pytest 
 where a missing engine is a failure: CI's machines have one, so its absence is a broken
 machine, not a reason to pass.
 
-The cluster runs under its own compose project (``minibroker-test``) on free ports, so it
-neither collides with a cluster a developer started with ``make up`` (project
-``minibroker``, ports 9091-9093 and 2181) nor with local clusters of other test runs, and it
-is removed with its volumes at the end.
+The cluster runs under its own compose project (``minibroker-test``) on free ports (the
+Kafka protocol listeners' too), so it neither collides with a cluster a developer started
+with ``make up`` (project ``minibroker``, ports 9091-9093, 19091-19093 and 2181) or
+``minibroker cluster up`` nor with local clusters of other test runs, and it is removed with
+its volumes at the end.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,12 @@ def docker_engine() -> None:
     pytest.skip(problem)
 
 
+def kafka_port_env(ports: Sequence[int]) -> dict[str, str]:
+    """MINIBROKER_KAFKA_PORT_1..3 for ``ports``: every cluster of these tests moves its
+    Kafka ports off the defaults (19091-19093), which `make up` or `cluster up` may hold."""
+    return {f"MINIBROKER_KAFKA_PORT_{i}": str(port) for i, port in enumerate(ports, start=1)}
+
+
 def _free_ports(count: int) -> list[int]:
     """Distinct ports free on 127.0.0.1 now (held together while choosing)."""
     sockets = []
@@ -114,10 +121,18 @@ class DockerCluster:
     """The environment that `make` and compose.sh need to address this cluster."""
     up_messages: list[str]
     """What each `make up` of this cluster printed on stderr, in order."""
+    kafka_ports: dict[int, int] = field(default_factory=dict)
+    """Broker id -> its Kafka protocol port, host and container alike (published even
+    where no broker listens on it, as in the TLS variant)."""
 
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{port}" for _, port in sorted(self.broker_ports.items()))
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The Kafka protocol listeners, for Kafka's own clients (kcat, aiokafka)."""
+        return ",".join(f"127.0.0.1:{port}" for _, port in sorted(self.kafka_ports.items()))
 
     def container(self, broker_id: int) -> str:
         return f"{self.project}-broker-{broker_id}"
@@ -171,7 +186,8 @@ def profile_up(
 @pytest.fixture(scope="session")
 def docker_cluster(docker_engine: None, request: pytest.FixtureRequest) -> Iterator[DockerCluster]:
     """`make up` under the test project on free ports; `make down-volumes` at the end."""
-    zk_port, *ports = _free_ports(4)
+    zk_port, *ports = _free_ports(7)
+    ports, kafka_ports = ports[:3], ports[3:]
     env = {
         **os.environ,
         "MINIBROKER_PROJECT": PROJECT,
@@ -179,6 +195,7 @@ def docker_cluster(docker_engine: None, request: pytest.FixtureRequest) -> Itera
         "MINIBROKER_PORT_1": str(ports[0]),
         "MINIBROKER_PORT_2": str(ports[1]),
         "MINIBROKER_PORT_3": str(ports[2]),
+        **kafka_port_env(kafka_ports),
         "MINIBROKER_UP_TIMEOUT": "240",
     }
     for name in ("MINIBROKER_BOOTSTRAP", "MINIBROKER_ZOOKEEPER", "MINIBROKER_OVERRIDES"):
@@ -189,6 +206,7 @@ def docker_cluster(docker_engine: None, request: pytest.FixtureRequest) -> Itera
         broker_ports={1: ports[0], 2: ports[1], 3: ports[2]},
         env=env,
         up_messages=[],
+        kafka_ports={1: kafka_ports[0], 2: kafka_ports[1], 3: kafka_ports[2]},
     )
     # Leftovers of an interrupted earlier run of this test would hold the names.
     cluster.compose("down-volumes")
@@ -201,6 +219,7 @@ def docker_cluster(docker_engine: None, request: pytest.FixtureRequest) -> Itera
                 f"make up failed (exit {up.returncode}):\n{up.stdout[-6000:]}\n{up.stderr[-6000:]}"
             )
         assert cluster.bootstrap in up.stdout, f"make up did not print the bootstrap:\n{up.stdout}"
+        assert f"kafka bootstrap:   {cluster.kafka_bootstrap}" in up.stdout, up.stdout
         yield cluster
     finally:
         if request.session.testsfailed > failed_before or up.returncode != 0:

@@ -18,7 +18,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.docker.conftest import UP_TIMEOUT_S, DockerCluster, _free_ports, _show_logs, minibroker
+from tests.docker.conftest import (
+    UP_TIMEOUT_S,
+    DockerCluster,
+    _free_ports,
+    _show_logs,
+    kafka_port_env,
+    minibroker,
+)
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -46,7 +53,8 @@ def _project_leftovers() -> list[str]:
 @pytest.fixture(scope="module")
 def ha_cluster(docker_engine: None, request: pytest.FixtureRequest) -> Iterator[DockerCluster]:
     """`make up-ha` under the test project on free ports; `make down-volumes` at the end."""
-    zk1, zk2, zk3, *ports = _free_ports(6)
+    zk1, zk2, zk3, *ports = _free_ports(9)
+    ports, kafka_ports = ports[:3], ports[3:]
     env = {
         **os.environ,
         "MINIBROKER_PROJECT": PROJECT,
@@ -57,6 +65,7 @@ def ha_cluster(docker_engine: None, request: pytest.FixtureRequest) -> Iterator[
         "MINIBROKER_PORT_1": str(ports[0]),
         "MINIBROKER_PORT_2": str(ports[1]),
         "MINIBROKER_PORT_3": str(ports[2]),
+        **kafka_port_env(kafka_ports),
         "MINIBROKER_UP_TIMEOUT": "300",
     }
     for name in (
@@ -72,6 +81,7 @@ def ha_cluster(docker_engine: None, request: pytest.FixtureRequest) -> Iterator[
         broker_ports={1: ports[0], 2: ports[1], 3: ports[2]},
         env=env,
         up_messages=[],
+        kafka_ports={1: kafka_ports[0], 2: kafka_ports[1], 3: kafka_ports[2]},
     )
     cluster.compose("down-volumes")  # leftovers of an interrupted earlier run
     failed_before = request.session.testsfailed

@@ -5,8 +5,10 @@ Its own compose project (``minibroker-test-tls``), image tag, free ports and TLS
 Python, and the brokers come up healthy speaking mutual TLS, with ZooKeeper ACLs under the
 chroot ``/minibroker``. The host's CLI, given the generated ``admin.properties``, creates a
 topic, produces with acks=all and consumes it back; without a certificate it cannot reach
-a broker, and without the digest ZooKeeper refuses its writes. `make down-volumes` removes
-the cluster at the end.
+a broker, and without the digest ZooKeeper refuses its writes. The brokers run without the
+Kafka protocol listener (PLAINTEXT only, so a broker with a keystore refuses it): their
+registrations name none, though compose still publishes the Kafka ports. `make
+down-volumes` removes the cluster at the end.
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from tests.docker.conftest import REPO, UP_TIMEOUT_S, DockerCluster, _free_ports, _show_logs
+from proto.zk_data import broker_path, decode_broker_registration
+from tests.docker.conftest import (
+    REPO,
+    UP_TIMEOUT_S,
+    DockerCluster,
+    _free_ports,
+    _show_logs,
+    kafka_port_env,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -35,7 +45,8 @@ def tls_cluster(
     docker_engine: None, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DockerCluster]:
     """`make up-tls` under the test project on free ports; `make down-volumes` at the end."""
-    zk, *ports = _free_ports(4)
+    zk, *ports = _free_ports(7)
+    ports, kafka_ports = ports[:3], ports[3:]
     tls_dir = tmp_path_factory.mktemp("docker-tls")
     env = {
         **os.environ,
@@ -45,6 +56,8 @@ def tls_cluster(
         "MINIBROKER_PORT_1": str(ports[0]),
         "MINIBROKER_PORT_2": str(ports[1]),
         "MINIBROKER_PORT_3": str(ports[2]),
+        # Published though no broker listens on them here (compose cannot drop a port).
+        **kafka_port_env(kafka_ports),
         "MINIBROKER_UP_TIMEOUT": "300",
         "MINIBROKER_TLS_DIR": str(tls_dir),
     }
@@ -57,6 +70,7 @@ def tls_cluster(
         broker_ports={1: ports[0], 2: ports[1], 3: ports[2]},
         env=env,
         up_messages=[],
+        kafka_ports={1: kafka_ports[0], 2: kafka_ports[1], 3: kafka_ports[2]},
     )
     cluster.compose("down-volumes")  # leftovers of an interrupted earlier run
     failed_before = request.session.testsfailed
@@ -69,6 +83,8 @@ def tls_cluster(
                 f"{up.stderr[-6000:]}"
             )
         assert "TLS + ZooKeeper ACLs" in up.stdout, up.stdout
+        assert "kafka protocol:    none" in up.stdout, up.stdout
+        assert "kafka bootstrap" not in up.stdout, up.stdout
         assert cluster.zookeeper in up.stdout, up.stdout
         yield cluster
     finally:
@@ -118,6 +134,9 @@ def test_the_host_cli_works_with_the_generated_credentials_and_nothing_works_wit
     outsider.start(timeout=10)
     try:
         assert outsider.exists("/controller_epoch") is not None
+        for broker_id in (1, 2, 3):
+            data, _ = outsider.get(broker_path(broker_id))
+            assert decode_broker_registration(data).kafka_endpoint is None, data
         with pytest.raises(NoAuthError):
             outsider.set("/controller_epoch", b"999")
         with pytest.raises(NoAuthError):
