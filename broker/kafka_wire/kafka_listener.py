@@ -13,9 +13,11 @@ Hostile input closes that connection only, with a log line: a size over
 ``socket.request.max.bytes`` (a TLS ClientHello or an HTTP request read as a size is one),
 a frame that does not decode as the version it names, a handler's ``CloseConnection``. An
 API or version not served gets Kafka's answer: ApiVersions says UNSUPPORTED_VERSION in
-version 0 with the list of what is served (KIP-511), anything else Kafka knows gets its
-response with every error code set to UNSUPPORTED_VERSION, and what Kafka does not know
-closes the connection.
+version 0 with the list of what is served (KIP-511); an API Kafka knows whose response
+has a top-level error code gets that response with every error code UNSUPPORTED_VERSION
+(SaslHandshake among them); anything else (an API whose errors are per partition, an API
+or version Kafka does not have) closes the connection, as Kafka does with a request it
+cannot parse.
 """
 
 from __future__ import annotations

@@ -229,8 +229,13 @@ class KafkaWireApis:
         for tp in order:
             if tp in refused:
                 code, message = refused[tp]
-                partition: Tree = {"index": tp.partition, "error_code": code, "base_offset": -1}
-                partition = {**partition, "error_message": message, "log_start_offset": -1}
+                partition: Tree = {
+                    "index": tp.partition,
+                    "error_code": code,
+                    "base_offset": -1,
+                    "log_start_offset": -1,
+                    "error_message": message,
+                }
             else:
                 r = results[tp]
                 partition = {
@@ -300,9 +305,14 @@ class KafkaWireApis:
         by_topic: dict[str, list[Tree]] = {}
         for tp in order:
             if tp in refused:
-                partition: Tree = {"partition_index": tp.partition, "error_code": refused[tp]}
-                partition = {**partition, "high_watermark": -1, "last_stable_offset": -1}
-                partition = {**partition, "log_start_offset": -1, "records": None}
+                partition: Tree = {
+                    "partition_index": tp.partition,
+                    "error_code": refused[tp],
+                    "high_watermark": -1,
+                    "last_stable_offset": -1,
+                    "log_start_offset": -1,
+                    "records": None,
+                }
             elif tp in diverging:
                 partition = diverging[tp]
             else:
