@@ -106,3 +106,13 @@ def minibroker(
 def free_port_run(count: int) -> int:
     """A base port such that ``count`` consecutive ports are free right now."""
     return free_port_block(count)
+
+
+def assert_keyed_lines_read_in_order(sent: list[str], got: list[str]) -> None:
+    """``key:value`` lines read back (by kcat): all of them, once, and in the order sent
+    within each key (a key always lands on one partition, which keeps the order)."""
+    assert sorted(got) == sorted(sent)
+    order = {line: i for i, line in enumerate(sent)}
+    for key in {line.split(":")[0] for line in sent}:
+        seen = [order[line] for line in got if line.split(":")[0] == key]
+        assert seen == sorted(seen), f"{key} read out of order"

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.docker.conftest import DockerCluster, minibroker
-from tests.helpers import wait_for
+from tests.helpers import assert_keyed_lines_read_in_order, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -90,13 +90,7 @@ def test_kcat_on_the_host_lists_the_published_kafka_addresses_and_produces_and_c
     kcat(cluster, "-P", "-t", topic, "-K", ":", "-X", "acks=all", stdin="\n".join(lines) + "\n")
     out = kcat(cluster, "-C", "-t", topic, "-o", "beginning", "-e", "-q", "-K", ":",
                "-f", "%k:%s\n")  # fmt: skip
-    got = out.splitlines()
-    assert sorted(got) == sorted(lines)
-    # A key lands on one partition, and a partition keeps the order of sending.
-    order = {line: i for i, line in enumerate(lines)}
-    for key in {line.split(":")[0] for line in lines}:
-        seen = [order[line] for line in got if line.split(":")[0] == key]
-        assert seen == sorted(seen), f"{key} read out of order"
+    assert_keyed_lines_read_in_order(lines, out.splitlines())
 
 
 def test_a_peers_kafka_address_answers_inside_a_broker_container(

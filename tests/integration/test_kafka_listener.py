@@ -30,7 +30,12 @@ from client.producer import Producer, ProducerConfig
 from proto import zk_data
 from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
-from tests.helpers import free_port_run, minibroker, wait_for
+from tests.helpers import (
+    assert_keyed_lines_read_in_order,
+    free_port_run,
+    minibroker,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -82,13 +87,7 @@ def test_kcat_lists_produces_and_consumes_keyed_lines(
         kcat(bootstrap, *produce, stdin="\n".join(lines) + "\n")
         consume = ["-C", "-t", "lines", "-o", "beginning", "-e", "-q", "-K", ":", "-f", "%k:%s\n"]
         out = kcat(bootstrap, *consume)
-        got = out.splitlines()
-        assert sorted(got) == sorted(lines)
-        # A key always lands on one partition, and a partition keeps the order of sending.
-        order = {line: i for i, line in enumerate(lines)}
-        for key in {line.split(":")[0] for line in lines}:
-            seen = [order[line] for line in got if line.split(":")[0] == key]
-            assert seen == sorted(seen), f"{key} read out of order"
+        assert_keyed_lines_read_in_order(lines, out.splitlines())
 
 
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
