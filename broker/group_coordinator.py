@@ -460,9 +460,6 @@ class GroupCoordinator:
         member.last_heard = asyncio.get_running_loop().time()
         return pb.NONE
 
-    def describe(self, group_id: str) -> _Group | None:
-        return self.groups.get(group_id)
-
     # -- membership ------------------------------------------------------------------------
 
     def _remove(self, group: _Group, member_id: str, reason: str) -> None:

@@ -86,9 +86,12 @@ class TopicAdmin:
     ) -> dict[str, TopicOutcome]:
         outcomes: dict[str, TopicOutcome] = {}
         created: dict[str, int] = {}
+        existing: list[str] | None = None
         for topic in topics:
             try:
-                outcome = await self._create(topic, validate_only)
+                if existing is None:  # read once a request; topics it creates are added
+                    existing = await self._children(zk_data.BROKER_TOPICS_PATH)
+                outcome = await self._create(topic, existing, validate_only)
             except BrokerResponseError as err:
                 outcome = TopicOutcome(int(err.code), str(err))
             except ZkError as err:
@@ -106,7 +109,10 @@ class TopicAdmin:
                     )
         return outcomes
 
-    async def _create(self, topic: NewTopic, validate_only: bool) -> TopicOutcome:
+    async def _create(
+        self, topic: NewTopic, existing: list[str], validate_only: bool
+    ) -> TopicOutcome:
+        """Check and write one topic; ``existing`` (the topics in ZooKeeper) gains it."""
         name = topic.name
         problem = topic_name_problem(name)
         if problem is not None:
@@ -133,7 +139,6 @@ class TopicAdmin:
                 self.config.default_replication_factor if factor == -1 else factor,
                 live,
             )
-        existing = await self._children(zk_data.BROKER_TOPICS_PATH)
         for other in existing:
             if other == name:
                 return TopicOutcome(TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
@@ -162,6 +167,7 @@ class TopicAdmin:
             )
         except NodeExistsError:
             return TopicOutcome(TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
+        existing.append(name)
         logger.info(
             "event=topic_created broker=%d topic=%s partitions=%d replication_factor=%d "
             "via=kafka_listener",

@@ -7,10 +7,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
 
+import grpc
+import grpc.aio
 from kazoo.client import KazooClient
 
 from deploy.ports import free_port_block
@@ -116,3 +118,22 @@ def assert_keyed_lines_read_in_order(sent: list[str], got: list[str]) -> None:
     for key in {line.split(":")[0] for line in sent}:
         seen = [order[line] for line in got if line.split(":")[0] == key]
         assert seen == sorted(seen), f"{key} read out of order"
+
+
+@asynccontextmanager
+async def broker_methods_served(
+    methods: Mapping[str, grpc.RpcMethodHandler[Any, Any]],
+) -> AsyncIterator[grpc.aio.Channel]:
+    """A real grpc.aio server on a free loopback port serving ``methods`` of the Broker
+    service (a test's stand-in broker), and a channel to it; both closed afterwards."""
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("minibroker.Broker", dict(methods)),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            yield channel
+    finally:
+        await server.stop(None)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from broker.group_coordinator import NOT_COORDINATOR, GroupCoordinator, coordinator_for
 from broker.kafka_apis import partition_problem
 from broker.kafka_wire.messages import Tree
-from broker.kafka_wire.wire_request import Answer, KafkaRequest, done, ms
+from broker.kafka_wire.wire_request import Answer, KafkaRequest, done, ms, per_topic
 from broker.metadata_cache import MetadataCache
 from broker.zk_client import BrokerZkClient, ZkError
 from proto import minibroker_pb2 as pb
@@ -208,12 +208,11 @@ class GroupApis:
                     err,
                 )
                 codes.update(dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE))
-        by_topic: dict[str, list[Tree]] = {}
-        for tp in order:
-            by_topic.setdefault(tp.topic, []).append(
-                {"partition_index": tp.partition, "error_code": codes.get(tp, pb.NONE)}
-            )
-        return {"topics": [{"name": t, "partitions": p} for t, p in by_topic.items()]}
+        answers = [
+            (tp, {"partition_index": tp.partition, "error_code": codes.get(tp, pb.NONE)})
+            for tp in order
+        ]
+        return {"topics": per_topic(answers, "name", "partitions")}
 
     async def offset_fetch(self, request: KafkaRequest) -> Answer:
         return self._offset_fetch(request)
@@ -236,18 +235,17 @@ class GroupApis:
         except ZkError:
             return {"error_code": COORDINATOR_NOT_AVAILABLE, "topics": []}
         wanted = asked if asked is not None else sorted(committed)
-        by_topic: dict[str, list[Tree]] = {}
-        for tp in wanted:
-            by_topic.setdefault(tp.topic, []).append(
+        answers = [
+            (
+                tp,
                 {
                     "partition_index": tp.partition,
                     "committed_offset": committed.get(tp, -1),
                     "committed_leader_epoch": -1,
                     "metadata": "",
                     "error_code": pb.NONE,
-                }
+                },
             )
-        return {
-            "error_code": pb.NONE,
-            "topics": [{"name": t, "partitions": p} for t, p in by_topic.items()],
-        }
+            for tp in wanted
+        ]
+        return {"error_code": pb.NONE, "topics": per_topic(answers, "name", "partitions")}

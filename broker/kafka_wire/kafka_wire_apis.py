@@ -35,6 +35,7 @@ from broker.kafka_wire.wire_request import (
     done,
     epoch_or_none,
     ms,
+    per_topic,
 )
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
@@ -225,7 +226,7 @@ class KafkaWireApis:
             if failed:
                 raise CloseConnection(f"acks=0 produce failed for {failed}")
             return None
-        by_topic: dict[str, list[Tree]] = {}
+        answers: list[tuple[TopicPartition, Tree]] = []
         for tp in order:
             if tp in refused:
                 code, message = refused[tp]
@@ -246,12 +247,8 @@ class KafkaWireApis:
                     "log_start_offset": r.log_start_offset,
                     "error_message": r.error_message or None,
                 }
-            by_topic.setdefault(tp.topic, []).append(partition)
-        return {
-            "responses": [
-                {"name": name, "partition_responses": parts} for name, parts in by_topic.items()
-            ]
-        }
+            answers.append((tp, partition))
+        return {"responses": per_topic(answers, "name", "partition_responses")}
 
     async def fetch(self, request: KafkaRequest) -> Answer:
         return self._fetch(request)
@@ -302,7 +299,7 @@ class KafkaWireApis:
         )
         read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
         aborted: list[Tree] | None = [] if read_committed else None
-        by_topic: dict[str, list[Tree]] = {}
+        answers: list[tuple[TopicPartition, Tree]] = []
         for tp in order:
             if tp in refused:
                 partition: Tree = {
@@ -326,11 +323,11 @@ class KafkaWireApis:
                     "aborted_transactions": aborted,
                     "records": r.records,
                 }
-            by_topic.setdefault(tp.topic, []).append(partition)
+            answers.append((tp, partition))
         return {
             "error_code": pb.NONE,
             "session_id": INVALID_SESSION_ID,
-            "responses": [{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
+            "responses": per_topic(answers, "topic", "partitions"),
         }
 
     def _divergence(self, tp: TopicPartition, current: int | None, part: Any) -> Tree | None:

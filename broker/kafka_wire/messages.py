@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import uuid
 from collections.abc import Mapping
 from typing import Any, TypeVar
@@ -28,7 +29,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-__all__ = ["Tree", "build", "error_code", "zero_value"]
+__all__ = ["Tree", "build", "error_code"]
 
 Tree = Mapping[str, Any]
 """A message's fields by name; a nested message is a Tree, an array of them a list."""
@@ -60,57 +61,90 @@ def error_code(code: int) -> ErrorCode:
     return ErrorCode(code)
 
 
-def zero_value(field: dataclasses.Field[Any], *, error: int = 0) -> object:
+@dataclasses.dataclass(frozen=True, slots=True)
+class _FieldPlan:
+    """What :func:`build` needs of one field, read once per message class: kio's field
+    introspection walks typing annotations, too slow to repeat per response."""
+
+    name: str
+    default: object
+    kafka_type: str | None
+    """None for a nested message or an array of them."""
+    optional: bool
+    array: bool
+    nested: type[Any] | None
+    """The nested message class of an entity field or an array of them."""
+
+
+@functools.cache
+def _plan(cls: type[Any]) -> tuple[_FieldPlan, ...]:
+    plans = []
+    for field in dataclasses.fields(cls):
+        kind = classify_field(field)
+        nested = kind.type_ if isinstance(kind, EntityField | EntityTupleField) else None
+        plans.append(
+            _FieldPlan(
+                field.name,
+                field.default,
+                None if nested is not None else get_schema_field_type(field),
+                is_optional(field),
+                isinstance(kind, EntityTupleField | PrimitiveTupleField),
+                nested,
+            )
+        )
+    return tuple(plans)
+
+
+def _zero_value(plan: _FieldPlan, error: int) -> object:
     """What a field the tree does not set holds: its schema default, else null for a
     nullable field, an empty array, a nested message of zero values, or the type's zero.
     ``error`` fills the error code fields (an error response of any API, see
     :func:`build`)."""
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    kind = classify_field(field)
-    if isinstance(kind, EntityTupleField | PrimitiveTupleField):
-        return None if is_optional(field) else ()
-    if is_optional(field):
+    if plan.default is not dataclasses.MISSING:
+        return plan.default
+    if plan.array:
+        return None if plan.optional else ()
+    if plan.optional:
         return None
-    if isinstance(kind, EntityField):
-        return build(kind.type_, {}, error=error)
-    kafka_type = get_schema_field_type(field)
-    if kafka_type == "error_code":
+    if plan.nested is not None:
+        return build(plan.nested, {}, error=error)
+    if plan.kafka_type == "error_code":
         return error_code(error)
-    if kafka_type == "datetime_i64":
+    if plan.kafka_type == "datetime_i64":
         return datetime.datetime.fromtimestamp(0, datetime.UTC)
     try:
-        return _ZERO_BY_KAFKA_TYPE[kafka_type]
+        return _ZERO_BY_KAFKA_TYPE[plan.kafka_type or ""]
     except KeyError:
-        raise TypeError(f"no zero value for kafka_type {kafka_type!r} ({field.name})") from None
+        raise TypeError(f"no zero value for kafka_type {plan.kafka_type!r} ({plan.name})") from None
 
 
 def build(cls: type[_E], tree: Tree, *, error: int = 0) -> _E:
     """The message ``cls`` (one version of one schema) holding ``tree``.
 
     Keys this version lacks are ignored; nested trees become the version's nested classes;
-    error codes may be given as ints; fields left out take :func:`zero_value`. With
-    ``error``, every error code left out is that error: Kafka's ``getErrorResponse``.
+    error codes may be given as ints; fields left out take their schema default, else null,
+    an empty array or the type's zero. With ``error``, every error code left out is that
+    error: Kafka's ``getErrorResponse``.
     """
     values: dict[str, object] = {}
-    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if field.name not in tree:
-            values[field.name] = zero_value(field, error=error)
+    for plan in _plan(cls):  # type: ignore[arg-type]  # a class is hashable
+        if plan.name not in tree:
+            values[plan.name] = _zero_value(plan, error)
             continue
-        value = tree[field.name]
-        kind = classify_field(field)
+        value = tree[plan.name]
         if value is None:
-            values[field.name] = None
-        elif isinstance(kind, EntityTupleField):
-            values[field.name] = tuple(build(kind.type_, item, error=error) for item in value)
-        elif isinstance(kind, EntityField):
-            values[field.name] = build(kind.type_, value, error=error)
-        elif isinstance(kind, PrimitiveTupleField):
-            values[field.name] = tuple(value)
-        elif get_schema_field_type(field) == "error_code":
-            values[field.name] = error_code(value)
-        elif get_schema_field_type(field).startswith("timedelta") and isinstance(value, int):
-            values[field.name] = datetime.timedelta(milliseconds=value)
+            values[plan.name] = None
+        elif plan.nested is not None:
+            if plan.array:
+                values[plan.name] = tuple(build(plan.nested, item, error=error) for item in value)
+            else:
+                values[plan.name] = build(plan.nested, value, error=error)
+        elif plan.array:
+            values[plan.name] = tuple(value)
+        elif plan.kafka_type == "error_code":
+            values[plan.name] = error_code(value)
+        elif isinstance(value, int) and (plan.kafka_type or "").startswith("timedelta"):
+            values[plan.name] = datetime.timedelta(milliseconds=value)
         else:
-            values[field.name] = value
+            values[plan.name] = value
     return cls(**values)

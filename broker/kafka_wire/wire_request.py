@@ -3,14 +3,23 @@ the way it asks for the connection to be closed (see :mod:`broker.kafka_wire.kaf
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from broker.kafka_wire.messages import Tree
 from proto.errors import MinibrokerError
+from proto.topic_partition import TopicPartition
 
-__all__ = ["Answer", "CloseConnection", "KafkaRequest", "done", "epoch_or_none", "ms"]
+__all__ = [
+    "Answer",
+    "CloseConnection",
+    "KafkaRequest",
+    "done",
+    "epoch_or_none",
+    "ms",
+    "per_topic",
+]
 
 Answer = Awaitable[Tree | None]
 """A handler's answer: the response as a tree, or None for a request Kafka does not
@@ -53,3 +62,14 @@ def done(tree: Tree | None) -> Coroutine[Any, Any, Tree | None]:
         return tree
 
     return answer()
+
+
+def per_topic(
+    answers: Iterable[tuple[TopicPartition, Tree]], name: str, children: str
+) -> list[Tree]:
+    """Partition answers as Kafka's responses nest them: one entry per topic (its name under
+    ``name``, its partitions' answers under ``children``), in the order given."""
+    topics: dict[str, list[Tree]] = {}
+    for tp, answer in answers:
+        topics.setdefault(tp.topic, []).append(answer)
+    return [{name: topic, children: partitions} for topic, partitions in topics.items()]

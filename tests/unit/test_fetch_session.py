@@ -14,6 +14,7 @@ import pytest
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
 from proto.fetch_session import FetchSession
+from tests.helpers import broker_methods_served
 
 
 class Broker:
@@ -65,7 +66,6 @@ def hw(response: pb.FetchResponse) -> int:
 
 def run(broker: Broker, scenario: Callable[[FetchSession], Coroutine[Any, Any, None]]) -> None:
     async def main() -> None:
-        server = grpc.aio.server()
         methods = {
             "FetchSession": grpc.stream_stream_rpc_method_handler(
                 broker.FetchSession,
@@ -78,20 +78,12 @@ def run(broker: Broker, scenario: Callable[[FetchSession], Coroutine[Any, Any, N
                 response_serializer=pb.FetchResponse.SerializeToString,
             ),
         }
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("minibroker.Broker", methods),)
-        )
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                session = FetchSession(pb_grpc.BrokerStub(channel))
-                try:
-                    await scenario(session)
-                finally:
-                    session.close()
-        finally:
-            await server.stop(None)
+        async with broker_methods_served(methods) as channel:
+            session = FetchSession(pb_grpc.BrokerStub(channel))
+            try:
+                await scenario(session)
+            finally:
+                session.close()
 
     asyncio.run(main())
 

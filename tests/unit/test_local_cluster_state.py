@@ -196,7 +196,7 @@ def fake_jvm(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A process whose command line names node 1's zoo.cfg, as a member's JVM does."""
     config = tmp_path / "zookeeper-1" / "zoo.cfg"
     process = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(60)", str(config)],
+        [sys.executable, "-c", "import signal; signal.pause()", str(config)],  # until killed
     )
     # /proc/<pid>/cmdline may read empty for a moment after Popen returns (exec under way).
     cmdline = Path(f"/proc/{process.pid}/cmdline")

@@ -15,6 +15,7 @@ import grpc.aio
 from client.produce_session import ProduceSession, ProduceSessionEndedError
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
+from tests.helpers import broker_methods_served
 
 
 class Broker:
@@ -60,30 +61,17 @@ def run(broker: Broker, scenario: Callable[[ProduceSession], Coroutine[Any, Any,
     async def main() -> None:
         unretrieved: list[dict[str, Any]] = []
         asyncio.get_running_loop().set_exception_handler(lambda _, c: unretrieved.append(c))
-        server = grpc.aio.server()
         handler = grpc.stream_stream_rpc_method_handler(
             broker.ProduceSession,
             request_deserializer=pb.ProduceRequest.FromString,
             response_serializer=pb.ProduceResponse.SerializeToString,
         )
-        server.add_generic_rpc_handlers(
-            (
-                grpc.method_handlers_generic_handler(
-                    "minibroker.Broker", {"ProduceSession": handler}
-                ),
-            )
-        )
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        try:
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-                session = ProduceSession(pb_grpc.BrokerStub(channel))
-                try:
-                    await scenario(session)
-                finally:
-                    session.close()
-        finally:
-            await server.stop(None)
+        async with broker_methods_served({"ProduceSession": handler}) as channel:
+            session = ProduceSession(pb_grpc.BrokerStub(channel))
+            try:
+                await scenario(session)
+            finally:
+                session.close()
         await asyncio.sleep(0)
         gc.collect()  # an exception nobody retrieved is reported when its future goes
         await asyncio.sleep(0)
