@@ -170,8 +170,7 @@ class KafkaListener:
                 return
             size = int.from_bytes(head, "big", signed=True)
             if size < 0 or size > self.max_request_bytes:
-                tls = head[0] == _TLS_HANDSHAKE
-                hint = " (a TLS handshake: this listener is PLAINTEXT)" if tls else ""
+                hint = _misdirected(head)
                 raise CloseConnection(
                     f"request size {size} is not in 0..socket.request.max.bytes "
                     f"({self.max_request_bytes}){hint}"
@@ -241,6 +240,17 @@ class KafkaListener:
             if self._observe is not None:
                 name = api_name(queued.api_key)
                 self._observe(name, (time.perf_counter() - queued.started) * 1000)
+
+
+def _misdirected(head: bytes) -> str:
+    """What a client that reads as an impossible size most likely is, for the log line."""
+    if head[0] == _TLS_HANDSHAKE:
+        return " (a TLS handshake: this listener is PLAINTEXT)"
+    if head == b"PRI ":
+        return " (HTTP/2: a gRPC client, such as minibroker's own CLI, on the Kafka port)"
+    if head[:3] in (b"GET", b"POS", b"PUT", b"HEA"):
+        return " (an HTTP request)"
+    return ""
 
 
 @functools.cache

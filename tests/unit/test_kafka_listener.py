@@ -345,3 +345,15 @@ def test_api_names_are_kafkas() -> None:
     assert api_name(18) == "ApiVersions"
     assert api_name(23) == "OffsetForLeaderEpoch"
     assert api_name(9999) == "9999"
+
+
+def test_a_misdirected_client_is_named_in_the_log_line(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario(connect: Callable[[], Awaitable[tuple[Any, Any]]]) -> None:
+        for garbage in (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", bytes.fromhex("16030100a5010000")):
+            reader, writer = await connect()
+            writer.write(garbage)
+            assert await closed(reader)
+
+    run({}, scenario)
+    assert "a gRPC client, such as minibroker's own CLI, on the Kafka port" in caplog.text
+    assert "a TLS handshake: this listener is PLAINTEXT" in caplog.text
