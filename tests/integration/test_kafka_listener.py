@@ -430,6 +430,15 @@ def test_admin_client_creates_describes_and_deletes_topics_through_zookeeper(
     with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
         cluster.wait_for_controller()
         admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
+
+        def brokers_know_the_controller(client: AdminClient = admin) -> bool:
+            # CreateTopics goes to the controller that Metadata names; before a broker's first
+            # UpdateMetadata its Metadata names none (as Kafka's does), and under load that
+            # can outlast the admin client's timeout.
+            metadata = client.list_topics(timeout=5)
+            return metadata.controller_id >= 0 and len(metadata.brokers) == 3
+
+        wait_for(brokers_know_the_controller, timeout=30, message="metadata with a controller")
         wanted = [
             NewTopic("made", 4, 3, config={"min.insync.replicas": "2"}),
             NewTopic("too-wide", 1, 9),
