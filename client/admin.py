@@ -56,6 +56,7 @@ from client.metadata import (
     PartitionMetadata,
     TopicMetadata,
 )
+from client.reachability import all_refused
 from proto import errors, zk_data
 from proto import minibroker_pb2 as pb
 from proto import minibroker_pb2_grpc as pb_grpc
@@ -647,6 +648,11 @@ class AdminClient(AsyncClosing):
             )
         except ValueError as e:
             raise ClientError(f"bad ZooKeeper connect string {connect!r}: {e}") from None
+        if await all_refused(zk.hosts):
+            raise ClientError(
+                f"cannot connect to ZooKeeper at {connect}: connection refused "
+                "(is it running? check --zookeeper)"
+            )
         try:
             await zk.start()
         except ZkNoChrootError:

@@ -10,6 +10,7 @@ usage of the subcommand it concerns and exit status 2.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 import tomllib
@@ -113,6 +114,17 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
                 _remember_parsers(sub)
 
 
+def _unreachable_hint(err: MinibrokerError) -> str:
+    """For "cannot reach any broker": whether the addresses tried are Kafka listeners (a
+    common mistake: the Docker cluster publishes both kinds of port)."""
+    from client.metadata import BrokerUnreachableError
+    from client.reachability import kafka_listener_hint
+
+    if not isinstance(err, BrokerUnreachableError) or not err.unavailable:
+        return ""
+    return asyncio.run(kafka_listener_hint(err.unavailable))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Every process of the project starts here (brokers too): large buffers reused, not
     # page-faulted in afresh for each request, and the cyclic collector run less often
@@ -135,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         command_parser.error(str(err))
     except MinibrokerError as err:
-        print(f"minibroker {args.command}: {err}", file=sys.stderr)
+        print(f"minibroker {args.command}: {err}{_unreachable_hint(err)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

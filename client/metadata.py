@@ -68,9 +68,15 @@ class ClientError(MinibrokerError):
 
 
 class BrokerUnreachableError(ClientError):
-    """No broker answered (bootstrap servers down, wrong address)."""
+    """No broker answered (bootstrap servers down, wrong address). ``unavailable`` lists
+    the ``host:port`` addresses that closed or refused the connection, which the command
+    line probes for a Kafka listener (:mod:`client.reachability`)."""
 
     retriable = True
+
+    def __init__(self, message: str, unavailable: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.unavailable = tuple(unavailable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +249,7 @@ class MetadataClient:
         topics: all topics. Raises BrokerUnreachableError naming what was tried."""
         request = pb.MetadataRequest(topics=sorted(set(topics)) if topics is not None else [])
         problems = []
+        unavailable = []
         not_ready: ClusterMetadata | None = None
         for address in self.connections.candidate_addresses():
             stub = pb_grpc.BrokerStub(self.connections.channel(address))
@@ -252,6 +259,8 @@ class MetadataClient:
                 )
             except grpc.aio.AioRpcError as e:
                 problems.append(f"{address} ({e.code().name.lower()})")
+                if e.code() == grpc.StatusCode.UNAVAILABLE:
+                    unavailable.append(address)
                 continue
             metadata = ClusterMetadata.from_response(response)
             if not metadata.brokers:
@@ -264,5 +273,6 @@ class MetadataClient:
             return self._adopt(not_ready)
         raise BrokerUnreachableError(
             "cannot reach any broker: " + ", ".join(problems) + " (is the cluster running? "
-            f"set --bootstrap-server or ${BOOTSTRAP_ENV})"
+            f"set --bootstrap-server or ${BOOTSTRAP_ENV})",
+            unavailable,
         )

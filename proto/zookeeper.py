@@ -408,6 +408,11 @@ class ZooKeeperClient:
         return self._closing
 
     @property
+    def hosts(self) -> str:
+        """The connect string's ``host:port[,host:port...]``, without the chroot."""
+        return self._hosts
+
+    @property
     def chroot(self) -> str | None:
         """The connect string's chroot (``/minibroker``), or None."""
         return self._chroot

@@ -5,6 +5,7 @@ list, delete; cluster health after a broker dies; every user error as one clear 
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -180,19 +181,42 @@ def test_cluster_health_shows_under_replicated_and_offline_partitions(
 
 
 def test_unreachable_zookeeper_names_the_connect_string() -> None:
+    """Nothing listens on port 1: the refusal is reported as such, without first waiting
+    out the connection timeout (an hour here) as kazoo's retries would."""
+
     async def scenario() -> None:
         async with (
             BrokerConnections([("127.0.0.1", 1)]) as connections,
-            AdminClient(connections, "127.0.0.1:1", zookeeper_timeout_ms=500) as admin,
+            AdminClient(connections, "127.0.0.1:1", zookeeper_timeout_ms=3_600_000) as admin,
         ):
             with pytest.raises(
-                ClientError, match=r"^cannot connect to ZooKeeper at 127\.0\.0\.1:1 within 500 ms"
+                ClientError,
+                match=r"^cannot connect to ZooKeeper at 127\.0\.0\.1:1: connection refused",
             ):
                 await admin.create_topic("t", 1, 1)
             with pytest.raises(ClientError, match="cannot connect to ZooKeeper"):
                 await admin.delete_topic("t")
 
     run(scenario)
+
+
+def test_a_zookeeper_that_does_not_answer_times_out_naming_the_timeout() -> None:
+    """A host that accepts nothing and refuses nothing (a listening socket that is never
+    served): the connection timeout applies, as before."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(0)
+        port = silent.getsockname()[1]
+
+        async def scenario() -> None:
+            async with (
+                BrokerConnections([("127.0.0.1", 1)]) as connections,
+                AdminClient(connections, f"127.0.0.1:{port}", zookeeper_timeout_ms=1000) as admin,
+            ):
+                with pytest.raises(ClientError, match=r"within 1000 ms"):
+                    await admin.create_topic("t", 1, 1)
+
+        run(scenario)
 
 
 def test_a_missing_chroot_is_no_cluster(zookeeper: ZooKeeperServer) -> None:

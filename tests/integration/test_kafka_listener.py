@@ -90,6 +90,23 @@ def test_kcat_lists_produces_and_consumes_keyed_lines(
         assert_keyed_lines_read_in_order(lines, out.splitlines())
 
 
+def test_the_cli_pointed_at_a_kafka_port_says_it_is_a_kafka_listener(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """minibroker's commands speak gRPC; given a Kafka port they used to say only
+    "(unavailable)", which reads as a cluster that is down."""
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, broker_ids=(1,), overrides=KAFKA_PORT_FREE
+    ) as cluster:
+        kafka = kafka_bootstrap(cluster)
+        done = minibroker("topics", "list", "--bootstrap-server", kafka, timeout=60)
+        assert done.returncode == 1, done
+        assert f"{kafka} is a Kafka listener" in done.stderr, done.stderr
+        assert "gRPC port" in done.stderr
+        grpc_side = minibroker("topics", "list", "--bootstrap-server", cluster.brokers[1].address)
+        assert grpc_side.returncode == 0, grpc_side.stderr
+
+
 Record = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int]
 """key, value, headers, timestamp (ms)."""
 
