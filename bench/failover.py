@@ -1,7 +1,7 @@
 """Failover time: from ``kill -9`` of a partition's leader to the first acknowledged
 acks=all produce on its new leader, over repeated kills, next to the ZooKeeper session
 timeout; then the same for clean leader moves: SIGTERM of the leader, whose controlled
-shutdown has the controller move its leaderships before it exits (issue 15's goal: 200 ms).
+shutdown has the controller move its leaderships before it exits (the goal: 200 ms).
 
 The cluster is real: a ZooKeeper (tickTime 200 ms) and three broker processes, each running
 its controller candidate, with ``zookeeper.session.timeout.ms`` :data:`SESSION_TIMEOUT_MS`

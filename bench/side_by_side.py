@@ -1,4 +1,4 @@
-"""Side by side (issue 15): what a user gets from ``minibroker perf``, next to the ceilings
+"""Side by side: what a user gets from ``minibroker perf``, next to the ceilings
 of this machine and to NATS JetStream, all measured in one run.
 
 - **ceilings**: unbuffered appends of pre-built 256 KiB v2 batches to a plain file (the

@@ -21,8 +21,9 @@ from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
 
 RECORDS = 2_000_000
-"""Two seconds or more of a saturating producer: 200,000 records, as before issue 15's
-client, took a fifth of a second and measured its start more than its steady state."""
+"""Two seconds or more of a saturating producer: 200,000 records, as the producer before
+the batch-oriented rewrite took a fifth of a second and measured its start more than its
+steady state."""
 RECORD_BYTES = 100
 ROUNDS = 3
 TOPIC = "perf"

@@ -2,9 +2,9 @@
 as pure functions over the request and what ZooKeeper holds.
 
 The controller is the only writer of controller epochs, leaders and leader epochs, and it
-writes them to ZooKeeper *before* it tells a broker (DESIGN.md §4, §6). So a request may
-name an epoch ZooKeeper already holds, or an older one, but never a newer one: a request
-that claims more than ZooKeeper holds did not come from the controller, and believing it
+writes them to ZooKeeper *before* it tells a broker (docs/zookeeper.md, docs/replication.md). So
+a request may name an epoch ZooKeeper already holds, or an older one, but never a newer one: a
+request that claims more than ZooKeeper holds did not come from the controller, and believing it
 would let one forged request refuse the real controller (an ``UpdateMetadata`` at controller
 epoch 2^31-1), hijack a leadership (a ``LeaderAndIsr`` at leader epoch 2^31-1) or delete
 healthy replicas (a ``StopReplica(delete_partition=true)``). The replica manager reads

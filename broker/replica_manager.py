@@ -71,7 +71,7 @@ LOOP_READ_MAX_BYTES = 1024 * 1024
 """A fetch of at most this many recently appended bytes (the partition remembers how many
 it appended lately, so this is known without I/O) is read on the loop: the tail of the
 log is in the page cache, so the read is a copy, and the executor hop it replaces costs
-two context switches and the GIL handed back and forth (issue 15 measured 1.3-1.5x
+two context switches and the GIL handed back and forth (measured: 1.3-1.5x
 throughput without the hop). An empty read at the log end never leaves the loop. Older or
 larger reads, which may touch the disk, still go to the executor."""
 

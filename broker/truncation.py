@@ -1,13 +1,13 @@
 """Where a follower truncates its log before fetching: the pure decision, no I/O.
 
-Two rules, chosen by ``replication.truncation.mode`` (DESIGN.md §5):
+Two rules, chosen by ``replication.truncation.mode`` (docs/replication.md):
 
 ``high-watermark`` (Kafka < 0.11)
     Truncate to the own checkpointed high watermark, then fetch. Simple and wrong: the
     follower's HW lags the leader's by a fetch round trip, so records every replica holds
     and the leader acknowledged can be cut (then lost for good if the leader dies before
     the follower re-fetches them), and after an unclean election a replica can keep a tail
-    the new leader never had (divergence). DESIGN.md §8 reproduces both.
+    the new leader never had (divergence). docs/replication.md reproduces both.
 
 ``leader-epoch`` (Kafka >= 2.0: KIP-101 + KIP-279)
     Ask the leader, with OffsetsForLeaderEpoch, where the follower's latest epoch ends in

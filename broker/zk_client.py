@@ -11,7 +11,7 @@ Sessions: SUSPENDED means the connection dropped but the session may live on (ka
 reconnects by itself); LOST means it expired and ZooKeeper deleted our ephemerals, above all
 ``/brokers/ids/<id>``. The next CONNECTED then carries a new session: the broker must
 register again (:meth:`BrokerZkClient.on_session_established`) and, meanwhile, must not act
-as a leader (DESIGN.md §6: no zombie leader acknowledges writes).
+as a leader (docs/replication.md: no zombie leader acknowledges writes).
 
 Operations interrupted by a connection loss are retried until they complete, the session
 expires or the client is closed (Kafka's ``retryRequestUntilConnected``); each write is safe

@@ -1,5 +1,5 @@
 """Writing the history and timeline files of a chaos run (the audit reads them:
-:mod:`chaos.audit.history` has the format, DESIGN.md §9 the contract).
+:mod:`chaos.audit.history` has the format, docs/audit.md the contract).
 
 Every workload process writes its own file, one JSON object per line, flushed line by line
 so that a process killed in the middle leaves every line it finished; the run merges them

@@ -4,7 +4,7 @@ KIP-380, and the broker tests' way to dictate every leadership decision.
 Every broker process runs a real controller candidate (controller/). Since KIP-380 (Kafka
 2.2) a controller sees a broker's fast restart (a new registration czxid, its broker epoch)
 and handles it as a failure and a return: the restarted replica leaves the ISR. So the
-DESIGN.md §8 data-loss interleaving, a restarted follower that truncated and is still in
+docs/replication.md data-loss interleaving, a restarted follower that truncated and is still in
 the ISR when the leader dies, never happens under the real controller. A controller that
 missed the restart, as Kafka's did before 2.2, would have let it happen.
 :class:`ScriptedController` plays that controller for ``minibroker chaos scenario

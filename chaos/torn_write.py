@@ -1,7 +1,7 @@
 """A torn write: the tail of an active segment cut mid-batch, as a power loss leaves it.
 
 Only for a broker that is down: its next start must find the torn tail, recover (truncate
-it, DESIGN.md §3) and fetch the lost records again from the leader. The cut is made in the
+it, docs/storage.md) and fetch the lost records again from the leader. The cut is made in the
 last segment (the active one) of a partition chosen with the given random source: the file
 is shortened to a point strictly inside its last batch. Runnable as a program so the docker
 backend can cut a stopped container's volume from a helper container::

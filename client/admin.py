@@ -1,7 +1,8 @@
 """Topic and cluster administration (Kafka's ``kafka-topics.sh --zookeeper`` and ``AdminZkClient``).
 
 Creating and deleting topics is done the way Kafka's ZooKeeper-era tools did it: the
-admin client writes znodes and the controller does the rest (DESIGN.md §4, §6).
+admin client writes znodes and the controller does the rest (docs/zookeeper.md,
+docs/replication.md).
 
 - create: ``/config/topics/<t>`` (the overrides, if any) and then ``/brokers/topics/<t>``
   with the replica assignment of :func:`proto.replica_assignment.assign_replicas` over

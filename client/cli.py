@@ -1,4 +1,4 @@
-"""The ``minibroker`` command line, following Kafka's tool conventions (DESIGN.md §7).
+"""The ``minibroker`` command line, following Kafka's tool conventions (docs/cli.md).
 
 Each subcommand lives in its own module and registers itself through ``add_parser``; this
 module only wires them together and turns expected failures into one line on stderr and a

@@ -1,4 +1,6 @@
-"""The consumer: reads partitions from their leaders, alone or in a ZooKeeper group (DESIGN.md §7).
+"""The consumer: reads partitions from their leaders, alone or in a ZooKeeper group.
+
+See docs/client.md.
 
 Kafka's ``KafkaConsumer`` on the wire, Kafka's old ``ZookeeperConsumerConnector`` for
 groups (:mod:`client.group`). Example usage::

@@ -91,7 +91,7 @@ class ConsumerConfig:
 class ConsumerRecord(NamedTuple):
     """One record as poll returns it. Immutable, as Kafka's; a NamedTuple rather than a
     frozen dataclass because a consumer builds one per record, and a frozen dataclass
-    costs six times as much to build (a third of ``perf consume``'s time, issue 15)."""
+    costs six times as much to build (a third of ``perf consume``'s time, `bench/RESULTS.md`)."""
 
     topic: str
     partition: int

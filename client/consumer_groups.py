@@ -1,6 +1,6 @@
 """Consumer groups as an operator sees them (Kafka's ``ConsumerGroupCommand``, ZooKeeper era).
 
-A group lives in ZooKeeper (DESIGN.md §4, :mod:`client.group`)::
+A group lives in ZooKeeper (docs/zookeeper.md, :mod:`client.group`)::
 
     /consumers/<g>/ids/<consumer-id>     ephemeral   a live member and its subscription
     /consumers/<g>/owners/<t>/<p>        ephemeral   the member reading <t>-<p>

@@ -1,8 +1,8 @@
 """``minibroker dump-log PATH``: print the batches of a segment file or a partition directory.
 
 Like Kafka's ``kafka-dump-log.sh``: one line per batch (and per record with
-``--print-data``), or with ``--json`` one JSON object per batch with the fields of DESIGN.md
-§7. Damage is reported, never raised: a batch whose CRC fails is printed with
+``--print-data``), or with ``--json`` one JSON object per batch with the fields of
+docs/cli.md. Damage is reported, never raised: a batch whose CRC fails is printed with
 ``crc_valid: false`` and the walk goes on; a torn or unframeable tail ends the segment with a
 ``torn_tail`` line saying where and why.
 """

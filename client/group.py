@@ -1,4 +1,4 @@
-"""One consumer's membership in a ZooKeeper consumer group (DESIGN.md §4, §7).
+"""One consumer's membership in a ZooKeeper consumer group (docs/zookeeper.md, docs/client.md).
 
 Kafka's old high-level consumer (``ZookeeperConsumerConnector`` with its
 ``ZKRebalancerListener``) coordinated a group through ZooKeeper alone, and so does this::

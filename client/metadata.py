@@ -156,7 +156,7 @@ class ClusterMetadata:
 
 
 def default_bootstrap() -> str:
-    """``$MINIBROKER_BOOTSTRAP``, else ``localhost:9091`` (DESIGN.md §7)."""
+    """``$MINIBROKER_BOOTSTRAP``, else ``localhost:9091`` (docs/cli.md)."""
     return os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
 
 

@@ -1,4 +1,4 @@
-"""Which partition a record goes to (Kafka's ``DefaultPartitioner``, DESIGN.md §7).
+"""Which partition a record goes to (Kafka's ``DefaultPartitioner``, docs/client.md).
 
 Three rules, in order:
 

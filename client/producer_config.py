@@ -81,7 +81,7 @@ class ProducerConfig:
     the brokers a few hundred microseconds of CPU whatever it carries (Python gRPC), so a
     saturating producer needs about 1,000 records per request; with 16 KiB (about 150
     100-byte records) ``perf produce`` made 35,000 records/s on 2 cores, with 256 KiB it
-    makes several hundred thousand (issue 15, ``bench/RESULTS.md``). A producer that does
+    makes several hundred thousand (``bench/RESULTS.md``). A producer that does
     not saturate is unaffected: it sends what it has."""
     linger_ms: int = 0
     """How long a batch that is not full waits for more records before it is sent. With 0

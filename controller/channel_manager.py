@@ -1,6 +1,7 @@
 """The controller's connections to the brokers (Kafka's ``ControllerChannelManager``).
 
-One gRPC channel per broker, reused for every request (perf-ecosystem.md §A2), and one
+One gRPC channel per broker, reused for every request (a new channel costs a
+connection and an HTTP/2 handshake), and one
 sender task per broker draining a FIFO queue, one request at a time: Kafka's
 ``RequestSendThread``. So requests to one broker arrive in the order they were queued (a
 LeaderAndIsr before the UpdateMetadata built with it; an older leader epoch before a newer

@@ -1,8 +1,8 @@
 """The controller's ZooKeeper access, for asyncio code: candidacy, fenced writes, reads, watches.
 
 Kafka's ``KafkaController`` does all its ZooKeeper work through ``KafkaZkClient``; this is
-that client for the controller that runs inside every minibroker process (DESIGN.md §6,
-reference/kafka-replication.md §6). It never blocks the event loop: every request is a
+that client for the controller that runs inside every minibroker process (docs/replication.md).
+ It never blocks the event loop: every request is a
 kazoo ``*_async`` call bridged to an asyncio future (:mod:`proto.zookeeper`), and every
 watch and state change is handed to the loop thread before any of our code runs.
 
@@ -29,7 +29,7 @@ Watches
     ``ZNodeChildChangeHandler`` only enqueue a controller event that reads ZooKeeper when it
     runs. The promise is *at least once after every change*: raw ZooKeeper watches fire
     once, and kazoo drops them all on a connection loss without restoring them (it sends
-    no SetWatches, perf-ecosystem.md §A4), so each watch is re-registered after each fire
+    no SetWatches), so each watch is re-registered after each fire
     and after every reconnect, and the callback runs only once ZooKeeper acknowledged the
     new registration (a later change fires it again, an earlier one is seen by the
     re-read). It is also called once after every reconnect, because changes made while

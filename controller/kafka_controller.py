@@ -1,7 +1,7 @@
 """The controller: election, failover and one event loop (Kafka 2.x's ``KafkaController``).
 
 Every broker runs one :class:`KafkaController`; the one that creates ``/controller`` is the
-controller (DESIGN.md §6, reference/kafka-replication.md §6). ZooKeeper watches only put
+controller (docs/replication.md). ZooKeeper watches only put
 events on a queue; one task takes them off one at a time and handles each to the end
 (Kafka's ``ControllerEventManager``), so handlers never race each other and the
 :class:`~controller.controller_context.ControllerContext` needs no locks.

@@ -8,7 +8,7 @@ into the state znode content. Nothing here reads ZooKeeper or talks to brokers, 
 event loop only fetches the current state, calls these, and writes the answer with a
 conditional update on the znode's zkVersion.
 
-Which election runs when (reference/kafka-replication.md §6):
+Which election runs when (Kafka's ``PartitionStateMachine`` and ``KafkaController``):
 
 ==============================  =======================================  ====================
 trigger                         leader                                   new ISR
@@ -30,7 +30,7 @@ live assigned replicas.
 
 Every write bumps the leader epoch by one (:func:`new_leader_and_isr`, Kafka's
 ``LeaderAndIsr.newLeaderAndIsr``); the controller is the only writer of leader and
-leader_epoch (DESIGN.md §4), and brokers accept a LeaderAndIsr only with a larger epoch.
+leader_epoch (docs/zookeeper.md), and brokers accept a LeaderAndIsr only with a larger epoch.
 That includes the controller's ISR shrinks (:func:`remove_replica_from_isr`): a dead or
 shutting-down follower leaves the ISR with a new epoch, so a leader that missed the
 LeaderAndIsr is fenced rather than acting on the old ISR.
@@ -243,7 +243,7 @@ def remove_replica_from_isr(
     transition, Kafka's ``ReplicaStateMachine.doRemoveReplicasFromIsr``); None when it is
     not in the ISR (nothing to write).
 
-    - The leader epoch is bumped (reference/kafka-replication.md §5: controller-initiated
+    - The leader epoch is bumped (in Kafka, controller-initiated
       ISR changes do bump it), so the leader learns the smaller ISR from a LeaderAndIsr
       it cannot mistake for an old one.
     - If the replica led the partition (its offline election found no one), the leader

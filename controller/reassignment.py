@@ -45,7 +45,7 @@ Every step is computed from what ZooKeeper holds (RS, the state znode, the targe
 admin znode), so a new controller resumes a half-done reassignment by calling
 :func:`next_reassignment_step` again. Where this differs from Kafka 2.4+:
 
-- DESIGN.md §4 keeps the version-1 topic znode (no ``adding_replicas`` /
+- docs/zookeeper.md keeps the version-1 topic znode (no ``adding_replicas`` /
   ``removing_replicas``), so ORS is not stored: RR is computed as RS - TRS (the same
   set), and a reassignment that replaces a running one stops the first one's extra
   replicas at the end rather than at once.
@@ -53,7 +53,7 @@ admin znode), so a new controller resumes a half-done reassignment by calling
   takes out of the ISR in B4); with nothing to remove there is no B3 bump at all.
 - WAIT writes nothing. Kafka repeats A1 whenever it resumes a reassignment (controller
   failover, a broker of RS registering), but both events already send every online
-  replica a LeaderAndIsr with the current state (reference/kafka-replication.md §6).
+  replica a LeaderAndIsr with the current state.
 - If no live target replica can take over in B3, this waits; Kafka carries on and
   takes the old leader offline with RR, leaving the partition without a leader.
 

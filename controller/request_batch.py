@@ -2,7 +2,7 @@
 
 One controller event (a broker died, a topic was created, a reassignment step) changes the
 state of many partitions; the brokers hear about all of it in **one request per broker and
-kind**, never one per partition (an RPC costs ~0.5 ms of CPU, perf-ecosystem.md §A2). The
+kind**, never one per partition (an RPC costs ~0.5 ms of CPU). The
 event handler adds what each broker must learn, then :meth:`ControllerBrokerRequestBatch.build`
 turns it into the requests, in the order Kafka's ``sendRequestsToBrokers`` sends them:
 

@@ -1,7 +1,7 @@
 """The local cluster launcher behind ``minibroker cluster up|down|status|kill|stop|start``.
 
 One ZooKeeper (or an ensemble of 3, 5, ... with ``zookeeper_nodes``) and N brokers as
-processes on this machine (DESIGN.md §7), built on the same harnesses the tests, chaos and
+processes on this machine (docs/cli.md), built on the same harnesses the tests, chaos and
 benchmarks use (deploy/zookeeper.py, deploy/broker_process.py). The processes outlive the
 command that started them, so every later command finds them again through
 ``<data-dir>/cluster.json`` (pids, ports) and acts by pid. Layout::

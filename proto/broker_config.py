@@ -3,8 +3,8 @@
 Users who know Kafka recognise every key: ``broker.id``, ``zookeeper.connect``,
 ``log.dirs``, ``replica.lag.time.max.ms``, ``min.insync.replicas``,
 ``unclean.leader.election.enable`` and so on, with Kafka 2.4's defaults (the last release
-before 2.5 raised ``replica.lag.time.max.ms`` and ``zookeeper.session.timeout.ms``; DESIGN.md
-§5 keeps the older, snappier values). Two keys are ours:
+before 2.5 raised ``replica.lag.time.max.ms`` and ``zookeeper.session.timeout.ms``;
+docs/replication.md keeps the older, snappier values). Two keys are ours:
 
 - ``replication.truncation.mode``: ``leader-epoch`` (default, KIP-101/KIP-279) or
   ``high-watermark`` (pre-0.11 truncation, to reproduce its data loss and divergence);
@@ -276,7 +276,7 @@ class BrokerConfig:
     zookeeper_connection_timeout_ms: int | None = None
     """How long to wait for the first ZooKeeper connection; None: the session timeout."""
     replica_lag_time_max_ms: int = 10_000
-    """A follower that has not caught up for this long leaves the ISR (DESIGN.md §5)."""
+    """A follower that has not caught up for this long leaves the ISR (docs/replication.md)."""
     min_insync_replicas: int = 1
     default_replication_factor: int = 1
     num_partitions: int = 1

@@ -15,7 +15,7 @@ zeroed and charged to the cgroup, and every ``munmap`` shoots down TLB entries o
 other cores. glibc raises the thresholds itself once it frees an mmapped chunk, but only
 in the arena that freed it, and gRPC's threads use several.
 
-Measured (issue 15, `perf record` of a leader during `perf produce` on its defaults, 3
+Measured (`perf record` of a leader during `perf produce` on its defaults, 3
 brokers, RF 3): page faults, page zeroing and TLB shootdowns were about a fifth of the
 broker's CPU; with the thresholds below the brokers spent 1.75 instead of 2.56 µs of CPU
 per acknowledged record and `perf produce` went from 320k-476k to 540k-697k records/s on
@@ -98,7 +98,7 @@ def tune_gc() -> None:
     A consumer builds a record tuple per record it returns, a broker or producer a handful
     of objects per request, and CPython's default threshold makes the cyclic collector run
     every 700 of them, each run also walking the survivors that the records being handed
-    over keep alive. Measured (issue 15, ``perf consume`` of 4,000,000 records on this
+    over keep alive. Measured (``perf consume`` of 4,000,000 records on this
     project's machine, alternating): 0.90-0.96 million records/s with the default, 1.32
     million with 10,000, 1.46-1.48 million with 50,000 or 100,000, 1.52-1.56 million with
     the collector off. Cycles are still collected, a little later; reference counting

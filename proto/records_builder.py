@@ -7,7 +7,7 @@ bytes when it is appended, so the work per record happens once and the batch is 
 by :meth:`RecordsBuilder.build` with one header and one CRC: a retry under a new producer id
 or sequence re-encodes the 61-byte header, never the records.
 
-:meth:`RecordsBuilder.append_values` is the bulk path (issue 15): keyless records without
+:meth:`RecordsBuilder.append_values` is the bulk path: keyless records without
 headers that share one timestamp, as ``Producer.send_many`` and ``perf produce`` hand them
 over, cost a few list operations each instead of a Record, a size computation and an
 encoding pass apiece. The output is byte for byte what ``encode_batch`` writes for the same

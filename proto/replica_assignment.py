@@ -1,9 +1,8 @@
 """Where a new topic's replicas go, and whether a user-given assignment is acceptable.
 
-DESIGN.md §6 fixes the placement rule of the design notes (kafka-ha-controller.zh.txt,
-kafka-ha-zookeeper-layout.zh.txt §2.1): sort the n live brokers; partition i starts at
-broker ``i mod n`` and its replica j sits on broker ``(i + j) mod n``. The first replica
-of each list is the *preferred* replica, the leader the controller aims for
+docs/replication.md fixes the placement rule of the design notes: sort the n live brokers;
+partition i starts at broker ``i mod n`` and its replica j sits on broker ``(i + j) mod n``.
+The first replica of each list is the *preferred* replica, the leader the controller aims for
 (:mod:`controller.preferred_replica`), so preferred leadership is spread round-robin.
 
 Kafka's own ``AdminUtils.assignReplicasToBrokersRackUnaware`` starts at a *random*

@@ -1,4 +1,4 @@
-"""ZooKeeper paths and znode contents, in Kafka's exact layout (DESIGN.md §4).
+"""ZooKeeper paths and znode contents, in Kafka's exact layout (docs/zookeeper.md).
 
 Pure functions, no I/O: the broker's :mod:`broker.zk_client` and the controller both encode
 and decode znodes here, so there is one definition of every path and JSON shape::
@@ -22,7 +22,7 @@ and decode znodes here, so there is one definition of every path and JSON shape:
     /consumers/<g>/offsets/<t>/<p>               persistent  committed offset (text)
 
 Encoders write compact JSON (Kafka's ``Json.encodeAsBytes``) with the keys in the order
-DESIGN.md lists them; Kafka readers do not care about key order. Decoders accept what Kafka
+docs/zookeeper.md lists them; Kafka readers do not care about key order. Decoders accept what Kafka
 2.x writes too (broker registration versions 1-5, topic assignment versions 1-3, unknown
 extra keys), and raise :class:`ZkDataError` for anything malformed.
 """

@@ -7,7 +7,7 @@ controller's candidacy and fenced writes (``controller.controller_zk``), a consu
 member (``client.group``) and the admin client (``client.admin``). It lives with the
 contracts so that the client does not depend on the broker.
 
-kazoo has no asyncio handler (reference/perf-ecosystem.md §A4): its ``*_async`` calls
+kazoo has no asyncio handler: its ``*_async`` calls
 return an ``IAsyncResult`` completed on kazoo's own threads, and its watches and state
 listeners also run there. Code on an event loop must therefore
 

@@ -76,7 +76,7 @@ def chrooted_client(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
 def close_session_from_another_client(hosts: str, client_id: tuple[int, bytes]) -> None:
     """Expire a session for real: attach a second client to it (same id and password) and
     close it there. The server ends the session and deletes its ephemerals; the owner learns
-    it is gone when it reconnects (perf-ecosystem.md A4). kazoo.testing's expire_session()
+    it is gone when it reconnects. kazoo.testing's expire_session()
     only fakes the event on the client side. The owner may win its session back before the
     close lands (it reconnects by itself), so callers retry until they see LOST."""
     thief = KazooClient(hosts=hosts, client_id=client_id, timeout=10.0)

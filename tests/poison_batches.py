@@ -1,4 +1,4 @@
-"""Produced batches a leader must refuse (issue 11, "Poison batches"), built byte by byte.
+"""Produced batches a leader must refuse, built byte by byte.
 
 Every batch here has a valid CRC, so that the CRC check cannot mask the rule it breaks.
 Shared by the validator's and the log's unit tests and the broker's bad-input test.

@@ -12,7 +12,7 @@ Each log also holds the state of its idempotent producers (broker.log.producer_s
 memory only: rebuilt from the batch headers when the log is opened or truncated, updated by
 every append, checked by every leader append.
 
-No ``.timeindex`` is written (optional per DESIGN.md); see broker.log.log_segment.
+No ``.timeindex`` is written (Kafka's is optional too); see broker.log.log_segment.
 
 Offsets are contiguous: each segment starts where the previous one ends and the batches of
 a segment follow each other without gaps, which recovery checks.

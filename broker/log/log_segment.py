@@ -4,7 +4,7 @@ The ``.log`` file is the plain concatenation of v2 record batches, byte for byte
 producers sent with baseOffset and partitionLeaderEpoch stamped (Kafka's format exactly).
 The first batch's base offset is the segment's base offset and offsets are contiguous.
 
-No ``.timeindex`` is written (DESIGN.md makes it optional): a segment's largest timestamp,
+No ``.timeindex`` is written (docs/storage.md: it is optional): a segment's largest timestamp,
 used by time-based retention and ListOffsets by timestamp, is tracked while appending and
 recovering, and otherwise found once by scanning the batch headers of the file.
 

@@ -1,4 +1,4 @@
-"""The Spark consistency audit of replica logs and an acknowledgement history (DESIGN.md §9).
+"""The Spark consistency audit of replica logs and an acknowledgement history (docs/audit.md).
 
 - :mod:`~chaos.audit.cli`: ``minibroker audit`` (no Spark or numpy imported until it runs)
 - :mod:`~chaos.audit.data_dirs`: the data dirs' layout and small files, read on the driver

@@ -1,4 +1,4 @@
-"""``minibroker audit``: the Spark consistency audit of replica logs (DESIGN.md §9).
+"""``minibroker audit``: the Spark consistency audit of replica logs (docs/audit.md).
 
 Exit status 0 when the replicas and the history are consistent, 1 when the audit found a
 violation, 2 on bad input (a data dir that is missing, unreadable or not a broker's, a
@@ -55,7 +55,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--history",
         type=Path,
         metavar="FILE",
-        help="the workload's history (JSON lines, DESIGN.md §9); without it lost_ack, "
+        help="the workload's history (JSON lines, docs/audit.md); without it lost_ack, "
         "phantom and the consumers' reads are not checked",
     )
     parser.add_argument(

@@ -1,4 +1,4 @@
-"""The history and nemesis timeline files of DESIGN.md §9, one JSON object per line.
+"""The history and nemesis timeline files of docs/audit.md, one JSON object per line.
 
 History (the workload's producers, Jepsen's vocabulary)::
 
@@ -63,7 +63,7 @@ NEMESIS = "nemesis"
 
 
 class HistoryError(MinibrokerError, ValueError):
-    """A line of a history or timeline file that is not what DESIGN.md §9 describes."""
+    """A line of a history or timeline file that is not what docs/audit.md describes."""
 
     def __init__(self, line_number: int, reason: str) -> None:
         super().__init__(f"line {line_number}: {reason}")

@@ -30,7 +30,7 @@ KINDS = (
     "nonmonotonic_poll",
     "poll_skip",
 )
-"""The violation kinds of DESIGN.md §9, in the order the report lists them."""
+"""The violation kinds of docs/audit.md, in the order the report lists them."""
 READ_KINDS = ("inconsistent_read", "nonmonotonic_poll", "poll_skip")
 """The kinds judged on what consumers read (the history's ``read`` lines)."""
 

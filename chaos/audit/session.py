@@ -1,6 +1,6 @@
 """The SparkSession the audit runs on: local by default, a standalone cluster on request.
 
-Facts of these machines (../shared/reference): Spark binds to another interface unless told
+Facts of these machines: Spark binds to another interface unless told
 127.0.0.1, its UI and console progress bar are noise for a command-line tool, and a local
 session takes 8-21 s to start on two busy cores, so callers that audit several times (the
 tests, the benchmark) start one session and pass it to :func:`chaos.audit.job.audit`.

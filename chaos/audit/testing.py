@@ -178,7 +178,7 @@ def history_line(
     time: float = 1_700_000_000.0,
     process: int = 0,
 ) -> dict[str, Any]:
-    """One history operation (DESIGN.md §9)."""
+    """One history operation (docs/audit.md)."""
     return {
         "time": time,
         "process": process,
@@ -199,7 +199,7 @@ def read_line(
     process: int = 0,
     session: int = 0,
 ) -> dict[str, Any]:
-    """One consumer's read of the record at ``offset`` (DESIGN.md §9)."""
+    """One consumer's read of the record at ``offset`` (docs/audit.md)."""
     return {
         "time": time,
         "process": process,

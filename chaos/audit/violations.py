@@ -149,7 +149,7 @@ def _lost_ack(f: Finding, part: PartitionSummary) -> str:
             f"replica ends before {'it' if f.count == 1 else 'them'} ({ends}). A replica "
             "that held the records was truncated or a leader without them was elected; in "
             "high-watermark truncation mode a restarted follower truncates to its stale "
-            "high watermark (DESIGN.md §8)."
+            "high watermark (docs/replication.md)."
         )
     elif reason == "missing":
         sentence = (

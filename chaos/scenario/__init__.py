@@ -1,4 +1,4 @@
-"""The failure scenarios of DESIGN.md §8 as product code (``minibroker chaos scenario``).
+"""The failure scenarios of docs/replication.md as product code (``minibroker chaos scenario``).
 
 Each scenario (:mod:`~chaos.scenario.hw_data_loss`, :mod:`~chaos.scenario.hw_divergence`)
 drives its own ZooKeeper and brokers A and B (:mod:`~chaos.scenario.cluster`) step by step

@@ -1,5 +1,5 @@
 """``minibroker chaos scenario hw-data-loss|hw-divergence --truncation-mode MODE``: the two
-failure scenarios of DESIGN.md §8 as a user command, to watch each bug happen with
+failure scenarios of docs/replication.md as a user command, to watch each bug happen with
 ``high-watermark`` truncation and disappear with ``leader-epoch`` truncation.
 
 Exit status: the audit's (0 clean, 1 violations), 2 when the run could not be judged (a
@@ -36,9 +36,10 @@ def add_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "scenario",
         help="replay a failure scenario of the design notes on real processes, then audit it",
         description=(
-            f"Reproduce a failure scenario of DESIGN.md §8 step by step ({listed}) on its own "
-            "ZooKeeper and two brokers, started as processes on free ports under the run "
-            "directory, telling each step as it happens; then stop them, audit their logs and "
+            "Reproduce a failure scenario of the design notes (docs/replication.md) step by "
+            f"step ({listed}) on its own ZooKeeper and two brokers, started as processes on "
+            "free ports under the run directory, telling each step as it happens; then stop "
+            "them, audit their logs and "
             "print the verdict against what the design notes predict. Exit status: the "
             "audit's (0 clean, 1 violations), 2 if the run could not be judged."
         ),

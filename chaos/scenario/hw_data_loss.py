@@ -1,5 +1,5 @@
 """``hw-data-loss``: an acknowledged record lost because a restarted follower truncated to
-its stale high watermark (DESIGN.md §8; the data-loss case of the design notes
+its stale high watermark (docs/replication.md; the data-loss case of the design notes
 high-watermark-vs-leader-epoch and watermark-replication).
 
 A leads, B follows, RF 2, min.insync.replicas 1. m0 and m1 are acknowledged with acks=all, so
@@ -124,7 +124,7 @@ SCENARIO = Scenario(
     name="hw-data-loss",
     summary="an acknowledged m1 lost to a follower's stale high watermark",
     setting=(
-        "DESIGN.md §8, data loss: RF 2, min.insync.replicas 1, A leads and B follows; A "
+        "docs/replication.md, data loss: RF 2, min.insync.replicas 1, A leads and B follows; A "
         "acknowledges m0 and m1, B holds both but its HW lags one fetch behind A's; then B "
         "restarts and A dies before B catches up"
     ),

@@ -1,5 +1,5 @@
 """``hw-divergence``: two replicas holding different records at one committed offset after an
-unclean election (DESIGN.md §8; the divergence case of the design notes
+unclean election (docs/replication.md; the divergence case of the design notes
 high-watermark-vs-leader-epoch and watermark-replication).
 
 A leads, B follows, RF 2, min.insync.replicas 1. A holds m0, m1 (HW 2), B only m0 (HW 1):
@@ -100,7 +100,7 @@ SCENARIO = Scenario(
     name="hw-divergence",
     summary="replicas that disagree at a committed offset after an unclean election",
     setting=(
-        "DESIGN.md §8, divergence: RF 2, min.insync.replicas 1, A leads and B follows; A "
+        "docs/replication.md, divergence: RF 2, min.insync.replicas 1, A leads and B follows; A "
         "holds m0, m1 (HW 2), B only m0 (HW 1); both die, B returns first and leads through "
         "an unclean election, a producer writes m2, then A returns"
     ),

@@ -90,7 +90,7 @@ class Play:
 
 @dataclass(frozen=True)
 class Scenario:
-    """One failure scenario of DESIGN.md §8, as the design notes tell it."""
+    """One failure scenario of docs/replication.md, as the design notes tell it."""
 
     name: str
     summary: str

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build a Debian bookworm base image without a container registry (DESIGN.md §10).
+# Build a Debian bookworm base image without a container registry (docs/architecture.md).
 #
 #   deploy/docker/build-offline-base.sh [IMAGE]      (default: minibroker-base:bookworm)
 #

@@ -57,7 +57,7 @@ def test_create_describe_list_delete(
                 AdminClient(connections, zk_connect) as admin,
             ):
                 assignment = await admin.create_topic("orders", 5, 3, {"min.insync.replicas": "2"})
-                # DESIGN.md §6: partition i starts at broker i mod n, replica j at (i + j).
+                # docs/replication.md: partition i starts at broker i mod n, replica j at (i + j).
                 assert assignment == {
                     0: [1, 2, 3],
                     1: [2, 3, 1],

@@ -1,7 +1,7 @@
-"""The Spark audit (DESIGN.md §9) on replica data dirs written with the project's Log.
+"""The Spark audit (docs/audit.md) on replica data dirs written with the project's Log.
 
 Every violation kind is planted alone in a partition of its own, next to a healthy one and
-the end states of the two scenarios of DESIGN.md §8; one audit finds them all, and a clean
+the end states of the two scenarios of docs/replication.md; one audit finds them all, and a clean
 copy of the same data (each fault left out, the same history) is found clean. Consumers'
 reads are planted the same way: a partition per fault of what a consumer saw, and two
 partitions whose reads jump legitimately (a session bump, a gap of the log). One
@@ -49,7 +49,7 @@ CORRUPT = TopicPartition("corrupt", 0)
 EPOCHS = TopicPartition("epochs", 0)
 HW = TopicPartition("hw", 0)
 PHANTOM = TopicPartition("phantom", 0)
-# DESIGN.md §8, A (broker 1) and B (broker 2), in each truncation mode.
+# docs/replication.md, A (broker 1) and B (broker 2), in each truncation mode.
 LOSS_HW = TopicPartition("loss-high-watermark", 0)
 LOSS_LE = TopicPartition("loss-leader-epoch", 0)
 DIVERGENCE_HW = TopicPartition("divergence-high-watermark", 0)
@@ -340,7 +340,7 @@ def _second_segment(partition_dir: Path) -> tuple[int, int]:
 
 
 def _design_scenarios(w: _Builder) -> None:
-    """The end states of DESIGN.md §8's tests (tests/integration/
+    """The end states of docs/replication.md's tests (tests/integration/
     test_high_watermark_failure_scenarios.py), A leading B, RF 2."""
     a, b = w.dirs[A], w.dirs[B]
     # Data loss: both held m0, m1 (A's HW 2, B's 1); B restarts, A dies, B leads.
@@ -639,7 +639,7 @@ def test_an_unreadable_data_dir_exits_2(spark: SparkSession, faulty: Run, tmp_pa
     assert f"data dir {missing} does not exist" in err.getvalue()
 
 
-# -- duplicates without a history: judged by producer id and sequence (issue 11) --------------
+# -- duplicates without a history: judged by producer id and sequence --------------
 
 PERF = TopicPartition("perf", 0)
 IDEMPOTENT = TopicPartition("idempotent", 0)

@@ -143,7 +143,7 @@ def test_malformed_batch_is_corrupt_message_and_log_unchanged(
 def test_poison_batch_is_refused_and_the_partition_stays_readable(
     cluster: Cluster, poison: Poison
 ) -> None:
-    """Issue 11: a batch the leader could not serve (valid CRC, broken records or
+    """a batch the leader could not serve (valid CRC, broken records or
     attributes) gets its code and a message saying what is wrong, and nothing of it is
     written: the log end offset stays, and a consumer still decodes the partition from
     offset 0, before and after."""

@@ -206,7 +206,7 @@ def test_new_topic_batch_makes_brokers_lead_and_follow(
         elected_at(zk_client, CONTROLLER_EPOCH)
         brokers = live_brokers(zk_client)
         assert sorted(brokers) == [1, 2, 3]
-        # DESIGN.md §6 placement over [1, 2, 3]: partition i starts at broker i mod 3.
+        # docs/replication.md placement over [1, 2, 3]: partition i starts at broker i mod 3.
         partitions = create_topic(zk_client, "orders", {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
         requests = new_topic_batch(partitions).build(CONTROLLER_ID, CONTROLLER_EPOCH, brokers)
         assert [(r.broker_id, type(r.request).__name__) for r in requests] == [

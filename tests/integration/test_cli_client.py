@@ -271,7 +271,7 @@ def test_producer_rides_through_a_leader_kill_and_nothing_is_lost_or_duplicated(
     cluster.ok("cluster", "start", str(leader))
 
 
-# -- the first hour as a Kafka user (issue 11) --------------------------------------------------
+# -- the first hour as a Kafka user --------------------------------------------------
 
 
 def _defaults_env(cluster: LocalCluster) -> dict[str, str]:
@@ -366,7 +366,7 @@ def test_kafka_habits_topic_option_properties_and_perf_count_names(cluster: Loca
     assert produced.startswith("50 records in ")
     consumed = cluster.ok("perf", "consume", "habits", "--num-records", "52")
     assert consumed.startswith("52 records in ")
-    # --json: one object per run, so runs can be compared (issue 15).
+    # --json: one object per run, so runs can be compared.
     as_json = json.loads(cluster.ok("perf", "produce", "habits", "--messages", "20", "--json"))
     assert as_json["records"] == 20
     assert as_json["records_per_s"] > 0

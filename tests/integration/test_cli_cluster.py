@@ -61,7 +61,7 @@ def test_cluster_up_status_kill_start_stop_down(cluster_dir: Path) -> None:
     stopped = minibroker("cluster", "status", *data).stdout
     assert stopped.count("not running") == 1
 
-    # Kafka users' spelling of restarting ZooKeeper (issue 14): `cluster start zookeeper`.
+    # Kafka users' spelling of restarting ZooKeeper: `cluster start zookeeper`.
     killed = minibroker("cluster", "kill", "zookeeper", *data)
     assert killed.returncode == 0, killed.stderr
     assert "ZooKeeper node 1 killed" in killed.stdout

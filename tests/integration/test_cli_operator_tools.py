@@ -251,7 +251,7 @@ def test_topics_alter_adds_partitions_that_get_leaders_and_take_records(
     assert "Adding partitions succeeded!" in altered
     partitions = cluster.partitions("grow")
     assert sorted(partitions) == [0, 1, 2, 3, 4]
-    # DESIGN.md §6 placement, continued from the existing partitions.
+    # docs/replication.md placement, continued from the existing partitions.
     assert [partitions[p]["Replicas"] for p in (3, 4)] == ["1,2", "2,3"]
     assert all(p["Leader"] != "none" for p in partitions.values()), partitions
     for partition in (3, 4):

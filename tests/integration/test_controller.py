@@ -1,4 +1,4 @@
-"""The controller as it runs inside every broker process (issue 4), with real faults.
+"""The controller as it runs inside every broker process, with real faults.
 
 Every broker runs a candidate; the one holding ``/controller`` acts. Tests kill -9, pause
 (SIGSTOP) and stop (SIGTERM) broker processes and check the outcome in ZooKeeper, through
@@ -89,7 +89,7 @@ def broker_log(cluster: Cluster, broker_id: int) -> str:
 def test_update_metadata_tells_every_broker_each_registered_kafka_listener(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    """A registration naming a Kafka protocol listener (issue 16) reaches every broker's
+    """A registration naming a Kafka protocol listener reaches every broker's
     metadata through the controller's UpdateMetadata, and leaves it with the registration.
     Broker 7 is registered the way a broker with a Kafka listener registers itself, with no
     process behind it (as one frozen or gone before its session expired)."""

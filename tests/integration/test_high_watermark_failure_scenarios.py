@@ -1,4 +1,4 @@
-"""The two pre-0.11 failure scenarios of DESIGN.md §8, run as ``minibroker chaos scenario``
+"""The two pre-0.11 failure scenarios of docs/replication.md, run as ``minibroker chaos scenario``
 runs them (:mod:`chaos.scenario`): real ZooKeeper and broker processes, driven step by step.
 
 Each scenario runs in both ``replication.truncation.mode`` settings: ``high-watermark``

@@ -1,6 +1,6 @@
 """Control requests no controller would send: path traversal, forged epochs, undecodable bytes.
 
-Each test is a finding of a probe of a running cluster (issue 11, section 2), replayed
+Each test is a finding of a probe of a running cluster (the first security review), replayed
 against real broker processes under their real controller: the broker refuses the request
 with a clear error, nothing on disk outside (or inside) its data dir is touched, the cluster
 keeps its controller and its data.

@@ -1,4 +1,4 @@
-"""A log dir that fails with an I/O error goes offline, as Kafka's does (issue 14, part 3).
+"""A log dir that fails with an I/O error goes offline, as Kafka's does.
 
 Broker 1's data dir is a small tmpfs. Filling it makes the leader's next append fail with
 ENOSPC: the broker takes the dir offline (every partition answers KAFKA_STORAGE_ERROR,

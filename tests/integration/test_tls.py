@@ -1,4 +1,4 @@
-"""An authenticated cluster (issue 14): mutual TLS on every channel, broker principals alone
+"""An authenticated cluster: mutual TLS on every channel, broker principals alone
 may act as brokers, and ZooKeeper's znodes only the brokers' digest may change.
 
 Three brokers with certificates of a throw-away CA (``deploy.tls_certs``), replicating over

@@ -1,4 +1,4 @@
-"""History and nemesis timeline lines (DESIGN.md §9): what is accepted, what is bad input."""
+"""History and nemesis timeline lines (docs/audit.md): what is accepted, what is bad input."""
 
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ def _replica(
 
 
 def sample_result() -> AuditResult:
-    """Two partitions of the DESIGN.md §8 divergence, one of them with a nasty topic name."""
+    """Two partitions of the docs/replication.md divergence, one of them with a nasty topic name."""
     diverged = PartitionSummary(
         "orders",
         0,

@@ -1,4 +1,4 @@
-"""The command line without a cluster: defaults, usage errors, --help and --version (issue 11).
+"""The command line without a cluster: defaults, usage errors, --help and --version.
 
 A few checks run the real ``minibroker`` command as a subprocess; the many others call its
 ``main`` in this process (a subprocess costs a second or two on a loaded machine). Both

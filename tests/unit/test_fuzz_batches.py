@@ -1,7 +1,7 @@
 """Fuzzing the record-batch decoder, the leader's validator and the log's append path.
 
-The invariant of DESIGN.md: a batch the broker could not serve is never stored. Whatever
-bytes a producer sends, the leader's append either refuses them with a clear error and
+The invariant of docs/storage.md: a batch the broker could not serve is never stored.
+Whatever bytes a producer sends, the leader's append either refuses them with a clear error and
 leaves the segment files byte for byte as they were, or stores batches that every reader
 (follower, consumer, audit) decodes. The decoder meets only its own error, never an
 IndexError or a struct.error, whatever it is handed.

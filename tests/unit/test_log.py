@@ -320,7 +320,7 @@ def test_append_as_leader_rejects_invalid_input(tmp_path: Path) -> None:
 def test_append_as_leader_refuses_poison_batches_and_writes_nothing(
     tmp_path: Path, poison: Poison, with_good_batches: bool
 ) -> None:
-    """Issue 11: the leader stores no batch a follower, consumer or the audit could not
+    """the leader stores no batch a follower, consumer or the audit could not
     decode; the whole append is refused, even its good batches."""
     log = open_log(tmp_path)
     log.append_as_leader(client_batch(3), 3)

@@ -1,4 +1,4 @@
-"""LogValidator: the leader refuses every produced batch it could not serve (issue 11).
+"""LogValidator: the leader refuses every produced batch it could not serve.
 
 Each poison batch has a valid CRC (tests/poison_batches.py), so only the rule it breaks can
 refuse it; the error is what the broker answers (``replica_manager._error_of``).

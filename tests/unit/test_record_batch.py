@@ -36,7 +36,7 @@ from proto.record_batch import (
     with_offsets,
 )
 
-# One batch assembled by hand from the spec (kafka-replication.md section 8):
+# One batch assembled by hand from the spec (docs/storage.md, Kafka's v2 format):
 #   record 0: key b"k", value b"v", timestamp 1000, one header ("h", b"x")
 #   record 1: key None, value b"", timestamp 1005, no headers
 GOLDEN_RECORDS = (

@@ -1,4 +1,4 @@
-"""replica_assignment: the design notes' placement rule (DESIGN.md §6) and its errors."""
+"""replica_assignment: the design notes' placement rule (docs/replication.md) and its errors."""
 
 from __future__ import annotations
 

@@ -240,7 +240,7 @@ def _check_leader(partition: Partition, epoch: int, has_epoch: bool) -> None:
 
 
 async def serve(servicer: LeaderServicer, port: int = 0) -> tuple[grpc.aio.Server, int]:
-    # No SO_REUSEPORT: a restarted leader must own its port alone (perf-ecosystem.md §A2).
+    # No SO_REUSEPORT: a restarted leader must own its port alone.
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_BrokerServicer_to_server(servicer, server)
     bound = server.add_insecure_port(f"127.0.0.1:{port}")
@@ -491,7 +491,7 @@ def test_follower_catches_up_byte_for_byte_across_epochs(
 def test_leader_epoch_mode_truncates_the_divergent_tail_in_two_rounds(
     tmp_path: Path, fetcher_logs: pytest.LogCaptureFixture
 ) -> None:
-    """kafka-replication.md §3's worked example, with real logs: leader epochs 0@0, 2@10,
+    """KIP-279's worked example, with real logs: leader epochs 0@0, 2@10,
     4@15 (LEO 20); follower 0@0, 1@8, 3@11 (LEO 14), its epochs 1 and 3 unknown to the
     leader."""
     leader = leader_partition(tmp_path)
@@ -594,7 +594,7 @@ def test_hw_mode_cuts_to_the_hw_snapshot_and_refetches(
 def test_data_loss_scenario_with_the_leader_down(
     tmp_path: Path, mode: TruncationMode, fetcher_logs: pytest.LogCaptureFixture
 ) -> None:
-    """DESIGN.md §8 data loss: B holds m0, m1 (acknowledged: A's HW is 2) but knows only HW
+    """docs/replication.md data loss: B holds m0, m1 (acknowledged: A's HW is 2) but knows only HW
     1 when it restarts as A's follower, and A is already gone. The HW rule cuts m1 without
     asking anyone; the epoch rule cannot truncate without the leader's answer and keeps
     it."""
@@ -623,7 +623,7 @@ def test_data_loss_scenario_with_the_leader_down(
 def test_divergence_scenario_after_an_unclean_election(
     tmp_path: Path, mode: TruncationMode
 ) -> None:
-    """DESIGN.md §8 divergence: A holds m0, m1 (HW 2), B holds m0; B leads epoch 1 after an
+    """docs/replication.md divergence: A holds m0, m1 (HW 2), B holds m0; B leads epoch 1 after an
     unclean election and writes m2 at offset 1; A returns as B's follower."""
     b = leader_partition(tmp_path)
     produce(b, b"m0")
@@ -855,7 +855,7 @@ def test_unknown_epoch_backs_off_until_the_leader_catches_up(tmp_path: Path) -> 
 
 
 def test_delayed_hw_update_leaves_the_follower_behind_the_leader_hw(tmp_path: Path) -> None:
-    """The test hook behind DESIGN.md §8: the follower has the records, the leader has
+    """The test hook behind docs/replication.md: the follower has the records, the leader has
     advanced its HW past them, and the follower does not know it yet."""
     leader = leader_partition(tmp_path)
     produce(leader, b"m0", b"m1")

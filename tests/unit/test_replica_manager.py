@@ -88,7 +88,7 @@ class _CountingExecutor(ThreadPoolExecutor):
 def test_the_recent_tail_is_read_on_the_loop_and_older_data_in_the_executor(
     tmp_path: Path,
 ) -> None:
-    """Issue 15: reads of what the partition appended lately (page cache, a copy of at
+    """reads of what the partition appended lately (page cache, a copy of at
     most LOOP_READ_MAX_BYTES) skip the executor hop; data older than the partition's append
     marks, e.g. written before it was opened, may be on disk and is read in the executor."""
     batch = encode_batch([Record(None, b"v%d" % i, 1) for i in range(10)])

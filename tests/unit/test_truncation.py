@@ -97,7 +97,7 @@ def test_case_3c_no_local_answer_truncates_to_the_leader_end() -> None:
 
 
 def test_worked_example_loops_twice_on_real_caches(tmp_path: Path) -> None:
-    """kafka-replication.md §3: leader 0@0, 2@10, 4@15; follower 0@0, 1@8, 3@11, LEO 14."""
+    """KIP-279's loop, worked: leader 0@0, 2@10, 4@15; follower 0@0, 1@8, 3@11, LEO 14."""
     leader = cache(tmp_path / "leader", (0, 0), (2, 10), (4, 15))
     leader_leo = 20
     follower = cache(tmp_path / "follower", (0, 0), (1, 8), (3, 11))
@@ -127,7 +127,7 @@ def test_worked_example_loops_twice_on_real_caches(tmp_path: Path) -> None:
     assert leo == 8
 
 
-# DESIGN.md §8, RF=2, A (leader) and B, one record per offset, all in epoch 0 unless said.
+# docs/replication.md, RF=2, A (leader) and B, one record per offset, all in epoch 0 unless said.
 
 
 def test_data_loss_scenario_only_the_hw_rule_cuts_an_acknowledged_record(tmp_path: Path) -> None:

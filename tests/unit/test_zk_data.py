@@ -1,4 +1,4 @@
-"""zk_data: Kafka's ZooKeeper paths and the exact JSON of every znode (DESIGN.md §4)."""
+"""zk_data: Kafka's ZooKeeper paths and the exact JSON of every znode (docs/zookeeper.md)."""
 
 from __future__ import annotations
 
