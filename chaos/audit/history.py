@@ -116,6 +116,18 @@ class NemesisEvent(NamedTuple):
     """What the nemesis did: ``kill``, ``start``, ``pause``, ``resume``, ``partition``..."""
     target: str
     """The broker(s) acted on, as text (``2``, ``[1, 3]``), empty when none."""
+    type: str = "info"
+    """The line's ``type``: ``info``, or ``fail`` for a fault that could not strike (runs
+    written before the ``skipped`` event)."""
+    nemesis: str = ""
+    """The nemesis the event belongs to (its ``nemesis`` field), empty when it names none."""
+    fields: str = ""
+    """The line's other fields (``hold_s``, ``reason``, ``tp``, ...) as a JSON object with
+    sorted keys, empty when it has none: for the report's tooltips (:meth:`extra`)."""
+
+    def extra(self) -> dict[str, Any]:
+        """The line's other fields."""
+        return json.loads(self.fields) if self.fields else {}
 
 
 def _load(line_number: int, text: str | bytes) -> dict[str, Any] | None:
@@ -183,7 +195,22 @@ def _event(line_number: int, obj: dict[str, Any]) -> NemesisEvent:
         raise HistoryError(line_number, f'a nemesis line needs "f" (what it did), got {f!r}')
     target = obj.get("target")
     shown = "" if target is None else target if isinstance(target, str) else json.dumps(target)
-    return NemesisEvent(line_number, _time(line_number, obj), f, shown)
+    kind = obj.get("type")
+    nemesis = obj.get("nemesis")
+    rest = {k: v for k, v in obj.items() if k not in _EVENT_KEYS}
+    return NemesisEvent(
+        line_number,
+        _time(line_number, obj),
+        f,
+        shown,
+        kind if isinstance(kind, str) else "info",
+        nemesis if isinstance(nemesis, str) else "",
+        json.dumps(rest, sort_keys=True, separators=(",", ":")) if rest else "",
+    )
+
+
+_EVENT_KEYS = frozenset({"time", "process", "type", "f", "target", "nemesis"})
+"""The fields of a nemesis line that NemesisEvent holds apart from ``fields``."""
 
 
 def parse_history_line(
