@@ -232,6 +232,7 @@ class _Open:
     start: float
     label: str
     how: str
+    nemesis: str
 
 
 class _Reader:
@@ -329,10 +330,10 @@ class _Reader:
         if (lane, state) in self.states:
             return  # already down (a disk-full heal kills a broker whose dir is offline)
         nemesis = e.nemesis or (self.fault.nemesis if self.fault is not None else "")
-        label = nemesis or state
+        label = nemesis or e.f  # no nemesis (a scenario's steps): what was done, "kill"
         if lane == ZOOKEEPER_LANE:  # which node: the lane holds them all
             label = f"{state.removesuffix(' down')}: {label}"
-        self.states[(lane, state)] = _Open(e.time, label, f"{e.f} at {clock(e.time)}")
+        self.states[(lane, state)] = _Open(e.time, label, f"{e.f} at {clock(e.time)}", nemesis)
 
     def close(self, lane: str, state: str, e: NemesisEvent) -> None:
         began = self.states.pop((lane, state), None)
@@ -345,7 +346,7 @@ class _Reader:
                 e.time,
                 state,
                 began.label,
-                f"{self.out.title(lane)} {state} ({began.label}): {began.how}, {e.f} at "
+                f"{self.out.title(lane)} {state}{_why(began)}: {began.how}, {e.f} at "
                 f"{clock(e.time)} ({_seconds(began.start, e.time)})",
             )
         )
@@ -454,6 +455,8 @@ class _Reader:
             self.out.instants.append(Instant(lane, e.time, f, tip))
             return
         lane = self.lane_of(broker)
+        if f in ("kill", "stop"):
+            self.close(lane, "paused", e)  # a paused process killed is gone, not paused
         if f in STATES:
             self.open(lane, STATES[f][0], e)
         if f in _CLOSES:
@@ -480,13 +483,18 @@ class _Reader:
                     max(end, began.start),
                     state,
                     began.label,
-                    f"{self.out.title(lane)} {state} ({began.label}): {began.how}; not healed "
-                    "when the timeline ends",
+                    f"{self.out.title(lane)} {state}{_why(began)}: "
+                    f"{began.how}; not healed when the timeline ends",
                     healed=False,
                 )
             )
         self.out.spans.sort(key=lambda s: (s.start, s.end))
         return self.out
+
+
+def _why(began: _Open) -> str:
+    """`` (cascade)``: the fault a state is part of, when one is known."""
+    return f" ({began.nemesis})" if began.nemesis else ""
 
 
 def _float(value: object) -> float | None:

@@ -150,12 +150,7 @@ def draw_timeline(result: AuditResult) -> str:
                 f"<b>{_e(name)}</b> = broker {broker}"
                 for broker, name in sorted(timeline.roles.items(), key=lambda r: r[1])
             )
-            + (
-                ". Key events: "
-                + "; ".join(f"{_e(clock(m.time))} {_e(m.label)}" for m in timeline.marks)
-                if timeline.marks
-                else ""
-            )
+            + (". Its key events are named under the time axis" if timeline.marks else "")
             + ".</p>"
         )
     parts.append(_svg(result, timeline, times))

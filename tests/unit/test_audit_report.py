@@ -119,7 +119,7 @@ def test_html_is_self_contained_and_escapes_every_piece_of_data() -> None:
     assert "&lt;b&gt;acknowledged&lt;/b&gt;" in page
     assert page.count('aria-label="leader epoch over offset') == 2
     assert ">divergent</text>" in page
-    assert "broker 1 down (down): kill at" in page  # the timeline's kill 1 ... start 1
+    assert "broker 1 down: kill at" in page  # the timeline's kill 1 ... start 1
     assert "lost acknowledgement" in page
     assert "torn tail in 00000000000000000000.log at 140" in page
 
@@ -448,4 +448,18 @@ def test_a_scenario_names_its_brokers_and_its_key_events() -> None:
     assert list(_lanes(svg)) == ["A: broker 1", "B: broker 2"]
     marks = [t.text for t in svg.iter("text") if t.get("class") == "mark"]
     assert marks == ["B truncates m1"]
-    assert [t.text for t in _in_lane(svg, "B: broker 2", "text", "span-label")] == ["down"]
+    assert [t.text for t in _in_lane(svg, "B: broker 2", "text", "span-label")] == ["kill"]
+
+
+def test_a_paused_broker_killed_is_down_not_paused_any_more() -> None:
+    events = _events(
+        {"dt": 1, "f": "pause", "target": 1},
+        {"dt": 4, "f": "kill", "target": 1},
+        {"dt": 6, "f": "start", "target": 1},
+    )
+    svg = _timeline_svg(_result(events, seconds=10))
+    tips = [r.findtext("title") or "" for r in _in_lane(svg, "broker 1", "rect", "span")]
+    assert len(tips) == 2
+    assert tips[0].startswith("broker 1 paused: pause at")
+    assert "kill at" in tips[0]
+    assert tips[1].startswith("broker 1 down: kill at")
