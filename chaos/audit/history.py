@@ -27,9 +27,11 @@ Timeline (the nemesis)::
 
     {"time": 1732252803.0, "process": "nemesis", "type": "info", "f": "kill", "target": 2}
 
-A history file may hold nemesis lines as well (Jepsen writes both to one file); they are
-parsed as timeline events. Blank lines are skipped. Anything else is bad input, reported
-with its 1-based line number so a person can open the file there.
+Its other fields (``nemesis``, ``hold_s``, ``reason``...) are kept for the report's time
+axis (:mod:`chaos.audit.timeline`). A history file may hold nemesis lines as well (Jepsen
+writes both to one file); they are parsed as timeline events. Blank lines are skipped.
+Anything else is bad input, reported with its 1-based line number so a person can open the
+file there.
 
 :func:`parse_history_line` is the definition of a valid line: the audit's tasks parse most
 lines a column at a time (:mod:`chaos.audit.history_columns`), but every line they cannot

@@ -183,7 +183,8 @@ def _svg(result: AuditResult, timeline: Timeline, times: Sequence[float]) -> str
     lanes_end = y
     bars_top = lanes_end + 22
     base = bars_top + BARS_H
-    marks = _place([(x(m.time), m.label) for m in timeline.marks], 3)
+    # A row per key event at most: a name is cut short only past the plot's right edge.
+    marks = _place([(x(m.time), m.label) for m in timeline.marks], max(len(timeline.marks), 1))
     mark_rows = max([-1, *(row for row, _, _ in marks)]) + 1
     height = int(base + 34 + mark_rows * 15 + 18)
 
@@ -383,7 +384,7 @@ def _bars(
         if op_type in counts:
             counts[op_type][min(int((second - t0) / size), buckets - 1)] += n
     peak = max([1, *(sum(counts[k][b] for k in counts) for b in range(buckets))])
-    axis_ticks = ticks(0, peak, 4)
+    axis_ticks = ticks(0, peak, 5)
     if axis_ticks[-1] < peak and len(axis_ticks) > 1:  # a tick at or above the top bar
         axis_ticks.append(2 * axis_ticks[-1] - axis_ticks[-2])
     y_max = max(peak, axis_ticks[-1])

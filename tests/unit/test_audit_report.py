@@ -463,3 +463,24 @@ def test_a_paused_broker_killed_is_down_not_paused_any_more() -> None:
     assert tips[0].startswith("broker 1 paused: pause at")
     assert "kill at" in tips[0]
     assert tips[1].startswith("broker 1 down: kill at")
+
+
+def test_key_events_close_together_are_named_in_full_one_under_the_other() -> None:
+    labels = ["m1 acknowledged by A alone", "B elected uncleanly", "m2 at offset 1 on B"]
+    labels.append("A truncates m1, copies m2")
+    events = _events(
+        *({"dt": 3 + i * 0.5, "f": "mark", "label": label} for i, label in enumerate(labels))
+    )
+    svg = _timeline_svg(_result(events, seconds=5))
+    marks = [t for t in svg.iter("text") if t.get("class") == "mark"]
+    assert sorted(t.text or "" for t in marks) == sorted(labels)
+    boxes = sorted(
+        (
+            float(t.get("y", 0)),
+            float(t.get("x", 0)),
+            float(t.get("x", 0)) + text_width(t.text or ""),
+        )
+        for t in marks
+    )
+    for (y1, _, right), (y2, left, _) in itertools.pairwise(boxes):
+        assert y1 != y2 or right <= left, "key events overlap"
