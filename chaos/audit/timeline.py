@@ -141,9 +141,13 @@ class Timeline:
         return lanes + ([ZOOKEEPER_LANE] if self.zookeeper else [])
 
     def title(self, lane: str) -> str:
-        """The lane's name at the left of the plot: ``nemesis``, ``broker 2``, ``A: broker 1``."""
+        """The lane's name at the left of the plot: ``faults``, ``broker 2``, ``A: broker 1``."""
         if lane == ZOOKEEPER_LANE:
             return "ZooKeeper"
+        if lane == NEMESIS_LANE:
+            return "faults"
+        if lane == SKIPPED_LANE:
+            return "skipped faults"
         if lane.startswith("broker "):
             broker = int(lane.split()[1])
             role = self.roles.get(broker)

@@ -290,9 +290,9 @@ NEW_STYLE = (
 
 def test_each_fault_is_an_interval_from_its_strike_to_its_heal_labelled_by_its_nemesis() -> None:
     svg = _timeline_svg(_result(_events(*NEW_STYLE)))
-    assert list(_lanes(svg)) == ["nemesis", "skipped", "broker 1", "broker 2", "broker 3"]
-    faults = _in_lane(svg, "nemesis", "rect", "span")
-    labels = [t.text for t in _in_lane(svg, "nemesis", "text", "span-label")]
+    assert list(_lanes(svg)) == ["faults", "skipped faults", "broker 1", "broker 2", "broker 3"]
+    faults = _in_lane(svg, "faults", "rect", "span")
+    labels = [t.text for t in _in_lane(svg, "faults", "text", "span-label")]
     assert labels == ["cascade 2,3", "pause 1"]
     # The cascade is drawn from its strike (5 s), not from its end; to its heal (12.1 s).
     cascade, pause = faults
@@ -318,14 +318,14 @@ def test_a_skipped_fault_is_drawn_as_skipped_with_its_reason() -> None:
     ):
         result = _result(events)
         svg = _timeline_svg(result)
-        skipped = _in_lane(svg, "skipped", "rect", "skipped")
+        skipped = _in_lane(svg, "skipped faults", "rect", "skipped")
         assert len(skipped) == 1
         assert reason in (skipped[0].findtext("title") or "")
-        assert _in_lane(svg, "skipped", "text", "span-label")[0].text in (
+        assert _in_lane(svg, "skipped faults", "text", "span-label")[0].text in (
             "skipped: cascade",
             "skipped: leader",
         )
-        assert _in_lane(svg, "skipped", "rect", "span") == []  # not drawn as done
+        assert _in_lane(svg, "skipped faults", "rect", "span") == []  # not drawn as done
         assert reason in render_html(result)  # and listed under the figure
 
 
@@ -346,7 +346,7 @@ def test_an_old_timeline_draws_a_multi_step_fault_from_its_first_step() -> None:
         {"dt": 15.0, "f": "start", "target": 3},
     )
     svg = _timeline_svg(_result(events, seconds=20))
-    cascade, bounce = _in_lane(svg, "nemesis", "rect", "span")
+    cascade, bounce = _in_lane(svg, "faults", "rect", "span")
     scale = (float(bounce.get("x", 0)) - float(cascade.get("x", 0))) / 10
     assert float(cascade.get("width", 0)) == pytest.approx(7 * scale, abs=0.2)
     assert float(bounce.get("width", 0)) == pytest.approx(3 * scale, abs=0.2)
@@ -416,7 +416,7 @@ def test_an_unhealed_fault_runs_to_the_end_of_the_timeline_drawn_open() -> None:
         {"dt": 30, "f": "run-end"},
     )
     svg = _timeline_svg(_result(events))
-    for lane in ("nemesis", "broker 2"):
+    for lane in ("faults", "broker 2"):
         (bar,) = _in_lane(svg, lane, "rect", "span")
         assert bar.get("stroke-dasharray")
         assert "not healed" in (bar.findtext("title") or "")
