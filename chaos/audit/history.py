@@ -27,9 +27,11 @@ Timeline (the nemesis)::
 
     {"time": 1732252803.0, "process": "nemesis", "type": "info", "f": "kill", "target": 2}
 
-A history file may hold nemesis lines as well (Jepsen writes both to one file); they are
-parsed as timeline events. Blank lines are skipped. Anything else is bad input, reported
-with its 1-based line number so a person can open the file there.
+Its other fields (``nemesis``, ``hold_s``, ``reason``...) are kept for the report's time
+axis (:mod:`chaos.audit.timeline`). A history file may hold nemesis lines as well (Jepsen
+writes both to one file); they are parsed as timeline events. Blank lines are skipped.
+Anything else is bad input, reported with its 1-based line number so a person can open the
+file there.
 
 :func:`parse_history_line` is the definition of a valid line: the audit's tasks parse most
 lines a column at a time (:mod:`chaos.audit.history_columns`), but every line they cannot
@@ -116,6 +118,18 @@ class NemesisEvent(NamedTuple):
     """What the nemesis did: ``kill``, ``start``, ``pause``, ``resume``, ``partition``..."""
     target: str
     """The broker(s) acted on, as text (``2``, ``[1, 3]``), empty when none."""
+    type: str = "info"
+    """The line's ``type``: ``info``, or ``fail`` for a fault that could not strike (runs
+    written before the ``skipped`` event)."""
+    nemesis: str = ""
+    """The nemesis the event belongs to (its ``nemesis`` field), empty when it names none."""
+    fields: str = ""
+    """The line's other fields (``hold_s``, ``reason``, ``tp``, ...) as a JSON object with
+    sorted keys, empty when it has none: for the report's tooltips (:meth:`extra`)."""
+
+    def extra(self) -> dict[str, Any]:
+        """The line's other fields."""
+        return json.loads(self.fields) if self.fields else {}
 
 
 def _load(line_number: int, text: str | bytes) -> dict[str, Any] | None:
@@ -183,7 +197,22 @@ def _event(line_number: int, obj: dict[str, Any]) -> NemesisEvent:
         raise HistoryError(line_number, f'a nemesis line needs "f" (what it did), got {f!r}')
     target = obj.get("target")
     shown = "" if target is None else target if isinstance(target, str) else json.dumps(target)
-    return NemesisEvent(line_number, _time(line_number, obj), f, shown)
+    kind = obj.get("type")
+    nemesis = obj.get("nemesis")
+    rest = {k: v for k, v in obj.items() if k not in _EVENT_KEYS}
+    return NemesisEvent(
+        line_number,
+        _time(line_number, obj),
+        f,
+        shown,
+        kind if isinstance(kind, str) else "info",
+        nemesis if isinstance(nemesis, str) else "",
+        json.dumps(rest, sort_keys=True, separators=(",", ":")) if rest else "",
+    )
+
+
+_EVENT_KEYS = frozenset({"time", "process", "type", "f", "target", "nemesis"})
+"""The fields of a nemesis line that NemesisEvent holds apart from ``fields``."""
 
 
 def parse_history_line(

@@ -4,7 +4,8 @@
 asset: it opens offline). Per partition it plots the leader epoch of each replica's batches
 over the offsets, with divergent ranges shaded, other violations marked under the offset
 axis and what consumers read wrongly (the read kinds) marked with a triangle at the top; with a
-nemesis timeline it draws the faults on a time axis above the acknowledgements per second.
+nemesis timeline it draws the faults on a time axis above the acknowledgements per second
+(:mod:`chaos.audit.timeline_svg`).
 Every piece of data (topic names, values, paths) is HTML-escaped.
 """
 
@@ -14,7 +15,6 @@ import html
 import itertools
 import json
 import math
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.audit.model import KINDS, READ_KINDS, AuditResult, PartitionSummary, Violation
+from chaos.audit.timeline_svg import draw_timeline
 
 __all__ = [
     "HTML_NAME",
@@ -396,88 +397,6 @@ def _pieces(
     return [p for p in pieces if p]
 
 
-def _timeline(result: AuditResult) -> str:
-    """Faults on a time axis above the acknowledgements (and failures) per time bucket."""
-    seconds = [s for s, _, _ in result.acks_per_second]
-    times = [*seconds, *(e.time for e in result.timeline)]
-    if not times:
-        return "<p>No timed operations or faults to draw.</p>"
-    t0, t1 = math.floor(min(times)), math.ceil(max(times)) + 1
-    buckets = min(120, max(1, t1 - t0))
-    size = (t1 - t0) / buckets
-    counts: dict[str, list[int]] = {k: [0] * buckets for k in ("ok", "info", "fail")}
-    for second, op_type, n in result.acks_per_second:
-        if op_type in counts:
-            counts[op_type][min(int((second - t0) / size), buckets - 1)] += n
-    peak = max([1, *(sum(counts[k][b] for k in counts) for b in range(buckets))])
-    width, left, right, top = 900, 55, 40, 20
-    fault_h, bars_h, axis_h = 70, 130, 36
-    height = top + fault_h + bars_h + axis_h
-    plot_w = width - left - right
-
-    def x(t: float) -> float:
-        return left + (t - t0) / (t1 - t0) * plot_w
-
-    base = top + fault_h + bars_h
-    out = [
-        f'<svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        'aria-label="faults and acknowledgements over time">',
-        f'<text x="{left}" y="{top - 6}">faults</text>',
-        f'<text x="{left}" y="{top + fault_h + 10}">operations per {size:.3g} s: '
-        '<tspan fill="#2ca02c">ok</tspan>, <tspan fill="#999">info</tspan>, '
-        '<tspan fill="#d62728">fail</tspan></text>',
-    ]
-    bar_w = plot_w / buckets
-    for b in range(buckets):
-        y: float = base
-        for op_type, colour in (("ok", "#2ca02c"), ("info", "#999999"), ("fail", "#d62728")):
-            n = counts[op_type][b]
-            if not n:
-                continue
-            h = n / peak * (bars_h - 16)
-            y -= h
-            start = t0 + b * size
-            out.append(
-                f'<rect x="{x(start):.1f}" y="{y:.1f}" width="{max(bar_w - 1, 1):.1f}" '
-                f'height="{h:.1f}" fill="{colour}"><title>{n:,} {op_type} from '
-                f"{_e(_clock(start))}</title></rect>"
-            )
-    for v in result.violations:
-        if v.kind == "lost_ack" and v.time is not None:
-            vx = x(v.time)
-            out.append(
-                f'<path d="M{vx:.1f},{base + 2} l-5,9 l10,0 z" fill="#d62728"><title>lost '
-                f"acknowledgement: {_e(v.detail)}</title></path>"
-            )
-    for i, event in enumerate(result.timeline):
-        ex = x(event.time)
-        label = f"{event.f} {event.target}".strip()
-        out.append(
-            f'<line x1="{ex:.1f}" y1="{top}" x2="{ex:.1f}" y2="{base}" stroke="#d62728" '
-            f'stroke-dasharray="3 2"><title>{_e(_clock(event.time))}: {_e(label)}</title></line>'
-        )
-        out.append(
-            f'<text x="{ex + 3:.1f}" y="{top + 12 + (i % 4) * 14}" fill="#d62728">'
-            f"{_e(label)}</text>"
-        )
-    out.append(f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#999"/>')
-    for tick in _ticks(t0, t1, 6):
-        tx = x(tick)
-        out.append(f'<line x1="{tx:.1f}" y1="{base}" x2="{tx:.1f}" y2="{base + 5}" stroke="#999"/>')
-        out.append(
-            f'<text x="{tx:.1f}" y="{base + 18}" text-anchor="middle">{_e(_clock(tick))}</text>'
-        )
-    out.append(
-        f'<text x="{left + plot_w / 2:.0f}" y="{height - 3}" text-anchor="middle">time (UTC)</text>'
-    )
-    out.append("</svg>")
-    return "\n".join(out)
-
-
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.gmtime(t))
-
-
 def _violation_rows(violations: Sequence[Violation]) -> str:
     """A table of the violations, the first HTML_VIOLATIONS of them (report.json has all)."""
     rows = [
@@ -532,7 +451,7 @@ def render_html(result: AuditResult) -> str:
         + "</tr></table>",
     ]
     if result.timeline:
-        parts += ["<h2>Faults and acknowledgements</h2>", _timeline(result)]
+        parts += ["<h2>Faults and acknowledgements</h2>", draw_timeline(result)]
     parts.append("<h2>Partitions</h2>")
     for part in result.partitions:
         found = by_partition.get((part.topic, part.partition), [])

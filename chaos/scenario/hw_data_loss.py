@@ -58,6 +58,7 @@ def play(p: Play) -> None:
     offset = p.produce(A, "m1")
     if offset != 1 or p.log(B) != ["m0", "m1"] or p.high_watermark(B) != 1:
         raise _not_the_notes_state(p, offset)
+    p.mark("m1 acknowledged")
     say(
         f"m1 produced to A with acks=all: acknowledged at offset {offset}, so B has fetched "
         "it; A's HW is 2, B's still 1 (its update is pending): the state the notes start from"
@@ -73,12 +74,14 @@ def play(p: Play) -> None:
     controller.push([TP], to=[B])  # B follows A again, leader epoch 0
     if p.truncates_to_high_watermark:
         c.settle(lambda: p.log(B) == ["m0"], 20)
+        p.mark("B truncates m1")
         say(
             "start B; the controller tells it to follow A (epoch 0). High-watermark "
             "truncation: a restarted follower cuts its log to its HW (1), m1 included. B "
             f"holds: {p.holds(B)}"
         )
     else:
+        p.mark("B keeps m1")
         say(
             "start B; the controller tells it to follow A (epoch 0). Leader-epoch "
             "truncation: B may cut only to the end of its epoch as the leader reports it "
@@ -89,6 +92,7 @@ def play(p: Play) -> None:
     say("kill A (SIGKILL): the leader is gone")
     state = controller.elect(TP, B, isr=[B])
     c.timeline.event("elect", B)
+    p.mark("B elected")
     say(
         f"the controller elects B (leader epoch {state.leader_epoch}, ISR [B]): a clean "
         "election, B never left the ISR"
@@ -99,12 +103,14 @@ def play(p: Play) -> None:
     controller.wait_for_isr(TP, {A, B}, timeout=30)
     if p.truncates_to_high_watermark:
         c.settle(lambda: p.log(A) == ["m0"], 20)
+        p.mark("A truncates m1: m1 lost")
         say(
             "start A; it follows B and finds its offset 1 beyond B's log end, so it cuts m1 "
             f"as well: the acknowledged m1 is gone for good. A holds: {p.holds(A)}; "
             f"B holds: {p.holds(B)}"
         )
     else:
+        p.mark("A keeps m1")
         say(
             "start A; it follows B and asks the end of epoch 0 (OffsetsForLeaderEpoch): B "
             f"answers 2, nothing to cut. A holds: {p.holds(A)}; B holds: {p.holds(B)}"

@@ -51,6 +51,7 @@ def play(p: Play) -> None:
     offset = p.produce(A, "m1")
     c.require(lambda: c.isr(TP) == {A}, 30, "B leaving the ISR")
     c.require(lambda: p.high_watermark(A) == 2, 20, "A's HW 2 reaching its checkpoint")
+    p.mark("m1 acknowledged by A alone")
     say(
         f"m1 produced to A with acks=all: A drops the silent B from the ISR after "
         f"replica.lag.time.max.ms and acknowledges m1 alone, at offset {offset}; A's HW is 2"
@@ -66,12 +67,14 @@ def play(p: Play) -> None:
     c.start(B)
     c.require(lambda: c.serving_leader(TP) == B, 30, "B leading after its return")
     c.timeline.event("unclean-elect", B)
+    p.mark("B elected uncleanly")
     say(
         "start B first: no replica of the ISR is alive, and as the topic allows it the "
         "controller elects B from outside the ISR (an unclean election, leader epoch "
         f"{c.leader_epoch(TP)})"
     )
     offset = p.produce(B, "m2", acks=1)
+    p.mark(f"m2 at offset {offset} on B")
     say(
         f"m2 produced to B: acknowledged at offset {offset}, where A holds m1; B, the whole "
         "ISR now, moves its HW to 2"
@@ -80,6 +83,7 @@ def play(p: Play) -> None:
     c.start(A)
     c.require(lambda: c.isr(TP) == {A, B}, 30, "A rejoining the ISR")
     if p.truncates_to_high_watermark:
+        p.mark("A keeps m1: divergence")
         say(
             "start A; it follows B. High-watermark truncation: A cuts its log to its HW, 2, "
             "which is already its end, so it keeps m1 at offset 1 where B holds m2, both "
@@ -87,6 +91,7 @@ def play(p: Play) -> None:
         )
     else:
         c.settle(lambda: p.log(A) == ["m0", "m2"], 20)
+        p.mark("A truncates m1, copies m2")
         say(
             "start A; it follows B. Leader-epoch truncation: A asks where its epoch 0 ended "
             "(OffsetsForLeaderEpoch), B answers 1, the start of epoch 1, so A cuts offset 1 "

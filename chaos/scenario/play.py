@@ -13,7 +13,7 @@ import grpc
 
 from broker.truncation import TruncationMode
 from chaos.history_recorder import HistoryRecorder
-from chaos.scenario.cluster import ScenarioCluster, ScenarioError, shown
+from chaos.scenario.cluster import A, B, ScenarioCluster, ScenarioError, shown
 from chaos.scenario.verdict import Prediction
 from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
@@ -87,6 +87,11 @@ class Play:
     def high_watermark(self, broker_id: int) -> int | None:
         return self.cluster.high_watermark(broker_id, TP)
 
+    def mark(self, label: str) -> None:
+        """A key event of the story (``B truncates m1``), named on the report's time axis
+        (a ``mark`` line of the timeline)."""
+        self.cluster.timeline.event("mark", None, label=label)
+
 
 @dataclass(frozen=True)
 class Scenario:
@@ -105,3 +110,6 @@ class Scenario:
     """Per-broker properties besides the common ones (the test-only knobs)."""
     note: str | None = None
     """Printed after the verdict in every mode."""
+    roles: Mapping[str, int] = field(default_factory=lambda: {"A": A, "B": B})
+    """The narration's names of the brokers (the timeline's ``roles`` line: the report
+    titles the brokers' lanes with them)."""

@@ -91,6 +91,7 @@ def run_scenario(
             {"replication.truncation.mode": str(mode)},
             scenario.broker_properties,
         )
+        timeline.event("roles", None, names=dict(scenario.roles))
         try:
             cluster.open()
             say(f"ZooKeeper is up on {cluster.zookeeper.connect_string}")

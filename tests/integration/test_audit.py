@@ -594,7 +594,8 @@ def test_html_report_is_one_offline_page_with_a_plot_per_partition(faulty: Run) 
     for kind in READ_KINDS:
         assert f"{kind} (a read)" in page
     assert 'aria-label="faults and acknowledgements over time"' in page
-    assert "kill 2" in page
+    assert ">broker 2</text>" in page  # its lane
+    assert "broker 2 down: kill at" in page  # the timeline's kill 2 ... start 2
 
 
 def test_stdout_has_the_per_partition_table_and_the_violations(faulty: Run) -> None:

@@ -10,6 +10,7 @@ serves the four audits. Ctrl-C and SIGTERM during a run must leave no process be
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import signal
@@ -55,8 +56,24 @@ def _values(run: RunDir, broker_id: int) -> list[bytes | None]:
 
 
 def _timeline(run: RunDir) -> list[tuple[str, int]]:
+    """The faults and elections of the timeline (its roles and marks left out)."""
     events = [json.loads(line) for line in run.timeline.read_text().splitlines()]
-    return [(e["f"], e["target"]) for e in events]
+    return [(e["f"], e["target"]) for e in events if e["f"] not in ("roles", "mark")]
+
+
+def _marks(run: RunDir) -> list[str]:
+    """The scenario's key events, checked named on the report's time axis as well, with
+    the narration's A and B mapped to broker ids."""
+    events = [json.loads(line) for line in run.timeline.read_text().splitlines()]
+    assert events[0]["f"] == "roles"
+    assert events[0]["names"] == {"A": A, "B": B}
+    page = run.report.read_text()
+    assert f"Who is who: <b>A</b> = broker {A}, <b>B</b> = broker {B}" in page
+    marks = [e["label"] for e in events if e["f"] == "mark"]
+    for label in marks:
+        assert '<text class="mark"' in page
+        assert f">{html.escape(label)}</text>" in page
+    return marks
 
 
 def _acknowledged(run: RunDir) -> list[tuple[str, int]]:
@@ -99,10 +116,14 @@ def test_data_loss_when_the_restarted_follower_truncates_to_its_hw(
         assert _values(run, A) == _values(run, B) == [b"m0"]
         _check_run(result, out, {Found("lost_ack", 1)})
         assert "the acknowledged m1 is lost (lost_ack at offset 1)" in out
+        assert _marks(run) == [
+            "m1 acknowledged", "B truncates m1", "B elected", "A truncates m1: m1 lost"
+        ]  # fmt: skip
     else:
         assert _values(run, A) == _values(run, B) == [b"m0", b"m1"]
         _check_run(result, out, set())
         assert "nothing acknowledged is lost" in out
+        assert _marks(run) == ["m1 acknowledged", "B keeps m1", "B elected", "A keeps m1"]
 
 
 @pytest.mark.parametrize("mode", [HW, LE])
@@ -126,12 +147,17 @@ def test_divergence_after_an_unclean_election(
         # A kept offset 1 = m1 below its HW: the replicas disagree for good.
         assert _values(run, A) == [b"m0", b"m1"]
         _check_run(result, out, {Found("divergence", 1), Found("lost_ack", 1)})
+        last = "A keeps m1: divergence"
     else:
         # A asked for the end of epoch 0 (offset 1), truncated m1 and copied m2.
         assert _values(run, A) == [b"m0", b"m2"]
         _check_run(result, out, {Found("lost_ack", 1)})
         assert "no divergence" in out
+        last = "A truncates m1, copies m2"
     assert "the lost_ack is the price of the unclean election" in out
+    assert _marks(run) == [
+        "m1 acknowledged by A alone", "B elected uncleanly", "m2 at offset 1 on B", last
+    ]  # fmt: skip
 
 
 def _processes_of(run_dir: Path, but: int) -> set[int]:

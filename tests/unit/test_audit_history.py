@@ -163,3 +163,22 @@ def test_a_read_the_history_recorder_writes_parses_with_its_session(tmp_path: Pa
     assert parse_history_line(2, second) == HistoryRead(
         2, json.loads(second)["time"], 7, "t", 2, 10, "w", 0
     )
+
+
+def test_a_nemesis_line_keeps_its_type_nemesis_and_other_fields() -> None:
+    """The report draws a fault from its strike to its heal, names it by its nemesis and
+    says why a skipped one was skipped: the line's fields beyond f and target are kept."""
+    skipped = json.dumps(
+        {"time": 5, "process": "nemesis", "type": "info", "f": "skipped", "target": None,
+         "nemesis": "cascade", "reason": "no partition"}
+    )  # fmt: skip
+    event = parse_timeline_line(1, skipped)
+    assert event is not None
+    assert (event.f, event.type, event.nemesis) == ("skipped", "info", "cascade")
+    assert event.extra() == {"reason": "no partition"}
+    old = json.dumps({"time": 5, "process": "nemesis", "type": "fail", "f": "leader",
+                      "target": None, "error": "no leader"})  # fmt: skip
+    event = parse_timeline_line(2, old)
+    assert event is not None
+    assert event.type == "fail"
+    assert event.extra() == {"error": "no leader"}

@@ -5,15 +5,23 @@ tests/integration/test_high_watermark_failure_scenarios.py."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from broker.truncation import TruncationMode
+from chaos.audit.history import parse_timeline_line
+from chaos.audit.timeline import Mark, read_timeline
+from chaos.history_recorder import HistoryRecorder, TimelineRecorder
 from chaos.scenario.cli import default_out
+from chaos.scenario.cluster import A, B, ScenarioCluster
+from chaos.scenario.play import Narrator, Play
 from chaos.scenario.runner import SCENARIOS
 from chaos.scenario.verdict import Found, Prediction, judge, read_findings
 from client.cli import main
@@ -149,3 +157,28 @@ def test_the_default_out_dir_is_new_under_chaos_runs(tmp_path: Path) -> None:
     if second.name.startswith(first.name):  # the same second: a suffix keeps them apart
         assert second.name == f"{first.name}-2"
     assert second != first
+
+
+def test_each_scenario_names_its_brokers_for_the_report() -> None:
+    """The narration's A and B, written as the timeline's roles line: the report titles the
+    brokers' lanes with them."""
+    for scenario in SCENARIOS.values():
+        assert dict(scenario.roles) == {"A": A, "B": B}
+
+
+def test_a_key_event_is_a_mark_line_of_the_timeline(tmp_path: Path) -> None:
+    path = tmp_path / "timeline.jsonl"
+    with TimelineRecorder(path) as timeline:
+        cluster = cast(ScenarioCluster, SimpleNamespace(timeline=timeline))
+        play = Play(
+            cluster,
+            TruncationMode.HIGH_WATERMARK,
+            cast(HistoryRecorder, None),
+            Narrator(io.StringIO()),
+        )
+        play.mark("B truncates m1")
+    (line,) = [json.loads(text) for text in path.read_text().splitlines()]
+    assert (line["process"], line["f"], line["label"]) == ("nemesis", "mark", "B truncates m1")
+    event = parse_timeline_line(1, json.dumps(line))
+    assert event is not None
+    assert read_timeline([event]).marks == [Mark(line["time"], "B truncates m1")]
