@@ -1,16 +1,17 @@
 """``minibroker consumer-groups --list | --describe | --reset-offsets`` (Kafka's
-``kafka-consumer-groups.sh``; the groups are :mod:`client.consumer_groups`).
+``kafka-consumer-groups.sh``; the groups, minibroker's own ZooKeeper groups and the Kafka
+clients' groups of the brokers' coordinators, are :mod:`client.consumer_groups`).
 
 ::
 
-    minibroker consumer-groups --list
+    minibroker consumer-groups --list          # GROUP TYPE STATE
     minibroker consumer-groups --describe --group billing
     minibroker consumer-groups --reset-offsets --group billing --topic orders --to-earliest
     minibroker consumer-groups --reset-offsets --group billing --topic orders:0,2 \\
         --to-offset 100 --execute
 
 ``--reset-offsets`` prints the plan and changes nothing unless ``--execute`` is given, as
-Kafka does; it is refused while the group has live members.
+Kafka does; it is refused while the group has live members of either kind.
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ from client.cli_common import (
     connections,
     run_async,
 )
-from client.consumer_groups import ConsumerGroupService, PartitionRow, ResetSpec
+from client.consumer_groups import (
+    ConsumerGroupService,
+    GroupDescription,
+    GroupListing,
+    PartitionRow,
+    ResetSpec,
+)
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition
 
@@ -39,8 +46,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "committed offsets (as kafka-consumer-groups.sh).",
     )
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--list", action="store_true", help="list the groups")
-    action.add_argument("--describe", action="store_true", help="offsets, lag and owners")
+    action.add_argument(
+        "--list", action="store_true", help="list the groups: ZooKeeper's and Kafka clients'"
+    )
+    action.add_argument(
+        "--describe", action="store_true", help="offsets, lag and owners (host, client id)"
+    )
     action.add_argument(
         "--reset-offsets", action="store_true", help="plan (or with --execute, write) new offsets"
     )
@@ -79,13 +90,13 @@ async def _run(args: argparse.Namespace) -> int:
     async with connections(args) as conns, admin_client(args, conns) as admin:
         service = ConsumerGroupService(admin, _warn)
         if args.list:
-            for group in await service.list_groups():
-                print(group)
+            print("\n".join(format_listing(await service.list_groups())))
             return 0
         if args.describe:
             description = await service.describe_group(args.group)
-            if not description.members:
-                print(f"Consumer group '{args.group}' has no active members.\n")
+            status = describe_status(description)
+            if status:
+                print(f"{status}\n")
             print("\n".join(format_table(await service.describe_rows(description))))
             return 0
         spec = _reset_spec(args)
@@ -141,6 +152,21 @@ def parse_topic_options(options: Sequence[str]) -> dict[str, list[int] | None]:
     return topics
 
 
+def describe_status(description: GroupDescription) -> str | None:
+    """The line Kafka's ``--describe`` prints above the table, if any."""
+    kafka = description.kafka_group
+    if not description.active:
+        return f"Consumer group '{description.group}' has no active members."
+    if kafka is not None and kafka.state in ("PreparingRebalance", "CompletingRebalance"):
+        return f"Warning: Consumer group '{description.group}' is rebalancing."
+    return None
+
+
+def format_listing(listings: Sequence[GroupListing]) -> list[str]:
+    """``--list``: GROUP TYPE STATE (TYPE: zookeeper or kafka)."""
+    return _columns(("GROUP", "TYPE", "STATE"), [tuple(g) for g in listings])
+
+
 def format_table(rows: Sequence[PartitionRow]) -> list[str]:
     """Kafka's ``--describe`` table, columns as wide as their widest cell."""
     header = (
@@ -151,16 +177,20 @@ def format_table(rows: Sequence[PartitionRow]) -> list[str]:
         "LOG-END-OFFSET",
         "LAG",
         "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
     )
     cells = [
         (
             r.group,
-            r.topic,
-            str(r.partition),
+            r.topic or "-",
+            _or_dash(r.partition),
             _or_dash(r.current_offset),
             _or_dash(r.log_end_offset),
             _or_dash(r.lag),
-            r.consumer_id or "-",
+            (r.owner.consumer_id or "-") if r.owner else "-",
+            (r.owner.host or "-") if r.owner else "-",
+            (r.owner.client_id or "-") if r.owner else "-",
         )
         for r in rows
     ]
