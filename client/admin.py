@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +159,8 @@ class ConsumerGroupDescription:
     """The broker that holds it."""
     coordinator_id: int
     """The group's coordinator by that broker's metadata (-1: none)."""
+    coordinator_address: str = ""
+    """The coordinator's gRPC address, as the cluster metadata names it ("" unknown)."""
 
     @property
     def active(self) -> bool:
@@ -608,6 +611,9 @@ class AdminClient(AsyncClosing):
                 failed[node.node_id] = answer
                 continue
             for group in answer:
+                coordinator = cluster.brokers.get(group.coordinator_id)
+                if coordinator is not None:
+                    group = dataclasses.replace(group, coordinator_address=coordinator.address)
                 groups.setdefault(group.group_id, []).append(group)
         for held in groups.values():
             held.sort(key=lambda g: (g.broker_id != g.coordinator_id, g.broker_id))

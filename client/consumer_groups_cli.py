@@ -6,6 +6,7 @@ clients' groups of the brokers' coordinators, are :mod:`client.consumer_groups`)
 
     minibroker consumer-groups --list          # GROUP TYPE STATE
     minibroker consumer-groups --describe --group billing
+    minibroker consumer-groups --describe --group billing --members   # or --state
     minibroker consumer-groups --reset-offsets --group billing --topic orders --to-earliest
     minibroker consumer-groups --reset-offsets --group billing --topic orders:0,2 \\
         --to-offset 100 --execute
@@ -56,6 +57,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--reset-offsets", action="store_true", help="plan (or with --execute, write) new offsets"
     )
     parser.add_argument("--group", help="the consumer group")
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--members", action="store_true", help="with --describe: one line per member")
+    view.add_argument(
+        "--state",
+        action="store_true",
+        help="with --describe: the group's coordinator, assignor, state and member count",
+    )
     parser.add_argument(
         "--topic",
         action="append",
@@ -87,6 +95,8 @@ def _warn(line: str) -> None:
 async def _run(args: argparse.Namespace) -> int:
     if (args.describe or args.reset_offsets) and not args.group:
         raise ClientError("--describe and --reset-offsets need --group")
+    if (args.members or args.state) and not args.describe:
+        raise ClientError("--members and --state go with --describe")
     async with connections(args) as conns, admin_client(args, conns) as admin:
         service = ConsumerGroupService(admin, _warn)
         if args.list:
@@ -97,7 +107,12 @@ async def _run(args: argparse.Namespace) -> int:
             status = describe_status(description)
             if status:
                 print(f"{status}\n")
-            print("\n".join(format_table(await service.describe_rows(description))))
+            if args.state:
+                print("\n".join(format_state(description)))
+            elif args.members:
+                print("\n".join(format_members(description)))
+            else:
+                print("\n".join(format_table(await service.describe_rows(description))))
             return 0
         spec = _reset_spec(args)
         topics = parse_topic_options(args.topic)
@@ -160,6 +175,45 @@ def describe_status(description: GroupDescription) -> str | None:
     if kafka is not None and kafka.state in ("PreparingRebalance", "CompletingRebalance"):
         return f"Warning: Consumer group '{description.group}' is rebalancing."
     return None
+
+
+def format_state(description: GroupDescription) -> list[str]:
+    """``--describe --state``, as Kafka's: GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE
+    #MEMBERS. A ZooKeeper group has no coordinator (its members assign among themselves,
+    by range)."""
+    header = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+    kafka = description.kafka_group
+    if kafka is not None and (kafka.active or not description.members):
+        where = f"{kafka.coordinator_address or '-'} ({kafka.coordinator_id})"
+        row = (
+            description.group,
+            where,
+            kafka.protocol or "-",
+            kafka.state,
+            str(len(kafka.members)),
+        )
+    else:
+        state = "Stable" if description.members else "Empty"
+        row = (description.group, "-", "range", state, str(len(description.members)))
+    return _columns(header, [row])
+
+
+def format_members(description: GroupDescription) -> list[str]:
+    """``--describe --members``, as Kafka's: GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS,
+    the ZooKeeper members first."""
+    header = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+    owned: dict[str, int] = {}
+    for member in description.owners.values():
+        owned[member] = owned.get(member, 0) + 1
+    rows = [
+        (description.group, member, "-", "-", str(owned.get(member, 0)))
+        for member in sorted(description.members)
+    ]
+    kafka = description.kafka_group
+    for m in kafka.members if kafka is not None else ():
+        count = "-" if m.partitions is None else str(len(m.partitions))
+        rows.append((description.group, m.member_id, m.host or "-", m.client_id or "-", count))
+    return _columns(header, rows)
 
 
 def format_listing(listings: Sequence[GroupListing]) -> list[str]:

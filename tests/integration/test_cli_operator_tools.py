@@ -305,6 +305,12 @@ def test_a_live_confluent_kafka_group_is_listed_described_and_not_reset_under_it
         assert consumer_id.startswith("billing-app-"), consumer_id  # one member holds all 3
         assert {(r[7], r[8]) for r in rows} == {("/127.0.0.1", "billing-app")}  # HOST CLIENT-ID
         assert _listed(cluster)[group] == ["kafka", "Stable"]
+        state = cluster.ok("consumer-groups", "--describe", "--group", group, "--state")
+        assert state.splitlines()[1].split()[-3:] == ["range", "Stable", "1"], state
+        members = cluster.ok("consumer-groups", "--describe", "--group", group, "--members")
+        assert members.splitlines()[1].split() == [
+            group, consumer_id, "/127.0.0.1", "billing-app", "3",
+        ], members  # fmt: skip
 
         before = cluster.committed(group, topic, 3)
         refused = cluster.run(

@@ -6,6 +6,7 @@ refusing a reset while they have members), and the command's parsing and table l
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import cast
 
 import pytest
@@ -29,7 +30,9 @@ from client.consumer_groups import (
 from client.consumer_groups_cli import (
     describe_status,
     format_listing,
+    format_members,
     format_plan,
+    format_state,
     format_table,
     parse_topic_options,
 )
@@ -321,3 +324,19 @@ def test_a_kafka_member_without_partitions_gets_a_row_of_its_own() -> None:
     assert rows[-1] == PartitionRow(
         "billing-ck", None, None, None, None, None, Owner("rdkafka-b2", "/127.0.0.2", "rdkafka")
     )
+
+
+def test_state_and_members_views_as_kafkas_describe_prints_them() -> None:
+    held = dataclasses.replace(kafka_group("Stable", RDKAFKA), coordinator_address="h:9091")
+    zk = committed_by_kafka_clients(BrokerGroups({"billing-ck": [held]}, {}))
+    description = asyncio.run(
+        ConsumerGroupService(cast(AdminClient, zk), print).describe_group("billing-ck")
+    )
+    assert format_state(description) == [
+        "GROUP      COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE  #MEMBERS",
+        "billing-ck h:9091 (1)       range               Stable 1",
+    ]
+    assert format_members(description) == [
+        "GROUP      CONSUMER-ID HOST       CLIENT-ID #PARTITIONS",
+        "billing-ck rdkafka-a1  /127.0.0.1 rdkafka   3",
+    ]
