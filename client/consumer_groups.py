@@ -1,8 +1,7 @@
 """Consumer groups as an operator sees them (Kafka's ``ConsumerGroupCommand``).
 
 Two kinds of group share the committed offsets in ZooKeeper. A **zookeeper** group is
-minibroker's own consumers' (DESIGN.md §4, :mod:`client.group`), whose members live in
-ZooKeeper::
+minibroker's own consumers' (:mod:`client.group`), whose members live in ZooKeeper::
 
     /consumers/<g>/ids/<consumer-id>     ephemeral   a live member and its subscription
     /consumers/<g>/owners/<t>/<p>        ephemeral   the member reading <t>-<p>
