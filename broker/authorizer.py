@@ -8,8 +8,9 @@ replica; and it may only speak for itself: a replica fetch's ``replica_id`` and 
 ControlledShutdown's ``broker_id`` must be the broker its certificate names
 (:func:`proto.tls.broker_principal`). Anyone else is refused with gRPC PERMISSION_DENIED
 (Kafka's CLUSTER_AUTHORIZATION_FAILED), one log line each. Produce, consumer fetches,
-Metadata and the rest stay open to every authenticated client, as with Kafka's authorizer
-and ``allow.everyone.if.no.acl.found=true``; there are no topic ACLs.
+Metadata, ListGroups, DescribeGroups and the rest stay open to every authenticated client,
+as with Kafka's authorizer and ``allow.everyone.if.no.acl.found=true``; there are no topic
+or group ACLs.
 
 Without TLS there is no principal and every request is allowed: PLAINTEXT trusts its
 network, as Kafka's PLAINTEXT listener without an authorizer does.

@@ -35,16 +35,27 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from broker.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    decode_assignment,
+)
+from broker.metadata_cache import MetadataCache
 from proto import minibroker_pb2 as pb
+from proto.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "GroupCoordinator",
+    "GroupDescription",
+    "GroupOverview",
     "GroupState",
     "JoinResult",
+    "MemberDescription",
     "SyncResult",
     "coordinator_for",
+    "coordinator_of",
 ]
 
 UNKNOWN_MEMBER_ID = 25
@@ -68,11 +79,20 @@ def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
     return None if best is None else best[1]
 
 
+def coordinator_of(group_id: str, metadata_cache: MetadataCache) -> int | None:
+    """The coordinator of ``group_id`` by this broker's metadata: :func:`coordinator_for`
+    over the live brokers that run a Kafka listener."""
+    brokers = [b.broker_id for b in metadata_cache.brokers() if b.kafka_endpoint]
+    return coordinator_for(group_id, brokers)
+
+
 class GroupState(enum.Enum):
     EMPTY = "Empty"
     PREPARING_REBALANCE = "PreparingRebalance"
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
+    DEAD = "Dead"
+    """Only in descriptions: no such group here (Kafka's answer for an unknown group)."""
 
 
 @dataclass(frozen=True)
@@ -99,11 +119,52 @@ class SyncResult:
     protocol_name: str | None = None
 
 
+@dataclass(frozen=True)
+class GroupOverview:
+    """One group of a ListGroups answer."""
+
+    group_id: str
+    protocol_type: str
+    state: GroupState
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    """One member of a described group (Kafka's ``DescribedGroupMember``)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    """The address its requests come from, as Kafka prints it (``/127.0.0.1``)."""
+    metadata: bytes
+    """Its metadata for the group's protocol; empty unless the group is Stable (Kafka's
+    ``summaryNoMetadata`` while a rebalance is under way)."""
+    assignment: bytes
+    """Its assignment from the leader; empty unless the group is Stable."""
+    partitions: tuple[TopicPartition, ...] | None
+    """``assignment`` decoded, for the consumer protocol; None for another protocol type or
+    bytes that do not decode."""
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A group as its coordinator holds it (Kafka's ``DescribedGroup``)."""
+
+    group_id: str
+    state: GroupState
+    protocol_type: str
+    protocol_name: str
+    """The protocol the members chose: for consumers, the assignor (``range``, ...)."""
+    members: tuple[MemberDescription, ...]
+
+
 @dataclass
 class _Member:
     member_id: str
     group_instance_id: str | None
     client_id: str
+    client_host: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
     protocols: list[tuple[str, bytes]]
@@ -211,6 +272,7 @@ class GroupCoordinator:
         *,
         group_instance_id: str | None,
         client_id: str,
+        client_host: str = "",
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
         protocol_type: str,
@@ -240,6 +302,7 @@ class GroupCoordinator:
                 member_id,
                 group_instance_id,
                 client_id,
+                client_host,
                 session_timeout_ms,
                 rebalance_timeout_ms,
                 protocols,
@@ -459,6 +522,63 @@ class GroupCoordinator:
             return ILLEGAL_GENERATION
         member.last_heard = asyncio.get_running_loop().time()
         return pb.NONE
+
+    # -- ListGroups, DescribeGroups ----------------------------------------------------------
+
+    def list_groups(self, states: Iterable[GroupState] = ()) -> list[GroupOverview]:
+        """The groups this broker holds, by id; only those in ``states`` if any are given
+        (Kafka's ListGroups and its KIP-518 states filter). A broker holds a group it no
+        longer coordinates until its members' sessions expire or a request finds it moved."""
+        wanted = set(states)
+        return [
+            GroupOverview(g.group_id, g.protocol_type or "", g.state)
+            for g in sorted(self.groups.values(), key=lambda g: g.group_id)
+            if not wanted or g.state in wanted
+        ]
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        """Each group as held here, in the order asked; a group not held here is DEAD with
+        no members, as Kafka's DescribeGroups answers an unknown group."""
+        return [self._describe(group_id) for group_id in group_ids]
+
+    def _describe(self, group_id: str) -> GroupDescription:
+        group = self.groups.get(group_id)
+        if group is None:
+            return GroupDescription(group_id, GroupState.DEAD, "", "", ())
+        stable = group.state is GroupState.STABLE
+        members = []
+        for m in group.members.values():
+            metadata = dict(m.protocols).get(group.protocol_name or "", b"") if stable else b""
+            assignment = m.assignment if stable else b""
+            members.append(
+                MemberDescription(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    metadata,
+                    assignment,
+                    self._partitions(group, m, assignment),
+                )
+            )
+        return GroupDescription(
+            group.group_id,
+            group.state,
+            group.protocol_type or "",
+            group.protocol_name or "",
+            tuple(members),
+        )
+
+    def _partitions(
+        self, group: _Group, member: _Member, assignment: bytes
+    ) -> tuple[TopicPartition, ...] | None:
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        try:
+            return tuple(decode_assignment(assignment))
+        except ConsumerProtocolError as err:
+            self._log("assignment_undecodable", group, member=member.member_id, error=repr(err))
+            return None
 
     # -- membership ------------------------------------------------------------------------
 

@@ -22,6 +22,12 @@ import grpc
 
 from broker.authorizer import ClusterAuthorizer
 from broker.broker_metrics import RequestMetrics
+from broker.group_coordinator import (
+    GroupCoordinator,
+    GroupDescription,
+    GroupState,
+    coordinator_of,
+)
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
 from broker.replica_manager import (
@@ -159,7 +165,8 @@ def _produce_response(
 
 
 class BrokerService(pb_grpc.BrokerServicer):
-    """Produce, Fetch, OffsetsForLeaderEpoch, ListOffsets, Metadata and InitProducerId."""
+    """Produce, Fetch, OffsetsForLeaderEpoch, ListOffsets, Metadata, InitProducerId, and
+    ListGroups and DescribeGroups of the Kafka listener's group coordinator."""
 
     def __init__(
         self,
@@ -167,6 +174,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         metadata_cache: MetadataCache,
         producer_id_manager: ProducerIdManager,
         *,
+        group_coordinator: GroupCoordinator | None = None,
         producer_id_timeout_ms: int = 6000,
         authorizer: ClusterAuthorizer | None = None,
         request_metrics: RequestMetrics | None = None,
@@ -181,6 +189,8 @@ class BrokerService(pb_grpc.BrokerServicer):
         self.producer_id_manager = producer_id_manager
         self.producer_id_timeout_ms = producer_id_timeout_ms
         """How long InitProducerId waits for ZooKeeper when it must reserve a block."""
+        self.group_coordinator = group_coordinator or GroupCoordinator(replica_manager.broker_id)
+        """The Kafka clients' groups (none without a Kafka listener)."""
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
@@ -461,6 +471,80 @@ class BrokerService(pb_grpc.BrokerServicer):
         return pb.InitProducerIdResponse(
             error_code=pb.NONE, producer_id=producer_id, producer_epoch=0
         )
+
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.ListGroupsResponse:
+        return await _guarded(context, "ListGroups", lambda: self._list_groups(request))
+
+    async def _list_groups(self, request: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
+        states = {s.value.lower(): s for s in GroupState if s is not GroupState.DEAD}
+        unknown = sorted({f for f in request.states_filter if f.lower() not in states})
+        if unknown:
+            raise MalformedRequestError(
+                f"unknown group state(s) {', '.join(map(repr, unknown))} in states_filter "
+                f"(expected {', '.join(s.value for s in states.values())})"
+            )
+        listed = self.group_coordinator.list_groups(
+            states[f.lower()] for f in request.states_filter
+        )
+        response = pb.ListGroupsResponse(error_code=pb.NONE)
+        for group in listed:
+            coordinator = coordinator_of(group.group_id, self.metadata_cache)
+            response.groups.add(
+                group_id=group.group_id,
+                protocol_type=group.protocol_type,
+                group_state=group.state.value,
+                coordinator_id=-1 if coordinator is None else coordinator,
+            )
+        return response
+
+    async def DescribeGroups(
+        self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.DescribeGroupsResponse:
+        return await _guarded(context, "DescribeGroups", lambda: self._describe_groups(request))
+
+    async def _describe_groups(
+        self, request: pb.DescribeGroupsRequest
+    ) -> pb.DescribeGroupsResponse:
+        response = pb.DescribeGroupsResponse()
+        legal = [g for g in request.groups if topic_name_problem(g, "group") is None]
+        described = {d.group_id: d for d in self.group_coordinator.describe_groups(legal)}
+        for group_id in request.groups:
+            found = described.get(group_id)
+            if found is None:
+                response.groups.add(
+                    error_code=pb.INVALID_REQUEST, group_id=group_id, coordinator_id=-1
+                )
+                continue
+            coordinator = coordinator_of(group_id, self.metadata_cache)
+            _add_described_group(response, found, -1 if coordinator is None else coordinator)
+        return response
+
+
+def _add_described_group(
+    response: pb.DescribeGroupsResponse, group: GroupDescription, coordinator_id: int
+) -> None:
+    entry = response.groups.add(
+        error_code=pb.NONE,
+        group_id=group.group_id,
+        group_state=group.state.value,
+        protocol_type=group.protocol_type,
+        protocol_data=group.protocol_name,
+        coordinator_id=coordinator_id,
+    )
+    for m in group.members:
+        member = entry.members.add(
+            member_id=m.member_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            member_metadata=m.metadata,
+            member_assignment=m.assignment,
+        )
+        if m.group_instance_id is not None:
+            member.group_instance_id = m.group_instance_id
+        for topic, tps in _by_topic(list(m.partitions or ())).items():
+            member.assignment.add(topic=topic, partitions=[tp.partition for tp in tps])
 
 
 def epoch_end_offset(

@@ -180,6 +180,7 @@ class BrokerServer:
                 self.replica_manager,
                 self.metadata_cache,
                 self.producer_id_manager,
+                group_coordinator=self.group_coordinator,
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 authorizer=self._authorizer,
                 request_metrics=self._request_metrics,

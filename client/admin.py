@@ -23,7 +23,11 @@ docs/replication.md).
 
 Reading (list, describe, cluster state) asks the brokers' Metadata instead, so it needs
 no ZooKeeper: the ZooKeeper session is opened on the first ZooKeeper request only. Configs
-and consumer groups live in ZooKeeper and are read there.
+and ZooKeeper consumer groups live in ZooKeeper and are read there; the groups of Kafka
+clients live in the brokers' group coordinators, and every live broker is asked for those
+it holds (ListGroups, DescribeGroups), as Kafka's ``AdminClient.listConsumerGroups`` asks
+every broker: while a group's coordinator moves, the old one holds it until its members'
+sessions expire, and a tool that must not act under live members has to see both.
 
 ZooKeeper calls go through kazoo's asynchronous API bridged onto the event loop
 (:func:`proto.zookeeper.bridge`), and its only blocking calls, connect and close, run in an
@@ -38,7 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Mapping
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,8 +78,11 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "AdminClient",
+    "BrokerGroups",
     "ClusterDescription",
+    "ConsumerGroupDescription",
     "EntityConfig",
+    "GroupMember",
     "ListOffsetsResult",
 ]
 
@@ -123,6 +131,54 @@ class ListOffsetsResult:
     offsets: dict[TopicPartition, int]
     errors: dict[TopicPartition, str]
     """Partitions without an answer, with the reason (no leader, unknown, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    """A member of a Kafka client group, as its coordinator describes it."""
+
+    member_id: str
+    client_id: str
+    host: str
+    """The address its requests come from, as Kafka shows it (``/127.0.0.1``)."""
+    partitions: tuple[TopicPartition, ...] | None
+    """Its assignment; None where the coordinator could not decode it (another protocol)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    """A Kafka client group as one broker's group coordinator holds it."""
+
+    group_id: str
+    state: str
+    """Kafka's group states: Empty, PreparingRebalance, CompletingRebalance, Stable."""
+    protocol_type: str
+    protocol: str
+    """The chosen protocol: for consumers, the assignor."""
+    members: tuple[GroupMember, ...]
+    """Empty for a group only listed (ListGroups)."""
+    broker_id: int
+    """The broker that holds it."""
+    coordinator_id: int
+    """The group's coordinator by that broker's metadata (-1: none)."""
+    coordinator_address: str = ""
+    """The coordinator's gRPC address, as the cluster metadata names it ("" unknown)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether it has members (Kafka's "inactive" is Empty or Dead)."""
+        return self.state not in ("Empty", "Dead")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerGroups:
+    """The Kafka client groups the live brokers hold."""
+
+    groups: dict[str, list[ConsumerGroupDescription]]
+    """Group id -> each broker's holding of it, its coordinator's first (more than one
+    while the group's coordinator moves)."""
+    errors: dict[int, str]
+    """Brokers that did not answer, with the reason."""
 
 
 class AdminClient(AsyncClosing):
@@ -485,6 +541,86 @@ class AdminClient(AsyncClosing):
                 )
         return answer
 
+    # -- Kafka client groups (the brokers' group coordinators) -----------------------------
+
+    async def list_consumer_groups(self) -> BrokerGroups:
+        """Every group of Kafka clients that a live broker holds (ListGroups to each; the
+        holdings have no members)."""
+
+        async def ask(
+            stub: pb_grpc.BrokerAsyncStub, broker_id: int
+        ) -> list[ConsumerGroupDescription]:
+            response = await stub.ListGroups(
+                pb.ListGroupsRequest(), timeout=self.connections.request_timeout_s
+            )
+            return [
+                ConsumerGroupDescription(
+                    g.group_id, g.group_state, g.protocol_type, "", (), broker_id, g.coordinator_id
+                )
+                for g in response.groups
+            ]
+
+        return await self._every_broker(ask)
+
+    async def describe_consumer_groups(self, group_ids: Iterable[str]) -> BrokerGroups:
+        """The groups ``group_ids`` as every live broker holds them (DescribeGroups to each;
+        a broker that does not hold one answers Dead, which is left out)."""
+        wanted = sorted(set(group_ids))
+
+        async def ask(
+            stub: pb_grpc.BrokerAsyncStub, broker_id: int
+        ) -> list[ConsumerGroupDescription]:
+            response = await stub.DescribeGroups(
+                pb.DescribeGroupsRequest(groups=wanted), timeout=self.connections.request_timeout_s
+            )
+            return [
+                ConsumerGroupDescription(
+                    g.group_id,
+                    g.group_state,
+                    g.protocol_type,
+                    g.protocol_data,
+                    tuple(_group_member(m) for m in g.members),
+                    broker_id,
+                    g.coordinator_id,
+                )
+                for g in response.groups
+                if g.error_code == ErrorCode.NONE and g.group_state != "Dead"
+            ]
+
+        return await self._every_broker(ask)
+
+    async def _every_broker(
+        self,
+        ask: Callable[[pb_grpc.BrokerAsyncStub, int], Awaitable[list[ConsumerGroupDescription]]],
+    ) -> BrokerGroups:
+        cluster = await self._metadata.refresh(None)
+        brokers = [cluster.brokers[b] for b in sorted(cluster.brokers)]
+
+        async def one(node: BrokerNode) -> list[ConsumerGroupDescription] | str:
+            try:
+                return await ask(
+                    pb_grpc.BrokerStub(self.connections.channel(node.address)), node.node_id
+                )
+            except grpc.aio.AioRpcError as e:
+                return f"broker {node.node_id} at {node.address}: {e.code().name.lower()}"
+
+        groups: dict[str, list[ConsumerGroupDescription]] = {}
+        failed: dict[int, str] = {}
+        for node, answer in zip(
+            brokers, await asyncio.gather(*(one(b) for b in brokers)), strict=True
+        ):
+            if isinstance(answer, str):
+                failed[node.node_id] = answer
+                continue
+            for group in answer:
+                coordinator = cluster.brokers.get(group.coordinator_id)
+                if coordinator is not None:
+                    group = dataclasses.replace(group, coordinator_address=coordinator.address)
+                groups.setdefault(group.group_id, []).append(group)
+        for held in groups.values():
+            held.sort(key=lambda g: (g.broker_id != g.coordinator_id, g.broker_id))
+        return BrokerGroups(groups, failed)
+
     # -- ZooKeeper, for the tools built on this client (consumer groups) -------------------
 
     async def zk_children(self, path: str) -> list[str]:
@@ -666,6 +802,15 @@ class AdminClient(AsyncClosing):
                 f"{self.zookeeper_timeout_ms} ms (is it running? check --zookeeper)"
             ) from None
         return zk
+
+
+def _group_member(member: pb.DescribedGroupMember) -> GroupMember:
+    partitions = tuple(TopicPartition(t.topic, p) for t in member.assignment for p in t.partitions)
+    # An assignment that is there but decoded to nothing: the coordinator could not read it.
+    unknown = member.member_assignment and not partitions
+    return GroupMember(
+        member.member_id, member.client_id, member.client_host, None if unknown else partitions
+    )
 
 
 def _check_entity_type(entity_type: str) -> None:

@@ -4,7 +4,8 @@ Where to start: the group's committed offset with ``--group`` (else ``--from-beg
 or the end); ``--partition P`` reads one partition, from ``--offset O`` (a number,
 ``earliest`` or ``latest``), else from the beginning with ``--from-beginning``, else from
 the end. It stops after ``--max-messages`` records, or after ``--timeout-ms`` without a new
-record (a topic the cluster does not know is given up on within that time too), and
+record (a topic the cluster does not know is given up on within that time too, before
+any group is joined), and
 reports how many it processed on stderr, as Kafka's tool does. Kafka's ``--property
 print.key=true``, ``print.offset=true`` and ``key.separator=SEP`` (between key and value,
 a tab by default) are accepted.
@@ -118,6 +119,9 @@ async def consume(args: argparse.Namespace, out: BinaryIO) -> int:
             consumer.assign([tp])
             _seek(consumer, tp, start)
         elif args.group is not None:
+            # The topic must exist before the group is joined, as without --group: a typo
+            # is an error naming it, and leaves no group behind in ZooKeeper.
+            await consumer.partitions_for(args.topic)
             consumer.subscribe([args.topic])
         else:
             consumer.assign(await consumer.partitions_for(args.topic))

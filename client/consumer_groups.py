@@ -1,20 +1,29 @@
-"""Consumer groups as an operator sees them (Kafka's ``ConsumerGroupCommand``, ZooKeeper era).
+"""Consumer groups as an operator sees them (Kafka's ``ConsumerGroupCommand``).
 
-A group lives in ZooKeeper (docs/zookeeper.md, :mod:`client.group`)::
+Two kinds of group share the committed offsets in ZooKeeper (docs/zookeeper.md). A
+**zookeeper** group is minibroker's own consumers' (:mod:`client.group`), whose members live
+in ZooKeeper::
 
     /consumers/<g>/ids/<consumer-id>     ephemeral   a live member and its subscription
     /consumers/<g>/owners/<t>/<p>        ephemeral   the member reading <t>-<p>
     /consumers/<g>/offsets/<t>/<p>       persistent  the next offset the group will read
 
-- list: the children of ``/consumers``;
+A **kafka** group is Kafka clients' (``subscribe()`` through the Kafka listener): its
+members live in memory at its group coordinator, a broker (``broker/group_coordinator.py``),
+which every live broker is asked about (:meth:`AdminClient.describe_consumer_groups`); it
+commits to the same ``offsets`` znodes and has no ``ids``.
+
+- list: the groups of both kinds, each with its kind and state;
 - describe: per partition, the committed offset, the log end offset (ListOffsets latest on
   the leader: the high watermark, the end a consumer can read to), the lag between them
-  and the owner, as ``kafka-consumer-groups --describe`` prints them;
+  and the owner (its consumer id, and for a Kafka client its host and client id), as
+  ``kafka-consumer-groups --describe`` prints them;
 - reset: a plan of new offsets (earliest, latest, an offset, a shift, the current ones),
-  written only with ``execute``, and only while the group has no live member: a running
-  consumer would overwrite them with its next commit (Kafka: "Assignments can only be
-  reset if the group is inactive"). An offset beyond the log end or below the log start is
-  clamped to it with a warning, as Kafka's ``checkOffsetsRange`` does.
+  written only with ``execute``, and only while the group has no live member of either
+  kind: a running consumer would overwrite them with its next commit (Kafka: "Assignments
+  can only be reset if the group is inactive"). A broker that cannot be asked might hold
+  live members, so it also refuses the reset. An offset beyond the log end or below the
+  log start is clamped to it with a warning, as Kafka's ``checkOffsetsRange`` does.
 
 Reading ephemeral znodes races with members leaving: a child listed and gone before it is
 read is skipped, never an error. Names read from ZooKeeper are hostile until checked: an
@@ -33,7 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from client.admin import EARLIEST, LATEST, AdminClient
+from client.admin import EARLIEST, LATEST, AdminClient, ConsumerGroupDescription
 from client.group import group_name_problem
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -48,47 +57,105 @@ from proto.zk_data import (
 )
 
 __all__ = [
+    "KAFKA",
+    "ZOOKEEPER",
     "ConsumerGroupService",
     "GroupDescription",
+    "GroupListing",
+    "Owner",
     "PartitionRow",
     "ResetSpec",
     "describe_rows",
     "plan_reset",
 ]
 
+ZOOKEEPER = "zookeeper"
+KAFKA = "kafka"
+
 Warn = Callable[[str], None]
 
 
+class Owner(NamedTuple):
+    """A member, as ``--describe`` shows the owner of a partition."""
+
+    consumer_id: str
+    host: str | None = None
+    """A Kafka client's address (``/127.0.0.1``); None for a ZooKeeper group's member."""
+    client_id: str | None = None
+
+
 class PartitionRow(NamedTuple):
-    """One line of ``--describe``."""
+    """One line of ``--describe``: a partition, or a member that has none (topic and
+    partition None, as Kafka prints such a member)."""
 
     group: str
-    topic: str
-    partition: int
+    topic: str | None
+    partition: int | None
     current_offset: int | None
     """The committed offset (None: nothing committed)."""
     log_end_offset: int | None
     """The high watermark (None: the leader could not be asked)."""
     lag: int | None
-    consumer_id: str | None
+    owner: Owner | None
     """The owning member (None: unowned)."""
+
+
+class GroupListing(NamedTuple):
+    """One line of ``--list``."""
+
+    group: str
+    kind: str
+    """:data:`ZOOKEEPER` or :data:`KAFKA` (both, comma-separated, for a group id that both
+    kinds of consumer use)."""
+    state: str
+    """A Kafka group's coordinator state (Empty, PreparingRebalance, CompletingRebalance,
+    Stable); a ZooKeeper group is Stable while it has members, else Empty."""
 
 
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
-    """A group as ZooKeeper holds it."""
+    """A group as ZooKeeper and the brokers' group coordinators hold it."""
 
     group: str
     members: dict[str, frozenset[str]]
-    """Live member id -> subscribed topics (empty if its subscription is unreadable)."""
+    """Live ZooKeeper member id -> subscribed topics (empty if its subscription is
+    unreadable)."""
     owners: dict[TopicPartition, str]
     offsets: dict[TopicPartition, int]
+    kafka: tuple[ConsumerGroupDescription, ...] = ()
+    """The Kafka client group as each broker that holds it describes it, the one to show
+    first (see :meth:`ConsumerGroupService.describe_group`)."""
+    unanswered: tuple[str, ...] = ()
+    """Brokers that could not be asked about Kafka client groups (why, one each)."""
 
     @property
     def topics(self) -> set[str]:
         """Every topic the group reads or has read: subscribed, owned or committed."""
         subscribed = {t for topics in self.members.values() for t in topics}
-        return subscribed | {tp.topic for tp in (*self.owners, *self.offsets)}
+        assigned = {tp.topic for tp in self.kafka_owners}
+        return subscribed | assigned | {tp.topic for tp in (*self.owners, *self.offsets)}
+
+    @property
+    def kafka_group(self) -> ConsumerGroupDescription | None:
+        """The Kafka client group to show: the first holding."""
+        return self.kafka[0] if self.kafka else None
+
+    @property
+    def kafka_owners(self) -> dict[TopicPartition, Owner]:
+        """The partitions the shown Kafka group's members are assigned."""
+        group = self.kafka_group
+        if group is None:
+            return {}
+        return {
+            tp: Owner(m.member_id, m.host, m.client_id)
+            for m in group.members
+            for tp in m.partitions or ()
+        }
+
+    @property
+    def active(self) -> bool:
+        """Whether the group has a live member of either kind."""
+        return bool(self.members) or any(g.active for g in self.kafka)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,16 +173,18 @@ def describe_rows(
     partitions: Iterable[TopicPartition],
     committed: Mapping[TopicPartition, int],
     log_end: Mapping[TopicPartition, int],
-    owners: Mapping[TopicPartition, str],
+    owners: Mapping[TopicPartition, Owner],
+    idle: Iterable[Owner] = (),
 ) -> list[PartitionRow]:
-    """One row per partition, sorted; LAG = LOG-END-OFFSET - CURRENT-OFFSET where both are
-    known (not clamped at 0, as in Kafka: a negative lag shows a log truncated below a
-    commit)."""
+    """One row per partition, sorted, then one per ``idle`` member (a member without
+    partitions); LAG = LOG-END-OFFSET - CURRENT-OFFSET where both are known (not clamped
+    at 0, as in Kafka: a negative lag shows a log truncated below a commit)."""
     rows = []
     for tp in sorted(set(partitions)):
         current, end = committed.get(tp), log_end.get(tp)
         lag = None if current is None or end is None else end - current
         rows.append(PartitionRow(group, tp.topic, tp.partition, current, end, lag, owners.get(tp)))
+    rows.extend(PartitionRow(group, None, None, None, None, None, o) for o in idle)
     return rows
 
 
@@ -174,31 +243,71 @@ def plan_reset(
 
 
 class ConsumerGroupService:
-    """Lists, describes and resets ZooKeeper consumer groups through ``admin`` (its
-    ZooKeeper session for the groups, its brokers for log offsets). ``warn`` receives one
-    line per thing skipped (an illegal name, a malformed znode)."""
+    """Lists, describes and resets consumer groups through ``admin`` (its ZooKeeper session
+    for ZooKeeper groups and offsets, its brokers for Kafka client groups and log offsets).
+    ``warn`` receives one line per thing skipped (an illegal name, a malformed znode, a
+    broker that did not answer)."""
 
     def __init__(self, admin: AdminClient, warn: Warn) -> None:
         self._admin = admin
         self._warn = warn
 
-    async def list_groups(self) -> list[str]:
-        """The groups under ``/consumers``, sorted (illegal names reported and skipped)."""
-        groups = []
+    async def list_groups(self) -> list[GroupListing]:
+        """The groups of both kinds, sorted: those under ``/consumers`` (illegal names
+        reported and skipped) and those the brokers' coordinators hold. A group with
+        committed offsets but no ``ids`` znode was committed by Kafka clients: a kafka
+        group, Empty (its coordinator forgets it once its last member leaves)."""
+        held = await self._admin.list_consumer_groups()
+        for why in held.errors.values():
+            self._warn(f"cannot list the Kafka client groups of {why}")
+        listings = []
+        zk_groups = set()
         for child in sorted(await self._admin.zk_children(CONSUMERS_PATH)):
             problem = group_name_problem(child)
             if problem is not None:
                 self._warn(f"ignoring consumer group znode {CONSUMERS_PATH}/{child!r}: {problem}")
                 continue
-            groups.append(child)
-        return groups
+            zk_groups.add(child)
+        for group in sorted(zk_groups | set(held.groups)):
+            kafka = held.groups.get(group)
+            kinds, state = [], "Empty"
+            if group in zk_groups and await self._admin.zk_exists(consumer_ids_path(group)):
+                kinds.append(ZOOKEEPER)
+                if await self._admin.zk_children(consumer_ids_path(group)):
+                    state = "Stable"
+            if kafka is not None or not kinds:
+                kinds.append(KAFKA)
+            if kafka is not None and state == "Empty":
+                active = [g for g in kafka if g.active]
+                state = (active or kafka)[0].state
+            listings.append(GroupListing(group, ",".join(kinds), state))
+        return listings
 
     async def describe_group(self, group: str) -> GroupDescription:
-        """The group's live members, owners and committed offsets. ClientError for an
-        illegal name or a group that does not exist."""
+        """The group's live members (of both kinds), owners and committed offsets.
+        ClientError for an illegal name or a group that exists in neither kind.
+
+        A Kafka client group is held by its coordinator, and for a while also by its
+        previous coordinator after a coordinator move (until its members' sessions there
+        expire): the holding shown first is one with members, its coordinator's if it has
+        members, with a warning naming the other brokers that hold it with members."""
         root = _group_root(group)
+        held = await self._admin.describe_consumer_groups([group])
+        unanswered = tuple(held.errors.values())
+        for why in unanswered:
+            self._warn(f"cannot ask {why} about group '{group}'")
+        kafka = sorted(held.groups.get(group, []), key=lambda g: not g.active)
+        busy = [g for g in kafka if g.active]
+        if len(busy) > 1:
+            others = ", ".join(str(g.broker_id) for g in busy[1:])
+            self._warn(
+                f"group '{group}' has members at broker {busy[0].broker_id} and at broker(s) "
+                f"{others} (its coordinator moved); showing broker {busy[0].broker_id}'s"
+            )
         if not await self._admin.zk_exists(root):
-            raise ClientError(f"Consumer group '{group}' does not exist.")
+            if not kafka:
+                raise ClientError(f"Consumer group '{group}' does not exist.")
+            return GroupDescription(group, {}, {}, {}, tuple(kafka), unanswered)
         members: dict[str, frozenset[str]] = {}
         ids_path = consumer_ids_path(group)
         for member in sorted(await self._admin.zk_children(ids_path)):
@@ -220,16 +329,25 @@ class ConsumerGroupService:
                 offsets[tp] = decode_consumer_offset(data)
             except ZkDataError as e:
                 self._warn(f"ignoring the committed offset of {tp} in group '{group}': {e}")
-        return GroupDescription(group, members, owners, offsets)
+        return GroupDescription(group, members, owners, offsets, tuple(kafka), unanswered)
 
     async def describe_rows(self, description: GroupDescription) -> list[PartitionRow]:
         """:func:`describe_rows` for every partition of the group's topics (the log end
-        offsets asked of the leaders; unknown where no leader answers)."""
-        partitions = set(description.offsets) | set(description.owners)
+        offsets asked of the leaders; unknown where no leader answers), owned by the
+        ZooKeeper owners and the Kafka members' assignments."""
+        owners = {tp: Owner(member) for tp, member in description.owners.items()}
+        owners.update(description.kafka_owners)
+        partitions = set(description.offsets) | set(owners)
         partitions |= set(await self._admin_partitions(description.topics, strict=False))
         result = await self._admin.list_offsets(partitions, LATEST)
+        kafka = description.kafka_group
+        idle = [
+            Owner(m.member_id, m.host, m.client_id)
+            for m in (kafka.members if kafka is not None else ())
+            if not m.partitions
+        ]
         return describe_rows(
-            description.group, partitions, description.offsets, result.offsets, description.owners
+            description.group, partitions, description.offsets, result.offsets, owners, idle
         )
 
     async def plan_reset(
@@ -319,9 +437,23 @@ def _group_root(group: str) -> str:
 
 
 def _check_inactive(description: GroupDescription) -> None:
+    """ClientError unless the group has no live member of either kind, and every broker
+    could be asked (one that was not might hold the group's live Kafka members)."""
     if description.members:
         members = ", ".join(sorted(description.members))
         raise ClientError(
             f"Assignments can only be reset if the group '{description.group}' is inactive, "
             f"but it has {len(description.members)} active member(s): {members}"
+        )
+    for held in description.kafka:
+        if held.active:
+            # Kafka's ConsumerGroupCommand message, word for word.
+            raise ClientError(
+                f"Assignments can only be reset if the group '{description.group}' is "
+                f"inactive, but the current state is {held.state}."
+            )
+    if description.unanswered:
+        raise ClientError(
+            f"cannot tell whether group '{description.group}' has live members: "
+            f"{description.unanswered[0]}; the offsets were not changed"
         )

@@ -1,16 +1,18 @@
 """``minibroker consumer-groups --list | --describe | --reset-offsets`` (Kafka's
-``kafka-consumer-groups.sh``; the groups are :mod:`client.consumer_groups`).
+``kafka-consumer-groups.sh``; the groups, minibroker's own ZooKeeper groups and the Kafka
+clients' groups of the brokers' coordinators, are :mod:`client.consumer_groups`).
 
 ::
 
-    minibroker consumer-groups --list
+    minibroker consumer-groups --list          # GROUP TYPE STATE
     minibroker consumer-groups --describe --group billing
+    minibroker consumer-groups --describe --group billing --members   # or --state
     minibroker consumer-groups --reset-offsets --group billing --topic orders --to-earliest
     minibroker consumer-groups --reset-offsets --group billing --topic orders:0,2 \\
         --to-offset 100 --execute
 
 ``--reset-offsets`` prints the plan and changes nothing unless ``--execute`` is given, as
-Kafka does; it is refused while the group has live members.
+Kafka does; it is refused while the group has live members of either kind.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from client.cli_common import (
     connections,
     run_async,
 )
-from client.consumer_groups import ConsumerGroupService, PartitionRow, ResetSpec
+from client.consumer_groups import (
+    ConsumerGroupService,
+    GroupDescription,
+    GroupListing,
+    PartitionRow,
+    ResetSpec,
+)
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition
 
@@ -39,12 +47,23 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "committed offsets (as kafka-consumer-groups.sh).",
     )
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--list", action="store_true", help="list the groups")
-    action.add_argument("--describe", action="store_true", help="offsets, lag and owners")
+    action.add_argument(
+        "--list", action="store_true", help="list the groups: ZooKeeper's and Kafka clients'"
+    )
+    action.add_argument(
+        "--describe", action="store_true", help="offsets, lag and owners (host, client id)"
+    )
     action.add_argument(
         "--reset-offsets", action="store_true", help="plan (or with --execute, write) new offsets"
     )
     parser.add_argument("--group", help="the consumer group")
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--members", action="store_true", help="with --describe: one line per member")
+    view.add_argument(
+        "--state",
+        action="store_true",
+        help="with --describe: the group's coordinator, assignor, state and member count",
+    )
     parser.add_argument(
         "--topic",
         action="append",
@@ -76,17 +95,24 @@ def _warn(line: str) -> None:
 async def _run(args: argparse.Namespace) -> int:
     if (args.describe or args.reset_offsets) and not args.group:
         raise ClientError("--describe and --reset-offsets need --group")
+    if (args.members or args.state) and not args.describe:
+        raise ClientError("--members and --state go with --describe")
     async with connections(args) as conns, admin_client(args, conns) as admin:
         service = ConsumerGroupService(admin, _warn)
         if args.list:
-            for group in await service.list_groups():
-                print(group)
+            print("\n".join(format_listing(await service.list_groups())))
             return 0
         if args.describe:
             description = await service.describe_group(args.group)
-            if not description.members:
-                print(f"Consumer group '{args.group}' has no active members.\n")
-            print("\n".join(format_table(await service.describe_rows(description))))
+            status = describe_status(description)
+            if status:
+                print(f"{status}\n")
+            if args.state:
+                print("\n".join(format_state(description)))
+            elif args.members:
+                print("\n".join(format_members(description)))
+            else:
+                print("\n".join(format_table(await service.describe_rows(description))))
             return 0
         spec = _reset_spec(args)
         topics = parse_topic_options(args.topic)
@@ -141,6 +167,60 @@ def parse_topic_options(options: Sequence[str]) -> dict[str, list[int] | None]:
     return topics
 
 
+def describe_status(description: GroupDescription) -> str | None:
+    """The line Kafka's ``--describe`` prints above the table, if any."""
+    kafka = description.kafka_group
+    if not description.active:
+        return f"Consumer group '{description.group}' has no active members."
+    if kafka is not None and kafka.state in ("PreparingRebalance", "CompletingRebalance"):
+        return f"Warning: Consumer group '{description.group}' is rebalancing."
+    return None
+
+
+def format_state(description: GroupDescription) -> list[str]:
+    """``--describe --state``, as Kafka's: GROUP COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE
+    #MEMBERS. A ZooKeeper group has no coordinator (its members assign among themselves,
+    by range)."""
+    header = ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS")
+    kafka = description.kafka_group
+    if kafka is not None and (kafka.active or not description.members):
+        where = f"{kafka.coordinator_address or '-'} ({kafka.coordinator_id})"
+        row = (
+            description.group,
+            where,
+            kafka.protocol or "-",
+            kafka.state,
+            str(len(kafka.members)),
+        )
+    else:
+        state = "Stable" if description.members else "Empty"
+        row = (description.group, "-", "range", state, str(len(description.members)))
+    return _columns(header, [row])
+
+
+def format_members(description: GroupDescription) -> list[str]:
+    """``--describe --members``, as Kafka's: GROUP CONSUMER-ID HOST CLIENT-ID #PARTITIONS,
+    the ZooKeeper members first."""
+    header = ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS")
+    owned: dict[str, int] = {}
+    for member in description.owners.values():
+        owned[member] = owned.get(member, 0) + 1
+    rows = [
+        (description.group, member, "-", "-", str(owned.get(member, 0)))
+        for member in sorted(description.members)
+    ]
+    kafka = description.kafka_group
+    for m in kafka.members if kafka is not None else ():
+        count = "-" if m.partitions is None else str(len(m.partitions))
+        rows.append((description.group, m.member_id, m.host or "-", m.client_id or "-", count))
+    return _columns(header, rows)
+
+
+def format_listing(listings: Sequence[GroupListing]) -> list[str]:
+    """``--list``: GROUP TYPE STATE (TYPE: zookeeper or kafka)."""
+    return _columns(("GROUP", "TYPE", "STATE"), [tuple(g) for g in listings])
+
+
 def format_table(rows: Sequence[PartitionRow]) -> list[str]:
     """Kafka's ``--describe`` table, columns as wide as their widest cell."""
     header = (
@@ -151,16 +231,20 @@ def format_table(rows: Sequence[PartitionRow]) -> list[str]:
         "LOG-END-OFFSET",
         "LAG",
         "CONSUMER-ID",
+        "HOST",
+        "CLIENT-ID",
     )
     cells = [
         (
             r.group,
-            r.topic,
-            str(r.partition),
+            r.topic or "-",
+            _or_dash(r.partition),
             _or_dash(r.current_offset),
             _or_dash(r.log_end_offset),
             _or_dash(r.lag),
-            r.consumer_id or "-",
+            (r.owner.consumer_id or "-") if r.owner else "-",
+            (r.owner.host or "-") if r.owner else "-",
+            (r.owner.client_id or "-") if r.owner else "-",
         )
         for r in rows
     ]

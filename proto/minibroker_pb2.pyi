@@ -1018,6 +1018,242 @@ class InitProducerIdResponse(_message.Message):
 Global___InitProducerIdResponse: _TypeAlias = InitProducerIdResponse  # noqa: Y015
 
 @_typing.final
+class ListGroupsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATES_FILTER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def states_filter(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only groups in these states (KIP-518's states_filter); empty: every group."""
+
+    def __init__(
+        self,
+        *,
+        states_filter: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["states_filter", b"states_filter"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsRequest: _TypeAlias = ListGroupsRequest  # noqa: Y015
+
+@_typing.final
+class ListGroupsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    throttle_time_ms: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListedGroup]: ...
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: _builtins.int = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+        groups: _abc.Iterable[Global___ListedGroup] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "groups", b"groups", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGroupsResponse: _TypeAlias = ListGroupsResponse  # noqa: Y015
+
+@_typing.final
+class ListedGroup(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    PROTOCOL_TYPE_FIELD_NUMBER: _builtins.int
+    GROUP_STATE_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    protocol_type: _builtins.str
+    """"consumer" for Kafka's consumers."""
+    group_state: _builtins.str
+    """Empty, PreparingRebalance, CompletingRebalance or Stable."""
+    coordinator_id: _builtins.int
+    """The group's coordinator by this broker's metadata (rendezvous hashing over the live
+    brokers with a Kafka listener), -1 if none: a broker whose groups moved away holds them
+    until their members' sessions expire.
+    """
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        protocol_type: _builtins.str = ...,
+        group_state: _builtins.str = ...,
+        coordinator_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_id", b"coordinator_id", "group_id", b"group_id", "group_state", b"group_state", "protocol_type", b"protocol_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListedGroup: _TypeAlias = ListedGroup  # noqa: Y015
+
+@_typing.final
+class DescribeGroupsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeGroupsRequest: _TypeAlias = DescribeGroupsRequest  # noqa: Y015
+
+@_typing.final
+class DescribeGroupsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    throttle_time_ms: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedGroup]: ...
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: _builtins.int = ...,
+        groups: _abc.Iterable[Global___DescribedGroup] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeGroupsResponse: _TypeAlias = DescribeGroupsResponse  # noqa: Y015
+
+@_typing.final
+class DescribedGroup(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    GROUP_STATE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_TYPE_FIELD_NUMBER: _builtins.int
+    PROTOCOL_DATA_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_ID_FIELD_NUMBER: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    """INVALID_REQUEST for an illegal group id."""
+    group_id: _builtins.str
+    group_state: _builtins.str
+    """As in ListedGroup, or "Dead": this broker holds no such group."""
+    protocol_type: _builtins.str
+    protocol_data: _builtins.str
+    """The chosen protocol: for consumers, the assignor ("range", "roundrobin", ...)."""
+    coordinator_id: _builtins.int
+    """As in ListedGroup."""
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___DescribedGroupMember]: ...
+    def __init__(
+        self,
+        *,
+        error_code: Global___ErrorCode.ValueType = ...,
+        group_id: _builtins.str = ...,
+        group_state: _builtins.str = ...,
+        protocol_type: _builtins.str = ...,
+        protocol_data: _builtins.str = ...,
+        members: _abc.Iterable[Global___DescribedGroupMember] | None = ...,
+        coordinator_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_id", b"coordinator_id", "error_code", b"error_code", "group_id", b"group_id", "group_state", b"group_state", "members", b"members", "protocol_data", b"protocol_data", "protocol_type", b"protocol_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribedGroup: _TypeAlias = DescribedGroup  # noqa: Y015
+
+@_typing.final
+class DescribedGroupMember(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    GROUP_INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_ID_FIELD_NUMBER: _builtins.int
+    CLIENT_HOST_FIELD_NUMBER: _builtins.int
+    MEMBER_METADATA_FIELD_NUMBER: _builtins.int
+    MEMBER_ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    ASSIGNMENT_FIELD_NUMBER: _builtins.int
+    member_id: _builtins.str
+    group_instance_id: _builtins.str
+    client_id: _builtins.str
+    client_host: _builtins.str
+    """The address its requests come from, as Kafka shows it ("/127.0.0.1")."""
+    member_metadata: _builtins.bytes
+    """Its metadata of the chosen protocol and its assignment, as the member and the leader
+    sent them; empty unless the group is Stable (as in Kafka).
+    """
+    member_assignment: _builtins.bytes
+    @_builtins.property
+    def assignment(self) -> _containers.RepeatedCompositeFieldContainer[Global___AssignedTopic]:
+        """member_assignment decoded (the consumer protocol), topics -> partitions."""
+
+    def __init__(
+        self,
+        *,
+        member_id: _builtins.str = ...,
+        group_instance_id: _builtins.str | None = ...,
+        client_id: _builtins.str = ...,
+        client_host: _builtins.str = ...,
+        member_metadata: _builtins.bytes = ...,
+        member_assignment: _builtins.bytes = ...,
+        assignment: _abc.Iterable[Global___AssignedTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "group_instance_id", b"group_instance_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id", "assignment", b"assignment", "client_host", b"client_host", "client_id", b"client_id", "group_instance_id", b"group_instance_id", "member_assignment", b"member_assignment", "member_id", b"member_id", "member_metadata", b"member_metadata"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__group_instance_id: _TypeAlias = _typing.Literal["group_instance_id"]  # noqa: Y015
+    _WhichOneofArgType__group_instance_id: _TypeAlias = _typing.Literal["_group_instance_id", b"_group_instance_id"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__group_instance_id) -> _WhichOneofReturnType__group_instance_id | None: ...
+
+Global___DescribedGroupMember: _TypeAlias = DescribedGroupMember  # noqa: Y015
+
+@_typing.final
+class AssignedTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AssignedTopic: _TypeAlias = AssignedTopic  # noqa: Y015
+
+@_typing.final
 class LeaderAndIsrRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -78,6 +78,16 @@ class BrokerStub:
                 request_serializer=proto_dot_minibroker__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=proto_dot_minibroker__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.ListGroups = channel.unary_unary(
+                '/minibroker.Broker/ListGroups',
+                request_serializer=proto_dot_minibroker__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_minibroker__pb2.ListGroupsResponse.FromString,
+                _registered_method=True)
+        self.DescribeGroups = channel.unary_unary(
+                '/minibroker.Broker/DescribeGroups',
+                request_serializer=proto_dot_minibroker__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_minibroker__pb2.DescribeGroupsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -152,6 +162,23 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGroups(self, request, context):
+        """The consumer groups of Kafka clients (subscribe() through the Kafka listener) that this
+        broker's group coordinator holds, as Kafka's ListGroups lists them. Each broker answers
+        for its own groups: a tool asks every broker and merges, as Kafka's admin client does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeGroups(self, request, context):
+        """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
+        DescribeGroups describes them; a group this broker does not hold is "Dead".
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -194,6 +221,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=proto_dot_minibroker__pb2.InitProducerIdRequest.FromString,
                     response_serializer=proto_dot_minibroker__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'ListGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGroups,
+                    request_deserializer=proto_dot_minibroker__pb2.ListGroupsRequest.FromString,
+                    response_serializer=proto_dot_minibroker__pb2.ListGroupsResponse.SerializeToString,
+            ),
+            'DescribeGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeGroups,
+                    request_deserializer=proto_dot_minibroker__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=proto_dot_minibroker__pb2.DescribeGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -416,6 +453,60 @@ class Broker:
             '/minibroker.Broker/InitProducerId',
             proto_dot_minibroker__pb2.InitProducerIdRequest.SerializeToString,
             proto_dot_minibroker__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/ListGroups',
+            proto_dot_minibroker__pb2.ListGroupsRequest.SerializeToString,
+            proto_dot_minibroker__pb2.ListGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/DescribeGroups',
+            proto_dot_minibroker__pb2.DescribeGroupsRequest.SerializeToString,
+            proto_dot_minibroker__pb2.DescribeGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,

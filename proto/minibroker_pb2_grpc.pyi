@@ -79,6 +79,15 @@ class BrokerStub:
     """A producer id for the idempotent producer (ids are handed out in blocks reserved in
     /latest_producer_id_block).
     """
+    ListGroups: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.ListGroupsRequest, _minibroker_pb2.ListGroupsResponse]
+    """The consumer groups of Kafka clients (subscribe() through the Kafka listener) that this
+    broker's group coordinator holds, as Kafka's ListGroups lists them. Each broker answers
+    for its own groups: a tool asks every broker and merges, as Kafka's admin client does.
+    """
+    DescribeGroups: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.DescribeGroupsRequest, _minibroker_pb2.DescribeGroupsResponse]
+    """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
+    DescribeGroups describes them; a group this broker does not hold is "Dead".
+    """
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -116,6 +125,15 @@ class BrokerAsyncStub(BrokerStub):
     InitProducerId: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.InitProducerIdRequest, _minibroker_pb2.InitProducerIdResponse]  # type: ignore[assignment]
     """A producer id for the idempotent producer (ids are handed out in blocks reserved in
     /latest_producer_id_block).
+    """
+    ListGroups: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.ListGroupsRequest, _minibroker_pb2.ListGroupsResponse]  # type: ignore[assignment]
+    """The consumer groups of Kafka clients (subscribe() through the Kafka listener) that this
+    broker's group coordinator holds, as Kafka's ListGroups lists them. Each broker answers
+    for its own groups: a tool asks every broker and merges, as Kafka's admin client does.
+    """
+    DescribeGroups: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.DescribeGroupsRequest, _minibroker_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
+    """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
+    DescribeGroups describes them; a group this broker does not hold is "Dead".
     """
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
@@ -199,6 +217,27 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_minibroker_pb2.InitProducerIdResponse, _abc.Awaitable[_minibroker_pb2.InitProducerIdResponse]]:
         """A producer id for the idempotent producer (ids are handed out in blocks reserved in
         /latest_producer_id_block).
+        """
+
+    @_abc_1.abstractmethod
+    def ListGroups(
+        self,
+        request: _minibroker_pb2.ListGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.ListGroupsResponse, _abc.Awaitable[_minibroker_pb2.ListGroupsResponse]]:
+        """The consumer groups of Kafka clients (subscribe() through the Kafka listener) that this
+        broker's group coordinator holds, as Kafka's ListGroups lists them. Each broker answers
+        for its own groups: a tool asks every broker and merges, as Kafka's admin client does.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeGroups(
+        self,
+        request: _minibroker_pb2.DescribeGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.DescribeGroupsResponse, _abc.Awaitable[_minibroker_pb2.DescribeGroupsResponse]]:
+        """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
+        DescribeGroups describes them; a group this broker does not hold is "Dead".
         """
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

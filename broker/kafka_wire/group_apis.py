@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from broker.group_coordinator import NOT_COORDINATOR, GroupCoordinator, coordinator_for
+from broker.group_coordinator import NOT_COORDINATOR, GroupCoordinator, coordinator_of
 from broker.kafka_apis import partition_problem
 from broker.kafka_wire.messages import Tree
 from broker.kafka_wire.wire_request import Answer, KafkaRequest, done, ms, per_topic
@@ -65,8 +65,7 @@ class GroupApis:
         }
 
     def _coordinator_of(self, group_id: str) -> int | None:
-        brokers = [b.broker_id for b in self.metadata_cache.brokers() if b.kafka_endpoint]
-        return coordinator_for(group_id, brokers)
+        return coordinator_of(group_id, self.metadata_cache)
 
     def _refusal(self, group_id: str) -> int | None:
         """The error code for a group request this broker must not serve, else None."""
@@ -106,6 +105,7 @@ class GroupApis:
             body.member_id,
             group_instance_id=getattr(body, "group_instance_id", None),
             client_id=request.client_id or "",
+            client_host=request.client_host,
             session_timeout_ms=session_ms,
             rebalance_timeout_ms=ms(getattr(body, "rebalance_timeout", session_ms)),
             protocol_type=body.protocol_type,

@@ -161,6 +161,7 @@ class KafkaListener:
         peer: object,
     ) -> None:
         """Read requests until the client closes; stage each in turn."""
+        client_host = _client_host(peer)
         while True:
             try:
                 head = await reader.readexactly(4)
@@ -179,17 +180,17 @@ class KafkaListener:
             started = time.perf_counter()
             await room.acquire()
             try:
-                queued = await self._stage(frame, started)
+                queued = await self._stage(frame, started, client_host)
             except MalformedFrameError as err:
                 raise CloseConnection(str(err)) from err
             queue.put_nowait(queued)
 
-    async def _stage(self, frame: bytes, started: float) -> _Queued:
+    async def _stage(self, frame: bytes, started: float, client_host: str = "") -> _Queued:
         api_key, version, correlation_id = peek_header(frame)
         versions = SUPPORTED_VERSIONS.get(api_key)
         schema = request_schema(api_key, version)
         if versions is not None and versions[0] <= version <= versions[1] and schema is not None:
-            request = decode_request(frame, schema)
+            request = decode_request(frame, schema, client_host)
             answer = await self.handlers[api_key](request)
             reply = response_schema(api_key, version)
             assert reply is not None
@@ -240,6 +241,13 @@ class KafkaListener:
             if self._observe is not None:
                 name = api_name(queued.api_key)
                 self._observe(name, (time.perf_counter() - queued.started) * 1000)
+
+
+def _client_host(peer: object) -> str:
+    """A peer's address as Kafka shows a member's ``client_host`` (``/127.0.0.1``)."""
+    if isinstance(peer, tuple) and peer and isinstance(peer[0], str):
+        return f"/{peer[0]}"
+    return ""
 
 
 def _misdirected(head: bytes) -> str:

@@ -64,8 +64,9 @@ def response_schema(api_key: int, api_version: int) -> type[Any] | None:
         return None
 
 
-def decode_request(frame: bytes, schema: type[Any]) -> KafkaRequest:
-    """The request in ``frame``, whose header names ``schema``'s API and version.
+def decode_request(frame: bytes, schema: type[Any], client_host: str = "") -> KafkaRequest:
+    """The request in ``frame``, whose header names ``schema``'s API and version, sent from
+    ``client_host``.
 
     Bytes after the request's last field are ignored, as Kafka's generated parsers ignore
     them (librdkafka 2.x sends three after its Metadata v12 requests); a frame too short for
@@ -81,6 +82,7 @@ def decode_request(frame: bytes, schema: type[Any]) -> KafkaRequest:
         header.correlation_id,
         header.client_id,
         body,
+        client_host,
     )
 
 

@@ -41,6 +41,8 @@ class KafkaRequest:
     correlation_id: int
     client_id: str | None
     body: Any
+    client_host: str = ""
+    """The address the request came from, as Kafka prints it (``/127.0.0.1``)."""
 
 
 def ms(value: object) -> int:

@@ -15,9 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
 from client.partitioner import partition_for_key
 from client.range_assignor import range_assign
+from proto import zk_data
 from tests.helpers import free_port_run, minibroker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -347,6 +349,22 @@ def test_consume_of_an_unknown_topic_gives_up_within_timeout_ms(cluster: LocalCl
     elapsed = time.monotonic() - started
     _one_line_error(result, "unknown topic 'never-created' (not in the cluster after 300 ms")
     assert elapsed < 8, elapsed  # was 10 s: the consumer's default_api_timeout_ms
+
+
+def test_consume_with_a_group_of_an_unknown_topic_is_an_error_and_creates_no_group(
+    cluster: LocalCluster,
+) -> None:
+    result = cluster.run(
+        "consume", "--topic", "nosuch", "--group", "g-nosuch", "--timeout-ms", "300"
+    )
+    _one_line_error(result, "unknown topic 'nosuch' (not in the cluster after 300 ms")
+    zk = KazooClient(hosts=cluster.env["MINIBROKER_ZOOKEEPER"])
+    zk.start(10)
+    try:
+        assert zk.exists(f"{zk_data.CONSUMERS_PATH}/g-nosuch") is None
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def test_kafka_habits_topic_option_properties_and_perf_count_names(cluster: LocalCluster) -> None:

@@ -1,7 +1,9 @@
 """The operator tools as a user runs them, against a real cluster (``minibroker cluster up``:
-ZooKeeper and three broker processes on free ports, one per module): ``consumer-groups``,
-``topics alter``, ``configs`` (changes that take effect without a restart), ``topics
-describe``'s configs, and ``cluster status`` without cluster.json and with hostile znodes.
+ZooKeeper and three broker processes on free ports, one per module): ``consumer-groups``
+(minibroker's ZooKeeper groups, and Kafka clients' groups through the Kafka listener:
+confluent-kafka and kafka-python), ``topics alter``, ``configs`` (changes that take effect
+without a restart), ``topics describe``'s configs, and ``cluster status`` without
+cluster.json and with hostile znodes.
 
 Tests that kill a broker start it again and wait for it before they return, so the others
 find three brokers.
@@ -13,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +26,7 @@ from kazoo.client import KazooClient
 from proto import zk_data
 from proto.topic_partition import TopicPartition
 from tests.helpers import free_port_run, minibroker, wait_for
+from tests.kafka_group_member import GroupMember
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -98,6 +102,27 @@ class CliCluster:
     def start(self, broker: int) -> None:
         self.ok("cluster", "start", str(broker))
 
+    def kafka_bootstrap(self) -> str:
+        """Every broker's Kafka listener, as its registration advertises it."""
+        addresses = []
+        with self.zk() as zk:
+            for broker in sorted(zk.get_children(zk_data.BROKER_IDS_PATH)):
+                data, _ = zk.get(f"{zk_data.BROKER_IDS_PATH}/{broker}")
+                endpoint = zk_data.decode_broker_registration(data).kafka_endpoint
+                assert endpoint is not None, f"broker {broker} has no Kafka listener"
+                addresses.append(f"{endpoint[0]}:{endpoint[1]}")
+        return ",".join(addresses)
+
+    def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]:
+        """The group's committed offsets in ZooKeeper (None: nothing committed)."""
+        found: dict[int, int | None] = {}
+        with self.zk() as zk:
+            for p in range(partitions):
+                path = zk_data.consumer_offset_path(group, TopicPartition(topic, p))
+                data = zk.get(path)[0] if zk.exists(path) else None
+                found[p] = None if data is None else zk_data.decode_consumer_offset(data)
+        return found
+
     def registered(self) -> set[int]:
         with self.zk() as zk:
             return {int(b) for b in zk.get_children(zk_data.BROKER_IDS_PATH)}
@@ -121,6 +146,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliCluster]:
         "--kafka-base-port", str(base + 4),
         "--override", "log.retention.check.interval.ms=300",
         "--override", "zookeeper.session.timeout.ms=3000",
+        # Kafka clients' groups: tests.kafka_group_member's 3 s sessions, a short first join.
+        "--override", "group.min.session.timeout.ms=1000",
+        "--override", "group.initial.rebalance.delay.ms=300",
     )  # fmt: skip
     try:
         yield local
@@ -138,11 +166,12 @@ def _one_line_error(result: subprocess.CompletedProcess[str], expected: str) -> 
 
 def _group_rows(described: str, group: str) -> list[list[str]]:
     """The data rows of ``consumer-groups --describe``: GROUP TOPIC PARTITION CURRENT-OFFSET
-    LOG-END-OFFSET LAG CONSUMER-ID."""
+    LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID."""
     lines = described.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("GROUP"))
     assert lines[header].split() == [
         "GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
+        "HOST", "CLIENT-ID",
     ]  # fmt: skip
     rows = [line.split() for line in lines[header + 1 :] if line.strip()]
     assert all(row[0] == group for row in rows), rows
@@ -237,7 +266,129 @@ def test_reset_offsets_is_refused_while_the_group_has_a_live_member(
         "--to-offset", "1", "--execute",
     )  # fmt: skip
     rows = _group_rows(cluster.ok("consumer-groups", "--describe", "--group", group), group)
-    assert rows == [[group, topic, "0", "1", "2", "1", "-"]]
+    assert rows == [[group, topic, "0", "1", "2", "1", "-", "-", "-"]]
+
+
+def _listed(cluster: CliCluster) -> dict[str, list[str]]:
+    """``consumer-groups --list``: group -> [TYPE, STATE]."""
+    lines = cluster.ok("consumer-groups", "--list").splitlines()
+    assert lines[0].split() == ["GROUP", "TYPE", "STATE"]
+    return {line.split()[0]: line.split()[1:] for line in lines[1:]}
+
+
+def test_a_live_confluent_kafka_group_is_listed_described_and_not_reset_under_it(
+    cluster: CliCluster,
+) -> None:
+    topic, group = "ck-events", "billing-ck"
+    cluster.ok("topics", "create", topic, "--partitions", "3", "--replication-factor", "2")
+    cluster.ok("produce", topic, input_text="".join(f"e{i}\n" for i in range(30)))
+    member = GroupMember(cluster.kafka_bootstrap(), group, topic, client_id="billing-app")
+    try:
+        wait_for(
+            lambda: member.snapshot()[0] == [0, 1, 2] and len(member.snapshot()[1]) >= 30,
+            90,
+            interval=0.2,
+            message=lambda: f"the member to hold 0-2 and read 30 records: {member.snapshot()[0]}",
+        )
+
+        def all_committed() -> list[list[str]]:
+            described = cluster.ok("consumer-groups", "--describe", "--group", group)
+            assert "has no active members" not in described, described
+            rows = _group_rows(described, group)
+            return rows if sum(int(r[3]) for r in rows if r[3] != "-") == 30 else []
+
+        rows = wait_for(all_committed, 60, interval=0.5, message="its commits of all 30")
+        assert [r[1:3] for r in rows] == [[topic, "0"], [topic, "1"], [topic, "2"]]
+        # LAG: it read everything (a partition the producer put nothing in has no commit).
+        assert {r[5] for r in rows if r[3] != "-"} == {"0"}, rows
+        [consumer_id] = {r[6] for r in rows}
+        assert consumer_id.startswith("billing-app-"), consumer_id  # one member holds all 3
+        assert {(r[7], r[8]) for r in rows} == {("/127.0.0.1", "billing-app")}  # HOST CLIENT-ID
+        assert _listed(cluster)[group] == ["kafka", "Stable"]
+        state = cluster.ok("consumer-groups", "--describe", "--group", group, "--state")
+        assert state.splitlines()[1].split()[-3:] == ["range", "Stable", "1"], state
+        members = cluster.ok("consumer-groups", "--describe", "--group", group, "--members")
+        assert members.splitlines()[1].split() == [
+            group, consumer_id, "/127.0.0.1", "billing-app", "3",
+        ], members  # fmt: skip
+
+        before = cluster.committed(group, topic, 3)
+        refused = cluster.run(
+            "consumer-groups", "--reset-offsets", "--group", group, "--topic", topic,
+            "--to-earliest", "--execute",
+        )  # fmt: skip
+        _one_line_error(
+            refused,
+            f"Assignments can only be reset if the group '{group}' is inactive, but the "
+            "current state is Stable.",
+        )
+        assert cluster.committed(group, topic, 3) == before
+        assert set(before.values()) != {0}
+    finally:
+        member.stop()  # closes the consumer: it leaves the group
+
+    wait_for(
+        lambda: (
+            "has no active members" in cluster.ok("consumer-groups", "--describe", "--group", group)
+        ),
+        30,
+        interval=0.5,
+        message="the group empty after its member closed",
+    )
+    assert _listed(cluster)[group] == ["kafka", "Empty"]
+    cluster.ok(
+        "consumer-groups", "--reset-offsets", "--group", group, "--topic", topic,
+        "--to-earliest", "--execute",
+    )  # fmt: skip
+    assert cluster.committed(group, topic, 3) == {0: 0, 1: 0, 2: 0}
+
+
+# kafka-python 3.0 calls importlib.resources' legacy API when imported (its own warning).
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_kafka_python_group_member_is_described_with_its_host_client_id_and_partitions(
+    cluster: CliCluster,
+) -> None:
+    import kafka  # kafka-python
+
+    topic, group = "kp-events", "kp-readers"
+    cluster.ok("topics", "create", topic, "--partitions", "2", "--replication-factor", "2")
+    cluster.ok("produce", topic, input_text="a\nb\nc\nd\n")
+    consumer = kafka.KafkaConsumer(
+        topic,
+        bootstrap_servers=cluster.kafka_bootstrap().split(","),
+        group_id=group,
+        client_id="kp-app",
+        auto_offset_reset="earliest",
+    )
+    stop = threading.Event()
+    assigned: list[set[int]] = [set()]
+
+    def poll() -> None:
+        try:
+            while not stop.is_set():
+                consumer.poll(timeout_ms=200)
+                assigned[0] = {tp.partition for tp in consumer.assignment()}
+        finally:
+            consumer.close()
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        wait_for(lambda: assigned[0] == {0, 1}, 90, interval=0.2, message="kafka-python assigned")
+
+        def described() -> list[list[str]]:
+            rows = _group_rows(cluster.ok("consumer-groups", "--describe", "--group", group), group)
+            return rows if all(r[6] != "-" for r in rows) and len(rows) == 2 else []
+
+        rows = wait_for(described, 60, interval=0.5, message="its member in --describe")
+        assert [r[1:3] for r in rows] == [[topic, "0"], [topic, "1"]]
+        [consumer_id] = {r[6] for r in rows}
+        assert consumer_id.startswith("kp-app-"), consumer_id
+        assert {(r[7], r[8]) for r in rows} == {("/127.0.0.1", "kp-app")}
+        assert _listed(cluster)[group] == ["kafka", "Stable"]
+    finally:
+        stop.set()
+        poller.join(30)
 
 
 # -- topics alter ------------------------------------------------------------------------------

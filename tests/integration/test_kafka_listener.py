@@ -9,8 +9,6 @@ import json
 import socket
 import struct
 import subprocess
-import sys
-import threading
 import time
 from collections.abc import Coroutine
 from pathlib import Path
@@ -36,6 +34,7 @@ from tests.helpers import (
     minibroker,
     wait_for,
 )
+from tests.kafka_group_member import GroupMember
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -286,58 +285,6 @@ def test_aiokafka_idempotent_producer_survives_a_leader_kill_exactly_once(
     assert len(values) == len(set(values)), "a record was written twice"
     where = {value: (partition, offset) for partition, offset, value in read}
     assert {v: where.get(v) for v in acked} == acked, "an acknowledged record is missing"
-
-
-class GroupMember:
-    """A ``tests.kafka_group_member`` process and what it has said so far."""
-
-    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.kafka_group_member", bootstrap, group, topic],
-            stdout=subprocess.PIPE,
-            stderr=None,  # the test's own: pytest shows it when the test fails
-            text=True,
-        )
-        self.assigned: list[int] = []
-        self.records: list[tuple[int, int, str]] = []
-        self._lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            said = json.loads(line)
-            with self._lock:
-                if "assigned" in said:
-                    self.assigned = said["assigned"]
-                else:
-                    self.records.append((said["p"], said["o"], said["v"]))
-
-    def snapshot(self) -> tuple[list[int], list[tuple[int, int, str]]]:
-        with self._lock:
-            return list(self.assigned), list(self.records)
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait(timeout=10)
-        self._reader.join(timeout=10)
-        self._close()
-
-    def _close(self) -> None:
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        self._reader.join(timeout=10)
-        self._close()
 
 
 def produce_lines(bootstrap: str, topic: str, values: list[str]) -> None:

@@ -1,23 +1,41 @@
 """consumer_groups: the describe rows (lag) and the reset plan (clamping as Kafka's
-ConsumerGroupCommand), reading a group whose members leave while it is read, and the
-command's parsing and table layout."""
+ConsumerGroupCommand), reading a group whose members leave while it is read, the Kafka
+client groups the brokers hold beside the ZooKeeper groups (listed, described, and
+refusing a reset while they have members), and the command's parsing and table layout."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import cast
 
 import pytest
 
-from client.admin import AdminClient
+from client.admin import (
+    AdminClient,
+    BrokerGroups,
+    ConsumerGroupDescription,
+    GroupMember,
+    ListOffsetsResult,
+)
 from client.consumer_groups import (
     ConsumerGroupService,
+    GroupListing,
+    Owner,
     PartitionRow,
     ResetSpec,
     describe_rows,
     plan_reset,
 )
-from client.consumer_groups_cli import format_plan, format_table, parse_topic_options
+from client.consumer_groups_cli import (
+    describe_status,
+    format_listing,
+    format_members,
+    format_plan,
+    format_state,
+    format_table,
+    parse_topic_options,
+)
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition
 
@@ -30,10 +48,10 @@ def test_lag_is_log_end_minus_committed_and_unknown_where_either_is() -> None:
         [T2, T0, T1],
         committed={T0: 4, T1: 7},
         log_end={T0: 10, T2: 5},
-        owners={T0: "g_host-1"},
+        owners={T0: Owner("g_host-1")},
     )
     assert rows == [
-        PartitionRow("g", "t", 0, 4, 10, 6, "g_host-1"),
+        PartitionRow("g", "t", 0, 4, 10, 6, Owner("g_host-1")),
         PartitionRow("g", "t", 1, 7, None, None, None),
         PartitionRow("g", "t", 2, None, 5, None, None),
     ]
@@ -91,10 +109,20 @@ def test_topic_options_name_topics_or_some_of_their_partitions() -> None:
 
 
 def test_tables_have_kafkas_columns_as_wide_as_their_cells() -> None:
-    rows = [PartitionRow("grp", "orders", 0, 4, 10, 6, None)]
+    rows = [
+        PartitionRow("grp", "orders", 0, 4, 10, 6, None),
+        PartitionRow("grp", "orders", 1, 4, 10, 6, Owner("rdkafka-1", "/10.0.0.7", "rdkafka")),
+        PartitionRow("grp", None, None, None, None, None, Owner("idle-2", "/10.0.0.8", "py")),
+    ]
     assert format_table(rows) == [
-        "GROUP TOPIC  PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID",
-        "grp   orders 0         4              10             6   -",
+        "GROUP TOPIC  PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST      CLIENT-ID",
+        "grp   orders 0         4              10             6   -           -         -",
+        "grp   orders 1         4              10             6   rdkafka-1   /10.0.0.7 rdkafka",
+        "grp   -      -         -              -              -   idle-2      /10.0.0.8 py",
+    ]
+    assert format_listing([GroupListing("billing", "kafka", "Stable")]) == [
+        "GROUP   TYPE  STATE",
+        "billing kafka Stable",
     ]
     assert format_plan("grp", {T1: 0}) == [
         "GROUP TOPIC PARTITION NEW-OFFSET",
@@ -104,11 +132,29 @@ def test_tables_have_kafkas_columns_as_wide_as_their_cells() -> None:
 
 class VanishingZooKeeper:
     """The ZooKeeper calls ConsumerGroupService makes, over a dict; listed children whose
-    data is missing are znodes deleted between the listing and the read (a member leaving)."""
+    data is missing are znodes deleted between the listing and the read (a member leaving).
+    ``kafka``: the Kafka client groups the brokers answer with."""
 
-    def __init__(self, children: dict[str, list[str]], data: dict[str, bytes]) -> None:
+    def __init__(
+        self,
+        children: dict[str, list[str]],
+        data: dict[str, bytes],
+        kafka: BrokerGroups | None = None,
+    ) -> None:
         self.children = children
         self.data = data
+        self.kafka = kafka or BrokerGroups({}, {})
+        self.written: dict[str, bytes] = {}
+
+    async def list_consumer_groups(self) -> BrokerGroups:
+        return self.kafka
+
+    async def describe_consumer_groups(self, group_ids: list[str]) -> BrokerGroups:
+        wanted = {g: held for g, held in self.kafka.groups.items() if g in group_ids}
+        return BrokerGroups(wanted, self.kafka.errors)
+
+    async def zk_write(self, path: str, data: bytes) -> None:
+        self.written[path] = data
 
     async def zk_children(self, path: str) -> list[str]:
         return self.children.get(path, [])
@@ -145,3 +191,152 @@ def test_members_and_owners_that_leave_while_being_read_are_skipped() -> None:
     assert description.offsets == {T0: 5}
     assert len(warnings) == 3  # the illegal topic, the non-partition child, the bad offset
     assert "'bad name'" in warnings[0]
+
+
+def kafka_group(
+    state: str, *members: GroupMember, broker: int = 1, coordinator: int = 1
+) -> ConsumerGroupDescription:
+    return ConsumerGroupDescription(
+        "billing-ck", state, "consumer", "range", members, broker, coordinator
+    )
+
+
+RDKAFKA = GroupMember("rdkafka-a1", "rdkafka", "/127.0.0.1", (T0, T1, T2))
+
+
+class Offsets:
+    """list_offsets of a log of 10 records per partition."""
+
+    async def list_offsets(self, tps: list[TopicPartition], timestamp: int) -> ListOffsetsResult:
+        return ListOffsetsResult(dict.fromkeys(tps, 0 if timestamp == -2 else 10), {})
+
+    async def describe_topics(self, names: list[str] | None = None) -> list[object]:
+        return []
+
+
+class GroupsBoth(VanishingZooKeeper, Offsets):
+    pass
+
+
+def committed_by_kafka_clients(kafka: BrokerGroups) -> GroupsBoth:
+    """A Kafka client group that committed 4 on partition 0: offsets znodes, no ids."""
+    return GroupsBoth(
+        children={
+            "/consumers": ["billing-ck", "zk-readers"],
+            "/consumers/billing-ck": ["offsets"],
+            "/consumers/billing-ck/offsets": ["t"],
+            "/consumers/billing-ck/offsets/t": ["0"],
+            "/consumers/zk-readers": ["ids"],
+            "/consumers/zk-readers/ids": [],
+        },
+        data={"/consumers/billing-ck/offsets/t/0": b"4"},
+        kafka=kafka,
+    )
+
+
+def test_a_live_kafka_group_is_listed_described_with_its_member_and_not_reset() -> None:
+    zk = committed_by_kafka_clients(
+        BrokerGroups({"billing-ck": [kafka_group("Stable", RDKAFKA)]}, {})
+    )
+    service = ConsumerGroupService(cast(AdminClient, zk), print)
+    assert asyncio.run(service.list_groups()) == [
+        GroupListing("billing-ck", "kafka", "Stable"),
+        GroupListing("zk-readers", "zookeeper", "Empty"),
+    ]
+    description = asyncio.run(service.describe_group("billing-ck"))
+    assert description.active
+    assert describe_status(description) is None
+    rows = asyncio.run(service.describe_rows(description))
+    owner = Owner("rdkafka-a1", "/127.0.0.1", "rdkafka")
+    assert rows == [
+        PartitionRow("billing-ck", "t", 0, 4, 10, 6, owner),
+        PartitionRow("billing-ck", "t", 1, None, 10, None, owner),
+        PartitionRow("billing-ck", "t", 2, None, 10, None, owner),
+    ]
+    with pytest.raises(
+        ClientError,
+        match=r"^Assignments can only be reset if the group 'billing-ck' is inactive, "
+        r"but the current state is Stable\.$",
+    ):
+        asyncio.run(service.plan_reset("billing-ck", {"t": [0]}, False, ResetSpec("earliest")))
+    with pytest.raises(ClientError, match="current state is Stable"):
+        asyncio.run(service.execute_reset("billing-ck", {T0: 0}))
+    assert zk.written == {}
+
+
+def test_a_kafka_group_with_members_at_its_old_coordinator_only_is_still_live() -> None:
+    # Mid-move: the new coordinator holds it Empty, the old one still has the member.
+    moving = [
+        kafka_group("Empty", broker=2, coordinator=2),
+        kafka_group("Stable", RDKAFKA, broker=1, coordinator=2),
+    ]
+    zk = committed_by_kafka_clients(BrokerGroups({"billing-ck": moving}, {}))
+    service = ConsumerGroupService(cast(AdminClient, zk), print)
+    description = asyncio.run(service.describe_group("billing-ck"))
+    assert description.kafka_group is not None
+    assert description.kafka_group.broker_id == 1  # the holding with members is shown
+    with pytest.raises(ClientError, match="current state is Stable"):
+        asyncio.run(service.execute_reset("billing-ck", {T0: 0}))
+
+
+def test_a_reset_is_refused_when_a_broker_cannot_be_asked_and_goes_through_when_all_are_empty() -> (
+    None
+):
+    silent = BrokerGroups({}, {3: "broker 3 at 127.0.0.1:9093: unavailable"})
+    zk = committed_by_kafka_clients(silent)
+    warnings: list[str] = []
+    service = ConsumerGroupService(cast(AdminClient, zk), warnings.append)
+    with pytest.raises(
+        ClientError, match="cannot tell whether group 'billing-ck' has live members: broker 3"
+    ):
+        asyncio.run(service.execute_reset("billing-ck", {T0: 0}))
+    assert zk.written == {}
+    assert warnings == [
+        "cannot ask broker 3 at 127.0.0.1:9093: unavailable about group 'billing-ck'"
+    ]
+
+    zk.kafka = BrokerGroups({"billing-ck": [kafka_group("Empty")]}, {})
+    asyncio.run(service.execute_reset("billing-ck", {T0: 0}))
+    assert zk.written == {"/consumers/billing-ck/offsets/t/0": b"0"}
+
+
+def test_a_kafka_group_the_coordinator_forgot_is_listed_empty_and_described_without_members() -> (
+    None
+):
+    zk = committed_by_kafka_clients(BrokerGroups({}, {}))
+    service = ConsumerGroupService(cast(AdminClient, zk), print)
+    assert asyncio.run(service.list_groups())[0] == GroupListing("billing-ck", "kafka", "Empty")
+    description = asyncio.run(service.describe_group("billing-ck"))
+    assert describe_status(description) == "Consumer group 'billing-ck' has no active members."
+    with pytest.raises(ClientError, match="'nosuch' does not exist"):
+        asyncio.run(service.describe_group("nosuch"))
+
+
+def test_a_kafka_member_without_partitions_gets_a_row_of_its_own() -> None:
+    waiting = GroupMember("rdkafka-b2", "rdkafka", "/127.0.0.2", ())
+    zk = committed_by_kafka_clients(
+        BrokerGroups({"billing-ck": [kafka_group("CompletingRebalance", waiting)]}, {})
+    )
+    service = ConsumerGroupService(cast(AdminClient, zk), print)
+    description = asyncio.run(service.describe_group("billing-ck"))
+    assert describe_status(description) == "Warning: Consumer group 'billing-ck' is rebalancing."
+    rows = asyncio.run(service.describe_rows(description))
+    assert rows[-1] == PartitionRow(
+        "billing-ck", None, None, None, None, None, Owner("rdkafka-b2", "/127.0.0.2", "rdkafka")
+    )
+
+
+def test_state_and_members_views_as_kafkas_describe_prints_them() -> None:
+    held = dataclasses.replace(kafka_group("Stable", RDKAFKA), coordinator_address="h:9091")
+    zk = committed_by_kafka_clients(BrokerGroups({"billing-ck": [held]}, {}))
+    description = asyncio.run(
+        ConsumerGroupService(cast(AdminClient, zk), print).describe_group("billing-ck")
+    )
+    assert format_state(description) == [
+        "GROUP      COORDINATOR (ID) ASSIGNMENT-STRATEGY STATE  #MEMBERS",
+        "billing-ck h:9091 (1)       range               Stable 1",
+    ]
+    assert format_members(description) == [
+        "GROUP      CONSUMER-ID HOST       CLIENT-ID #PARTITIONS",
+        "billing-ck rdkafka-a1  /127.0.0.1 rdkafka   3",
+    ]

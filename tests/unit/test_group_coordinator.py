@@ -4,6 +4,7 @@ directly (the Kafka clients drive it through real brokers in tests/integration).
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -19,6 +20,7 @@ from broker.group_coordinator import (
     JoinResult,
     coordinator_for,
 )
+from proto.topic_partition import TopicPartition
 
 T = TypeVar("T")
 NONE = 0
@@ -38,6 +40,7 @@ async def join(
     member_id: str = "",
     *,
     client: str = "c",
+    host: str = "/127.0.0.1",
     protocols: list[tuple[str, bytes]] | None = None,
     session_ms: int = 10_000,
     rebalance_ms: int = 10_000,
@@ -47,6 +50,7 @@ async def join(
         member_id,
         group_instance_id=None,
         client_id=client,
+        client_host=host,
         session_timeout_ms=session_ms,
         rebalance_timeout_ms=rebalance_ms,
         protocol_type="consumer",
@@ -200,3 +204,85 @@ def test_the_coordinator_choice_is_stable_and_moves_only_the_groups_of_a_broker_
     after = {g: coordinator_for(g, [1, 3]) for g in groups}
     assert all(after[g] == before[g] for g in groups if before[g] != 2)
     assert coordinator_for("g", []) is None
+
+
+def consumer_assignment(topic: str, partitions: list[int]) -> bytes:
+    """Kafka's consumer protocol assignment (version 0) of ``partitions`` of ``topic``."""
+    name = topic.encode()
+    return (
+        struct.pack(">hih", 0, 1, len(name))
+        + name
+        + struct.pack(f">i{len(partitions)}ii", len(partitions), *partitions, -1)
+    )
+
+
+def test_describe_shows_each_members_client_host_and_decoded_partitions_once_stable() -> None:
+    async def main() -> None:
+        c = coordinator()
+        results = await join_three(c)
+        (leader,) = [r for r in results if r.members]
+        # While the leader has not sent the assignment, the members have none (as Kafka's
+        # summaryNoMetadata), but they are members.
+        [during] = c.describe_groups(["g"])
+        assert during.state is GroupState.COMPLETING_REBALANCE
+        assert {m.client_id for m in during.members} == {"a", "b", "c"}
+        assert {m.assignment for m in during.members} == {b""}
+        assert {m.partitions for m in during.members} == {()}
+        plan = {r.member_id: consumer_assignment("t", [i, i + 3]) for i, r in enumerate(results)}
+        plan[results[2].member_id] = b"garbage"
+        syncs = [
+            asyncio.create_task(c.sync_group("g", r.generation_id, r.member_id, plan))
+            for r in results
+            if r is not leader
+        ]
+        await c.sync_group("g", leader.generation_id, leader.member_id, plan)
+        await asyncio.gather(*syncs)
+
+        [described, dead] = c.describe_groups(["g", "nosuch"])
+        assert (described.state, described.protocol_type, described.protocol_name) == (
+            GroupState.STABLE,
+            "consumer",
+            "range",
+        )
+        by_id = {m.member_id: m for m in described.members}
+        assert set(by_id) == {r.member_id for r in results}
+        first, second, third = (by_id[r.member_id] for r in results)
+        assert first.client_host == "/127.0.0.1"
+        assert first.partitions == (TopicPartition("t", 0), TopicPartition("t", 3))
+        assert second.partitions == (TopicPartition("t", 1), TopicPartition("t", 4))
+        assert third.partitions is None  # does not decode: shown as unknown, not as nothing
+        assert third.assignment == b"garbage"
+        assert first.metadata == first.client_id.encode()  # its metadata of "range"
+        assert (dead.group_id, dead.state, dead.members) == ("nosuch", GroupState.DEAD, ())
+
+        [listed] = c.list_groups()
+        assert (listed.group_id, listed.protocol_type, listed.state) == (
+            "g",
+            "consumer",
+            GroupState.STABLE,
+        )
+        assert c.list_groups([GroupState.EMPTY]) == []
+
+    run(main())
+
+
+def test_a_group_of_another_protocol_type_has_no_decoded_partitions() -> None:
+    async def main() -> None:
+        c = coordinator()
+        member = await c.join_group(
+            "connect-cluster",
+            "",
+            group_instance_id=None,
+            client_id="worker",
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+            protocol_type="connect",
+            protocols=[("sessioned", b"")],
+        )
+        await c.sync_group(
+            "connect-cluster", member.generation_id, member.member_id, {member.member_id: b"x"}
+        )
+        [described] = c.describe_groups(["connect-cluster"])
+        assert [(m.assignment, m.partitions) for m in described.members] == [(b"x", None)]
+
+    run(main())

@@ -1,19 +1,24 @@
 """BrokerService.InitProducerId's answers when ZooKeeper cannot reserve a block: a retriable
 REQUEST_TIMED_OUT when it does not answer in time, UNKNOWN_SERVER_ERROR when the znode is
 unusable. (Success against a real ZooKeeper: tests/integration/test_idempotent_producer.py.)
-Metadata's brokers with their Kafka listeners."""
+Metadata's brokers with their Kafka listeners. ListGroups and DescribeGroups of the group
+coordinator's groups."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
-from broker.kafka_apis import BrokerService
+import pytest
+
+from broker.group_coordinator import GroupCoordinator, coordinator_for
+from broker.kafka_apis import BrokerService, MalformedRequestError
 from broker.metadata_cache import BrokerInfo, MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from proto import minibroker_pb2 as pb
 from proto.zk_data import ProducerIdBlock, ZkDataError
+from tests.unit.test_group_coordinator import consumer_assignment
 
 
 class _Replicas:
@@ -82,3 +87,69 @@ def test_metadata_names_each_brokers_kafka_listener_if_it_has_one() -> None:
         (1, "10.0.0.1", 19091),
         (2, "", 0),
     ]
+
+
+def test_list_and_describe_groups_answer_with_the_coordinators_groups_and_members() -> None:
+    cache = MetadataCache()
+    cache.update(
+        controller_id=1,
+        controller_epoch=1,
+        brokers=[
+            BrokerInfo(b, f"10.0.0.{b}", 9090 + b, kafka_endpoint=(f"10.0.0.{b}", 19090 + b))
+            for b in (1, 2, 3)
+        ],
+        partitions={},
+    )
+    groups = GroupCoordinator(1, initial_rebalance_delay_ms=0)
+    service = BrokerService(
+        cast(ReplicaManager, _Replicas()),
+        cache,
+        ProducerIdManager(1, _UnreachableZooKeeper()),
+        group_coordinator=groups,
+    )
+
+    async def main() -> tuple[pb.ListGroupsResponse, pb.DescribeGroupsResponse]:
+        joined = await groups.join_group(
+            "billing",
+            "",
+            group_instance_id="pod-1",
+            client_id="rdkafka",
+            client_host="/10.1.2.3",
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+        )
+        plan = {joined.member_id: consumer_assignment("ck-events", [0, 1, 2])}
+        await groups.sync_group("billing", joined.generation_id, joined.member_id, plan)
+        listed = await service._list_groups(pb.ListGroupsRequest())
+        described = await service._describe_groups(
+            pb.DescribeGroupsRequest(groups=["billing", "gone", "bad/name"])
+        )
+        return listed, described
+
+    listed, described = asyncio.run(main())
+    coordinator = coordinator_for("billing", [1, 2, 3])
+    assert [
+        (g.group_id, g.protocol_type, g.group_state, g.coordinator_id) for g in listed.groups
+    ] == [("billing", "consumer", "Stable", coordinator)]
+    billing, gone, bad = described.groups
+    assert (billing.error_code, billing.group_state, billing.protocol_data) == (
+        pb.NONE,
+        "Stable",
+        "range",
+    )
+    [member] = billing.members
+    assert (member.client_id, member.client_host, member.group_instance_id) == (
+        "rdkafka",
+        "/10.1.2.3",
+        "pod-1",
+    )
+    assert [(t.topic, list(t.partitions)) for t in member.assignment] == [("ck-events", [0, 1, 2])]
+    assert (gone.error_code, gone.group_state, len(gone.members)) == (pb.NONE, "Dead", 0)
+    assert bad.error_code == pb.INVALID_REQUEST
+
+    filtered = asyncio.run(service._list_groups(pb.ListGroupsRequest(states_filter=["empty"])))
+    assert list(filtered.groups) == []
+    with pytest.raises(MalformedRequestError, match="'Lively'"):
+        asyncio.run(service._list_groups(pb.ListGroupsRequest(states_filter=["Lively"])))

@@ -59,6 +59,8 @@ def test_services_are_complete() -> None:
         "ListOffsets",
         "Metadata",
         "InitProducerId",
+        "ListGroups",
+        "DescribeGroups",
     }
     assert set(services["Control"].methods_by_name) == {
         "LeaderAndIsr",
