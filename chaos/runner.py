@@ -282,7 +282,7 @@ class _Progress:
     def line(self, rate: float, acks: int) -> str:
         return (
             f"{self.elapsed():6.1f} s  {rate:7.0f} acks/s  {acks:,} acked so far  "
-            f"{self.done} faults done, {self.skipped} skipped  now: {self.now}"
+            f"faults: {self.done} done, {self.skipped} skipped  now: {self.now}"
         )
 
     def _tick(self) -> None:

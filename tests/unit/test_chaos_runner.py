@@ -183,7 +183,7 @@ def test_the_progress_line_goes_on_while_a_strike_blocks(
     out = capsys.readouterr().out.splitlines()
     progress = [line for line in out if "acked so far" in line]
     assert progress, out
-    assert "0 faults done, 0 skipped  now: striking stand-in" in progress[0]
+    assert "acked so far  faults: 0 done, 0 skipped  now: striking stand-in" in progress[0]
 
 
 def test_without_a_terminal_a_progress_line_comes_every_period_whatever_the_clock_reads(
