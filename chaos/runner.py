@@ -258,7 +258,7 @@ class _Progress:
             return
         with self._lock:
             if self._shown:
-                print("\\r" + " " * _STATUS_WIDTH + "\\r", end="")
+                print("\r" + " " * _STATUS_WIDTH + "\r", end="")
                 self._shown = False
             print(f"chaos: {line}", flush=True)
 

@@ -307,3 +307,22 @@ def test_a_duration_too_short_for_any_fault_is_explained() -> None:
     nemeses = ["kill", "pause", "disk-full"]
     enough = float(no_fault_fits(nemeses, 5, 10, 3.0).split("give --duration ")[1].split()[0])
     assert all(make_schedule(nemeses, enough, 10, seed, 3.0).faults for seed in range(50))
+
+
+def test_on_a_terminal_the_progress_line_is_rewritten_and_cleared_before_a_line_said(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    progress = _Progress(False, lambda: 0, tty=True)
+    progress.show("progress one", 1.0)
+    progress.show("progress two", 1.5)  # on a terminal every second, in place
+    progress.say("kill 2 struck")
+    progress.show("progress three", 2.5)
+    progress.stop()
+    width = runner._STATUS_WIDTH
+    assert capsys.readouterr().out == (
+        f"\r{'progress one':<{width}}"
+        f"\r{'progress two':<{width}}"
+        f"\r{' ' * width}\rchaos: kill 2 struck\n"
+        f"\r{'progress three':<{width}}"
+        "\n"  # stop ends the line rewritten in place
+    )
