@@ -118,7 +118,7 @@ run: setup ## a local cluster of processes (cluster up), a demo topic, a few rec
 	@echo "  minibroker cluster down"
 
 CHAOS_ARGS ?=
-chaos: setup ## a 60 s local chaos run (mixed faults, a recorded workload), judged by the audit: make chaos [CHAOS_ARGS="--seed 7"]
+chaos: setup ## a local chaos run: 60 s of mixed faults (longer when strikes and heals run long; set-up, final read and audit add 1-2 min) under a recorded workload, judged by the audit: make chaos [CHAOS_ARGS="--seed 7"]
 	$(PY) -m client.cli chaos run --duration 60 --interval 8 $(CHAOS_ARGS)
 
 audit: $(INSTALLED) ## Spark audit of replica logs: make audit [DATA="D1 D2 D3"] [HISTORY=F] [REPORT=D] [TIMELINE=F] [MASTER=URL]

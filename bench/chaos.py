@@ -81,23 +81,10 @@ def _one(
     )
     print(f"bench chaos: {command}", flush=True)
     status = run_chaos(settings)
+    stats = run_stats(run_dir)
     return ChaosResult(
-        label,
-        command,
-        status,
-        run_stats(run_dir),
-        _violations(run_dir),
-        _skipped(run_dir),
-        run_dir,
+        label, command, status, stats, _violations(run_dir), len(stats.skipped), run_dir
     )
-
-
-def _skipped(run_dir: Path) -> int:
-    timeline = run_dir / "timeline.jsonl"
-    if not timeline.exists():
-        return 0
-    events = (json.loads(line) for line in timeline.read_text().splitlines() if line.strip())
-    return sum(1 for e in events if e.get("type") == "fail")
 
 
 def measure(work: Path) -> list[ChaosResult]:

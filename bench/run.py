@@ -575,7 +575,7 @@ def _chaos_section(run: _Run) -> list[str]:
         "audit report) are kept under `bench/out/chaos/`.",
     ]
     for r in results:
-        print(f"chaos {r.label}: {r.stats.summary()}; {verdict(r)}")
+        print(f"chaos {r.label}: {verdict(r)}; {r.stats.summary()}")
     return lines
 
 

@@ -130,7 +130,9 @@ class ClusterBackend(abc.ABC):
 
     @abc.abstractmethod
     def copy_data_dirs(self, into: Path) -> dict[int, Path]:
-        """After :meth:`stop_cluster`: each broker's data dir copied under ``into``."""
+        """Each broker's data dir copied under ``into``: after :meth:`stop_cluster` for a
+        cluster the run started, while it runs for one the run was given (after the final
+        read, when nothing of the run writes any more)."""
 
     @abc.abstractmethod
     def copy_logs(self, into: Path) -> None:

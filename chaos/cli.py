@@ -1,8 +1,9 @@
 """``minibroker chaos run|scenario|matrix``: break a real cluster and let the audit judge.
 
 Each subcommand's exit status is the audit's: 0 clean, 1 violations, 2 the run could not
-start or be judged (one line says why). The subcommands live in their own modules; this one
-only registers them.
+start or be judged (one line says why); ``chaos run`` (and a matrix of runs) says 3, nothing
+tested, when the audit is clean but no fault struck. The subcommands live in their own
+modules; this one only registers them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="break a real cluster on a schedule and audit its replica logs",
         description="Break a real cluster (nemeses) while a workload records what it was "
         "told, then let the Spark audit judge the replica logs. Exit status: 0 clean, 1 "
-        "violations, 2 could not run.",
+        "violations, 2 could not run, 3 nothing tested (clean, but no fault struck).",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     _add_run(actions)
@@ -65,8 +66,13 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="faults on a schedule under a recorded workload, then the audit",
         description="Start a cluster (or use the running one --data-dir or --project names), "
         "run producers and consumers that record every outcome, inject faults one at a "
-        "time on a seeded schedule, heal, read everything once more, stop the cluster "
-        "cleanly and audit its data dirs with the history.",
+        "time on a seeded schedule, heal, read everything once more, stop a cluster it "
+        "started cleanly (one it was given is left running, healed) and audit the data dirs "
+        "with the history. --duration is the fault window: set-up before it, and the final "
+        "read, the copies and the Spark audit after it, add a minute or more. Exit status: "
+        "0 clean, 1 violations, 2 could not run or be judged, 3 nothing tested (the audit "
+        "found nothing but no fault struck: every one skipped, or none fitted in "
+        "--duration).",
     )
     run.add_argument("--backend", choices=["local", "docker"], default="local")
     run.add_argument(
@@ -77,7 +83,10 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help=f"faults to draw from: {', '.join(NEMESES)}; all (default): every one this "
         "backend and cluster can do",
     )
-    run.add_argument("--duration", type=float, default=60.0, metavar="S", help="default 60")
+    run.add_argument(
+        "--duration", type=float, default=60.0, metavar="S", help="the fault window (default "
+        "60); a fault whose predecessor's heal ran late strikes late and may end it late"
+    )  # fmt: skip
     run.add_argument(
         "--interval", type=float, default=10.0, metavar="S", help="about this long between "
         "faults (default 10)"
@@ -99,11 +108,12 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     run.add_argument(
         "--data-dir", type=Path, default=None, metavar="DIR",
-        help="a running local cluster (cluster up) instead of a new one",
+        help="a running local cluster (cluster up) instead of a new one; left running",
     )  # fmt: skip
     run.add_argument(
         "--project", default=None, metavar="P",
-        help="a running Docker cluster's compose project (make up) instead of a new one",
+        help="a running Docker cluster's compose project (make up) instead of a new one; "
+        "left running",
     )  # fmt: skip
     run.add_argument("--master", default=None, metavar="URL", help="the audit's Spark master")
     run.set_defaults(run=_run)
@@ -156,7 +166,7 @@ def _add_matrix(actions: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "controller (Kafka's replication_test.py), each a short run of its own on a new "
         "cluster of 3 brokers, RF 3, min.insync.replicas 2, judged by the audit. Prints a "
         "table and writes it to OUT/matrix.json. Exit status: 0 every cell clean, 1 a "
-        "violation, 2 a cell could not run.",
+        "violation, 2 a cell could not run, 3 a cell's fault did not strike (nothing tested).",
     )
     matrix.add_argument("--backend", choices=["local", "docker"], default="local")
     matrix.add_argument("--out", type=Path, default=None, metavar="DIR")

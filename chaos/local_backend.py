@@ -105,6 +105,9 @@ class LocalBackend(ClusterBackend):
         self.cluster.down()
 
     def copy_data_dirs(self, into: Path) -> dict[int, Path]:
+        """Each broker's data dir, of a stopped cluster or of a running one (a file the
+        broker removes while it is copied, a checkpoint replaced by its successor or a
+        segment deleted, is left out)."""
         copies = {}
         for broker_id in self.broker_ids():
             target = into / f"broker-{broker_id}"
@@ -114,6 +117,7 @@ class LocalBackend(ClusterBackend):
                 self.cluster.broker_dir(broker_id),
                 target,
                 ignore=shutil.ignore_patterns(".lock", ZOOKEEPER_SESSION_FILE),
+                copy_function=_copy_if_there,
             )
             copies[broker_id] = target
         return copies
@@ -122,3 +126,12 @@ class LocalBackend(ClusterBackend):
         into.mkdir(parents=True, exist_ok=True)
         for log in sorted(self.cluster.logs_dir.glob("*.log")):
             shutil.copy2(log, into / log.name)
+
+
+def _copy_if_there(source: str, target: str) -> str:
+    try:
+        return str(shutil.copy2(source, target))
+    except FileNotFoundError:
+        if Path(source).exists():
+            raise  # the target's side
+        return target

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from chaos.nemesis import KAFKA_FAILURE_MODES
-from chaos.run_dir import EXIT_CANNOT_RUN, RunDir, RunDirError
+from chaos.run_dir import EXIT_CANNOT_RUN, EXIT_NOTHING_TESTED, RunDir, RunDirError
 from chaos.runner import RunSettings, run_chaos
 from chaos.schedule import Schedule, ScheduledFault
 
@@ -39,14 +39,17 @@ class MatrixCell:
     broker_type: str
     """``leader`` or ``controller``."""
     status: int
-    """The run's exit status: 0 clean, 1 violations, 2 could not run."""
+    """The run's exit status: 0 clean, 1 violations, 2 could not run, 3 nothing tested
+    (the cell's fault did not strike)."""
     acked: int
     violations: int
     run_dir: str
 
     @property
     def verdict(self) -> str:
-        return {0: "clean", 1: "VIOLATIONS"}.get(self.status, "could not run")
+        return {0: "clean", 1: "VIOLATIONS", EXIT_NOTHING_TESTED: "nothing tested"}.get(
+            self.status, "could not run"
+        )
 
 
 def run_matrix(
@@ -61,7 +64,7 @@ def run_matrix(
     quiet: bool = False,
 ) -> int:
     """Run every cell; returns 0 when all are clean, 1 if any found a violation, 2 if any
-    could not run."""
+    could not run, 3 if a cell's fault did not strike (nothing tested there)."""
     if (out / "matrix.json").exists():
         raise RunDirError(f"{out} already holds a matrix: choose another --out")
     out.mkdir(parents=True, exist_ok=True)
@@ -108,9 +111,11 @@ def run_matrix(
         json.dumps({"cells": [asdict(c) for c in cells]}, indent=2) + "\n"
     )
     _print_table(cells)
-    if any(c.status not in (0, 1) for c in cells):
+    if any(c.status not in (0, 1, EXIT_NOTHING_TESTED) for c in cells):
         return EXIT_CANNOT_RUN
-    return 1 if any(c.status == 1 for c in cells) else 0
+    if any(c.status == 1 for c in cells):
+        return 1
+    return EXIT_NOTHING_TESTED if any(c.status == EXIT_NOTHING_TESTED for c in cells) else 0
 
 
 def _acked(run: RunDir) -> int:

@@ -7,12 +7,13 @@ Layout (``--out DIR``)::
     timeline.jsonl       the faults, injected and healed
     schedule.json        the nemesis schedule (``chaos run --replay DIR/schedule.json``)
     logs/                the brokers' (and ZooKeeper's) logs
-    data/broker-N/       each broker's data dir, copied after the clean stop
+    data/broker-N/       each broker's data dir: copied after the clean stop of a cluster
+                         the run started, after the final read of one it was given
     audit/               report.json, report.html and summary.txt (the audit's table)
 
 A directory that already holds a run is refused: a second run would mix its history with
 the first one's. The exit status of a run is the audit's (0 clean, 1 violations, 2 the run
-could not be judged).
+could not be judged), except that a run in which no fault struck is 3, nothing tested.
 """
 
 from __future__ import annotations
@@ -27,10 +28,14 @@ from typing import Any
 from chaos.history_recorder import merge_histories
 from proto.errors import MinibrokerError
 
-__all__ = ["EXIT_CANNOT_RUN", "RunDir", "RunDirError"]
+__all__ = ["EXIT_CANNOT_RUN", "EXIT_NOTHING_TESTED", "RunDir", "RunDirError"]
 
 EXIT_CANNOT_RUN = 2
 """Exit status of a run that could not start or be judged (bad input, no backend)."""
+
+EXIT_NOTHING_TESTED = 3
+"""Exit status of a chaos run the audit found clean but in which no fault struck (every
+fault skipped, or none scheduled): a clean audit of it says nothing about faults."""
 
 _MARKERS = ("history.jsonl", "schedule.json", "timeline.jsonl", "history.d")
 

@@ -8,17 +8,26 @@ One run, in order:
 2. the cluster: its own (3 brokers, RF 3, ``min.insync.replicas`` 2, the chosen truncation
    mode, unclean election if asked), or the running one ``--data-dir``/``--project`` names;
 3. the workload's topics, producers and consumers (:mod:`chaos.workload`);
-4. the faults, one at a time, each healed after its hold; a progress line every second;
+4. the faults, one at a time: each strikes at its time in the schedule (or, if the one
+   before it is not over yet, as soon as it is), is held ``hold_s`` from the moment the
+   strike is complete, is healed, and the next one waits until every ISR is whole again
+   (at most :data:`READY_TIMEOUT_S`, said if it runs out). Every strike, heal and skipped
+   fault is a line of its own; a progress line, kept going by a thread of its own while a
+   strike or a heal blocks, is rewritten every second on a terminal and printed every
+   :data:`PROGRESS_EVERY_S` seconds without one;
 5. the end: every fault healed, the ISRs whole again (or said which are not), the producers
    stopped once they know their outcomes, one final read of every partition, the consumers
-   stopped, the cluster stopped cleanly, data dirs and logs copied into the run, the
-   history merged and the audit run. The exit status is the audit's; the last line names
-   the report.
+   stopped; a cluster the run started is stopped cleanly, one it was given is left running
+   (healed, as it was found) and its data dirs copied after the final read; logs copied
+   into the run, the history merged and summed up (:mod:`chaos.run_stats`), and the audit
+   run. The exit status is the audit's (0 clean, 1 violations, 2 could not run or be
+   judged), but 3 when the audit is clean and no fault struck (nothing tested); the line
+   before the last says what was and was not tested, the last names the report.
 
 Ctrl-C or SIGTERM at any point heals what is broken (paused brokers continued, stopped ones
 started, the network reconnected, ZooKeeper nodes started), stops the workload and a
 cluster the run started, writes what it has, and says where. A run never leaves a broker
-stopped, paused or partitioned behind it.
+stopped, paused or partitioned behind it, and never stops a cluster it did not start.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -42,8 +51,8 @@ from chaos.cluster_checks import create_topics, final_read, under_replicated, wa
 from chaos.history_recorder import HistoryRecorder, TimelineRecorder
 from chaos.local_backend import LocalBackend
 from chaos.nemesis import NEMESES, Fault, NemesisContext, nemesis_named
-from chaos.run_dir import EXIT_CANNOT_RUN, RunDir
-from chaos.run_stats import run_stats
+from chaos.run_dir import EXIT_CANNOT_RUN, EXIT_NOTHING_TESTED, RunDir
+from chaos.run_stats import RunStats, run_stats
 from chaos.schedule import Schedule, make_schedule
 from chaos.workload import Workload, WorkloadSpec
 from deploy.local_cluster import LocalCluster
@@ -51,13 +60,20 @@ from deploy.ports import free_port_block
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 
-__all__ = ["Interrupted", "RunSettings", "run_chaos"]
+__all__ = ["Interrupted", "RunSettings", "no_fault_fits", "run_chaos", "run_verdict"]
 
 BROKERS = 3
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
 ISR_TIMEOUT_S = 120.0
 FINAL_READ_TIMEOUT_S = 120.0
+READY_TIMEOUT_S = 60.0
+"""After a heal, how long the next fault waits at most for every ISR to be whole again."""
+PROGRESS_EVERY_S = 10.0
+"""Without a terminal, a progress line this often (on one, the line is rewritten every
+second)."""
+_STATUS_WIDTH = 110
+EXIT_VIOLATIONS = 1
 
 
 class Interrupted(MinibrokerError):
@@ -147,6 +163,157 @@ def run_chaos(settings: RunSettings) -> int:
         return _Run(settings, run, replay).execute()
 
 
+def no_fault_fits(
+    nemeses: Sequence[str], duration_s: float, interval_s: float, session_timeout_s: float
+) -> str:
+    """Why a schedule made from these settings holds no fault (see
+    :func:`chaos.schedule.make_schedule`): the first fault strikes half to all of
+    ``interval_s`` into the run and must be healed before ``duration_s``."""
+    holds = [nemesis_named(n).hold_s(interval_s, session_timeout_s) for n in nemeses]
+    shortest = min(holds, default=interval_s / 2)
+    enough = interval_s + max(holds, default=interval_s / 2)
+    return (
+        f"no fault fits in --duration {duration_s:g} s: the first strikes "
+        f"{interval_s / 2:g} to {interval_s:g} s in (--interval {interval_s:g} s) and is held "
+        f"{shortest:g} s or more; give --duration {enough:g} or more, or a shorter --interval"
+    )
+
+
+def run_verdict(
+    audit_status: int, stats: RunStats, *, truncation_mode: str | None, unclean: bool
+) -> tuple[int, str]:
+    """The run's exit status and the line that says what was and was not tested.
+
+    ``truncation_mode``: the mode of a cluster the run started (None for one it was given,
+    whose settings it does not know)."""
+    tested = stats.faults_line()
+    if audit_status == EXIT_VIOLATIONS:
+        return audit_status, f"VIOLATIONS found ({tested}): see the report"
+    if audit_status != 0:
+        return audit_status, f"not judged: the audit could not run ({tested})"
+    if stats.faults_done == 0:
+        why = tested if stats.skipped else "the schedule held no fault"
+        return EXIT_NOTHING_TESTED, (
+            f"nothing tested: no fault struck ({why}); the audit found no violations, but "
+            "only under the workload alone"
+        )
+    verdict = f"clean: {tested}, and the audit found no violations"
+    unsafe, when = [], []
+    if truncation_mode == "high-watermark":
+        unsafe.append("high-watermark truncation")
+        when.append(
+            "it loses acknowledged writes when a leader and its successor fail in turn before "
+            "a follower has caught up (`chaos scenario hw-data-loss` makes that order)"
+        )
+    if unclean:
+        unsafe.append("unclean leader election")
+        when.append(
+            "it loses them when every in-sync replica is down and an out-of-sync one is elected"
+        )
+    if unsafe:
+        verdict += (
+            f"; that does not make {' or '.join(unsafe)} safe: {'; '.join(when)}; none of "
+            "this run's faults produced those conditions"
+        )
+    return 0, verdict
+
+
+class _Progress:
+    """The run's console. Lines said (every strike, heal and skip has one of its own), and
+    the progress line: rewritten in place every second on a terminal, printed every
+    ``every_s`` seconds without one (a pipe, a file). A thread of its own keeps it going
+    while the run waits on a strike, a heal or the final read."""
+
+    def __init__(
+        self,
+        quiet: bool,
+        acks: Callable[[], int],
+        *,
+        tty: bool | None = None,
+        every_s: float = PROGRESS_EVERY_S,
+    ) -> None:
+        self._quiet = quiet
+        self._acks = acks
+        self._tty = sys.stdout.isatty() if tty is None else tty
+        self._every_s = every_s
+        self._lock = threading.Lock()
+        self._shown = False
+        """A progress line is on the terminal's last line, to be cleared before a say."""
+        self._started: float | None = None
+        self._last_shown: float | None = None
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.now = "starting"
+        """What the run is doing, as the progress line shows it."""
+        self.done = 0
+        self.skipped = 0
+        self.printed = 0
+        """Progress lines shown so far."""
+
+    def elapsed(self) -> float:
+        return 0.0 if self._started is None else time.monotonic() - self._started
+
+    def say(self, line: str) -> None:
+        if self._quiet:
+            return
+        with self._lock:
+            if self._shown:
+                print("\r" + " " * _STATUS_WIDTH + "\r", end="")
+                self._shown = False
+            print(f"chaos: {line}", flush=True)
+
+    def start(self, started: float) -> None:
+        self._started = started
+        if self._quiet:
+            return
+        self._thread = threading.Thread(target=self._tick, name="chaos-progress", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        with self._lock:
+            if self._shown:
+                print(flush=True)  # end the line rewritten in place
+                self._shown = False
+
+    def line(self, rate: float, acks: int) -> str:
+        return (
+            f"{self.elapsed():6.1f} s  {rate:7.0f} acks/s  {acks:,} acked so far  "
+            f"faults: {self.done} done, {self.skipped} skipped  now: {self.now}"
+        )
+
+    def _tick(self) -> None:
+        last_acks, last_t = self._safe_acks(0), time.monotonic()
+        while not self._stopping.wait(1.0):
+            acks, t = self._safe_acks(last_acks), time.monotonic()
+            rate = (acks - last_acks) / max(t - last_t, 1e-3)
+            last_acks, last_t = acks, t
+            self.show(self.line(rate, acks), t)
+
+    def show(self, line: str, now: float) -> None:
+        """The progress line at monotonic time ``now``: in place on a terminal; without
+        one, a line of its own if ``every_s`` passed since the last one."""
+        with self._lock:
+            if self._tty:
+                print(f"\r{line:<{_STATUS_WIDTH}}", end="", flush=True)
+                self._shown = True
+            elif self._last_shown is None or now - self._last_shown >= self._every_s:
+                print(line, flush=True)
+            else:
+                return
+            self._last_shown = now
+            self.printed += 1
+
+    def _safe_acks(self, otherwise: int) -> int:
+        try:
+            return self._acks()
+        except OSError:  # a history file being created or rotated: count again next time
+            return otherwise
+
+
 class _Run:
     def __init__(self, settings: RunSettings, run: RunDir, replay: Schedule | None) -> None:
         self.settings = settings
@@ -157,14 +324,22 @@ class _Run:
         self.workload: Workload | None = None
         self.fault: Fault | None = None
         self.paused: set[int] = set()
-        self.faults_done = 0
         self.zk: KazooClient | None = None
         self._ok_bytes: dict[Path, int] = {}
         self._acks = 0
+        self._acks_lock = threading.Lock()
+        self.progress = _Progress(settings.quiet, self._count_acks)
+        self.planned_s = settings.duration_s
+        """The schedule's fault window (``--duration``, or the replayed schedule's)."""
+        self.times: dict[str, float] = {"begin": time.monotonic()}
+        """Monotonic times the run's phases began (for the closing line on times)."""
 
     def say(self, line: str) -> None:
-        if not self.settings.quiet:
-            print(f"chaos: {line}", flush=True)
+        self.progress.say(line)
+
+    def say_at(self, line: str) -> None:
+        """A line of the schedule, with the time into it."""
+        self.progress.say(f"{self.progress.elapsed():6.1f} s  {line}")
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -176,11 +351,27 @@ class _Run:
             nemeses = resolve_nemeses(settings.nemeses, self.backend)
             schedule = self._schedule(nemeses)
             run.schedule.write_text(schedule.to_json())
+            self.planned_s = schedule.duration_s
             self.say(
-                f"{len(schedule.faults)} faults over {schedule.duration_s:g} s "
+                f"{len(schedule.faults)} faults planned over {schedule.duration_s:g} s "
                 f"({', '.join(schedule.nemeses) or 'none'}), seed {schedule.seed}; "
                 f"run directory {run.path}"
             )
+            if not schedule.faults:
+                why = (
+                    f"the replayed schedule {settings.replay} holds no fault"
+                    if self.replay is not None
+                    else no_fault_fits(
+                        nemeses,
+                        settings.duration_s,
+                        settings.interval_s,
+                        settings.session_timeout_ms / 1000,
+                    )
+                )
+                self.say(
+                    f"{why}. This run will test nothing (exit status {EXIT_NOTHING_TESTED} "
+                    "if the audit finds nothing)"
+                )
             self.zk = KazooClient(hosts=self.backend.zookeeper_connect(), timeout=10)
             self.zk.start(timeout=20)
             tps = self._topics()
@@ -192,15 +383,17 @@ class _Run:
         except Interrupted:
             self.say("interrupted: healing every fault and stopping the workload")
             self._heal_everything(timeline)
-            self._wind_down(stop_cluster=self.own_cluster)
+            self._wind_down(final=False)
+            self.progress.stop()
             run.merge_history()
             self.say(f"interrupted; what the run wrote is in {run.path}")
             return EXIT_CANNOT_RUN
         except BaseException:
             self._heal_everything(timeline)
-            self._wind_down(stop_cluster=self.own_cluster)
+            self._wind_down(final=False)
             raise
         finally:
+            self.progress.stop()
             timeline.close()
             self._close_zookeeper()
 
@@ -344,43 +537,93 @@ class _Run:
             self.paused,
         )
         started = time.monotonic()
+        self.times["schedule"] = started
+        self.progress.start(started)
         timeline.event("run-start", None)
-        isr_watch: _IsrWatch | None = None
-        for planned in schedule.faults:
-            self._progress_until(started + planned.at_s, started)
-            if isr_watch is not None:
-                isr_watch.stop()
+        total = len(schedule.faults)
+        for number, planned in enumerate(schedule.faults, start=1):
+            self._wait_until(started + planned.at_s, "pause between faults")
+            name = planned.nemesis
+            late = time.monotonic() - started - planned.at_s
+            due = (
+                f" (due at {planned.at_s:.1f} s: the fault before took longer)" if late > 1 else ""
+            )
+            self.progress.now = f"striking {name}"
+            timeline.event("strike", None, nemesis=name, hold_s=planned.hold_s)
+            striking = time.monotonic()
             try:
-                self.fault = nemesis_named(planned.nemesis).strike(ctx, planned.pick)
+                self.fault = nemesis_named(name).strike(ctx, planned.pick)
             except BackendUnavailableError:
                 raise
             except Exception as e:  # a fault that could not be injected: on with the next
-                timeline.event(planned.nemesis, None, kind="fail", error=str(e))
-                self.say(f"{planned.nemesis} could not strike: {e}")
+                reason = str(e) or type(e).__name__
+                timeline.event("skipped", None, kind="info", nemesis=name, reason=reason)
+                self.progress.skipped += 1
+                self.say_at(f"fault {number}/{total}, {name}, skipped: {reason}{due}")
                 continue
-            self.faults_done += 1
-            timeline.event(
-                "fault", self.fault.target, nemesis=planned.nemesis, hold_s=planned.hold_s
+            fault = self.fault
+            self.progress.done += 1
+            timeline.event("fault", fault.target, nemesis=name, hold_s=planned.hold_s)
+            self.say_at(
+                f"fault {number}/{total}: {fault} struck (the strike took "
+                f"{time.monotonic() - striking:.1f} s){due}; held {planned.hold_s:g} s"
             )
-            self._progress_until(started + planned.at_s + planned.hold_s, started)
-            self._heal_current()
-            isr_watch = _IsrWatch(self.backend.zookeeper_connect(), tps, timeline)
-        self._progress_until(started + schedule.duration_s, started)
-        if isr_watch is not None:
-            isr_watch.stop()
+            self._wait_until(time.monotonic() + planned.hold_s, f"{fault} held")
+            self.progress.now = f"healing {fault}"
+            healing = time.monotonic()
+            self._heal_current(timeline)
+            self.say_at(f"{fault} healed (in {time.monotonic() - healing:.1f} s)")
+            self._wait_for_whole_isrs(tps, timeline)
+        self._wait_until(started + schedule.duration_s, "pause after the last fault")
         timeline.event("run-end", None)
+        self.times["schedule-end"] = time.monotonic()
 
-    def _heal_current(self) -> None:
+    def _wait_until(self, until: float, doing: str) -> None:
+        self.progress.now = doing
+        while (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, 1.0))
+
+    def _wait_for_whole_isrs(
+        self, tps: Sequence[TopicPartition], timeline: TimelineRecorder
+    ) -> None:
+        """After a heal: until every ISR is whole again (``isr-whole`` in the timeline, with
+        ``after_heal_s``), at most READY_TIMEOUT_S (then ``isr-not-whole``, and said)."""
+        assert self.zk is not None
+        healed = time.monotonic()
+        self.progress.now = "waiting for every ISR to be whole"
+        while True:
+            try:
+                missing = {str(tp): why for tp, why in under_replicated(self.zk, tps).items()}
+            except Exception as e:  # ZooKeeper itself may be what was broken: look again
+                missing = {"ZooKeeper": str(e) or type(e).__name__}
+            waited = round(time.monotonic() - healed, 3)
+            if not missing:
+                timeline.event("isr-whole", None, after_heal_s=waited)
+                self.say_at(f"every ISR whole {waited:.1f} s after the heal")
+                return
+            if waited >= READY_TIMEOUT_S:
+                timeline.event("isr-not-whole", None, after_heal_s=waited, missing=missing)
+                self.say_at(
+                    f"not every ISR whole {READY_TIMEOUT_S:g} s after the heal ("
+                    + ", ".join(f"{tp}: {why}" for tp, why in sorted(missing.items()))
+                    + "); the next fault strikes anyway"
+                )
+                return
+            time.sleep(0.25)
+
+    def _heal_current(self, timeline: TimelineRecorder) -> None:
         fault, self.fault = self.fault, None
         if fault is not None:
             fault.heal()
+            timeline.event("healed", fault.target, nemesis=fault.nemesis)
 
     def _finish(self, timeline: TimelineRecorder, tps: list[TopicPartition]) -> int:
         assert self.backend is not None
         assert self.zk is not None
         assert self.workload is not None
-        run = self.run
+        run, settings = self.run, self.settings
         self._heal_everything(timeline)
+        self.progress.now = "waiting for every ISR to be whole"
         self.say("healed; waiting for every ISR to be whole")
         missing = wait_for_full_isr(self.zk, tps, ISR_TIMEOUT_S)
         if missing:
@@ -388,8 +631,10 @@ class _Run:
                 "not every ISR became whole within "
                 f"{ISR_TIMEOUT_S:g} s: " + ", ".join(f"{tp}: {why}" for tp, why in missing.items())
             )
+        self.progress.now = "stopping the producers"
         self.say("stopping the producers (they wait for their last outcomes)")
         self.workload.stop(consumers_too=False)
+        self.progress.now = "final read"
         final = HistoryRecorder(run.history_part("final-read"), 10_000)
         with final:
             read, unfinished = asyncio.run(
@@ -401,15 +646,59 @@ class _Run:
                     FINAL_READ_TIMEOUT_S,
                 )
             )
-        self.say(f"final read: {read} records")
+        self.say(f"final read: {read:,} records")
         for tp, why in unfinished.items():
             self.say(f"final read of {tp} incomplete: {why}")
-        self._wind_down(stop_cluster=True)
+        self.progress.now = "stopping the consumers" + (
+            " and the cluster" if self.own_cluster else ""
+        )
+        problem = self._wind_down(final=True)
+        self.progress.stop()
         lines = run.merge_history()
-        self.say(f"history: {lines} lines; {run_stats(run.path).summary()}; auditing")
-        status = run.audit(master=self.settings.spark_master, spark=self.settings.spark)
+        stats = run_stats(run.path)
+        self.say(f"history: {lines:,} lines")
+        for line in stats.summary().splitlines():
+            self.say(line)
+        if problem is None and not run.broker_data_dirs():
+            problem = f"no broker data dir in {run.data}"
+        if problem is not None:
+            print(
+                f"chaos run: cannot audit: {problem}; the run's files are in {run.path}",
+                flush=True,
+            )
+            return EXIT_CANNOT_RUN
+        self.say("auditing")
+        self.times["audit"] = time.monotonic()
+        status = run.audit(master=settings.spark_master, spark=settings.spark)
+        self.say(self._times_line())
+        if not run.report.exists():
+            print(
+                f"chaos run: no report: the audit could not run (above); the run's files are "
+                f"in {run.path}",
+                flush=True,
+            )
+            return status if status != 0 else EXIT_CANNOT_RUN
+        status, verdict = run_verdict(
+            status,
+            stats,
+            truncation_mode=settings.truncation_mode if self.own_cluster else None,
+            unclean=settings.unclean,
+        )
+        print(f"chaos run: {verdict}", flush=True)
         print(f"chaos run: report {run.report}", flush=True)
         return status
+
+    def _times_line(self) -> str:
+        t = self.times
+        now = time.monotonic()
+        setup = t.get("schedule", now) - t["begin"]
+        window = t.get("schedule-end", now) - t.get("schedule", now)
+        wind_down = t.get("audit", now) - t.get("schedule-end", now)
+        return (
+            f"times: set-up {setup:.0f} s, fault window {window:.0f} s (planned "
+            f"{self.planned_s:g} s), heal, final read and copies {wind_down:.0f} s, audit "
+            f"{now - t.get('audit', now):.0f} s; {now - t['begin']:.0f} s in all"
+        )
 
     # -- healing and stopping --------------------------------------------------------------
 
@@ -419,7 +708,7 @@ class _Run:
         if backend is None:
             return
         with contextlib.suppress(Exception):
-            self._heal_current()
+            self._heal_current(timeline)
         with contextlib.suppress(Exception):
             backend.heal_network()
         for node in backend.zookeeper_nodes():
@@ -436,108 +725,49 @@ class _Run:
                     backend.start(broker)
                     timeline.event("start", broker)
 
-    def _wind_down(self, *, stop_cluster: bool) -> None:
-        """Stop the workload, and the cluster (cleanly) if asked; copy what the audit and a
-        reader need into the run directory."""
+    def _wind_down(self, *, final: bool) -> str | None:
+        """Stop the workload; stop a cluster the run started (cleanly), never one it was
+        given; at the ``final`` end of a run, copy the data dirs the audit needs into the
+        run (those of a cluster the run was given while it runs on: after the final read
+        nothing of the run writes to them). Copies the logs. Returns why the data dirs
+        could not be copied (the audit is then impossible), None if they were."""
         if self.workload is not None:
             self.workload.stop()
         backend = self.backend
         if backend is None:
-            return
+            return None
         self._close_zookeeper()
-        if stop_cluster:
-            backend.stop_cluster()
-        if not self.own_cluster or backend.name != "local":
-            with contextlib.suppress(Exception):
+        problem = None
+        try:
+            if self.own_cluster:
+                backend.stop_cluster()
+            if final and (not self.own_cluster or backend.name != "local"):
                 backend.copy_data_dirs(self.run.data)
-        with contextlib.suppress(Exception):
+        except Exception as e:
+            problem = f"cannot copy the brokers' data dirs into {self.run.data}: {e}"
+        try:
             backend.copy_logs(self.run.logs)
+        except Exception as e:
+            self.say(f"cannot copy the brokers' logs into {self.run.logs}: {e}")
         with contextlib.suppress(Exception):
             backend.dispose()
+        return problem
 
-    # -- progress --------------------------------------------------------------------------
-
-    def _progress_until(self, until: float, started: float) -> None:
-        last_acks, last_t = self._acks, time.monotonic()
-        while True:
-            now = time.monotonic()
-            if now >= until:
-                return
-            time.sleep(min(1.0, until - now))
-            acks = self._count_acks()
-            t = time.monotonic()
-            rate = (acks - last_acks) / max(t - last_t, 1e-3)
-            last_acks, last_t = acks, t
-            current = str(self.fault) if self.fault is not None else "none"
-            self._status(
-                f"{t - started:6.1f} s  {rate:7.0f} acks/s  {acks} acked  "
-                f"{self.faults_done} faults  now: {current}"
-            )
-
-    def _status(self, line: str) -> None:
-        if self.settings.quiet:
-            return
-        if sys.stdout.isatty():
-            print(f"\r{line:<100}", end="", flush=True)
-        elif int(time.monotonic()) % 10 == 0:
-            print(line, flush=True)
+    # -- acknowledgements ------------------------------------------------------------------
 
     def _count_acks(self) -> int:
-        """``ok`` lines written so far, counted incrementally from the history parts."""
-        for part in self.run.history_parts.glob("*.jsonl"):
-            seen = self._ok_bytes.get(part, 0)
-            with part.open("rb") as f:
-                f.seek(seen)
-                chunk = f.read()
-            end = chunk.rfind(b"\n") + 1
-            self._acks += chunk[:end].count(b'"type":"ok"')
-            self._ok_bytes[part] = seen + end
-        return self._acks
-
-
-class _IsrWatch:
-    """After a heal: how long until every ISR is whole again (``isr-whole`` in the timeline,
-    with ``after_heal_s``), watched from a thread of its own until the next fault; if that
-    comes first, ``isr-not-whole``. Its own ZooKeeper session: it must not slow the run's."""
-
-    def __init__(
-        self, zookeeper: str, tps: Sequence[TopicPartition], timeline: TimelineRecorder
-    ) -> None:
-        self._healed = time.monotonic()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=self._watch, args=(zookeeper, list(tps), timeline), daemon=True
-        )
-        self._thread.start()
-
-    def _watch(self, zookeeper: str, tps: list[TopicPartition], timeline: TimelineRecorder) -> None:
-        zk = KazooClient(hosts=zookeeper, timeout=10)
-        try:
-            zk.start(timeout=20)
-            while not self._stopping.is_set():
-                try:
-                    missing = under_replicated(zk, tps)
-                except Exception:  # ZooKeeper itself may be what is broken: look again
-                    missing = {TopicPartition("?", 0): "unknown"}
-                if not missing:
-                    timeline.event(
-                        "isr-whole", None, after_heal_s=round(time.monotonic() - self._healed, 3)
-                    )
-                    return
-                self._stopping.wait(0.25)
-            timeline.event(
-                "isr-not-whole", None, after_heal_s=round(time.monotonic() - self._healed, 3)
-            )
-        except Exception:
-            return
-        finally:
-            with contextlib.suppress(Exception):
-                zk.stop()
-                zk.close()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(timeout=30)
+        """``ok`` lines written so far, counted incrementally from the history parts (the
+        live figure; the summary's comes from the merged history)."""
+        with self._acks_lock:
+            for part in self.run.history_parts.glob("*.jsonl"):
+                seen = self._ok_bytes.get(part, 0)
+                with part.open("rb") as f:
+                    f.seek(seen)
+                    chunk = f.read()
+                end = chunk.rfind(b"\n") + 1
+                self._acks += chunk[:end].count(b'"type":"ok"')
+                self._ok_bytes[part] = seen + end
+            return self._acks
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ import pytest
 
 from chaos.runner import RunSettings, run_chaos
 from chaos.schedule import Schedule, ScheduledFault
-from tests.helpers import minibroker, wait_for
+from tests.helpers import free_port_run, minibroker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -123,7 +123,10 @@ def test_every_local_nemesis_strikes_heals_and_the_audit_finds_nothing(
     events = _timeline(run_dir)
     for name, strike in STRIKES.items():
         assert any(e["f"] == strike and e.get("nemesis") == name for e in events), name
-    assert not [e for e in events if e["type"] == "fail"], events
+    assert not [e for e in events if e["f"] == "skipped"], events
+    # Each fault: its strike begins, it is in place, it is healed, in that order.
+    per_fault = [e["f"] for e in events if e["f"] in ("strike", "fault", "healed")]
+    assert per_fault == ["strike", "fault", "healed"] * len(LOCAL_NEMESES), per_fault
     # Healed: every broker that was killed, stopped or paused came back.
     assert sum(e["f"] == "start" for e in events) >= 5
     assert any(e["f"] == "resume" for e in events)
@@ -268,6 +271,56 @@ def test_an_interrupted_run_heals_the_paused_broker_and_stops_everything(
     assert any(e["f"] == "resume" and e["target"] == paused for e in events), events
     assert not _processes_of(run_dir), "the interrupted run left processes behind"
     assert (run_dir / "history.jsonl").is_file()
+
+
+def test_a_run_on_a_running_cluster_leaves_it_running_and_audits_its_data(
+    tmp_path: Path, cluster_dir: Path
+) -> None:
+    """``chaos run --data-dir`` on the user's cluster (`cluster up`): the run heals its fault
+    and leaves every broker running, copies the data dirs after the final read and audits
+    them; its output, piped (no terminal), has one line per strike and heal."""
+    base = free_port_run(7)
+    data = ["--data-dir", str(cluster_dir)]
+    up = minibroker(
+        "cluster", "up", *data, "--base-port", str(base), "--zookeeper-port", str(base + 3),
+        "--kafka-base-port", str(base + 4),
+    )  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    replay = _schedule(tmp_path / "schedule.json", [("kill", 2.0)])
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "client.cli", "chaos", "run", "--replay", str(replay),
+            *data, "--out", str(run_dir), "--producers", "1", "--rate", "20",
+            "--master", "local[1]",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+
+    status = minibroker("cluster", "status", *data)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.count("yes") == 3, status.stdout  # every broker still running
+
+    assert (run_dir / "audit" / "report.html").is_file(), output
+    assert done.stdout.strip().splitlines()[-1].endswith(str(run_dir / "audit" / "report.html"))
+    report = json.loads((run_dir / "audit" / "report.json").read_text())
+    assert report["violations"] == []
+    assert sorted(report["summary"]["brokers"]) == ["1", "2", "3"]
+    chaos = [p for p in report["summary"]["partitions"] if p["topic"].startswith("chaos-")]
+    assert chaos, report["summary"]["partitions"]
+    assert sum(p["acked_checked"] for p in chaos) > 0  # the audit saw the acknowledged data
+    assert all(len(p["replicas"]) == 3 for p in chaos)
+
+    killed = next(e["target"] for e in _timeline(run_dir) if e["f"] == "fault")
+    lines = done.stdout.splitlines()
+    assert any(f"kill {killed} struck" in line for line in lines), done.stdout
+    assert any(f"kill {killed} healed" in line for line in lines), done.stdout
 
 
 @pytest.mark.parametrize(
