@@ -247,6 +247,16 @@ class FakeBroker(pb_grpc.BrokerServicer):
         cluster.next_producer_id += 1
         return pb.InitProducerIdResponse(producer_id=cluster.next_producer_id, producer_epoch=0)
 
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListGroupsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+
+    async def DescribeGroups(
+        self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeGroupsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+
     def batches(self) -> list[tuple[TopicPartition, bytes]]:
         """Every batch received, in arrival order."""
         return [

@@ -228,6 +228,16 @@ class LeaderServicer(pb_grpc.BrokerServicer):
     ) -> pb.InitProducerIdResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
 
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListGroupsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
+
+    async def DescribeGroups(
+        self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeGroupsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
+
 
 def _count(request: pb.FetchRequest) -> int:
     return sum(len(topic.partitions) for topic in request.topics)
