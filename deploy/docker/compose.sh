@@ -339,6 +339,14 @@ last_check() {
         "$1" 2>/dev/null | grep -v '^$' | tail -n 1 || true
 }
 
+any_unhealthy() {
+    local service
+    for service in "${services[@]}"; do
+        [ "$(health "$(container_of "$service")")" = unhealthy ] && return 0
+    done
+    return 1
+}
+
 # `compose up -d`, then wait until every service is healthy, for MINIBROKER_UP_TIMEOUT
 # seconds in all. A failed health check is not final while the timeout runs (a loaded
 # machine makes checks time out): an unhealthy container is waited for, and when compose
@@ -353,7 +361,10 @@ wait_healthy() {
     echo "make up: starting; waiting for ZooKeeper and the brokers to be healthy (at most ${timeout} s)" >&2
     while :; do
         remaining=$((timeout - (SECONDS - start)))
-        if [ "$started" = 0 ] && [ "$remaining" -gt 0 ]; then
+        # Compose is asked again once nothing it started is unhealthy any more (it would stop
+        # at the same dependency again).
+        if [ "$started" = 0 ] && [ "$remaining" -gt 0 ] \
+            && { [ "$told_up" = 0 ] || ! any_unhealthy; }; then
             if output="$(timeout "$remaining" "${compose[@]}" up -d --no-build --remove-orphans 2>&1)"; then
                 started=1
                 name_containers <<<"$output" >&2
