@@ -15,7 +15,7 @@ TIMELINE ?=
 REPORT ?= audit-report
 MASTER ?=
 
-.PHONY: help setup system-deps test check unit integration fuzz proto bench bench-deps up up-ha up-tls up-metrics up-spark audit-spark prometheus-image spark-image down down-volumes run chaos audit image clean
+.PHONY: help setup cli system-deps test check unit integration fuzz proto bench bench-deps up up-ha up-tls up-metrics up-spark audit-spark prometheus-image spark-image down down-volumes run chaos audit image clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -35,6 +35,15 @@ system-deps:
 	  else echo "error: need root or sudo to install$$need" >&2; exit 1; fi; \
 	  $$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q $$need; \
 	fi
+
+# The minibroker command alone (the venv without the dev and audit extras): `make up` installs
+# it, so that its next steps (`. .venv/bin/activate`, `minibroker ...`) work as printed.
+cli: $(VENV)/bin/minibroker ## only the minibroker command, in .venv (make up runs this; make setup adds the rest)
+
+$(VENV)/bin/minibroker: pyproject.toml
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e .
+	@touch $@
 
 $(INSTALLED): pyproject.toml
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
@@ -79,19 +88,19 @@ bench-deps:
 	@$(PY) -c "import nats" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 
 # The Docker cluster (deploy/docker-compose.yml, deploy/docker/): README, section "Docker".
-up: image ## the cluster in Docker: ZooKeeper + 3 brokers, waits for health, prints the bootstrap address
+up: image cli ## the cluster in Docker: ZooKeeper + 3 brokers, waits for health, prints the bootstrap address and next steps
 	@deploy/docker/compose.sh up
 
-up-ha: image ## the same on a 3-node ZooKeeper ensemble (MINIBROKER_ZOOKEEPER_NODES=3 make up)
+up-ha: image cli ## the same on a 3-node ZooKeeper ensemble (MINIBROKER_ZOOKEEPER_NODES=3 make up)
 	@MINIBROKER_ZOOKEEPER_NODES=3 deploy/docker/compose.sh up
 
-up-tls: image ## the authenticated Docker cluster: mutual TLS, broker-only control requests, ZooKeeper ACLs (files in ./minibroker-tls)
+up-tls: image cli ## the authenticated Docker cluster: mutual TLS, broker-only control requests, ZooKeeper ACLs (files in ./minibroker-tls)
 	@MINIBROKER_TLS=1 deploy/docker/compose.sh up
 
-up-metrics: image prometheus-image ## the Docker cluster plus Prometheus scraping the brokers (compose profile "metrics", 127.0.0.1:9090)
+up-metrics: image prometheus-image cli ## the Docker cluster plus Prometheus scraping the brokers (compose profile "metrics", 127.0.0.1:9090)
 	@MINIBROKER_METRICS=1 deploy/docker/compose.sh up
 
-up-spark: image spark-image ## the Docker cluster plus Spark's standalone master and a worker (compose profile "spark", UI on 127.0.0.1:8080)
+up-spark: image spark-image cli ## the Docker cluster plus Spark's standalone master and a worker (compose profile "spark", UI on 127.0.0.1:8080)
 	@MINIBROKER_SPARK=1 deploy/docker/compose.sh up
 
 audit-spark: ## the audit of the Docker cluster's logs in place, on the spark profile's master: make audit-spark [AUDIT_ARGS="--conf k=v"]

@@ -51,6 +51,10 @@ __all__ = [
 
 T = TypeVar("T")
 _DOCKER_TIMEOUT_S = 120.0
+DOCKER_PS_FORMAT = '{"Names":{{json .Names}},"State":{{json .State}},"Status":{{json .Status}}}'
+"""``docker ps --format``: a JSON object of only the fields :func:`parse_docker_ps` reads.
+Never ``{{json .}}``: a template that uses every field (``.Size`` among them) makes Docker
+compute each container's disk usage, which takes many seconds on a busy machine."""
 
 
 class ClusterStatusError(MinibrokerError):
@@ -356,13 +360,14 @@ def _docker_containers(project: str) -> dict[str, str]:
         "--filter",
         f"label=com.docker.compose.project={project}",
         "--format",
-        "{{json .}}",
+        DOCKER_PS_FORMAT,
     )
     return parse_docker_ps(out)
 
 
 def parse_docker_ps(output: str) -> dict[str, str]:
-    """``docker ps --format '{{json .}}'`` lines -> container name -> a short state:
+    """``docker ps --format DOCKER_PS_FORMAT`` lines (objects with ``Names``, ``State``,
+    ``Status``) -> container name -> a short state:
     ``running``, ``running (healthy)``, ``exited (137)``."""
     containers: dict[str, str] = {}
     for line in output.splitlines():

@@ -36,7 +36,9 @@
 # (9091..9093), MINIBROKER_KAFKA_PORT_1..3 (the Kafka protocol listeners', 19091..19093;
 # published in the TLS variant too, where no broker listens on them),
 # MINIBROKER_ZOOKEEPER_PORT (2181; with 3 nodes also MINIBROKER_ZOOKEEPER_PORT_2
-# and _3, 2182 and 2183), MINIBROKER_UP_TIMEOUT (seconds to wait for health, 180),
+# and _3, 2182 and 2183), MINIBROKER_UP_TIMEOUT (seconds to wait for health, 180; a failed
+# health check is not final before it),
+# MINIBROKER_COMPOSE_OVERRIDE (an override file, deploy/docker-compose.override.yml),
 # MINIBROKER_OVERRIDES and the others listed in deploy/docker-compose.yml.
 set -euo pipefail
 
@@ -50,6 +52,9 @@ command="${1:-}"
 die() { echo "make ${command:-up}: $*" >&2; exit 1; }
 
 # The variant: what `up` is asked for; for the other commands, what runs (or ran).
+# Containers are looked up with `docker container inspect`: a bare `docker inspect NAME`
+# also matches an image of that name (minibroker-prometheus is one), which would switch a
+# profile on in every later `make up`.
 if [ "$command" = up ]; then
     nodes="${MINIBROKER_ZOOKEEPER_NODES:-1}"
     case "$nodes" in
@@ -57,7 +62,7 @@ if [ "$command" = up ]; then
         *) die "MINIBROKER_ZOOKEEPER_NODES must be 1 (one ZooKeeper) or 3 (an ensemble), not '$nodes'" ;;
     esac
 elif [ "${MINIBROKER_ZOOKEEPER_NODES:-}" = 3 ] \
-    || docker inspect "$project-zookeeper-1" >/dev/null 2>&1; then
+    || docker container inspect "$project-zookeeper-1" >/dev/null 2>&1; then
     nodes=3
 else
     nodes=1
@@ -85,7 +90,7 @@ case "$metrics" in
     *) die "MINIBROKER_METRICS must be 0 or 1 (a Prometheus scraping the brokers), not '$metrics'" ;;
 esac
 if [ "$metrics" = 1 ] || [ "$command" = down ] || [ "$command" = down-volumes ] \
-    || docker inspect "$project-prometheus" >/dev/null 2>&1; then
+    || docker container inspect "$project-prometheus" >/dev/null 2>&1; then
     compose+=(--profile metrics)
 fi
 if [ "$metrics" = 1 ]; then
@@ -103,9 +108,20 @@ if [ "$spark" = 1 ] && [ "$nodes" = 3 ]; then
     die "the spark profile audits the one-ZooKeeper cluster's volumes: unset MINIBROKER_ZOOKEEPER_NODES"
 fi
 if [ "$spark" = 1 ] || [ "$command" = down ] || [ "$command" = down-volumes ] \
-    || docker inspect "$project-spark-master" >/dev/null 2>&1; then
+    || docker container inspect "$project-spark-master" >/dev/null 2>&1; then
     compose+=(--profile spark)
 fi
+# The audit's one-off driver has a profile of its own, so that no `up` starts it (it would
+# exit at once and stay behind as <project>_audit_1, its report bind-mount made by root).
+if [ "$command" = audit ] || [ "$command" = down ] || [ "$command" = down-volumes ]; then
+    compose+=(--profile audit)
+fi
+# Where `make audit-spark` writes its reports; absolute, so that compose never resolves the
+# default against deploy/ (and mounted at the same path in the container, so that the
+# paths the audit prints are the host's).
+report_dir="${MINIBROKER_AUDIT_REPORT_DIR:-$PWD/audit-report}"
+case "$report_dir" in /*) ;; *) report_dir="$PWD/$report_dir" ;; esac
+export MINIBROKER_AUDIT_REPORT_DIR="$report_dir"
 if [ "$spark" = 1 ] && [ "$command" = up ]; then
     services+=(spark-master spark-worker)
 fi
@@ -120,7 +136,7 @@ case "$tls" in
     *) die "MINIBROKER_TLS must be 0 or 1 (the authenticated cluster), not '$tls'" ;;
 esac
 if [ "$tls" = 0 ] && [ "$command" != up ] \
-    && docker inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$project-broker-1" 2>/dev/null \
+    && docker container inspect -f '{{range .Config.Env}}{{println .}}{{end}}' "$project-broker-1" 2>/dev/null \
     | grep -q '^MINIBROKER_CFG_SSL_KEYSTORE_LOCATION='; then
     tls=1
 fi
@@ -134,9 +150,13 @@ if [ "$tls" = 1 ] || [ "$command" = down ] || [ "$command" = down-volumes ]; the
     compose+=(-f deploy/docker-compose.tls.yml)
 fi
 # A local override file (per-broker settings, more services), as compose itself would read
-# one next to the compose file if it were not given -f.
-if [ -f deploy/docker-compose.override.yml ]; then
-    compose+=(-f deploy/docker-compose.override.yml)
+# one next to the compose file if it were not given -f; MINIBROKER_COMPOSE_OVERRIDE names
+# another.
+override="${MINIBROKER_COMPOSE_OVERRIDE:-deploy/docker-compose.override.yml}"
+if [ -f "$override" ]; then
+    compose+=(-f "$override")
+elif [ -n "${MINIBROKER_COMPOSE_OVERRIDE:-}" ]; then
+    die "MINIBROKER_COMPOSE_OVERRIDE names $override, which is not a file"
 fi
 
 # In the HA variant the `zookeeper` service is node 1 of the ensemble, and named so.
@@ -225,27 +245,63 @@ EOF
 
 # A port is taken when something on the host accepts connections on 127.0.0.1:<port> and
 # it is not this project's own running container (a second `make up` is fine).
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# The make target of this variant, for the advice.
+target() {
+    if [ "$nodes" = 3 ]; then echo up-ha
+    elif [ "$tls" = 1 ]; then echo up-tls
+    elif [ "$metrics" = 1 ]; then echo up-metrics
+    elif [ "$spark" = 1 ]; then echo up-spark
+    else echo up
+    fi
+}
+
+# Every port of this run is checked; each one taken is named, and the advice suggests for
+# each a port above it that is free now and not another of this run's ports (nor another
+# suggestion).
 check_ports() {
-    local service port variable published
+    local service port variable published candidate
+    local -a taken=() suggestions=()
+    local -A used=()
+    while read -r service port variable; do
+        used[$port]=1
+    done < <(ports)
     while read -r service port variable; do
         published="$(docker port "$(container_of "$service")" 2>/dev/null || true)"
         if grep -q "127.0.0.1:$port\$" <<<"$published"; then
             continue
         fi
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-            die "port $port (for $service) is already taken on 127.0.0.1 by another program" \
-                "(see \`ss -ltnp 'sport = :$port'\`); stop it or choose another port, e.g." \
-                "$variable=$((port + 10000)) make up"
+        if port_taken "$port"; then
+            taken+=("$port ($variable, $service)")
+            candidate=$((port + 1))
+            while [ "$candidate" -le 65535 ] \
+                && { [ -n "${used[$candidate]:-}" ] || port_taken "$candidate"; }; do
+                candidate=$((candidate + 1))
+            done
+            used[$candidate]=1
+            suggestions+=("$variable=$candidate")
         fi
     done < <(ports)
+    [ "${#taken[@]}" -eq 0 ] && return 0
+    local list
+    printf -v list ', %s' "${taken[@]}"
+    list="${list#, }"
+    if [ "${#taken[@]}" = 1 ]; then
+        echo "make up: port $list is already taken on 127.0.0.1 by another program" >&2
+    else
+        echo "make up: ports $list are already taken on 127.0.0.1 by other programs" >&2
+    fi
+    die "stop what holds them (\`ss -ltnp\` names it) or choose other ports, e.g." \
+        "${suggestions[*]} make $(target)"
 }
 
 # healthy / starting / unhealthy while it runs; "exited (exit code N)" once it stopped.
 health() {
-    docker inspect -f '{{if ne .State.Status "running"}}{{.State.Status}} (exit code {{.State.ExitCode}}){{else if .State.Health}}{{.State.Health.Status}}{{else}}running{{end}}' \
+    docker container inspect -f '{{if ne .State.Status "running"}}{{.State.Status}} (exit code {{.State.ExitCode}}){{else if .State.Health}}{{.State.Health.Status}}{{else}}running{{end}}' \
         "$1" 2>/dev/null || echo missing
 }
-state() { docker inspect -f '{{.State.Status}}' "$1" 2>/dev/null || echo missing; }
+state() { docker container inspect -f '{{.State.Status}}' "$1" 2>/dev/null || echo missing; }
 
 report_unhealthy() {
     "${compose[@]}" ps >&2 || true
@@ -255,11 +311,113 @@ report_unhealthy() {
         if [ "$(health "$container")" != healthy ]; then
             echo >&2
             echo "---- $service ($container): $(health "$container"); last health check:" >&2
-            docker inspect -f '{{if .State.Health}}{{range .State.Health.Log}}{{.Output}}{{end}}{{end}}' \
+            docker container inspect -f '{{if .State.Health}}{{range .State.Health.Log}}{{.Output}}{{end}}{{end}}' \
                 "$container" 2>/dev/null | tail -n 3 >&2 || true
             echo "---- logs of $service:" >&2
             "${compose[@]}" logs --no-color --tail=60 "$service" >&2 || true
         fi
+    done
+}
+
+# Compose names some containers by id (`Container "d177bca44a3c" is unhealthy`): say their
+# names instead.
+name_containers() {
+    local text id name pairs
+    text="$(cat)"
+    pairs="$(docker ps -a --no-trunc --filter "label=com.docker.compose.project=$project" \
+        --format '{{.ID}} {{.Names}}' 2>/dev/null || true)"
+    while read -r id name; do
+        [ -n "$id" ] || continue
+        text="${text//$id/$name}"
+        text="${text//${id:0:12}/$name}"
+    done <<<"$pairs"
+    printf '%s\n' "$text"
+}
+
+last_check() {
+    docker container inspect -f '{{if .State.Health}}{{range .State.Health.Log}}{{.Output}}{{end}}{{end}}' \
+        "$1" 2>/dev/null | grep -v '^$' | tail -n 1 || true
+}
+
+any_unhealthy() {
+    local service
+    for service in "${services[@]}"; do
+        [ "$(health "$(container_of "$service")")" = unhealthy ] && return 0
+    done
+    return 1
+}
+
+# `compose up -d`, then wait until every service is healthy, for MINIBROKER_UP_TIMEOUT
+# seconds in all. A failed health check is not final while the timeout runs (a loaded
+# machine makes checks time out): an unhealthy container is waited for, and when compose
+# itself gives up on a dependency that is unhealthy for now (ZooKeeper for the brokers, the
+# Spark master for the worker), `up -d` is asked again until the rest is started. Only a
+# container that stopped is final at once (`restart: "no"`). Every failure prints the report.
+wait_healthy() {
+    local start=$up_start timeout="${MINIBROKER_UP_TIMEOUT:-180}"
+    local started=0 told_up=0 output remaining service container status
+    local -a pending
+    local -A told=()
+    echo "make up: starting; waiting for ZooKeeper and the brokers to be healthy (at most ${timeout} s)" >&2
+    while :; do
+        remaining=$((timeout - (SECONDS - start)))
+        # Compose is asked again once nothing it started is unhealthy any more (it would stop
+        # at the same dependency again).
+        if [ "$started" = 0 ] && [ "$remaining" -gt 0 ] \
+            && { [ "$told_up" = 0 ] || ! any_unhealthy; }; then
+            if output="$(timeout "$remaining" "${compose[@]}" up -d --no-build --remove-orphans 2>&1)"; then
+                started=1
+                name_containers <<<"$output" >&2
+            elif grep -qi 'is unhealthy' <<<"$output"; then
+                if [ "$told_up" = 0 ]; then
+                    name_containers <<<"$output" >&2
+                    echo "make up: compose stopped at a dependency that is not healthy yet;" \
+                        "asking it again until the timeout" >&2
+                    told_up=1
+                fi
+            elif [ $((SECONDS - start)) -ge "$timeout" ]; then
+                name_containers <<<"$output" >&2 # timed out inside compose: the report below
+            else
+                name_containers <<<"$output" >&2
+                report_unhealthy
+                die "compose could not start the cluster (its message is above); \`make down\` cleans up"
+            fi
+        fi
+        pending=()
+        for service in "${services[@]}"; do
+            container="$(container_of "$service")"
+            status="$(health "$container")"
+            [ "$status" = healthy ] && continue
+            pending+=("$service ($container): $status")
+            case "$status" in
+                exited* | dead* | removing*)
+                    echo "make up: $service ($container) is $status" >&2
+                    report_unhealthy
+                    die "the cluster did not come up ($service, container $container: $status);" \
+                        "\`make down\` cleans up"
+                    ;;
+                unhealthy)
+                    if [ -z "${told[$service]:-}" ]; then
+                        output="$(last_check "$container")"
+                        echo "make up: $service ($container) is unhealthy for now${output:+ ($output)};" \
+                            "waiting for it" >&2
+                        told[$service]=1
+                    fi
+                    ;;
+            esac
+        done
+        [ "$started" = 1 ] && [ "${#pending[@]}" -eq 0 ] && return 0
+        if [ $((SECONDS - start)) -ge "$timeout" ]; then
+            if [ "${#pending[@]}" -eq 0 ]; then
+                pending=("compose did not finish starting the cluster")
+            fi
+            printf -v output '; %s' "${pending[@]}"
+            echo "make up: not healthy after ${timeout} s: ${output#; }" >&2
+            report_unhealthy
+            die "the cluster did not become healthy in ${timeout} s (MINIBROKER_UP_TIMEOUT);" \
+                "\`make down\` cleans up"
+        fi
+        sleep 1
     done
 }
 
@@ -279,10 +437,10 @@ up() {
     docker info >/dev/null 2>&1 || die "no Docker engine answers (is dockerd running, may you use it?)"
     docker image inspect "${MINIBROKER_IMAGE:-minibroker:latest}" >/dev/null 2>&1 \
         || die "image ${MINIBROKER_IMAGE:-minibroker:latest} is missing: run \`make image\` (\`make up\` does)"
-    if [ "$nodes" = 1 ] && docker inspect "$project-zookeeper-1" >/dev/null 2>&1; then
+    if [ "$nodes" = 1 ] && docker container inspect "$project-zookeeper-1" >/dev/null 2>&1; then
         die "project $project has containers of the 3-node ZooKeeper variant (\`make up-ha\`): \`make down\` first"
     fi
-    if [ "$nodes" = 3 ] && docker inspect "$project-zookeeper" >/dev/null 2>&1; then
+    if [ "$nodes" = 3 ] && docker container inspect "$project-zookeeper" >/dev/null 2>&1; then
         die "project $project has containers of the 1-node ZooKeeper variant (\`make up\`): \`make down\` first"
     fi
     check_ports
@@ -297,31 +455,8 @@ up() {
     else
         echo "make up: new, empty data volumes" >&2
     fi
-    local start=$SECONDS timeout="${MINIBROKER_UP_TIMEOUT:-180}"
-    "${compose[@]}" up -d --no-build --remove-orphans
-    echo "make up: waiting for ZooKeeper and the brokers to be healthy (at most ${timeout} s)" >&2
-    local service container status pending
-    while :; do
-        pending=()
-        for service in "${services[@]}"; do
-            container="$(container_of "$service")"
-            status="$(health "$container")"
-            [ "$status" = healthy ] && continue
-            pending+=("$service:$status")
-            if [ "$(state "$container")" != running ] || [ "$status" = unhealthy ]; then
-                echo "make up: $service is $status" >&2
-                report_unhealthy
-                die "the cluster did not come up ($service: $status); \`make down\` cleans up"
-            fi
-        done
-        [ "${#pending[@]}" -eq 0 ] && break
-        if [ $((SECONDS - start)) -ge "$timeout" ]; then
-            echo "make up: not healthy after ${timeout} s: ${pending[*]}" >&2
-            report_unhealthy
-            die "the cluster did not become healthy in ${timeout} s; \`make down\` cleans up"
-        fi
-        sleep 1
-    done
+    up_start=$SECONDS
+    wait_healthy
     local servers zk what=ZooKeeper
     servers="$(bootstrap)"
     zk="$(zookeeper_connect)"
@@ -341,12 +476,13 @@ up() {
   kcat -b $(kafka_bootstrap) -L                     # Kafka's tools, on the Kafka ports"
     fi
     cat <<EOF
-make up: $what and 3 brokers are healthy after $((SECONDS - start)) s (project $project).
+make up: $what and 3 brokers are healthy after $((SECONDS - up_start)) s (project $project).
 
   bootstrap servers: $servers$kafka
   zookeeper:         $zk$security
 
 Next:
+$(cli_line)
   export MINIBROKER_BOOTSTRAP=$servers MINIBROKER_ZOOKEEPER=$zk$export_config
   minibroker topics create orders --partitions 3 --replication-factor 3
   seq 1000 | minibroker produce orders --acks all
@@ -377,26 +513,61 @@ EOF
 EOF
 }
 
+# The first of the next steps: the minibroker command, in the venv that `make up` installs
+# it in (`make cli`; `make setup` installs the tests' and the audit's extras too).
+cli_line() {
+    if [ -x .venv/bin/minibroker ]; then
+        echo "  . .venv/bin/activate              # the minibroker command (installed by make up)"
+    else
+        echo "  make cli && . .venv/bin/activate  # the minibroker command"
+    fi
+}
+
 # The audit's driver in a one-off container of the spark profile, on the running master,
 # over the brokers' data volumes (mounted read-only at /data/broker-N). Its exit status is
 # `minibroker audit`'s: 0 clean, 1 violations, 2 bad input.
 audit() {
-    docker inspect -f '{{.State.Running}}' "$project-spark-master" 2>/dev/null | grep -q true \
+    docker container inspect -f '{{.State.Running}}' "$project-spark-master" 2>/dev/null | grep -q true \
         || die "no Spark master runs in project $project: \`make up-spark\` first"
-    local report="${MINIBROKER_AUDIT_REPORT_DIR:-$PWD/audit-report}"
-    case "$report" in /*) ;; *) report="$PWD/$report" ;; esac
-    mkdir -p "$report"
-    export MINIBROKER_AUDIT_REPORT_DIR="$report"
+    # Made here, as the invoking user: a directory Docker makes for a bind mount is root's.
+    mkdir -p "$report_dir"
+    local status=0
     "${compose[@]}" run --rm --no-deps audit \
         minibroker audit --master spark://spark-master:7077 \
-        --data /data/broker-1 /data/broker-2 /data/broker-3 --report /report "$@"
+        --data /data/broker-1 /data/broker-2 /data/broker-3 --report "$report_dir" "$@" \
+        || status=$?
+    echo "make audit-spark: the reports are in $report_dir" >&2
+    return "$status"
+}
+
+# The anonymous volumes of the project's containers: the minibroker image declares VOLUME
+# /data, which the prometheus and spark images inherit and on which their services mount no
+# named volume, so Docker gives each such container one. `compose down` keeps them unless
+# told --volumes (which drops the named data volumes too): `down` removes them itself.
+anonymous_volumes() {
+    local ids
+    ids="$(docker ps -aq --filter "label=com.docker.compose.project=$project" 2>/dev/null || true)"
+    [ -n "$ids" ] || return 0
+    # shellcheck disable=SC2086 # one argument per container id
+    docker container inspect -f '{{range .Mounts}}{{if eq .Type "volume"}}{{println .Name}}{{end}}{{end}}' \
+        $ids 2>/dev/null | grep -E '^[0-9a-f]{64}$' | sort -u || true
+}
+
+down() {
+    local anonymous
+    anonymous="$(anonymous_volumes)"
+    "${compose[@]}" down --remove-orphans "$@"
+    if [ -n "$anonymous" ]; then
+        # shellcheck disable=SC2086 # one argument per volume
+        docker volume rm $anonymous >/dev/null
+    fi
 }
 
 case "$command" in
     up) up ;;
     audit) shift; audit "$@" ;;
-    down) "${compose[@]}" down --remove-orphans ;;
-    down-volumes) "${compose[@]}" down --volumes --remove-orphans ;;
+    down) down ;;
+    down-volumes) down --volumes ;;
     "") die "usage: $0 up|down|down-volumes|audit [AUDIT-ARGS...]|COMPOSE-ARGS..." ;;
     *) "${compose[@]}" "$@" ;;
 esac

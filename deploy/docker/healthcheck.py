@@ -18,7 +18,8 @@ import os
 import socket
 import sys
 
-TIMEOUT_S = 3.0
+TIMEOUT_S = 10.0
+"""Per connection or RPC; docker-compose.yml gives the whole check 30 s."""
 
 
 def four_letter_word(host: str, port: int, word: str) -> str:

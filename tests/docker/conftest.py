@@ -166,7 +166,8 @@ def profile_up(
     cluster: DockerCluster, target: str, env: dict[str, str], services: Sequence[str]
 ) -> Iterator[subprocess.CompletedProcess[str]]:
     """`make TARGET` (a compose profile's `up-*`) on the session's cluster with ``env``, which
-    must succeed; the profile's ``services`` are removed at the end, whatever happened."""
+    must succeed; the profile's ``services`` are removed at the end (with their anonymous
+    volumes), whatever happened."""
     up = cluster.make(target, timeout=UP_TIMEOUT_S, env=env)
     try:
         assert up.returncode == 0, (
@@ -175,7 +176,7 @@ def profile_up(
         yield up
     finally:
         subprocess.run(
-            [str(COMPOSE_SH), "rm", "-s", "-f", *services],
+            [str(COMPOSE_SH), "rm", "-s", "-f", "-v", *services],
             cwd=REPO,
             env=env,
             capture_output=True,

@@ -12,6 +12,7 @@ the end.
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +39,17 @@ def spark_env(docker_cluster: DockerCluster, tmp_path: Path) -> Iterator[dict[st
     }
     with profile_up(docker_cluster, "up-spark", env, ["spark-master", "spark-worker"]) as up:
         assert f"http://127.0.0.1:{ui_port}" in up.stdout
+        # The audit's one-off service is not started by `up` (it stayed as <project>_audit_1).
+        assert not [name for name in _project_containers(docker_cluster.project) if "audit" in name]
         yield env
+
+
+def _project_containers(project: str) -> list[str]:
+    return subprocess.run(
+        ["docker", "ps", "-a", "--filter", f"label=com.docker.compose.project={project}",
+         "--format", "{{.Names}}"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.split()  # fmt: skip
 
 
 def test_the_audit_runs_on_the_spark_profile_over_the_brokers_volumes(
@@ -61,9 +72,11 @@ def test_the_audit_runs_on_the_spark_profile_over_the_brokers_volumes(
         f"make audit-spark exited {audit.returncode}:\n"
         f"{audit.stdout[-4000:]}\n{audit.stderr[-4000:]}"
     )
-    report = json.loads(
-        (Path(spark_env["MINIBROKER_AUDIT_REPORT_DIR"]) / "report.json").read_text()
-    )
+    report_dir = spark_env["MINIBROKER_AUDIT_REPORT_DIR"]
+    # The paths it prints are the host's, not the container's mount point.
+    assert f"{report_dir}" in audit.stdout + audit.stderr, audit.stdout + audit.stderr
+    assert " /report" not in audit.stdout + audit.stderr
+    report = json.loads((Path(report_dir) / "report.json").read_text())
     summary = report["summary"]
     assert summary["brokers"] == {str(b): f"/data/broker-{b}" for b in (1, 2, 3)}
     ours = [p for p in summary["partitions"] if p["topic"] == topic]
