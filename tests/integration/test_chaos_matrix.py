@@ -46,6 +46,11 @@ def test_every_cell_of_kafkas_replication_matrix_is_clean(tmp_path: Path, spark:
         ]
         faults = [e for e in events if e["f"] == "fault"]
         assert len(faults) == 1, (cell, events)
-        struck = [e for e in events if e.get("nemesis") and e["f"] != "fault"]
+        struck = [
+            e
+            for e in events
+            if e.get("nemesis") and e["f"] not in ("strike", "fault", "healed", "skipped")
+        ]
+        assert [e["f"] for e in events if e["f"] in ("strike", "healed")] == ["strike", "healed"]
         bounces = 3 if cell["failure_mode"].endswith("bounce") else 1
         assert len(struck) == bounces, (cell, events)
