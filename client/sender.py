@@ -164,7 +164,9 @@ async def init_producer_id(
 
 class ProducerMetadata:
     """The cluster metadata of the topics this producer writes to: one refresh at a time,
-    background refreshes coalesced and at most one per ``retry_backoff_ms``."""
+    background refreshes coalesced and at most one per ``retry_backoff_ms``. Refreshes are
+    numbered as they start, so that a batch back from a stale or silent leader can wait for
+    one that started after the answer (:meth:`request_update`, :attr:`refreshes_done`)."""
 
     def __init__(self, connections: BrokerConnections, retry_backoff_ms: int) -> None:
         self.client = MetadataClient(connections)
