@@ -3,7 +3,11 @@
 Before a clean stop, the broker asks the controller to move leadership off it. The
 controller elects another ISR member for each partition the broker leads, takes it out of
 every ISR and stops its replicas, so producers see one retriable NOT_LEADER_OR_FOLLOWER
-and find the new leader, instead of timing out against a broker that is going away.
+and find the new leader, instead of timing out against a broker that is going away. Once
+the controller answers that nothing remains, the broker fences what it led and stops its
+fetchers itself (``ReplicaManager.leaderships_handed_over``): the controller's StopReplica
+may arrive after the broker has stopped taking calls, while sessions opened earlier stay
+open through the server's shutdown grace.
 The answer lists the partitions it still leads (no other ISR member could take them);
 the broker asks again after ``controlled.shutdown.retry.backoff.ms``, at most
 ``controlled.shutdown.max.retries`` times, and then shuts down anyway, as Kafka does. If

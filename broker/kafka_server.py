@@ -320,10 +320,16 @@ class BrokerServer:
     async def stop(self) -> None:
         """Clean shutdown: checkpoints written, the registration removed."""
         logger.info("broker stopping event=stopping broker=%d", self.broker_id)
-        if self.config.controlled_shutdown_enable and self._controller_started:
-            await controlled_shutdown(
+        if (
+            self.config.controlled_shutdown_enable
+            and self._controller_started
+            and await controlled_shutdown(
                 self.config, self.zk, self.replica_manager.broker_epoch, self.tls
             )
+        ):
+            # Before the server's grace: clients with a session open are answered
+            # NOT_LEADER_OR_FOLLOWER and go to the new leaders now.
+            await self.replica_manager.leaderships_handed_over()
         await self._stop_kafka()
         if self._grpc is not None:
             await self._grpc.stop(SHUTDOWN_GRACE_S)

@@ -176,8 +176,11 @@ class Partition:
         self.isr_update_in_flight = False
         """A conditional write of the ISR is under way: start no second one meanwhile."""
         self.fenced = False
-        """Set when this broker lost its ZooKeeper session: it may no longer be leader and
-        must not acknowledge writes until the controller tells it its role again."""
+        """Set when this broker may no longer be leader (its ZooKeeper session was lost, or
+        its controlled shutdown moved its leaderships): it refuses writes and fetches as a
+        leader until the controller tells it its role again."""
+        self.fenced_because = ""
+        """Why it is fenced, for the NOT_LEADER_OR_FOLLOWER message."""
         self._high_watermark = self._clamp(high_watermark)
         self._appended = _AppendedBytes()
         self._appended.reset(log.log_end_offset)
@@ -278,12 +281,17 @@ class Partition:
                 f"this broker's leader epoch {self.leader_epoch}"
             )
 
+    def fence(self, because: str) -> None:
+        """Stop acting as leader (``because`` says why) until a LeaderAndIsr sets the role."""
+        self.fenced = True
+        self.fenced_because = because
+
     def _require_leader(self) -> None:
         if not self.is_leader or self.fenced:
             raise errors.NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self.topic_partition} "
                 f"(leader {self.leader_id}, epoch {self.leader_epoch}"
-                f"{', fenced: ZooKeeper session lost' if self.fenced else ''})"
+                f"{', fenced: ' + self.fenced_because if self.fenced else ''})"
             )
 
     # -- leader: produce -------------------------------------------------------------------
@@ -363,9 +371,10 @@ class Partition:
         """The ISR without the followers that have not caught up for replica.lag.time.max.ms.
 
         Kafka's rule: a follower is out of sync when its LEO differs from the leader's and it
-        has not been caught up within the lag time; the leader itself is never removed.
+        has not been caught up within the lag time; the leader itself is never removed. A
+        fenced leader changes no ISR: it may have been replaced already.
         """
-        if not self.is_leader or self.isr_update_in_flight:
+        if not self.is_leader or self.fenced or self.isr_update_in_flight:
             return None
         now = self._clock_ms()
         leo = self.log.log_end_offset

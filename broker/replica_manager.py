@@ -291,7 +291,7 @@ class ReplicaManager:
         for tp, partition in self.partitions.items():
             # As a zombie leader's: acks=all writes waiting here end with a retriable
             # NOT_LEADER_OR_FOLLOWER, and their producers find the new leader.
-            partition.fenced = True
+            partition.fence(f"log dir {self.log_manager.data_dir} offline")
             self._wake(tp)
         self._log_dir_notified_at = time.monotonic()
         self._spawn(self._propagate_log_dir_failure(), "log-dir-failure")
@@ -334,6 +334,38 @@ class ReplicaManager:
         if _is_log_dir_failure(err):
             self.mark_log_dir_offline(err, where)
         return _error_of(err)
+
+    async def leaderships_handed_over(self) -> None:
+        """The controller moved every leadership off this broker and took it out of every
+        ISR (its controlled shutdown left nothing): do at once what the StopReplica the
+        controller sends this broker would do, which cannot be counted on to arrive before
+        the broker stops serving (the controller answers the ControlledShutdown before it
+        is delivered, and a stopping gRPC server takes no new call).
+
+        Every partition it still believes it leads is fenced: an acks=all write waiting in
+        the purgatory for followers that now follow the new leader ends at once with a
+        retriable NOT_LEADER_OR_FOLLOWER, and so does every later write and fetch on a
+        session still open, so clients move to the new leaders instead of waiting, their
+        requests unanswered, until the server's shutdown grace ends their sessions (Kafka's
+        broker closes its connections at this point). Every fetcher stops, so that no
+        leader adds this broker back to an ISR on its way out."""
+        fenced = []
+        for tp, partition in self.partitions.items():
+            if partition.is_leader and not partition.fenced:
+                partition.fence(
+                    "this broker is shutting down; the controller moved its leaderships"
+                )
+                fenced.append(str(tp))
+                self._wake(tp)
+        fetching_from = sorted(self.fetchers)
+        fetchers, self.fetchers = list(self.fetchers.values()), {}
+        await asyncio.gather(*(f.shutdown() for f in fetchers))
+        self._log(
+            logging.INFO,
+            "leaderships_handed_over",
+            fenced=fenced,
+            stopped_fetching_from=fetching_from,
+        )
 
     async def shutdown(self) -> None:
         """Stop fetchers and background tasks, then checkpoint the high watermarks."""
@@ -1218,7 +1250,7 @@ class ReplicaManager:
         fenced = []
         for tp, partition in self.partitions.items():
             if partition.is_leader and not partition.fenced:
-                partition.fenced = True
+                partition.fence("ZooKeeper session lost")
                 fenced.append(str(tp))
                 self._wake(tp)
         self._log(logging.WARNING, "session_lost_fenced_leaders", partitions=fenced)

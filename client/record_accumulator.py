@@ -70,6 +70,7 @@ class ProducerBatch:
         "done",
         "drain_order",
         "last_error",
+        "metadata_wait",
         "payload",
         "producer_epoch",
         "producer_id",
@@ -107,6 +108,10 @@ class ProducerBatch:
         self.retry_at = 0.0
         """Loop time before which a retry must not be sent (retry_backoff_ms)."""
         self.last_error: Exception | None = None
+        self.metadata_wait = 0
+        """The metadata refresh (:attr:`ProducerMetadata.refreshes_done` numbering) a retry
+        waits for: the last error said the leader it was sent to is stale or unreachable,
+        and the same metadata would send it there again."""
         self.done: asyncio.Future[None] = loop.create_future()
         """Settled when every record's future is (flush and close wait for it)."""
 

@@ -164,7 +164,9 @@ async def init_producer_id(
 
 class ProducerMetadata:
     """The cluster metadata of the topics this producer writes to: one refresh at a time,
-    background refreshes coalesced and at most one per ``retry_backoff_ms``."""
+    background refreshes coalesced and at most one per ``retry_backoff_ms``. Refreshes are
+    numbered as they start, so that a batch back from a stale or silent leader can wait for
+    one that started after the answer (:meth:`request_update`, :attr:`refreshes_done`)."""
 
     def __init__(self, connections: BrokerConnections, retry_backoff_ms: int) -> None:
         self.client = MetadataClient(connections)
@@ -175,6 +177,10 @@ class ProducerMetadata:
         self.on_update: Callable[[], None] | None = None
         self._lock = asyncio.Lock()
         self._last_attempt = -math.inf
+        self._refreshes_started = 0
+        self.refreshes_done = 0
+        """The number of the last refresh that ended (they are numbered as they start),
+        whether it succeeded or not."""
         self._update_requested = False
         self._updater: asyncio.Task[None] | None = None
         self._available: dict[str, list[int]] = {}
@@ -188,23 +194,29 @@ class ProducerMetadata:
         BrokerUnreachableError when no broker answers."""
         async with self._lock:
             self._last_attempt = asyncio.get_running_loop().time()
+            self._refreshes_started += 1
+            number = self._refreshes_started
             try:
                 result = await self.client.refresh(sorted(self.topics))
             except ClientError as e:
                 self.last_error = e
                 raise
             finally:
+                self.refreshes_done = number
                 if self.on_update is not None:
                     self.on_update()
             self.last_error = None
             self._available.clear()
             return result
 
-    def request_update(self) -> None:
-        """Refresh in the background soon (coalesced with one under way or pending)."""
+    def request_update(self) -> int:
+        """Refresh in the background soon (coalesced with one under way or pending).
+        Returns the number of a refresh that starts after this call: once
+        :attr:`refreshes_done` reaches it, the metadata is newer than the request."""
         self._update_requested = True
         if self._updater is None or self._updater.done():
             self._updater = asyncio.create_task(self._update_loop())
+        return self._refreshes_started + 1
 
     async def _update_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -360,7 +372,10 @@ class Sender:
         ready, next_time = self.accumulator.ready(now, muted, self.in_flight)
         by_leader: dict[BrokerNode, list[ProducerBatch]] = {}
         missing_leader = False
+        refreshes_done = self.metadata.refreshes_done
         for batch in ready:
+            if batch.metadata_wait > refreshes_done:
+                continue  # back from a stale or unreachable leader: new metadata first
             leader = self.metadata.leader_of(batch.tp)
             if leader is None:
                 missing_leader = True
@@ -507,8 +522,15 @@ class Sender:
             # such a batch too, KIP-360).
             retriable = True
         if retriable and batch.attempts <= self.config.retries and now < batch.deadline:
-            if isinstance(error, errors.MinibrokerError) and error.invalid_metadata:
-                self.metadata.request_update()
+            if isinstance(error, BrokerUnreachableError) or (
+                isinstance(error, errors.MinibrokerError) and error.invalid_metadata
+            ):
+                # The leader it went to is stale or did not answer: the retry waits for
+                # metadata newer than this answer (and retry_backoff_ms), instead of going
+                # where the same metadata sends it, to be refused again (Kafka's producer
+                # also gets newer metadata first in practice: its refresh is sent at once
+                # and answered well within retry.backoff.ms).
+                batch.metadata_wait = self.metadata.request_update()
             log.debug("retrying %s after %s", batch, error)
             if any(b is not batch for b in self.in_flight.get(batch.tp, ())):
                 self._recovering.add(batch.tp)

@@ -896,7 +896,9 @@ class KafkaController:
         )
         # The leaving broker stops every replica it no longer leads: it refuses produce
         # at once (retriable NOT_LEADER_OR_FOLLOWER) and stops fetching, so no leader adds
-        # it back to an ISR on its way out.
+        # it back to an ISR on its way out. It may stop serving before this arrives, so on
+        # an answer with nothing remaining it does the same by itself
+        # (ReplicaManager.leaderships_handed_over).
         for tp in tps:
             if ctx.partition_states[tp].leader != leaving:
                 batch.add_stop_replica([leaving], tp, False, ctx.partition_states[tp].leader_epoch)

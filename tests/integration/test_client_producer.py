@@ -214,6 +214,57 @@ class LossyConnections(BrokerConnections):
         return cast(grpc.aio.Channel, LostAckChannel(super().channel(address), self.drops))
 
 
+def test_a_clean_bounce_of_the_leader_costs_the_producer_one_not_leader_per_batch(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SIGTERM of the leader (controlled shutdown), then its start, under a steady acks=all
+    producer: every batch the leaving leader got is answered NOT_LEADER_OR_FOLLOWER and
+    retried on the new leader; none is left without an answer until the leaving broker's
+    sessions end (which stalled every producer of its partitions for the gRPC server's 5 s
+    shutdown grace, the stalls of the chaos runs' bounces)."""
+    caplog.set_level(logging.DEBUG, logger="client.sender")
+    tp = TopicPartition("bounced", 0)
+    with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
+        cluster.create_topic(tp.topic, {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
+        cluster.wait_for_isr(tp, {1, 2, 3}, timeout=30)
+        leader = cluster.wait_for_leader(tp)
+        outcomes: list[RecordMetadata | BaseException] = []
+
+        async def scenario() -> None:
+            config = ProducerConfig(request_timeout_ms=30_000, delivery_timeout_ms=120_000)
+            async with (
+                BrokerConnections.from_bootstrap(bootstrap(cluster)) as connections,
+                Producer(connections, config) as producer,
+            ):
+                futures: list[asyncio.Future[RecordMetadata]] = []
+                stop = asyncio.Event()
+
+                async def steady() -> None:
+                    while not stop.is_set():
+                        futures.append(await producer.send(tp.topic, b"%d" % len(futures)))
+                        await asyncio.sleep(0.005)
+
+                futures.append(await producer.send(tp.topic, b"0"))
+                await futures[0]
+                sending = asyncio.create_task(steady())
+                await asyncio.to_thread(cluster.brokers[leader].stop)
+                await asyncio.to_thread(cluster.brokers[leader].start, zk_client)
+                await asyncio.to_thread(cluster.wait_for_isr, tp, {1, 2, 3}, 30)
+                stop.set()
+                await sending
+                outcomes.extend(await asyncio.gather(*futures, return_exceptions=True))
+
+        run(scenario)
+
+        assert [o for o in outcomes if isinstance(o, BaseException)] == []
+        assert cluster.wait_for_leader(tp) != leader
+        retries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retrying")]
+        assert retries, "the leadership moved without the producer noticing"
+        assert [m for m in retries if "NOT_LEADER_OR_FOLLOWER" not in m] == []
+        written = sorted(int(v or b"") for _, v in consumed(cluster, tp))
+        assert written == list(range(len(outcomes)))  # each record once
+
+
 @pytest.mark.parametrize(("idempotent", "copies"), [(True, 1), (False, 2)])
 def test_a_lost_acknowledgement_is_retried_and_idempotence_drops_the_duplicate(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path, idempotent: bool, copies: int

@@ -11,14 +11,20 @@ deletion, controlled shutdown under load, preferred replica election and reassig
 from __future__ import annotations
 
 import json
+import queue
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 from kazoo.client import KazooClient
 
 from proto import minibroker_pb2 as pb
+from proto import minibroker_pb2_grpc as pb_grpc
 from proto import zk_data
+from proto.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import free_port_run, wait_for
@@ -464,6 +470,72 @@ def test_controlled_shutdown_of_each_broker_under_load_gives_only_retriable_erro
         report = load.report
         assert not report.fatal, report.fatal
         check_acked_records_survive(cluster, report)
+
+
+class _ProduceSession:
+    """A producer's ProduceSession stream, one request answered at a time."""
+
+    def __init__(self, stub: pb_grpc.BrokerStub) -> None:
+        self._requests: queue.Queue[pb.ProduceRequest | None] = queue.Queue()
+        self._call: Any = stub.ProduceSession(iter(self._requests.get, None), timeout=90)
+        self._correlation_id = 0
+
+    def produce(self, tp: TopicPartition, value: bytes) -> pb.PartitionProduceResponse:
+        """acks=all; raises grpc.RpcError if the stream ends before the answer."""
+        self._correlation_id += 1
+        request = pb.ProduceRequest(acks=-1, timeout_ms=60_000, correlation_id=self._correlation_id)
+        batch = encode_batch([Record(key=None, value=value, timestamp=int(time.time() * 1000))])
+        request.topics.add(name=tp.topic).partitions.add(index=tp.partition, records=batch)
+        self._requests.put(request)
+        response: pb.ProduceResponse = next(self._call)
+        assert response.correlation_id == self._correlation_id
+        return response.responses[0].partitions[0]
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._call.cancel()
+
+
+def test_controlled_shutdown_of_a_leader_refuses_writes_on_its_open_sessions_at_once(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """The leaving leader answers a write on a produce session opened before its SIGTERM
+    with a retriable NOT_LEADER_OR_FOLLOWER once the controller has moved the leadership,
+    so that its producer goes to the new leader. It used to append the write and wait for
+    followers that had moved to the new leader, until the gRPC server's shutdown grace
+    ended the session with the write unanswered: every producer of its partitions stalled
+    for those 5 s after each controlled shutdown (no request timeout is short enough)."""
+    topic = "handover"
+    tp = TopicPartition(topic, 0)
+    with running_cluster(zk_client, zk_connect, tmp_path) as cluster:
+        cluster.create_topic(topic, {0: [1, 2, 3]}, {"min.insync.replicas": "2"})
+        cluster.wait_for_isr(tp, {1, 2, 3}, timeout=30)
+        assert cluster.leader_serving(tp) == 1
+        session = _ProduceSession(cluster.broker_stub(1))
+        answers: list[int] = []
+        with ThreadPoolExecutor(1) as pool:
+            try:
+                answers.append(session.produce(tp, b"before").error_code)
+                stopping = pool.submit(cluster.brokers[1].stop)
+                deadline = time.monotonic() + 60
+                # Acknowledged while broker 1 still leads, then refused: never unanswered.
+                while answers[-1] == pb.NONE and time.monotonic() < deadline:
+                    try:
+                        answers.append(session.produce(tp, b"v%d" % len(answers)).error_code)
+                    except grpc.RpcError as e:
+                        raise AssertionError(
+                            f"the session ended with a write unanswered ({e.code()}) after "
+                            f"{len(answers)} answers: the leaving leader waited for followers "
+                            "that follow the new leader"
+                        ) from None
+            finally:
+                session.close()
+            assert stopping.result() == 0
+        assert answers[0] == pb.NONE
+        assert answers[-1] == pb.NOT_LEADER_OR_FOLLOWER, answers[-3:]
+        state = cluster.state(tp)
+        assert state is not None
+        assert state.leader in (2, 3)
 
 
 # -- preferred replica election and reassignment ----------------------------------------------

@@ -113,6 +113,17 @@ def test_lagging_follower_leaves_the_isr_after_the_lag_time(
     assert leader.isr_to_shrink() == (1, 2)
 
 
+def test_a_fenced_leader_shrinks_no_isr(leader: Partition, clock: Clock) -> None:
+    leader.append_records_to_leader(batch(1), ACKS_ALL)
+    clock.now += LAG_MS + 1
+    leader.fence("this broker is shutting down")
+    assert leader.isr_to_shrink() is None  # it may have been replaced already
+    leader.make_leader(state(epoch=1))
+    assert leader.isr_to_shrink() is None  # a new term: the lag counts from now
+    clock.now += LAG_MS + 1
+    assert leader.isr_to_shrink() == (1,)
+
+
 def test_follower_at_the_leo_never_leaves_the_isr(leader: Partition, clock: Clock) -> None:
     leader.update_follower_fetch_state(2, 0, 0)
     leader.update_follower_fetch_state(3, 0, 0)
@@ -200,8 +211,8 @@ def test_follower_hw_is_min_of_leader_hw_and_own_leo(tmp_path: Path, clock: Cloc
 
 
 def test_fenced_leader_refuses_writes(leader: Partition) -> None:
-    leader.fenced = True
-    with pytest.raises(errors.NotLeaderOrFollowerError, match="ZooKeeper session lost"):
+    leader.fence("ZooKeeper session lost")
+    with pytest.raises(errors.NotLeaderOrFollowerError, match="fenced: ZooKeeper session lost"):
         leader.append_records_to_leader(batch(), 1)
     assert leader.produce_status(0) == ErrorCode.NOT_LEADER_OR_FOLLOWER
     leader.make_leader(state(epoch=1))

@@ -115,11 +115,15 @@ class FakeBroker(pb_grpc.BrokerServicer):
         """False: ProduceSession is UNIMPLEMENTED, as on a broker that predates it."""
         self.sessions = 0
         """ProduceSession calls opened."""
+        self.metadata_hold: asyncio.Event | None = None
+        """While set to an unset event, Metadata requests wait for it."""
 
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MetadataResponse:
         self.metadata_requests += 1
+        if self.metadata_hold is not None:
+            await self.metadata_hold.wait()
         cluster = self.cluster
         response = pb.MetadataResponse(controller_id=min(cluster.brokers))
         for b in cluster.brokers.values():
@@ -343,17 +347,34 @@ def test_keyed_records_land_on_kafkas_partition_in_send_order() -> None:
 
 
 def test_linger_gathers_records_into_one_batch_and_one_request() -> None:
+    """Records wait while their batch lingers and leave together. (A linger short enough
+    to end the test on its own would count on the ten sends taking less than it: on a
+    loaded machine they did not, and the records left in two batches.)"""
+
     async def scenario() -> None:
         async with fake_cluster() as cluster, connected(cluster) as connections:
             cluster.create("t", 1)
-            config = fast(linger_ms=200)
-            async with Producer(connections, config) as producer:
-                futures = [await producer.send("t", b"v%d" % i) for i in range(10)]
-                await asyncio.gather(*futures)
             broker = cluster.brokers[1]
+            async with Producer(connections, fast(linger_ms=5_000)) as producer:
+                futures = [await producer.send("t", b"v%d" % i) for i in range(10)]
+                await asyncio.sleep(0.05)  # give the batch the chance to (wrongly) go early
+                assert broker.produce_requests == []
+                await producer.flush()
+                await asyncio.gather(*futures)
             assert len(broker.produce_requests) == 1
             (batch,) = cluster.logs[TopicPartition("t", 0)]
             assert parse_header(batch).record_count == 10
+
+    run(scenario)
+
+
+def test_a_batch_leaves_once_linger_ms_has_passed() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            async with Producer(connections, fast(linger_ms=100)) as producer:
+                future = await producer.send("t", b"v")
+                assert (await asyncio.wait_for(future, 10)).offset == 0  # no flush
 
     run(scenario)
 
@@ -652,6 +673,39 @@ def test_not_leader_refreshes_metadata_and_retries_on_the_new_leader() -> None:
     run(scenario)
 
 
+def test_a_batch_refused_not_leader_waits_for_newer_metadata_before_its_retry() -> None:
+    """The retry of a batch that a broker refused as not its leader goes where metadata
+    newer than the refusal says, however long that metadata takes (here: until released),
+    never again to the broker that refused it on the metadata the producer still has: that
+    round trip would be refused again."""
+
+    async def scenario() -> None:
+        async with fake_cluster(2) as cluster, connected(cluster) as connections:
+            cluster.create("t", 1, leaders=[1])
+            tp = TopicPartition("t", 0)
+            old, new = cluster.brokers[1], cluster.brokers[2]
+            async with Producer(connections, fast()) as producer:
+                assert (await (await producer.send("t", b"before"))).offset == 0
+                cluster.leaders[tp] = 2
+                held = asyncio.Event()
+                old.metadata_hold = new.metadata_hold = held
+                asked = old.metadata_requests + new.metadata_requests
+                future = await producer.send("t", b"after")
+                await eventually(lambda: len(old.produce_requests) == 2, what="NOT_LEADER")
+                await eventually(
+                    lambda: old.metadata_requests + new.metadata_requests > asked,
+                    what="the refresh it asked for",
+                )
+                await asyncio.sleep(0.2)  # twenty retry backoffs for a wasted retry to go
+                assert (len(old.produce_requests), len(new.produce_requests)) == (2, 0)
+                held.set()
+                assert (await future).offset == 1
+            assert (len(old.produce_requests), len(new.produce_requests)) == (2, 1)
+            assert cluster.records(tp) == [b"before", b"after"]
+
+    run(scenario)
+
+
 def test_an_unreachable_leader_is_retried_after_a_metadata_refresh() -> None:
     async def scenario() -> None:
         async with fake_cluster() as cluster, connected(cluster) as connections:
@@ -712,13 +766,17 @@ def test_a_non_retriable_error_fails_the_records_at_once() -> None:
         async with fake_cluster() as cluster, connected(cluster) as connections:
             cluster.create("t", 1)
             cluster.brokers[1].script[TopicPartition("t", 0)].append(ErrorCode.MESSAGE_TOO_LARGE)
-            async with Producer(connections, fast()) as producer:
+            # One batch of three whatever the machine's load: it lingers until the flush.
+            async with Producer(connections, fast(linger_ms=5_000)) as producer:
                 futures = [await producer.send("t", b"v") for _ in range(3)]
+                await producer.flush()
                 outcomes = await asyncio.gather(*futures, return_exceptions=True)
                 assert all(isinstance(o, errors.MessageTooLargeError) for o in outcomes)
                 assert str(outcomes[0]).startswith("MESSAGE_TOO_LARGE: t-0: ")
                 # The producer goes on: a later record is delivered.
-                assert (await (await producer.send("t", b"w"))).offset == 0
+                later = await producer.send("t", b"w")
+                await producer.flush()
+                assert (await later).offset == 0
             assert len(cluster.brokers[1].produce_requests) == 2
 
     run(scenario)
@@ -881,7 +939,8 @@ def test_sequences_count_records_per_partition_from_zero() -> None:
     async def scenario() -> None:
         async with fake_cluster() as cluster, connected(cluster) as connections:
             cluster.create("t", 2)
-            async with Producer(connections, fast()) as producer:
+            # Batches of exactly 3, 1 and 4 whatever the load: each lingers until its flush.
+            async with Producer(connections, fast(linger_ms=5_000)) as producer:
                 for count in (3, 1, 4):
                     for p in range(2):
                         for _ in range(count):
@@ -1077,12 +1136,14 @@ def test_send_many_keeps_order_tiles_offsets_and_fills_sticky_batches() -> None:
     async def scenario() -> None:
         async with fake_cluster(2) as cluster, connected(cluster) as connections:
             cluster.create("t", 3)
-            config = fast(batch_size=2000, linger_ms=50)
+            # Only full batches leave before the flush, whatever the machine's load.
+            config = fast(batch_size=2000, linger_ms=5_000)
             async with Producer(connections, config) as producer:
                 values = [b"%05d" % i + bytes(80) for i in range(500)]
                 futures = []
                 for start in range(0, 500, 70):  # calls that do not line up with batches
                     futures += await producer.send_many("t", values[start : start + 70])
+                await producer.flush()
                 ranges = await asyncio.gather(*futures)
                 assert producer._buffer.used == 0
             assert sum(r.count for r in ranges) == 500

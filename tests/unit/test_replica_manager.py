@@ -243,3 +243,36 @@ def test_update_metadata_carries_kafka_endpoints_and_refuses_half_of_one(
             assert [b.kafka_endpoint for b in cache.brokers()] == [("10.0.0.1", 19091), None]
 
     asyncio.run(scenario())
+
+
+# -- leaderships handed over by a controlled shutdown ------------------------------------------
+
+
+def test_handing_over_leaderships_ends_waiting_writes_and_refuses_new_ones_not_leader(
+    tmp_path: Path,
+) -> None:
+    """Once its controlled shutdown moved its leaderships, a broker that still believes it
+    leads answers the acks=all write waiting for a follower (which now follows the new
+    leader) at once with a retriable NOT_LEADER_OR_FOLLOWER, refuses later ones the same
+    way."""
+    batch = encode_batch([Record(None, b"v", 1)])
+
+    async def scenario(manager: ReplicaManager) -> None:
+        partition = manager.partitions[GOOD]
+        assert partition.make_leader(LeadershipState(1, 1, (1, 2), (1, 2), 0, controller_epoch=1))
+        waiting = asyncio.create_task(manager.append_records(-1, 60_000, {GOOD: batch}))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()  # follower 2 has not fetched it
+        await manager.leaderships_handed_over()
+        async with asyncio.timeout(10):
+            ended = await waiting
+        assert ended[GOOD].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        refused = await manager.append_records(-1, 60_000, {GOOD: batch})
+        assert refused[GOOD].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert "shutting down" in refused[GOOD].error_message
+
+    with ThreadPoolExecutor(1) as executor:
+        manager = replica_manager(tmp_path, executor)
+        asyncio.run(scenario(manager))
+        for partition in manager.partitions.values():
+            partition.log.close()
