@@ -179,8 +179,10 @@ class _Bounce(Nemesis):
 
     def strike(self, ctx: NemesisContext, pick: float) -> Fault:
         broker = _choose(_running(ctx), pick)
-        ctx.backend.stop(broker)
+        # Written as the SIGTERM goes: the controlled shutdown that follows takes seconds,
+        # and what clients see happens during it, not after the process is gone.
         ctx.timeline.event("stop", broker, nemesis=self.name)
+        ctx.backend.stop(broker)
         return Fault(self.name, broker, _restart(ctx, broker))
 
 
@@ -489,8 +491,8 @@ class _KafkaFailureMode(Nemesis):
 
     def _down(self, ctx: NemesisContext, broker: int) -> None:
         if self.clean:
+            ctx.timeline.event("stop", broker, nemesis=self.name)  # as the SIGTERM goes
             ctx.backend.stop(broker)
-            ctx.timeline.event("stop", broker, nemesis=self.name)
         else:
             ctx.backend.kill(broker)
             ctx.timeline.event("kill", broker, nemesis=self.name)
