@@ -14,7 +14,6 @@ from __future__ import annotations
 import html
 import itertools
 import json
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from chaos.audit.model import KINDS, READ_KINDS, AuditResult, PartitionSummary, Violation
-from chaos.audit.timeline_svg import draw_timeline
+from chaos.audit.timeline_svg import draw_timeline, ticks
 
 __all__ = [
     "HTML_NAME",
@@ -224,16 +223,9 @@ def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _ticks(low: float, high: float, count: int = 5) -> list[int]:
-    """Whole-number tick values (1, 2 or 5 times a power of ten apart) spanning [low, high]."""
-    span = max(high - low, 1)
-    step = 10 ** max(math.floor(math.log10(span / count)), 0)
-    for factor in (1, 2, 5, 10):
-        if span / (step * factor) <= count:
-            step *= factor
-            break
-    first = math.ceil(low / step) * step
-    return [first + i * step for i in range(int((high - first) // step) + 1)]
+def _ticks(low: int, high: int, count: int = 5) -> list[int]:
+    """Whole-number ticks over offsets (:func:`chaos.audit.timeline_svg.ticks`)."""
+    return [int(t) for t in ticks(low, high, count)]
 
 
 def _epoch_plot(part: PartitionSummary, violations: Sequence[Violation]) -> str:
