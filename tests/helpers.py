@@ -105,6 +105,19 @@ def minibroker(
     )
 
 
+def cluster_up_on_free_ports(cluster_dir: os.PathLike[str], *extra: str) -> tuple[int, str]:
+    """``minibroker cluster up`` in ``cluster_dir`` on seven free ports from a base: gRPC
+    base..base+2, ZooKeeper base+3, Kafka base+4..base+6. It must succeed; returns the base
+    and what it printed."""
+    base = free_port_run(7)
+    up = minibroker(
+        "cluster", "up", "--data-dir", str(cluster_dir), "--base-port", str(base),
+        "--zookeeper-port", str(base + 3), "--kafka-base-port", str(base + 4), *extra,
+    )  # fmt: skip
+    assert up.returncode == 0, up.stderr
+    return base, up.stdout
+
+
 def free_port_run(count: int) -> int:
     """A base port such that ``count`` consecutive ports are free right now."""
     return free_port_block(count)

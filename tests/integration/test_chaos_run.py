@@ -21,7 +21,7 @@ import pytest
 
 from chaos.runner import RunSettings, run_chaos
 from chaos.schedule import Schedule, ScheduledFault
-from tests.helpers import free_port_run, minibroker, wait_for
+from tests.helpers import cluster_up_on_free_ports, minibroker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -283,13 +283,8 @@ def test_a_run_on_a_running_cluster_leaves_it_running_and_audits_its_data(
     """``chaos run --data-dir`` on the user's cluster (`cluster up`): the run heals its fault
     and leaves every broker running, copies the data dirs after the final read and audits
     them; its output, piped (no terminal), has one line per strike and heal."""
-    base = free_port_run(7)
+    cluster_up_on_free_ports(cluster_dir)
     data = ["--data-dir", str(cluster_dir)]
-    up = minibroker(
-        "cluster", "up", *data, "--base-port", str(base), "--zookeeper-port", str(base + 3),
-        "--kafka-base-port", str(base + 4),
-    )  # fmt: skip
-    assert up.returncode == 0, up.stderr
     replay = _schedule(tmp_path / "schedule.json", [("kill", 2.0)])
     run_dir = tmp_path / "run"
     done = subprocess.run(

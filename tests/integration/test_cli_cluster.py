@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import free_port_run, minibroker
+from tests.helpers import cluster_up_on_free_ports, free_port_run, minibroker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -22,16 +22,11 @@ def kafka_ports(cluster_dir: Path) -> dict[int, int | None]:
 
 
 def test_cluster_up_status_kill_start_stop_down(cluster_dir: Path) -> None:
-    base = free_port_run(7)
+    base, printed = cluster_up_on_free_ports(cluster_dir)
     data = ["--data-dir", str(cluster_dir)]
-    up = minibroker(
-        "cluster", "up", *data, "--base-port", str(base), "--zookeeper-port", str(base + 3),
-        "--kafka-base-port", str(base + 4),
-    )  # fmt: skip
-    assert up.returncode == 0, up.stderr
-    assert f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}" in up.stdout
+    assert f"127.0.0.1:{base},127.0.0.1:{base + 1},127.0.0.1:{base + 2}" in printed
     kafka = f"127.0.0.1:{base + 4},127.0.0.1:{base + 5},127.0.0.1:{base + 6}"
-    assert f"kafka bootstrap:   {kafka}" in up.stdout
+    assert f"kafka bootstrap:   {kafka}" in printed
     assert kafka_ports(cluster_dir) == {1: base + 4, 2: base + 5, 3: base + 6}
     assert (cluster_dir / "logs" / "broker-1.log").exists()
 
