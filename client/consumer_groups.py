@@ -268,12 +268,18 @@ class ConsumerGroupService:
                 self._warn(f"ignoring consumer group znode {CONSUMERS_PATH}/{child!r}: {problem}")
                 continue
             zk_groups.add(child)
+        ordered = sorted(zk_groups)
+        # Asked of ZooKeeper for all groups at once, not one round trip after another.
+        membership = dict(
+            zip(ordered, await asyncio.gather(*map(self._zk_membership, ordered)), strict=True)
+        )
         for group in sorted(zk_groups | set(held.groups)):
             kafka = held.groups.get(group)
             kinds, state = [], "Empty"
-            if group in zk_groups and await self._admin.zk_exists(consumer_ids_path(group)):
+            has_ids, has_members = membership.get(group, (False, False))
+            if has_ids:
                 kinds.append(ZOOKEEPER)
-                if await self._admin.zk_children(consumer_ids_path(group)):
+                if has_members:
                     state = "Stable"
             if kafka is not None or not kinds:
                 kinds.append(KAFKA)
@@ -282,6 +288,13 @@ class ConsumerGroupService:
                 state = (active or kafka)[0].state
             listings.append(GroupListing(group, ",".join(kinds), state))
         return listings
+
+    async def _zk_membership(self, group: str) -> tuple[bool, bool]:
+        """Whether ``group`` has an ``ids`` znode (it is a ZooKeeper group) and members."""
+        ids = consumer_ids_path(group)
+        if not await self._admin.zk_exists(ids):
+            return False, False
+        return True, bool(await self._admin.zk_children(ids))
 
     async def describe_group(self, group: str) -> GroupDescription:
         """The group's live members (of both kinds), owners and committed offsets.
