@@ -305,14 +305,14 @@ state() { docker container inspect -f '{{.State.Status}}' "$1" 2>/dev/null || ec
 
 report_unhealthy() {
     "${compose[@]}" ps >&2 || true
-    local service container
+    local service container status
     for service in "${services[@]}"; do
         container="$(container_of "$service")"
-        if [ "$(health "$container")" != healthy ]; then
+        status="$(health "$container")"
+        if [ "$status" != healthy ]; then
             echo >&2
-            echo "---- $service ($container): $(health "$container"); last health check:" >&2
-            docker container inspect -f '{{if .State.Health}}{{range .State.Health.Log}}{{.Output}}{{end}}{{end}}' \
-                "$container" 2>/dev/null | tail -n 3 >&2 || true
+            echo "---- $service ($container): $status; last health check:" >&2
+            health_log "$container" | tail -n 3 >&2 || true
             echo "---- logs of $service:" >&2
             "${compose[@]}" logs --no-color --tail=60 "$service" >&2 || true
         fi
@@ -334,9 +334,14 @@ name_containers() {
     printf '%s\n' "$text"
 }
 
-last_check() {
+# What the container's recent health checks printed, oldest first.
+health_log() {
     docker container inspect -f '{{if .State.Health}}{{range .State.Health.Log}}{{.Output}}{{end}}{{end}}' \
-        "$1" 2>/dev/null | grep -v '^$' | tail -n 1 || true
+        "$1" 2>/dev/null
+}
+
+last_check() {
+    health_log "$1" | grep -v '^$' | tail -n 1 || true
 }
 
 any_unhealthy() {
