@@ -10,7 +10,6 @@ usage of the subcommand it concerns and exit status 2.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 import tomllib
@@ -117,6 +116,8 @@ def _remember_parsers(parser: argparse.ArgumentParser) -> None:
 def _unreachable_hint(err: MinibrokerError) -> str:
     """For "cannot reach any broker": whether the addresses tried are Kafka listeners (a
     common mistake: the Docker cluster publishes both kinds of port)."""
+    import asyncio
+
     from client.metadata import BrokerUnreachableError
     from client.reachability import kafka_listener_hint
 
