@@ -71,8 +71,8 @@ FUZZ_EXAMPLES ?= 5000
 fuzz: setup ## the fuzz tests (batches, every RPC) long, on fresh random inputs: make fuzz [FUZZ_EXAMPLES=N]
 	HYPOTHESIS_PROFILE=fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/unit/test_fuzz_batches.py tests/integration/test_fuzz_rpcs.py $(PYTEST_ARGS)
 
-proto: $(INSTALLED) ## regenerate the committed gRPC stubs from proto/minibroker.proto
-	$(PY) -m proto.generate
+proto: $(INSTALLED) ## regenerate the committed gRPC stubs from proto/wire/minibroker.proto
+	$(PY) -m proto.wire.generate
 
 bench: setup bench-deps ## run the benchmarks and write bench/RESULTS.md and bench/results.json
 	$(PY) -m bench.run

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.audit.testing import BrokerDataDir, history_line, write_lines
-from proto.log_config import LogConfig
+from proto.config.log_config import LogConfig
 from proto.topic_partition import TopicPartition
 
 __all__ = ["AuditBenchResult", "measure", "write_data"]

@@ -61,11 +61,11 @@ from bench.replication import BenchmarkError, brokers, kazoo, wait_for_leader
 from deploy.broker_process import BrokerProcess, stop_brokers
 from deploy.cluster_probe import create_topic, partition_state
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto import zk_data
-from proto.record_batch import Record, encode_batch
+from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk import znodes
 
 TOPIC = "failover"
 TP = TopicPartition(TOPIC, 0)
@@ -243,22 +243,22 @@ def _producer(procs: Mapping[int, BrokerProcess]) -> Iterator[_Producer]:
         producer.close()
 
 
-def _read_state(zk: KazooClient) -> tuple[zk_data.PartitionState | None, int]:
+def _read_state(zk: KazooClient) -> tuple[znodes.PartitionState | None, int]:
     """The state znode and its mtime (ms since the epoch), or (None, 0)."""
     try:
-        data, stat = zk.get(zk_data.partition_state_path(TP))
+        data, stat = zk.get(znodes.partition_state_path(TP))
     except NoNodeError:
         return None, 0
-    state = zk_data.decode_partition_state(data)
-    return zk_data.PartitionState.from_data(state, stat.version), int(stat.mtime)
+    state = znodes.decode_partition_state(data)
+    return znodes.PartitionState.from_data(state, stat.version), int(stat.mtime)
 
 
 def _controller(zk: KazooClient) -> int | None:
     try:
-        data, _ = zk.get(zk_data.CONTROLLER_PATH)
+        data, _ = zk.get(znodes.CONTROLLER_PATH)
     except NoNodeError:
         return None
-    return zk_data.decode_controller(data)
+    return znodes.decode_controller(data)
 
 
 def _running(procs: Mapping[int, BrokerProcess]) -> dict[int, str]:
@@ -307,7 +307,7 @@ def _kill_round(
         def on_brokers_changed(_: WatchedEvent) -> None:
             expired.append(time.monotonic())  # kazoo's thread; one-shot watch: once
 
-        zk.get_children(zk_data.BROKER_IDS_PATH, watch=on_brokers_changed)
+        zk.get_children(znodes.BROKER_IDS_PATH, watch=on_brokers_changed)
         stopping = ThreadPoolExecutor(1)
         wall0 = time.time()
         t0 = time.monotonic()
@@ -321,7 +321,7 @@ def _kill_round(
                     f"failures {dict(errors)})"
                 )
             state, mtime_ms = _read_state(zk)
-            if state is None or state.leader == zk_data.LEADER_NONE:
+            if state is None or state.leader == znodes.LEADER_NONE:
                 errors["no leader in the state znode"] += 1
                 time.sleep(RETRY_BACKOFF_S)
                 continue

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from broker.log.log import Log
 from broker.log.log_validator import validate_client_batches
-from proto.log_config import LogConfig
-from proto.record_batch import Record, encode_batch, validate_batches
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import Record, encode_batch, validate_batches
 
 BATCH_BYTES = 16 * 1024
 """Kafka's default batch.size, the replication bench's batches."""

@@ -49,12 +49,12 @@ from bench.log_append import BATCH_BYTES, RECORD_VALUE_BYTES
 from deploy.broker_process import BrokerProcess, BrokerSpec, start_brokers, stop_brokers
 from deploy.cluster_probe import create_topic, leader_serving, partition_state
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto import zk_data
-from proto.broker_config import BrokerConfig
-from proto.record_batch import Record, encode_batch, scan_batches
+from proto.config.broker_config import BrokerConfig
+from proto.records.record_batch import Record, encode_batch, scan_batches
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk import znodes
 
 TOPIC = "bench"
 ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
@@ -225,7 +225,7 @@ def wait_for_leader(
     tp: TopicPartition,
     addresses: Mapping[int, str],
     timeout: float = LEADER_TIMEOUT_S,
-) -> zk_data.PartitionState:
+) -> znodes.PartitionState:
     """Wait until :func:`leader_serving` finds a serving leader of ``tp``; its state."""
     deadline = time.monotonic() + timeout
     while (state := leader_serving(zk, tp, addresses)) is None:

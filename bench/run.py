@@ -27,7 +27,7 @@ from bench import tls as tls_bench
 from bench.machine import describe
 from chaos.run_stats import WINDOW_S
 from chaos.runner import MIN_INSYNC_REPLICAS, RunSettings
-from proto.process_tuning import tune_process
+from proto.process.tuning import tune_process
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS = BENCH_DIR / "RESULTS.md"

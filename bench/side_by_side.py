@@ -45,10 +45,10 @@ from client.metadata import BrokerConnections, MetadataClient
 from client.produce_session import ProduceSession
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.records_builder import RecordsBuilder
+from proto.records.builder import RecordsBuilder
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 
 RECORD_BYTES = 100
 PERF_RECORDS = 2_000_000

@@ -2,11 +2,11 @@
 ``super.users`` over the principals TLS authenticates.
 
 With TLS (``ssl.keystore.location`` set) every peer's principal comes from its certificate
-(:func:`proto.tls.peer_principal`). Only a principal in ``super.users`` may send the control
-requests (LeaderAndIsr, UpdateMetadata, StopReplica, ControlledShutdown) and fetch as a
+(:func:`proto.transport.tls.peer_principal`). Only a principal in ``super.users`` may send
+the control requests (LeaderAndIsr, UpdateMetadata, StopReplica, ControlledShutdown) and fetch as a
 replica; and it may only speak for itself: a replica fetch's ``replica_id`` and a
 ControlledShutdown's ``broker_id`` must be the broker its certificate names
-(:func:`proto.tls.broker_principal`). Anyone else is refused with gRPC PERMISSION_DENIED
+(:func:`proto.transport.tls.broker_principal`). Anyone else is refused with gRPC PERMISSION_DENIED
 (Kafka's CLUSTER_AUTHORIZATION_FAILED), one log line each. Produce, consumer fetches,
 Metadata, ListGroups, DescribeGroups and the rest stay open to every authenticated client,
 as with Kafka's authorizer and ``allow.everyone.if.no.acl.found=true``; there are no topic
@@ -23,8 +23,8 @@ from collections.abc import Iterable
 
 import grpc
 
-from proto.event_log import log_event
-from proto.tls import broker_principal, peer_principal
+from proto.process.event_log import log_event
+from proto.transport.tls import broker_principal, peer_principal
 
 __all__ = ["ClusterAuthorizer"]
 

@@ -38,9 +38,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from proto.minibroker_pb2 import ErrorCode
 from proto.topic_partition import TopicPartition
-from proto.zk_data import PartitionState
+from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk.znodes import PartitionState
 
 __all__ = [
     "EPOCH_DURING_DELETE",

@@ -23,10 +23,10 @@ import logging
 import grpc
 
 from broker.zk_client import BrokerZkClient, ZkError
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.broker_config import BrokerConfig
-from proto.tls import TlsConfig, aio_channel
+from proto.config.broker_config import BrokerConfig
+from proto.transport.tls import TlsConfig, aio_channel
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 
 __all__ = ["controlled_shutdown"]
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from broker.partition import Partition
 from broker.purgatory import DelayedOperation
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 
 
 @dataclass

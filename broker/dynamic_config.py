@@ -13,7 +13,7 @@ processed, in sequence order, re-reads the entity it names:
   ``Log``'s settings and ``min.insync.replicas``. ``unclean.leader.election.enable`` is read
   by the controller at each election.
 - ``brokers/<default>`` or ``brokers/<own id>``: the effective broker config is computed
-  again (:func:`~proto.dynamic_broker_config.effective_broker_config`); the replica manager
+  again (:func:`~proto.config.dynamic_broker_config.effective_broker_config`); the replica manager
   creates new partitions with it, each hosted topic's config is computed again (its
   defaults changed) and the controller candidate takes its ``unclean.leader.election.enable``
   default. Other brokers' entities are skipped.
@@ -40,16 +40,16 @@ from collections.abc import Callable, Mapping
 from broker.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient
 from controller.kafka_controller import KafkaController
-from proto.broker_config import BrokerConfig
-from proto.dynamic_broker_config import effective_broker_config
-from proto.event_log import log_event
-from proto.zk_data import (
+from proto.config.broker_config import BrokerConfig
+from proto.config.dynamic_broker_config import effective_broker_config
+from proto.process.event_log import log_event
+from proto.zk.session import ZkError, ZkWatch
+from proto.zk.znodes import (
     CONFIG_CHANGE_PREFIX,
     DEFAULT_BROKER_ENTITY,
     ZkDataError,
     decode_config_change,
 )
-from proto.zookeeper import ZkError, ZkWatch
 
 __all__ = ["CHANGE_EXPIRATION_MS", "DynamicConfigManager"]
 

@@ -41,8 +41,8 @@ from broker.consumer_protocol import (
     decode_assignment,
 )
 from broker.metadata_cache import MetadataCache
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

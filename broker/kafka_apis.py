@@ -1,4 +1,5 @@
-"""The gRPC face of a broker: the ``Broker`` and ``Control`` services of proto/minibroker.proto.
+"""The gRPC face of a broker: the ``Broker`` and ``Control`` services of
+proto/wire/minibroker.proto.
 
 This layer only translates: it checks that a request is well formed (a malformed request
 as a whole gets INVALID_ARGUMENT with a message a person can act on), turns it into calls on
@@ -40,10 +41,10 @@ from broker.replica_manager import (
 from broker.zk_client import ZkDataError, ZkError
 from controller.kafka_controller import KafkaController
 from proto import errors
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.minibroker_pb2 import ErrorCode
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
 
 logger = logging.getLogger(__name__)
 

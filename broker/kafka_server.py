@@ -45,12 +45,12 @@ from broker.undecodable_requests import UndecodableRequests
 from broker.zk_client import BrokerZkClient, ZkError
 from controller.controller_metrics import ControllerMetrics
 from controller.kafka_controller import KafkaController
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.broker_config import BrokerConfig
+from proto.config.broker_config import BrokerConfig
 from proto.errors import MinibrokerError
-from proto.grpc_keepalive import SERVER_KEEPALIVE_OPTIONS
-from proto.tls import TlsConfigError
-from proto.zk_credentials import ZkCredentialsError
+from proto.transport.keepalive import SERVER_KEEPALIVE_OPTIONS
+from proto.transport.tls import TlsConfigError
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk.credentials import ZkCredentialsError
 
 logger = logging.getLogger(__name__)
 

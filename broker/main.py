@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from proto.broker_config import BrokerConfig, parse_overrides
+from proto.config.broker_config import BrokerConfig, parse_overrides
 from proto.errors import MinibrokerError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"

@@ -20,8 +20,8 @@ from typing import Any
 
 from broker.log.log import FetchData, Log, LogAppendInfo
 from proto import errors
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import logging
 from typing import Protocol
 
 from proto.errors import MinibrokerError
-from proto.zk_data import ProducerIdBlock
+from proto.zk.znodes import ProducerIdBlock
 
 __all__ = [
     "PRODUCER_ID_BLOCK_SIZE",

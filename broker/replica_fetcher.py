@@ -11,7 +11,7 @@ state per partition it follows on that broker and loops:
 2. **Fetching** partitions go in one Fetch request (fetch offset = local LEO). Fetched
    batches are appended with the leader's offsets and epochs, then the follower's HW
    becomes ``min(leader HW, own LEO)``. The fetches travel over one ``FetchSession``
-   stream to the leader (:class:`proto.fetch_session.FetchSession`), a request and its
+   stream to the leader (:class:`proto.transport.fetch_session.FetchSession`), a request and its
    answer at a time, as unary Fetch calls would, at about half the CPU per fetch.
 
 A partition whose leader says FENCED_LEADER_EPOCH is **failed**: it is not fetched until a
@@ -49,15 +49,15 @@ from broker.truncation import (
     offset_truncation_state,
 )
 from proto import errors
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.event_log import log_event
-from proto.fetch_session import FetchSession
-from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import CorruptRecordError, parse_header
-from proto.tls import TlsConfig, aio_channel
+from proto.process.event_log import log_event
+from proto.records.record_batch import CorruptRecordError, parse_header
 from proto.topic_partition import TopicPartition
+from proto.transport.fetch_session import FetchSession
+from proto.transport.keepalive import CLIENT_KEEPALIVE_OPTIONS
+from proto.transport.tls import TlsConfig, aio_channel
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
 
 __all__ = ["FetchPhase", "FetcherConfig", "ReplicaFetcher", "SourceBroker"]
 

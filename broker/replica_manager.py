@@ -43,14 +43,14 @@ from broker.replica_fetcher import FetcherConfig, ReplicaFetcher, SourceBroker
 from broker.truncation import TruncationMode
 from broker.zk_client import BrokerZkClient, ZkError
 from proto import errors
-from proto import minibroker_pb2 as pb
-from proto.broker_config import BrokerConfig, TopicConfig
-from proto.event_log import log_event
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import CorruptRecordError
-from proto.tls import TlsConfig
+from proto.config.broker_config import BrokerConfig, TopicConfig
+from proto.process.event_log import log_event
+from proto.records.record_batch import CorruptRecordError
 from proto.topic_partition import TopicPartition, topic_name_problem
-from proto.zk_data import PartitionState, PartitionStateData
+from proto.transport.tls import TlsConfig
+from proto.wire import minibroker_pb2 as pb
+from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk.znodes import PartitionState, PartitionStateData
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -614,7 +614,7 @@ class ReplicaManager:
 
     def reconfigure(self, config: BrokerConfig) -> None:
         """Take the broker's config with its dynamic changes (only the dynamic settings of
-        :mod:`proto.dynamic_broker_config` differ): partitions created from now on use its
+        :mod:`proto.config.dynamic_broker_config` differ): partitions created from now on use its
         defaults; hosted ones get theirs through :meth:`update_topic_config`."""
         self.config = config
 

@@ -21,12 +21,12 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from broker.metadata_cache import MetadataCache
 from broker.zk_client import BrokerZkClient, ZkError
-from proto import minibroker_pb2 as pb
-from proto import zk_data
-from proto.broker_config import TOPIC_PROPERTIES, BrokerConfig
+from proto.config.broker_config import TOPIC_PROPERTIES, BrokerConfig
 from proto.errors import BrokerResponseError
 from proto.replica_assignment import assign_replicas, validate_replica_assignment
 from proto.topic_partition import topic_name_problem
+from proto.wire import minibroker_pb2 as pb
+from proto.zk import znodes
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class TopicAdmin:
         for topic in topics:
             try:
                 if existing is None:  # read once a request; topics it creates are added
-                    existing = await self._children(zk_data.BROKER_TOPICS_PATH)
+                    existing = await self._children(znodes.BROKER_TOPICS_PATH)
                 outcome = await self._create(topic, existing, validate_only)
             except BrokerResponseError as err:
                 outcome = TopicOutcome(int(err.code), str(err))
@@ -152,8 +152,8 @@ class TopicAdmin:
         if validate_only:
             return outcome
         if topic.configs:
-            data = zk_data.encode_topic_config(dict(topic.configs))
-            path = zk_data.topic_config_path(name)
+            data = znodes.encode_topic_config(dict(topic.configs))
+            path = znodes.topic_config_path(name)
             try:
                 await self.zk.request("create", path, data, makepath=True)
             except NodeExistsError:
@@ -161,8 +161,8 @@ class TopicAdmin:
         try:
             await self.zk.request(
                 "create",
-                zk_data.topic_path(name),
-                zk_data.encode_topic_assignment(assignment),
+                znodes.topic_path(name),
+                znodes.encode_topic_assignment(assignment),
                 makepath=True,
             )
         except NodeExistsError:
@@ -201,7 +201,7 @@ class TopicAdmin:
                     continue
                 with contextlib.suppress(NodeExistsError):  # marked already: the same deletion
                     await self.zk.request(
-                        "create", zk_data.delete_topic_path(name), b"", makepath=True
+                        "create", znodes.delete_topic_path(name), b"", makepath=True
                     )
             except ZkError:
                 codes[name] = pb.REQUEST_TIMED_OUT

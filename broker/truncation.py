@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.log.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-from proto.broker_config import TruncationMode
+from proto.config.broker_config import TruncationMode
 
 __all__ = [
     "OffsetTruncationState",

@@ -2,7 +2,7 @@
 producer id blocks.
 
 :class:`BrokerZkClient` adds the broker's operations and its session lease to
-:class:`proto.zookeeper.ZooKeeperClient`, which owns the session, the retry loop and the
+:class:`proto.zk.session.ZooKeeperClient`, which owns the session, the retry loop and the
 watches and never blocks the event loop: state changes (CONNECTED, SUSPENDED, LOST) reach
 the registered callbacks on the loop thread, so callbacks may touch the broker's state
 freely and may be coroutine functions (run as tasks).
@@ -25,7 +25,7 @@ Errors::
      │                            or the client was closed
      ├── ZkSessionExpiredError    the session expired before the operation completed
      └── BrokerIdInUseError       /brokers/ids/<id> belongs to another live session
-    ZkDataError (ValueError)      a znode's content is malformed (proto.zk_data)
+    ZkDataError (ValueError)      a znode's content is malformed (proto.zk.znodes)
 
 Other kazoo errors (e.g. ``NoAuthError``) propagate unchanged.
 """
@@ -47,8 +47,18 @@ from kazoo.exceptions import (
 )
 
 from proto.topic_partition import TopicPartition
-from proto.zk_credentials import ZkCredentials
-from proto.zk_data import (
+from proto.zk.credentials import ZkCredentials
+from proto.zk.session import (
+    WatchCallback,
+    WatchKind,
+    ZkConnectionError,
+    ZkError,
+    ZkSessionExpiredError,
+    ZkState,
+    ZkWatch,
+    ZooKeeperClient,
+)
+from proto.zk.znodes import (
     BROKER_IDS_PATH,
     CONFIG_CHANGES_PATH,
     CONTROLLER_EPOCH_PATH,
@@ -87,16 +97,6 @@ from proto.zk_data import (
     partition_state_path,
     topic_config_path,
     topic_path,
-)
-from proto.zookeeper import (
-    WatchCallback,
-    WatchKind,
-    ZkConnectionError,
-    ZkError,
-    ZkSessionExpiredError,
-    ZkState,
-    ZkWatch,
-    ZooKeeperClient,
 )
 
 __all__ = [
@@ -267,7 +267,7 @@ class BrokerZkClient(ZooKeeperClient):
         KIP-380). Parent znodes are created as needed. ``kafka_port``: the bound port of the
         broker's Kafka protocol listener on ``host`` (None: it runs none); with it the
         registration names both listeners and ``grpc_security_protocol`` (``SSL`` for a TLS
-        broker), see :func:`proto.zk_data.encode_broker_registration`.
+        broker), see :func:`proto.zk.znodes.encode_broker_registration`.
 
         If the znode already belongs to this session (a retry after a lost reply, or a
         second call), it is kept (updated if an endpoint changed) and its czxid returned.
@@ -649,7 +649,7 @@ class BrokerZkClient(ZooKeeperClient):
 
     async def watch_config_changes(self, callback: WatchCallback) -> ZkWatch:
         """Children of ``/config/changes`` (a config entity changed), with the promise of
-        :class:`~proto.zookeeper.ZkWatch`: at least once after every change, and once after
+        :class:`~proto.zk.session.ZkWatch`: at least once after every change, and once after
         every reconnect. Returns once ZooKeeper holds the watch."""
         return await self._watch(
             "config_changes", WatchKind.CHILDREN, CONFIG_CHANGES_PATH, callback
@@ -676,7 +676,7 @@ class BrokerZkClient(ZooKeeperClient):
         return sorted(names)
 
     async def get_config_change(self, name: str) -> tuple[bytes, int] | None:
-        """A notification's content (:func:`~proto.zk_data.decode_config_change` reads it)
+        """A notification's content (:func:`~proto.zk.znodes.decode_config_change` reads it)
         and its creation time (ms), or None if it is gone (purged meanwhile)."""
         path = config_change_path(name)
         try:

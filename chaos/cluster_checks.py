@@ -17,8 +17,8 @@ from chaos.history_recorder import HistoryRecorder
 from client.admin import LATEST, AdminClient
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
-from proto import zk_data
 from proto.topic_partition import TopicPartition
+from proto.zk import znodes
 
 __all__ = ["create_topics", "final_read", "under_replicated", "wait_for_full_isr"]
 
@@ -47,15 +47,15 @@ def under_replicated(zk: KazooClient, tps: Sequence[TopicPartition]) -> dict[Top
     assignments: dict[str, dict[int, list[int]]] = {}
     for tp in tps:
         if tp.topic not in assignments:
-            data, _ = zk.get(zk_data.topic_path(tp.topic))
-            assignments[tp.topic] = zk_data.decode_topic_assignment(data)
+            data, _ = zk.get(znodes.topic_path(tp.topic))
+            assignments[tp.topic] = znodes.decode_topic_assignment(data)
         replicas = assignments[tp.topic].get(tp.partition, [])
         try:
-            data, _ = zk.get(zk_data.partition_state_path(tp))
+            data, _ = zk.get(znodes.partition_state_path(tp))
         except NoNodeError:
             problems[tp] = "no state"
             continue
-        state = zk_data.decode_partition_state(data)
+        state = znodes.decode_partition_state(data)
         if state.leader < 0:
             problems[tp] = "no leader"
         elif set(state.isr) != set(replicas):

@@ -33,7 +33,7 @@ from kazoo.client import KazooClient
 from broker.kafka_server import ZOOKEEPER_SESSION_FILE
 from chaos.backend import BackendUnavailableError, ClusterBackend
 from deploy.ports import free_port_block
-from proto import zk_data
+from proto.zk import znodes
 
 __all__ = ["DockerBackend"]
 
@@ -281,7 +281,7 @@ class DockerBackend(ClusterBackend):
         zk = KazooClient(hosts=self.zookeeper_connect(), timeout=10)
         zk.start(timeout=30)
         try:
-            while zk.exists(zk_data.broker_path(broker_id)) is None:
+            while zk.exists(znodes.broker_path(broker_id)) is None:
                 if time.monotonic() > deadline:
                     raise BackendUnavailableError(f"broker {broker_id} did not register")
                 if self._status(self._brokers[broker_id]) == "exited":

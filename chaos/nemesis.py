@@ -53,9 +53,9 @@ from chaos.backend import BackendUnavailableError, ClusterBackend
 from chaos.history_recorder import TimelineRecorder
 from chaos.zookeeper_session import close_session, expire_session
 from controller.leader_election import offline_partition_leader_election
-from proto import zk_data
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
+from proto.zk import znodes
 
 __all__ = [
     "KAFKA_FAILURE_MODES",
@@ -167,8 +167,8 @@ class _Controller(_Kill):
 
     def target(self, ctx: NemesisContext, pick: float) -> int:
         try:
-            data, _ = ctx.zk.get(zk_data.CONTROLLER_PATH)
-            controller = zk_data.decode_controller(data)
+            data, _ = ctx.zk.get(znodes.CONTROLLER_PATH)
+            controller = znodes.decode_controller(data)
         except (NoNodeError, ValueError):
             return _choose(_running(ctx), pick)
         return controller if ctx.backend.is_running(controller) else _choose(_running(ctx), pick)
@@ -225,7 +225,7 @@ class _ZkExpire(Nemesis):
             ctx.backend.zookeeper_connect(),
             session_id,
             password,
-            zk_data.broker_path(broker),
+            znodes.broker_path(broker),
             timeout=ctx.session_timeout_s * 5,
         )
 
@@ -233,7 +233,7 @@ class _ZkExpire(Nemesis):
             # The broker registers again by itself with a new session; wait for it.
             deadline = time.monotonic() + max(30.0, ctx.session_timeout_s * 5)
             while time.monotonic() < deadline:
-                stat = ctx.zk.exists(zk_data.broker_path(broker))
+                stat = ctx.zk.exists(znodes.broker_path(broker))
                 if stat is not None and int(stat.ephemeralOwner) != session_id:
                     break
                 time.sleep(0.2)
@@ -351,7 +351,7 @@ class _Cascade(Nemesis):
 
     def _target(
         self, ctx: NemesisContext, pick: float, controller: int
-    ) -> tuple[TopicPartition, zk_data.PartitionState, int, int]:
+    ) -> tuple[TopicPartition, znodes.PartitionState, int, int]:
         live = set(_running(ctx))
         count = len(ctx.partitions)
         first = min(int(pick * count), count - 1)
@@ -374,10 +374,10 @@ class _Cascade(Nemesis):
 
     def strike(self, ctx: NemesisContext, pick: float) -> Fault:
         try:
-            data, _ = ctx.zk.get(zk_data.CONTROLLER_PATH)
+            data, _ = ctx.zk.get(znodes.CONTROLLER_PATH)
         except NoNodeError:
             raise NoTargetError("no active controller") from None
-        controller = zk_data.decode_controller(data)
+        controller = znodes.decode_controller(data)
         tp, before, leader, successor = self._target(ctx, pick, controller)
         found = {b: ctx.backend.zookeeper_session(b) for b in (leader, successor)}
         sessions = {b: session for b, session in found.items() if session is not None}
@@ -423,7 +423,7 @@ class _Cascade(Nemesis):
 
 def _wait_for_leader(
     ctx: NemesisContext, tp: TopicPartition, leader: int, timeout_s: float
-) -> zk_data.PartitionState | None:
+) -> znodes.PartitionState | None:
     """The partition's state once ``leader`` leads it; None if it does not in time."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -436,10 +436,10 @@ def _wait_for_leader(
 
 def _assignment(zk: KazooClient, tp: TopicPartition) -> list[int] | None:
     try:
-        data, _ = zk.get(zk_data.topic_path(tp.topic))
+        data, _ = zk.get(znodes.topic_path(tp.topic))
     except NoNodeError:
         return None
-    return zk_data.decode_topic_assignment(data).get(tp.partition)
+    return znodes.decode_topic_assignment(data).get(tp.partition)
 
 
 class _ZkKill(Nemesis):
@@ -522,12 +522,12 @@ KAFKA_FAILURE_MODES = tuple(
 controller)."""
 
 
-def _state(zk: KazooClient, tp: TopicPartition) -> zk_data.PartitionState | None:
+def _state(zk: KazooClient, tp: TopicPartition) -> znodes.PartitionState | None:
     try:
-        data, stat = zk.get(zk_data.partition_state_path(tp))
+        data, stat = zk.get(znodes.partition_state_path(tp))
     except NoNodeError:
         return None
-    return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
+    return znodes.PartitionState.from_data(znodes.decode_partition_state(data), stat.version)
 
 
 NEMESES: dict[str, Nemesis] = {

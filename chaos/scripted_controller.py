@@ -40,11 +40,11 @@ from kazoo.exceptions import BadVersionError
 
 from deploy.broker_process import BrokerProcess
 from deploy.cluster_probe import wait_until
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto import zk_data
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk import znodes
 
 CONTROLLER_ID = 0
 """Requests from the scripted controller name broker 0 as their controller; no broker has
@@ -93,17 +93,17 @@ class ScriptedController:
         ephemeral of this kazoo session) and bump ``/controller_epoch`` in one multi.
         Returns the new controller epoch, which every request then carries. Raises
         kazoo's NodeExistsError if another controller holds ``/controller``."""
-        self.zk.ensure_path(zk_data.CONTROLLER_EPOCH_PATH)
-        data, stat = self.zk.get(zk_data.CONTROLLER_EPOCH_PATH)
-        epoch = (zk_data.decode_controller_epoch(data) if data else 0) + 1
+        self.zk.ensure_path(znodes.CONTROLLER_EPOCH_PATH)
+        data, stat = self.zk.get(znodes.CONTROLLER_EPOCH_PATH)
+        epoch = (znodes.decode_controller_epoch(data) if data else 0) + 1
         transaction = self.zk.transaction()
         transaction.create(
-            zk_data.CONTROLLER_PATH,
-            zk_data.encode_controller(CONTROLLER_ID, int(time.time() * 1000)),
+            znodes.CONTROLLER_PATH,
+            znodes.encode_controller(CONTROLLER_ID, int(time.time() * 1000)),
             ephemeral=True,
         )
         transaction.set_data(
-            zk_data.CONTROLLER_EPOCH_PATH, str(epoch).encode(), version=stat.version
+            znodes.CONTROLLER_EPOCH_PATH, str(epoch).encode(), version=stat.version
         )
         results = transaction.commit()
         failures = [r for r in results if isinstance(r, Exception)]
@@ -115,7 +115,7 @@ class ScriptedController:
     def broker_epoch(self, broker_id: int) -> int:
         """The broker's epoch as the controller knows it (KIP-380): the czxid of its
         registration. Brokers refuse requests naming no epoch (-1)."""
-        stat = self.zk.exists(zk_data.broker_path(broker_id))
+        stat = self.zk.exists(znodes.broker_path(broker_id))
         if stat is None:
             raise LeadershipError(f"broker {broker_id} is not registered in ZooKeeper")
         return int(stat.czxid)
@@ -134,18 +134,18 @@ class ScriptedController:
         topic: str,
         assignment: Mapping[int, list[int]],
         config: Mapping[str, str] | None = None,
-    ) -> dict[TopicPartition, zk_data.PartitionState]:
+    ) -> dict[TopicPartition, znodes.PartitionState]:
         """Create ``topic`` with ``assignment`` (partition -> replicas, leader first).
 
         Leader = first reachable replica, ISR = the reachable replicas, leader epoch 0.
         Returns the partition states as written. Raises kazoo's NodeExistsError if the topic
         exists, LeadershipError if a broker refuses a request, grpc.RpcError if one is down.
         """
-        self.zk.ensure_path(zk_data.BROKER_TOPICS_PATH)
-        self.zk.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment))
+        self.zk.ensure_path(znodes.BROKER_TOPICS_PATH)
+        self.zk.create(znodes.topic_path(topic), znodes.encode_topic_assignment(assignment))
         if config:
             self.zk.create(
-                zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), makepath=True
+                znodes.topic_config_path(topic), znodes.encode_topic_config(config), makepath=True
             )
         live = self.reachable_brokers()
         tps = []
@@ -153,29 +153,29 @@ class ScriptedController:
             tp = TopicPartition(topic, partition)
             self.assignments[tp] = list(replicas)
             isr = tuple(r for r in replicas if r in live)
-            state = zk_data.PartitionStateData(isr[0], 0, isr, self.controller_epoch)
+            state = znodes.PartitionStateData(isr[0], 0, isr, self.controller_epoch)
             self.zk.create(
-                zk_data.partition_state_path(tp),
-                zk_data.encode_partition_state(state),
+                znodes.partition_state_path(tp),
+                znodes.encode_partition_state(state),
                 makepath=True,
             )
             tps.append(tp)
         self.push(tps)
         return {tp: self.state(tp) for tp in tps}
 
-    def state(self, tp: TopicPartition) -> zk_data.PartitionState:
+    def state(self, tp: TopicPartition) -> znodes.PartitionState:
         """The partition's state znode as it is now (the leaders rewrite it on ISR changes)."""
-        data, stat = self.zk.get(zk_data.partition_state_path(tp))
-        return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
+        data, stat = self.zk.get(znodes.partition_state_path(tp))
+        return znodes.PartitionState.from_data(znodes.decode_partition_state(data), stat.version)
 
     def elect(
         self, tp: TopicPartition, leader: int, isr: Iterable[int] | None = None
-    ) -> zk_data.PartitionState:
+    ) -> znodes.PartitionState:
         """Make ``leader`` the leader with the leader epoch bumped, as the controller does
         (clean or unclean is the caller's choice), and push the new state."""
         while True:
             current = self.state(tp)
-            data = zk_data.PartitionStateData(
+            data = znodes.PartitionStateData(
                 leader,
                 current.leader_epoch + 1,
                 tuple(isr) if isr is not None else current.isr,
@@ -183,8 +183,8 @@ class ScriptedController:
             )
             try:
                 self.zk.set(
-                    zk_data.partition_state_path(tp),
-                    zk_data.encode_partition_state(data),
+                    znodes.partition_state_path(tp),
+                    znodes.encode_partition_state(data),
                     version=current.zk_version,
                 )
                 break
@@ -236,7 +236,7 @@ class ScriptedController:
 
     def _update_metadata(
         self,
-        states: Mapping[TopicPartition, zk_data.PartitionState],
+        states: Mapping[TopicPartition, znodes.PartitionState],
         reachable: Mapping[int, BrokerAddress],
     ) -> None:
         request = pb.UpdateMetadataRequest(
@@ -293,7 +293,7 @@ def _address(process: BrokerProcess) -> BrokerAddress:
     return BrokerAddress(process.spec.host, process.port)
 
 
-def _state_fields(state: zk_data.PartitionState) -> dict[str, Any]:
+def _state_fields(state: znodes.PartitionState) -> dict[str, Any]:
     """The state znode's fields as LeaderAndIsr and UpdateMetadata both carry them."""
     return {
         "controller_epoch": state.controller_epoch,

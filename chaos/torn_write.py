@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from proto.record_batch import scan_batches
+from proto.records.record_batch import scan_batches
 from proto.topic_partition import TopicPartition
 
 __all__ = ["TornWrite", "tear_active_segment"]

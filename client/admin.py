@@ -30,7 +30,7 @@ every broker: while a group's coordinator moves, the old one holds it until its 
 sessions expire, and a tool that must not act under live members has to see both.
 
 ZooKeeper calls go through kazoo's asynchronous API bridged onto the event loop
-(:func:`proto.zookeeper.bridge`), and its only blocking calls, connect and close, run in an
+(:func:`proto.zk.session.bridge`), and its only blocking calls, connect and close, run in an
 executor, so the event loop never blocks on ZooKeeper.
 
 Every mistake a user can make (bad name, too few brokers, existing or unknown topic,
@@ -63,16 +63,17 @@ from client.metadata import (
     TopicMetadata,
 )
 from client.reachability import all_refused
-from proto import errors, zk_data
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.broker_config import BrokerConfig
-from proto.dynamic_broker_config import check_dynamic_broker_config
-from proto.minibroker_pb2 import ErrorCode
+from proto import errors
+from proto.config.broker_config import BrokerConfig
+from proto.config.dynamic_broker_config import check_dynamic_broker_config
 from proto.replica_assignment import assign_new_partitions, assign_replicas
 from proto.topic_partition import TopicPartition, topic_name_problem
-from proto.zk_credentials import ZkCredentials
-from proto.zookeeper import ZkConnectionError, ZkError, ZkNoChrootError, ZooKeeperClient
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk import znodes
+from proto.zk.credentials import ZkCredentials
+from proto.zk.session import ZkConnectionError, ZkError, ZkNoChrootError, ZooKeeperClient
 
 __all__ = [
     "EARLIEST",
@@ -253,9 +254,9 @@ class AdminClient(AsyncClosing):
                 f"replication factor {replication_factor} larger than available brokers: "
                 f"{len(live)}"
             )
-        existing = await self._children(zk_data.BROKER_TOPICS_PATH)
+        existing = await self._children(znodes.BROKER_TOPICS_PATH)
         if name in existing:
-            if await self._exists(zk_data.delete_topic_path(name)):
+            if await self._exists(znodes.delete_topic_path(name)):
                 raise ClientError(f"topic '{name}' is marked for deletion; wait until it is gone")
             raise ClientError(f"topic '{name}' already exists")
         # Kafka's rule: '.' and '_' collide in metric names, so "a.b" and "a_b" cannot both be.
@@ -268,13 +269,13 @@ class AdminClient(AsyncClosing):
         assignment = assign_replicas(partitions, replication_factor, live)
         if overrides:
             await self._create_or_set(
-                zk_data.topic_config_path(name), zk_data.encode_topic_config(overrides)
+                znodes.topic_config_path(name), znodes.encode_topic_config(overrides)
             )
         try:
             await self._call(
                 "create",
-                zk_data.topic_path(name),
-                zk_data.encode_topic_assignment(assignment),
+                znodes.topic_path(name),
+                znodes.encode_topic_assignment(assignment),
                 makepath=True,
             )
         except NodeExistsError:
@@ -288,15 +289,15 @@ class AdminClient(AsyncClosing):
         it (ClientError after ``wait_timeout_s``). Raises ClientError for an unknown topic
         or an unreachable ZooKeeper. Marking a topic already marked is not an error."""
         _check_name(name)
-        if not await self._exists(zk_data.topic_path(name)):
+        if not await self._exists(znodes.topic_path(name)):
             raise ClientError(f"unknown topic '{name}'")
         with contextlib.suppress(NodeExistsError):  # marked already: the same deletion
-            await self._call("create", zk_data.delete_topic_path(name), b"", makepath=True)
+            await self._call("create", znodes.delete_topic_path(name), b"", makepath=True)
         if not wait:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_timeout_s
-        while await self._exists(zk_data.topic_path(name)):
+        while await self._exists(znodes.topic_path(name)):
             if loop.time() >= deadline:
                 raise ClientError(
                     f"topic '{name}' is marked for deletion but still exists after "
@@ -317,23 +318,23 @@ class AdminClient(AsyncClosing):
         for the topic's replication factor, and an unreachable ZooKeeper.
         """
         _check_name(name)
-        path = zk_data.topic_path(name)
+        path = znodes.topic_path(name)
         for _ in range(_CONDITIONAL_WRITE_ATTEMPTS):
             try:
                 data, stat = await self._call("get", path)
             except NoNodeError:
                 raise ClientError(f"unknown topic '{name}'") from None
-            if await self._exists(zk_data.delete_topic_path(name)):
+            if await self._exists(znodes.delete_topic_path(name)):
                 raise ClientError(f"topic '{name}' is marked for deletion")
             try:
-                existing = zk_data.decode_topic_assignment(data)
-            except zk_data.ZkDataError as e:
+                existing = znodes.decode_topic_assignment(data)
+            except znodes.ZkDataError as e:
                 raise ClientError(f"topic '{name}' has a malformed assignment: {e}") from None
             try:
                 added = assign_new_partitions(name, existing, total, await self._live_brokers())
             except ValueError as e:
                 raise ClientError(str(e)) from None
-            grown = zk_data.encode_topic_assignment({**existing, **added})
+            grown = znodes.encode_topic_assignment({**existing, **added})
             try:
                 await self._call("set", path, grown, stat.version)
             except BadVersionError:
@@ -361,12 +362,12 @@ class AdminClient(AsyncClosing):
         (``entity`` None), as ``kafka-configs --describe`` lists them. Raises ClientError for
         an unknown entity type, an illegal name, an unknown topic."""
         _check_entity_type(entity_type)
-        cluster_default = await self._entity_overrides("brokers", zk_data.DEFAULT_BROKER_ENTITY)
+        cluster_default = await self._entity_overrides("brokers", znodes.DEFAULT_BROKER_ENTITY)
         if entity is None:
             parent = (
-                zk_data.CONFIG_TOPICS_PATH
+                znodes.CONFIG_TOPICS_PATH
                 if entity_type == "topics"
-                else (zk_data.CONFIG_BROKERS_PATH)
+                else (znodes.CONFIG_BROKERS_PATH)
             )
             names = []
             for child in sorted(await self._children(parent)):
@@ -376,7 +377,7 @@ class AdminClient(AsyncClosing):
                     continue  # not ours to show (an illegal name written by hand)
         else:
             names = [_entity_name(entity_type, entity)]
-            if entity_type == "topics" and not await self._exists(zk_data.topic_path(entity)):
+            if entity_type == "topics" and not await self._exists(znodes.topic_path(entity)):
                 raise ClientError(f"unknown topic '{entity}'")
         return [
             EntityConfig(
@@ -411,17 +412,17 @@ class AdminClient(AsyncClosing):
         if both:
             raise ClientError(f"cannot both add and delete config(s): {', '.join(both)}")
         if entity_type == "topics":
-            if not await self._exists(zk_data.topic_path(name)):
+            if not await self._exists(znodes.topic_path(name)):
                 raise ClientError(f"Topic '{name}' does not exist.")
             added = {key.strip(): value.strip() for key, value in add.items()}
             self._check_config(name, added)
-            path = zk_data.topic_config_path(name)
+            path = znodes.topic_config_path(name)
         else:
             try:
                 added = check_dynamic_broker_config(add)
             except ValueError as e:
                 raise ClientError(str(e)) from None
-            path = zk_data.broker_config_path(name)
+            path = znodes.broker_config_path(name)
         for _ in range(_CONDITIONAL_WRITE_ATTEMPTS):
             current, version = await self._read_overrides(path)
             missing = [key for key in removed if key not in current]
@@ -430,7 +431,7 @@ class AdminClient(AsyncClosing):
                     f"Invalid config(s): {','.join(missing)} (not set on {entity_type} '{name}')"
                 )
             updated = {k: v for k, v in {**current, **added}.items() if k not in removed}
-            data = zk_data.encode_topic_config(updated)
+            data = znodes.encode_topic_config(updated)
             try:
                 if version is None:
                     await self._call("create", path, data, makepath=True)
@@ -443,23 +444,23 @@ class AdminClient(AsyncClosing):
             raise ClientError(f"the configs of {entity_type} '{name}' kept changing; retry")
         await self._call(
             "create",
-            f"{zk_data.CONFIG_CHANGES_PATH}/{zk_data.CONFIG_CHANGE_PREFIX}",
-            zk_data.encode_config_change(zk_data.encode_config_entity_path(entity_type, name)),
+            f"{znodes.CONFIG_CHANGES_PATH}/{znodes.CONFIG_CHANGE_PREFIX}",
+            znodes.encode_config_change(znodes.encode_config_entity_path(entity_type, name)),
             sequence=True,
             makepath=True,
         )
         cluster_default = (
             updated
-            if (entity_type, name) == ("brokers", zk_data.DEFAULT_BROKER_ENTITY)
-            else await self._entity_overrides("brokers", zk_data.DEFAULT_BROKER_ENTITY)
+            if (entity_type, name) == ("brokers", znodes.DEFAULT_BROKER_ENTITY)
+            else await self._entity_overrides("brokers", znodes.DEFAULT_BROKER_ENTITY)
         )
         return EntityConfig(entity_type, name, updated, cluster_default)
 
     async def _entity_overrides(self, entity_type: str, name: str) -> dict[str, str]:
         path = (
-            zk_data.topic_config_path(name)
+            znodes.topic_config_path(name)
             if entity_type == "topics"
-            else zk_data.broker_config_path(name)
+            else znodes.broker_config_path(name)
         )
         return (await self._read_overrides(path))[0]
 
@@ -470,8 +471,8 @@ class AdminClient(AsyncClosing):
         except NoNodeError:
             return {}, None
         try:
-            return zk_data.decode_topic_config(data), int(stat.version)
-        except zk_data.ZkDataError as e:
+            return znodes.decode_topic_config(data), int(stat.version)
+        except znodes.ZkDataError as e:
             raise ClientError(f"znode {path} is malformed: {e}") from None
 
     # -- offsets ---------------------------------------------------------------------------
@@ -728,7 +729,7 @@ class AdminClient(AsyncClosing):
             await asyncio.sleep(_POLL_S)
 
     async def _live_brokers(self) -> list[int]:
-        return sorted(int(c) for c in await self._children(zk_data.BROKER_IDS_PATH) if c.isdigit())
+        return sorted(int(c) for c in await self._children(znodes.BROKER_IDS_PATH) if c.isdigit())
 
     async def _children(self, path: str) -> list[str]:
         try:
@@ -826,11 +827,11 @@ def _entity_name(entity_type: str, entity: str) -> str:
         _check_name(entity)
         return entity
     try:
-        return zk_data.encode_config_entity_path("brokers", entity).partition("/")[2]
+        return znodes.encode_config_entity_path("brokers", entity).partition("/")[2]
     except ValueError:
         raise ClientError(
             "The entity name for brokers must be a valid integer broker id or "
-            f"{zk_data.DEFAULT_BROKER_ENTITY}, found: {entity}"
+            f"{znodes.DEFAULT_BROKER_ENTITY}, found: {entity}"
         ) from None
 
 

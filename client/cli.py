@@ -33,7 +33,7 @@ from client import (
 )
 from client.cli_common import UsageError, finish_args
 from proto.errors import MinibrokerError
-from proto.process_tuning import tune_process
+from proto.process.tuning import tune_process
 
 DISTRIBUTION = "minibroker"
 
@@ -129,7 +129,7 @@ def _unreachable_hint(err: MinibrokerError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     # Every process of the project starts here (brokers too): large buffers reused, not
     # page-faulted in afresh for each request, and the cyclic collector run less often
-    # (proto.process_tuning says what each measured).
+    # (proto.process.tuning says what each measured).
     tune_process()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

@@ -34,8 +34,8 @@ from client.metadata import (
 )
 from client.producer import parse_acks
 from deploy.local_cluster import DATA_DIR_ENV, DEFAULT_DATA_DIR, LocalCluster, default_data_dir
-from proto.tls import TlsConfig
-from proto.zk_credentials import ZkCredentials, read_digest_file
+from proto.transport.tls import TlsConfig
+from proto.zk.credentials import ZkCredentials, read_digest_file
 
 ZOOKEEPER_ENV = "MINIBROKER_ZOOKEEPER"
 COMMAND_CONFIG_ENV = "MINIBROKER_COMMAND_CONFIG"

@@ -43,7 +43,7 @@ from deploy.local_cluster import (
     LocalCluster,
 )
 from deploy.zookeeper import quorum_size
-from proto.broker_config import parse_overrides
+from proto.config.broker_config import parse_overrides
 
 
 def default_data_dir() -> Path:

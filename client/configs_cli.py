@@ -11,7 +11,7 @@
 Changes are written to ZooKeeper with a change notification, and every broker applies them
 without a restart (:mod:`broker.dynamic_config`). Topic configs are checked as ``topics
 create --config`` checks them; broker configs must be dynamic ones
-(:mod:`proto.dynamic_broker_config`). ``--describe`` lists each entity's dynamic configs,
+(:mod:`proto.config.dynamic_broker_config`). ``--describe`` lists each entity's dynamic configs,
 each with the layers that set it, highest first, as Kafka's ``synonyms`` (static broker
 properties are not listed: they are on each broker's command line, out of a client's sight).
 """
@@ -30,8 +30,8 @@ from client.cli_common import (
     run_async,
 )
 from client.metadata import ClientError
-from proto.dynamic_broker_config import broker_config_synonyms, topic_config_synonyms
-from proto.zk_data import DEFAULT_BROKER_ENTITY
+from proto.config.dynamic_broker_config import broker_config_synonyms, topic_config_synonyms
+from proto.zk.znodes import DEFAULT_BROKER_ENTITY
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -54,8 +54,8 @@ from client.subscription_state import (
     NoOffsetForPartitionError,
     SubscriptionState,
 )
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.wire import minibroker_pb2 as pb
 
 __all__ = [
     "AUTO_OFFSET_RESET_POLICIES",

@@ -46,7 +46,7 @@ from client.admin import EARLIEST, LATEST, AdminClient, ConsumerGroupDescription
 from client.group import group_name_problem
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition, topic_name_problem
-from proto.zk_data import (
+from proto.zk.znodes import (
     CONSUMERS_PATH,
     ZkDataError,
     consumer_ids_path,

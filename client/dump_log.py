@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from proto.errors import MinibrokerError
-from proto.record_batch import (
+from proto.records.record_batch import (
     CorruptRecordError,
     Record,
     ScannedBatch,

@@ -3,7 +3,7 @@
 How a poll works (Kafka's ``Fetcher``): for every assigned partition with a known position
 and no fetched records waiting, one Fetch per leader (``replica_id`` -1, the leader epoch
 from the metadata for KIP-320 fencing, sent on the consumer's fetch session with that
-leader: :mod:`proto.fetch_session`) stays in flight, long-polling up to
+leader: :mod:`proto.transport.fetch_session`) stays in flight, long-polling up to
 ``fetch_max_wait_ms``; poll returns as soon as one of them brings records, and keeps the
 others in flight for the next poll. A partition's position moves only when poll returns
 its records, so the position is always "the next record the application has not seen":
@@ -36,11 +36,11 @@ from client.metadata import (
 )
 from client.subscription_state import EARLIEST, LATEST, NoOffsetForPartitionError, SubscriptionState
 from proto import errors
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.fetch_session import FetchSession, SessionEndedError
-from proto.record_batch import CorruptRecordError, decode_rows, scan_batches
+from proto.records.record_batch import CorruptRecordError, decode_rows, scan_batches
 from proto.topic_partition import TopicPartition
+from proto.transport.fetch_session import FetchSession, SessionEndedError
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 
 __all__ = ["Fetcher", "records_from_fetch"]
 

@@ -17,7 +17,7 @@ same time), with a backoff and a bounded number of attempts, as Kafka's
 ``rebalance.backoff.ms`` and ``rebalance.max.retries``. Owner znodes make the hand-over
 safe: nobody reads a partition before its previous owner has committed and let go.
 
-Watches: standing watches of the ZooKeeper layer (:class:`proto.zookeeper.ZkWatch`), set
+Watches: standing watches of the ZooKeeper layer (:class:`proto.zk.session.ZkWatch`), set
 once when the member joins, fire at least once after every change and after every
 reconnect, so a member also rebalances after a reconnect or a session expiry, which
 re-registers it (its ephemerals are gone after an expiry).
@@ -46,7 +46,13 @@ from kazoo.exceptions import (
 from client.metadata import ClientError
 from client.range_assignor import range_assign
 from proto.topic_partition import TopicPartition, topic_name_problem
-from proto.zk_data import (
+from proto.zk.session import (
+    RETRY_MAX_S,
+    WatchKind,
+    ZkError,
+    ZooKeeperClient,
+)
+from proto.zk.znodes import (
     ZkDataError,
     consumer_ids_path,
     consumer_offset_path,
@@ -57,12 +63,6 @@ from proto.zk_data import (
     encode_consumer_offset,
     encode_consumer_subscription,
     topic_path,
-)
-from proto.zookeeper import (
-    RETRY_MAX_S,
-    WatchKind,
-    ZkError,
-    ZooKeeperClient,
 )
 
 __all__ = [

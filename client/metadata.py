@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 import grpc
 
 from client.closing import AsyncClosing
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
-from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
-from proto.tls import TlsConfig, aio_channel
 from proto.topic_partition import TopicPartition
+from proto.transport.keepalive import CLIENT_KEEPALIVE_OPTIONS
+from proto.transport.tls import TlsConfig, aio_channel
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 
 __all__ = [
     "BOOTSTRAP_ENV",

@@ -23,9 +23,9 @@ import logging
 import grpc
 import grpc.aio
 
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 
 __all__ = ["ProduceSession", "ProduceSessionEndedError"]
 

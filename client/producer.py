@@ -62,7 +62,7 @@ from client.producer_config import (
 )
 from client.record_accumulator import BufferPool, ProducerBatch, RecordAccumulator, record_size
 from client.sender import IdempotenceState, ProducerMetadata, Sender, init_producer_id
-from proto.record_batch import HEADER_SIZE, NO_PRODUCER_ID, Record
+from proto.records.record_batch import HEADER_SIZE, NO_PRODUCER_ID, Record
 from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from client.metadata import ClientError
-from proto.record_batch import HEADER_SIZE
+from proto.records.record_batch import HEADER_SIZE
 from proto.topic_partition import TopicPartition
 
 __all__ = [

@@ -14,8 +14,8 @@ from collections.abc import Callable, Collection, Sequence
 
 from client.metadata import ClientError
 from client.producer_config import RecordMetadata, RecordRange
-from proto.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Record
-from proto.records_builder import RecordsBuilder
+from proto.records.builder import RecordsBuilder
+from proto.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Record
 from proto.topic_partition import TopicPartition
 
 __all__ = ["BufferPool", "ProducerBatch", "RecordAccumulator", "record_size"]

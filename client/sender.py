@@ -60,11 +60,11 @@ from client.produce_session import ProduceSession, ProduceSessionEndedError
 from client.producer_config import DeliveryTimeoutError, ProducerConfig
 from client.record_accumulator import ProducerBatch, RecordAccumulator
 from proto import errors
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from proto.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
 
 __all__ = ["IdempotenceState", "ProducerMetadata", "Sender", "init_producer_id"]
 

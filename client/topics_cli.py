@@ -20,7 +20,7 @@ from client.cli_common import (
     run_async,
 )
 from client.metadata import ClientError, TopicMetadata
-from proto.broker_config import parse_overrides
+from proto.config.broker_config import parse_overrides
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -46,13 +46,13 @@ import grpc.aio
 
 from broker.metadata_cache import BrokerInfo
 from controller.request_batch import BrokerRequest, ControlRequest, ControlResponse, request_kind
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
-from proto.event_log import log_event
-from proto.grpc_keepalive import CLIENT_KEEPALIVE_OPTIONS
-from proto.minibroker_pb2 import ErrorCode
-from proto.tls import TlsConfig, aio_channel
+from proto.process.event_log import log_event
+from proto.transport.keepalive import CLIENT_KEEPALIVE_OPTIONS
+from proto.transport.tls import TlsConfig, aio_channel
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",
@@ -130,7 +130,7 @@ class _Pending:
 
 
 def _log(level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
-    """One line: ``channel_manager event=<e> key=value ...`` (see proto.event_log)."""
+    """One line: ``channel_manager event=<e> key=value ...`` (see proto.process.event_log)."""
     log_event(logger, level, "channel_manager", event, exc_info=exc_info, **fields)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from controller.request_batch import LiveBroker
 from proto.topic_partition import TopicPartition
-from proto.zk_data import LEADER_NONE, PartitionState
+from proto.zk.znodes import LEADER_NONE, PartitionState
 
 __all__ = ["ControllerContext"]
 

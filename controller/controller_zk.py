@@ -3,7 +3,7 @@
 Kafka's ``KafkaController`` does all its ZooKeeper work through ``KafkaZkClient``; this is
 that client for the controller that runs inside every minibroker process (docs/replication.md).
  It never blocks the event loop: every request is a
-kazoo ``*_async`` call bridged to an asyncio future (:mod:`proto.zookeeper`), and every
+kazoo ``*_async`` call bridged to an asyncio future (:mod:`proto.zk.session`), and every
 watch and state change is handed to the loop thread before any of our code runs.
 
 Candidacy (``KafkaController.elect``)
@@ -62,7 +62,7 @@ Errors::
      ├── ZkSessionExpiredError    the session expired while a request was pending
      └── ControllerMovedError     a fenced write found another controller's epoch, or this
                                   client is not the elected controller (any more)
-    ZkDataError (ValueError)      a znode's content is malformed (proto.zk_data)
+    ZkDataError (ValueError)      a znode's content is malformed (proto.zk.znodes)
 """
 
 from __future__ import annotations
@@ -84,8 +84,17 @@ from kazoo.exceptions import (
 )
 
 from proto.topic_partition import TopicPartition, topic_name_problem
-from proto.zk_credentials import ZkCredentials
-from proto.zk_data import (
+from proto.zk.credentials import ZkCredentials
+from proto.zk.session import (
+    WatchCallback,
+    WatchKind,
+    ZkConnectionError,
+    ZkError,
+    ZkSessionExpiredError,
+    ZkWatch,
+    ZooKeeperClient,
+)
+from proto.zk.znodes import (
     ADMIN_DELETE_TOPICS_PATH,
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
@@ -122,15 +131,6 @@ from proto.zk_data import (
     partitions_path,
     topic_config_path,
     topic_path,
-)
-from proto.zookeeper import (
-    WatchCallback,
-    WatchKind,
-    ZkConnectionError,
-    ZkError,
-    ZkSessionExpiredError,
-    ZkWatch,
-    ZooKeeperClient,
 )
 
 __all__ = [

@@ -85,15 +85,16 @@ from controller.request_batch import (
     request_kind,
 )
 from controller.topic_deletion import TopicDeletion, TopicDeletionManager, TopicDeletionStopped
-from proto.broker_config import BrokerConfig
+from proto.config.broker_config import BrokerConfig
 from proto.errors import BrokerResponseError, StaleControllerEpochError
-from proto.event_log import log_event
-from proto.minibroker_pb2 import ErrorCode
+from proto.process.event_log import log_event
 from proto.replica_assignment import InvalidReplicaAssignmentError
-from proto.tls import TlsConfig
 from proto.topic_partition import TopicPartition
-from proto.zk_credentials import ZkCredentials
-from proto.zk_data import (
+from proto.transport.tls import TlsConfig
+from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk.credentials import ZkCredentials
+from proto.zk.session import ZkError, ZkSessionExpiredError
+from proto.zk.znodes import (
     LEADER_NONE,
     PREFERRED_REPLICA_ELECTION_PATH,
     REASSIGN_PARTITIONS_PATH,
@@ -101,7 +102,6 @@ from proto.zk_data import (
     PartitionStateData,
     ZkDataError,
 )
-from proto.zookeeper import ZkError, ZkSessionExpiredError
 
 __all__ = ["KafkaController"]
 

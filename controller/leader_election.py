@@ -42,7 +42,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from proto.errors import StaleControllerEpochError
-from proto.zk_data import LEADER_NONE, PartitionStateData
+from proto.zk.znodes import LEADER_NONE, PartitionStateData
 
 __all__ = [
     "INITIAL_LEADER_EPOCH",

@@ -24,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from proto.topic_partition import TopicPartition
-from proto.zk_data import PartitionStateData
+from proto.zk.znodes import PartitionStateData
 
 __all__ = [
     "DEFAULT_LEADER_IMBALANCE_PER_BROKER_PERCENTAGE",

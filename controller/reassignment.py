@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 from controller.leader_election import new_leader_and_isr, reassign_partition_leader_election
 from proto.replica_assignment import InvalidReplicaAssignmentError, check_replica_list
-from proto.zk_data import PartitionStateData
+from proto.zk.znodes import PartitionStateData
 
 __all__ = [
     "ReassignmentAction",

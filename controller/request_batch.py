@@ -46,9 +46,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias
 
 from broker.metadata_cache import LEADER_DURING_DELETE, BrokerInfo
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
-from proto.zk_data import PartitionState
+from proto.wire import minibroker_pb2 as pb
+from proto.zk.znodes import PartitionState
 
 __all__ = [
     "ALL_LIVE_BROKERS",

@@ -31,9 +31,9 @@ from controller.request_batch import (
     PartitionLeadership,
     SentRequest,
 )
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
-from proto.zk_data import delete_topic_path
+from proto.wire import minibroker_pb2 as pb
+from proto.zk.znodes import delete_topic_path
 
 __all__ = [
     "TOPIC_DELETION_RETRY_BACKOFF_S",
@@ -95,7 +95,7 @@ class DeletionHost(Protocol):
         ...
 
     def log(self, level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
-        """One structured log line (see proto.event_log)."""
+        """One structured log line (see proto.process.event_log)."""
         ...
 
 

@@ -22,12 +22,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from broker.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto import zk_data
-from proto.record_batch import decode_batch, scan_batches
-from proto.tls import TlsConfig, sync_channel
+from proto.records.record_batch import decode_batch, scan_batches
 from proto.topic_partition import TopicPartition
+from proto.transport.tls import TlsConfig, sync_channel
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk import znodes
 
 __all__ = [
     "checkpointed_high_watermark",
@@ -53,18 +53,18 @@ def create_topic(
     replica assignment, which the controller watches and acts on."""
     if config:
         zk.create(
-            zk_data.topic_config_path(topic), zk_data.encode_topic_config(config), makepath=True
+            znodes.topic_config_path(topic), znodes.encode_topic_config(config), makepath=True
         )
-    zk.create(zk_data.topic_path(topic), zk_data.encode_topic_assignment(assignment), makepath=True)
+    zk.create(znodes.topic_path(topic), znodes.encode_topic_assignment(assignment), makepath=True)
 
 
-def partition_state(zk: KazooClient, tp: TopicPartition) -> zk_data.PartitionState | None:
+def partition_state(zk: KazooClient, tp: TopicPartition) -> znodes.PartitionState | None:
     """The partition's state znode now, or None while it has none."""
     try:
-        data, stat = zk.get(zk_data.partition_state_path(tp))
+        data, stat = zk.get(znodes.partition_state_path(tp))
     except NoNodeError:
         return None
-    return zk_data.PartitionState.from_data(zk_data.decode_partition_state(data), stat.version)
+    return znodes.PartitionState.from_data(znodes.decode_partition_state(data), stat.version)
 
 
 def leader_serving(
@@ -72,13 +72,13 @@ def leader_serving(
     tp: TopicPartition,
     addresses: Mapping[int, str],
     tls: TlsConfig | None = None,
-) -> zk_data.PartitionState | None:
+) -> znodes.PartitionState | None:
     """The partition's state if the leader it names is among ``addresses`` (broker id ->
     ``host:port`` of the brokers to ask) and its Metadata shows itself leading at the
     state's leader epoch (it applies LeaderAndIsr before UpdateMetadata, so it has become
     the leader); else None."""
     state = partition_state(zk, tp)
-    if state is None or state.leader == zk_data.LEADER_NONE or state.leader not in addresses:
+    if state is None or state.leader == znodes.LEADER_NONE or state.leader not in addresses:
         return None
     try:
         with sync_channel(addresses[state.leader], tls) as channel:

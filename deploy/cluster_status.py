@@ -33,9 +33,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from deploy.zookeeper import is_serving_mode, quorum_size, server_mode
-from proto import zk_data
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.zk import znodes
 
 __all__ = [
     "BrokerStatus",
@@ -197,42 +197,42 @@ def read_zookeeper(zk: KazooClient) -> ZooKeeperView:
             return None
         try:
             return decode(data)
-        except zk_data.ZkDataError as e:
+        except znodes.ZkDataError as e:
             warnings.append(f"ignoring znode {path}: {e}")
             return None
 
     registered: dict[int, tuple[str, int] | None] = {}
-    for child in sorted(_children(zk, zk_data.BROKER_IDS_PATH)):
+    for child in sorted(_children(zk, znodes.BROKER_IDS_PATH)):
         if not (child.isascii() and child.isdigit()):
-            warnings.append(f"ignoring broker znode {zk_data.BROKER_IDS_PATH}/{child!r}: not an id")
+            warnings.append(f"ignoring broker znode {znodes.BROKER_IDS_PATH}/{child!r}: not an id")
             continue
-        path = zk_data.broker_path(int(child))
-        registration = read(path, zk_data.decode_broker_registration)
+        path = znodes.broker_path(int(child))
+        registration = read(path, znodes.decode_broker_registration)
         if registration is not None:
             registered[int(child)] = (registration.host, registration.port)
         elif zk.exists(path) is not None:
             registered[int(child)] = None
-    controller = read(zk_data.CONTROLLER_PATH, zk_data.decode_controller)
-    epoch = read(zk_data.CONTROLLER_EPOCH_PATH, zk_data.decode_controller_epoch)
+    controller = read(znodes.CONTROLLER_PATH, znodes.decode_controller)
+    epoch = read(znodes.CONTROLLER_EPOCH_PATH, znodes.decode_controller_epoch)
     topics = partitions = 0
     under: list[tuple[TopicPartition, tuple[int, ...], tuple[int, ...]]] = []
     offline: list[TopicPartition] = []
-    for topic in sorted(_children(zk, zk_data.BROKER_TOPICS_PATH)):
+    for topic in sorted(_children(zk, znodes.BROKER_TOPICS_PATH)):
         problem = topic_name_problem(topic)
         if problem is not None:
             warnings.append(
-                f"ignoring topic znode {zk_data.BROKER_TOPICS_PATH}/{topic!r}: illegal name "
+                f"ignoring topic znode {znodes.BROKER_TOPICS_PATH}/{topic!r}: illegal name "
                 f"({problem})"
             )
             continue
-        assignment = read(zk_data.topic_path(topic), zk_data.decode_topic_assignment)
+        assignment = read(znodes.topic_path(topic), znodes.decode_topic_assignment)
         if assignment is None:
             continue
         topics += 1
         for partition, replicas in sorted(assignment.items()):
             partitions += 1
             tp = TopicPartition(topic, partition)
-            state = read(zk_data.partition_state_path(tp), zk_data.decode_partition_state)
+            state = read(znodes.partition_state_path(tp), znodes.decode_partition_state)
             if state is None or state.leader not in registered:
                 offline.append(tp)
             if state is None or len(state.isr) < len(replicas):

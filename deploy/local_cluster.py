@@ -69,9 +69,9 @@ from deploy.zookeeper import (
     quorum_size,
     server_mode,
 )
-from proto import zk_data
 from proto.errors import MinibrokerError
-from proto.zk_credentials import SECURE_ACL, read_digest_file
+from proto.zk import znodes
+from proto.zk.credentials import SECURE_ACL, read_digest_file
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -956,7 +956,7 @@ def _kazoo(connect: str) -> Iterator[KazooClient]:
 
 def _wait_for_controller(zk: KazooClient, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while zk.exists(zk_data.CONTROLLER_PATH) is None:
+    while zk.exists(znodes.CONTROLLER_PATH) is None:
         if time.monotonic() > deadline:
             raise LocalClusterError(f"no controller was elected within {timeout:.0f}s")
         time.sleep(_POLL_S)

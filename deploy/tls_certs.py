@@ -1,12 +1,13 @@
 """A throw-away certificate authority and the certificates of a TLS cluster (``cluster up
 --tls``, the tests), made with ``cryptography``.
 
-Files, in one directory (keys mode 0600), in Kafka's PEM store layout (:mod:`proto.tls`):
+Files, in one directory (keys mode 0600), in Kafka's PEM store layout (:mod:`proto.transport.tls`):
 
 - ``ca.pem``: the CA certificate, every side's ``ssl.truststore.location``;
 - ``ca-key.pem``: its key, kept so that more certificates can be signed later;
 - ``broker-<id>.pem``: broker ``<id>``'s certificate (subject ``CN=broker-<id>``, the name
-  :func:`proto.tls.broker_principal` expects) followed by its key: its ``ssl.keystore.location``;
+  :func:`proto.transport.tls.broker_principal` expects) followed by its key: its
+  ``ssl.keystore.location``;
 - ``client.pem``: a client's certificate (``CN=client``) and key: not a broker, so it may
   produce and consume but not send control requests or replica fetches.
 

@@ -36,7 +36,7 @@ client turns a response's code back into the exception with :func:`for_code`.
 
 from __future__ import annotations
 
-from proto.minibroker_pb2 import ErrorCode
+from proto.wire.minibroker_pb2 import ErrorCode
 
 
 class MinibrokerError(Exception):

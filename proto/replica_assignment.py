@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from proto.errors import BrokerResponseError
-from proto.minibroker_pb2 import ErrorCode
+from proto.wire.minibroker_pb2 import ErrorCode
 
 __all__ = [
     "InvalidPartitionsError",

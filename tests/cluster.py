@@ -28,12 +28,12 @@ from deploy.cluster_probe import (
     partition_state,
     replica_records,
 )
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto import zk_data
-from proto.record_batch import Record, decode_batch, encode_batch, scan_batches
-from proto.tls import TlsConfig, sync_channel
+from proto.records.record_batch import Record, decode_batch, encode_batch, scan_batches
 from proto.topic_partition import TopicPartition
+from proto.transport.tls import TlsConfig, sync_channel
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk import znodes
 from tests.helpers import wait_for
 
 _APPENDED_UNACKNOWLEDGED = frozenset({pb.REQUEST_TIMED_OUT, pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
@@ -136,7 +136,7 @@ class Cluster:
         for partition in assignment:
             self.wait_for_leader(TopicPartition(topic, partition), timeout=timeout)
 
-    def state(self, tp: TopicPartition) -> zk_data.PartitionState | None:
+    def state(self, tp: TopicPartition) -> znodes.PartitionState | None:
         """The partition's state znode now, or None if it has none."""
         return partition_state(self.zk, tp)
 
@@ -174,14 +174,14 @@ class Cluster:
     def controller_id(self) -> int | None:
         """The broker in ``/controller`` now, or None."""
         try:
-            data, _ = self.zk.get(zk_data.CONTROLLER_PATH)
+            data, _ = self.zk.get(znodes.CONTROLLER_PATH)
         except NoNodeError:
             return None
-        return zk_data.decode_controller(data)
+        return znodes.decode_controller(data)
 
     def controller_epoch(self) -> int:
-        data, _ = self.zk.get(zk_data.CONTROLLER_EPOCH_PATH)
-        return zk_data.decode_controller_epoch(data)
+        data, _ = self.zk.get(znodes.CONTROLLER_EPOCH_PATH)
+        return znodes.decode_controller_epoch(data)
 
     def wait_for_controller(self, accept: Iterable[int] | None = None, timeout: float = 20) -> int:
         wanted = set(accept) if accept is not None else set(self.brokers)

@@ -6,7 +6,7 @@ Two sources of bad input, as an attacker or a broken client would send them:
   duplicated bytes) of well-formed batches and of the poison corpus
   (:mod:`tests.poison_batches`). A mutation is sent with its CRC re-stamped as often as
   not: a wrong CRC stops at the first check, a right one reaches the record walk.
-- **Protobufs**: any message of ``proto/minibroker.proto`` with every field drawn from
+- **Protobufs**: any message of ``proto/wire/minibroker.proto`` with every field drawn from
   its type's whole range (epochs and ids up to 2^63-1, unknown enum values, topic names
   that climb out of a directory), built from the message descriptor so that a field added
   to the contract is fuzzed without a change here.
@@ -25,7 +25,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st
 
-from proto.record_batch import CRC_OFFSET, Record, compute_crc, encode_batch
+from proto.records.record_batch import CRC_OFFSET, Record, compute_crc, encode_batch
 from tests.poison_batches import POISONS
 
 TOPIC_NAMES = ("guarded", "../../x", "/tmp", ".", "..", "", "a" * 300, "bad/name", "guarded\0")

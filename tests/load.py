@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from proto import errors
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 from tests.cluster import Cluster
 from tests.helpers import wait_for
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import crc32c
 
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, encode_varint
+from proto.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, encode_varint
+from proto.wire.minibroker_pb2 import ErrorCode
 
 _CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")  # attributes .. recordCount
 _PREFIX = struct.Struct(">qiibI")  # baseOffset, batchLength, partitionLeaderEpoch, magic, crc

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from broker.kafka_wire.messages import Tree
 from broker.kafka_wire.wire_request import Answer, KafkaRequest, ms
 from broker.topic_admin import NewTopic, TopicAdmin
-from proto import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2 as pb
 
 __all__ = ["ADMIN_VERSIONS", "AdminApis"]
 

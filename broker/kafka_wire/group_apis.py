@@ -18,8 +18,8 @@ from broker.kafka_wire.messages import Tree
 from broker.kafka_wire.wire_request import Answer, KafkaRequest, done, ms, per_topic
 from broker.metadata_cache import MetadataCache
 from broker.zk_client import BrokerZkClient, ZkError
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

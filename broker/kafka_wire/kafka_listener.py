@@ -50,7 +50,7 @@ from broker.kafka_wire.request_codec import (
     response_schema,
 )
 from broker.kafka_wire.wire_request import Answer, CloseConnection, KafkaRequest
-from proto import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

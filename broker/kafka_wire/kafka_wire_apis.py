@@ -40,8 +40,8 @@ from broker.kafka_wire.wire_request import (
 from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 

@@ -17,5 +17,5 @@ around it. It knows nothing of replication, the controller or the network (check
 - :mod:`~broker.log.log_manager`: every log of a data directory, and its checkpoints.
 
 The configuration a log is opened with, ``LogConfig``, is a shared contract:
-:mod:`proto.log_config`.
+:mod:`proto.config.log_config`.
 """

@@ -2,7 +2,7 @@
 
 Kafka's ``Log`` (2.x), in directory ``<data-dir>/<topic>-<partition>/``::
 
-    00000000000000000000.log     record batches, Kafka v2 format (see proto.record_batch)
+    00000000000000000000.log     record batches, Kafka v2 format (see proto.records.record_batch)
     00000000000000000000.index   sparse offset index (see broker.log.offset_index)
     00000000000000004096.log     the next segment, named after its first offset
     00000000000000004096.index
@@ -49,9 +49,9 @@ from broker.log.log_segment import (
 )
 from broker.log.log_validator import validate_client_batches
 from broker.log.producer_state import BatchMetadata, ProducerStateManager
+from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, MinibrokerError, OffsetOutOfRangeError
-from proto.log_config import LogConfig
-from proto.record_batch import (
+from proto.records.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     CorruptRecordError,
@@ -92,7 +92,7 @@ class LogError(MinibrokerError):
     :class:`~proto.errors.OffsetOutOfRangeError`, a batch above ``message.max.bytes`` or an
     append above ``segment.bytes`` :class:`~proto.errors.MessageTooLargeError` (Kafka's
     ``RecordTooLargeException``). Invalid batches raise
-    :class:`proto.record_batch.CorruptRecordError`, or for a leader append also
+    :class:`proto.records.record_batch.CorruptRecordError`, or for a leader append also
     :class:`proto.errors.InvalidRecordError` and
     :class:`proto.errors.UnsupportedCompressionTypeError` (see broker.log.log_validator),
     and disk failures OSError, as they come.

@@ -20,8 +20,8 @@ from broker.log.checkpoints import fsync_directory
 from broker.log.epoch_entry import EpochEntry
 from broker.log.leader_epoch_cache import CheckpointError, LeaderEpochFileCache
 from broker.log.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
-from proto.log_config import LogConfig
-from proto.record_batch import CorruptRecordError
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import CorruptRecordError
 from proto.topic_partition import TopicPartition
 
 __all__ = [

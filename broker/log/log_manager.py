@@ -48,8 +48,8 @@ from broker.log.checkpoints import (
     write_meta_properties,
 )
 from broker.log.log import BackgroundRunner, Log, LogClosedError
+from proto.config.log_config import LogConfig
 from proto.errors import MinibrokerError
-from proto.log_config import LogConfig
 from proto.topic_partition import TopicPartition, topic_name_problem
 
 __all__ = [

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from broker.log.offset_index import CorruptIndexError, OffsetIndex
 from proto.errors import MinibrokerError
-from proto.record_batch import (
+from proto.records.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,

@@ -2,14 +2,14 @@
 
 A follower copies the leader's batches byte for byte (checking their CRC only, as Kafka's
 replica fetcher does), consumers and the audit decode them with
-:func:`proto.record_batch.decode_batch`, and none of them can refuse a committed batch:
+:func:`proto.records.record_batch.decode_batch`, and none of them can refuse a committed batch:
 one batch they cannot decode makes its partition unreadable from that batch on. So the
 leader checks every produced batch, records included, before any of it is written, and
 refuses the whole append (nothing of it is written) with the error its first problem
 gets. Both steps are pure over the bytes, so :class:`broker.log.log.Log` runs them before it
 takes its lock:
 
-1. :func:`proto.record_batch.validate_batches` (Kafka's ``Log.analyzeAndValidateRecords``):
+1. :func:`proto.records.record_batch.validate_batches` (Kafka's ``Log.analyzeAndValidateRecords``):
    every batch whole, batchLength >= 49, magic 2, the CRC-32C, and recordCount ==
    lastOffsetDelta + 1 >= 1 (plus, uncompressed, room for that many records).
    CORRUPT_MESSAGE (Kafka: INVALID_RECORD for the count against lastOffsetDelta, and for
@@ -67,7 +67,7 @@ Kafka's checks not reproduced, and why:
   (``cleanup.policy=compact``) here.
 - one batch per partition per request (``ProduceRequest.validateRecords``, "Compressed
   outer record has more than one batch"): minibroker's Produce carries "one or more"
-  concatenated batches per partition (proto/minibroker.proto), and each is checked alone.
+  concatenated batches per partition (proto/wire/minibroker.proto), and each is checked alone.
 - message format conversion (magic 0 and 1): only magic 2 exists here.
 - per-record error details (KIP-467's ``record_errors``): the Produce response has one
   error message per partition, which names the batch and the record.
@@ -77,7 +77,7 @@ per record as it can have (no object per record, local names, inline paths for o
 two-byte varints): about 0.7 µs per record. Runs of records with one layout (the same
 length, key and value sizes and varint widths, no headers: a batch of fixed-size records
 has two, below and from index 64, where offsetDelta grows a byte) are checked as a whole
-instead (proto.record_layout), a column of bytes at a time with extended slices: a few µs
+instead (proto.records.layout), a column of bytes at a time with extended slices: a few µs
 per run, about 0.1 µs per record for 100-byte records. bench/RESULTS.md has the measured figures.
 """
 
@@ -87,7 +87,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from proto import errors
-from proto.record_batch import (
+from proto.records.layout import same_layout_run
+from proto.records.record_batch import (
     COMPRESSION_CODEC_MASK,
     COMPRESSION_NAMES,
     CONTROL_FLAG_MASK,
@@ -100,7 +101,6 @@ from proto.record_batch import (
     decode_varint,
     decode_varlong,
 )
-from proto.record_layout import same_layout_run
 
 __all__ = ["validate_client_batches"]
 
@@ -118,10 +118,10 @@ def validate_client_batches(
     """Check produced batches as Kafka's LogValidator does (see the module docstring).
 
     ``headers`` are the batches of ``records`` in order, as
-    :func:`proto.record_batch.validate_batches` returns them (framing and CRC already
+    :func:`proto.records.record_batch.validate_batches` returns them (framing and CRC already
     checked). Raises, for the first problem found:
 
-    - :class:`proto.record_batch.CorruptRecordError` (CORRUPT_MESSAGE): a codec id that
+    - :class:`proto.records.record_batch.CorruptRecordError` (CORRUPT_MESSAGE): a codec id that
       does not exist, or records that do not number recordCount or do not end at the
       batch's end;
     - :class:`proto.errors.UnsupportedCompressionTypeError`: a compressed batch;

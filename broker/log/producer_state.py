@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from proto import errors
-from proto.record_batch import NO_SEQUENCE, BatchHeader
+from proto.records.record_batch import NO_SEQUENCE, BatchHeader
 from proto.topic_partition import TopicPartition
 
 __all__ = [
@@ -82,7 +82,7 @@ class BatchMetadata(NamedTuple):
     @classmethod
     def of(cls, header: BatchHeader) -> BatchMetadata:
         # Built for every idempotent batch appended: tuple.__new__ skips the generated
-        # __new__'s argument parsing (as proto.record_batch builds its headers).
+        # __new__'s argument parsing (as proto.records.record_batch builds its headers).
         return _new_tuple(
             cls,
             (header.base_sequence, header.last_sequence, header.base_offset, header.last_offset),

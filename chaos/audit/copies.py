@@ -20,7 +20,7 @@ import numpy as np
 
 from chaos.audit.log_checks import BatchTable
 from chaos.audit.segments import Buffer, map_file
-from proto.record_batch import HEADER_SIZE, BatchHeader, parse_header
+from proto.records.record_batch import HEADER_SIZE, BatchHeader, parse_header
 
 __all__ = ["Copy", "read_copies"]
 

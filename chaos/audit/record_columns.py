@@ -3,11 +3,11 @@
 :func:`decode_columns` gives, for every record of the batches it is handed, its batch, its
 offset and timestamp, and where its key and value lie in the buffer (start and length, -1
 for null), plus the headers of the few records that have some. It decodes exactly what
-:func:`proto.record_batch.decode_rows` decodes and rejects exactly what it rejects, with
+:func:`proto.records.record_batch.decode_rows` decodes and rejects exactly what it rejects, with
 its message, but it builds no Python object per record:
 
-- the first record of each run of one layout (see :mod:`proto.record_layout`) is parsed
-  in Python, with decode_rows's checks, and :func:`~proto.record_layout.same_layout_run`
+- the first record of each run of one layout (see :mod:`proto.records.layout`) is parsed
+  in Python, with decode_rows's checks, and :func:`~proto.records.layout.same_layout_run`
   says how far the run goes; the rest of the run is a *run descriptor* (where it starts,
   its stride, where its fields lie in a record), so a batch of fixed-size records costs a
   few Python steps whatever its record count;
@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from proto.record_batch import (
+from proto.records.layout import same_layout_run
+from proto.records.record_batch import (
     RECORDS_OFFSET,
     BatchHeader,
     CorruptRecordError,
@@ -35,7 +36,6 @@ from proto.record_batch import (
     decode_varint,
     decode_varlong,
 )
-from proto.record_layout import same_layout_run
 
 __all__ = ["RecordColumns", "decode_columns"]
 

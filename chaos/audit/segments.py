@@ -24,7 +24,7 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from proto.record_batch import COMPRESSION_CODEC_MASK, scan_batches
+from proto.records.record_batch import COMPRESSION_CODEC_MASK, scan_batches
 
 __all__ = ["Buffer", "SegmentScan", "SegmentTask", "Stop", "map_file", "pack", "scan_segment"]
 

@@ -32,8 +32,14 @@ from broker.log.checkpoints import (
     write_meta_properties,
 )
 from broker.log.log import Log
-from proto.log_config import LogConfig
-from proto.record_batch import NO_PRODUCER_ID, Record, encode_batch, parse_header, stamp_batch
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import (
+    NO_PRODUCER_ID,
+    Record,
+    encode_batch,
+    parse_header,
+    stamp_batch,
+)
 from proto.topic_partition import TopicPartition
 
 __all__ = ["BrokerDataDir", "history_line", "read_line", "write_lines"]

@@ -35,11 +35,11 @@ from deploy.cluster_probe import (
     wait_until,
 )
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
 from proto.errors import MinibrokerError
-from proto.record_batch import Record, encode_batch
+from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 
 __all__ = ["BROKER_PROPERTIES", "A", "B", "ScenarioCluster", "ScenarioError"]
 

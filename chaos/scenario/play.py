@@ -15,8 +15,8 @@ from broker.truncation import TruncationMode
 from chaos.history_recorder import HistoryRecorder
 from chaos.scenario.cluster import A, B, ScenarioCluster, ScenarioError, shown
 from chaos.scenario.verdict import Prediction
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 
 __all__ = ["TP", "Narrator", "Play", "Scenario"]
 

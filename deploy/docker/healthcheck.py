@@ -43,9 +43,9 @@ def check_zookeeper(host: str = "127.0.0.1", port: int = 2181) -> str:
 
 
 def check_broker() -> str:
-    from proto import minibroker_pb2 as pb
-    from proto import minibroker_pb2_grpc as pb_grpc
-    from proto.tls import TlsConfig, sync_channel
+    from proto.transport.tls import TlsConfig, sync_channel
+    from proto.wire import minibroker_pb2 as pb
+    from proto.wire import minibroker_pb2_grpc as pb_grpc
 
     broker_id = int(os.environ["MINIBROKER_BROKER_ID"])
     port = int(os.environ.get("MINIBROKER_PORT") or 9090 + broker_id)

@@ -20,8 +20,8 @@ from typing import TypeVar
 import grpc
 import pytest
 
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 from tests.docker.conftest import DockerCluster, minibroker
 from tests.helpers import wait_for
 

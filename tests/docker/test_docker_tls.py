@@ -23,7 +23,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from proto.zk_data import broker_path, decode_broker_registration
+from proto.zk.znodes import broker_path, decode_broker_registration
 from tests.docker.conftest import (
     REPO,
     UP_TIMEOUT_S,

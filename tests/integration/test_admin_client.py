@@ -17,7 +17,7 @@ from kazoo.client import KazooClient
 from client.admin import AdminClient
 from client.metadata import BrokerConnections, ClientError
 from deploy.zookeeper import ZooKeeperServer
-from proto import zk_data
+from proto.zk import znodes
 from tests.cluster import Cluster, running_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -65,10 +65,10 @@ def test_create_describe_list_delete(
                     3: [1, 2, 3],
                     4: [2, 3, 1],
                 }
-                data, _ = zk_client.get(zk_data.topic_path("orders"))
-                assert zk_data.decode_topic_assignment(data) == assignment
-                data, _ = zk_client.get(zk_data.topic_config_path("orders"))
-                assert zk_data.decode_topic_config(data) == {"min.insync.replicas": "2"}
+                data, _ = zk_client.get(znodes.topic_path("orders"))
+                assert znodes.decode_topic_assignment(data) == assignment
+                data, _ = zk_client.get(znodes.topic_config_path("orders"))
+                assert znodes.decode_topic_config(data) == {"min.insync.replicas": "2"}
 
                 # wait=True returned only once every partition had a leader.
                 (orders,) = await admin.describe_topics(["orders"])
@@ -80,7 +80,7 @@ def test_create_describe_list_delete(
                     assert set(meta.isr) == {1, 2, 3}
 
                 await admin.create_topic("logs", 1, 1)
-                assert zk_client.exists(zk_data.topic_config_path("logs")) is None
+                assert zk_client.exists(znodes.topic_config_path("logs")) is None
                 assert await admin.list_topics() == ["logs", "orders"]
                 described = await admin.describe_topics()
                 assert [t.name for t in described] == ["logs", "orders"]
@@ -91,7 +91,7 @@ def test_create_describe_list_delete(
                 assert (health.under_replicated, health.offline) == ([], [])
 
                 await admin.delete_topic("orders")
-                assert zk_client.exists(zk_data.topic_path("orders")) is None
+                assert zk_client.exists(znodes.topic_path("orders")) is None
                 await eventually(
                     admin.list_topics,
                     lambda topics: topics == ["logs"],
@@ -146,8 +146,8 @@ def test_user_errors_are_one_line_client_errors(
                     await admin.describe_topics(["phantom", "ghost", "dup"])
                 # Nothing was written for a refused topic.
                 for name in ("big", "a_b", "cfg", "zero"):
-                    assert zk_client.exists(zk_data.topic_path(name)) is None
-                assert zk_client.exists(zk_data.topic_config_path("cfg")) is None
+                    assert zk_client.exists(znodes.topic_path(name)) is None
+                assert zk_client.exists(znodes.topic_config_path("cfg")) is None
 
         run(scenario)
 

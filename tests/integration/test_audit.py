@@ -30,8 +30,8 @@ from chaos.audit.job import audit
 from chaos.audit.model import KINDS, READ_KINDS
 from chaos.audit.session import start_session
 from chaos.audit.testing import BrokerDataDir, history_line, read_line, write_lines
-from proto.log_config import LogConfig
-from proto.record_batch import scan_batches
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import scan_batches
 from proto.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.integration

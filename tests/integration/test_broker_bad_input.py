@@ -9,8 +9,7 @@ import grpc
 import pytest
 
 from deploy.zookeeper import ZooKeeperServer
-from proto import minibroker_pb2 as pb
-from proto.record_batch import (
+from proto.records.record_batch import (
     BATCH_LENGTH_OFFSET,
     CRC_OFFSET,
     MAGIC_OFFSET,
@@ -20,6 +19,7 @@ from proto.record_batch import (
     encode_batch,
 )
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import chrooted_client
 from tests.poison_batches import POISONS, Poison

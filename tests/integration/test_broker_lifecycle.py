@@ -27,11 +27,11 @@ from broker.log.log_manager import CLEAN_SHUTDOWN_FILE
 from chaos.scripted_controller import CONTROLLER_ID
 from deploy.broker_process import BrokerProcess, BrokerSpec
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.record_batch import decode_batch, scan_batches
+from proto.records.record_batch import decode_batch, scan_batches
 from proto.topic_partition import TopicPartition
-from proto.zk_data import broker_path
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk.znodes import broker_path
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
 

@@ -31,7 +31,7 @@ from broker.zk_client import (
 )
 from deploy.zookeeper import ZooKeeperServer
 from proto.topic_partition import TopicPartition
-from proto.zk_data import (
+from proto.zk.znodes import (
     ProducerIdBlock,
     encode_controller,
     encode_topic_assignment,
@@ -63,7 +63,7 @@ def connect(zookeeper: ZooKeeperServer, zk_client: KazooClient) -> str:
 
 class _EventSeen(logging.Handler):
     """Sets an asyncio.Event when BrokerZkClient logs the structured event ``name`` (its
-    records carry ``event``, see proto.event_log); they are logged on the loop thread."""
+    records carry ``event``, see proto.process.event_log); they are logged on the loop thread."""
 
     def __init__(self, name: str) -> None:
         super().__init__(logging.DEBUG)

@@ -45,10 +45,10 @@ from controller.request_batch import (
     LiveBroker,
     PartitionLeadership,
 )
-from proto import minibroker_pb2 as pb
-from proto.minibroker_pb2 import ErrorCode
 from proto.topic_partition import TopicPartition
-from proto.zk_data import (
+from proto.wire import minibroker_pb2 as pb
+from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk.znodes import (
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
     CONTROLLER_EPOCH_PATH,

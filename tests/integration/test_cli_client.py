@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 
 from client.partitioner import partition_for_key
 from client.range_assignor import range_assign
-from proto import zk_data
+from proto.zk import znodes
 from tests.helpers import free_port_run, minibroker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -361,7 +361,7 @@ def test_consume_with_a_group_of_an_unknown_topic_is_an_error_and_creates_no_gro
     zk = KazooClient(hosts=cluster.env["MINIBROKER_ZOOKEEPER"])
     zk.start(10)
     try:
-        assert zk.exists(f"{zk_data.CONSUMERS_PATH}/g-nosuch") is None
+        assert zk.exists(f"{znodes.CONSUMERS_PATH}/g-nosuch") is None
     finally:
         zk.stop()
         zk.close()

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from proto import zk_data
 from proto.topic_partition import TopicPartition
+from proto.zk import znodes
 from tests.helpers import free_port_run, minibroker, wait_for
 from tests.kafka_group_member import GroupMember
 
@@ -106,9 +106,9 @@ class CliCluster:
         """Every broker's Kafka listener, as its registration advertises it."""
         addresses = []
         with self.zk() as zk:
-            for broker in sorted(zk.get_children(zk_data.BROKER_IDS_PATH)):
-                data, _ = zk.get(f"{zk_data.BROKER_IDS_PATH}/{broker}")
-                endpoint = zk_data.decode_broker_registration(data).kafka_endpoint
+            for broker in sorted(zk.get_children(znodes.BROKER_IDS_PATH)):
+                data, _ = zk.get(f"{znodes.BROKER_IDS_PATH}/{broker}")
+                endpoint = znodes.decode_broker_registration(data).kafka_endpoint
                 assert endpoint is not None, f"broker {broker} has no Kafka listener"
                 addresses.append(f"{endpoint[0]}:{endpoint[1]}")
         return ",".join(addresses)
@@ -118,14 +118,14 @@ class CliCluster:
         found: dict[int, int | None] = {}
         with self.zk() as zk:
             for p in range(partitions):
-                path = zk_data.consumer_offset_path(group, TopicPartition(topic, p))
+                path = znodes.consumer_offset_path(group, TopicPartition(topic, p))
                 data = zk.get(path)[0] if zk.exists(path) else None
-                found[p] = None if data is None else zk_data.decode_consumer_offset(data)
+                found[p] = None if data is None else znodes.decode_consumer_offset(data)
         return found
 
     def registered(self) -> set[int]:
         with self.zk() as zk:
-            return {int(b) for b in zk.get_children(zk_data.BROKER_IDS_PATH)}
+            return {int(b) for b in zk.get_children(znodes.BROKER_IDS_PATH)}
 
     def wait_for_full_isr(self, topic: str) -> None:
         def full() -> bool:
@@ -434,7 +434,7 @@ def test_a_topic_being_deleted_cannot_grow_and_the_controller_takes_added_partit
     cluster.kill(3)  # its replicas hold the deletion until it returns
     try:
         with cluster.zk() as zk:
-            zk.create(zk_data.delete_topic_path(topic), b"", makepath=True)
+            zk.create(znodes.delete_topic_path(topic), b"", makepath=True)
         # Deletion started: the brokers dropped the topic from their metadata.
         wait_for(lambda: topic not in cluster.ok("topics", "list").split(), 30)
         _one_line_error(
@@ -444,19 +444,19 @@ def test_a_topic_being_deleted_cannot_grow_and_the_controller_takes_added_partit
         # A writer that skips the check: the controller restores the assignment
         # (Kafka's restorePartitionReplicaAssignment), so the deletion removes it all.
         with cluster.zk() as zk:
-            path = zk_data.topic_path(topic)
-            assignment = zk_data.decode_topic_assignment(zk.get(path)[0])
-            zk.set(path, zk_data.encode_topic_assignment({**assignment, 2: [1, 2, 3]}))
+            path = znodes.topic_path(topic)
+            assignment = znodes.decode_topic_assignment(zk.get(path)[0])
+            zk.set(path, znodes.encode_topic_assignment({**assignment, 2: [1, 2, 3]}))
 
             def restored() -> bool:
-                return sorted(zk_data.decode_topic_assignment(zk.get(path)[0])) == [0, 1]
+                return sorted(znodes.decode_topic_assignment(zk.get(path)[0])) == [0, 1]
 
             wait_for(restored, 30, interval=0.2, message="the assignment restored to 2")
-            assert zk.exists(zk_data.partition_state_path(TopicPartition(topic, 2))) is None
+            assert zk.exists(znodes.partition_state_path(TopicPartition(topic, 2))) is None
     finally:
         cluster.start(3)
     with cluster.zk() as zk:
-        wait_for(lambda: zk.exists(zk_data.topic_path(topic)) is None, 60, interval=0.2)
+        wait_for(lambda: zk.exists(znodes.topic_path(topic)) is None, 60, interval=0.2)
 
 
 # -- configs -----------------------------------------------------------------------------------
@@ -622,7 +622,7 @@ def test_read_only_unknown_and_invalid_configs_are_refused_with_one_line(
         "Topic 'nosuch' does not exist.",
     )
     with cluster.zk() as zk:
-        assert zk.exists(zk_data.topic_config_path("checked")) is None
+        assert zk.exists(znodes.topic_config_path("checked")) is None
 
 
 # -- cluster status ----------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from kazoo.client import KazooClient
 
 from client.consumer import Consumer, ConsumerConfig, ConsumerRecord
 from client.group import GroupMember, RebalanceFailedError
-from proto import zk_data
 from proto.topic_partition import TopicPartition
+from proto.zk import znodes
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import close_session_from_another_client
 from tests.integration.test_client_consumer import (
@@ -161,9 +161,9 @@ def test_three_members_split_six_partitions_rebalance_when_one_leaves_and_read_e
                 assert set(offsets) == {(p, o) for p in range(6) for o in range(20)}
                 # Every member committed on leaving: the group is at the end of each partition.
                 for tp in TPS:
-                    data, _ = zk_client.get(zk_data.consumer_offset_path("g1", tp))
-                    assert zk_data.decode_consumer_offset(data) == 20
-                assert zk_client.get_children(zk_data.consumer_ids_path("g1")) == []
+                    data, _ = zk_client.get(znodes.consumer_offset_path("g1", tp))
+                    assert znodes.decode_consumer_offset(data) == 20
+                assert zk_client.get_children(znodes.consumer_ids_path("g1")) == []
 
         run(main())
 
@@ -176,7 +176,7 @@ def owner_id(zk_client: KazooClient, consumer: Consumer) -> str:
 
 
 def owner_of(zk_client: KazooClient, group: str, tp: TopicPartition) -> str:
-    data, _ = zk_client.get(zk_data.consumer_owner_path(group, tp))
+    data, _ = zk_client.get(znodes.consumer_owner_path(group, tp))
     return bytes(data).decode()
 
 
@@ -224,14 +224,14 @@ def test_committed_offsets_survive_a_consumer_restart(
                     assert [r.offset for r in got] == list(range(10, 15))
                     await standalone.commit()
                 assert committed(zk_client, "g2", tp) == 15
-                assert not zk_client.exists(zk_data.consumer_owner_path("g2", tp))
+                assert not zk_client.exists(znodes.consumer_owner_path("g2", tp))
 
         run(main())
 
 
 def committed(zk_client: KazooClient, group: str, tp: TopicPartition) -> int:
-    data, _ = zk_client.get(zk_data.consumer_offset_path(group, tp))
-    return zk_data.decode_consumer_offset(data)
+    data, _ = zk_client.get(znodes.consumer_offset_path(group, tp))
+    return znodes.decode_consumer_offset(data)
 
 
 def test_a_member_picks_up_a_topic_created_after_it_subscribed(
@@ -260,7 +260,7 @@ def test_a_member_whose_zookeeper_session_expires_registers_again_and_reclaims_i
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
     tp = TopicPartition("sessions", 0)
-    ids_path = zk_data.consumer_ids_path("g4")
+    ids_path = znodes.consumer_ids_path("g4")
     with running_cluster(zk_client, zk_connect, tmp_path, broker_ids=(1,)) as cluster:
         cluster.create_topic(tp.topic, {0: [1]})
         produce_until_acked(cluster, tp, [b"a"])
@@ -304,7 +304,7 @@ def test_a_member_whose_zookeeper_session_expires_registers_again_and_reclaims_i
 
                 def re_registered() -> bool:
                     session = registered_session()
-                    owner = zk_client.exists(zk_data.consumer_owner_path("g4", tp))
+                    owner = zk_client.exists(znodes.consumer_owner_path("g4", tp))
                     return (
                         session not in (None, old_session)
                         and owner is not None
@@ -331,9 +331,9 @@ def test_claims_wait_for_the_previous_owner_and_give_up_after_bounded_attempts(
         return sum("rebalance_attempt_failed" in r.getMessage() for r in caplog.records)
 
     zk_client.create(
-        zk_data.topic_path("t"), zk_data.encode_topic_assignment({0: [1], 1: [1]}), makepath=True
+        znodes.topic_path("t"), znodes.encode_topic_assignment({0: [1], 1: [1]}), makepath=True
     )
-    held = zk_data.consumer_owner_path("g5", TopicPartition("t", 0))
+    held = znodes.consumer_owner_path("g5", TopicPartition("t", 0))
     zk_client.create(held, b"g5_other-member", makepath=True)
 
     async def main() -> None:
@@ -349,7 +349,7 @@ def test_claims_wait_for_the_previous_owner_and_give_up_after_bounded_attempts(
             assert loop.time() - started >= 0.4  # two attempts of 200 ms, a pause between
             # A failed attempt releases what it did claim, so nobody waits on this member.
             assert member.owned == frozenset()
-            assert not zk_client.exists(zk_data.consumer_owner_path("g5", TopicPartition("t", 1)))
+            assert not zk_client.exists(znodes.consumer_owner_path("g5", TopicPartition("t", 1)))
 
             # The other member lets go while this one waits: the claim goes through. The
             # release is timed by the member's first refused claim, not by a sleep, so a

@@ -21,11 +21,11 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto import zk_data
-from proto.record_batch import Record, encode_batch
+from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk import znodes
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import free_port_run, wait_for
 from tests.load import AcksAllLoad, check_acked_records_survive
@@ -49,8 +49,8 @@ def describe(cluster: Cluster, broker_id: int, topic: str) -> pb.TopicMetadata:
 
 def wait_for_state(
     cluster: Cluster, tp: TopicPartition, timeout: float, **expected: object
-) -> zk_data.PartitionState:
-    def matches() -> zk_data.PartitionState | None:
+) -> znodes.PartitionState:
+    def matches() -> znodes.PartitionState | None:
         current = cluster.state(tp)
         if current is None:
             return None
@@ -100,7 +100,7 @@ def test_update_metadata_tells_every_broker_each_registered_kafka_listener(
     Broker 7 is registered the way a broker with a Kafka listener registers itself, with no
     process behind it (as one frozen or gone before its session expired)."""
     grpc_port = free_port_run(2)
-    registration = zk_data.encode_broker_registration(
+    registration = znodes.encode_broker_registration(
         "127.0.0.1", grpc_port, int(time.time() * 1000), kafka_port=grpc_port + 1
     )
     with running_cluster(zk_client, zk_connect, tmp_path, broker_ids=(1, 2)) as cluster:
@@ -110,7 +110,7 @@ def test_update_metadata_tells_every_broker_each_registered_kafka_listener(
             return {b.node_id: (b.kafka_host, b.kafka_port) for b in response.brokers}
 
         cluster.wait_for_controller()
-        zk_client.create(zk_data.broker_path(7), registration, ephemeral=True)
+        zk_client.create(znodes.broker_path(7), registration, ephemeral=True)
         expected = {1: ("", 0), 2: ("", 0), 7: ("127.0.0.1", grpc_port + 1)}
         wait_for(
             lambda: all(kafka_listeners(b) == expected for b in (1, 2)),
@@ -119,7 +119,7 @@ def test_update_metadata_tells_every_broker_each_registered_kafka_listener(
                 f"{expected} in every broker's metadata: {[kafka_listeners(b) for b in (1, 2)]}"
             ),
         )
-        zk_client.delete(zk_data.broker_path(7))
+        zk_client.delete(znodes.broker_path(7))
         wait_for(
             lambda: all(7 not in kafka_listeners(b) for b in (1, 2)),
             FAILOVER_MARGIN_S,
@@ -173,15 +173,15 @@ def test_topic_create_describe_and_delete(
         ]
         wait_for(lambda: all(d.exists() for d in dirs), 10, message="replica dirs on every broker")
 
-        zk_client.create(zk_data.delete_topic_path(topic), makepath=True)
+        zk_client.create(znodes.delete_topic_path(topic), makepath=True)
         wait_for(
-            lambda: not zk_client.exists(zk_data.topic_path(topic)),
+            lambda: not zk_client.exists(znodes.topic_path(topic)),
             20,
             message="the topic znodes to be deleted",
         )
         wait_for(lambda: not any(d.exists() for d in dirs), 10, message="replica dirs deleted")
-        assert not zk_client.exists(zk_data.delete_topic_path(topic))
-        assert not zk_client.exists(zk_data.topic_config_path(topic))
+        assert not zk_client.exists(znodes.delete_topic_path(topic))
+        assert not zk_client.exists(znodes.topic_config_path(topic))
         for broker_id in (1, 2, 3):
             assert describe(cluster, broker_id, topic).error_code == pb.UNKNOWN_TOPIC_OR_PARTITION
         assert cluster.controller_id() == controller
@@ -198,16 +198,16 @@ def test_deletion_waits_for_a_dead_replica_and_finishes_when_it_returns(
         cluster.brokers[2].kill()
         wait_for_state(cluster, tp, SESSION_TIMEOUT_S + FAILOVER_MARGIN_S, isr=[1])
 
-        zk_client.create(zk_data.delete_topic_path(tp.topic), makepath=True)
+        zk_client.create(znodes.delete_topic_path(tp.topic), makepath=True)
         wait_for(
             lambda: not cluster.partition_dir(1, tp).exists(), 20, message="deleted on broker 1"
         )
-        assert zk_client.exists(zk_data.topic_path(tp.topic)), "deleted before 2 returned"
+        assert zk_client.exists(znodes.topic_path(tp.topic)), "deleted before 2 returned"
         assert cluster.partition_dir(2, tp).exists()
 
         cluster.brokers[2].start(zk_client)
         wait_for(
-            lambda: not zk_client.exists(zk_data.topic_path(tp.topic)),
+            lambda: not zk_client.exists(znodes.topic_path(tp.topic)),
             20,
             message="the deletion to complete once broker 2 is back",
         )
@@ -341,7 +341,7 @@ def test_paused_controller_is_replaced_and_fenced_when_it_resumes(
         )
         stale = pb.UpdateMetadataRequest(controller_id=old, controller_epoch=old_epoch)
         for broker_id in cluster.live():
-            stale.broker_epoch = zk_client.exists(zk_data.broker_path(broker_id)).czxid
+            stale.broker_epoch = zk_client.exists(znodes.broker_path(broker_id)).czxid
             answer = cluster.control_stub(broker_id).UpdateMetadata(stale, timeout=5)
             assert answer.error_code == pb.STALE_CONTROLLER_EPOCH
 
@@ -557,14 +557,14 @@ def test_preferred_replica_election_gives_leadership_back(
         assert cluster.state(tp).leader == 2  # type: ignore[union-attr]
 
         zk_client.create(
-            zk_data.PREFERRED_REPLICA_ELECTION_PATH,
-            zk_data.encode_preferred_replica_election([tp]),
+            znodes.PREFERRED_REPLICA_ELECTION_PATH,
+            znodes.encode_preferred_replica_election([tp]),
             makepath=True,
         )
         back = wait_for_state(cluster, tp, 20, leader=1)
         assert back.leader_epoch == 2  # the failure, then this election (ISR growth: no bump)
         wait_for(
-            lambda: not zk_client.exists(zk_data.PREFERRED_REPLICA_ELECTION_PATH),
+            lambda: not zk_client.exists(znodes.PREFERRED_REPLICA_ELECTION_PATH),
             10,
             message="the request to be deleted",
         )
@@ -605,17 +605,17 @@ def test_reassignment_from_1_2_3_to_2_3_4(
         with AcksAllLoad(cluster, [tp], prefix="during") as load:
             load.wait_for_more_acks(20)
             zk_client.create(
-                zk_data.REASSIGN_PARTITIONS_PATH,
-                zk_data.encode_reassign_partitions({tp: [2, 3, 4]}),
+                znodes.REASSIGN_PARTITIONS_PATH,
+                znodes.encode_reassign_partitions({tp: [2, 3, 4]}),
                 makepath=True,
             )
             wait_for(
-                lambda: not zk_client.exists(zk_data.REASSIGN_PARTITIONS_PATH),
+                lambda: not zk_client.exists(znodes.REASSIGN_PARTITIONS_PATH),
                 30,
                 message="the reassignment to complete",
             )
             load.wait_for_more_acks(20)
-        assignment = json.loads(zk_client.get(zk_data.topic_path(tp.topic))[0])
+        assignment = json.loads(zk_client.get(znodes.topic_path(tp.topic))[0])
         assert assignment["partitions"] == {"0": [2, 3, 4]}
         state = cluster.state(tp)
         assert state is not None

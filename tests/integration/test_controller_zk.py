@@ -26,7 +26,7 @@ from kazoo.retry import KazooRetry
 from controller.controller_zk import ControllerMovedError, ControllerZkClient, LiveBroker
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto.topic_partition import TopicPartition
-from proto.zk_data import (
+from proto.zk.znodes import (
     PartitionState,
     PartitionStateData,
     encode_broker_registration,

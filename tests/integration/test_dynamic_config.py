@@ -22,9 +22,9 @@ from kazoo.client import KazooClient
 from broker.dynamic_config import DynamicConfigManager
 from broker.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient
-from proto.broker_config import BrokerConfig, TopicConfig
+from proto.config.broker_config import BrokerConfig, TopicConfig
 from proto.topic_partition import TopicPartition
-from proto.zk_data import (
+from proto.zk.znodes import (
     CONFIG_CHANGE_PREFIX,
     CONFIG_CHANGES_PATH,
     broker_config_path,

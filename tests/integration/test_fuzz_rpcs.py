@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from deploy.zookeeper import ZooKeeperServer
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 from tests.cluster import Cluster, running_cluster
 from tests.fuzz import messages
 from tests.helpers import chrooted_client

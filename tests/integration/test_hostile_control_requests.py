@@ -16,9 +16,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from deploy.zookeeper import ZooKeeperServer
-from proto import minibroker_pb2 as pb
-from proto import zk_data
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.zk import znodes
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import chrooted_client, wait_for
 
@@ -53,7 +53,7 @@ def cluster(
 
 def broker_epoch(zk: KazooClient, broker_id: int) -> int:
     """What a reader of the open ZooKeeper learns: the broker's KIP-380 epoch."""
-    stat = zk.exists(zk_data.broker_path(broker_id))
+    stat = zk.exists(znodes.broker_path(broker_id))
     assert stat is not None
     return int(stat.czxid)
 

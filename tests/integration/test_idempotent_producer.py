@@ -12,10 +12,10 @@ import grpc
 import pytest
 from kazoo.client import KazooClient
 
-from proto import minibroker_pb2 as pb
-from proto import zk_data
-from proto.record_batch import Record, encode_batch
+from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.zk import znodes
 from tests.cluster import Cluster, running_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -55,7 +55,7 @@ def test_producer_ids_come_from_distinct_blocks_reserved_in_zookeeper(
         second = init_producer_id(cluster, 2)
         assert (first, second) == (0, 1000)  # block 0-999 to broker 1, 1000-1999 to broker 2
         assert init_producer_id(cluster, 1) == 1  # the same block: no new reservation
-        data, _ = zk_client.get(zk_data.LATEST_PRODUCER_ID_BLOCK_PATH)
+        data, _ = zk_client.get(znodes.LATEST_PRODUCER_ID_BLOCK_PATH)
         assert data == b'{"version":1,"broker":2,"block_start":"1000","block_end":"1999"}'
 
         with pytest.raises(grpc.RpcError) as refused:

@@ -25,8 +25,8 @@ from broker.kafka_wire.messages import build
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
 from client.producer import Producer, ProducerConfig
-from proto import zk_data
 from proto.topic_partition import TopicPartition
+from proto.zk import znodes
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import (
     assert_keyed_lines_read_in_order,
@@ -46,8 +46,8 @@ def kafka_bootstrap(cluster: Cluster) -> str:
     """Every live broker's Kafka listener, as its registration advertises it."""
     addresses = []
     for broker_id in cluster.live():
-        data, _ = cluster.zk.get(f"{zk_data.BROKER_IDS_PATH}/{broker_id}")
-        endpoint = zk_data.decode_broker_registration(data).kafka_endpoint
+        data, _ = cluster.zk.get(f"{znodes.BROKER_IDS_PATH}/{broker_id}")
+        endpoint = znodes.decode_broker_registration(data).kafka_endpoint
         assert endpoint is not None, f"broker {broker_id} registered no Kafka listener"
         addresses.append(f"{endpoint[0]}:{endpoint[1]}")
     return ",".join(addresses)
@@ -378,9 +378,9 @@ async def committed_offsets(cluster: Cluster, group: str, topic: str) -> dict[in
     """The group's committed offsets in ZooKeeper, where the Kafka listener writes them."""
     out = {}
     for partition in range(6):
-        path = zk_data.consumer_offset_path(group, TopicPartition(topic, partition))
+        path = znodes.consumer_offset_path(group, TopicPartition(topic, partition))
         data, _ = await asyncio.to_thread(cluster.zk.get, path)
-        out[partition] = zk_data.decode_consumer_offset(data)
+        out[partition] = znodes.decode_consumer_offset(data)
     return out
 
 
@@ -424,10 +424,10 @@ def test_admin_client_creates_describes_and_deletes_topics_through_zookeeper(
         }
         # As Kafka 2.x's brokers do: the config and the assignment are in ZooKeeper, and
         # the controller made leaders (create_topics waited for them).
-        assignment = zk_data.decode_topic_assignment(zk_client.get("/brokers/topics/made")[0])
+        assignment = znodes.decode_topic_assignment(zk_client.get("/brokers/topics/made")[0])
         assert sorted(assignment) == [0, 1, 2, 3]
         assert all(len(set(r)) == 3 for r in assignment.values())
-        config = zk_data.decode_topic_config(zk_client.get("/config/topics/made")[0])
+        config = znodes.decode_topic_config(zk_client.get("/config/topics/made")[0])
         assert config == {"min.insync.replicas": "2"}
         for p in range(4):
             assert cluster.state(TopicPartition("made", p)) is not None
@@ -492,8 +492,8 @@ def test_fetch_names_the_diverging_epoch_when_the_leaders_log_ends_before_the_fe
         cluster.create_topic(tp.topic, {0: [1, 2, 3]})
         cluster.produce_until_acked(tp, [b"r%d" % i for i in range(10)])
         leader = cluster.wait_for_leader(tp)
-        data, _ = zk_client.get(f"{zk_data.BROKER_IDS_PATH}/{leader}")
-        endpoint = zk_data.decode_broker_registration(data).kafka_endpoint
+        data, _ = zk_client.get(f"{znodes.BROKER_IDS_PATH}/{leader}")
+        endpoint = znodes.decode_broker_registration(data).kafka_endpoint
         assert endpoint is not None
         epoch = cluster.state(tp).leader_epoch  # type: ignore[union-attr]
 

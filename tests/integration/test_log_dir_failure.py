@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from proto import zk_data
 from proto.topic_partition import TopicPartition
+from proto.zk import znodes
 from tests.cluster import running_cluster
 from tests.helpers import wait_for
 from tests.load import AcksAllLoad, check_acked_records_survive
@@ -111,7 +111,7 @@ def test_a_full_disk_takes_the_log_dir_offline_moves_leadership_and_loses_nothin
         check_acked_records_survive(cluster, report)
         # The notification was processed and deleted by the controller.
         wait_for(
-            lambda: not zk_client.get_children(zk_data.LOG_DIR_EVENT_NOTIFICATION_PATH),
+            lambda: not zk_client.get_children(znodes.LOG_DIR_EVENT_NOTIFICATION_PATH),
             20,
             message="the controller to delete the log dir event notification",
         )

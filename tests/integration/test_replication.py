@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from proto import minibroker_pb2 as pb
-from proto import zk_data
-from proto.record_batch import scan_batches
+from proto.records.record_batch import scan_batches
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.zk import znodes
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
 
@@ -135,7 +135,7 @@ def test_min_insync_replicas_refuses_acks_all_then_followers_rejoin(
             20,
             message="every broker's metadata to show the ISR [1, 2, 3]",
         )
-        path = zk_data.ISR_CHANGE_NOTIFICATION_PATH
+        path = znodes.ISR_CHANGE_NOTIFICATION_PATH
         wait_for(lambda: not zk_client.get_children(path), 20, message="notifications processed")
 
 
@@ -156,7 +156,7 @@ def test_acks_zero_writes_and_stop_replica_deletes_the_partition(
         )
 
         # The topic deletion the StopReplica stands for (the brokers check ZooKeeper).
-        zk_client.create(zk_data.delete_topic_path(TP.topic), makepath=True)
+        zk_client.create(znodes.delete_topic_path(TP.topic), makepath=True)
         request = pb.StopReplicaRequest(controller_id=0, controller_epoch=1)
         request.partition_states.add(
             topic_name=TP.topic, partition_index=0, leader_epoch=-2, delete_partition=True

@@ -15,9 +15,9 @@ import grpc
 import pytest
 
 from deploy.zookeeper import ZooKeeperServer
-from proto import minibroker_pb2 as pb
-from proto.record_batch import Record, encode_batch
+from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import chrooted_client
 from tests.integration.test_hostile_control_requests import log_of

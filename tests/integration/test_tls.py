@@ -27,10 +27,10 @@ from kazoo.exceptions import NoAuthError
 
 from client.cli import main as cli_main
 from deploy.tls_certs import ClusterCertificates, generate
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.tls import TlsConfig, sync_channel
 from proto.topic_partition import TopicPartition
+from proto.transport.tls import TlsConfig, sync_channel
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 from tests.cluster import Cluster, running_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

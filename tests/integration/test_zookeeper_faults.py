@@ -30,9 +30,9 @@ from kazoo.client import KazooClient
 
 from deploy.cluster_probe import create_topic
 from deploy.local_cluster import LocalCluster
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.record_batch import Record, decode_batch, encode_batch, scan_batches
+from proto.records.record_batch import Record, decode_batch, encode_batch, scan_batches
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 from tests.helpers import free_port_run, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

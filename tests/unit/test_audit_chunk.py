@@ -14,8 +14,8 @@ from chaos.audit.history_columns import OK, Lines
 from chaos.audit.log_checks import replica_logs, summarize
 from chaos.audit.segments import SegmentTask, scan_segment
 from chaos.audit.testing import BrokerDataDir
-from proto.log_config import LogConfig
-from proto.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, compute_crc, scan_batches
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, compute_crc, scan_batches
 from proto.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -10,7 +10,7 @@ from broker.log.checkpoints import LEADER_EPOCH_CHECKPOINT, REPLICATION_OFFSET_C
 from broker.log.epoch_entry import EpochEntry
 from chaos.audit.data_dirs import AuditInputError, read_data_dirs
 from chaos.audit.testing import BrokerDataDir
-from proto.log_config import LogConfig
+from proto.config.log_config import LogConfig
 from proto.topic_partition import TopicPartition
 
 TP = TopicPartition("orders", 1)

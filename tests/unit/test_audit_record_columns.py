@@ -12,7 +12,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from chaos.audit.record_columns import RecordColumns, decode_columns
-from proto.record_batch import (
+from proto.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     RECORDS_OFFSET,

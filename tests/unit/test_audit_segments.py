@@ -6,8 +6,8 @@ from pathlib import Path
 
 from chaos.audit.segments import SegmentTask, map_file, pack, scan_segment
 from chaos.audit.testing import BrokerDataDir
-from proto.log_config import LogConfig
-from proto.record_batch import scan_batches
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import scan_batches
 from proto.topic_partition import TopicPartition
 
 TP = TopicPartition("t", 0)

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from proto.broker_config import (
+from proto.config.broker_config import (
     LOG_PROPERTIES,
     TOPIC_PROPERTIES,
     BrokerConfig,
     TruncationMode,
     parse_overrides,
-    split_zookeeper_connect,
 )
-from proto.log_config import LogConfig
+from proto.config.log_config import LogConfig
+from proto.zk.session import split_zookeeper_connect
 
 REQUIRED = {"broker.id": "1", "zookeeper.connect": "127.0.0.1:2181", "log.dirs": "/data/b1"}
 

@@ -21,9 +21,9 @@ from controller.channel_manager import (
     ControllerChannelManager,
 )
 from controller.request_batch import BrokerRequest, ControlRequest, ControlResponse
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.minibroker_pb2 import ErrorCode
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
 

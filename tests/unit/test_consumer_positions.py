@@ -15,7 +15,7 @@ from client.consumer import (
     records_from_fetch,
 )
 from client.metadata import BrokerConnections, ClientError
-from proto.record_batch import Record, encode_batch
+from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
 
 T0 = TopicPartition("t", 0)

@@ -13,9 +13,9 @@ from broker.control_request_checks import (
     leader_and_isr_refusal,
     stop_replica_refusal,
 )
-from proto.minibroker_pb2 import ErrorCode
 from proto.topic_partition import TopicPartition
-from proto.zk_data import PartitionState
+from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk.znodes import PartitionState
 
 TP = TopicPartition("t", 0)
 STATE = PartitionState(leader=1, leader_epoch=5, isr=(1, 2, 3), controller_epoch=2, zk_version=7)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from controller.controller_context import ControllerContext
 from controller.request_batch import LiveBroker
 from proto.topic_partition import TopicPartition
-from proto.zk_data import PartitionState, PartitionStateData
+from proto.zk.znodes import PartitionState, PartitionStateData
 
 TP = TopicPartition("t", 0)
 

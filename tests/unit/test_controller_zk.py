@@ -28,7 +28,7 @@ from controller.controller_zk import (
     ZkWatch,
     fenced_results,
 )
-from proto.zk_data import check_admin_path, isr_change_notification_path
+from proto.zk.znodes import check_admin_path, isr_change_notification_path
 
 # -- fenced_results --------------------------------------------------------------------------
 
@@ -90,7 +90,7 @@ def test_check_admin_path() -> None:
 
 @dataclass
 class FakeResult:
-    """kazoo's IAsyncResult, as proto.zookeeper.bridge uses it."""
+    """kazoo's IAsyncResult, as proto.zk.session.bridge uses it."""
 
     value: Any = None
     exception: BaseException | None = None

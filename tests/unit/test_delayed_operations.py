@@ -10,10 +10,10 @@ from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
 from broker.log.log import Log
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.purgatory import DelayedOperationPurgatory
-from proto.log_config import LogConfig
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import Record, encode_batch
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
+from proto.wire.minibroker_pb2 import ErrorCode
 
 TP = TopicPartition("t", 0)
 

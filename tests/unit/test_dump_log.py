@@ -12,8 +12,8 @@ import pytest
 
 from broker.log.log import Log
 from client.cli import main
-from proto.log_config import LogConfig
-from proto.record_batch import Record, encode_batch
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import Record, encode_batch
 
 
 def _write_log(directory: Path, batches: int = 3) -> Log:

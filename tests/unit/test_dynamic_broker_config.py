@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from proto.broker_config import BrokerConfig
-from proto.dynamic_broker_config import (
+from proto.config.broker_config import BrokerConfig
+from proto.config.dynamic_broker_config import (
     DYNAMIC_BROKER_CONFIGS,
     ConfigSynonym,
     broker_config_synonyms,

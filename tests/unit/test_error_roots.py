@@ -18,10 +18,10 @@ import deploy
 import proto
 from broker.replica_manager import _error_of
 from proto.errors import MessageTooLargeError, MinibrokerError
-from proto.minibroker_pb2 import ErrorCode
+from proto.wire.minibroker_pb2 import ErrorCode
 
 PACKAGES = (proto, broker, controller, client, deploy, chaos)
-SKIP = ("proto.minibroker_pb2", "proto.minibroker_pb2_grpc", "proto.generate")
+SKIP = ("proto.wire.minibroker_pb2", "proto.wire.minibroker_pb2_grpc", "proto.wire.generate")
 
 
 def _project_errors() -> list[type[BaseException]]:

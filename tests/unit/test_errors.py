@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from proto import errors
-from proto.minibroker_pb2 import ErrorCode
+from proto.wire.minibroker_pb2 import ErrorCode
 
 
 def test_none_is_not_an_error() -> None:

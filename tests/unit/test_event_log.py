@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from proto.event_log import event_line, format_value, log_event
+from proto.process.event_log import event_line, format_value, log_event
 from proto.topic_partition import TopicPartition
 
 

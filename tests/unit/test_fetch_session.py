@@ -1,4 +1,4 @@
-"""proto.fetch_session against a real grpc.aio server: one stream, abandoned fetches,
+"""proto.transport.fetch_session against a real grpc.aio server: one stream, abandoned fetches,
 timeouts, and brokers without the method."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import grpc
 import grpc.aio
 import pytest
 
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.fetch_session import FetchSession
+from proto.transport.fetch_session import FetchSession
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 from tests.helpers import broker_methods_served
 
 

@@ -24,10 +24,15 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from broker.log.log import Log
+from proto.config.log_config import LogConfig
 from proto.errors import BrokerResponseError
-from proto.log_config import LogConfig
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import CorruptRecordError, decode_batch, scan_batches, validate_batches
+from proto.records.record_batch import (
+    CorruptRecordError,
+    decode_batch,
+    scan_batches,
+    validate_batches,
+)
+from proto.wire.minibroker_pb2 import ErrorCode
 from tests.fuzz import good_batches, hostile_batches, restamp_crc
 from tests.poison_batches import POISONS, Poison
 

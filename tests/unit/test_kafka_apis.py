@@ -16,8 +16,8 @@ from broker.kafka_apis import BrokerService, MalformedRequestError
 from broker.metadata_cache import BrokerInfo, MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
-from proto import minibroker_pb2 as pb
-from proto.zk_data import ProducerIdBlock, ZkDataError
+from proto.wire import minibroker_pb2 as pb
+from proto.zk.znodes import ProducerIdBlock, ZkDataError
 from tests.unit.test_group_coordinator import consumer_assignment
 
 

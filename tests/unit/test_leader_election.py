@@ -19,7 +19,7 @@ from controller.leader_election import (
     remove_replica_from_isr,
 )
 from proto.errors import StaleControllerEpochError
-from proto.zk_data import LEADER_NONE, PartitionStateData
+from proto.zk.znodes import LEADER_NONE, PartitionStateData
 
 
 def state(

@@ -20,9 +20,9 @@ from broker.log.log import (
 )
 from broker.replica_manager import _error_of
 from proto import errors
+from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, OffsetOutOfRangeError
-from proto.log_config import LogConfig
-from proto.record_batch import (
+from proto.records.record_batch import (
     CorruptRecordError,
     Record,
     decode_batch,

@@ -21,8 +21,8 @@ from broker.log.log_manager import (
     LogOfflineError,
 )
 from broker.log.log_segment import LogSegment
-from proto.log_config import LogConfig
-from proto.record_batch import Record, encode_batch
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
 
 ORDERS_0 = TopicPartition("orders", 0)
@@ -83,7 +83,7 @@ def test_a_second_process_cannot_take_the_data_dir(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         from pathlib import Path
-        from proto.log_config import LogConfig
+        from proto.config.log_config import LogConfig
         from broker.log.log_manager import DataDirLockedError, LogManager
         try:
             LogManager(Path({str(tmp_path)!r}), LogConfig(), 1).startup()

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from broker.log.epoch_entry import EpochEntry
 from broker.log.log import Log
-from proto.log_config import LogConfig
-from proto.record_batch import Record, encode_batch
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import Record, encode_batch
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 

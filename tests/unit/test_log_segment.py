@@ -10,7 +10,7 @@ import pytest
 import broker.log.log_segment as log_segment
 from broker.log.log_segment import LogSegment, SegmentClosedError
 from broker.log.offset_index import IndexEntry
-from proto.record_batch import BatchHeader, Record, encode_batch, validate_batches
+from proto.records.record_batch import BatchHeader, Record, encode_batch, validate_batches
 
 INTERVAL = 200
 

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 from broker.log.log_validator import validate_client_batches
 from broker.replica_manager import _error_of
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import (
+from proto.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     LAST_OFFSET_DELTA_OFFSET,
@@ -28,6 +27,7 @@ from proto.record_batch import (
     encode_batch,
     validate_batches,
 )
+from proto.wire.minibroker_pb2 import ErrorCode
 from tests.poison_batches import POISONS, Poison, raw_batch, raw_record, raw_records
 
 

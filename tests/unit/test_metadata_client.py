@@ -7,7 +7,7 @@ import asyncio
 import grpc
 
 from client.metadata import BrokerConnections, MetadataClient
-from proto import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2 as pb
 
 
 class _Broker:

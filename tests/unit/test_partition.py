@@ -9,10 +9,10 @@ import pytest
 from broker.log.log import Log
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from proto import errors
-from proto.log_config import LogConfig
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import Record, encode_batch
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
+from proto.wire.minibroker_pb2 import ErrorCode
 
 TP = TopicPartition("t", 0)
 LAG_MS = 10_000

@@ -12,7 +12,7 @@ import pytest
 from bench import run as bench_run
 from bench import side_by_side
 from client.perf_cli import PerfResult, percentile
-from proto.record_batch import check_batch, decode_batch
+from proto.records.record_batch import check_batch, decode_batch
 
 
 def test_percentiles_weigh_each_latency_by_its_record_count() -> None:

@@ -15,7 +15,7 @@ from controller.preferred_replica import (
 )
 from proto.replica_assignment import assign_replicas
 from proto.topic_partition import TopicPartition
-from proto.zk_data import LEADER_NONE, PartitionStateData
+from proto.zk.znodes import LEADER_NONE, PartitionStateData
 
 
 def tp(partition: int, topic: str = "t") -> TopicPartition:

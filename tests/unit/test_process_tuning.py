@@ -1,4 +1,4 @@
-"""proto.process_tuning: large buffers come from the reused heap, not from fresh mappings;
+"""proto.process.tuning: large buffers come from the reused heap, not from fresh mappings;
 the cyclic collector runs less often."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 _HEAP_OR_MAPPING = """
 import ctypes, sys
-from proto.process_tuning import tune_malloc
+from proto.process.tuning import tune_malloc
 tuned = tune_malloc()
 buffer = bytearray(4 * 1024 * 1024)
 address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
@@ -62,7 +62,7 @@ def test_settings_in_the_environment_win_and_are_left_alone() -> None:
 def test_the_youngest_generation_is_collected_less_often() -> None:
     code = (
         "import gc\n"
-        "from proto.process_tuning import tune_process\n"
+        "from proto.process.tuning import tune_process\n"
         "before = gc.get_threshold()\n"
         "tune_process()\n"
         "print(before[1:] == gc.get_threshold()[1:], gc.get_threshold()[0])\n"

@@ -13,8 +13,8 @@ import grpc
 import grpc.aio
 
 from client.produce_session import ProduceSession, ProduceSessionEndedError
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 from tests.helpers import broker_methods_served
 
 

@@ -19,7 +19,7 @@ from client.producer import (
     RecordAccumulator,
     record_size,
 )
-from proto.record_batch import HEADER_SIZE, Record, decode_batch, encode_batch
+from proto.records.record_batch import HEADER_SIZE, Record, decode_batch, encode_batch
 from proto.topic_partition import TopicPartition
 
 TP0 = TopicPartition("t", 0)

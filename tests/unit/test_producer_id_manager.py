@@ -16,7 +16,7 @@ from broker.producer_id_manager import (
     ProducerIdsExhaustedError,
     next_block,
 )
-from proto.zk_data import ProducerIdBlock
+from proto.zk.znodes import ProducerIdBlock
 
 
 class FakeZnode:

@@ -30,11 +30,11 @@ from client.producer import (
     RecordTooLargeError,
 )
 from proto import errors
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import decode_batch, parse_header
+from proto.records.record_batch import decode_batch, parse_header
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
 
 pytestmark = pytest.mark.timeout(60)
 

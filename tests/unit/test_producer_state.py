@@ -18,8 +18,8 @@ from broker.log.producer_state import (
     in_sequence,
 )
 from proto import errors
-from proto.log_config import LogConfig
-from proto.record_batch import BatchHeader, Record, encode_batch, parse_header
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import BatchHeader, Record, encode_batch, parse_header
 from proto.topic_partition import TopicPartition
 
 INT32_MAX = 2**31 - 1

@@ -1,4 +1,4 @@
-"""The committed gRPC/protobuf stubs must match proto/minibroker.proto."""
+"""The committed gRPC/protobuf stubs must match proto/wire/minibroker.proto."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from proto import generate, minibroker_pb2
+from proto.wire import generate, minibroker_pb2
 
 # Lines that name the generator's own version: they change with grpcio-tools releases but
 # say nothing about whether the stubs match the .proto file.
@@ -25,15 +25,15 @@ def _normalised(text: str) -> str:
 def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("stubs")
     generate.generate(out)
-    return out / "proto"
+    return out / "proto" / "wire"
 
 
 @pytest.mark.parametrize("name", generate.GENERATED_FILES)
 def test_committed_stub_is_current(regenerated: Path, name: str) -> None:
-    committed = (generate.PROTO_DIR / name).read_text()
+    committed = (generate.WIRE_DIR / name).read_text()
     fresh = (regenerated / name).read_text()
     assert _normalised(committed) == _normalised(fresh), (
-        f"proto/{name} is stale: run `make proto` and commit the result"
+        f"proto/wire/{name} is stale: run `make proto` and commit the result"
     )
 
 

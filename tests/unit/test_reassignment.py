@@ -16,7 +16,7 @@ from controller.reassignment import (
 )
 from proto.errors import StaleControllerEpochError
 from proto.replica_assignment import InvalidReplicaAssignmentError
-from proto.zk_data import LEADER_NONE, PartitionStateData
+from proto.zk.znodes import LEADER_NONE, PartitionStateData
 
 ADD = ReassignmentAction.ADD_REPLICAS
 WAIT = ReassignmentAction.WAIT

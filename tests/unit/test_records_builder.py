@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client.record_accumulator import record_size
-from proto.record_batch import (
+from proto.records.builder import RecordsBuilder
+from proto.records.record_batch import (
     HEADER_SIZE,
     NO_TIMESTAMP,
     Record,
@@ -17,7 +18,6 @@ from proto.record_batch import (
     decode_batch,
     encode_batch,
 )
-from proto.records_builder import RecordsBuilder
 
 BASE = 1_700_000_000_000
 

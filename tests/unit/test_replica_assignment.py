@@ -9,7 +9,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proto.errors import BrokerResponseError
-from proto.minibroker_pb2 import ErrorCode
 from proto.replica_assignment import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
@@ -19,6 +18,7 @@ from proto.replica_assignment import (
     check_replica_list,
     validate_replica_assignment,
 )
+from proto.wire.minibroker_pb2 import ErrorCode
 
 # -- assign_replicas -------------------------------------------------------------------------
 

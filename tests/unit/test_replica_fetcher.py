@@ -31,12 +31,12 @@ from broker.partition import LeadershipState, Partition
 from broker.replica_fetcher import FetcherConfig, FetchPhase, ReplicaFetcher, SourceBroker
 from broker.truncation import TruncationMode
 from proto import errors
-from proto import minibroker_pb2 as pb
-from proto import minibroker_pb2_grpc as pb_grpc
-from proto.log_config import LogConfig
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import Record, decode_batch, encode_batch
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import Record, decode_batch, encode_batch
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
 
 T = TypeVar("T")
 

@@ -15,13 +15,13 @@ from broker.metadata_cache import MetadataCache
 from broker.partition import LeadershipState, Partition
 from broker.replica_manager import FetchSpec, ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkSessionExpiredError
-from proto import minibroker_pb2 as pb
-from proto.broker_config import BrokerConfig
-from proto.log_config import LogConfig
-from proto.minibroker_pb2 import ErrorCode
-from proto.record_batch import Record, decode_batch, encode_batch
+from proto.config.broker_config import BrokerConfig
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import Record, decode_batch, encode_batch
 from proto.topic_partition import TopicPartition
-from proto.zk_data import PartitionState
+from proto.wire import minibroker_pb2 as pb
+from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk.znodes import PartitionState
 from tests.poison_batches import POISONS, Poison
 
 GOOD = TopicPartition("mixed", 0)

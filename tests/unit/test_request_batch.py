@@ -14,9 +14,9 @@ from controller.request_batch import (
     PartitionLeadership,
     request_kind,
 )
-from proto import minibroker_pb2 as pb
 from proto.topic_partition import TopicPartition
-from proto.zk_data import PartitionState
+from proto.wire import minibroker_pb2 as pb
+from proto.zk.znodes import PartitionState
 
 CONTROLLER_ID, CONTROLLER_EPOCH = 9, 8
 TP0, TP1, TP2 = TopicPartition("t", 0), TopicPartition("t", 1), TopicPartition("u", 0)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from deploy.tls_certs import generate
-from proto.broker_config import BrokerConfig
-from proto.tls import TlsConfig, TlsConfigError, broker_principal, peer_principal
+from proto.config.broker_config import BrokerConfig
+from proto.transport.tls import TlsConfig, TlsConfigError, broker_principal, peer_principal
 
 REQUIRED = {"broker.id": "1", "zookeeper.connect": "localhost:2181", "log.dirs": "/tmp/x"}
 

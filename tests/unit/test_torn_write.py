@@ -7,8 +7,8 @@ from pathlib import Path
 
 from broker.log.log import Log
 from chaos.torn_write import tear_active_segment
-from proto.log_config import LogConfig
-from proto.record_batch import Record, encode_batch, scan_batches
+from proto.config.log_config import LogConfig
+from proto.records.record_batch import Record, encode_batch, scan_batches
 
 
 def _log_with_batches(data_dir: Path, batches: int) -> Path:

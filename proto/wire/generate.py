@@ -1,6 +1,6 @@
-"""Regenerate the committed Python stubs from ``proto/minibroker.proto``.
+"""Regenerate the committed Python stubs from ``proto/wire/minibroker.proto``.
 
-Run as ``python -m proto.generate`` (``make proto``). The stubs are committed so that a user
+Run as ``python -m proto.wire.generate`` (``make proto``). The stubs are committed so that a user
 needs no protoc; ``tests/unit/test_proto_stubs.py`` regenerates them into a temp dir and
 fails when the committed ones are stale.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-PROTO_DIR = Path(__file__).resolve().parent
-REPO_ROOT = PROTO_DIR.parent
-PROTO_FILE = "proto/minibroker.proto"
+WIRE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = WIRE_DIR.parent.parent
+PROTO_FILE = "proto/wire/minibroker.proto"
 GENERATED_FILES = (
     "minibroker_pb2.py",
     "minibroker_pb2.pyi",
@@ -22,14 +22,14 @@ GENERATED_FILES = (
 
 
 def generate(out_dir: Path) -> None:
-    """Write the four generated files for PROTO_FILE under ``out_dir/proto/``.
+    """Write the four generated files for PROTO_FILE under ``out_dir/proto/wire/``.
 
     The include root is the repository root, so the generated gRPC module imports
-    ``from proto import minibroker_pb2`` and works as part of the ``proto`` package.
+    ``from proto.wire import minibroker_pb2`` and works as part of the ``proto.wire`` package.
     """
     from grpc_tools import protoc  # dev dependency: only needed to regenerate
 
-    (out_dir / "proto").mkdir(parents=True, exist_ok=True)
+    (out_dir / "proto" / "wire").mkdir(parents=True, exist_ok=True)
     # mypy-protobuf's plugins sit beside the interpreter (the venv's bin), which need not be
     # on PATH when make or pytest runs us.
     bin_dir = Path(sys.executable).parent
@@ -52,7 +52,7 @@ def generate(out_dir: Path) -> None:
 def main() -> int:
     generate(REPO_ROOT)
     for name in GENERATED_FILES:
-        print(f"wrote proto/{name}")
+        print(f"wrote proto/wire/{name}")
     return 0
 
 

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from proto.log_config import LogConfig, check_range
-from proto.tls import TlsConfig
-from proto.zk_credentials import ZkCredentials, read_digest_file
+from proto.config.log_config import LogConfig, check_range
+from proto.transport.tls import TlsConfig
+from proto.zk.credentials import ZkCredentials, read_digest_file
+from proto.zk.session import split_zookeeper_connect
 
 __all__ = [
     "BROKER_PROPERTIES",
@@ -43,7 +44,6 @@ __all__ = [
     "TopicConfig",
     "TruncationMode",
     "parse_overrides",
-    "split_zookeeper_connect",
 ]
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ class BrokerConfig:
     ssl_keystore_location: str = ""
     """``ssl.keystore.location``: a PEM file with this broker's certificate chain and private
     key. Set, the broker's one listener is SSL (Kafka's ``listeners=SSL://...``) and it speaks
-    TLS to the other brokers too, presenting this certificate (see :mod:`proto.tls`)."""
+    TLS to the other brokers too, presenting this certificate (see :mod:`proto.transport.tls`)."""
     ssl_truststore_location: str = ""
     """``ssl.truststore.location``: a PEM file of the CA certificates peers must chain to."""
     ssl_client_auth: str = "none"
@@ -503,37 +503,6 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
             raise ValueError(f"--override {item!r}: the property name before '=' is empty")
         result[key] = value.strip()
     return result
-
-
-def split_zookeeper_connect(connect: str) -> tuple[str, str | None]:
-    """``"h1:2181,h2:2181/kafka"`` -> ``("h1:2181,h2:2181", "/kafka")``; no chroot -> None.
-
-    Raises ValueError for an empty host list, an empty host, a non-numeric port, or a
-    chroot ending in ``/`` or holding an empty segment.
-    """
-    text = connect.strip()
-    hosts, slash, chroot = text.partition("/")
-    if not hosts:
-        raise ValueError(f"invalid value for zookeeper.connect: {connect!r} names no host")
-    for entry in hosts.split(","):
-        address = entry.strip()
-        host, port = address, ""
-        if address.startswith("["):  # [ipv6]:port
-            host, _, rest = address[1:].partition("]")
-            port = rest.removeprefix(":")
-        elif ":" in address:
-            host, _, port = address.rpartition(":")
-        if not host or (port and not (port.isascii() and port.isdigit())):
-            raise ValueError(
-                f"invalid value for zookeeper.connect: {connect!r} has a bad host {entry!r} "
-                "(expected host:port)"
-            )
-    if not slash or chroot == "":
-        return hosts, None
-    chroot = "/" + chroot
-    if chroot.endswith("/") or "//" in chroot:
-        raise ValueError(f"invalid value for zookeeper.connect: bad chroot path {chroot!r}")
-    return hosts, chroot
 
 
 # -- parsing and checking --------------------------------------------------------------------

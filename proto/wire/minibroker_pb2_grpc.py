@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from proto import minibroker_pb2 as proto_dot_minibroker__pb2
+from proto.wire import minibroker_pb2 as proto_dot_wire_dot_minibroker__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in proto/minibroker_pb2_grpc.py depends on'
+        + ' but the generated code in proto/wire/minibroker_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -40,53 +40,53 @@ class BrokerStub:
         """
         self.Produce = channel.unary_unary(
                 '/minibroker.Broker/Produce',
-                request_serializer=proto_dot_minibroker__pb2.ProduceRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.ProduceResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.ProduceResponse.FromString,
                 _registered_method=True)
         self.ProduceSession = channel.stream_stream(
                 '/minibroker.Broker/ProduceSession',
-                request_serializer=proto_dot_minibroker__pb2.ProduceRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.ProduceResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.ProduceRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.ProduceResponse.FromString,
                 _registered_method=True)
         self.Fetch = channel.unary_unary(
                 '/minibroker.Broker/Fetch',
-                request_serializer=proto_dot_minibroker__pb2.FetchRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.FetchResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.FetchRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.FetchResponse.FromString,
                 _registered_method=True)
         self.FetchSession = channel.stream_stream(
                 '/minibroker.Broker/FetchSession',
-                request_serializer=proto_dot_minibroker__pb2.FetchRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.FetchResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.FetchRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.FetchResponse.FromString,
                 _registered_method=True)
         self.OffsetsForLeaderEpoch = channel.unary_unary(
                 '/minibroker.Broker/OffsetsForLeaderEpoch',
-                request_serializer=proto_dot_minibroker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.OffsetsForLeaderEpochResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.OffsetsForLeaderEpochResponse.FromString,
                 _registered_method=True)
         self.ListOffsets = channel.unary_unary(
                 '/minibroker.Broker/ListOffsets',
-                request_serializer=proto_dot_minibroker__pb2.ListOffsetsRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.ListOffsetsResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.ListOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
         self.Metadata = channel.unary_unary(
                 '/minibroker.Broker/Metadata',
-                request_serializer=proto_dot_minibroker__pb2.MetadataRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.MetadataResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.MetadataRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.MetadataResponse.FromString,
                 _registered_method=True)
         self.InitProducerId = channel.unary_unary(
                 '/minibroker.Broker/InitProducerId',
-                request_serializer=proto_dot_minibroker__pb2.InitProducerIdRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.InitProducerIdResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.InitProducerIdRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
         self.ListGroups = channel.unary_unary(
                 '/minibroker.Broker/ListGroups',
-                request_serializer=proto_dot_minibroker__pb2.ListGroupsRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.ListGroupsResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.ListGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.ListGroupsResponse.FromString,
                 _registered_method=True)
         self.DescribeGroups = channel.unary_unary(
                 '/minibroker.Broker/DescribeGroups',
-                request_serializer=proto_dot_minibroker__pb2.DescribeGroupsRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.DescribeGroupsResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.DescribeGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.DescribeGroupsResponse.FromString,
                 _registered_method=True)
 
 
@@ -184,53 +184,53 @@ def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Produce': grpc.unary_unary_rpc_method_handler(
                     servicer.Produce,
-                    request_deserializer=proto_dot_minibroker__pb2.ProduceRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.ProduceResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.ProduceRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.ProduceResponse.SerializeToString,
             ),
             'ProduceSession': grpc.stream_stream_rpc_method_handler(
                     servicer.ProduceSession,
-                    request_deserializer=proto_dot_minibroker__pb2.ProduceRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.ProduceResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.ProduceRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.ProduceResponse.SerializeToString,
             ),
             'Fetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Fetch,
-                    request_deserializer=proto_dot_minibroker__pb2.FetchRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.FetchResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.FetchRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.FetchResponse.SerializeToString,
             ),
             'FetchSession': grpc.stream_stream_rpc_method_handler(
                     servicer.FetchSession,
-                    request_deserializer=proto_dot_minibroker__pb2.FetchRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.FetchResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.FetchRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.FetchResponse.SerializeToString,
             ),
             'OffsetsForLeaderEpoch': grpc.unary_unary_rpc_method_handler(
                     servicer.OffsetsForLeaderEpoch,
-                    request_deserializer=proto_dot_minibroker__pb2.OffsetsForLeaderEpochRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.OffsetsForLeaderEpochResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.OffsetsForLeaderEpochRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.OffsetsForLeaderEpochResponse.SerializeToString,
             ),
             'ListOffsets': grpc.unary_unary_rpc_method_handler(
                     servicer.ListOffsets,
-                    request_deserializer=proto_dot_minibroker__pb2.ListOffsetsRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.ListOffsetsResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.ListOffsetsRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.ListOffsetsResponse.SerializeToString,
             ),
             'Metadata': grpc.unary_unary_rpc_method_handler(
                     servicer.Metadata,
-                    request_deserializer=proto_dot_minibroker__pb2.MetadataRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.MetadataResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.MetadataRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.MetadataResponse.SerializeToString,
             ),
             'InitProducerId': grpc.unary_unary_rpc_method_handler(
                     servicer.InitProducerId,
-                    request_deserializer=proto_dot_minibroker__pb2.InitProducerIdRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.InitProducerIdResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.InitProducerIdRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.InitProducerIdResponse.SerializeToString,
             ),
             'ListGroups': grpc.unary_unary_rpc_method_handler(
                     servicer.ListGroups,
-                    request_deserializer=proto_dot_minibroker__pb2.ListGroupsRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.ListGroupsResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.ListGroupsRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.ListGroupsResponse.SerializeToString,
             ),
             'DescribeGroups': grpc.unary_unary_rpc_method_handler(
                     servicer.DescribeGroups,
-                    request_deserializer=proto_dot_minibroker__pb2.DescribeGroupsRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.DescribeGroupsResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.DescribeGroupsRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.DescribeGroupsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -262,8 +262,8 @@ class Broker:
             request,
             target,
             '/minibroker.Broker/Produce',
-            proto_dot_minibroker__pb2.ProduceRequest.SerializeToString,
-            proto_dot_minibroker__pb2.ProduceResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.ProduceRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.ProduceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -289,8 +289,8 @@ class Broker:
             request_iterator,
             target,
             '/minibroker.Broker/ProduceSession',
-            proto_dot_minibroker__pb2.ProduceRequest.SerializeToString,
-            proto_dot_minibroker__pb2.ProduceResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.ProduceRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.ProduceResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -316,8 +316,8 @@ class Broker:
             request,
             target,
             '/minibroker.Broker/Fetch',
-            proto_dot_minibroker__pb2.FetchRequest.SerializeToString,
-            proto_dot_minibroker__pb2.FetchResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.FetchRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.FetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -343,8 +343,8 @@ class Broker:
             request_iterator,
             target,
             '/minibroker.Broker/FetchSession',
-            proto_dot_minibroker__pb2.FetchRequest.SerializeToString,
-            proto_dot_minibroker__pb2.FetchResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.FetchRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.FetchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -370,8 +370,8 @@ class Broker:
             request,
             target,
             '/minibroker.Broker/OffsetsForLeaderEpoch',
-            proto_dot_minibroker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
-            proto_dot_minibroker__pb2.OffsetsForLeaderEpochResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.OffsetsForLeaderEpochRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.OffsetsForLeaderEpochResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -397,8 +397,8 @@ class Broker:
             request,
             target,
             '/minibroker.Broker/ListOffsets',
-            proto_dot_minibroker__pb2.ListOffsetsRequest.SerializeToString,
-            proto_dot_minibroker__pb2.ListOffsetsResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.ListOffsetsRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.ListOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -424,8 +424,8 @@ class Broker:
             request,
             target,
             '/minibroker.Broker/Metadata',
-            proto_dot_minibroker__pb2.MetadataRequest.SerializeToString,
-            proto_dot_minibroker__pb2.MetadataResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.MetadataRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.MetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -451,8 +451,8 @@ class Broker:
             request,
             target,
             '/minibroker.Broker/InitProducerId',
-            proto_dot_minibroker__pb2.InitProducerIdRequest.SerializeToString,
-            proto_dot_minibroker__pb2.InitProducerIdResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.InitProducerIdRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.InitProducerIdResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -478,8 +478,8 @@ class Broker:
             request,
             target,
             '/minibroker.Broker/ListGroups',
-            proto_dot_minibroker__pb2.ListGroupsRequest.SerializeToString,
-            proto_dot_minibroker__pb2.ListGroupsResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.ListGroupsRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.ListGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -505,8 +505,8 @@ class Broker:
             request,
             target,
             '/minibroker.Broker/DescribeGroups',
-            proto_dot_minibroker__pb2.DescribeGroupsRequest.SerializeToString,
-            proto_dot_minibroker__pb2.DescribeGroupsResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.DescribeGroupsRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.DescribeGroupsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -534,23 +534,23 @@ class ControlStub:
         """
         self.LeaderAndIsr = channel.unary_unary(
                 '/minibroker.Control/LeaderAndIsr',
-                request_serializer=proto_dot_minibroker__pb2.LeaderAndIsrRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.LeaderAndIsrResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.LeaderAndIsrRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.LeaderAndIsrResponse.FromString,
                 _registered_method=True)
         self.UpdateMetadata = channel.unary_unary(
                 '/minibroker.Control/UpdateMetadata',
-                request_serializer=proto_dot_minibroker__pb2.UpdateMetadataRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.UpdateMetadataResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.UpdateMetadataRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.UpdateMetadataResponse.FromString,
                 _registered_method=True)
         self.StopReplica = channel.unary_unary(
                 '/minibroker.Control/StopReplica',
-                request_serializer=proto_dot_minibroker__pb2.StopReplicaRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.StopReplicaResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.StopReplicaRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.StopReplicaResponse.FromString,
                 _registered_method=True)
         self.ControlledShutdown = channel.unary_unary(
                 '/minibroker.Control/ControlledShutdown',
-                request_serializer=proto_dot_minibroker__pb2.ControlledShutdownRequest.SerializeToString,
-                response_deserializer=proto_dot_minibroker__pb2.ControlledShutdownResponse.FromString,
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.ControlledShutdownRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.ControlledShutdownResponse.FromString,
                 _registered_method=True)
 
 
@@ -595,23 +595,23 @@ def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'LeaderAndIsr': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaderAndIsr,
-                    request_deserializer=proto_dot_minibroker__pb2.LeaderAndIsrRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.LeaderAndIsrResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.LeaderAndIsrRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.LeaderAndIsrResponse.SerializeToString,
             ),
             'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateMetadata,
-                    request_deserializer=proto_dot_minibroker__pb2.UpdateMetadataRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.UpdateMetadataResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.UpdateMetadataRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.UpdateMetadataResponse.SerializeToString,
             ),
             'StopReplica': grpc.unary_unary_rpc_method_handler(
                     servicer.StopReplica,
-                    request_deserializer=proto_dot_minibroker__pb2.StopReplicaRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.StopReplicaResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.StopReplicaRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.StopReplicaResponse.SerializeToString,
             ),
             'ControlledShutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.ControlledShutdown,
-                    request_deserializer=proto_dot_minibroker__pb2.ControlledShutdownRequest.FromString,
-                    response_serializer=proto_dot_minibroker__pb2.ControlledShutdownResponse.SerializeToString,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.ControlledShutdownRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.ControlledShutdownResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -644,8 +644,8 @@ class Control:
             request,
             target,
             '/minibroker.Control/LeaderAndIsr',
-            proto_dot_minibroker__pb2.LeaderAndIsrRequest.SerializeToString,
-            proto_dot_minibroker__pb2.LeaderAndIsrResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.LeaderAndIsrRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.LeaderAndIsrResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -671,8 +671,8 @@ class Control:
             request,
             target,
             '/minibroker.Control/UpdateMetadata',
-            proto_dot_minibroker__pb2.UpdateMetadataRequest.SerializeToString,
-            proto_dot_minibroker__pb2.UpdateMetadataResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.UpdateMetadataRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.UpdateMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -698,8 +698,8 @@ class Control:
             request,
             target,
             '/minibroker.Control/StopReplica',
-            proto_dot_minibroker__pb2.StopReplicaRequest.SerializeToString,
-            proto_dot_minibroker__pb2.StopReplicaResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.StopReplicaRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.StopReplicaResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -725,8 +725,8 @@ class Control:
             request,
             target,
             '/minibroker.Control/ControlledShutdown',
-            proto_dot_minibroker__pb2.ControlledShutdownRequest.SerializeToString,
-            proto_dot_minibroker__pb2.ControlledShutdownResponse.FromString,
+            proto_dot_wire_dot_minibroker__pb2.ControlledShutdownRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.ControlledShutdownResponse.FromString,
             options,
             channel_credentials,
             insecure,

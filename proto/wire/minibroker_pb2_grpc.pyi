@@ -19,7 +19,7 @@ Conventions:
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from proto import minibroker_pb2 as _minibroker_pb2
+from proto.wire import minibroker_pb2 as _minibroker_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

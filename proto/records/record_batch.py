@@ -44,7 +44,7 @@ from typing import Any, NamedTuple, TypeVar
 import crc32c
 
 from proto.errors import MinibrokerError
-from proto.record_layout import same_layout_run
+from proto.records.layout import same_layout_run
 
 __all__ = [
     "ATTRIBUTES_OFFSET",
@@ -800,7 +800,7 @@ def decode_rows(
     Validates every record as :func:`decode_batch` does, with the same messages, but
     decodes short varints inline, builds one object per record, not two (a ``row_type``
     NamedTuple is made with ``tuple.__new__``), and cuts runs of records of one layout
-    (fixed-size records: :mod:`proto.record_layout`) out at their stride once their
+    (fixed-size records: :mod:`proto.records.layout`) out at their stride once their
     columns are checked, without walking each. Raises CorruptRecordError.
     """
     where = f"batch at position {pos}"
@@ -900,7 +900,7 @@ def decode_rows(
                 and not data[p + size - 1]
             ):
                 # The next records may share this one's layout: then they sit at this
-                # stride and are cut out of it without a walk (proto.record_layout checks
+                # stride and are cut out of it without a walk (proto.records.layout checks
                 # every column of the run first, as the broker's validator does).
                 run = same_layout_run(
                     data, start, size, index - 1, min(count - index + 1, (end - start) // size)

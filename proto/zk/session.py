@@ -30,7 +30,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -44,14 +44,10 @@ from kazoo.protocol.states import EventType
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
-from proto.broker_config import split_zookeeper_connect
 from proto.errors import MinibrokerError
-from proto.event_log import log_event
-from proto.zk_credentials import SECURE_ACL, ZkCredentials
-from proto.zk_data import CONSUMERS_PATH, ZkDataError
-
-if TYPE_CHECKING:
-    from proto.broker_config import BrokerConfig
+from proto.process.event_log import log_event
+from proto.zk.credentials import SECURE_ACL, ZkCredentials
+from proto.zk.znodes import CONSUMERS_PATH, ZkDataError
 
 T = TypeVar("T")
 
@@ -68,12 +64,14 @@ __all__ = [
     "ZkError",
     "ZkNoChrootError",
     "ZkSessionExpiredError",
+    "ZkSettings",
     "ZkState",
     "ZkWatch",
     "ZooKeeperClient",
     "bridge",
     "connect_session",
     "on_loop",
+    "split_zookeeper_connect",
     "start_kazoo",
     "stop_kazoo",
 ]
@@ -257,6 +255,52 @@ class ZkNoChrootError(ZkConnectionError):
     to create it (a tool looking for a cluster there must not make an empty one)."""
 
 
+def split_zookeeper_connect(connect: str) -> tuple[str, str | None]:
+    """``"h1:2181,h2:2181/kafka"`` -> ``("h1:2181,h2:2181", "/kafka")``; no chroot -> None.
+
+    Raises ValueError for an empty host list, an empty host, a non-numeric port, or a
+    chroot ending in ``/`` or holding an empty segment.
+    """
+    text = connect.strip()
+    hosts, slash, chroot = text.partition("/")
+    if not hosts:
+        raise ValueError(f"invalid value for zookeeper.connect: {connect!r} names no host")
+    for entry in hosts.split(","):
+        address = entry.strip()
+        host, port = address, ""
+        if address.startswith("["):  # [ipv6]:port
+            host, _, rest = address[1:].partition("]")
+            port = rest.removeprefix(":")
+        elif ":" in address:
+            host, _, port = address.rpartition(":")
+        if not host or (port and not (port.isascii() and port.isdigit())):
+            raise ValueError(
+                f"invalid value for zookeeper.connect: {connect!r} has a bad host {entry!r} "
+                "(expected host:port)"
+            )
+    if not slash or chroot == "":
+        return hosts, None
+    chroot = "/" + chroot
+    if chroot.endswith("/") or "//" in chroot:
+        raise ValueError(f"invalid value for zookeeper.connect: bad chroot path {chroot!r}")
+    return hosts, chroot
+
+
+class ZkSettings(Protocol):
+    """The ``zookeeper.*`` settings of a broker config (``proto.config.broker_config``),
+    as a session needs them; a protocol so that ZooKeeper sits below the config modules."""
+
+    @property
+    def zookeeper_connect(self) -> str: ...
+    @property
+    def broker_id(self) -> int: ...
+    @property
+    def zookeeper_session_timeout_ms(self) -> int: ...
+    @property
+    def zookeeper_connection_timeout_ms(self) -> int | None: ...
+    def zookeeper_credentials(self) -> ZkCredentials | None: ...
+
+
 class ZooKeeperClient:
     """One ZooKeeper session used from an asyncio event loop: what every ZooKeeper user of
     the project (the broker's registration, the controller, the admin client, a consumer
@@ -326,8 +370,8 @@ class ZooKeeperClient:
         self._state_listeners: list[Callable[[ZkState], Awaitable[object] | None]] = []
 
     @classmethod
-    def from_config(cls, config: BrokerConfig) -> Self:
-        """A client with the config's ``zookeeper.*`` settings and broker id."""
+    def from_config(cls, config: ZkSettings) -> Self:
+        """A client with a broker config's ``zookeeper.*`` settings and broker id."""
         return cls(
             config.zookeeper_connect,
             broker_id=config.broker_id,
@@ -665,7 +709,7 @@ class ZooKeeperClient:
         **fields: object,
     ) -> None:
         """One log line per event: ``<_log_name> event=<event> broker=<id> ... key=value``
-        (see :mod:`proto.event_log`)."""
+        (see :mod:`proto.process.event_log`)."""
         log_event(
             self._logger(),
             level,

@@ -1,6 +1,6 @@
 """Encode a v2 batch as its records arrive (Kafka's ``MemoryRecordsBuilder``).
 
-:func:`proto.record_batch.encode_batch` encodes a finished list of :class:`Record` objects;
+:func:`proto.records.record_batch.encode_batch` encodes a finished list of :class:`Record` objects;
 a producer instead appends records one call at a time and sends the batch later, perhaps
 several times (a retry, a new producer id). :class:`RecordsBuilder` writes each record's
 bytes when it is appended, so the work per record happens once and the batch is finished
@@ -22,7 +22,7 @@ from itertools import chain, repeat
 
 import crc32c
 
-from proto.record_batch import (
+from proto.records.record_batch import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
     LOG_OVERHEAD,

@@ -1,4 +1,4 @@
-"""zk_data: Kafka's ZooKeeper paths and the exact JSON of every znode (docs/zookeeper.md)."""
+"""proto.zk.znodes: Kafka's ZooKeeper paths and the exact JSON of every znode (docs/zookeeper.md)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
-from proto import zk_data
 from proto.topic_partition import TopicPartition
-from proto.zk_data import (
+from proto.zk import znodes
+from proto.zk.znodes import (
     LEADER_NONE,
     BrokerRegistration,
     PartitionState,
@@ -379,9 +379,9 @@ def test_encoders_write_compact_json_readable_by_any_parser() -> None:
 @pytest.mark.parametrize(
     "decode",
     [
-        zk_data.decode_isr_change_notification,
-        zk_data.decode_preferred_replica_election,
-        zk_data.decode_reassign_partitions,
+        znodes.decode_isr_change_notification,
+        znodes.decode_preferred_replica_election,
+        znodes.decode_reassign_partitions,
     ],
 )
 def test_topic_names_inside_znode_content_pass_the_topic_name_rule(
@@ -389,14 +389,14 @@ def test_topic_names_inside_znode_content_pass_the_topic_name_rule(
 ) -> None:
     entry = {"topic": topic, "partition": 0, "replicas": [1]}
     data = json.dumps({"version": 1, "partitions": [entry]}).encode()
-    with pytest.raises(zk_data.ZkDataError):
+    with pytest.raises(znodes.ZkDataError):
         decode(data)
 
 
 def test_negative_partitions_inside_znode_content_are_malformed() -> None:
     data = json.dumps({"version": 1, "partitions": [{"topic": "t", "partition": -1}]}).encode()
-    with pytest.raises(zk_data.ZkDataError, match=">= 0"):
-        zk_data.decode_isr_change_notification(data)
+    with pytest.raises(znodes.ZkDataError, match=">= 0"):
+        znodes.decode_isr_change_notification(data)
 
 
 # -- dynamic configs ---------------------------------------------------------------------------
@@ -436,15 +436,15 @@ def test_config_change_path_refuses_other_names() -> None:
 
 
 def test_log_dir_event_notification_is_kafkas_json() -> None:
-    data = zk_data.encode_log_dir_event_notification(3)
+    data = znodes.encode_log_dir_event_notification(3)
     assert json.loads(data) == {"version": 1, "broker": 3, "event": 1}
-    assert zk_data.decode_log_dir_event_notification(data) == 3
-    with pytest.raises(zk_data.ZkDataError, match="unknown log dir event 2"):
-        zk_data.decode_log_dir_event_notification(b'{"version":1,"broker":3,"event":2}')
+    assert znodes.decode_log_dir_event_notification(data) == 3
+    with pytest.raises(znodes.ZkDataError, match="unknown log dir event 2"):
+        znodes.decode_log_dir_event_notification(b'{"version":1,"broker":3,"event":2}')
     assert (
-        zk_data.log_dir_event_notification_path("log_dir_event_0000000007")
+        znodes.log_dir_event_notification_path("log_dir_event_0000000007")
         == "/log_dir_event_notification/log_dir_event_0000000007"
     )
     for bad in ("log_dir_event_", "log_dir_event_../x", "isr_change_0000000001", "../x"):
         with pytest.raises(ValueError, match="not a log dir event notification name"):
-            zk_data.log_dir_event_notification_path(bad)
+            znodes.log_dir_event_notification_path(bad)

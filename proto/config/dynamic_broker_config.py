@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from proto.broker_config import BROKER_PROPERTIES, BrokerConfig
-from proto.log_config import LogConfig
+from proto.config.broker_config import BROKER_PROPERTIES, BrokerConfig
+from proto.config.log_config import LogConfig
 
 __all__ = [
     "DYNAMIC_BROKER_CONFIGS",
