@@ -7,26 +7,10 @@ controller updates it may be stale; clients cope through NOT_LEADER_OR_FOLLOWER 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from proto.topic_partition import TopicPartition
-
-LEADER_DURING_DELETE = -2
-"""Kafka's marker leader for a partition whose topic is being deleted."""
-
-
-@dataclass(frozen=True)
-class BrokerInfo:
-    """A live broker's advertised endpoints: gRPC at ``host:port``, and its Kafka protocol
-    listener's if it runs one."""
-
-    broker_id: int
-    host: str
-    port: int
-    # Keyword-only so that subclasses (the controller's LiveBroker) may add fields
-    # without defaults after it.
-    kafka_endpoint: tuple[str, int] | None = field(default=None, kw_only=True)
-    """(host, port) of its Kafka protocol listener (``kafka.port``); None when it runs none."""
+from proto.zk.znodes import LEADER_DURING_DELETE, BrokerInfo
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
 from broker.log.log import FetchData
 from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
-from broker.metadata_cache import BrokerInfo, MetadataCache, PartitionInfo
+from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.purgatory import DelayedOperationPurgatory
 from broker.replica_fetcher import FetcherConfig, ReplicaFetcher, SourceBroker
@@ -50,7 +50,7 @@ from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.transport.tls import TlsConfig
 from proto.wire import minibroker_pb2 as pb
 from proto.wire.minibroker_pb2 import ErrorCode
-from proto.zk.znodes import PartitionState, PartitionStateData
+from proto.zk.znodes import BrokerInfo, PartitionState, PartitionStateData
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")

@@ -44,7 +44,6 @@ from typing import Any, NamedTuple, overload
 import grpc
 import grpc.aio
 
-from broker.metadata_cache import BrokerInfo
 from controller.request_batch import BrokerRequest, ControlRequest, ControlResponse, request_kind
 from proto.errors import MinibrokerError
 from proto.process.event_log import log_event
@@ -53,6 +52,7 @@ from proto.transport.tls import TlsConfig, aio_channel
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk.znodes import BrokerInfo
 
 __all__ = [
     "DEFAULT_REQUEST_TIMEOUT_S",

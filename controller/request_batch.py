@@ -45,10 +45,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeAlias
 
-from broker.metadata_cache import LEADER_DURING_DELETE, BrokerInfo
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
-from proto.zk.znodes import PartitionState
+from proto.zk.znodes import LEADER_DURING_DELETE, BrokerInfo, PartitionState
 
 __all__ = [
     "ALL_LIVE_BROKERS",

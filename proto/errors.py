@@ -8,6 +8,7 @@ client turns a response's code back into the exception with :func:`for_code`.
 ::
 
     MinibrokerError                      root of everything minibroker raises on purpose
+    ├── UsageError                       a command line's mistake found after parsing
     └── BrokerResponseError              carries an ErrorCode (.code) from the wire
         ├── OffsetOutOfRangeError
         ├── CorruptMessageError
@@ -46,6 +47,12 @@ class MinibrokerError(Exception):
     """The same request may succeed if sent again (after a backoff)."""
     invalid_metadata: bool = False
     """The client's view of leadership is stale: refresh metadata before retrying."""
+
+
+class UsageError(MinibrokerError):
+    """A mistake in a command line found after parsing (two topics, a bad combination of
+    options), by any of the ``minibroker`` subcommands: the CLI shows it with the command's
+    usage and exit status 2."""
 
 
 class BrokerResponseError(MinibrokerError):

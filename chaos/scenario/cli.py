@@ -22,7 +22,7 @@ from broker.truncation import TruncationMode
 from chaos.run_dir import EXIT_CANNOT_RUN, RunDirError
 from chaos.scenario.cluster import ScenarioError
 from chaos.scenario.runner import SCENARIOS, run_scenario
-from client.cli_common import UsageError
+from proto.errors import UsageError
 
 __all__ = ["DEFAULT_RUNS_DIR", "add_parser"]
 

@@ -24,7 +24,7 @@ the cluster-wide dynamic default > the static properties > the built-in default.
 ``brokerConfigSynonyms``), which would otherwise be read in its place.
 
 Pure functions, no I/O: :mod:`broker.dynamic_config` (the broker's change listener) and the
-``configs`` command (:mod:`client.configs_cli`) share them.
+``configs`` command (:mod:`client.cli.configs`) share them.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from proto.errors import MinibrokerError
@@ -55,6 +55,7 @@ __all__ = [
     "ISR_CHANGE_PREFIX",
     "KAFKA_ENDPOINT_SCHEME",
     "LATEST_PRODUCER_ID_BLOCK_PATH",
+    "LEADER_DURING_DELETE",
     "LEADER_NONE",
     "LOG_DIR_EVENT_NOTIFICATION_PATH",
     "LOG_DIR_EVENT_PREFIX",
@@ -63,6 +64,7 @@ __all__ = [
     "PREFERRED_REPLICA_ELECTION_PATH",
     "REASSIGN_PARTITIONS_PATH",
     "SECURITY_PROTOCOLS",
+    "BrokerInfo",
     "BrokerRegistration",
     "PartitionState",
     "PartitionStateData",
@@ -118,6 +120,8 @@ __all__ = [
 
 LEADER_NONE = -1
 """``leader`` of a partition without a leader (Kafka's ``LeaderAndIsr.NoLeader``)."""
+LEADER_DURING_DELETE = -2
+"""Kafka's marker leader for a partition whose topic is being deleted."""
 ENDPOINT_SCHEME = "GRPC"
 """The listener name in a broker registration's ``endpoints`` (Kafka's ``PLAINTEXT``)."""
 KAFKA_ENDPOINT_SCHEME = "KAFKA"
@@ -387,6 +391,20 @@ class BrokerRegistration:
     kafka_endpoint: tuple[str, int] | None = None
     """(host, port) of its Kafka protocol listener, the ``KAFKA://`` endpoint; None when
     it runs none."""
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    """A live broker's advertised endpoints: gRPC at ``host:port``, and its Kafka protocol
+    listener's if it runs one."""
+
+    broker_id: int
+    host: str
+    port: int
+    # Keyword-only so that subclasses (the controller's LiveBroker) may add fields
+    # without defaults after it.
+    kafka_endpoint: tuple[str, int] | None = field(default=None, kw_only=True)
+    """(host, port) of its Kafka protocol listener (``kafka.port``); None when it runs none."""
 
 
 def format_endpoint(host: str, port: int, scheme: str = ENDPOINT_SCHEME) -> str:

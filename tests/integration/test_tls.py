@@ -25,7 +25,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from client.cli import main as cli_main
+from client.cli.main import main as cli_main
 from deploy.tls_certs import ClusterCertificates, generate
 from proto.topic_partition import TopicPartition
 from proto.transport.tls import TlsConfig, sync_channel

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from chaos.audit.testing import BrokerDataDir
-from client.cli import main
+from client.cli.main import main
 
 
 def _audit(*args: str) -> list[str]:
@@ -19,7 +19,7 @@ def _audit(*args: str) -> list[str]:
 
 def test_the_cli_does_not_import_spark_until_the_audit_runs() -> None:
     code = (
-        "import sys; from client.cli import build_parser; "
+        "import sys; from client.cli.main import build_parser; "
         "build_parser().format_help(); print('pyspark' in sys.modules)"
     )
     out = subprocess.run(

@@ -24,7 +24,7 @@ from chaos.scenario.cluster import A, B, ScenarioCluster
 from chaos.scenario.play import Narrator, Play
 from chaos.scenario.runner import SCENARIOS
 from chaos.scenario.verdict import Found, Prediction, judge, read_findings
-from client.cli import main
+from client.cli.main import main
 
 LOST_M1 = Prediction(frozenset({Found("lost_ack", 1)}), "the acknowledged m1 is lost")
 

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from client.cli import build_parser, main
-from client.cli_common import UsageError, finish_args
-from client.produce_cli import key_separator
+from client.cli.common import finish_args
+from client.cli.main import build_parser, main
+from client.cli.produce import key_separator
+from proto.errors import UsageError
 from tests.helpers import minibroker
 
 Run = Callable[..., subprocess.CompletedProcess[str]]

@@ -9,7 +9,7 @@ import json
 import pytest
 from rich.console import Console
 
-from client.cluster_cli import print_status
+from client.cli.cluster import print_status
 from deploy import cluster_status
 from deploy.cluster_status import (
     BrokerStatus,

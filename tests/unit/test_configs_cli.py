@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from client.admin import EntityConfig
-from client.configs_cli import describe_lines, parse_add_config
+from client.cli.configs import describe_lines, parse_add_config
 from client.metadata import ClientError
 
 

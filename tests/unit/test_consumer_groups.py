@@ -18,6 +18,15 @@ from client.admin import (
     GroupMember,
     ListOffsetsResult,
 )
+from client.cli.consumer_groups import (
+    describe_status,
+    format_listing,
+    format_members,
+    format_plan,
+    format_state,
+    format_table,
+    parse_topic_options,
+)
 from client.consumer_groups import (
     ConsumerGroupService,
     GroupListing,
@@ -26,15 +35,6 @@ from client.consumer_groups import (
     ResetSpec,
     describe_rows,
     plan_reset,
-)
-from client.consumer_groups_cli import (
-    describe_status,
-    format_listing,
-    format_members,
-    format_plan,
-    format_state,
-    format_table,
-    parse_topic_options,
 )
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from broker.log.log import Log
-from client.cli import main
+from client.cli.main import main
 from proto.config.log_config import LogConfig
 from proto.records.record_batch import Record, encode_batch
 

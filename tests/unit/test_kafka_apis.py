@@ -13,11 +13,11 @@ import pytest
 
 from broker.group_coordinator import GroupCoordinator, coordinator_for
 from broker.kafka_apis import BrokerService, MalformedRequestError
-from broker.metadata_cache import BrokerInfo, MetadataCache
+from broker.metadata_cache import MetadataCache
 from broker.producer_id_manager import ProducerIdManager
 from broker.replica_manager import ReplicaManager
 from proto.wire import minibroker_pb2 as pb
-from proto.zk.znodes import ProducerIdBlock, ZkDataError
+from proto.zk.znodes import BrokerInfo, ProducerIdBlock, ZkDataError
 from tests.unit.test_group_coordinator import consumer_assignment
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from client.cli import build_parser
-from client.cli_common import finish_args
+from client.cli.common import finish_args
+from client.cli.main import build_parser
 from deploy.broker_process import BrokerProcess, BrokerSpec
 from deploy.local_cluster import (
     ClusterAlreadyRunningError,

@@ -11,7 +11,7 @@ import pytest
 
 from bench import run as bench_run
 from bench import side_by_side
-from client.perf_cli import PerfResult, percentile
+from client.cli.perf import PerfResult, percentile
 from proto.records.record_batch import check_batch, decode_batch
 
 

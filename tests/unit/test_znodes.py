@@ -1,4 +1,5 @@
-"""proto.zk.znodes: Kafka's ZooKeeper paths and the exact JSON of every znode (docs/zookeeper.md)."""
+"""proto.zk.znodes: Kafka's ZooKeeper paths and the exact JSON of every znode
+(docs/zookeeper.md)."""
 
 from __future__ import annotations
 

@@ -15,8 +15,7 @@ import asyncio
 import sys
 from typing import BinaryIO
 
-from client.cli_common import (
-    UsageError,
+from client.cli.common import (
     acks_argument,
     add_bootstrap_option,
     add_topic_argument,
@@ -29,6 +28,7 @@ from client.cli_common import (
 from client.metadata import ClientError
 from client.producer import Producer, ProducerConfig, RecordMetadata
 from client.producer_config import DEFAULT_BATCH_SIZE
+from proto.errors import UsageError
 
 _READ_CHUNK = 1 << 16
 PROPERTIES = ("parse.key", "key.separator")

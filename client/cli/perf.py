@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 
-from client.cli_common import (
-    UsageError,
+from client.cli.common import (
     acks_argument,
     add_bootstrap_option,
     add_topic_argument,
@@ -36,6 +35,7 @@ from client.consumer import Consumer, ConsumerConfig
 from client.metadata import ClientError
 from client.producer import Producer, ProducerConfig, RecordRange
 from client.producer_config import DEFAULT_BATCH_SIZE
+from proto.errors import UsageError
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,38 +1,29 @@
 """The ``minibroker`` command line, following Kafka's tool conventions (docs/cli.md).
 
 Each subcommand lives in its own module and registers itself through ``add_parser``; this
-module only wires them together and turns expected failures into one line on stderr and a
-non-zero exit status, never a traceback. A mistake in the command line, found by argparse
-or by the command after parsing (:class:`client.cli_common.UsageError`), is shown with the
-usage of the subcommand it concerns and exit status 2.
+module only wires them together, importing a subcommand's module only when that subcommand
+runs (:data:`COMMANDS`): ``minibroker --version`` or ``minibroker topics --help`` loads
+neither the broker, the chaos tools, the audit (pyspark) nor deploy. It turns expected
+failures into one line on stderr and a non-zero exit status, never a traceback. A mistake
+in the command line, found by argparse or by the command after parsing
+(:class:`proto.errors.UsageError`), is shown with the usage of the subcommand it concerns
+and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn, cast
 
-from broker import main as broker_main
-from chaos import cli as chaos_cli
-from chaos.audit import cli as audit_cli
-from client import (
-    cluster_cli,
-    configs_cli,
-    consume_cli,
-    consumer_groups_cli,
-    dump_log,
-    perf_cli,
-    produce_cli,
-    topics_cli,
-)
-from client.cli_common import UsageError, finish_args
-from proto.errors import MinibrokerError
+from proto.errors import MinibrokerError, UsageError
 from proto.process.tuning import tune_process
 
 DISTRIBUTION = "minibroker"
@@ -43,7 +34,7 @@ def version() -> str:
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
         try:
             return str(tomllib.loads(pyproject.read_text())["project"]["version"])
         except (OSError, KeyError, tomllib.TOMLDecodeError):
@@ -77,7 +68,56 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: the module whose ``add_parser(commands)`` builds its parser (and sets
+    ``run``), and the one-line help ``minibroker --help`` shows without importing it."""
+
+    module: str
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "broker": Command("broker.main", "run one broker in the foreground"),
+    "cluster": Command(
+        "client.cli.cluster", "run a local cluster: ZooKeeper and brokers as processes"
+    ),
+    "topics": Command("client.cli.topics", "create, list, describe, alter and delete topics"),
+    "configs": Command(
+        "client.cli.configs", "describe and change topic and broker configs without a restart"
+    ),
+    "produce": Command("client.cli.produce", "send stdin lines as records"),
+    "consume": Command("client.cli.consume", "print records of a topic"),
+    "consumer-groups": Command(
+        "client.cli.consumer_groups", "list and describe consumer groups, reset their offsets"
+    ),
+    "perf": Command("client.cli.perf", "measure produce or consume throughput and latency"),
+    "dump-log": Command(
+        "client.cli.dump_log", "print the record batches of a segment file or partition directory"
+    ),
+    "audit": Command(
+        "chaos.audit.cli", "Spark audit of replica logs and an acknowledgement history"
+    ),
+    "chaos": Command("chaos.cli", "break a real cluster on a schedule and audit its replica logs"),
+}
+"""Every subcommand, in the order ``--help`` lists them. The tools above the client library
+(the broker process, chaos, the audit) are named here by module, not imported: the command
+line is the top of the stack and loads only what the command it runs needs."""
+
+
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand argv names: its first word that is not an option (the top-level
+    parser has no option that takes a value)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in COMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for argv: the full parser of the subcommand it names, a one-line stand-in
+    for every other (enough for ``--help`` and for argparse's "invalid choice"). Without
+    argv, every subcommand's full parser (for tests and docs)."""
     parser = _Parser(
         prog="minibroker",
         description="A Kafka-style replicated log: brokers, controller, CLI and audit.",
@@ -88,17 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
         "argparse._SubParsersAction[argparse.ArgumentParser]",
         parser.add_subparsers(dest="command", metavar="COMMAND", required=True),
     )
-    broker_main.add_parser(commands)
-    cluster_cli.add_parser(commands)
-    topics_cli.add_parser(commands)
-    configs_cli.add_parser(commands)
-    produce_cli.add_parser(commands)
-    consume_cli.add_parser(commands)
-    consumer_groups_cli.add_parser(commands)
-    perf_cli.add_parser(commands)
-    dump_log.add_parser(commands)
-    audit_cli.add_parser(commands)
-    chaos_cli.add_parser(commands)
+    chosen = None if argv is None else _chosen_command(argv)
+    for name, command in COMMANDS.items():
+        if argv is None or name == chosen:
+            importlib.import_module(command.module).add_parser(commands)
+        else:
+            commands.add_parser(name, help=command.help, add_help=False)
     _remember_parsers(parser)
     return parser
 
@@ -131,7 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # page-faulted in afresh for each request, and the cyclic collector run less often
     # (proto.process.tuning says what each measured).
     tune_process()
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     command_parser = getattr(args, "command_parser", parser)
     if extra:
@@ -142,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A client command reports its own errors in one line; kazoo's reconnect warnings
         # ("Connection dropped: ...") would only bury that line. The broker logs them.
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    from client.cli.common import finish_args
+
     try:
         finish_args(args)
         status: int = args.run(args)

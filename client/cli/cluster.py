@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from client.cli_common import ZOOKEEPER_ENV
+from client.cli.common import ZOOKEEPER_ENV
 from client.metadata import BOOTSTRAP_ENV, BrokerConnections, ClientError, MetadataClient
 from deploy.cluster_status import (
     BrokerStatus,

@@ -21,7 +21,7 @@ import argparse
 import sys
 from collections.abc import Mapping, Sequence
 
-from client.cli_common import (
+from client.cli.common import (
     add_bootstrap_option,
     add_zookeeper_option,
     admin_client,

@@ -22,7 +22,7 @@ import argparse
 from collections.abc import Iterable, Mapping
 
 from client.admin import EntityConfig
-from client.cli_common import (
+from client.cli.common import (
     add_bootstrap_option,
     add_zookeeper_option,
     admin_client,

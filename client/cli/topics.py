@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Mapping
 
-from client.cli_common import (
+from client.cli.common import (
     add_bootstrap_option,
     add_topic_argument,
     add_zookeeper_option,

@@ -33,18 +33,13 @@ from client.metadata import (
     MetadataClient,
 )
 from client.producer import parse_acks
-from deploy.local_cluster import DATA_DIR_ENV, DEFAULT_DATA_DIR, LocalCluster, default_data_dir
+from proto.errors import UsageError
 from proto.transport.tls import TlsConfig
 from proto.zk.credentials import ZkCredentials, read_digest_file
 
 ZOOKEEPER_ENV = "MINIBROKER_ZOOKEEPER"
 COMMAND_CONFIG_ENV = "MINIBROKER_COMMAND_CONFIG"
 DEFAULT_ZOOKEEPER = "localhost:2181"
-
-
-class UsageError(ClientError):
-    """A mistake in the command line found after parsing (two topics, a bad combination of
-    options): shown with the command's usage, exit status 2."""
 
 
 def default_zookeeper() -> str:
@@ -63,8 +58,10 @@ def _add_data_dir_option(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help=f"a local cluster's directory, whose cluster.json gives the default addresses "
-        f"(default: ${DATA_DIR_ENV} or ./{DEFAULT_DATA_DIR})",
+        # deploy.local_cluster's DATA_DIR_ENV and DEFAULT_DATA_DIR, written out so that
+        # building the parser (``--help``) does not import deploy; a test checks they agree.
+        help="a local cluster's directory, whose cluster.json gives the default addresses "
+        "(default: $MINIBROKER_DATA_DIR or ./minibroker-data)",
     )
 
 
@@ -126,6 +123,8 @@ def _command_config(args: argparse.Namespace) -> Path | None:
     given = getattr(args, "command_config", None) or os.environ.get(COMMAND_CONFIG_ENV)
     if given:
         return Path(given)
+    from deploy.local_cluster import LocalCluster, default_data_dir  # only when run
+
     return LocalCluster(getattr(args, "data_dir", None) or default_data_dir()).command_config()
 
 
@@ -192,6 +191,8 @@ class _LocalAddresses:
 
     def get(self) -> tuple[str, str] | None:
         if not self._read:
+            from deploy.local_cluster import LocalCluster, default_data_dir  # only when run
+
             self._found = LocalCluster(self.data_dir or default_data_dir()).addresses()
             self._read = True
         return self._found

@@ -18,8 +18,7 @@ import dataclasses
 import sys
 from typing import BinaryIO
 
-from client.cli_common import (
-    UsageError,
+from client.cli.common import (
     add_bootstrap_option,
     add_topic_argument,
     add_zookeeper_option,
@@ -30,6 +29,7 @@ from client.cli_common import (
 )
 from client.consumer import Consumer, ConsumerConfig, ConsumerRecord
 from client.metadata import ClientError
+from proto.errors import UsageError
 from proto.topic_partition import TopicPartition
 
 _POLL_MS = 500
