@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from broker.replica_manager import ReplicaManager
+from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient
 from controller.kafka_controller import KafkaController
 from proto.config.broker_config import BrokerConfig

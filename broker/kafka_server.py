@@ -24,24 +24,24 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry
 
-from broker.authorizer import ClusterAuthorizer
 from broker.broker_metrics import ReplicaManagerMetrics, RequestMetrics
 from broker.controlled_shutdown import controlled_shutdown
+from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.dynamic_config import DynamicConfigManager
-from broker.group_coordinator import GroupCoordinator
-from broker.kafka_apis import BrokerService, ControlService
-from broker.kafka_wire.admin_apis import AdminApis
-from broker.kafka_wire.group_apis import GroupApis
-from broker.kafka_wire.kafka_listener import KafkaListener
-from broker.kafka_wire.kafka_wire_apis import KafkaWireApis
+from broker.grpc_listener.authorizer import ClusterAuthorizer
+from broker.grpc_listener.request_timing import RequestTiming
+from broker.grpc_listener.services import BrokerService, ControlService
+from broker.grpc_listener.undecodable_requests import UndecodableRequests
+from broker.kafka_listener.admin_apis import AdminApis
+from broker.kafka_listener.apis import KafkaWireApis
+from broker.kafka_listener.group_apis import GroupApis
+from broker.kafka_listener.server import KafkaListener
+from broker.kafka_listener.topic_admin import TopicAdmin
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
-from broker.producer_id_manager import ProducerIdManager
-from broker.replica_manager import ReplicaManager
-from broker.request_timing import RequestTiming
-from broker.topic_admin import TopicAdmin
-from broker.undecodable_requests import UndecodableRequests
+from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkError
 from controller.controller_metrics import ControllerMetrics
 from controller.kafka_controller import KafkaController

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from broker.replica_manager import ReplicaManager
+from broker.replication.replica_manager import ReplicaManager
 from controller.kafka_controller import KafkaController
 
 SCRAPE_TIMEOUT_S = 10.0

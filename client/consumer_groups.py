@@ -9,9 +9,10 @@ in ZooKeeper::
     /consumers/<g>/offsets/<t>/<p>       persistent  the next offset the group will read
 
 A **kafka** group is Kafka clients' (``subscribe()`` through the Kafka listener): its
-members live in memory at its group coordinator, a broker (``broker/group_coordinator.py``),
-which every live broker is asked about (:meth:`AdminClient.describe_consumer_groups`); it
-commits to the same ``offsets`` znodes and has no ``ids``.
+members live in memory at its group coordinator, a broker
+(``broker/coordinator/group_coordinator.py``), which every live broker is asked about
+(:meth:`AdminClient.describe_consumer_groups`); it commits to the same ``offsets`` znodes
+and has no ``ids``.
 
 - list: the groups of both kinds, each with its kind and state;
 - describe: per partition, the committed offset, the log end offset (ListOffsets latest on

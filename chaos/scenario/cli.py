@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
-from broker.truncation import TruncationMode
+from broker.replication.truncation import TruncationMode
 from chaos.run_dir import EXIT_CANNOT_RUN, RunDirError
 from chaos.scenario.cluster import ScenarioError
 from chaos.scenario.runner import SCENARIOS, run_scenario

@@ -20,7 +20,7 @@ Two test-only devices hold the cluster in that interleaving:
 
 from __future__ import annotations
 
-from broker.truncation import TruncationMode
+from broker.replication.truncation import TruncationMode
 from chaos.scenario.cluster import A, B, ScenarioError
 from chaos.scenario.play import TP, Play, Scenario
 from chaos.scenario.verdict import Found, Prediction

@@ -18,7 +18,7 @@ divergence. Here the brokers' own controller makes every decision.
 
 from __future__ import annotations
 
-from broker.truncation import TruncationMode
+from broker.replication.truncation import TruncationMode
 from chaos.scenario.cluster import A, B
 from chaos.scenario.play import TP, Play, Scenario
 from chaos.scenario.verdict import Found, Prediction

@@ -11,7 +11,7 @@ from typing import IO
 
 import grpc
 
-from broker.truncation import TruncationMode
+from broker.replication.truncation import TruncationMode
 from chaos.history_recorder import HistoryRecorder
 from chaos.scenario.cluster import A, B, ScenarioCluster, ScenarioError, shown
 from chaos.scenario.verdict import Prediction

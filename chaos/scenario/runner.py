@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import grpc
 from kazoo.exceptions import KazooException
 
-from broker.truncation import TruncationMode
+from broker.replication.truncation import TruncationMode
 from chaos.audit.report import JSON_NAME
 from chaos.history_recorder import HistoryRecorder, TimelineRecorder
 from chaos.run_dir import EXIT_CANNOT_RUN, RunDir

@@ -20,7 +20,7 @@ import uvloop
 from kazoo.client import KazooClient
 
 from broker.dynamic_config import DynamicConfigManager
-from broker.replica_manager import ReplicaManager
+from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient
 from proto.config.broker_config import BrokerConfig, TopicConfig
 from proto.topic_partition import TopicPartition

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from broker.truncation import TruncationMode
+from broker.replication.truncation import TruncationMode
 from chaos.audit.report import JSON_NAME
 from chaos.audit.session import start_session
 from chaos.run_dir import RunDir

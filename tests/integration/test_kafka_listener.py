@@ -21,7 +21,7 @@ from kazoo.client import KazooClient
 from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from broker.kafka_wire.messages import build
+from broker.kafka_listener.messages import build
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
 from client.producer import Producer, ProducerConfig

@@ -15,7 +15,7 @@ from typing import cast
 
 import pytest
 
-from broker.truncation import TruncationMode
+from broker.replication.truncation import TruncationMode
 from chaos.audit.history import parse_timeline_line
 from chaos.audit.timeline import Mark, read_timeline
 from chaos.history_recorder import HistoryRecorder, TimelineRecorder

@@ -1,5 +1,5 @@
-"""broker.consumer_protocol: the partitions of a consumer protocol assignment, as Kafka's
-clients encode it (every version alike, trailing fields of newer versions ignored)."""
+"""broker.coordinator.consumer_protocol: the partitions of a consumer protocol assignment,
+as Kafka's clients encode it (every version alike, trailing fields of newer versions ignored)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from broker.consumer_protocol import ConsumerProtocolError, decode_assignment
+from broker.coordinator.consumer_protocol import ConsumerProtocolError, decode_assignment
 from proto.topic_partition import TopicPartition
 
 

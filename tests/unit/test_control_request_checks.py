@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.control_request_checks import (
+from broker.replication.control_request_checks import (
     EPOCH_DURING_DELETE,
     NO_EPOCH,
     StopReplicaFacts,

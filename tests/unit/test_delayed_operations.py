@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
-from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
 from broker.log.log import Log
-from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
-from broker.purgatory import DelayedOperationPurgatory
+from broker.replication.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from broker.replication.delayed_produce import DelayedProduce, ProducePartitionStatus
+from broker.replication.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
+from broker.replication.purgatory import DelayedOperationPurgatory
 from proto.config.log_config import LogConfig
 from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition

@@ -16,7 +16,7 @@ import client
 import controller
 import deploy
 import proto
-from broker.replica_manager import _error_of
+from broker.replication.replica_manager import _error_of
 from proto.errors import MessageTooLargeError, MinibrokerError
 from proto.wire.minibroker_pb2 import ErrorCode
 

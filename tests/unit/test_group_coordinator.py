@@ -1,4 +1,4 @@
-"""broker.group_coordinator: Kafka's classic group protocol as a state machine, driven
+"""broker.coordinator.group_coordinator: Kafka's classic group protocol as a state machine, driven
 directly (the Kafka clients drive it through real brokers in tests/integration)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import struct
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from broker.group_coordinator import (
+from broker.coordinator.group_coordinator import (
     ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
     INVALID_SESSION_TIMEOUT,

@@ -1,4 +1,4 @@
-"""broker.kafka_wire's framing and connection handling against a real TCP socket: answers in
+"""broker.kafka_listener's framing and connection handling against a real TCP socket: answers in
 request order whatever order they become ready in, Kafka's answers to what is not served,
 and hostile input closing only its own connection."""
 
@@ -22,22 +22,22 @@ from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
 
-from broker.kafka_wire.kafka_listener import KafkaListener, api_name
-from broker.kafka_wire.kafka_wire_apis import (
+from broker.kafka_listener.apis import (
     API_VERSIONS,
     METADATA,
     SUPPORTED_VERSIONS,
     api_versions_tree,
 )
-from broker.kafka_wire.messages import Tree, build
-from broker.kafka_wire.request_codec import (
+from broker.kafka_listener.messages import Tree, build
+from broker.kafka_listener.request_codec import (
     MalformedFrameError,
     decode_request,
     encode_response,
     request_schema,
     response_schema,
 )
-from broker.kafka_wire.wire_request import Answer, CloseConnection, KafkaRequest
+from broker.kafka_listener.server import KafkaListener, api_name
+from broker.kafka_listener.wire_request import Answer, CloseConnection, KafkaRequest
 
 Handler = Callable[[KafkaRequest], Awaitable[Answer]]
 

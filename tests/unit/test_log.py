@@ -18,7 +18,7 @@ from broker.log.log import (
     Log,
     UnexpectedAppendOffsetError,
 )
-from broker.replica_manager import _error_of
+from broker.replication.replica_manager import _error_of
 from proto import errors
 from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, OffsetOutOfRangeError

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.log.log_validator import validate_client_batches
-from broker.replica_manager import _error_of
+from broker.replication.replica_manager import _error_of
 from proto.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from broker.log.log import Log
-from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
+from broker.replication.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from proto import errors
 from proto.config.log_config import LogConfig
 from proto.records.record_batch import Record, encode_batch

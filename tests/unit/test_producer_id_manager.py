@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.producer_id_manager import (
+from broker.coordinator.producer_id_manager import (
     PRODUCER_ID_BLOCK_SIZE,
     ProducerIdManager,
     ProducerIdsExhaustedError,

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from broker.purgatory import DelayedOperation, DelayedOperationPurgatory
+from broker.replication.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 
 class WaitForValue(DelayedOperation):

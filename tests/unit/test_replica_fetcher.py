@@ -24,12 +24,17 @@ import grpc
 import grpc.aio
 import pytest
 
-from broker import replica_fetcher
 from broker.log.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from broker.log.log import Log
-from broker.partition import LeadershipState, Partition
-from broker.replica_fetcher import FetcherConfig, FetchPhase, ReplicaFetcher, SourceBroker
-from broker.truncation import TruncationMode
+from broker.replication import replica_fetcher
+from broker.replication.partition import LeadershipState, Partition
+from broker.replication.replica_fetcher import (
+    FetcherConfig,
+    FetchPhase,
+    ReplicaFetcher,
+    SourceBroker,
+)
+from broker.replication.truncation import TruncationMode
 from proto import errors
 from proto.config.log_config import LogConfig
 from proto.records.record_batch import Record, decode_batch, encode_batch
@@ -45,7 +50,7 @@ TP = TopicPartition("t", 0)
 TP1 = TopicPartition("t", 1)
 LE = TruncationMode.LEADER_EPOCH
 HW = TruncationMode.HIGH_WATERMARK
-FETCHER_LOGGER = "broker.replica_fetcher"
+FETCHER_LOGGER = "broker.replication.replica_fetcher"
 
 
 # -- the stand-in leader ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.log.leader_epoch_cache import LeaderEpochFileCache
-from broker.truncation import (
+from broker.replication.truncation import (
     OffsetTruncationState,
     TruncationMode,
     high_watermark_truncation_state,

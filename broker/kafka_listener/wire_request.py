@@ -1,5 +1,5 @@
 """What every Kafka listener handler shares: the decoded request, the answer it returns and
-the way it asks for the connection to be closed (see :mod:`broker.kafka_wire.kafka_listener`)."""
+the way it asks for the connection to be closed (see :mod:`broker.kafka_listener.server`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.kafka_wire.messages import Tree
+from broker.kafka_listener.messages import Tree
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 

@@ -1,14 +1,14 @@
 """The Kafka listener's admin APIs: CreateTopics, DeleteTopics and DescribeConfigs, over
-:mod:`broker.topic_admin` (the controller's ZooKeeper paths, as Kafka 2.x's brokers write
-them). Any broker answers, as in Kafka 2.x; they do not need the controller."""
+:mod:`broker.kafka_listener.topic_admin` (the controller's ZooKeeper paths, as Kafka
+2.x's brokers write them). Any broker answers, as in Kafka 2.x; they do not need the controller."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from broker.kafka_wire.messages import Tree
-from broker.kafka_wire.wire_request import Answer, KafkaRequest, ms
-from broker.topic_admin import NewTopic, TopicAdmin
+from broker.kafka_listener.messages import Tree
+from broker.kafka_listener.topic_admin import NewTopic, TopicAdmin
+from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms
 from proto.wire import minibroker_pb2 as pb
 
 __all__ = ["ADMIN_VERSIONS", "AdminApis"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from broker.handler_interceptor import HandlerInterceptor
+from broker.grpc_listener.handler_interceptor import HandlerInterceptor
 
 __all__ = ["UndecodableRequests"]
 

@@ -1,6 +1,7 @@
 """The Kafka listener's consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup,
-Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch, over :mod:`broker.group_coordinator`
-and the offsets in ZooKeeper (``/consumers/<g>/offsets/<t>/<p>``).
+Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch, over
+:mod:`broker.coordinator.group_coordinator` and the offsets in ZooKeeper
+(``/consumers/<g>/offsets/<t>/<p>``).
 
 Every group API but FindCoordinator is answered NOT_COORDINATOR by a broker that does not
 coordinate the group, and that broker drops what it held of the group: the client asks
@@ -12,11 +13,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from broker.group_coordinator import NOT_COORDINATOR, GroupCoordinator, coordinator_of
-from broker.kafka_apis import partition_problem
-from broker.kafka_wire.messages import Tree
-from broker.kafka_wire.wire_request import Answer, KafkaRequest, done, ms, per_topic
+from broker.coordinator.group_coordinator import NOT_COORDINATOR, GroupCoordinator, coordinator_of
+from broker.kafka_listener.messages import Tree
+from broker.kafka_listener.wire_request import Answer, KafkaRequest, done, ms, per_topic
 from broker.metadata_cache import MetadataCache
+from broker.request_handlers import partition_problem
 from broker.zk_client import BrokerZkClient, ZkError
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb

@@ -4,7 +4,7 @@ Kafka's ``ReplicaFetcherThread`` / ``AbstractFetcherThread`` as one asyncio task
 state per partition it follows on that broker and loops:
 
 1. **Truncating** partitions find where their log stops agreeing with the leader's and
-   truncate there (:mod:`broker.truncation`). In ``leader-epoch`` mode this is one
+   truncate there (:mod:`broker.replication.truncation`). In ``leader-epoch`` mode this is one
    OffsetsForLeaderEpoch request for all of them, repeated while KIP-279's loop is not done;
    in ``high-watermark`` mode it is a local cut to the high watermark the partition had when
    it became follower, with no request at all (that is the pre-0.11 bug docs/replication.md shows).
@@ -41,8 +41,8 @@ import grpc
 import grpc.aio
 
 from broker.log.log import LogAppendInfo, LogClosedError, UnexpectedAppendOffsetError
-from broker.partition import Partition
-from broker.truncation import (
+from broker.replication.partition import Partition
+from broker.replication.truncation import (
     OffsetTruncationState,
     TruncationMode,
     high_watermark_truncation_state,

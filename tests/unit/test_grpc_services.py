@@ -11,11 +11,11 @@ from typing import Any, cast
 
 import pytest
 
-from broker.group_coordinator import GroupCoordinator, coordinator_for
-from broker.kafka_apis import BrokerService, MalformedRequestError
+from broker.coordinator.group_coordinator import GroupCoordinator, coordinator_for
+from broker.coordinator.producer_id_manager import ProducerIdManager
+from broker.grpc_listener.services import BrokerService, MalformedRequestError
 from broker.metadata_cache import MetadataCache
-from broker.producer_id_manager import ProducerIdManager
-from broker.replica_manager import ReplicaManager
+from broker.replication.replica_manager import ReplicaManager
 from proto.wire import minibroker_pb2 as pb
 from proto.zk.znodes import BrokerInfo, ProducerIdBlock, ZkDataError
 from tests.unit.test_group_coordinator import consumer_assignment

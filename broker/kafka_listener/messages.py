@@ -2,7 +2,7 @@
 
 kio generates one frozen dataclass per message, per version, from Kafka's own JSON schemas
 (``clients/src/main/resources/common/message``): a field appears in the versions that have
-it and nowhere else. The handlers of :mod:`broker.kafka_wire.kafka_wire_apis` describe a
+it and nowhere else. The handlers of :mod:`broker.kafka_listener.apis` describe a
 response once, as a dict tree keyed by the schema's field names, and :func:`build` makes
 the dataclass of the version asked for: keys the version lacks are dropped, fields the tree
 leaves out take the schema's default, or a zero value where the schema has none (Kafka's

@@ -25,22 +25,22 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
 from broker.broker_metrics import ReplicaManagerMetrics
-from broker.control_request_checks import (
+from broker.log.log import FetchData
+from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
+from broker.metadata_cache import MetadataCache, PartitionInfo
+from broker.replication.control_request_checks import (
     StopReplicaFacts,
     broker_epoch_refusal,
     controller_epoch_refusal,
     leader_and_isr_refusal,
     stop_replica_refusal,
 )
-from broker.delayed_fetch import DelayedFetch, FetchPartitionStatus
-from broker.delayed_produce import DelayedProduce, ProducePartitionStatus
-from broker.log.log import FetchData
-from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
-from broker.metadata_cache import MetadataCache, PartitionInfo
-from broker.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
-from broker.purgatory import DelayedOperationPurgatory
-from broker.replica_fetcher import FetcherConfig, ReplicaFetcher, SourceBroker
-from broker.truncation import TruncationMode
+from broker.replication.delayed_fetch import DelayedFetch, FetchPartitionStatus
+from broker.replication.delayed_produce import DelayedProduce, ProducePartitionStatus
+from broker.replication.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
+from broker.replication.purgatory import DelayedOperationPurgatory
+from broker.replication.replica_fetcher import FetcherConfig, ReplicaFetcher, SourceBroker
+from broker.replication.truncation import TruncationMode
 from broker.zk_client import BrokerZkClient, ZkError
 from proto import errors
 from proto.config.broker_config import BrokerConfig, TopicConfig
@@ -392,7 +392,7 @@ class ReplicaManager:
         incarnation of this broker (KIP-380: the broker epoch is the czxid of our own
         registration), one claiming a controller epoch ZooKeeper does not hold, or one
         naming a partition that could not be a directory of the data dir
-        (:mod:`broker.control_request_checks`). Raises BrokerResponseError."""
+        (:mod:`broker.replication.control_request_checks`). Raises BrokerResponseError."""
         for tp in tps:
             if topic_name_problem(tp.topic) is not None or tp.partition < 0:
                 raise errors.InvalidRequestError(

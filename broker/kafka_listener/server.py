@@ -1,7 +1,7 @@
 """The Kafka listener: Kafka's binary protocol over TCP on the broker's event loop.
 
 One connection is one reader and one writer. The reader takes a frame at a time and runs
-its handler's stage (:mod:`broker.kafka_wire.kafka_wire_apis`) before reading the next, so
+its handler's stage (:mod:`broker.kafka_listener.apis`) before reading the next, so
 what must keep the connection's order (a Produce's append) does; the answers are queued and
 the writer writes each, in request order, when it is ready. A client may thus keep several
 requests in flight on a connection, as librdkafka and the Java client do, and the broker
@@ -34,14 +34,14 @@ from typing import Any
 
 from kio.schema.index import api_key_map
 
-from broker.kafka_wire.kafka_wire_apis import (
+from broker.kafka_listener.apis import (
     API_VERSIONS,
     SUPPORTED_VERSIONS,
     UNSUPPORTED_VERSION,
     api_versions_tree,
 )
-from broker.kafka_wire.messages import Tree
-from broker.kafka_wire.request_codec import (
+from broker.kafka_listener.messages import Tree
+from broker.kafka_listener.request_codec import (
     MalformedFrameError,
     decode_request,
     encode_response,
@@ -49,7 +49,7 @@ from broker.kafka_wire.request_codec import (
     request_schema,
     response_schema,
 )
-from broker.kafka_wire.wire_request import Answer, CloseConnection, KafkaRequest
+from broker.kafka_listener.wire_request import Answer, CloseConnection, KafkaRequest
 from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ Two rules, chosen by ``replication.truncation.mode`` (docs/replication.md):
     the leader's log, and keep exactly the prefix both logs share, epoch by epoch.
     :func:`offset_truncation_state` is that decision (Kafka's
     ``AbstractFetcherThread.getOffsetTruncationState``); the fetcher
-    (:mod:`broker.replica_fetcher`) does the request and the truncation.
+    (:mod:`broker.replication.replica_fetcher`) does the request and the truncation.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.partition import Partition
-from broker.purgatory import DelayedOperation
+from broker.replication.partition import Partition
+from broker.replication.purgatory import DelayedOperation
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 

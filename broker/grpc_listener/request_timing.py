@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from broker.broker_metrics import RequestMetrics
-from broker.handler_interceptor import HandlerInterceptor
+from broker.grpc_listener.handler_interceptor import HandlerInterceptor
 
 __all__ = ["RequestTiming"]
 

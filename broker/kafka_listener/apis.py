@@ -1,14 +1,14 @@
 """The Kafka protocol's face of a broker: Kafka's ``KafkaApis`` for the Kafka listener.
 
 It serves the same :class:`ReplicaManager`, metadata cache and producer ids as the gRPC
-services of :mod:`broker.kafka_apis`, only spelled in Kafka's messages: a second front door,
-not a second broker. Record batches pass through as the bytes the log stores.
+services of :mod:`broker.grpc_listener.services`, only spelled in Kafka's messages: a
+second front door, not a second broker. Record batches pass through as the bytes the log stores.
 
 Each handler is a *stage*: what must happen in the order the connection's requests arrived
 runs when the stage is awaited (a Produce's append, so a pipelining idempotent producer's
 batches reach the log in order, as Kafka's one-request-at-a-time connection guarantees), and
 the stage returns the *answer*: an awaitable of the response as a tree
-(:mod:`broker.kafka_wire.messages`), or of None for a request Kafka does not answer
+(:mod:`broker.kafka_listener.messages`), or of None for a request Kafka does not answer
 (``acks=0``). The connection writes the answers in request order.
 """
 
@@ -18,17 +18,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from broker.kafka_apis import (
-    ACKS_VALUES,
-    epoch_end_offset,
-    list_partition_offset,
-    new_producer_id,
-    partition_problem,
-)
-from broker.kafka_wire.admin_apis import ADMIN_VERSIONS, AdminApis
-from broker.kafka_wire.group_apis import GROUP_VERSIONS, GroupApis
-from broker.kafka_wire.messages import Tree
-from broker.kafka_wire.wire_request import (
+from broker.coordinator.producer_id_manager import ProducerIdManager
+from broker.kafka_listener.admin_apis import ADMIN_VERSIONS, AdminApis
+from broker.kafka_listener.group_apis import GROUP_VERSIONS, GroupApis
+from broker.kafka_listener.messages import Tree
+from broker.kafka_listener.wire_request import (
     Answer,
     CloseConnection,
     KafkaRequest,
@@ -38,8 +32,14 @@ from broker.kafka_wire.wire_request import (
     per_topic,
 )
 from broker.metadata_cache import MetadataCache
-from broker.producer_id_manager import ProducerIdManager
-from broker.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
+from broker.replication.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
+from broker.request_handlers import (
+    ACKS_VALUES,
+    epoch_end_offset,
+    list_partition_offset,
+    new_producer_id,
+    partition_problem,
+)
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 

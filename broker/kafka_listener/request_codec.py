@@ -18,8 +18,8 @@ from typing import Any
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from broker.kafka_wire.messages import Tree, build
-from broker.kafka_wire.wire_request import KafkaRequest
+from broker.kafka_listener.messages import Tree, build
+from broker.kafka_listener.wire_request import KafkaRequest
 from proto.errors import MinibrokerError
 
 __all__ = [

@@ -21,24 +21,30 @@ from typing import TypeVar
 
 import grpc
 
-from broker.authorizer import ClusterAuthorizer
 from broker.broker_metrics import RequestMetrics
-from broker.group_coordinator import (
+from broker.coordinator.group_coordinator import (
     GroupCoordinator,
     GroupDescription,
     GroupState,
     coordinator_of,
 )
+from broker.coordinator.producer_id_manager import ProducerIdManager
+from broker.grpc_listener.authorizer import ClusterAuthorizer
 from broker.metadata_cache import MetadataCache
-from broker.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
-from broker.replica_manager import (
+from broker.replication.replica_manager import (
     AppendedRecords,
     FetchPartitionResult,
     FetchSpec,
     ProduceResult,
     ReplicaManager,
 )
-from broker.zk_client import ZkDataError, ZkError
+from broker.request_handlers import (
+    ACKS_VALUES,
+    epoch_end_offset,
+    list_partition_offset,
+    new_producer_id,
+    partition_problem,
+)
 from controller.kafka_controller import KafkaController
 from proto import errors
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -48,7 +54,6 @@ from proto.wire.minibroker_pb2 import ErrorCode
 
 logger = logging.getLogger(__name__)
 
-ACKS_VALUES = (0, 1, -1)
 SESSION_MAX_PENDING_ANSWERS = 64
 """Produce requests of one ProduceSession appended but not yet answered (waiting for their
 acks) before the broker stops reading more from that session: gRPC's flow control then
@@ -92,16 +97,6 @@ def _by_topic(order: list[TopicPartition]) -> dict[str, list[TopicPartition]]:
     for tp in order:
         grouped.setdefault(tp.topic, []).append(tp)
     return grouped
-
-
-def partition_problem(tp: TopicPartition) -> int | None:
-    """The error code of a partition no request may name (an invalid topic name, a negative
-    index), else None."""
-    if topic_name_problem(tp.topic) is not None:
-        return pb.INVALID_TOPIC
-    if tp.partition < 0:
-        return pb.UNKNOWN_TOPIC_OR_PARTITION
-    return None
 
 
 def _current_leader_epoch(
@@ -546,74 +541,6 @@ def _add_described_group(
             member.group_instance_id = m.group_instance_id
         for topic, tps in _by_topic(list(m.partitions or ())).items():
             member.assignment.add(topic=topic, partitions=[tp.partition for tp in tps])
-
-
-def epoch_end_offset(
-    replica_manager: ReplicaManager,
-    tp: TopicPartition,
-    current_leader_epoch: int | None,
-    leader_epoch: int,
-) -> tuple[int, int, int]:
-    """(error code, epoch, end offset) of OffsetsForLeaderEpoch for one partition, on
-    either listener."""
-    problem = partition_problem(tp)
-    if problem is not None:
-        return problem, -1, -1
-    return replica_manager.last_offset_for_leader_epoch(tp, current_leader_epoch, leader_epoch)
-
-
-async def list_partition_offset(
-    replica_manager: ReplicaManager,
-    tp: TopicPartition,
-    current_leader_epoch: int | None,
-    timestamp: int,
-    replica_id: int,
-) -> tuple[int, int, int, int]:
-    """(error code, offset, timestamp, leader epoch) of ListOffsets for one partition, on
-    either listener."""
-    problem = partition_problem(tp)
-    if problem is not None:
-        code, offset, found = problem, -1, -1
-    else:
-        code, offset, found = await replica_manager.list_offset(
-            tp, current_leader_epoch, timestamp, replica_id
-        )
-    partition = replica_manager.partitions.get(tp)
-    return code, offset, found, partition.leader_epoch if partition else -1
-
-
-async def new_producer_id(
-    manager: ProducerIdManager, broker_id: int, timeout_ms: int
-) -> tuple[pb.ErrorCode.ValueType, int]:
-    """(error code, producer id): a new producer id, at epoch 0, for an idempotent producer
-    (no transactions), on either listener.
-
-    Any broker answers (Kafka routes a request without transactional id to any broker
-    too). ZooKeeper not answering in time is REQUEST_TIMED_OUT, retriable: a block may
-    have to be reserved first.
-    """
-    try:
-        async with asyncio.timeout(timeout_ms / 1000):
-            producer_id = await manager.generate_producer_id()
-    except (TimeoutError, ZkError) as err:
-        logger.warning(
-            "no producer id: ZooKeeper unavailable event=init_producer_id_failed "
-            "broker=%d error=%r",
-            broker_id,
-            err,
-        )
-        return pb.REQUEST_TIMED_OUT, -1
-    except (ZkDataError, ProducerIdsExhaustedError) as err:
-        logger.error(
-            "no producer id event=init_producer_id_failed broker=%d error=%s", broker_id, err
-        )
-        return pb.UNKNOWN_SERVER_ERROR, -1
-    logger.info(
-        "producer id handed out event=init_producer_id broker=%d producer_id=%d",
-        broker_id,
-        producer_id,
-    )
-    return pb.NONE, producer_id
 
 
 class ControlService(pb_grpc.ControlServicer):

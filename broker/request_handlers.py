@@ -1,0 +1,102 @@
+"""What a request means, the same through either front door: the per-partition answers
+that the gRPC services (:mod:`broker.grpc_listener.services`) and the Kafka listener
+(:mod:`broker.kafka_listener.apis`) both give, so that neither front door owns them and a
+client sees one broker whichever protocol it speaks.
+
+Each returns error codes of ``proto/wire/minibroker.proto``, Kafka's numbers, which both
+front doors put on the wire as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from broker.coordinator.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
+from broker.replication.replica_manager import ReplicaManager
+from broker.zk_client import ZkDataError, ZkError
+from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.wire import minibroker_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+ACKS_VALUES = (0, 1, -1)
+"""The acks a produce request may ask for: none, the leader's, the whole ISR's."""
+
+
+def partition_problem(tp: TopicPartition) -> int | None:
+    """The error code of a partition no request may name (an invalid topic name, a negative
+    index), else None."""
+    if topic_name_problem(tp.topic) is not None:
+        return pb.INVALID_TOPIC
+    if tp.partition < 0:
+        return pb.UNKNOWN_TOPIC_OR_PARTITION
+    return None
+
+
+def epoch_end_offset(
+    replica_manager: ReplicaManager,
+    tp: TopicPartition,
+    current_leader_epoch: int | None,
+    leader_epoch: int,
+) -> tuple[int, int, int]:
+    """(error code, epoch, end offset) of OffsetsForLeaderEpoch for one partition, on
+    either listener."""
+    problem = partition_problem(tp)
+    if problem is not None:
+        return problem, -1, -1
+    return replica_manager.last_offset_for_leader_epoch(tp, current_leader_epoch, leader_epoch)
+
+
+async def list_partition_offset(
+    replica_manager: ReplicaManager,
+    tp: TopicPartition,
+    current_leader_epoch: int | None,
+    timestamp: int,
+    replica_id: int,
+) -> tuple[int, int, int, int]:
+    """(error code, offset, timestamp, leader epoch) of ListOffsets for one partition, on
+    either listener."""
+    problem = partition_problem(tp)
+    if problem is not None:
+        code, offset, found = problem, -1, -1
+    else:
+        code, offset, found = await replica_manager.list_offset(
+            tp, current_leader_epoch, timestamp, replica_id
+        )
+    partition = replica_manager.partitions.get(tp)
+    return code, offset, found, partition.leader_epoch if partition else -1
+
+
+async def new_producer_id(
+    manager: ProducerIdManager, broker_id: int, timeout_ms: int
+) -> tuple[pb.ErrorCode.ValueType, int]:
+    """(error code, producer id): a new producer id, at epoch 0, for an idempotent producer
+    (no transactions), on either listener.
+
+    Any broker answers (Kafka routes a request without transactional id to any broker
+    too). ZooKeeper not answering in time is REQUEST_TIMED_OUT, retriable: a block may
+    have to be reserved first.
+    """
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            producer_id = await manager.generate_producer_id()
+    except (TimeoutError, ZkError) as err:
+        logger.warning(
+            "no producer id: ZooKeeper unavailable event=init_producer_id_failed "
+            "broker=%d error=%r",
+            broker_id,
+            err,
+        )
+        return pb.REQUEST_TIMED_OUT, -1
+    except (ZkDataError, ProducerIdsExhaustedError) as err:
+        logger.error(
+            "no producer id event=init_producer_id_failed broker=%d error=%s", broker_id, err
+        )
+        return pb.UNKNOWN_SERVER_ERROR, -1
+    logger.info(
+        "producer id handed out event=init_producer_id broker=%d producer_id=%d",
+        broker_id,
+        producer_id,
+    )
+    return pb.NONE, producer_id
