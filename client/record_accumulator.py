@@ -418,10 +418,6 @@ class RecordAccumulator:
         """The batches of ``tp`` waiting to be sent, oldest first."""
         return list(self._queues.get(tp, ()))
 
-    @property
-    def has_queued(self) -> bool:
-        return any(self._queues.values())
-
     def has_queued_for(self, tp: TopicPartition) -> bool:
         return bool(self._queues.get(tp))
 

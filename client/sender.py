@@ -81,9 +81,9 @@ _RETRIABLE_STATUS = frozenset(
 )
 """gRPC statuses that mean "the broker did not answer": retry, after a metadata refresh.
 INTERNAL is one: a stream whose broker dies mid-call often ends with "INTERNAL: Internal
-error from Core" rather than UNAVAILABLE (seen in the chaos bench: treated as a refusal,
-it failed a batch for good, and the producer id reset that follows wrote the batches in
-doubt a second time); a broker's own INTERNAL (a bug) is as unknown an outcome."""
+error from Core" rather than UNAVAILABLE. Treated as a refusal, it would fail a batch for
+good, and the producer id reset that follows would write the batches in doubt a second
+time; a broker's own INTERNAL (a bug) is as unknown an outcome."""
 _DEADLINE_MARGIN_S = 1.0
 """The gRPC deadline exceeds the broker-side ``timeout_ms`` by this much, so an acks=all
 request that times out at the broker comes back as REQUEST_TIMED_OUT, not as a deadline."""

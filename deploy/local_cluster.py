@@ -563,15 +563,6 @@ class LocalCluster:
         _signal(known.pid, signal.SIGKILL, group=True)
         self._wait_zookeeper_gone(state, node)
 
-    def stop_zookeeper(self, node: int) -> None:
-        """Stop ZooKeeper node ``node`` cleanly (SIGTERM); its data stays."""
-        state = self._read_state()
-        known = self._zookeeper_node(state, node)
-        if not self._zookeeper_ours(state, node):
-            raise LocalClusterError(f"ZooKeeper node {node} is not running")
-        _signal(known.pid, signal.SIGTERM, group=True)
-        self._wait_zookeeper_gone(state, node)
-
     def start_zookeeper(self, node: int, timeout: float = 90.0, *, wait: bool = True) -> None:
         """Start a killed or stopped ZooKeeper node again, same ports and data.
 

@@ -515,10 +515,6 @@ class ZooKeeperServer:
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    @property
-    def is_paused(self) -> bool:
-        return self._paused and self.is_running
-
     # --- lifecycle ------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0, *, wait: bool = True) -> None:
@@ -1048,10 +1044,6 @@ class ZooKeeperEnsemble:
     def kill(self, node: int) -> None:
         """SIGKILL member ``node`` (a crash); its data and ports are kept for start_node()."""
         self.server(node).kill()
-
-    def stop_node(self, node: int, timeout: float = 10.0) -> None:
-        """Stop member ``node`` cleanly (SIGTERM); its data and ports are kept."""
-        self.server(node).stop(timeout=timeout)
 
     def start_node(self, node: int, timeout: float = 60.0, *, wait: bool = True) -> None:
         """Start a killed or stopped member again, same ports and data.

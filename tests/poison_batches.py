@@ -84,7 +84,7 @@ class Poison:
 
 def gzip_batch_claiming_2_31_records() -> bytes:
     """The probe's 91-byte "gzip" batch claiming 2^31 - 1 records: 30 bytes of junk where a
-    compressed payload would be. It moved the log end offset by 2^31 before the fix."""
+    compressed payload would be. Stored, it would move the log end offset by 2^31."""
     batch = raw_batch(b"\x1f\x8b" + b"\x00" * 28, 2**31 - 1, attributes=1)
     assert len(batch) == 91
     return batch

@@ -446,11 +446,6 @@ class LogManager:
 
     # -- shutdown --------------------------------------------------------------------------
 
-    @property
-    def dir_failure(self) -> OSError | None:
-        """The I/O error that took the data dir offline, or None."""
-        return self._dir_failure
-
     def mark_dir_offline(self, error: OSError) -> None:
         """An I/O error hit the data dir (Kafka's ``LogDirFailureChannel``): nothing more is
         written to it by this process, not even at shutdown, so the next start finds no

@@ -501,10 +501,11 @@ def test_controlled_shutdown_of_a_leader_refuses_writes_on_its_open_sessions_at_
 ) -> None:
     """The leaving leader answers a write on a produce session opened before its SIGTERM
     with a retriable NOT_LEADER_OR_FOLLOWER once the controller has moved the leadership,
-    so that its producer goes to the new leader. It used to append the write and wait for
-    followers that had moved to the new leader, until the gRPC server's shutdown grace
-    ended the session with the write unanswered: every producer of its partitions stalled
-    for those 5 s after each controlled shutdown (no request timeout is short enough)."""
+    so that its producer goes to the new leader. Appending the write instead would wait for
+    followers that have moved to the new leader, until the gRPC server's shutdown grace
+    ends the session with the write unanswered: every producer of its partitions would
+    stall for those 5 s after each controlled shutdown (no request timeout is short
+    enough)."""
     topic = "handover"
     tp = TopicPartition(topic, 0)
     with running_cluster(zk_client, zk_connect, tmp_path) as cluster:

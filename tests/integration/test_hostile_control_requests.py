@@ -120,7 +120,7 @@ def test_path_traversal_in_leader_and_isr_creates_nothing_outside_the_data_dir(
 def test_forged_stop_replica_with_unknown_broker_epoch_deletes_no_replica(
     cluster: Cluster,
 ) -> None:
-    # broker_epoch -1 used to skip the KIP-380 check; it deleted all three replicas.
+    # broker_epoch -1 must not skip the KIP-380 check, or it deletes all three replicas.
     for b in (1, 2, 3):
         request = pb.StopReplicaRequest(
             controller_id=1, controller_epoch=cluster.controller_epoch(), broker_epoch=-1

@@ -92,8 +92,8 @@ def test_kcat_lists_produces_and_consumes_keyed_lines(
 def test_the_cli_pointed_at_a_kafka_port_says_it_is_a_kafka_listener(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    """minibroker's commands speak gRPC; given a Kafka port they used to say only
-    "(unavailable)", which reads as a cluster that is down."""
+    """minibroker's commands speak gRPC; given a Kafka port, saying only "(unavailable)"
+    would read as a cluster that is down: they name the Kafka listener instead."""
     with running_cluster(
         zk_client, zk_connect, tmp_path, broker_ids=(1,), overrides=KAFKA_PORT_FREE
     ) as cluster:
