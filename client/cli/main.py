@@ -14,23 +14,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from proto.errors import MinibrokerError, UsageError
-from proto.process.tuning import tune_process
+if TYPE_CHECKING:
+    from proto.errors import MinibrokerError
 
 DISTRIBUTION = "minibroker"
 
 
 def version() -> str:
     """The installed distribution's version, else the one in the source tree's pyproject."""
+    import tomllib
+    from importlib import metadata
+
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -162,25 +162,32 @@ def _unreachable_hint(err: MinibrokerError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # Every process of the project starts here (brokers too): large buffers reused, not
-    # page-faulted in afresh for each request, and the cyclic collector run less often
-    # (proto.process.tuning says what each measured).
-    tune_process()
     if argv is None:
         argv = sys.argv[1:]
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
+    # Every process of the project starts here (brokers too), once it is known to run a
+    # command (--version and --help have exited): large buffers reused, not page-faulted in
+    # afresh for each request, and the cyclic collector run less often
+    # (proto.process.tuning says what each measured).
+    from proto.process.tuning import tune_process
+
+    tune_process()
     command_parser = getattr(args, "command_parser", parser)
     if extra:
         # argparse leaves what a subcommand did not take to the top parser, whose usage
         # would not name the subcommand's options.
         command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    # Imported once the command is known: --version and --help never need them.
+    import logging
+
+    from client.cli.common import finish_args
+    from proto.errors import MinibrokerError, UsageError
+
     if args.command != "broker":
         # A client command reports its own errors in one line; kazoo's reconnect warnings
         # ("Connection dropped: ...") would only bury that line. The broker logs them.
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-    from client.cli.common import finish_args
-
     try:
         finish_args(args)
         status: int = args.run(args)

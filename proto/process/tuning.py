@@ -1,7 +1,8 @@
 """Settings of the Python process for a broker or a client: every minibroker process.
 
-:func:`tune_process` applies both of these, first thing in the CLI's ``main`` (brokers
-start there too); a program using the client library decides for its own process.
+:func:`tune_process` applies both of these in the CLI's ``main`` as soon as the command
+line is parsed, before the command runs (brokers start there too); a program using the
+client library decides for its own process.
 
 **malloc** (:func:`tune_malloc`).
 
