@@ -1,4 +1,4 @@
-# minibroker: the commands of docs/architecture.md and the README. `make help` lists them.
+# minibroker: the commands of docs/design.md and the README. `make help` lists them.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 

@@ -1,5 +1,5 @@
 """Probes of a running cluster through ZooKeeper, the brokers and their data dirs, shared by
-the tests, the benchmarks and chaos (the harness, docs/architecture.md): create a topic as an admin
+the tests, the benchmarks and chaos (the harness, docs/design.md): create a topic as an admin
 client does, read a partition's state znode, tell whether the leader it names has taken
 over, read what a replica holds on disk, and poll for a condition with a deadline.
 

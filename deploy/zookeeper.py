@@ -1,7 +1,7 @@
 """A real ZooKeeper, standalone or an ensemble, for tests, ``minibroker cluster up``, chaos
 and benchmarks.
 
-This is the project's one ZooKeeper harness (docs/architecture.md): it runs Debian's
+This is the project's one ZooKeeper harness (docs/design.md): it runs Debian's
 ``zookeeper`` package (ZooKeeper 3.8 on Java 17) as a child process, never an imitation,
 so session expiry, ephemeral znodes and watches behave exactly as the brokers will see
 them in production. Chaos needs that: pausing the server (SIGSTOP) past the session

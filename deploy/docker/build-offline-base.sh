@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build a Debian bookworm base image without a container registry (docs/architecture.md).
+# Build a Debian bookworm base image without a container registry (docs/design.md).
 #
 #   deploy/docker/build-offline-base.sh [IMAGE]      (default: minibroker-base:bookworm)
 #

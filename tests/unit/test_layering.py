@@ -1,4 +1,4 @@
-"""The client library stands on the contracts alone (README, "Layout").
+"""The client library stands on the contracts alone (docs/design.md, "The layers").
 
 ``lint-imports`` (in ``make check``) checks the static imports; this checks what importing the
 client really loads, lazy imports and re-exports included.
