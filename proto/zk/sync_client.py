@@ -65,6 +65,7 @@ __all__ = [
     "read_znodes",
     "set_partition_state",
     "start_kazoo_client",
+    "stop_kazoo_client",
     "write_consumer_offsets",
 ]
 
@@ -109,6 +110,11 @@ def start_kazoo_client(
     return client
 
 
+def stop_kazoo_client(client: KazooClient) -> None:
+    """Close the session (its ephemerals go at once) and release kazoo's threads."""
+    stop_kazoo(client)
+
+
 @contextlib.contextmanager
 def kazoo_client(
     connect: str,
@@ -124,7 +130,7 @@ def kazoo_client(
     try:
         yield client
     finally:
-        stop_kazoo(client)
+        stop_kazoo_client(client)
 
 
 # -- typed reads -------------------------------------------------------------------------------
