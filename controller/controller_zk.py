@@ -601,8 +601,7 @@ class ControllerZkClient(ZooKeeperClient):
         one are left out; so are malformed ones (logged)."""
         batch = await self.read_partition_states(tps)
         for tp, error in batch.malformed.items():
-            path = partition_state_path(tp)
-            self._log(logging.ERROR, "bad_partition_state", path=path, error=error)
+            self._log(logging.ERROR, "bad_partition_state", partition=tp, error=error)
         return batch.found
 
     async def _get_many(

@@ -1,6 +1,7 @@
 """ZooKeeper for the synchronous tools (chaos, deploy, bench, the tests' helpers): a started
-kazoo client from a connect string, and the typed reads and writes of partition states,
-broker registrations and consumer offsets over any kazoo client.
+kazoo client from a connect string, and the typed reads of partition states, broker
+registrations and consumer offsets over any kazoo client (and the state writes of the
+scripted controller).
 
 The broker, controller and client use the asyncio session
 (:class:`proto.zk.session.ZooKeeperClient`) instead; both hand their ``get`` answers to the
@@ -44,9 +45,7 @@ from proto.zk.znodes import (
     BROKER_IDS_PATH,
     PartitionState,
     PartitionStateData,
-    consumer_offset_path,
     consumer_offsets_path,
-    encode_consumer_offset,
     encode_partition_state,
     partition_state_path,
 )
@@ -66,7 +65,6 @@ __all__ = [
     "set_partition_state",
     "start_kazoo_client",
     "stop_kazoo_client",
-    "write_consumer_offsets",
 ]
 
 T = TypeVar("T")
@@ -207,19 +205,6 @@ def read_consumer_offset(zk: KazooClient, group: str, tp: TopicPartition) -> int
 # -- typed writes ------------------------------------------------------------------------------
 
 
-def write_consumer_offsets(
-    zk: KazooClient, group: str, offsets: Mapping[TopicPartition, int]
-) -> None:
-    """Write each offset whatever its version, creating the znodes never written before
-    (as :meth:`proto.zk.session.ZooKeeperClient.commit_consumer_offsets`)."""
-    for tp in sorted(offsets):
-        path, data = consumer_offset_path(group, tp), encode_consumer_offset(offsets[tp])
-        try:
-            zk.set(path, data)
-        except NoNodeError:
-            zk.create(path, data, makepath=True)
-
-
 def create_partition_state(zk: KazooClient, tp: TopicPartition, state: PartitionStateData) -> None:
     """Create the partition's state znode (and its parents); kazoo's NodeExistsError if it
     exists."""
@@ -229,8 +214,9 @@ def create_partition_state(zk: KazooClient, tp: TopicPartition, state: Partition
 def set_partition_state(
     zk: KazooClient, tp: TopicPartition, state: PartitionStateData, expected_version: int
 ) -> int:
-    """Write the state znode if it is still at ``expected_version``; its new version.
-    kazoo's BadVersionError if it moved on (re-read and decide again)."""
+    """Write the state znode if it is still at ``expected_version`` (-1: whatever its
+    version); its new version. kazoo's BadVersionError if it moved on (re-read and decide
+    again)."""
     stat = zk.set(partition_state_path(tp), encode_partition_state(state), expected_version)
     return int(stat.version)
 
