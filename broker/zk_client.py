@@ -1,5 +1,6 @@
-"""A broker's ZooKeeper session, for asyncio code: registration, partition state, ISR changes,
-producer id blocks.
+"""A broker's ZooKeeper session, for asyncio code: registration, ISR changes, producer id
+blocks, configs; partition states and consumer offsets through the reads and writes every
+ZooKeeper user shares (:class:`proto.zk.session.ZooKeeperClient`).
 
 :class:`BrokerZkClient` adds the broker's operations and its session lease to
 :class:`proto.zk.session.ZooKeeperClient`, which owns the session, the retry loop and the

@@ -2,7 +2,7 @@
 watches (Kafka's ``ZooKeeperClient``).
 
 Every ZooKeeper user of the project builds on :class:`ZooKeeperClient` and only adds its
-operations: the broker's registration and partition state (``broker.zk_client``), the
+operations: the broker's registration and ISR notifications (``broker.zk_client``), the
 controller's candidacy and fenced writes (``controller.controller_zk``), a consumer group
 member (``client.group``) and the admin client (``client.admin``). It lives with the
 contracts so that the client does not depend on the broker. The znodes several of them
@@ -347,6 +347,9 @@ class ZooKeeperClient:
       interrupted until the session expires or the client closes); a single request is a
       one-element pipeline (:meth:`_call`, :meth:`request`).
     - Standing watches: :meth:`_watch` (see :class:`ZkWatch`).
+    - The typed znodes several users share: ``read_partition_state(s)``,
+      ``read_registered_broker(s)``, ``read_consumer_offsets``, ``commit_consumer_offsets``
+      and the conditional partition state update (rules: :mod:`proto.zk.znode_reads`).
 
     Hooks for subclasses, all on the loop thread: :meth:`_started` (after the first
     session), :meth:`_closing_now` (when :meth:`close` begins), :meth:`_session_ended` (a
