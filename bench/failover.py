@@ -57,15 +57,17 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import WatchedEvent
 
-from bench.replication import BenchmarkError, brokers, kazoo, wait_for_leader
+from bench.replication import BenchmarkError, brokers, wait_for_leader
 from deploy.broker_process import BrokerProcess, stop_brokers
-from deploy.cluster_probe import create_topic, partition_state
+from deploy.cluster_probe import create_topic
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk import znodes
+from proto.zk.sync_client import kazoo_client, read_partition_state, read_znode
+from proto.zk.znode_reads import ZnodeRead, partition_state_read
 
 TOPIC = "failover"
 TP = TopicPartition(TOPIC, 0)
@@ -243,14 +245,14 @@ def _producer(procs: Mapping[int, BrokerProcess]) -> Iterator[_Producer]:
         producer.close()
 
 
+_STATE = partition_state_read(TP)
+_STATE_WITH_MTIME = ZnodeRead(_STATE.path, lambda data, stat: (_STATE.decode(data, stat), stat))
+
+
 def _read_state(zk: KazooClient) -> tuple[znodes.PartitionState | None, int]:
     """The state znode and its mtime (ms since the epoch), or (None, 0)."""
-    try:
-        data, stat = zk.get(znodes.partition_state_path(TP))
-    except NoNodeError:
-        return None, 0
-    state = znodes.decode_partition_state(data)
-    return znodes.PartitionState.from_data(state, stat.version), int(stat.mtime)
+    found = read_znode(zk, _STATE_WITH_MTIME)
+    return (None, 0) if found is None else (found[0], int(found[1].mtime))
 
 
 def _controller(zk: KazooClient) -> int | None:
@@ -268,7 +270,7 @@ def _running(procs: Mapping[int, BrokerProcess]) -> dict[int, str]:
 def _wait_for_full_isr(zk: KazooClient, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        state = partition_state(zk, TP)
+        state = read_partition_state(zk, TP)
         if state is not None and sorted(state.isr) == sorted(BROKER_IDS):
             return
         if time.monotonic() >= deadline:
@@ -317,7 +319,7 @@ def _kill_round(
             if time.monotonic() - t0 > FAILOVER_LIMIT_S:
                 raise BenchmarkError(
                     f"round {number}: no new leader acknowledged within {FAILOVER_LIMIT_S} s "
-                    f"after killing broker {victim} (state {partition_state(zk, TP)}, "
+                    f"after killing broker {victim} (state {read_partition_state(zk, TP)}, "
                     f"failures {dict(errors)})"
                 )
             state, mtime_ms = _read_state(zk)
@@ -417,7 +419,7 @@ def measure(
             server = stack.enter_context(
                 ZooKeeperServer(ZooKeeperConfig(data_dir=root / "zookeeper"))
             )
-            zk = stack.enter_context(kazoo(server.connect_string))
+            zk = stack.enter_context(kazoo_client(server.connect_string))
             procs = stack.enter_context(
                 brokers(root, zk, server.connect_string, BROKER_IDS, BROKER_OVERRIDES)
             )

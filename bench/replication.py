@@ -22,9 +22,9 @@ each partition from 0 without gap or overlap, an ISR that shrank during the run,
 that disagree on their record count once the brokers have stopped, or a broker that did not
 exit cleanly. Broker logs are scanned for WARNING, ERROR and tracebacks, which are reported.
 
-The cluster helpers (:func:`zookeeper`, :func:`kazoo`, :func:`brokers`, :func:`wait_for_leader`,
-and deploy.cluster_probe's :func:`create_topic`, :func:`partition_state`) are shared with
-:mod:`bench.failover`.
+The cluster helpers (:func:`zookeeper`, :func:`brokers`, :func:`wait_for_leader`, and
+deploy.cluster_probe's :func:`create_topic`) are shared with :mod:`bench.failover`; both
+reach ZooKeeper through :mod:`proto.zk.sync_client`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from kazoo.client import KazooClient
 
 from bench.log_append import BATCH_BYTES, RECORD_VALUE_BYTES
 from deploy.broker_process import BrokerProcess, BrokerSpec, start_brokers, stop_brokers
-from deploy.cluster_probe import create_topic, leader_serving, partition_state
+from deploy.cluster_probe import create_topic, leader_serving
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto.config.broker_config import BrokerConfig
 from proto.records.record_batch import Record, encode_batch, scan_batches
@@ -55,6 +55,7 @@ from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk import znodes
+from proto.zk.sync_client import kazoo_client, read_partition_state
 
 TOPIC = "bench"
 ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
@@ -183,18 +184,6 @@ _POLL_S = 0.02
 
 
 @contextmanager
-def kazoo(connect: str) -> Iterator[KazooClient]:
-    """The bench's own ZooKeeper session: it creates topics and reads partition states."""
-    client = KazooClient(hosts=connect)
-    client.start(timeout=10)
-    try:
-        yield client
-    finally:
-        client.stop()
-        client.close()
-
-
-@contextmanager
 def brokers(
     root: Path,
     zk: KazooClient,
@@ -232,7 +221,7 @@ def wait_for_leader(
         if time.monotonic() >= deadline:
             raise BenchmarkError(
                 f"{tp}: no leader serving it within {timeout:.0f} s (state znode: "
-                f"{partition_state(zk, tp)}); see the broker logs"
+                f"{read_partition_state(zk, tp)}); see the broker logs"
             )
         time.sleep(_POLL_S)
     return state
@@ -364,7 +353,7 @@ def _check_offsets(acks: list[_Ack]) -> dict[int, int]:
 
 def _check_isr(zk: KazooClient) -> None:
     for partition, replicas in ASSIGNMENT.items():
-        state = partition_state(zk, TopicPartition(TOPIC, partition))
+        state = read_partition_state(zk, TopicPartition(TOPIC, partition))
         if state is None or sorted(state.isr) != sorted(replicas) or state.leader != replicas[0]:
             # acks=all waits only for the ISR: with a replica out, the figures flatter us.
             raise BenchmarkError(
@@ -465,7 +454,7 @@ def measure(
             server = stack.enter_context(
                 ZooKeeperServer(ZooKeeperConfig(data_dir=root / "zookeeper"))
             )
-            zk = stack.enter_context(kazoo(server.connect_string))
+            zk = stack.enter_context(kazoo_client(server.connect_string))
             procs = stack.enter_context(brokers(root, zk, server.connect_string))
             addresses = {i: b.address for i, b in procs.items()}
             create_topic(zk, TOPIC, ASSIGNMENT)

@@ -1,5 +1,6 @@
-"""A broker's ZooKeeper session, for asyncio code: registration, partition state, ISR changes,
-producer id blocks.
+"""A broker's ZooKeeper session, for asyncio code: registration, ISR changes, producer id
+blocks, configs; partition states and consumer offsets through the reads and writes every
+ZooKeeper user shares (:class:`proto.zk.session.ZooKeeperClient`).
 
 :class:`BrokerZkClient` adds the broker's operations and its session lease to
 :class:`proto.zk.session.ZooKeeperClient`, which owns the session, the retry loop and the
@@ -36,8 +37,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Mapping
-from functools import partial
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from kazoo.exceptions import (
@@ -59,7 +59,6 @@ from proto.zk.session import (
     ZooKeeperClient,
 )
 from proto.zk.znodes import (
-    BROKER_IDS_PATH,
     CONFIG_CHANGES_PATH,
     CONTROLLER_EPOCH_PATH,
     CONTROLLER_PATH,
@@ -77,24 +76,17 @@ from proto.zk.znodes import (
     broker_config_path,
     broker_path,
     config_change_path,
-    consumer_offset_path,
-    consumer_offsets_path,
     decode_broker_registration,
-    decode_consumer_offset,
     decode_controller,
     decode_controller_epoch,
-    decode_partition_state,
     decode_producer_id_block,
     decode_topic_assignment,
     decode_topic_config,
     delete_topic_path,
     encode_broker_registration,
-    encode_consumer_offset,
     encode_isr_change_notification,
     encode_log_dir_event_notification,
-    encode_partition_state,
     encode_producer_id_block,
-    partition_state_path,
     topic_config_path,
     topic_path,
 )
@@ -364,90 +356,6 @@ class BrokerZkClient(ZooKeeperClient):
 
     # -- partition state -------------------------------------------------------------------
 
-    async def get_partition_state(self, tp: TopicPartition) -> PartitionState | None:
-        """The partition's state znode with its version, or None if it does not exist."""
-        path = partition_state_path(tp)
-        try:
-            data, stat = await self._call("get", path, lambda c: c.get_async(path))
-        except NoNodeError:
-            return None
-        return PartitionState.from_data(
-            self._decode(path, decode_partition_state, data), int(stat.version)
-        )
-
-    async def update_partition_state_conditionally(
-        self,
-        tp: TopicPartition,
-        new_state: PartitionStateData | PartitionState,
-        expected_version: int,
-    ) -> int | None:
-        """Write ``new_state`` only if the znode is still at ``expected_version``; return the
-        new version, or None if it moved on (or no longer exists). On None the caller must
-        re-read and must not overwrite: another writer (the controller) won.
-
-        When the znode already holds exactly ``new_state``, e.g. our own write whose reply
-        was lost to a connection loss, that counts as success and its version is returned
-        (Kafka's ``ReplicationUtils.checkLeaderAndIsrZkData``). A PartitionState may be
-        passed as ``new_state``; its ``zk_version`` is ignored.
-        """
-        if isinstance(new_state, PartitionState):
-            new_state = new_state.data  # its zk_version is ignored: expected_version rules
-        path = partition_state_path(tp)
-        data = encode_partition_state(new_state)
-        try:
-            stat = await self._call(
-                "set", path, lambda c: c.set_async(path, data, expected_version)
-            )
-        except NoNodeError:
-            self._log(logging.WARNING, "partition_state_missing", path=path)
-            return None
-        except BadVersionError:
-            current = await self.get_partition_state(tp)
-            if current is not None and current.data == new_state:
-                self._log(
-                    logging.INFO,
-                    "partition_state_already_written",
-                    path=path,
-                    version=current.zk_version,
-                )
-                return current.zk_version
-            self._log(
-                logging.INFO,
-                "partition_state_update_rejected",
-                path=path,
-                expected_version=expected_version,
-                actual_version=None if current is None else current.zk_version,
-            )
-            return None
-        self._log(
-            logging.INFO,
-            "partition_state_updated",
-            path=path,
-            version=stat.version,
-            leader=new_state.leader,
-            leader_epoch=new_state.leader_epoch,
-            isr=",".join(map(str, new_state.isr)),
-        )
-        return int(stat.version)
-
-    async def create_partition_state(
-        self, tp: TopicPartition, state: PartitionStateData
-    ) -> int | None:
-        """Create the state znode (and its parents); return its version (0), or None if it
-        already exists. For the controller and tests: a broker only updates states."""
-        path = partition_state_path(tp)
-        data = encode_partition_state(state)
-        try:
-            _, stat = await self._call(
-                "create",
-                path,
-                lambda c: c.create_async(path, data, makepath=True, include_data=True),
-            )
-        except NodeExistsError:
-            return None
-        self._log(logging.INFO, "partition_state_created", path=path)
-        return int(stat.version)
-
     async def create_isr_change_notification(self, partitions: Iterable[TopicPartition]) -> str:
         """Create ``/isr_change_notification/isr_change_<seq>`` naming ``partitions``; return
         its path. A retry after a connection loss may create a duplicate, which the
@@ -565,35 +473,28 @@ class BrokerZkClient(ZooKeeperClient):
         A broker that deregisters while being read is left out; a malformed registration is
         logged and left out rather than failing the whole listing.
         """
-        try:
-            children: list[str] = await self._call(
-                "get_children", BROKER_IDS_PATH, lambda c: c.get_children_async(BROKER_IDS_PATH)
-            )
-        except NoNodeError:
-            return {}
-        ids = sorted(int(child) for child in children if child.isascii() and child.isdigit())
-        results = await asyncio.gather(*(self._read_registration(broker_id) for broker_id in ids))
-        return {
-            broker_id: address
-            for broker_id, address in zip(ids, results, strict=True)
-            if address is not None
-        }
-
-    async def _read_registration(self, broker_id: int) -> tuple[str, int] | None:
-        path = broker_path(broker_id)
-        try:
-            data, _ = await self._call("get", path, lambda c: c.get_async(path))
-            registration = self._decode(path, decode_broker_registration, data)
-        except NoNodeError:
-            return None
-        except ZkDataError as e:
-            self._log(logging.WARNING, "bad_broker_registration", path=path, error=str(e))
-            return None
-        return registration.host, registration.port
+        batch = await self.read_registered_brokers()
+        for broker_id, error in batch.malformed.items():
+            self._log_bad_registration(broker_id, error)
+        return {broker_id: (b.host, b.port) for broker_id, b in batch.found.items()}
 
     async def get_broker_address(self, broker_id: int) -> tuple[str, int] | None:
-        """A live broker's (host, port), or None if it is not registered."""
-        return await self._read_registration(broker_id)
+        """A live broker's (host, port), or None if it is not registered (or its
+        registration is malformed: logged)."""
+        try:
+            broker = await self.read_registered_broker(broker_id)
+        except ZkDataError as e:
+            self._log_bad_registration(broker_id, e)
+            return None
+        return None if broker is None else (broker.host, broker.port)
+
+    def _log_bad_registration(self, broker_id: int, error: ZkDataError) -> None:
+        self._log(
+            logging.WARNING,
+            "bad_broker_registration",
+            path=broker_path(broker_id),
+            error=str(error),
+        )
 
     async def get_controller_id(self) -> int | None:
         """The active controller's broker id, or None when there is none."""
@@ -634,11 +535,11 @@ class BrokerZkClient(ZooKeeperClient):
     async def get_partition_states(
         self, tps: Iterable[TopicPartition]
     ) -> dict[TopicPartition, PartitionState | None]:
-        """The state znodes of ``tps`` (None where absent), read concurrently (kazoo sends
-        the requests back to back on its one connection)."""
+        """The state znodes of ``tps`` (None where absent), pipelined; ZkDataError for a
+        malformed one."""
         wanted = list(dict.fromkeys(tps))
-        states = await asyncio.gather(*(self.get_partition_state(tp) for tp in wanted))
-        return dict(zip(wanted, states, strict=True))
+        states = (await self.read_partition_states(wanted)).require()
+        return {tp: states.get(tp) for tp in wanted}
 
     async def is_topic_marked_for_deletion(self, topic: str) -> bool:
         """Whether ``/admin/delete_topics/<topic>`` exists."""
@@ -702,85 +603,10 @@ class BrokerZkClient(ZooKeeperClient):
             return {}
         return self._decode(path, decode_topic_config, data)
 
-    # -- consumer offsets (the Kafka listener's group coordinator) ---------------------------
-
-    async def commit_consumer_offsets(
-        self, group: str, offsets: Mapping[TopicPartition, int]
-    ) -> None:
-        """Write each offset to ``/consumers/<g>/offsets/<t>/<p>``, where minibroker's own
-        ZooKeeper groups (client/group.py) keep theirs, so both kinds of group and
-        ``consumer-groups describe`` read the same offsets. The writes are pipelined; a
-        partition never committed before gets its znode created. ValueError for a group or
-        topic name that cannot be a znode."""
-        paths = {tp: consumer_offset_path(group, tp) for tp in sorted(offsets)}
-        writes = [
-            partial(_set_any_version, path, encode_consumer_offset(offsets[tp]))
-            for tp, path in paths.items()
-        ]
-        results = await self._pipeline(f"commit offsets of {group}", writes)
-        for (tp, path), result in zip(paths.items(), results, strict=True):
-            if isinstance(result, NoNodeError):
-                data = encode_consumer_offset(offsets[tp])
-                try:
-                    await self.request("create", path, data, makepath=True)
-                except NodeExistsError:
-                    await self.request("set", path, data)
-            elif isinstance(result, BaseException):
-                raise result
-
-    async def get_consumer_offsets(
-        self, group: str, tps: Iterable[TopicPartition] | None = None
-    ) -> dict[TopicPartition, int]:
-        """The group's committed offsets of ``tps`` (None: of every partition it committed);
-        partitions without one are left out. A znode that does not hold an offset is left
-        out and logged."""
-        if tps is None:
-            tps = await self._committed_partitions(group)
-        wanted = sorted(tps)
-        paths = [consumer_offset_path(group, tp) for tp in wanted]
-        reads = [partial(_get, path) for path in paths]
-        results = await self._pipeline(f"fetch offsets of {group}", reads)
-        out: dict[TopicPartition, int] = {}
-        for tp, path, result in zip(wanted, paths, results, strict=True):
-            if isinstance(result, NoNodeError):
-                continue
-            if isinstance(result, BaseException):
-                raise result
-            try:
-                out[tp] = decode_consumer_offset(result[0])
-            except ZkDataError as err:
-                self._log(logging.WARNING, "unreadable_offset", path=path, error=str(err))
-        return out
-
-    async def _committed_partitions(self, group: str) -> list[TopicPartition]:
-        root = consumer_offsets_path(group)
-        try:
-            topics = await self.request("get_children", root)
-        except NoNodeError:
-            return []
-        found: list[TopicPartition] = []
-        for topic in sorted(topics):
-            try:
-                partitions = await self.request("get_children", consumer_offsets_path(group, topic))
-            except (NoNodeError, ValueError):
-                continue
-            found += [
-                TopicPartition(topic, int(p)) for p in partitions if p.isascii() and p.isdigit()
-            ]
-        return found
-
     # -- internals -------------------------------------------------------------------------
 
     async def _set(self, path: str, data: bytes, version: int) -> Any:
         return await self._call("set", path, lambda c: c.set_async(path, data, version))
-
-
-def _set_any_version(path: str, data: bytes, client: Any) -> Any:
-    return client.set_async(path, data)
-
-
-def _get(path: str, client: Any) -> Any:
-    return client.get_async(path)
 
 
 def _describe_registration(data: bytes) -> str:

@@ -11,7 +11,6 @@ import time
 from collections.abc import Mapping, Sequence
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from chaos.history_recorder import HistoryRecorder
 from client.admin import LATEST, AdminClient
@@ -19,6 +18,7 @@ from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
 from proto.topic_partition import TopicPartition
 from proto.zk import znodes
+from proto.zk.sync_client import read_partition_state
 
 __all__ = ["create_topics", "final_read", "under_replicated", "wait_for_full_isr"]
 
@@ -50,13 +50,10 @@ def under_replicated(zk: KazooClient, tps: Sequence[TopicPartition]) -> dict[Top
             data, _ = zk.get(znodes.topic_path(tp.topic))
             assignments[tp.topic] = znodes.decode_topic_assignment(data)
         replicas = assignments[tp.topic].get(tp.partition, [])
-        try:
-            data, _ = zk.get(znodes.partition_state_path(tp))
-        except NoNodeError:
+        state = read_partition_state(zk, tp)
+        if state is None:
             problems[tp] = "no state"
-            continue
-        state = znodes.decode_partition_state(data)
-        if state.leader < 0:
+        elif state.leader < 0:
             problems[tp] = "no leader"
         elif set(state.isr) != set(replicas):
             problems[tp] = f"ISR {sorted(state.isr)} of {sorted(replicas)}"

@@ -28,12 +28,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kazoo.client import KazooClient
-
 from broker.kafka_server import ZOOKEEPER_SESSION_FILE
 from chaos.backend import BackendUnavailableError, ClusterBackend
 from deploy.ports import free_port_block
 from proto.zk import znodes
+from proto.zk.sync_client import kazoo_client
 
 __all__ = ["DockerBackend"]
 
@@ -278,9 +277,7 @@ class DockerBackend(ClusterBackend):
     def _wait_registered(self, broker_id: int) -> None:
         """Until the broker's registration znode exists (it serves and is a member)."""
         deadline = time.monotonic() + _START_TIMEOUT_S
-        zk = KazooClient(hosts=self.zookeeper_connect(), timeout=10)
-        zk.start(timeout=30)
-        try:
+        with kazoo_client(self.zookeeper_connect(), connect_timeout_s=30) as zk:
             while zk.exists(znodes.broker_path(broker_id)) is None:
                 if time.monotonic() > deadline:
                     raise BackendUnavailableError(f"broker {broker_id} did not register")
@@ -289,9 +286,6 @@ class DockerBackend(ClusterBackend):
                         f"broker {broker_id}'s container exited while starting"
                     )
                 time.sleep(0.2)
-        finally:
-            zk.stop()
-            zk.close()
 
     # -- network ---------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ from controller.leader_election import offline_partition_leader_election
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 from proto.zk import znodes
+from proto.zk.sync_client import read_partition_state
 
 __all__ = [
     "KAFKA_FAILURE_MODES",
@@ -156,7 +157,7 @@ class _Leader(_Kill):
 
     def target(self, ctx: NemesisContext, pick: float) -> int:
         tp = ctx.partitions[min(int(pick * len(ctx.partitions)), len(ctx.partitions) - 1)]
-        state = _state(ctx.zk, tp)
+        state = read_partition_state(ctx.zk, tp)
         if state is None or state.leader < 0 or not ctx.backend.is_running(state.leader):
             return _choose(_running(ctx), pick)  # offline: any broker, as Kafka's test would
         return state.leader
@@ -357,7 +358,7 @@ class _Cascade(Nemesis):
         first = min(int(pick * count), count - 1)
         for i in range(count):
             tp = ctx.partitions[(first + i) % count]
-            state = _state(ctx.zk, tp)
+            state = read_partition_state(ctx.zk, tp)
             assignment = _assignment(ctx.zk, tp)
             if state is None or assignment is None or len(assignment) < 3:
                 continue
@@ -427,7 +428,7 @@ def _wait_for_leader(
     """The partition's state once ``leader`` leads it; None if it does not in time."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        state = _state(ctx.zk, tp)
+        state = read_partition_state(ctx.zk, tp)
         if state is not None and state.leader == leader:
             return state
         time.sleep(0.02)
@@ -520,14 +521,6 @@ KAFKA_FAILURE_MODES = tuple(
 )
 """Kafka's replication test matrix as nemeses: (clean|hard)-(shutdown|bounce)-(leader|
 controller)."""
-
-
-def _state(zk: KazooClient, tp: TopicPartition) -> znodes.PartitionState | None:
-    try:
-        data, stat = zk.get(znodes.partition_state_path(tp))
-    except NoNodeError:
-        return None
-    return znodes.PartitionState.from_data(znodes.decode_partition_state(data), stat.version)
 
 
 NEMESES: dict[str, Nemesis] = {

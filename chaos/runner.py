@@ -59,6 +59,7 @@ from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
+from proto.zk.sync_client import start_kazoo_client, stop_kazoo_client
 
 __all__ = ["Interrupted", "RunSettings", "no_fault_fits", "run_chaos", "run_verdict"]
 
@@ -372,8 +373,7 @@ class _Run:
                     f"{why}. This run will test nothing (exit status {EXIT_NOTHING_TESTED} "
                     "if the audit finds nothing)"
                 )
-            self.zk = KazooClient(hosts=self.backend.zookeeper_connect(), timeout=10)
-            self.zk.start(timeout=20)
+            self.zk = start_kazoo_client(self.backend.zookeeper_connect(), connect_timeout_s=20)
             tps = self._topics()
             self.workload = self._workload(tps)
             self.workload.start()
@@ -402,8 +402,7 @@ class _Run:
         logging every refused connection, through the whole audit."""
         if self.zk is not None:
             with contextlib.suppress(Exception):
-                self.zk.stop()
-                self.zk.close()
+                stop_kazoo_client(self.zk)
             self.zk = None
 
     def _backend(self) -> ClusterBackend:

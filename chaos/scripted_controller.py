@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import grpc
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError
+from kazoo.exceptions import BadVersionError, NoNodeError
 
 from deploy.broker_process import BrokerProcess
 from deploy.cluster_probe import wait_until
@@ -45,6 +45,7 @@ from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk import znodes
+from proto.zk.sync_client import create_partition_state, read_partition_state, set_partition_state
 
 CONTROLLER_ID = 0
 """Requests from the scripted controller name broker 0 as their controller; no broker has
@@ -154,19 +155,18 @@ class ScriptedController:
             self.assignments[tp] = list(replicas)
             isr = tuple(r for r in replicas if r in live)
             state = znodes.PartitionStateData(isr[0], 0, isr, self.controller_epoch)
-            self.zk.create(
-                znodes.partition_state_path(tp),
-                znodes.encode_partition_state(state),
-                makepath=True,
-            )
+            create_partition_state(self.zk, tp, state)
             tps.append(tp)
         self.push(tps)
         return {tp: self.state(tp) for tp in tps}
 
     def state(self, tp: TopicPartition) -> znodes.PartitionState:
-        """The partition's state znode as it is now (the leaders rewrite it on ISR changes)."""
-        data, stat = self.zk.get(znodes.partition_state_path(tp))
-        return znodes.PartitionState.from_data(znodes.decode_partition_state(data), stat.version)
+        """The partition's state znode as it is now (the leaders rewrite it on ISR changes);
+        kazoo's NoNodeError if it has none."""
+        state = read_partition_state(self.zk, tp)
+        if state is None:
+            raise NoNodeError(f"{tp} has no state znode")
+        return state
 
     def elect(
         self, tp: TopicPartition, leader: int, isr: Iterable[int] | None = None
@@ -182,11 +182,7 @@ class ScriptedController:
                 self.controller_epoch,
             )
             try:
-                self.zk.set(
-                    znodes.partition_state_path(tp),
-                    znodes.encode_partition_state(data),
-                    version=current.zk_version,
-                )
+                set_partition_state(self.zk, tp, data, current.zk_version)
                 break
             except BadVersionError:
                 continue  # the leader changed the ISR meanwhile: decide again, as Kafka's does

@@ -14,6 +14,8 @@ import time
 
 from kazoo.client import KazooClient
 
+from proto.zk.sync_client import kazoo_client
+
 __all__ = ["close_session", "expire_session"]
 
 
@@ -33,9 +35,7 @@ def expire_session(
     """Close the session until the ephemeral ``owner_path`` it held is gone or owned by
     another session. Raises TimeoutError if that does not happen within ``timeout``."""
     deadline = time.monotonic() + timeout
-    observer = KazooClient(hosts=hosts, timeout=10.0)
-    observer.start(timeout=10.0)
-    try:
+    with kazoo_client(hosts) as observer:
         while True:
             stat = observer.exists(owner_path)
             if stat is None or int(stat.ephemeralOwner) != session_id:
@@ -47,6 +47,3 @@ def expire_session(
             with contextlib.suppress(Exception):
                 close_session(hosts, session_id, password)
             time.sleep(0.2)
-    finally:
-        observer.stop()
-        observer.close()

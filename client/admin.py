@@ -46,7 +46,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
@@ -74,6 +74,7 @@ from proto.wire.minibroker_pb2 import ErrorCode
 from proto.zk import znodes
 from proto.zk.credentials import ZkCredentials
 from proto.zk.session import ZkConnectionError, ZkError, ZkNoChrootError, ZooKeeperClient
+from proto.zk.znode_reads import ReadBatch, broker_ids
 
 __all__ = [
     "EARLIEST",
@@ -86,6 +87,8 @@ __all__ = [
     "GroupMember",
     "ListOffsetsResult",
 ]
+
+T = TypeVar("T")
 
 EARLIEST = -2
 """ListOffsets' timestamp for the log start offset."""
@@ -644,6 +647,22 @@ class AdminClient(AsyncClosing):
         """Set ``path`` to ``data``, creating it (and its parents) if needed."""
         await self._create_or_set(path, data)
 
+    async def read_consumer_offsets(self, group: str) -> ReadBatch[TopicPartition, int]:
+        """Every committed offset of ``group``
+        (:meth:`~proto.zk.session.ZooKeeperClient.read_consumer_offsets`)."""
+        return await self._guarded(
+            f"read the offsets of {group}", lambda zk: zk.read_consumer_offsets(group)
+        )
+
+    async def commit_consumer_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int]
+    ) -> None:
+        """Write ``offsets`` as ``group``'s committed offsets
+        (:meth:`~proto.zk.session.ZooKeeperClient.commit_consumer_offsets`)."""
+        await self._guarded(
+            f"commit the offsets of {group}", lambda zk: zk.commit_consumer_offsets(group, offsets)
+        )
+
     async def list_topics(self) -> list[str]:
         """Every topic the brokers know, sorted."""
         cluster = await self._metadata.refresh(None)
@@ -729,7 +748,7 @@ class AdminClient(AsyncClosing):
             await asyncio.sleep(_POLL_S)
 
     async def _live_brokers(self) -> list[int]:
-        return sorted(int(c) for c in await self._children(znodes.BROKER_IDS_PATH) if c.isdigit())
+        return broker_ids(await self._children(znodes.BROKER_IDS_PATH))[0]
 
     async def _children(self, path: str) -> list[str]:
         try:
@@ -748,20 +767,25 @@ class AdminClient(AsyncClosing):
             await self._call("set", path, data)
 
     async def _call(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        """kazoo's ``<method>_async(path, ...)`` through the session (resent after a
-        connection loss), bounded by the ZooKeeper timeout. ZooKeeper's answers that the
-        callers handle (NoNode, NodeExists, BadVersion) pass through; anything else becomes
-        a ClientError naming ZooKeeper."""
+        """kazoo's ``<method>_async(path, ...)`` through the session (see :meth:`_guarded`)."""
+        return await self._guarded(
+            f"{method} {path}", lambda zk: zk.request(method, path, *args, **kwargs)
+        )
+
+    async def _guarded(self, what: str, operation: Callable[[ZooKeeperClient], Awaitable[T]]) -> T:
+        """``operation`` on the session (its requests resent after a connection loss),
+        bounded by the ZooKeeper timeout. ZooKeeper's answers that the callers handle
+        (NoNode, NodeExists, BadVersion) pass through; anything else becomes a ClientError
+        naming ZooKeeper and ``what`` was done."""
         zk = await self._client()
         try:
             async with asyncio.timeout(self.zookeeper_timeout_ms / 1000):
-                return await zk.request(method, path, *args, **kwargs)
+                return await operation(zk)
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
         except (KazooException, ZkError, TimeoutError) as e:
             raise ClientError(
-                f"ZooKeeper at {self.zookeeper_connect} failed: {type(e).__name__} "
-                f"({method} {path})"
+                f"ZooKeeper at {self.zookeeper_connect} failed: {type(e).__name__} ({what})"
             ) from None
 
     async def _client(self) -> ZooKeeperClient:

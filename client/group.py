@@ -55,12 +55,9 @@ from proto.zk.session import (
 from proto.zk.znodes import (
     ZkDataError,
     consumer_ids_path,
-    consumer_offset_path,
     consumer_owner_path,
-    decode_consumer_offset,
     decode_consumer_subscription,
     decode_topic_assignment,
-    encode_consumer_offset,
     encode_consumer_subscription,
     topic_path,
 )
@@ -386,16 +383,7 @@ class GroupMember(ZooKeeperClient):
         it may leave some offsets written and others not.
         """
         async with self._commit_lock:
-            for tp, offset in sorted(offsets.items()):
-                path = consumer_offset_path(self.group_id, tp)
-                data = encode_consumer_offset(offset)
-                try:
-                    await self.request("set", path, data)
-                except NoNodeError:
-                    try:
-                        await self.request("create", path, data, makepath=True)
-                    except NodeExistsError:
-                        await self.request("set", path, data)
+            await self.commit_consumer_offsets(self.group_id, offsets)
             if offsets:
                 self._log(
                     logging.DEBUG,
@@ -404,16 +392,10 @@ class GroupMember(ZooKeeperClient):
                 )
 
     async def committed(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """The group's committed offsets of ``tps`` (those without one are left out)."""
-        out: dict[TopicPartition, int] = {}
-        for tp in tps:
-            path = consumer_offset_path(self.group_id, tp)
-            try:
-                data = await self._get(path)
-            except NoNodeError:
-                continue
-            out[tp] = self._decode(path, decode_consumer_offset, data)
-        return out
+        """The group's committed offsets of ``tps`` (those without one are left out).
+        ZkDataError naming the znode for a malformed one: never read as "no offset"
+        (docs/zookeeper.md)."""
+        return (await self.read_consumer_offsets(self.group_id, tps)).require()
 
     # -- ZooKeeper plumbing ----------------------------------------------------------------
 

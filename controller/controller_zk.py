@@ -94,6 +94,7 @@ from proto.zk.session import (
     ZkWatch,
     ZooKeeperClient,
 )
+from proto.zk.znode_reads import RegisteredBroker
 from proto.zk.znodes import (
     ADMIN_DELETE_TOPICS_PATH,
     BROKER_IDS_PATH,
@@ -104,18 +105,15 @@ from proto.zk.znodes import (
     LOG_DIR_EVENT_NOTIFICATION_PATH,
     PREFERRED_REPLICA_ELECTION_PATH,
     REASSIGN_PARTITIONS_PATH,
-    BrokerRegistration,
     PartitionState,
     PartitionStateData,
     ZkDataError,
     broker_path,
     check_admin_path,
-    decode_broker_registration,
     decode_controller,
     decode_controller_epoch,
     decode_isr_change_notification,
     decode_log_dir_event_notification,
-    decode_partition_state,
     decode_preferred_replica_election,
     decode_reassign_partitions,
     decode_topic_assignment,
@@ -171,27 +169,9 @@ class ControllerMovedError(ZkError):
     """
 
 
-@dataclass(frozen=True, slots=True)
-class LiveBroker:
-    """A registered broker as the controller sees it (Kafka's ``Broker`` + its epoch)."""
-
-    registration: BrokerRegistration
-    """The content of ``/brokers/ids/<id>``."""
-    broker_epoch: int
-    """The registration znode's czxid (KIP-380): it grows when the broker registers again,
-    so the controller can tell a bounced broker from one that stayed."""
-
-    @property
-    def host(self) -> str:
-        return self.registration.host
-
-    @property
-    def port(self) -> int:
-        return self.registration.port
-
-    @property
-    def kafka_endpoint(self) -> tuple[str, int] | None:
-        return self.registration.kafka_endpoint
+LiveBroker = RegisteredBroker
+"""A registered broker as the controller sees it (Kafka's ``Broker`` + its epoch): the
+shared :class:`proto.zk.znode_reads.RegisteredBroker`."""
 
 
 # -- pure helpers ------------------------------------------------------------------------------
@@ -579,23 +559,11 @@ class ControllerZkClient(ZooKeeperClient):
         A broker that deregisters while being read is left out; so is a malformed
         registration (logged), rather than failing the whole listing.
         """
-        children = await self._children_or_empty(BROKER_IDS_PATH)
-        ids = sorted(int(child) for child in children if child.isascii() and child.isdigit())
-        results = await self._pipeline("get", [_get(broker_path(i)) for i in ids])
-        brokers: dict[int, LiveBroker] = {}
-        for broker_id, result in zip(ids, results, strict=True):
-            if isinstance(result, NoNodeError):
-                continue
-            _raise_unexpected(result)
-            data, stat = result
-            try:
-                registration = decode_broker_registration(data)
-            except ZkDataError as e:
-                path = broker_path(broker_id)
-                self._log(logging.WARNING, "bad_broker_registration", path=path, error=str(e))
-                continue
-            brokers[broker_id] = LiveBroker(registration, int(stat.czxid))
-        return brokers
+        batch = await self.read_registered_brokers()
+        for broker_id, error in batch.malformed.items():
+            path = broker_path(broker_id)
+            self._log(logging.WARNING, "bad_broker_registration", path=path, error=str(error))
+        return batch.found
 
     async def topics(self) -> set[str]:
         """Names of the topics under ``/brokers/topics`` (illegal names logged and left out:
@@ -631,15 +599,10 @@ class ControllerZkClient(ZooKeeperClient):
     ) -> dict[TopicPartition, PartitionState]:
         """The state znodes of ``tps`` with their zkVersions, pipelined. Partitions without
         one are left out; so are malformed ones (logged)."""
-        return await self._get_many(
-            sorted(set(tps)),
-            partition_state_path,
-            lambda data, stat: PartitionState.from_data(
-                decode_partition_state(data), int(stat.version)
-            ),
-            logging.ERROR,
-            "bad_partition_state",
-        )
+        batch = await self.read_partition_states(tps)
+        for tp, error in batch.malformed.items():
+            self._log(logging.ERROR, "bad_partition_state", partition=tp, error=error)
+        return batch.found
 
     async def _get_many(
         self,

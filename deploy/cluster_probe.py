@@ -1,7 +1,8 @@
 """Probes of a running cluster through ZooKeeper, the brokers and their data dirs, shared by
-the tests, the benchmarks and chaos (the harness, docs/design.md): create a topic as an admin
-client does, read a partition's state znode, tell whether the leader it names has taken
-over, read what a replica holds on disk, and poll for a condition with a deadline.
+the tests, the benchmarks and chaos (the harness, docs/design.md): create a topic as an
+admin client does, tell whether the leader a partition's state znode names has taken over,
+read what a replica holds on disk, and poll for a condition with a deadline. A partition's
+state itself is read with :func:`proto.zk.sync_client.read_partition_state`.
 
 Example usage::
 
@@ -19,7 +20,6 @@ from typing import TypeVar
 
 import grpc
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from broker.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from proto.records.record_batch import decode_batch, scan_batches
@@ -28,12 +28,12 @@ from proto.transport.tls import TlsConfig, sync_channel
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk import znodes
+from proto.zk.sync_client import read_partition_state
 
 __all__ = [
     "checkpointed_high_watermark",
     "create_topic",
     "leader_serving",
-    "partition_state",
     "replica_records",
     "wait_until",
 ]
@@ -58,15 +58,6 @@ def create_topic(
     zk.create(znodes.topic_path(topic), znodes.encode_topic_assignment(assignment), makepath=True)
 
 
-def partition_state(zk: KazooClient, tp: TopicPartition) -> znodes.PartitionState | None:
-    """The partition's state znode now, or None while it has none."""
-    try:
-        data, stat = zk.get(znodes.partition_state_path(tp))
-    except NoNodeError:
-        return None
-    return znodes.PartitionState.from_data(znodes.decode_partition_state(data), stat.version)
-
-
 def leader_serving(
     zk: KazooClient,
     tp: TopicPartition,
@@ -77,7 +68,7 @@ def leader_serving(
     ``host:port`` of the brokers to ask) and its Metadata shows itself leading at the
     state's leader epoch (it applies LeaderAndIsr before UpdateMetadata, so it has become
     the leader); else None."""
-    state = partition_state(zk, tp)
+    state = read_partition_state(zk, tp)
     if state is None or state.leader == znodes.LEADER_NONE or state.leader not in addresses:
         return None
     try:

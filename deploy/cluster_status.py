@@ -36,6 +36,13 @@ from deploy.zookeeper import is_serving_mode, quorum_size, server_mode
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.zk import znodes
+from proto.zk.session import ZkConnectionError
+from proto.zk.sync_client import (
+    read_partition_state,
+    read_registered_brokers,
+    start_kazoo_client,
+    stop_kazoo_client,
+)
 
 __all__ = [
     "BrokerStatus",
@@ -170,18 +177,14 @@ class ZooKeeperView:
 @contextlib.contextmanager
 def kazoo_session(connect: str, timeout: float = 10.0) -> Iterator[KazooClient]:
     """A started kazoo client, closed at the end; ClusterStatusError if unreachable."""
-    client = KazooClient(hosts=connect, timeout=timeout)
     try:
-        client.start(timeout=timeout)
-    except Exception as e:
-        with contextlib.suppress(Exception):
-            client.close()
-        raise ClusterStatusError(f"cannot reach ZooKeeper at {connect}: {e}") from None
+        client = start_kazoo_client(connect, timeout_s=timeout)
+    except ZkConnectionError as e:
+        raise ClusterStatusError(str(e)) from None
     try:
         yield client
     finally:
-        client.stop()
-        client.close()
+        stop_kazoo_client(client)
 
 
 def read_zookeeper(zk: KazooClient) -> ZooKeeperView:
@@ -201,17 +204,14 @@ def read_zookeeper(zk: KazooClient) -> ZooKeeperView:
             warnings.append(f"ignoring znode {path}: {e}")
             return None
 
-    registered: dict[int, tuple[str, int] | None] = {}
-    for child in sorted(_children(zk, znodes.BROKER_IDS_PATH)):
-        if not (child.isascii() and child.isdigit()):
-            warnings.append(f"ignoring broker znode {znodes.BROKER_IDS_PATH}/{child!r}: not an id")
-            continue
-        path = znodes.broker_path(int(child))
-        registration = read(path, znodes.decode_broker_registration)
-        if registration is not None:
-            registered[int(child)] = (registration.host, registration.port)
-        elif zk.exists(path) is not None:
-            registered[int(child)] = None
+    brokers = read_registered_brokers(zk)
+    warnings += brokers.ignored
+    warnings += [f"ignoring {error}" for error in brokers.malformed.values()]
+    registered: dict[int, tuple[str, int] | None] = {
+        **{broker_id: (b.host, b.port) for broker_id, b in brokers.found.items()},
+        **dict.fromkeys(brokers.malformed),
+    }
+    registered = dict(sorted(registered.items()))
     controller = read(znodes.CONTROLLER_PATH, znodes.decode_controller)
     epoch = read(znodes.CONTROLLER_EPOCH_PATH, znodes.decode_controller_epoch)
     topics = partitions = 0
@@ -232,7 +232,11 @@ def read_zookeeper(zk: KazooClient) -> ZooKeeperView:
         for partition, replicas in sorted(assignment.items()):
             partitions += 1
             tp = TopicPartition(topic, partition)
-            state = read(znodes.partition_state_path(tp), znodes.decode_partition_state)
+            try:
+                state = read_partition_state(zk, tp)
+            except znodes.ZkDataError as e:
+                warnings.append(f"ignoring {e}")
+                state = None
             if state is None or state.leader not in registered:
                 offline.append(tp)
             if state is None or len(state.isr) < len(replicas):

@@ -72,6 +72,8 @@ from deploy.zookeeper import (
 from proto.errors import MinibrokerError
 from proto.zk import znodes
 from proto.zk.credentials import SECURE_ACL, read_digest_file
+from proto.zk.session import ZkConnectionError
+from proto.zk.sync_client import kazoo_client, start_kazoo_client, stop_kazoo_client
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -696,13 +698,8 @@ class LocalCluster:
             self.tls_dir / ADMIN_PROPERTIES, "".join(f"{k}={v}\n" for k, v in admin.items())
         )
         credentials = read_digest_file(digest, set_acl=True)
-        client = KazooClient(hosts=state.zookeeper_connect, auth_data=credentials.auth_data)
-        client.start(timeout=10)
-        try:
+        with kazoo_client(state.zookeeper_connect, credentials=credentials) as client:
             client.ensure_path(TLS_CHROOT, acl=SECURE_ACL)
-        finally:
-            client.stop()
-            client.close()
 
     def _broker_process(
         self, broker_id: int, state: _State, port: int, kafka_port: int | None
@@ -933,16 +930,14 @@ def _signal(pid: int, signum: signal.Signals, *, group: bool = False) -> None:
 
 @contextlib.contextmanager
 def _kazoo(connect: str) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=connect, timeout=10.0)
     try:
-        client.start(timeout=10)
-    except Exception as e:
-        raise LocalClusterError(f"cannot reach ZooKeeper at {connect}: {e}") from None
+        client = start_kazoo_client(connect)
+    except ZkConnectionError as e:
+        raise LocalClusterError(str(e)) from None
     try:
         yield client
     finally:
-        client.stop()
-        client.close()
+        stop_kazoo_client(client)
 
 
 def _wait_for_controller(zk: KazooClient, timeout: float) -> None:

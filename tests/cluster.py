@@ -25,7 +25,6 @@ from deploy.cluster_probe import (
     checkpointed_high_watermark,
     create_topic,
     leader_serving,
-    partition_state,
     replica_records,
 )
 from proto.records.record_batch import Record, decode_batch, encode_batch, scan_batches
@@ -34,6 +33,7 @@ from proto.transport.tls import TlsConfig, sync_channel
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk import znodes
+from proto.zk.sync_client import read_partition_state
 from tests.helpers import wait_for
 
 _APPENDED_UNACKNOWLEDGED = frozenset({pb.REQUEST_TIMED_OUT, pb.NOT_ENOUGH_REPLICAS_AFTER_APPEND})
@@ -138,7 +138,7 @@ class Cluster:
 
     def state(self, tp: TopicPartition) -> znodes.PartitionState | None:
         """The partition's state znode now, or None if it has none."""
-        return partition_state(self.zk, tp)
+        return read_partition_state(self.zk, tp)
 
     def leader_serving(self, tp: TopicPartition) -> int | None:
         """The leader named by the state znode if it is running, not paused, and its

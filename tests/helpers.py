@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 
 from deploy.ports import free_port_block
 from deploy.zookeeper import ZooKeeperServer
+from proto.zk.sync_client import kazoo_client
 
 T = TypeVar("T")
 
@@ -56,21 +57,13 @@ def chrooted_client(zookeeper: ZooKeeperServer) -> Iterator[KazooClient]:
     """A connected kazoo client chrooted to a fresh ``/t-<uuid>``, so tests sharing the
     session's ZooKeeper cannot see each other's znodes. The chroot is removed after."""
     chroot = f"/t-{uuid.uuid4().hex}"
-    root = KazooClient(hosts=zookeeper.connect_string)
-    root.start(timeout=10)
-    client = KazooClient(hosts=zookeeper.connect_string + chroot)
-    try:
+    with kazoo_client(zookeeper.connect_string) as root:
         root.ensure_path(chroot)
-        client.start(timeout=10)
-        yield client
-    finally:
-        client.stop()
-        client.close()
         try:
-            root.delete(chroot, recursive=True)
+            with kazoo_client(zookeeper.connect_string + chroot) as client:
+                yield client
         finally:
-            root.stop()
-            root.close()
+            root.delete(chroot, recursive=True)
 
 
 def close_session_from_another_client(hosts: str, client_id: tuple[int, bytes]) -> None:

@@ -232,10 +232,20 @@ class GroupApis:
                 if partition_problem(TopicPartition(t.name, p)) is None
             ]
         try:
-            committed = await self.zk.get_consumer_offsets(body.group_id, asked)
+            batch = await self.zk.read_consumer_offsets(body.group_id, asked)
         except ZkError:
             return {"error_code": COORDINATOR_NOT_AVAILABLE, "topics": []}
-        wanted = asked if asked is not None else sorted(committed)
+        committed = batch.found
+        for error in batch.malformed.values():
+            # docs/zookeeper.md: an error for that partition, never "no offset" (which
+            # would make the client apply auto.offset.reset).
+            logger.warning(
+                "event=unreadable_offset broker=%d group=%s error=%r",
+                self.broker_id,
+                body.group_id,
+                str(error),
+            )
+        wanted = asked if asked is not None else sorted({*committed, *batch.malformed})
         answers = [
             (
                 tp,
@@ -244,7 +254,7 @@ class GroupApis:
                     "committed_offset": committed.get(tp, -1),
                     "committed_leader_epoch": -1,
                     "metadata": "",
-                    "error_code": pb.NONE,
+                    "error_code": pb.UNKNOWN_SERVER_ERROR if tp in batch.malformed else pb.NONE,
                 },
             )
             for tp in wanted

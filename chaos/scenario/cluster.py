@@ -30,7 +30,6 @@ from deploy.broker_process import BrokerProcess, BrokerSpec
 from deploy.cluster_probe import (
     checkpointed_high_watermark,
     leader_serving,
-    partition_state,
     replica_records,
     wait_until,
 )
@@ -40,6 +39,7 @@ from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk.sync_client import read_partition_state, start_kazoo_client, stop_kazoo_client
 
 __all__ = ["BROKER_PROPERTIES", "A", "B", "ScenarioCluster", "ScenarioError"]
 
@@ -98,8 +98,7 @@ class ScenarioCluster:
         (self.root / "zookeeper").mkdir(parents=True, exist_ok=True)
         self.zookeeper.start(timeout=_ZOOKEEPER_TIMEOUT_S)
         connect = self.zookeeper.connect_string
-        self._zk = KazooClient(hosts=connect, timeout=10.0)
-        self._zk.start(timeout=_ZOOKEEPER_TIMEOUT_S)
+        self._zk = start_kazoo_client(connect, connect_timeout_s=_ZOOKEEPER_TIMEOUT_S)
         for broker_id in (A, B):
             overrides = {**self.properties, **self.broker_properties.get(broker_id, {})}
             spec = BrokerSpec(
@@ -127,8 +126,7 @@ class ScenarioCluster:
         for broker in self.brokers.values():
             broker.kill()
         if self._zk is not None:
-            self._zk.stop()
-            self._zk.close()
+            stop_kazoo_client(self._zk)
             self._zk = None
         self.zookeeper.stop()
 
@@ -180,11 +178,11 @@ class ScenarioCluster:
         return None if state is None else state.leader
 
     def leader_epoch(self, tp: TopicPartition) -> int | None:
-        state = partition_state(self.zk, tp)
+        state = read_partition_state(self.zk, tp)
         return None if state is None else state.leader_epoch
 
     def isr(self, tp: TopicPartition) -> set[int]:
-        state = partition_state(self.zk, tp)
+        state = read_partition_state(self.zk, tp)
         return set() if state is None else set(state.isr)
 
     # -- waiting -----------------------------------------------------------------------------

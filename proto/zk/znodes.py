@@ -810,12 +810,21 @@ def decode_consumer_subscription(data: bytes) -> dict[str, int]:
 
 
 def encode_consumer_offset(offset: int) -> bytes:
-    """The committed offset as decimal text, e.g. ``42``."""
+    """The committed offset as decimal text, e.g. ``42``; ValueError for a negative one
+    (an offset is a position in a log; Kafka's OffsetFetch uses -1 for "none")."""
+    if offset < 0:
+        raise ValueError(f"a committed offset is >= 0, got {offset}")
     return str(offset).encode("ascii")
 
 
 def decode_consumer_offset(data: bytes) -> int:
-    return _decode_text_int(data, "offset")
+    """The committed offset in decimal text (surrounding whitespace ignored); ZkDataError
+    for anything else, a negative number included (see
+    :func:`proto.zk.znode_reads.consumer_offset_read` for what a reader does then)."""
+    offset = _decode_text_int(data, "offset")
+    if offset < 0:
+        raise ZkDataError(f"offset must be >= 0, got {offset}")
+    return offset
 
 
 def isr_change_notification_path(name: str) -> str:

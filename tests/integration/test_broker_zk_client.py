@@ -204,10 +204,10 @@ def test_conditional_partition_state_update(connect: str, zk_client: KazooClient
 
     async def scenario() -> None:
         async with client(connect) as zk:
-            assert await zk.get_partition_state(TP) is None
+            assert await zk.read_partition_state(TP) is None
             assert await zk.create_partition_state(TP, initial) == 0
             assert await zk.create_partition_state(TP, rival) is None  # exists: untouched
-            assert await zk.get_partition_state(TP) == PartitionState.from_data(initial, 0)
+            assert await zk.read_partition_state(TP) == PartitionState.from_data(initial, 0)
 
             # The right version: written, version bumped, Kafka's exact JSON.
             assert await zk.update_partition_state_conditionally(TP, shrunk, 0) == 1
@@ -219,7 +219,7 @@ def test_conditional_partition_state_update(connect: str, zk_client: KazooClient
 
             # A stale version: refused, nothing overwritten.
             assert await zk.update_partition_state_conditionally(TP, rival, 0) is None
-            assert await zk.get_partition_state(TP) == PartitionState.from_data(shrunk, 1)
+            assert await zk.read_partition_state(TP) == PartitionState.from_data(shrunk, 1)
 
             # The same content at a stale version is our own earlier write (lost reply).
             assert await zk.update_partition_state_conditionally(TP, shrunk, 0) == 1
@@ -231,7 +231,7 @@ def test_conditional_partition_state_update(connect: str, zk_client: KazooClient
             assert await zk.update_partition_state_conditionally(missing, shrunk, 0) is None
             offline = PartitionStateData(LEADER_NONE, 4, (2,), 3)
             assert await zk.create_partition_state(missing, offline) == 0
-            state = await zk.get_partition_state(missing)
+            state = await zk.read_partition_state(missing)
             assert state is not None
             assert state.leader == LEADER_NONE
 

@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 import pytest
 import uvloop
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from controller.channel_manager import (
     DEFAULT_REQUEST_TIMEOUT_S,
@@ -48,18 +47,18 @@ from controller.request_batch import (
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk.sync_client import (
+    create_partition_state,
+    read_partition_state,
+    read_registered_brokers,
+    set_partition_state,
+)
 from proto.zk.znodes import (
-    BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
     CONTROLLER_EPOCH_PATH,
     PartitionState,
     PartitionStateData,
-    broker_path,
-    decode_broker_registration,
-    decode_partition_state,
-    encode_partition_state,
     encode_topic_assignment,
-    partition_state_path,
     topic_path,
 )
 from tests.cluster import Cluster, running_cluster
@@ -78,17 +77,10 @@ LOGGER = "controller.channel_manager"
 
 def live_brokers(zk: KazooClient) -> dict[int, LiveBroker]:
     """Registered brokers with their epoch (registration czxid), read as the controller does."""
-    brokers = {}
-    for child in zk.get_children(BROKER_IDS_PATH):
-        try:
-            data, stat = zk.get(broker_path(int(child)))
-        except NoNodeError:
-            continue  # an ephemeral registration that ended since the listing
-        registration = decode_broker_registration(data)
-        brokers[int(child)] = LiveBroker(
-            int(child), registration.host, registration.port, epoch=stat.czxid
-        )
-    return brokers
+    return {
+        broker_id: LiveBroker(broker_id, broker.host, broker.port, epoch=broker.broker_epoch)
+        for broker_id, broker in read_registered_brokers(zk).require().items()
+    }
 
 
 def create_topic(
@@ -102,7 +94,7 @@ def create_topic(
     for partition, replicas in assignment.items():
         tp = TopicPartition(topic, partition)
         data = PartitionStateData(replicas[0], 0, tuple(replicas), CONTROLLER_EPOCH)
-        zk.create(partition_state_path(tp), encode_partition_state(data), makepath=True)
+        create_partition_state(zk, tp, data)
         out[tp] = PartitionLeadership(read_state(zk, tp), replicas)
     return out
 
@@ -114,8 +106,9 @@ def elected_at(zk: KazooClient, epoch: int) -> None:
 
 
 def read_state(zk: KazooClient, tp: TopicPartition) -> PartitionState:
-    data, stat = zk.get(partition_state_path(tp))
-    return PartitionState.from_data(decode_partition_state(data), stat.version)
+    state = read_partition_state(zk, tp)
+    assert state is not None, f"{tp} has no state znode"
+    return state
 
 
 def new_topic_batch(
@@ -320,7 +313,7 @@ def test_requests_to_one_broker_are_applied_in_order(
         # The controller writes each epoch to the state znode before it sends it; here the
         # znode jumps to the last one at once (brokers never believe an epoch beyond it).
         last = PartitionStateData(1, 29, (1,), CONTROLLER_EPOCH)
-        zk_client.set(partition_state_path(tp), encode_partition_state(last))
+        set_partition_state(zk_client, tp, last, expected_version=-1)
         # 30 leader epochs, each its own LeaderAndIsr + UpdateMetadata, all queued at once.
         requests: list[BrokerRequest] = []
         for epoch in range(30):

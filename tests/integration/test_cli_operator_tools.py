@@ -25,6 +25,12 @@ from kazoo.client import KazooClient
 
 from proto.topic_partition import TopicPartition
 from proto.zk import znodes
+from proto.zk.sync_client import (
+    kazoo_client,
+    read_consumer_offsets,
+    read_partition_state,
+    read_registered_brokers,
+)
 from tests.helpers import free_port_run, minibroker, wait_for
 from tests.kafka_group_member import GroupMember
 
@@ -66,13 +72,8 @@ class CliCluster:
 
     @contextmanager
     def zk(self) -> Iterator[KazooClient]:
-        client = KazooClient(hosts=self.zookeeper)
-        client.start(10)
-        try:
+        with kazoo_client(self.zookeeper) as client:
             yield client
-        finally:
-            client.stop()
-            client.close()
 
     def partitions(self, topic: str) -> dict[int, dict[str, str]]:
         """``topics describe``'s partition lines: partition -> Leader, Replicas, Isr."""
@@ -106,22 +107,18 @@ class CliCluster:
         """Every broker's Kafka listener, as its registration advertises it."""
         addresses = []
         with self.zk() as zk:
-            for broker in sorted(zk.get_children(znodes.BROKER_IDS_PATH)):
-                data, _ = zk.get(f"{znodes.BROKER_IDS_PATH}/{broker}")
-                endpoint = znodes.decode_broker_registration(data).kafka_endpoint
+            for broker, registered in read_registered_brokers(zk).require().items():
+                endpoint = registered.kafka_endpoint
                 assert endpoint is not None, f"broker {broker} has no Kafka listener"
                 addresses.append(f"{endpoint[0]}:{endpoint[1]}")
         return ",".join(addresses)
 
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]:
         """The group's committed offsets in ZooKeeper (None: nothing committed)."""
-        found: dict[int, int | None] = {}
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         with self.zk() as zk:
-            for p in range(partitions):
-                path = znodes.consumer_offset_path(group, TopicPartition(topic, p))
-                data = zk.get(path)[0] if zk.exists(path) else None
-                found[p] = None if data is None else znodes.decode_consumer_offset(data)
-        return found
+            offsets = read_consumer_offsets(zk, group, tps).require()
+        return {tp.partition: offsets.get(tp) for tp in tps}
 
     def registered(self) -> set[int]:
         with self.zk() as zk:
@@ -452,7 +449,7 @@ def test_a_topic_being_deleted_cannot_grow_and_the_controller_takes_added_partit
                 return sorted(znodes.decode_topic_assignment(zk.get(path)[0])) == [0, 1]
 
             wait_for(restored, 30, interval=0.2, message="the assignment restored to 2")
-            assert zk.exists(znodes.partition_state_path(TopicPartition(topic, 2))) is None
+            assert read_partition_state(zk, TopicPartition(topic, 2)) is None
     finally:
         cluster.start(3)
     with cluster.zk() as zk:

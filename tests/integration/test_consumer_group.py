@@ -18,6 +18,7 @@ from client.consumer import Consumer, ConsumerConfig, ConsumerRecord
 from client.group import GroupMember, RebalanceFailedError
 from proto.topic_partition import TopicPartition
 from proto.zk import znodes
+from proto.zk.sync_client import read_consumer_offset, read_consumer_offsets
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import close_session_from_another_client
 from tests.integration.test_client_consumer import (
@@ -160,9 +161,9 @@ def test_three_members_split_six_partitions_rebalance_when_one_leaves_and_read_e
                 offsets = Counter((r.partition, r.offset) for rd in readers for r in rd.records)
                 assert set(offsets) == {(p, o) for p in range(6) for o in range(20)}
                 # Every member committed on leaving: the group is at the end of each partition.
-                for tp in TPS:
-                    data, _ = zk_client.get(znodes.consumer_offset_path("g1", tp))
-                    assert znodes.decode_consumer_offset(data) == 20
+                assert read_consumer_offsets(zk_client, "g1", TPS).require() == dict.fromkeys(
+                    TPS, 20
+                )
                 assert zk_client.get_children(znodes.consumer_ids_path("g1")) == []
 
         run(main())
@@ -229,9 +230,8 @@ def test_committed_offsets_survive_a_consumer_restart(
         run(main())
 
 
-def committed(zk_client: KazooClient, group: str, tp: TopicPartition) -> int:
-    data, _ = zk_client.get(znodes.consumer_offset_path(group, tp))
-    return znodes.decode_consumer_offset(data)
+def committed(zk_client: KazooClient, group: str, tp: TopicPartition) -> int | None:
+    return read_consumer_offset(zk_client, group, tp)
 
 
 def test_a_member_picks_up_a_topic_created_after_it_subscribed(

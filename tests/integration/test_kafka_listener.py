@@ -27,6 +27,7 @@ from client.metadata import BrokerConnections
 from client.producer import Producer, ProducerConfig
 from proto.topic_partition import TopicPartition
 from proto.zk import znodes
+from proto.zk.sync_client import read_consumer_offsets, read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import (
     assert_keyed_lines_read_in_order,
@@ -46,8 +47,8 @@ def kafka_bootstrap(cluster: Cluster) -> str:
     """Every live broker's Kafka listener, as its registration advertises it."""
     addresses = []
     for broker_id in cluster.live():
-        data, _ = cluster.zk.get(f"{znodes.BROKER_IDS_PATH}/{broker_id}")
-        endpoint = znodes.decode_broker_registration(data).kafka_endpoint
+        registered = read_registered_broker(cluster.zk, broker_id)
+        endpoint = None if registered is None else registered.kafka_endpoint
         assert endpoint is not None, f"broker {broker_id} registered no Kafka listener"
         addresses.append(f"{endpoint[0]}:{endpoint[1]}")
     return ",".join(addresses)
@@ -376,12 +377,9 @@ def test_confluent_kafka_group_splits_rebalances_on_a_crash_and_resumes_from_com
 
 async def committed_offsets(cluster: Cluster, group: str, topic: str) -> dict[int, int]:
     """The group's committed offsets in ZooKeeper, where the Kafka listener writes them."""
-    out = {}
-    for partition in range(6):
-        path = znodes.consumer_offset_path(group, TopicPartition(topic, partition))
-        data, _ = await asyncio.to_thread(cluster.zk.get, path)
-        out[partition] = znodes.decode_consumer_offset(data)
-    return out
+    tps = [TopicPartition(topic, partition) for partition in range(6)]
+    batch = await asyncio.to_thread(read_consumer_offsets, cluster.zk, group, tps)
+    return {tp.partition: offset for tp, offset in batch.require().items()}
 
 
 def test_admin_client_creates_describes_and_deletes_topics_through_zookeeper(
@@ -492,8 +490,8 @@ def test_fetch_names_the_diverging_epoch_when_the_leaders_log_ends_before_the_fe
         cluster.create_topic(tp.topic, {0: [1, 2, 3]})
         cluster.produce_until_acked(tp, [b"r%d" % i for i in range(10)])
         leader = cluster.wait_for_leader(tp)
-        data, _ = zk_client.get(f"{znodes.BROKER_IDS_PATH}/{leader}")
-        endpoint = znodes.decode_broker_registration(data).kafka_endpoint
+        registered = read_registered_broker(zk_client, leader)
+        endpoint = None if registered is None else registered.kafka_endpoint
         assert endpoint is not None
         epoch = cluster.state(tp).leader_epoch  # type: ignore[union-attr]
 

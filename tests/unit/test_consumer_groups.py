@@ -10,6 +10,7 @@ import dataclasses
 from typing import cast
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
 from client.admin import (
     AdminClient,
@@ -38,6 +39,15 @@ from client.consumer_groups import (
 )
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition
+from proto.zk.znode_reads import (
+    GetAnswer,
+    ReadBatch,
+    consumer_offset_partitions,
+    consumer_offset_read,
+    consumer_offset_topics,
+    read_batch,
+)
+from proto.zk.znodes import consumer_offset_path, consumer_offsets_path, encode_consumer_offset
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 
@@ -153,8 +163,26 @@ class VanishingZooKeeper:
         wanted = {g: held for g, held in self.kafka.groups.items() if g in group_ids}
         return BrokerGroups(wanted, self.kafka.errors)
 
-    async def zk_write(self, path: str, data: bytes) -> None:
-        self.written[path] = data
+    async def commit_consumer_offsets(self, group: str, offsets: dict[TopicPartition, int]) -> None:
+        for tp, offset in offsets.items():
+            self.written[consumer_offset_path(group, tp)] = encode_consumer_offset(offset)
+
+    async def read_consumer_offsets(self, group: str) -> ReadBatch[TopicPartition, int]:
+        """The shared reading rules (proto.zk.znode_reads) over the dicts."""
+        root = consumer_offsets_path(group)
+        topics, ignored = consumer_offset_topics(group, self.children.get(root, []))
+        tps: list[TopicPartition] = []
+        for topic in topics:
+            listed = self.children.get(f"{root}/{topic}", [])
+            partitions, skipped = consumer_offset_partitions(group, topic, listed)
+            tps += partitions
+            ignored += skipped
+        reads = {tp: consumer_offset_read(group, tp) for tp in tps}
+        answers: list[GetAnswer] = [
+            (self.data[r.path], None) if r.path in self.data else NoNodeError()
+            for r in reads.values()
+        ]
+        return read_batch(reads, answers, ignored)
 
     async def zk_children(self, path: str) -> list[str]:
         return self.children.get(path, [])
@@ -191,6 +219,7 @@ def test_members_and_owners_that_leave_while_being_read_are_skipped() -> None:
     assert description.offsets == {T0: 5}
     assert len(warnings) == 3  # the illegal topic, the non-partition child, the bad offset
     assert "'bad name'" in warnings[0]
+    assert "znode /consumers/g/offsets/t/1: offset must be" in warnings[-1]
 
 
 def kafka_group(

@@ -8,9 +8,11 @@ import asyncio
 import io
 import struct
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
+from kazoo.exceptions import NoNodeError
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsV0
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.fetch.v4.response import FetchResponse as FetchV4
@@ -28,6 +30,7 @@ from broker.kafka_listener.apis import (
     SUPPORTED_VERSIONS,
     api_versions_tree,
 )
+from broker.kafka_listener.group_apis import GroupApis
 from broker.kafka_listener.messages import Tree, build
 from broker.kafka_listener.request_codec import (
     MalformedFrameError,
@@ -38,6 +41,10 @@ from broker.kafka_listener.request_codec import (
 )
 from broker.kafka_listener.server import KafkaListener, api_name
 from broker.kafka_listener.wire_request import Answer, CloseConnection, KafkaRequest
+from broker.zk_client import BrokerZkClient
+from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
+from proto.zk.znode_reads import GetAnswer, ReadBatch, consumer_offset_read, read_batch
 
 Handler = Callable[[KafkaRequest], Awaitable[Answer]]
 
@@ -357,3 +364,48 @@ def test_a_misdirected_client_is_named_in_the_log_line(caplog: pytest.LogCapture
     run({}, scenario)
     assert "a gRPC client, such as minibroker's own CLI, on the Kafka port" in caplog.text
     assert "a TLS handshake: this listener is PLAINTEXT" in caplog.text
+
+
+class _OffsetsInZooKeeper:
+    """The broker's ZooKeeper as OffsetFetch reads it: the shared reading rules
+    (proto.zk.znode_reads) over fixed znode contents."""
+
+    def __init__(self, data: dict[int, bytes]) -> None:
+        self.data = data
+
+    async def read_consumer_offsets(
+        self, group: str, tps: list[TopicPartition] | None
+    ) -> ReadBatch[TopicPartition, int]:
+        wanted = tps if tps is not None else [TopicPartition("t", p) for p in sorted(self.data)]
+        reads = {tp: consumer_offset_read(group, tp) for tp in wanted}
+        answers: list[GetAnswer] = [
+            (self.data[tp.partition], None) if tp.partition in self.data else NoNodeError()
+            for tp in wanted
+        ]
+        return read_batch(reads, answers)
+
+
+@pytest.mark.parametrize("listed", [True, False])
+def test_offset_fetch_answers_a_malformed_offset_with_an_error_never_no_offset(
+    listed: bool,
+) -> None:
+    """docs/zookeeper.md: a malformed committed offset is an error for its partition
+    (UNKNOWN_SERVER_ERROR, as Kafka's KafkaApis answers an offset it cannot parse), not
+    "no offset" (-1 and NONE), which would make the client apply auto.offset.reset."""
+    apis = GroupApis.__new__(GroupApis)
+    apis.zk = cast(BrokerZkClient, _OffsetsInZooKeeper({0: b"7", 1: b"seven"}))
+    apis.broker_id = 1
+    apis._refusal = lambda group_id: None  # type: ignore[method-assign]
+    topics = [SimpleNamespace(name="t", partition_indexes=[0, 1, 2])] if listed else None
+    request = SimpleNamespace(body=SimpleNamespace(group_id="g", topics=topics))
+    tree = asyncio.run(apis._offset_fetch(cast(KafkaRequest, request)))
+    answers = {p["partition_index"]: p for t in tree["topics"] for p in t["partitions"]}
+    assert (answers[0]["committed_offset"], answers[0]["error_code"]) == (7, pb.NONE)
+    assert (answers[1]["committed_offset"], answers[1]["error_code"]) == (
+        -1,
+        pb.UNKNOWN_SERVER_ERROR,
+    )
+    if listed:
+        assert (answers[2]["committed_offset"], answers[2]["error_code"]) == (-1, pb.NONE)
+    else:
+        assert sorted(answers) == [0, 1]
