@@ -48,6 +48,7 @@ from kazoo.exceptions import (
 
 from proto.topic_partition import TopicPartition
 from proto.zk.credentials import ZkCredentials
+from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.session import (
     WatchCallback,
     WatchKind,
@@ -56,7 +57,6 @@ from proto.zk.session import (
     ZkSessionExpiredError,
     ZkState,
     ZkWatch,
-    ZooKeeperClient,
 )
 from proto.zk.znodes import (
     CONFIG_CHANGES_PATH,
@@ -127,7 +127,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class BrokerZkClient(ZooKeeperClient):
+class BrokerZkClient(KafkaZkClient):
     """One broker's ZooKeeper session, used from its asyncio event loop.
 
     Example usage::

@@ -73,7 +73,8 @@ from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.wire.minibroker_pb2 import ErrorCode
 from proto.zk import znodes
 from proto.zk.credentials import ZkCredentials
-from proto.zk.session import ZkConnectionError, ZkError, ZkNoChrootError, ZooKeeperClient
+from proto.zk.kafka_zk_client import KafkaZkClient
+from proto.zk.session import ZkConnectionError, ZkError, ZkNoChrootError
 from proto.zk.znode_reads import ReadBatch, broker_ids
 
 __all__ = [
@@ -211,7 +212,7 @@ class AdminClient(AsyncClosing):
         self.wait_timeout_s = wait_timeout_s
         """How long ``wait=True`` waits for leaders (create) or removal (delete)."""
         self._metadata = MetadataClient(connections)
-        self._zk: ZooKeeperClient | None = None
+        self._zk: KafkaZkClient | None = None
         self._zk_lock: asyncio.Lock | None = None
 
     async def close(self) -> None:
@@ -649,7 +650,7 @@ class AdminClient(AsyncClosing):
 
     async def read_consumer_offsets(self, group: str) -> ReadBatch[TopicPartition, int]:
         """Every committed offset of ``group``
-        (:meth:`~proto.zk.session.ZooKeeperClient.read_consumer_offsets`)."""
+        (:meth:`~proto.zk.kafka_zk_client.KafkaZkClient.read_consumer_offsets`)."""
         return await self._guarded(
             f"read the offsets of {group}", lambda zk: zk.read_consumer_offsets(group)
         )
@@ -658,7 +659,7 @@ class AdminClient(AsyncClosing):
         self, group: str, offsets: Mapping[TopicPartition, int]
     ) -> None:
         """Write ``offsets`` as ``group``'s committed offsets
-        (:meth:`~proto.zk.session.ZooKeeperClient.commit_consumer_offsets`)."""
+        (:meth:`~proto.zk.kafka_zk_client.KafkaZkClient.commit_consumer_offsets`)."""
         await self._guarded(
             f"commit the offsets of {group}", lambda zk: zk.commit_consumer_offsets(group, offsets)
         )
@@ -772,7 +773,7 @@ class AdminClient(AsyncClosing):
             f"{method} {path}", lambda zk: zk.request(method, path, *args, **kwargs)
         )
 
-    async def _guarded(self, what: str, operation: Callable[[ZooKeeperClient], Awaitable[T]]) -> T:
+    async def _guarded(self, what: str, operation: Callable[[KafkaZkClient], Awaitable[T]]) -> T:
         """``operation`` on the session (its requests resent after a connection loss),
         bounded by the ZooKeeper timeout. ZooKeeper's answers that the callers handle
         (NoNode, NodeExists, BadVersion) pass through; anything else becomes a ClientError
@@ -788,7 +789,7 @@ class AdminClient(AsyncClosing):
                 f"ZooKeeper at {self.zookeeper_connect} failed: {type(e).__name__} ({what})"
             ) from None
 
-    async def _client(self) -> ZooKeeperClient:
+    async def _client(self) -> KafkaZkClient:
         if self._zk is not None:
             return self._zk
         if self._zk_lock is None:
@@ -798,10 +799,10 @@ class AdminClient(AsyncClosing):
                 self._zk = await self._connect()
         return self._zk
 
-    async def _connect(self) -> ZooKeeperClient:
+    async def _connect(self) -> KafkaZkClient:
         connect = self.zookeeper_connect
         try:
-            zk = ZooKeeperClient(
+            zk = KafkaZkClient(
                 connect,
                 broker_id=-1,
                 session_timeout_ms=self.zookeeper_timeout_ms,

@@ -46,11 +46,11 @@ from kazoo.exceptions import (
 from client.metadata import ClientError
 from client.range_assignor import range_assign
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.session import (
     RETRY_MAX_S,
     WatchKind,
     ZkError,
-    ZooKeeperClient,
 )
 from proto.zk.znodes import (
     ZkDataError,
@@ -112,7 +112,7 @@ def make_consumer_id(group_id: str) -> str:
     return group_id[: _MAX_ID_LENGTH - len(suffix)] + suffix
 
 
-class GroupMember(ZooKeeperClient):
+class GroupMember(KafkaZkClient):
     """One consumer's ZooKeeper session in a group: registration, watches, owner claims and
     offsets.
 

@@ -85,6 +85,7 @@ from kazoo.exceptions import (
 
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.zk.credentials import ZkCredentials
+from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.session import (
     WatchCallback,
     WatchKind,
@@ -92,7 +93,6 @@ from proto.zk.session import (
     ZkError,
     ZkSessionExpiredError,
     ZkWatch,
-    ZooKeeperClient,
 )
 from proto.zk.znode_reads import RegisteredBroker
 from proto.zk.znodes import (
@@ -252,7 +252,7 @@ class _Op:
 # -- the client --------------------------------------------------------------------------------
 
 
-class ControllerZkClient(ZooKeeperClient):
+class ControllerZkClient(KafkaZkClient):
     """One controller candidate's ZooKeeper session, used from its asyncio event loop.
 
     Example usage (the controller's event loop does this)::

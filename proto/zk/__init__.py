@@ -1,3 +1,4 @@
 """ZooKeeper as every process sees it: the paths and JSON of Kafka's layout (``znodes``),
-the one session layer on asyncio (``session``), digest credentials, and the typed reads
-and writes the broker, controller, tools and tests share (docs/zookeeper.md)."""
+the rules for reading them (``znode_reads``), the one session layer on asyncio
+(``session``) and its typed reads and writes (``kafka_zk_client``), the same reads for the
+synchronous tools (``sync_client``), and digest credentials (docs/zookeeper.md)."""

@@ -4,7 +4,7 @@ registrations and consumer offsets over any kazoo client (and the state writes o
 scripted controller).
 
 The broker, controller and client use the asyncio session
-(:class:`proto.zk.session.ZooKeeperClient`) instead; both hand their ``get`` answers to the
+(:class:`proto.zk.kafka_zk_client.KafkaZkClient`) instead; both hand their ``get`` answers to the
 same rules (:mod:`proto.zk.znode_reads`), so a tool reads a znode exactly as a broker does.
 Reads of many znodes are sent back to back (kazoo's ``*_async``) and then awaited: one
 round trip, as the session's pipeline. There is no retry after a connection loss here: the

@@ -1,8 +1,8 @@
 """Reading the typed znodes: one set of rules for what a ``get`` of a partition state, a
 broker registration or a committed consumer offset answered (docs/zookeeper.md).
 
-No I/O. The asyncio session (:class:`proto.zk.session.ZooKeeperClient`, for the broker, the
-controller and the client) and the tools' synchronous kazoo helpers
+No I/O. The asyncio session (:class:`proto.zk.kafka_zk_client.KafkaZkClient`, for the
+broker, the controller and the client) and the tools' synchronous kazoo helpers
 (:mod:`proto.zk.sync_client`, for chaos, deploy, bench and tests) both send the ``get``
 requests and hand the answers here, so each znode's path, "absent" rule, decoding and
 version are written once and the two cannot drift.
