@@ -30,7 +30,8 @@ StopReplica partition      leader epoch <= the znode's and not older than this  
 
 These checks stop forged requests that name impossible epochs. A well-formed request that
 repeats what ZooKeeper holds can still be forged by anyone who can read ZooKeeper: that is
-what authenticated control requests (mTLS, a later issue) are for.
+what authenticated control requests are for (mutual TLS with ``super.users``:
+:mod:`broker.grpc_listener.authorizer`).
 """
 
 from __future__ import annotations
