@@ -569,7 +569,7 @@ class ControllerZkClient(KafkaZkClient):
         """Names of the topics under ``/brokers/topics`` (illegal names logged and left out:
         no path can be built for them)."""
         return self._legal_topics(
-            BROKER_TOPICS_PATH, await self._children_or_empty(BROKER_TOPICS_PATH)
+            BROKER_TOPICS_PATH, (await self._children_or_none(BROKER_TOPICS_PATH) or [])
         )
 
     async def topic_assignment(self, topic: str) -> dict[int, list[int]] | None:
@@ -631,7 +631,7 @@ class ControllerZkClient(KafkaZkClient):
         """(name, partitions) of every ``/isr_change_notification/isr_change_<seq>``, oldest
         first. A malformed one comes with no partitions (logged) so that the caller still
         deletes it, as Kafka's ``processIsrChangeNotification`` does."""
-        children = await self._children_or_empty(ISR_CHANGE_NOTIFICATION_PATH)
+        children = await self._children_or_none(ISR_CHANGE_NOTIFICATION_PATH) or []
         names = sorted(child for child in children if _is_isr_change_name(child))
         results = await self._pipeline(
             "get", [_get(isr_change_notification_path(name)) for name in names]
@@ -655,7 +655,7 @@ class ControllerZkClient(KafkaZkClient):
         oldest first. The czxid tells a notification from before the broker's latest
         registration (its broker epoch) from one after it. A malformed one comes with no
         broker (logged) so that the caller still deletes it."""
-        children = await self._children_or_empty(LOG_DIR_EVENT_NOTIFICATION_PATH)
+        children = await self._children_or_none(LOG_DIR_EVENT_NOTIFICATION_PATH) or []
         names = []
         for child in sorted(children):
             try:
@@ -709,7 +709,7 @@ class ControllerZkClient(KafkaZkClient):
 
     async def topics_to_delete(self) -> set[str]:
         """Topics marked for deletion under ``/admin/delete_topics``."""
-        children = await self._children_or_empty(ADMIN_DELETE_TOPICS_PATH)
+        children = await self._children_or_none(ADMIN_DELETE_TOPICS_PATH) or []
         return self._legal_topics(ADMIN_DELETE_TOPICS_PATH, children)
 
     async def reassign_request(self) -> dict[TopicPartition, list[int]] | None:
@@ -731,13 +731,6 @@ class ControllerZkClient(KafkaZkClient):
             return None
         _raise_unexpected(result)
         return self._decode(path, decode, result[0])
-
-    async def _children_or_empty(self, path: str) -> list[str]:
-        [result] = await self._pipeline("get_children", [_get_children(path)])
-        if isinstance(result, NoNodeError):
-            return []
-        _raise_unexpected(result)
-        return list(result)
 
     def _legal_topics(self, parent: str, names: Iterable[str]) -> set[str]:
         topics = set()
