@@ -56,7 +56,7 @@ from deploy.cluster_status import (
     kazoo_session,
     read_zookeeper,
 )
-from deploy.ports import port_is_free
+from deploy.ports import base_port_or_free, port_is_free
 from deploy.small_log_dirs import SmallLogDirError
 from deploy.zookeeper import (
     QuorumPeer,
@@ -359,7 +359,8 @@ class LocalCluster:
         :mod:`deploy.small_log_dirs`), so that one broker's disk can fill up alone (chaos's
         ``disk-full``); :meth:`down` copies the data back to the disk and unmounts.
 
-        Start ZooKeeper and ``brokers`` brokers on ``base_port``, ``base_port + 1``, ...,
+        Start ZooKeeper and ``brokers`` brokers on ``base_port``, ``base_port + 1``, ...
+        (0: a free run of ports picked now, as for the other two bases),
         each with a Kafka protocol listener (``kafka.port``) on ``kafka_base_port``,
         ``kafka_base_port + 1``, ...; return once every broker is registered and a
         controller is elected. Ports are checked first: a taken one is an error naming it,
@@ -374,6 +375,12 @@ class LocalCluster:
         if brokers < 1:
             raise LocalClusterError("a cluster needs at least one broker")
         check_zookeeper_nodes(zookeeper_nodes)
+        try:
+            base_port = base_port_or_free(base_port, brokers, "--base-port")
+            kafka_base_port = base_port_or_free(kafka_base_port, brokers, "--kafka-base-port")
+            zookeeper_port = base_port_or_free(zookeeper_port, zookeeper_nodes, "--zookeeper-port")
+        except ValueError as err:
+            raise LocalClusterError(f"cannot start the cluster: {err}") from None
         if self.state_path.exists():
             state = self._read_state()
             if self._any_running(state):

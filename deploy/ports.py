@@ -15,7 +15,7 @@ from pathlib import Path
 
 from proto.errors import MinibrokerError
 
-__all__ = ["NoFreePortError", "free_port_block", "port_is_free"]
+__all__ = ["NoFreePortError", "base_port_or_free", "free_port_block", "port_is_free"]
 
 _LINUX_DEFAULT_EPHEMERAL = (32768, 60999)
 
@@ -35,6 +35,19 @@ def free_port_block(count: int = 1, host: str = "127.0.0.1") -> int:
         if all(port_is_free(port, host) for port in range(base, base + count)):
             return base
     raise NoFreePortError(f"no run of {count} free ports found on {host}")
+
+
+def base_port_or_free(base: int, count: int, what: str) -> int:
+    """``base`` if ``count`` ports from it are real port numbers, or, for 0, a free run of
+    ``count`` ports picked now (as ``kafka.port=0`` asks the kernel for one); ValueError
+    naming ``what`` for anything else, so ``--base-port 0`` never means ports 1, 2, 3."""
+    if base == 0:
+        return free_port_block(count)
+    if not 1 <= base <= 65536 - count:
+        raise ValueError(
+            f"{what} {base}: the {count} port(s) from it must lie in 1-65535 (0: free ones)"
+        )
+    return base
 
 
 def ephemeral_port_range() -> tuple[int, int]:

@@ -74,7 +74,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--base-port",
         type=int,
         default=DEFAULT_BASE_PORT,
-        help=f"broker n listens on base-port + n - 1 (default {DEFAULT_BASE_PORT})",
+        help=f"broker n listens on base-port + n - 1 (default {DEFAULT_BASE_PORT}; 0: free "
+        "ports picked at start-up, as for the other two bases)",
     )
     up.add_argument(
         "--kafka-base-port",
