@@ -23,6 +23,21 @@ logger = logging.getLogger(__name__)
 ACKS_VALUES = (0, 1, -1)
 """The acks a produce request may ask for: none, the leader's, the whole ISR's."""
 
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+"""The answer to FindCoordinator for a transactional id and to InitProducerId with one:
+minibroker has no transaction coordinator. It is the one code that librdkafka
+(``rd_kafka_txn_handle_FindCoordinator``, ``rd_kafka_idemp_check_error``), aiokafka
+(``Sender._find_coordinator``) and kafka-python (``FindCoordinatorHandler``) all treat as
+fatal for ``init_transactions``: every other code either loops (librdkafka retries
+INVALID_REQUEST, UNSUPPORTED_VERSION and COORDINATOR_NOT_AVAILABLE every 500 ms forever)
+or fails with a message that does not mention transactions. A Kafka broker answers it to
+a principal that may not use the transactional id, which is what every transactional id
+is here."""
+TRANSACTIONS_UNSUPPORTED = (
+    "transactions are not supported by this broker (no transaction coordinator): "
+    "leave transactional.id unset; an idempotent producer needs none"
+)
+
 
 def partition_problem(tp: TopicPartition) -> int | None:
     """The error code of a partition no request may name (an invalid topic name, a negative

@@ -35,6 +35,7 @@ from broker.metadata_cache import MetadataCache
 from broker.replication.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
 from broker.request_handlers import (
     ACKS_VALUES,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     epoch_end_offset,
     list_partition_offset,
     new_producer_id,
@@ -411,9 +412,14 @@ class KafkaWireApis:
     async def _init_producer_id(self, request: KafkaRequest) -> Tree:
         """A new id at epoch 0 for an idempotent producer, also when it asks for its epoch
         to be bumped (KIP-360): a fresh id serves it as well, since its sequences start
-        again at 0 either way. Transactional producers are refused."""
+        again at 0 either way. Transactional producers are refused with the code their
+        clients treat as fatal (see TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
         if request.body.transactional_id is not None:
-            return {"error_code": pb.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+            return {
+                "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
         code, producer_id = await new_producer_id(
             self.producer_id_manager, self.broker_id, self.producer_id_timeout_ms
         )
