@@ -63,24 +63,33 @@ def epoch_end_offset(
     return replica_manager.last_offset_for_leader_epoch(tp, current_leader_epoch, leader_epoch)
 
 
+LIST_OFFSETS_SPEC_VERSIONS = {-1: 0, -2: 0, -3: 7}
+"""ListOffsets' special timestamps (latest, earliest, KIP-734's max timestamp) and the
+first version that may ask for each (Kafka's ``ReplicaManager.timestampMinSupportedVersion``);
+any other negative timestamp is no spec at all."""
+LIST_OFFSETS_LATEST_VERSION = 7
+"""The ListOffsets version the gRPC front door speaks: every spec above."""
+UNSUPPORTED_VERSION = 35
+
+
 async def list_partition_offset(
     replica_manager: ReplicaManager,
     tp: TopicPartition,
     current_leader_epoch: int | None,
     timestamp: int,
     replica_id: int,
+    version: int = LIST_OFFSETS_LATEST_VERSION,
 ) -> tuple[int, int, int, int]:
     """(error code, offset, timestamp, leader epoch) of ListOffsets for one partition, on
-    either listener."""
+    either listener. A negative timestamp that is not a spec of ``version`` (-3 before v7,
+    -4 or -5 of later Kafka versions) is refused per partition with UNSUPPORTED_VERSION,
+    as Kafka refuses it."""
     problem = partition_problem(tp)
     if problem is not None:
-        code, offset, found = problem, -1, -1
-    else:
-        code, offset, found = await replica_manager.list_offset(
-            tp, current_leader_epoch, timestamp, replica_id
-        )
-    partition = replica_manager.partitions.get(tp)
-    return code, offset, found, partition.leader_epoch if partition else -1
+        return problem, -1, -1, -1
+    if timestamp < 0 and version < LIST_OFFSETS_SPEC_VERSIONS.get(timestamp, version + 1):
+        return UNSUPPORTED_VERSION, -1, -1, -1
+    return await replica_manager.list_offset(tp, current_leader_epoch, timestamp, replica_id)
 
 
 async def new_producer_id(

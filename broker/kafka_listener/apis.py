@@ -58,7 +58,7 @@ OFFSET_FOR_LEADER_EPOCH, INIT_PRODUCER_ID = 23, 22
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
     FETCH: (4, 12),
-    LIST_OFFSETS: (1, 6),
+    LIST_OFFSETS: (1, 7),
     METADATA: (1, 12),
     API_VERSIONS: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
@@ -69,8 +69,8 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
 ones); the highs stop before versions whose semantics minibroker lacks: Fetch 13 and
-Produce 13 name topics by id (ZooKeeper-era topics have none here), ListOffsets 7 asks for
-the max-timestamp offset (KIP-734), Produce 10 reports the new leader (KIP-951)."""
+Produce 13 name topics by id (ZooKeeper-era topics have none here), ListOffsets 8 asks for
+tiered storage's offsets (KIP-405), Produce 10 reports the new leader (KIP-951)."""
 
 INVALID_SESSION_ID = 0
 UNSUPPORTED_VERSION = 35
@@ -369,6 +369,7 @@ class KafkaWireApis:
                     epoch_or_none(getattr(part, "current_leader_epoch", -1)),
                     part.timestamp,
                     -1,
+                    request.api_version,
                 )
                 partitions.append(
                     {
