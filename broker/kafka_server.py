@@ -1,6 +1,8 @@
 """A broker process: start-up, serving and clean shutdown (Kafka's ``KafkaServer``).
 
-Start-up order matters: logs are loaded and recovered, and the dynamic broker configs
+Start-up order matters: the cluster id is read (or made) in ZooKeeper first, so that a data
+dir of another cluster is refused before its logs are touched; logs are loaded and
+recovered, and the dynamic broker configs
 (:mod:`broker.dynamic_config`) read, before the broker registers in ZooKeeper, because
 registering is what makes the controller send it work; the gRPC port is bound (and checked)
 before registering, because the registration advertises it; the controller candidate starts
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import signal
@@ -42,7 +45,7 @@ from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
 from broker.replication.replica_manager import ReplicaManager
-from broker.zk_client import BrokerZkClient, ZkError
+from broker.zk_client import BrokerZkClient, ZkDataError, ZkError
 from controller.controller_metrics import ControllerMetrics
 from controller.kafka_controller import KafkaController
 from proto.config.broker_config import BrokerConfig
@@ -134,6 +137,8 @@ class BrokerServer:
         """The consumer groups of the Kafka listener's clients (``subscribe()``)."""
         self._replica_manager_started = False
         self._stopped = asyncio.Event()
+        self.cluster_id = ""
+        """``/cluster/id`` (made by the first broker of the cluster), known once started."""
 
     async def start(self) -> None:
         """Load the logs, connect to ZooKeeper, serve gRPC, register.
@@ -147,16 +152,21 @@ class BrokerServer:
             await self._start()
         except BaseException as err:
             await self._abandon_start()
-            if isinstance(err, LogManagerError | ZkError):
+            if isinstance(err, LogManagerError | ZkError | ZkDataError):
                 raise BrokerStartupError(f"broker {self.broker_id}: {err}") from err
             raise
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self.executor, self.log_manager.startup)
         await self.zk.start()
         if self.config.zookeeper_set_acl:
             await self.zk.create_top_level_paths()
+        # The cluster's id before any log is touched (Kafka's order): a data dir of another
+        # cluster is refused by the log manager with InconsistentClusterIdError.
+        self.cluster_id = await self.zk.get_or_create_cluster_id()
+        await loop.run_in_executor(
+            self.executor, functools.partial(self.log_manager.startup, cluster_id=self.cluster_id)
+        )
         # Dynamic broker configs apply before anything is hosted (Kafka reads them right
         # after connecting to ZooKeeper).
         await self.dynamic_config.start()
@@ -184,6 +194,7 @@ class BrokerServer:
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 authorizer=self._authorizer,
                 request_metrics=self._request_metrics,
+                cluster_id=self.cluster_id,
             ),
             self._grpc,
         )
@@ -245,6 +256,7 @@ class BrokerServer:
                     TopicAdmin(self.config, self.zk, self.metadata_cache), self.broker_id
                 ),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
+                cluster_id=self.cluster_id,
             ).handlers,
             max_request_bytes=self.config.socket_request_max_bytes,
             observe=self._request_metrics.observe,

@@ -23,6 +23,21 @@ logger = logging.getLogger(__name__)
 ACKS_VALUES = (0, 1, -1)
 """The acks a produce request may ask for: none, the leader's, the whole ISR's."""
 
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+"""The answer to FindCoordinator for a transactional id and to InitProducerId with one:
+minibroker has no transaction coordinator. It is the one code that librdkafka
+(``rd_kafka_txn_handle_FindCoordinator``, ``rd_kafka_idemp_check_error``), aiokafka
+(``Sender._find_coordinator``) and kafka-python (``FindCoordinatorHandler``) all treat as
+fatal for ``init_transactions``: every other code either loops (librdkafka retries
+INVALID_REQUEST, UNSUPPORTED_VERSION and COORDINATOR_NOT_AVAILABLE every 500 ms forever)
+or fails with a message that does not mention transactions. A Kafka broker answers it to
+a principal that may not use the transactional id, which is what every transactional id
+is here."""
+TRANSACTIONS_UNSUPPORTED = (
+    "transactions are not supported by this broker (no transaction coordinator): "
+    "leave transactional.id unset; an idempotent producer needs none"
+)
+
 
 def partition_problem(tp: TopicPartition) -> int | None:
     """The error code of a partition no request may name (an invalid topic name, a negative
@@ -48,24 +63,33 @@ def epoch_end_offset(
     return replica_manager.last_offset_for_leader_epoch(tp, current_leader_epoch, leader_epoch)
 
 
+LIST_OFFSETS_SPEC_VERSIONS = {-1: 0, -2: 0, -3: 7}
+"""ListOffsets' special timestamps (latest, earliest, KIP-734's max timestamp) and the
+first version that may ask for each (Kafka's ``ReplicaManager.timestampMinSupportedVersion``);
+any other negative timestamp is no spec at all."""
+LIST_OFFSETS_LATEST_VERSION = 7
+"""The ListOffsets version the gRPC front door speaks: every spec above."""
+UNSUPPORTED_VERSION = 35
+
+
 async def list_partition_offset(
     replica_manager: ReplicaManager,
     tp: TopicPartition,
     current_leader_epoch: int | None,
     timestamp: int,
     replica_id: int,
+    version: int = LIST_OFFSETS_LATEST_VERSION,
 ) -> tuple[int, int, int, int]:
     """(error code, offset, timestamp, leader epoch) of ListOffsets for one partition, on
-    either listener."""
+    either listener. A negative timestamp that is not a spec of ``version`` (-3 before v7,
+    -4 or -5 of later Kafka versions) is refused per partition with UNSUPPORTED_VERSION,
+    as Kafka refuses it."""
     problem = partition_problem(tp)
     if problem is not None:
-        code, offset, found = problem, -1, -1
-    else:
-        code, offset, found = await replica_manager.list_offset(
-            tp, current_leader_epoch, timestamp, replica_id
-        )
-    partition = replica_manager.partitions.get(tp)
-    return code, offset, found, partition.leader_epoch if partition else -1
+        return problem, -1, -1, -1
+    if timestamp < 0 and version < LIST_OFFSETS_SPEC_VERSIONS.get(timestamp, version + 1):
+        return UNSUPPORTED_VERSION, -1, -1, -1
+    return await replica_manager.list_offset(tp, current_leader_epoch, timestamp, replica_id)
 
 
 async def new_producer_id(

@@ -116,6 +116,8 @@ class ClusterMetadata:
     brokers: dict[int, BrokerNode]
     controller_id: int
     topics: dict[str, TopicMetadata]
+    cluster_id: str = ""
+    """``/cluster/id`` ("" from a broker that answers none)."""
 
     @classmethod
     def from_response(cls, response: pb.MetadataResponse) -> ClusterMetadata:
@@ -135,7 +137,7 @@ class ClusterMetadata:
                 for p in t.partitions
             }
             topics[t.name] = TopicMetadata(t.name, t.error_code, partitions)
-        return cls(brokers, response.controller_id, topics)
+        return cls(brokers, response.controller_id, topics, response.cluster_id)
 
     def partitions_of(self, topic: str) -> list[PartitionMetadata]:
         """The topic's partitions in index order ([] if unknown)."""

@@ -117,6 +117,8 @@ class ClusterStatus:
     """The brokers' gRPC ``host:port,...`` where cluster.json gives them."""
     kafka_bootstrap_servers: str | None = None
     """Their Kafka protocol listeners' ``host:port,...``, where cluster.json gives them."""
+    cluster_id: str | None = None
+    """``/cluster/id`` (or the brokers' Metadata); None while unknown."""
 
     @classmethod
     def of(
@@ -151,6 +153,7 @@ class ClusterStatus:
             view.warnings,
             nodes,
             **addresses,
+            cluster_id=view.cluster_id,
         )
 
     @property
@@ -172,6 +175,8 @@ class ZooKeeperView:
     under_replicated: list[tuple[TopicPartition, tuple[int, ...], tuple[int, ...]]]
     offline: list[TopicPartition]
     warnings: list[str]
+    cluster_id: str | None = None
+    """``/cluster/id``; None before any broker started (or if unreadable: a warning)."""
 
 
 @contextlib.contextmanager
@@ -241,8 +246,9 @@ def read_zookeeper(zk: KazooClient) -> ZooKeeperView:
                 offline.append(tp)
             if state is None or len(state.isr) < len(replicas):
                 under.append((tp, tuple(replicas), () if state is None else tuple(state.isr)))
+    cluster_id = read(znodes.CLUSTER_ID_PATH, znodes.decode_cluster_id)
     return ZooKeeperView(
-        registered, controller, epoch, topics, partitions, under, offline, warnings
+        registered, controller, epoch, topics, partitions, under, offline, warnings, cluster_id
     )
 
 

@@ -174,8 +174,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         producer_id_timeout_ms: int = 6000,
         authorizer: ClusterAuthorizer | None = None,
         request_metrics: RequestMetrics | None = None,
+        cluster_id: str = "",
     ) -> None:
         self.replica_manager = replica_manager
+        self.cluster_id = cluster_id
+        """``/cluster/id``, answered in Metadata ("" where none is known, as in tests)."""
         self.request_metrics = request_metrics
         """Where the sessions' requests are counted and timed (the unary methods' are by
         the RequestTiming interceptor)."""
@@ -413,7 +416,9 @@ class BrokerService(pb_grpc.BrokerServicer):
     ) -> pb.MetadataResponse:
         async def handle() -> pb.MetadataResponse:
             cache = self.metadata_cache
-            response = pb.MetadataResponse(controller_id=cache.controller_id)
+            response = pb.MetadataResponse(
+                controller_id=cache.controller_id, cluster_id=self.cluster_id
+            )
             for b in cache.brokers():
                 endpoint = response.brokers.add(node_id=b.broker_id, host=b.host, port=b.port)
                 if b.kafka_endpoint is not None:

@@ -35,6 +35,7 @@ from broker.metadata_cache import MetadataCache
 from broker.replication.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
 from broker.request_handlers import (
     ACKS_VALUES,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     epoch_end_offset,
     list_partition_offset,
     new_producer_id,
@@ -52,29 +53,34 @@ __all__ = [
 ]
 
 API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS = 18, 3, 0, 1, 2
-OFFSET_FOR_LEADER_EPOCH, INIT_PRODUCER_ID = 23, 22
+OFFSET_FOR_LEADER_EPOCH, INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 23, 22, 60
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     PRODUCE: (3, 9),
     FETCH: (4, 12),
-    LIST_OFFSETS: (1, 6),
+    LIST_OFFSETS: (1, 7),
     METADATA: (1, 12),
     API_VERSIONS: (0, 3),
     INIT_PRODUCER_ID: (0, 4),
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    DESCRIBE_CLUSTER: (0, 1),
     **GROUP_VERSIONS,
     **ADMIN_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
 ones); the highs stop before versions whose semantics minibroker lacks: Fetch 13 and
-Produce 13 name topics by id (ZooKeeper-era topics have none here), ListOffsets 7 asks for
-the max-timestamp offset (KIP-734), Produce 10 reports the new leader (KIP-951)."""
+Produce 13 name topics by id (ZooKeeper-era topics have none here), ListOffsets 8 asks for
+tiered storage's offsets (KIP-405), Produce 10 reports the new leader (KIP-951),
+DescribeCluster 2 lists fenced brokers (KRaft's)."""
 
 INVALID_SESSION_ID = 0
 UNSUPPORTED_VERSION = 35
 FETCH_SESSION_ID_NOT_FOUND = 70
 LISTENER_NOT_FOUND = 72
+MISMATCHED_ENDPOINT_TYPE, UNSUPPORTED_ENDPOINT_TYPE = 114, 115
+BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
+"""DescribeCluster's endpoint types (KIP-919): a broker answers for brokers only."""
 TOPIC_AUTHORIZED_OPERATIONS_UNKNOWN = -(2**31)
 """Kafka's ``MetadataResponse.AUTHORIZED_OPERATIONS_OMITTED``."""
 READ_COMMITTED = 1
@@ -92,13 +98,15 @@ class KafkaWireApis:
         group_apis: GroupApis,
         admin_apis: AdminApis,
         producer_id_timeout_ms: int = 6000,
-        cluster_id: str | None = None,
+        cluster_id: str = "",
     ) -> None:
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.producer_id_manager = producer_id_manager
         self.producer_id_timeout_ms = producer_id_timeout_ms
         self.cluster_id = cluster_id
+        """``/cluster/id``, answered in Metadata and DescribeCluster (librdkafka's
+        ``describe_cluster()`` crashed on a null one)."""
         self.broker_id = replica_manager.broker_id
         self.handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
             API_VERSIONS: self.api_versions,
@@ -108,6 +116,7 @@ class KafkaWireApis:
             LIST_OFFSETS: self.list_offsets,
             OFFSET_FOR_LEADER_EPOCH: self.offset_for_leader_epoch,
             INIT_PRODUCER_ID: self.init_producer_id,
+            DESCRIBE_CLUSTER: self.describe_cluster,
             **group_apis.handlers,
             **admin_apis.handlers,
         }
@@ -119,15 +128,58 @@ class KafkaWireApis:
     async def metadata(self, request: KafkaRequest) -> Answer:
         return self._metadata(request)
 
+    def _kafka_brokers(self) -> list[tuple[int, str, int]]:
+        """(id, host, port) of every live broker with a Kafka listener: the brokers a Kafka
+        client can reach (the others are left out of its Metadata, as Kafka leaves out the
+        brokers without the request's listener)."""
+        return [
+            (b.broker_id, *b.kafka_endpoint)
+            for b in self.metadata_cache.brokers()
+            if b.kafka_endpoint
+        ]
+
+    async def describe_cluster(self, request: KafkaRequest) -> Answer:
+        """KIP-700: the cluster's id, its controller and its brokers, without Metadata's
+        topics (Kafka's ``handleDescribeCluster``). Version 1 (KIP-919) names the endpoint
+        type asked for; a broker serves the brokers' (controllers are KRaft's), and refuses
+        the others with Kafka's codes (kafka-python reads ``endpoint_type`` from every
+        answer, so version 0 alone breaks its ``describe_cluster``)."""
+        asked = getattr(request.body, "endpoint_type", BROKER_ENDPOINT)
+        if asked != BROKER_ENDPOINT:
+            v0 = request.api_version == 0
+            known = asked == CONTROLLER_ENDPOINT
+            code = (
+                pb.INVALID_REQUEST
+                if v0
+                else (MISMATCHED_ENDPOINT_TYPE if known else UNSUPPORTED_ENDPOINT_TYPE)
+            )
+            message = (
+                "this is a broker: DescribeCluster of controllers is KRaft's"
+                if known
+                else f"unsupported endpoint type {asked}"
+            )
+            return done({"error_code": code, "error_message": message, "cluster_id": ""})
+        return done(
+            {
+                "error_code": pb.NONE,
+                "endpoint_type": BROKER_ENDPOINT,
+                "cluster_id": self.cluster_id,
+                "controller_id": self.metadata_cache.controller_id,
+                "brokers": [
+                    {"broker_id": node, "host": host, "port": port}
+                    for node, host, port in self._kafka_brokers()
+                ],
+                "cluster_authorized_operations": TOPIC_AUTHORIZED_OPERATIONS_UNKNOWN,
+            }
+        )
+
     async def _metadata(self, request: KafkaRequest) -> Tree:
         cache = self.metadata_cache
         brokers = []
         reachable: set[int] = set()
-        for b in cache.brokers():
-            if b.kafka_endpoint is not None:
-                host, port = b.kafka_endpoint
-                brokers.append({"node_id": b.broker_id, "host": host, "port": port})
-                reachable.add(b.broker_id)
+        for node, host, port in self._kafka_brokers():
+            brokers.append({"node_id": node, "host": host, "port": port})
+            reachable.add(node)
         asked = request.body.topics
         if asked is None or (request.api_version == 0 and not asked):
             names = sorted(cache.topics())
@@ -368,6 +420,7 @@ class KafkaWireApis:
                     epoch_or_none(getattr(part, "current_leader_epoch", -1)),
                     part.timestamp,
                     -1,
+                    request.api_version,
                 )
                 partitions.append(
                     {
@@ -411,9 +464,14 @@ class KafkaWireApis:
     async def _init_producer_id(self, request: KafkaRequest) -> Tree:
         """A new id at epoch 0 for an idempotent producer, also when it asks for its epoch
         to be bumped (KIP-360): a fresh id serves it as well, since its sequences start
-        again at 0 either way. Transactional producers are refused."""
+        again at 0 either way. Transactional producers are refused with the code their
+        clients treat as fatal (see TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
         if request.body.transactional_id is not None:
-            return {"error_code": pb.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+            return {
+                "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
         code, producer_id = await new_producer_id(
             self.producer_id_manager, self.broker_id, self.producer_id_timeout_ms
         )

@@ -17,7 +17,11 @@ from broker.coordinator.group_coordinator import NOT_COORDINATOR, GroupCoordinat
 from broker.kafka_listener.messages import Tree
 from broker.kafka_listener.wire_request import Answer, KafkaRequest, done, ms, per_topic
 from broker.metadata_cache import MetadataCache
-from broker.request_handlers import partition_problem
+from broker.request_handlers import (
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    TRANSACTIONS_UNSUPPORTED,
+    partition_problem,
+)
 from broker.zk_client import BrokerZkClient, ZkError
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
@@ -42,7 +46,7 @@ GROUP_VERSIONS: dict[int, tuple[int, int]] = {
 
 COORDINATOR_NOT_AVAILABLE = 15
 INVALID_GROUP_ID = 24
-GROUP_KEY = 0
+GROUP_KEY, TRANSACTION_KEY = 0, 1
 
 
 class GroupApis:
@@ -80,8 +84,24 @@ class GroupApis:
     async def find_coordinator(self, request: KafkaRequest) -> Answer:
         body = request.body
         key_type = getattr(body, "key_type", GROUP_KEY)
+        if key_type == TRANSACTION_KEY:
+            logger.info(
+                "transaction coordinator asked for event=transactions_refused broker=%d "
+                "client_id=%s",
+                self.broker_id,
+                request.client_id,
+            )
+            return done(
+                {
+                    "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "error_message": TRANSACTIONS_UNSUPPORTED,
+                    "node_id": -1,
+                    "host": "",
+                    "port": -1,
+                }
+            )
         if key_type != GROUP_KEY:
-            message = "transactions are not supported: no transaction coordinator"
+            message = f"unknown coordinator key type {key_type} (0: group, 1: transaction)"
             return done({"error_code": pb.INVALID_REQUEST, "error_message": message, "node_id": -1})
         if topic_name_problem(body.key, "group") is not None:
             return done({"error_code": INVALID_GROUP_ID, "node_id": -1, "host": "", "port": -1})

@@ -5,7 +5,7 @@ A broker's data dir holds, at its root::
     replication-offset-checkpoint       high watermark of every local log
     recovery-point-offset-checkpoint    first offset of each log not known to be fsynced
     log-start-offset-checkpoint         log start offset of each log
-    meta.properties                     version=0 and broker.id=N (Java properties)
+    meta.properties                     version=0, broker.id=N, cluster.id=I (Java properties)
 
 and each partition directory holds a ``leader-epoch-checkpoint``. The offset checkpoints and
 the epoch checkpoint share one text format (Kafka's ``CheckpointFile``)::
@@ -39,12 +39,14 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from broker.log.epoch_entry import EpochEntry
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
+from proto.zk.znodes import is_cluster_id
 
 __all__ = [
     "LEADER_EPOCH_CHECKPOINT",
@@ -52,10 +54,12 @@ __all__ = [
     "META_PROPERTIES",
     "RECOVERY_POINT_OFFSET_CHECKPOINT",
     "REPLICATION_OFFSET_CHECKPOINT",
+    "BrokerMetadata",
     "CheckpointError",
     "LeaderEpochCheckpointFile",
     "OffsetCheckpointFile",
     "atomic_write_text",
+    "read_broker_metadata",
     "read_meta_properties",
     "write_meta_properties",
 ]
@@ -84,6 +88,16 @@ _INT64_MAX = 2**63 - 1
 # none of which Kafka's parser (Java's Integer.parseInt/Long.parseLong) accepts.
 _INTEGER = re.compile(r"-?[0-9]+")
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerMetadata:
+    """``meta.properties``: the broker that owns a data dir, and its cluster once known."""
+
+    broker_id: int
+    cluster_id: str | None
+    """None in a dir written before the broker first reached ZooKeeper (or by an older
+    minibroker); Kafka then adopts the cluster's id too."""
 
 
 class CheckpointError(MinibrokerError, OSError):
@@ -347,7 +361,7 @@ def _java_date(t: time.struct_time) -> str:
     )
 
 
-def write_meta_properties(data_dir: Path, broker_id: int) -> None:
+def write_meta_properties(data_dir: Path, broker_id: int, cluster_id: str | None = None) -> None:
     """Atomically write ``<data_dir>/meta.properties`` as Kafka does in ZooKeeper mode.
 
     Java's ``Properties.store(out, "")`` writes an empty comment line and a date comment
@@ -357,11 +371,18 @@ def write_meta_properties(data_dir: Path, broker_id: int) -> None:
         #Thu Oct 24 12:00:00 UTC 2024
         version=0
         broker.id=1
+        cluster.id=kN3pVvD8QpqFSYt1OXeVHQ
+
+    ``cluster.id`` is left out when None (a dir not yet started against a cluster).
     """
     if broker_id < 0:
         raise ValueError(f"broker id must be >= 0, got {broker_id}")
+    if cluster_id is not None and not is_cluster_id(cluster_id):
+        raise ValueError(f"illegal cluster id {cluster_id!r}")
     stamp = _java_date(time.gmtime())
     text = f"#\n#{stamp}\nversion={META_PROPERTIES_VERSION}\nbroker.id={broker_id}\n"
+    if cluster_id is not None:
+        text += f"cluster.id={cluster_id}\n"
     atomic_write_text(data_dir / META_PROPERTIES, text)
 
 
@@ -387,10 +408,18 @@ def _parse_properties(path: Path, text: str) -> dict[str, tuple[str, int]]:
 
 
 def read_meta_properties(data_dir: Path) -> int | None:
-    """The broker id in ``<data_dir>/meta.properties``, or None if the file does not exist.
+    """The broker id in ``<data_dir>/meta.properties``, or None if the file does not exist
+    (see :func:`read_broker_metadata`)."""
+    metadata = read_broker_metadata(data_dir)
+    return None if metadata is None else metadata.broker_id
+
+
+def read_broker_metadata(data_dir: Path) -> BrokerMetadata | None:
+    """What ``<data_dir>/meta.properties`` says, or None if the file does not exist.
 
     Raises CheckpointError when the file is unreadable as properties, its ``version`` is not
-    0, or ``broker.id`` is missing or not a non-negative integer.
+    0, ``broker.id`` is missing or not a non-negative integer, or ``cluster.id`` is empty or
+    holds characters no cluster id has.
     """
     path = data_dir / META_PROPERTIES
     text = _read_text(path)
@@ -405,4 +434,12 @@ def read_meta_properties(data_dir: Path) -> int | None:
     if "broker.id" not in properties:
         raise CheckpointError(path, "no broker.id property")
     broker_id, line_number = properties["broker.id"]
-    return _parse_int(path, line_number, broker_id, broker_id, maximum=_INT32_MAX, what="broker.id")
+    parsed = _parse_int(
+        path, line_number, broker_id, broker_id, maximum=_INT32_MAX, what="broker.id"
+    )
+    cluster_id: str | None = None
+    if "cluster.id" in properties:
+        cluster_id, line_number = properties["cluster.id"]
+        if not is_cluster_id(cluster_id):
+            raise CheckpointError(path, f"illegal cluster.id {cluster_id!r}", line_number)
+    return BrokerMetadata(parsed, cluster_id)

@@ -46,6 +46,7 @@ from broker.log.log_segment import (
     LogSegment,
     SegmentClosedError,
     SegmentRead,
+    TimestampOffset,
 )
 from broker.log.log_validator import validate_client_batches
 from broker.log.producer_state import BatchMetadata, ProducerStateManager
@@ -599,12 +600,41 @@ class Log:
             f"retention {_READ_ATTEMPTS} times"
         )
 
-    def offset_for_timestamp(self, timestamp: int) -> int:
-        """ListOffsets by timestamp: the first offset whose record timestamp is >= it.
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """ListOffsets by timestamp: the first record whose timestamp is >= it, with that
+        record's timestamp and batch leader epoch; None when no record qualifies. Kafka's
+        special values (-2 earliest, -1 latest) are the caller's to answer."""
 
-        -1 when no record qualifies. Kafka's special values (-2 earliest, -1 latest) are the
-        log start offset and the LEO (or high watermark), the caller's to answer.
-        """
+        def search(plan: list[tuple[LogSegment, int]], start: int) -> TimestampOffset | None:
+            for segment, size in plan:
+                if segment.max_timestamp() >= timestamp:
+                    found = segment.find_offset_by_timestamp(timestamp, start, size)
+                    if found is not None:
+                        return found
+            return None
+
+        return self._search_segments("timestamp lookup", search)
+
+    def max_timestamp_offset(self) -> TimestampOffset | None:
+        """ListOffsets' max timestamp (KIP-734, -3): the record with the largest timestamp,
+        the first one on a tie; None for a log without records."""
+
+        def search(plan: list[tuple[LogSegment, int]], start: int) -> TimestampOffset | None:
+            newest: tuple[LogSegment, int] | None = None
+            for segment, size in plan:
+                if newest is None or segment.max_timestamp() > newest[0].max_timestamp():
+                    newest = (segment, size)
+            return None if newest is None else newest[0].find_max_timestamp(start, newest[1])
+
+        return self._search_segments("max timestamp lookup", search)
+
+    def _search_segments(
+        self,
+        what: str,
+        search: Callable[[list[tuple[LogSegment, int]], int], TimestampOffset | None],
+    ) -> TimestampOffset | None:
+        """``search(segments with their sizes, log start offset)`` over a snapshot of the
+        segments, outside the lock; again if a truncation or a deletion raced it."""
         for _ in range(_READ_ATTEMPTS):
             with self._lock:
                 self._check_open()
@@ -615,19 +645,12 @@ class Log:
                     for segment in self._segments[self._floor_index(start) :]
                 ]
             try:
-                for segment, size in plan:
-                    if segment.max_timestamp() < timestamp:
-                        continue
-                    offset = segment.find_offset_by_timestamp(timestamp, start, size)
-                    if offset is not None:
-                        break
-                else:
-                    offset = None
+                found = search(plan, start)
             except SegmentClosedError:
                 continue
             if generation == self._truncations:
-                return -1 if offset is None else offset
-        raise LogError(f"{self._topic_partition}: timestamp lookup raced truncation or retention")
+                return found
+        raise LogError(f"{self._topic_partition}: {what} raced truncation or retention")
 
     # -- truncation ------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 Layout of the data dir (``log.dirs``, one directory)::
 
-    meta.properties                     broker.id that owns the dir (a foreign one is refused)
+    meta.properties                     broker.id and cluster.id owning the dir (others refused)
     .lock                               held while a broker process uses the dir
     .kafka_cleanshutdown                present only between a clean shutdown and the next start
     recovery-point-offset-checkpoint    where recovery starts per log (written here)
@@ -38,13 +38,14 @@ from typing import IO
 
 from broker.log.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     CheckpointError,
     OffsetCheckpointFile,
     atomic_write_text,
     fsync_directory,
-    read_meta_properties,
+    read_broker_metadata,
     write_meta_properties,
 )
 from broker.log.log import BackgroundRunner, Log, LogClosedError
@@ -58,6 +59,7 @@ __all__ = [
     "DataDirLockedError",
     "IllegalPartitionPathError",
     "InconsistentBrokerIdError",
+    "InconsistentClusterIdError",
     "LogManager",
     "LogManagerError",
     "LogOfflineError",
@@ -80,6 +82,11 @@ class LogManagerError(MinibrokerError):
 
 class InconsistentBrokerIdError(LogManagerError):
     """``meta.properties`` names another broker.id (Kafka's InconsistentBrokerIdException)."""
+
+
+class InconsistentClusterIdError(LogManagerError):
+    """``meta.properties`` names another cluster.id than ZooKeeper's ``/cluster/id`` (Kafka's
+    InconsistentClusterIdException): the broker is pointed at the wrong cluster."""
 
 
 class DataDirLockedError(LogManagerError):
@@ -148,11 +155,15 @@ class LogManager:
 
     # -- startup ---------------------------------------------------------------------------
 
-    def startup(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+    def startup(
+        self, topic_configs: Mapping[str, LogConfig] | None = None, cluster_id: str | None = None
+    ) -> None:
         """Take the data dir and load every partition log in it.
 
         Creates the dir, locks it (DataDirLockedError if another process holds it), writes
-        or checks ``meta.properties`` (InconsistentBrokerIdError for another broker.id),
+        or checks ``meta.properties`` (InconsistentBrokerIdError for another broker.id,
+        InconsistentClusterIdError for another cluster.id than ``cluster_id``, which is
+        written there if the file has none yet),
         reads and deletes the clean-shutdown marker, reads the recovery-point and
         log-start-offset checkpoints (an unreadable one is logged and ignored: every log is
         then recovered from its start, which is slower but safe) and opens each
@@ -165,7 +176,7 @@ class LogManager:
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self._acquire_dir_lock()
         try:
-            self._check_meta_properties()
+            self._check_meta_properties(cluster_id)
             self._had_clean_shutdown = self._consume_clean_shutdown_marker()
             recovery_points, clean = self._read_checkpoint(self._recovery_points)
             start_offsets, _ = self._read_checkpoint(self._log_start_offsets)
@@ -218,16 +229,28 @@ class LogManager:
             self._lock_file.close()  # closing the file releases the lock
             self._lock_file = None
 
-    def _check_meta_properties(self) -> None:
-        stored = read_meta_properties(self._data_dir)
+    def _check_meta_properties(self, cluster_id: str | None) -> None:
+        path = self._data_dir / META_PROPERTIES
+        stored = read_broker_metadata(self._data_dir)
         if stored is None:
-            write_meta_properties(self._data_dir, self._broker_id)
-        elif stored != self._broker_id:
+            write_meta_properties(self._data_dir, self._broker_id, cluster_id)
+            return
+        if stored.broker_id != self._broker_id:
             raise InconsistentBrokerIdError(
-                f"configured broker.id {self._broker_id} does not match broker.id {stored} in "
-                f"{self._data_dir / 'meta.properties'}: this data dir belongs to broker "
-                f"{stored}; use that id or another log.dirs"
+                f"configured broker.id {self._broker_id} does not match broker.id "
+                f"{stored.broker_id} in {path}: this data dir belongs to broker "
+                f"{stored.broker_id}; use that id or another log.dirs"
             )
+        if cluster_id is None or stored.cluster_id == cluster_id:
+            return
+        if stored.cluster_id is not None:
+            raise InconsistentClusterIdError(
+                f"the cluster ID {cluster_id} (/cluster/id in ZooKeeper) does not match "
+                f"cluster.id {stored.cluster_id} in {path}: the broker is trying to join the "
+                "wrong cluster; zookeeper.connect may name another cluster's ZooKeeper (or "
+                "chroot), or log.dirs another cluster's data dir"
+            )
+        write_meta_properties(self._data_dir, self._broker_id, cluster_id)
 
     def _consume_clean_shutdown_marker(self) -> bool:
         """KAFKA-10471: delete the marker as soon as it is read, and make the deletion

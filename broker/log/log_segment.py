@@ -48,6 +48,7 @@ __all__ = [
     "SegmentClosedError",
     "SegmentRead",
     "SegmentRecovery",
+    "TimestampOffset",
     "index_file_name",
     "log_file_name",
 ]
@@ -83,6 +84,15 @@ def index_file_name(base_offset: int) -> str:
 
 class SegmentClosedError(MinibrokerError):
     """The segment was closed (deleted by retention or truncation) while being used."""
+
+
+class TimestampOffset(NamedTuple):
+    """A record found by its timestamp (Kafka's ``TimestampAndOffset``)."""
+
+    timestamp: int
+    offset: int
+    leader_epoch: int
+    """The partition leader epoch of the record's batch (-1 if it carries none)."""
 
 
 class SegmentRead(NamedTuple):
@@ -761,21 +771,50 @@ class LogSegment:
 
     def find_offset_by_timestamp(
         self, timestamp: int, start_offset: int, max_position: int
-    ) -> int | None:
-        """The first offset >= ``start_offset`` whose record timestamp is >= ``timestamp``.
+    ) -> TimestampOffset | None:
+        """The first record at or after ``start_offset`` whose timestamp is >= ``timestamp``,
+        with that record's own timestamp (Kafka's ``LogSegment.findOffsetByTimestamp``).
 
         Batch headers find the first batch with maxTimestamp >= ``timestamp``; that batch is
-        decoded for the exact record (a compressed one answers its first offset). None when
-        no record below ``max_position`` qualifies.
+        decoded for the exact record (a compressed one answers its first offset and its max
+        timestamp: minibroker stores none yet). None when no record below ``max_position``
+        qualifies.
         """
         start = self._index.lookup(start_offset).position
         for position, header in self._iter_headers(start, max_position):
             if header.last_offset < start_offset or header.max_timestamp < timestamp:
                 continue
+            epoch = header.partition_leader_epoch
             if header.compression != 0:
-                return max(header.base_offset, start_offset)
+                return TimestampOffset(
+                    header.max_timestamp, max(header.base_offset, start_offset), epoch
+                )
             batch = decode_batch(self._file.pread(header.size, position))
             for record in batch.records:
                 if record.offset >= start_offset and record.timestamp >= timestamp:
-                    return record.offset
+                    return TimestampOffset(record.timestamp, record.offset, epoch)
         return None
+
+    def find_max_timestamp(self, start_offset: int, max_position: int) -> TimestampOffset | None:
+        """The record with the largest timestamp at or after ``start_offset``, the first
+        such record on a tie (KIP-734's max-timestamp spec, with the exact offset Kafka
+        answers since KAFKA-16310 rather than its batch's last offset). None when the
+        segment holds no record there."""
+        start = self._index.lookup(start_offset).position
+        best: tuple[int, BatchHeader] | None = None
+        for position, header in self._iter_headers(start, max_position):
+            if header.last_offset < start_offset:
+                continue
+            if best is None or header.max_timestamp > best[1].max_timestamp:
+                best = (position, header)
+        if best is None:
+            return None
+        position, header = best
+        epoch = header.partition_leader_epoch
+        if header.compression != 0:
+            return TimestampOffset(header.max_timestamp, header.last_offset, epoch)
+        found: TimestampOffset | None = None
+        for record in decode_batch(self._file.pread(header.size, position)).records:
+            if record.offset >= start_offset and (found is None or record.timestamp > found[0]):
+                found = TimestampOffset(record.timestamp, record.offset, epoch)
+        return found

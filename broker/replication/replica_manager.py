@@ -57,6 +57,8 @@ _T = TypeVar("_T")
 
 LIST_OFFSETS_LATEST = -1
 LIST_OFFSETS_EARLIEST = -2
+LIST_OFFSETS_MAX_TIMESTAMP = -3
+"""KIP-734 (ListOffsets v7): the record with the largest timestamp."""
 ISR_CHANGE_PROPAGATION_INTERVAL_MS = 2500
 """Kafka's fixed cadence for checking pending ISR change notifications."""
 ISR_CHANGE_QUIET_MS = 5000
@@ -1079,25 +1081,36 @@ class ReplicaManager:
 
     async def list_offset(
         self, tp: TopicPartition, current_leader_epoch: int | None, timestamp: int, replica_id: int
-    ) -> tuple[int, int, int]:
-        """(error code, offset, timestamp): earliest, latest (the HW for consumers) or by time."""
+    ) -> tuple[int, int, int, int]:
+        """(error code, offset, timestamp, leader epoch): earliest, latest (the HW for
+        consumers), max timestamp, or by time. A record found by its timestamp answers its
+        own timestamp and its batch's leader epoch, and, for a consumer, only if it is below
+        the high watermark (Kafka's ``lastFetchableOffset``); else no offset (-1)."""
         try:
             partition = self._leader_partition(tp, current_leader_epoch)
         except errors.BrokerResponseError as err:
-            return err.code, -1, -1
+            known = self.partitions.get(tp)
+            return err.code, -1, -1, known.leader_epoch if known else -1
+        epoch = partition.leader_epoch
         if timestamp == LIST_OFFSETS_EARLIEST:
-            return pb.NONE, partition.log.log_start_offset, -1
+            return pb.NONE, partition.log.log_start_offset, -1, epoch
         if timestamp == LIST_OFFSETS_LATEST:
             if replica_id >= 0:
-                return pb.NONE, partition.log_end_offset, -1
+                return pb.NONE, partition.log_end_offset, -1, epoch
             if partition.high_watermark < partition.leader_epoch_start_offset:
                 # KIP-207: a new leader's HW may still be below what the old one exposed.
-                return pb.OFFSET_NOT_AVAILABLE, -1, -1
-            return pb.NONE, partition.high_watermark, -1
-        offset = await self._in_executor(partition.log.offset_for_timestamp, timestamp)
-        if offset >= partition.high_watermark:
-            offset = -1
-        return pb.NONE, offset, timestamp if offset >= 0 else -1
+                return pb.OFFSET_NOT_AVAILABLE, -1, -1, -1
+            return pb.NONE, partition.high_watermark, -1, epoch
+        if timestamp == LIST_OFFSETS_MAX_TIMESTAMP:
+            found = await self._in_executor(partition.log.max_timestamp_offset)
+        else:
+            found = await self._in_executor(partition.log.offset_for_timestamp, timestamp)
+        fetchable = partition.log_end_offset if replica_id >= 0 else partition.high_watermark
+        if found is None or found.offset >= fetchable:
+            if replica_id < 0 and partition.high_watermark < partition.leader_epoch_start_offset:
+                return pb.OFFSET_NOT_AVAILABLE, -1, -1, -1
+            return pb.NONE, -1, -1, -1
+        return pb.NONE, found.offset, found.timestamp, found.leader_epoch
 
     # -- ISR maintenance ---------------------------------------------------------------------
 

@@ -365,6 +365,7 @@ async def _metadata_status(bootstrap: str) -> ClusterStatus:
         len(partitions),
         [(p.tp, p.replicas, p.isr) for p in partitions if len(p.isr) < len(p.replicas)],
         [p.tp for p in partitions if p.leader < 0 or p.leader not in cluster.brokers],
+        cluster_id=cluster.cluster_id or None,
     )
 
 
@@ -387,6 +388,8 @@ def print_status(status: ClusterStatus, console: Console) -> None:
                 node.mode or "-",
             )
         console.print(nodes)
+    if status.zookeeper_running or status.cluster_id is not None:
+        console.print(f"Cluster id: {status.cluster_id or 'none yet (no broker has started)'}")
     if status.bootstrap_servers is not None:
         console.print(f"Bootstrap servers: {status.bootstrap_servers}")
     if status.kafka_bootstrap_servers is not None:

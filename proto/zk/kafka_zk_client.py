@@ -25,6 +25,7 @@ from proto.zk.znode_reads import (
     RegisteredBroker,
     ZnodeRead,
     broker_ids,
+    cluster_id_read,
     consumer_offset_partitions,
     consumer_offset_read,
     consumer_offset_topics,
@@ -34,12 +35,15 @@ from proto.zk.znode_reads import (
 )
 from proto.zk.znodes import (
     BROKER_IDS_PATH,
+    CLUSTER_ID_PATH,
     PartitionState,
     PartitionStateData,
     consumer_offset_path,
     consumer_offsets_path,
+    encode_cluster_id,
     encode_consumer_offset,
     encode_partition_state,
+    new_cluster_id,
     partition_state_path,
 )
 
@@ -97,6 +101,30 @@ class KafkaZkClient(ZooKeeperClient):
     async def read_registered_broker(self, broker_id: int) -> RegisteredBroker | None:
         """``/brokers/ids/<id>``, or None if that broker is not registered."""
         return await self.read_znode(registered_broker_read(broker_id))
+
+    async def read_cluster_id(self) -> str | None:
+        """``/cluster/id``, or None before any broker made it; ZkDataError if malformed."""
+        return await self.read_znode(cluster_id_read())
+
+    async def get_or_create_cluster_id(self) -> str:
+        """The cluster's id, made now if no broker made it before (Kafka's
+        ``KafkaServer.getOrGenerateClusterId``): brokers starting together race to create
+        ``/cluster/id`` and the losers read the winner's."""
+        existing = await self.read_cluster_id()
+        if existing is not None:
+            return existing
+        proposed = new_cluster_id()
+        try:
+            await self.request(
+                "create", CLUSTER_ID_PATH, encode_cluster_id(proposed), makepath=True
+            )
+        except NodeExistsError:
+            winner = await self.read_cluster_id()
+            if winner is None:  # created and deleted meanwhile: only a person does that
+                raise
+            return winner
+        self._log(logging.INFO, "cluster_id_created", path=CLUSTER_ID_PATH, cluster_id=proposed)
+        return proposed
 
     async def read_consumer_offsets(
         self, group: str, tps: Iterable[TopicPartition] | None = None

@@ -34,6 +34,7 @@ from proto.zk.znode_reads import (
     RegisteredBroker,
     ZnodeRead,
     broker_ids,
+    cluster_id_read,
     consumer_offset_partitions,
     consumer_offset_read,
     consumer_offset_topics,
@@ -54,6 +55,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "create_partition_state",
     "kazoo_client",
+    "read_cluster_id",
     "read_consumer_offset",
     "read_consumer_offsets",
     "read_partition_state",
@@ -170,6 +172,11 @@ def read_registered_brokers(zk: KazooClient) -> ReadBatch[int, RegisteredBroker]
 def read_registered_broker(zk: KazooClient, broker_id: int) -> RegisteredBroker | None:
     """``/brokers/ids/<id>``, or None if that broker is not registered."""
     return read_znode(zk, registered_broker_read(broker_id))
+
+
+def read_cluster_id(zk: KazooClient) -> str | None:
+    """``/cluster/id``, or None before any broker made it."""
+    return read_znode(zk, cluster_id_read())
 
 
 def read_consumer_offsets(

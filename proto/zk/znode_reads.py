@@ -30,6 +30,7 @@ from kazoo.exceptions import NoNodeError
 
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.zk.znodes import (
+    CLUSTER_ID_PATH,
     BrokerRegistration,
     PartitionState,
     ZkDataError,
@@ -37,6 +38,7 @@ from proto.zk.znodes import (
     consumer_offset_path,
     consumer_offsets_path,
     decode_broker_registration,
+    decode_cluster_id,
     decode_consumer_offset,
     decode_partition_state,
     partition_state_path,
@@ -48,6 +50,7 @@ __all__ = [
     "RegisteredBroker",
     "ZnodeRead",
     "broker_ids",
+    "cluster_id_read",
     "consumer_offset_partitions",
     "consumer_offset_read",
     "consumer_offset_topics",
@@ -190,6 +193,14 @@ def registered_broker_read(broker_id: int) -> ZnodeRead[RegisteredBroker]:
         broker_path(broker_id),
         lambda data, stat: RegisteredBroker(decode_broker_registration(data), int(stat.czxid)),
     )
+
+
+# -- /cluster/id -----------------------------------------------------------------------------
+
+
+def cluster_id_read() -> ZnodeRead[str]:
+    """``/cluster/id``: the cluster's id, made by the first broker that started."""
+    return ZnodeRead(CLUSTER_ID_PATH, lambda data, _: decode_cluster_id(data))
 
 
 # -- /consumers/<g>/offsets/<t>/<p> ----------------------------------------------------------

@@ -17,6 +17,7 @@ and decode znodes here, so there is one definition of every path and JSON shape:
     /admin/reassign_partitions                   persistent  target assignments
     /admin/preferred_replica_election            persistent  partitions to re-elect
     /latest_producer_id_block                    persistent  last reserved producer id block
+    /cluster/id                                  persistent  the cluster id, made once
     /consumers/<g>/ids/<c>                       ephemeral   consumer subscription
     /consumers/<g>/owners/<t>/<p>                ephemeral   owning consumer id (text)
     /consumers/<g>/offsets/<t>/<p>               persistent  committed offset (text)
@@ -29,8 +30,10 @@ extra keys), and raise :class:`ZkDataError` for anything malformed.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +45,7 @@ __all__ = [
     "ADMIN_DELETE_TOPICS_PATH",
     "BROKER_IDS_PATH",
     "BROKER_TOPICS_PATH",
+    "CLUSTER_ID_PATH",
     "CONFIG_BROKERS_PATH",
     "CONFIG_CHANGES_PATH",
     "CONFIG_CHANGE_PREFIX",
@@ -79,6 +83,7 @@ __all__ = [
     "consumer_offsets_path",
     "consumer_owner_path",
     "decode_broker_registration",
+    "decode_cluster_id",
     "decode_config_change",
     "decode_config_entity_path",
     "decode_consumer_offset",
@@ -95,6 +100,7 @@ __all__ = [
     "decode_topic_config",
     "delete_topic_path",
     "encode_broker_registration",
+    "encode_cluster_id",
     "encode_config_change",
     "encode_config_entity_path",
     "encode_consumer_offset",
@@ -110,8 +116,10 @@ __all__ = [
     "encode_topic_assignment",
     "encode_topic_config",
     "format_endpoint",
+    "is_cluster_id",
     "isr_change_notification_path",
     "log_dir_event_notification_path",
+    "new_cluster_id",
     "partition_state_path",
     "partitions_path",
     "topic_config_path",
@@ -153,6 +161,7 @@ ADMIN_DELETE_TOPICS_PATH = "/admin/delete_topics"
 REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION_PATH = "/admin/preferred_replica_election"
 LATEST_PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
+CLUSTER_ID_PATH = "/cluster/id"
 CONSUMERS_PATH = "/consumers"
 PERSISTENT_PATHS = (
     CONSUMERS_PATH,
@@ -779,6 +788,48 @@ def decode_producer_id_block(data: bytes) -> ProducerIdBlock:
         block_start=_int_text(_field(obj, "block_start"), "block_start"),
         block_end=_int_text(_field(obj, "block_end"), "block_end"),
     )
+
+
+# -- /cluster/id ------------------------------------------------------------------------------
+
+_CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]{1,255}")
+"""What a cluster id may hold here: Kafka generates 22 characters of url-safe base64; the
+id is also written into ``meta.properties`` and shown to clients, so nothing else (a line
+break, a ``=``) is let through from a znode."""
+
+
+def is_cluster_id(text: str) -> bool:
+    """Whether ``text`` may be a cluster id (in ``/cluster/id`` and ``meta.properties``)."""
+    return _CLUSTER_ID.fullmatch(text) is not None
+
+
+def new_cluster_id() -> str:
+    """A random UUID as 22 characters of url-safe base64 without padding, never starting
+    with ``-`` (Kafka's ``Uuid.randomUuid().toString()``, which avoids ids a command line
+    would read as an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+        if not text.startswith("-"):
+            return text
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    """``{"version":"1","id":"<id>"}`` (the version a string, as Kafka writes it)."""
+    if not _CLUSTER_ID.fullmatch(cluster_id):
+        raise ValueError(f"illegal cluster id {cluster_id!r}")
+    return _dumps({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    """The id (Kafka reads only ``id``; a version other than 1 is refused here)."""
+    obj = _loads_object(data)
+    version = _field(obj, "version")
+    if version not in ("1", 1):
+        raise ZkDataError(f"unsupported cluster id version {version!r} (supported: 1)")
+    cluster_id = _str(_field(obj, "id"), "id")
+    if not _CLUSTER_ID.fullmatch(cluster_id):
+        raise ZkDataError(f"illegal cluster id {cluster_id!r}: 1-255 of A-Z a-z 0-9 _ -")
+    return cluster_id
 
 
 # -- /consumers/<g>/... ----------------------------------------------------------------------

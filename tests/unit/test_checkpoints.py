@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 
 from broker.log import checkpoints
 from broker.log.checkpoints import (
+    BrokerMetadata,
     CheckpointError,
     LeaderEpochCheckpointFile,
     OffsetCheckpointFile,
     atomic_write_text,
+    read_broker_metadata,
     read_meta_properties,
     write_meta_properties,
 )
@@ -392,6 +394,19 @@ def test_meta_properties_round_trip_in_kafkas_layout(tmp_path: Path) -> None:
     assert lines[2:] == ["version=0", "broker.id=3", ""]
     assert read_meta_properties(tmp_path) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.properties"]
+
+
+def test_meta_properties_with_the_cluster_id(tmp_path: Path) -> None:
+    write_meta_properties(tmp_path, 3, "kN3pVvD8QpqFSYt1OXeVHQ")
+    lines = (tmp_path / "meta.properties").read_text().split("\n")
+    assert lines[2:] == ["version=0", "broker.id=3", "cluster.id=kN3pVvD8QpqFSYt1OXeVHQ", ""]
+    assert read_broker_metadata(tmp_path) == BrokerMetadata(3, "kN3pVvD8QpqFSYt1OXeVHQ")
+    with pytest.raises(ValueError, match="cluster id"):
+        write_meta_properties(tmp_path, 3, "a\nbroker.id=4")
+    assert read_broker_metadata(tmp_path) == BrokerMetadata(3, "kN3pVvD8QpqFSYt1OXeVHQ")
+    (tmp_path / "meta.properties").write_text("version=0\nbroker.id=3\ncluster.id=a b\n")
+    with pytest.raises(CheckpointError, match=r"line 3: illegal cluster\.id 'a b'"):
+        read_broker_metadata(tmp_path)
 
 
 def test_meta_properties_missing_reads_as_none(tmp_path: Path) -> None:

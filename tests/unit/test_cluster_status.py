@@ -136,3 +136,13 @@ def test_status_of_a_local_cluster_names_both_bootstraps() -> None:
     # Without Kafka listeners (a --tls cluster) there is no such line.
     plain = ClusterStatus.of("127.0.0.1:2181", [], None, bootstrap_servers="127.0.0.1:9091")
     assert "Kafka" not in _printed(plain)
+
+
+def test_status_shows_the_cluster_id_zookeeper_keeps() -> None:
+    view = ZooKeeperView({}, None, None, 0, 0, [], [], [], "CbawmYOaSS6IfE6RMp9FMw")
+    assert "Cluster id: CbawmYOaSS6IfE6RMp9FMw\n" in _printed(
+        ClusterStatus.of("127.0.0.1:2181", [], view)
+    )
+    fresh = ClusterStatus.of("127.0.0.1:2181", [], ZooKeeperView({}, None, None, 0, 0, [], [], []))
+    assert "Cluster id: none yet (no broker has started)\n" in _printed(fresh)
+    assert "Cluster id" not in _printed(ClusterStatus.of("127.0.0.1:2181", [], None))

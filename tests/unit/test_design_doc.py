@@ -190,17 +190,31 @@ def test_every_grpc_service_and_call_is_named(kind: str) -> None:
     assert [n for n in names if n not in spans] == []
 
 
-def test_the_kafka_listener_table_is_what_api_versions_lists() -> None:
+def kafka_api_table(text: str) -> dict[int, tuple[int, int]]:
+    """The ``| API | key | low-high |`` rows of a page's table of the Kafka listener's APIs,
+    by API key; each row's name is checked to be that key's."""
     from kio.schema.index import api_key_map
 
-    from broker.kafka_listener.apis import SUPPORTED_VERSIONS
-
-    rows = re.findall(r"^\| (\w+) \| (\d+) \| (\d+)-(\d+) \|$", _text(), flags=re.M)
-    table = {int(key): (int(low), int(high)) for _, key, low, high in rows}
-    assert table == SUPPORTED_VERSIONS
+    rows = re.findall(r"^\| (\w+) \| (\d+) \| (\d+)-(\d+) \|$", text, flags=re.M)
     for name, key, _, _ in rows:
         snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
         assert api_key_map[int(key)] == snake, f"API key {key} is not {name}"
+    return {int(key): (int(low), int(high)) for _, key, low, high in rows}
+
+
+def _readme_kafka_section() -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index("\n## Use your Kafka tools\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+@pytest.mark.parametrize("page", ["docs/design.md", "README.md"])
+def test_the_kafka_listener_table_is_what_api_versions_lists(page: str) -> None:
+    from broker.kafka_listener.apis import SUPPORTED_VERSIONS
+
+    text = _text() if page == "docs/design.md" else _readme_kafka_section()
+    assert kafka_api_table(text) == SUPPORTED_VERSIONS
 
 
 LONG_MODULE_LINES = 700

@@ -18,6 +18,7 @@ from broker.log.log import (
     Log,
     UnexpectedAppendOffsetError,
 )
+from broker.log.log_segment import TimestampOffset
 from broker.replication.replica_manager import _error_of
 from proto import errors
 from proto.config.log_config import LogConfig
@@ -510,12 +511,31 @@ def test_read_out_of_range(tmp_path: Path) -> None:
 def test_offset_for_timestamp(tmp_path: Path) -> None:
     log = open_log(tmp_path, segment_bytes=2 * BATCH_SIZE)
     for i in range(6):
-        log.append_as_leader(client_batch(ts=1000 + 10 * i), 0)  # timestamps 1000+10i+j
-    assert log.offset_for_timestamp(0) == 0
-    assert log.offset_for_timestamp(1021) == 7
-    assert log.offset_for_timestamp(1025) == 9
-    assert log.offset_for_timestamp(1052) == 17
-    assert log.offset_for_timestamp(1053) == -1
+        log.append_as_leader(client_batch(ts=1000 + 10 * i), i)  # timestamps 1000+10i+j
+    assert log.offset_for_timestamp(0) == TimestampOffset(1000, 0, 0)
+    # The found record's own timestamp, not the one asked for, and its batch's epoch.
+    assert log.offset_for_timestamp(1021) == TimestampOffset(1021, 7, 2)
+    assert log.offset_for_timestamp(1025) == TimestampOffset(1030, 9, 3)
+    assert log.offset_for_timestamp(1052) == TimestampOffset(1052, 17, 5)
+    assert log.offset_for_timestamp(1053) is None
+    log.close()
+
+
+def test_max_timestamp_offset_is_the_first_record_with_the_largest_timestamp(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path, segment_bytes=2 * BATCH_SIZE)
+    assert log.max_timestamp_offset() is None
+    for ts, epoch in ((1000, 0), (5000, 1), (3000, 2), (4000, 3), (5002, 4), (2000, 5)):
+        # timestamps ts, ts+1, ts+2 at offsets 3*epoch..3*epoch+2
+        log.append_as_leader(client_batch(ts=ts), epoch)
+    # Offsets 14 (5004) is the largest, in the third segment, not the last one.
+    assert log.max_timestamp_offset() == TimestampOffset(5004, 14, 4)
+    log.append_as_leader(
+        encode_batch([Record(b"k", b"v", 9000), Record(b"k", b"v", 9000), Record(b"k", b"v", 1)]),
+        6,
+    )
+    assert log.max_timestamp_offset() == TimestampOffset(9000, 18, 6)  # the first of a tie
     log.close()
 
 

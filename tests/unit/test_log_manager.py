@@ -11,12 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from broker.log.checkpoints import CheckpointError, read_meta_properties
+from broker.log.checkpoints import (
+    BrokerMetadata,
+    CheckpointError,
+    read_broker_metadata,
+    read_meta_properties,
+)
 from broker.log.log import Log, LogClosedError
 from broker.log.log_manager import (
     CLEAN_SHUTDOWN_FILE,
     IllegalPartitionPathError,
     InconsistentBrokerIdError,
+    InconsistentClusterIdError,
     LogManager,
     LogOfflineError,
 )
@@ -70,6 +76,25 @@ def test_meta_properties_of_another_broker_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InconsistentBrokerIdError, match=r"configured broker.id 2 .* broker.id 1"):
         started(tmp_path, broker_id=2)
     started(tmp_path, broker_id=1).shutdown()  # the refusal left the dir usable
+
+
+def test_the_cluster_id_is_written_once_and_another_cluster_is_refused(tmp_path: Path) -> None:
+    started(tmp_path).shutdown()  # a dir first used without a cluster id (an older broker)
+    assert read_broker_metadata(tmp_path) == BrokerMetadata(1, None)
+    adopting = manager(tmp_path)
+    adopting.startup(cluster_id="kN3pVvD8QpqFSYt1OXeVHQ")
+    adopting.shutdown()
+    assert read_broker_metadata(tmp_path) == BrokerMetadata(1, "kN3pVvD8QpqFSYt1OXeVHQ")
+    foreign = manager(tmp_path)
+    with pytest.raises(
+        InconsistentClusterIdError,
+        match=r"cluster ID other-cluster .* cluster.id kN3pVvD8QpqFSYt1OXeVHQ .* wrong cluster",
+    ):
+        foreign.startup(cluster_id="other-cluster")
+    assert read_broker_metadata(tmp_path) == BrokerMetadata(1, "kN3pVvD8QpqFSYt1OXeVHQ")
+    again = manager(tmp_path)
+    again.startup(cluster_id="kN3pVvD8QpqFSYt1OXeVHQ")  # the refusal left the dir usable
+    again.shutdown()
 
 
 def test_corrupt_meta_properties_is_refused(tmp_path: Path) -> None:

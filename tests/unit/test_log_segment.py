@@ -328,10 +328,13 @@ def test_max_timestamp_and_lookup_by_timestamp(tmp_path: Path, segment: LogSegme
     append(reopened, batch(130, 1, ts=5000))
     assert reopened.max_timestamp() == 5000
     size = reopened.size
-    assert reopened.find_offset_by_timestamp(1105, 100, size) == 105
-    assert reopened.find_offset_by_timestamp(1105, 107, size) == 107
-    assert reopened.find_offset_by_timestamp(4000, 100, size) == 130
+    assert reopened.find_offset_by_timestamp(1105, 100, size) == (1105, 105, 0)
+    assert reopened.find_offset_by_timestamp(1105, 107, size) == (1107, 107, 0)
+    assert reopened.find_offset_by_timestamp(4000, 100, size) == (5000, 130, 0)
     assert reopened.find_offset_by_timestamp(6000, 100, size) is None
+    assert reopened.find_max_timestamp(100, size) == (5000, 130, 0)
+    assert reopened.find_max_timestamp(131, size) is None
+    assert reopened.find_max_timestamp(100, 10 * len(batch(0, 3))) == (1129, 129, 0)
     reopened.truncate_to(120)  # removes the batch 118..120 and everything after
     assert reopened.max_timestamp() == 1117
 

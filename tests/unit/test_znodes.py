@@ -449,3 +449,32 @@ def test_log_dir_event_notification_is_kafkas_json() -> None:
     for bad in ("log_dir_event_", "log_dir_event_../x", "isr_change_0000000001", "../x"):
         with pytest.raises(ValueError, match="not a log dir event notification name"):
             znodes.log_dir_event_notification_path(bad)
+
+
+def test_cluster_id_is_kafkas_json_and_a_22_character_url_safe_uuid() -> None:
+    made = {znodes.new_cluster_id() for _ in range(200)}
+    assert len(made) == 200
+    for cluster_id in made:
+        assert len(cluster_id) == 22
+        assert znodes.is_cluster_id(cluster_id)
+        assert not cluster_id.startswith("-")
+    data = znodes.encode_cluster_id("kN3pVvD8QpqFSYt1OXeVHQ")
+    assert data == b'{"version":"1","id":"kN3pVvD8QpqFSYt1OXeVHQ"}'
+    assert znodes.decode_cluster_id(data) == "kN3pVvD8QpqFSYt1OXeVHQ"
+    assert znodes.decode_cluster_id(b'{"version":1,"id":"x_y-z"}') == "x_y-z"
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b'{"version":"2","id":"abc"}', "unsupported cluster id version"),
+        (b'{"version":"1"}', "missing field 'id'"),
+        (b'{"version":"1","id":""}', "illegal cluster id"),
+        (b'{"version":"1","id":"a\\nbroker.id=2"}', "illegal cluster id"),
+        (b'{"version":"1","id":7}', "id must be a string"),
+        (b"[]", "expected a JSON object"),
+    ],
+)
+def test_a_malformed_cluster_id_is_refused(data: bytes, reason: str) -> None:
+    with pytest.raises(znodes.ZkDataError, match=reason):
+        znodes.decode_cluster_id(data)
