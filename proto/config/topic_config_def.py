@@ -9,11 +9,13 @@ minibroker lacks is refused INVALID_CONFIG with what is missing, rather than acc
 silently not done: a compression codec (the broker stores batches as producers sent them,
 uncompressed), ``cleanup.policy`` with ``compact``, ``message.timestamp.type=LogAppendTime``,
 and a ``message.format.version`` older than record format v2 (0.11.0). A name Kafka does not
-know is refused as Kafka refuses it: ``Unknown topic config name: <name>``.
+know is refused as Kafka refuses it, ``Unknown topic config name: <name>``, with the closest
+known name when there is one.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from proto.config.broker_config import TOPIC_PROPERTIES, BrokerConfig
@@ -319,7 +321,9 @@ def validate_topic_config(configs: Mapping[str, str]) -> dict[str, ConfigValue]:
     """
     for name in configs:
         if name not in TOPIC_CONFIGS:
-            raise InvalidConfigError(f"Unknown topic config name: {name}")
+            close = difflib.get_close_matches(name, TOPIC_CONFIGS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidConfigError(f"Unknown topic config name: {name}{hint}")
     parsed = {name: parse(TOPIC_CONFIGS[name], text) for name, text in configs.items()}
     # validateValues runs over the overrides and the defaults together.
     lags = {

@@ -1,0 +1,320 @@
+"""Topic and broker configs through the Kafka listener, with Kafka's own admin clients
+(confluent-kafka's ``AdminClient``, kafka-python's ``KafkaAdminClient``) against real
+brokers: CreateTopics with configs, DescribeConfigs (types, sources, synonyms, flags),
+AlterConfigs and IncrementalAlterConfigs on topics and brokers, and their refusals; and
+``minibroker configs --describe`` answering as DescribeConfigs does."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+from kazoo.client import KazooClient
+
+from proto.zk import znodes
+from proto.zk.sync_client import read_registered_broker
+from tests.cluster import Cluster, running_cluster
+from tests.helpers import minibroker, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+KAFKA_PORT_FREE = {"kafka.port": "0"}
+TIMEOUT_S = 30
+DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 1, 2, 3, 4, 5
+
+
+def kafka_bootstrap(cluster: Cluster) -> str:
+    addresses = []
+    for broker_id in cluster.live():
+        registered = read_registered_broker(cluster.zk, broker_id)
+        endpoint = None if registered is None else registered.kafka_endpoint
+        assert endpoint is not None
+        addresses.append(f"{endpoint[0]}:{endpoint[1]}")
+    return ",".join(addresses)
+
+
+def topic_config(zk: KazooClient, topic: str) -> dict[str, str]:
+    return znodes.decode_topic_config(zk.get(f"/config/topics/{topic}")[0])
+
+
+def kafka_error(future: Any) -> confluent_kafka.KafkaError:
+    with pytest.raises(confluent_kafka.KafkaException) as raised:
+        future.result(timeout=TIMEOUT_S)
+    error: confluent_kafka.KafkaError = raised.value.args[0]
+    return error
+
+
+def cli_describe(zk_connect: str, entity_type: str, name: str) -> dict[str, tuple[str, ...]]:
+    """``minibroker configs --describe``: name -> (value, sensitive, synonym, ...)."""
+    result = minibroker(
+        "configs", "--describe", "--entity-type", entity_type, "--entity-name", name,
+        "--zookeeper", zk_connect, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    described = {}
+    for line in result.stdout.splitlines()[1:]:
+        found = re.fullmatch(r"  ([^=]+)=(.*) sensitive=(\w+) synonyms=\{(.*)\}", line)
+        assert found is not None, line
+        name_, value, sensitive, synonyms = found.groups()
+        described[name_] = (value, sensitive, *(s for s in synonyms.split(", ") if s))
+    return described
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_confluent_kafka_creates_describes_and_alters_configs_as_kafka_2_8_does(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+    )
+
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
+        cluster.wait_for_controller()
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
+        wait_for(
+            lambda client=admin: client.list_topics(timeout=5).controller_id >= 0,
+            timeout=30,
+            message="metadata with a controller",
+        )
+        stored = {
+            "segment.ms": "60000",
+            "compression.type": "producer",
+            "cleanup.policy": "delete",
+            "leader.replication.throttled.replicas": "0:1",
+        }
+        wanted = [
+            NewTopic("stored", 2, 3, config=stored),
+            NewTopic("compacted", 1, 1, config={"cleanup.policy": "compact"}),
+            NewTopic("odd-name", 1, 1, config={"no.such.config": "1"}),
+            NewTopic("odd-value", 1, 1, config={"retention.ms": "soon"}),
+        ]
+        futures = admin.create_topics(wanted, operation_timeout=20, request_timeout=TIMEOUT_S)
+        futures["stored"].result(timeout=TIMEOUT_S)
+        refusals = {
+            name: kafka_error(futures[name]) for name in ("compacted", "odd-name", "odd-value")
+        }
+        assert {n: e.name() for n, e in refusals.items()} == dict.fromkeys(
+            refusals, "INVALID_CONFIG"
+        )
+        assert "minibroker does not compact logs yet" in refusals["compacted"].str()
+        assert "Unknown topic config name: no.such.config" in refusals["odd-name"].str()
+        assert "Not a number of type LONG" in refusals["odd-value"].str()
+        assert topic_config(zk_client, "stored") == stored
+
+        (described,) = admin.describe_configs(
+            [ConfigResource("topic", "stored")], request_timeout=TIMEOUT_S
+        ).values()
+        entries = described.result(timeout=TIMEOUT_S)
+        assert len(entries) == 26  # every topic config of Kafka 2.8
+        assert entries["segment.ms"].value == "60000"
+        assert entries["segment.ms"].source == DYNAMIC_TOPIC
+        assert entries["retention.ms"].value == "604800000"
+        assert entries["retention.ms"].source == DEFAULT
+        isr = entries["min.insync.replicas"]
+        assert (isr.value, isr.is_read_only, isr.is_sensitive) == ("1", False, False)
+        assert {s.name: s.source for s in isr.synonyms.values()} == {"min.insync.replicas": DEFAULT}
+
+        # AlterConfigs replaces the topic's configs; IncrementalAlterConfigs edits them.
+        resource = ConfigResource("topic", "stored", set_config={"retention.ms": "5000"})
+        admin.alter_configs([resource], request_timeout=TIMEOUT_S)[resource].result(
+            timeout=TIMEOUT_S
+        )
+        assert topic_config(zk_client, "stored") == {"retention.ms": "5000"}
+        throttled = "leader.replication.throttled.replicas"
+        ops = [
+            ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
+            ConfigEntry("min.insync.replicas", "2", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry(throttled, "0:1,1:2", incremental_operation=AlterConfigOpType.APPEND),
+        ]
+        resource = ConfigResource("topic", "stored", incremental_configs=ops)
+        admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S)[resource].result(
+            timeout=TIMEOUT_S
+        )
+        assert topic_config(zk_client, "stored") == {
+            "min.insync.replicas": "2",
+            throttled: "0:1,1:2",
+        }
+        ops = [ConfigEntry(throttled, "0:1", incremental_operation=AlterConfigOpType.SUBTRACT)]
+        resource = ConfigResource("topic", "stored", incremental_configs=ops)
+        admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S)[resource].result(
+            timeout=TIMEOUT_S
+        )
+        assert topic_config(zk_client, "stored")[throttled] == "1:2"
+
+        def refused(
+            configs: dict[str, str], topic: str = "stored", client: AdminClient = admin
+        ) -> confluent_kafka.KafkaError:
+            resource = ConfigResource("topic", topic, set_config=configs)
+            return kafka_error(
+                client.alter_configs([resource], request_timeout=TIMEOUT_S)[resource]
+            )
+
+        compact = refused({"cleanup.policy": "compact"})
+        assert compact.name() == "INVALID_CONFIG"
+        assert "minibroker does not compact logs yet" in compact.str()
+        assert refused({"compression.type": "gzip"}).name() == "INVALID_CONFIG"
+        assert refused({"no.such.config": "1"}).name() == "INVALID_CONFIG"
+        bad = refused({"retention.ms": "-5"})  # Kafka wraps ConfigException: INVALID_REQUEST
+        assert bad.name() == "INVALID_REQUEST"
+        assert "Value must be at least -1" in bad.str()
+        assert refused({"retention.ms": "1"}, topic="never-was").name() == "UNKNOWN_TOPIC_OR_PART"
+        assert topic_config(zk_client, "stored")[throttled] == "1:2"  # refusals wrote nothing
+
+        # Brokers: every config, the listeners among them; dynamic ones change, others not.
+        (described,) = admin.describe_configs(
+            [ConfigResource("broker", "1")], request_timeout=TIMEOUT_S
+        ).values()
+        entries = described.result(timeout=TIMEOUT_S)
+        registered = read_registered_broker(zk_client, 1)
+        assert registered is not None
+        assert registered.kafka_endpoint is not None
+        kafka_host, kafka_port = registered.kafka_endpoint
+        assert entries["listeners"].value.endswith(f",KAFKA://{kafka_host}:{kafka_port}")
+        assert entries["advertised.listeners"].value == entries["listeners"].value
+        assert entries["listeners"].is_read_only
+        assert entries["listeners"].source == STATIC
+        assert entries["broker.id"].value == "1"
+        assert entries["num.partitions"].source == DEFAULT
+        assert entries["num.partitions"].is_read_only
+        assert not entries["log.retention.bytes"].is_read_only
+
+        ops = [
+            ConfigEntry(
+                "log.retention.bytes", "1000000", incremental_operation=AlterConfigOpType.SET
+            )
+        ]
+        resource = ConfigResource("broker", "1", incremental_configs=ops)
+        admin.incremental_alter_configs([resource], request_timeout=TIMEOUT_S)[resource].result(
+            timeout=TIMEOUT_S
+        )
+        assert znodes.decode_topic_config(zk_client.get("/config/brokers/1")[0]) == {
+            "log.retention.bytes": "1000000"
+        }
+        resource = ConfigResource("broker", "1", set_config={"num.partitions": "3"})
+        read_only = kafka_error(
+            admin.alter_configs([resource], request_timeout=TIMEOUT_S)[resource]
+        )
+        assert read_only.name() == "INVALID_REQUEST"
+        assert "Cannot update these configs dynamically: num.partitions" in read_only.str()
+        # minibroker configs --describe reads ZooKeeper, and describes with the same code.
+        # Out of its sight, as of kafka-configs --zookeeper's: the brokers' static properties
+        # (on their command lines) and, for a topic, the dynamic config of the broker that
+        # answers DescribeConfigs (broker 1's log.retention.bytes under retention.bytes).
+        for entity_type, name, resource, unseen in (
+            ("topics", "stored", ConfigResource("topic", "stored"), (STATIC, DYNAMIC_BROKER)),
+            ("brokers", "1", ConfigResource("broker", "1"), (STATIC,)),
+        ):
+            cli = cli_describe(zk_connect, entity_type, name)
+            (described,) = admin.describe_configs([resource], request_timeout=TIMEOUT_S).values()
+            entries = described.result(timeout=TIMEOUT_S)
+            dynamic = {
+                n
+                for n, e in entries.items()
+                if e.source in (DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT)
+                and e.source not in unseen
+            }
+            assert set(cli) == dynamic
+            assert dynamic  # something to compare
+            for config_name, (value, sensitive, *synonyms) in cli.items():
+                entry = entries[config_name]
+                assert (value, sensitive) == (entry.value, str(entry.is_sensitive).lower())
+                # By name, as confluent-kafka keeps the synonyms.
+                listed = {s.partition(":")[2].partition("=")[0] for s in synonyms}
+                seen = {s.name for s in entry.synonyms.values() if s.source not in unseen}
+                assert listed == seen, config_name
+        del admin
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_kafka_python_admin_creates_describes_and_alters_configs(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    from kafka.admin import ConfigResource, KafkaAdminClient, NewTopic
+    from kafka.errors import InvalidConfigurationError, InvalidRequestError
+
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
+        cluster.wait_for_controller()
+        admin = KafkaAdminClient(
+            bootstrap_servers=kafka_bootstrap(cluster).split(","), request_timeout_ms=20_000
+        )
+        try:
+            admin.create_topics(
+                [
+                    NewTopic(
+                        "kp", 1, 2, topic_configs={"retention.ms": "60000", "preallocate": "true"}
+                    )
+                ],
+                timeout_ms=20_000,
+            )
+            assert topic_config(zk_client, "kp") == {"retention.ms": "60000", "preallocate": "true"}
+            with pytest.raises(InvalidConfigurationError, match="does not compact logs yet"):
+                admin.create_topics(
+                    [NewTopic("kp-compact", 1, 1, topic_configs={"cleanup.policy": "compact"})],
+                    timeout_ms=20_000,
+                )
+            with pytest.raises(InvalidConfigurationError, match="Unknown topic config name"):
+                admin.create_topics(
+                    [NewTopic("kp-odd", 1, 1, topic_configs={"retention.minutes": "1"})],
+                    timeout_ms=20_000,
+                )
+
+            described = admin.describe_configs(
+                [ConfigResource("topic", "kp")], include_synonyms=True, config_filter="all"
+            )["topic"]["kp"]
+            assert len(described) == 26
+            retention = described["retention.ms"]
+            assert retention["value"] == "60000"
+            assert retention["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+            assert retention["config_type"] == "LONG"
+            assert retention["synonyms"][0]["name"] == "retention.ms"
+            assert described["cleanup.policy"]["config_type"] == "LIST"
+            assert described["preallocate"]["config_type"] == "BOOLEAN"
+            assert described["min.cleanable.dirty.ratio"]["value"] == "0.5"
+            assert described["min.cleanable.dirty.ratio"]["config_type"] == "DOUBLE"
+
+            result = admin.alter_configs(
+                [ConfigResource("topic", "kp", {"segment.bytes": "1048576"})],
+                raise_on_unknown=False,
+                incremental=False,
+            )
+            assert result == {"topic": {"kp": "OK"}}
+            # kafka-python's AlterConfigs carries the other modified configs along.
+            assert topic_config(zk_client, "kp")["segment.bytes"] == "1048576"
+            refused = admin.alter_configs(
+                [ConfigResource("topic", "kp", {"message.timestamp.type": "LogAppendTime"})],
+                raise_on_unknown=False,
+                incremental=True,
+            )["topic"]["kp"]
+            assert "InvalidConfigurationError" in refused
+            assert "does not stamp LogAppendTime yet" in refused
+            refused = admin.alter_configs(
+                [ConfigResource("topic", "kp", {"segment.bytes": "tiny"})],
+                raise_on_unknown=False,
+                incremental=True,
+            )["topic"]["kp"]
+            assert "InvalidRequestError" in refused
+            assert "Not a number of type INT" in refused
+
+            broker = admin.describe_configs(
+                [ConfigResource("broker", "2")], include_synonyms=True, config_filter="all"
+            )["broker"]["2"]
+            assert broker["broker.id"]["value"] == "2"
+            assert broker["advertised.listeners"]["read_only"]
+            assert broker["advertised.listeners"]["config_type"] == "STRING"
+            assert "KAFKA://" in broker["advertised.listeners"]["value"]
+            refused = admin.alter_configs(
+                [ConfigResource("broker", "2", {"log.dirs": "/elsewhere"})],
+                raise_on_unknown=False,
+                incremental=True,
+            )["broker"]["2"]
+            assert "Cannot update these configs dynamically: log.dirs" in refused
+            assert InvalidRequestError.__name__ in refused
+        finally:
+            admin.close()
