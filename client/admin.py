@@ -436,6 +436,8 @@ class AdminClient(AsyncClosing):
                     f"Invalid config(s): {','.join(missing)} (not set on {entity_type} '{name}')"
                 )
             updated = {k: v for k, v in {**current, **added}.items() if k not in removed}
+            if entity_type == "topics":
+                self._check_config(name, updated)  # Kafka checks the whole set
             data = znodes.encode_topic_config(updated)
             try:
                 if version is None:

@@ -14,26 +14,18 @@ import confluent_kafka
 import pytest
 from kazoo.client import KazooClient
 
+from broker.kafka_listener.messages import build
 from proto.zk import znodes
 from proto.zk.sync_client import read_registered_broker
-from tests.cluster import Cluster, running_cluster
+from tests.cluster import running_cluster
 from tests.helpers import minibroker, wait_for
+from tests.integration.test_kafka_listener import kafka_bootstrap, kafka_call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 KAFKA_PORT_FREE = {"kafka.port": "0"}
 TIMEOUT_S = 30
 DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 1, 2, 3, 4, 5
-
-
-def kafka_bootstrap(cluster: Cluster) -> str:
-    addresses = []
-    for broker_id in cluster.live():
-        registered = read_registered_broker(cluster.zk, broker_id)
-        endpoint = None if registered is None else registered.kafka_endpoint
-        assert endpoint is not None
-        addresses.append(f"{endpoint[0]}:{endpoint[1]}")
-    return ",".join(addresses)
 
 
 def topic_config(zk: KazooClient, topic: str) -> dict[str, str]:
@@ -67,22 +59,18 @@ def cli_describe(zk_connect: str, entity_type: str, name: str) -> dict[str, tupl
 def test_confluent_kafka_creates_describes_and_alters_configs_as_kafka_2_8_does(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    from confluent_kafka.admin import (
-        AdminClient,
-        AlterConfigOpType,
-        ConfigEntry,
-        ConfigResource,
-        NewTopic,
-    )
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.cimpl import NewTopic
 
     with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
         cluster.wait_for_controller()
         admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
-        wait_for(
-            lambda client=admin: client.list_topics(timeout=5).controller_id >= 0,
-            timeout=30,
-            message="metadata with a controller",
-        )
+
+        def knows_the_controller(client: AdminClient = admin) -> bool:
+            return bool(client.list_topics(timeout=5).controller_id >= 0)
+
+        wait_for(knows_the_controller, timeout=30, message="metadata with a controller")
         stored = {
             "segment.ms": "60000",
             "compression.type": "producer",
@@ -318,3 +306,89 @@ def test_kafka_python_admin_creates_describes_and_alters_configs(
             assert InvalidRequestError.__name__ in refused
         finally:
             admin.close()
+
+
+def test_the_cluster_default_documentation_and_request_errors_over_the_wire(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """What neither client library sends: the cluster-wide default (broker ``""``), the
+    documentation (DescribeConfigs v3+), another broker's id, duplicate or non-list ops."""
+    from kio.schema.alter_configs.v2 import request as alter_v2
+    from kio.schema.describe_configs.v4 import request as describe_v4
+    from kio.schema.incremental_alter_configs.v1 import request as incremental_v1
+
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
+        cluster.create_topic("wired", {0: [1, 2, 3]})
+        registered = read_registered_broker(zk_client, 1)
+        assert registered is not None
+        assert registered.kafka_endpoint is not None
+        host, port = registered.kafka_endpoint
+        address = f"{host}:{port}"
+
+        def describe(resource_type: int, name: str, keys: list[str] | None) -> Any:
+            body = build(
+                describe_v4.DescribeConfigsRequest,
+                {
+                    "resources": [
+                        {"resource_type": resource_type, "resource_name": name,
+                         "configuration_keys": keys}
+                    ],
+                    "include_synonyms": True,
+                    "include_documentation": True,
+                },
+            )  # fmt: skip
+            (result,) = kafka_call(address, 32, 4, body).results
+            return result
+
+        (retention,) = describe(2, "wired", ["retention.ms"]).configs
+        assert retention.config_type == 5  # LONG
+        assert "retain a log" in (retention.documentation or "")
+
+        alter = build(
+            alter_v2.AlterConfigsRequest,
+            {
+                "resources": [
+                    {"resource_type": 4, "resource_name": "",
+                     "configs": [{"name": "log.retention.ms", "value": "3600000"}]},
+                    {"resource_type": 4, "resource_name": "2",
+                     "configs": [{"name": "log.retention.ms", "value": "1"}]},
+                ],
+                "validate_only": False,
+            },
+        )  # fmt: skip
+        default, other = kafka_call(address, 33, 2, alter).responses
+        assert (default.error_code, other.error_code) == (0, 42)
+        assert "Unexpected broker id, expected 1, but received 2" in (other.error_message or "")
+        assert znodes.decode_topic_config(zk_client.get("/config/brokers/<default>")[0]) == {
+            "log.retention.ms": "3600000"
+        }
+        (entry,) = describe(4, "", None).configs
+        assert (entry.name, entry.value, entry.config_source) == ("log.retention.ms", "3600000", 3)
+        # The topic's retention.ms follows the cluster default, once broker 1 applied it.
+        wait_for(
+            lambda: describe(2, "wired", ["retention.ms"]).configs[0].value == "3600000",
+            timeout=30,
+            message="the cluster default described under the topic",
+        )
+
+        incremental = build(
+            incremental_v1.IncrementalAlterConfigsRequest,
+            {
+                "resources": [
+                    {"resource_type": 2, "resource_name": "wired",
+                     "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1"},
+                                 {"name": "retention.ms", "config_operation": 1, "value": None}]},
+                    {"resource_type": 2, "resource_name": "wired",
+                     "configs": [{"name": "retention.ms", "config_operation": 2, "value": "1"}]},
+                ],
+                "validate_only": False,
+            },
+        )  # fmt: skip
+        duplicate, not_a_list = kafka_call(address, 44, 1, incremental).responses
+        assert duplicate.error_code == 42
+        assert "duplicate config keys : retention.ms" in (duplicate.error_message or "")
+        assert not_a_list.error_code == 42
+        assert "append is not allowed for config key: retention.ms" in (
+            not_a_list.error_message or ""
+        )
+        assert zk_client.exists("/config/topics/wired") is None
