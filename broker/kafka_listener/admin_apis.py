@@ -44,7 +44,7 @@ class AdminApis:
                 t.num_partitions,
                 t.replication_factor,
                 {a.partition_index: list(a.broker_ids) for a in t.assignments},
-                {c.name: c.value for c in t.configs if c.value is not None},
+                {c.name: c.value for c in t.configs},
             )
             for t in body.topics
         ]

@@ -48,7 +48,8 @@ class NewTopic:
     num_partitions: int
     replication_factor: int
     assignment: Mapping[int, Sequence[int]]
-    configs: Mapping[str, str]
+    configs: Mapping[str, str | None]
+    """None: a null value, which Kafka refuses (INVALID_REQUEST)."""
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,16 @@ class TopicAdmin:
         problem = topic_name_problem(name)
         if problem is not None:
             return TopicOutcome(pb.INVALID_TOPIC, problem)
+        nulls = [k for k, v in topic.configs.items() if v is None]
+        if nulls:
+            return TopicOutcome(
+                pb.INVALID_REQUEST,
+                f"Null value not supported for topic configs : {','.join(nulls)}",
+            )
         try:
-            configs = check_topic_config(topic.configs, self.config)
+            configs = check_topic_config(
+                {k: v for k, v in topic.configs.items() if v is not None}, self.config
+            )
         except ValueError as err:  # Kafka: InvalidConfigurationException, for bad values too
             return TopicOutcome(INVALID_CONFIG, str(err))
         live = sorted(b.broker_id for b in self.cache.brokers())

@@ -314,6 +314,7 @@ def test_the_cluster_default_documentation_and_request_errors_over_the_wire(
     """What neither client library sends: the cluster-wide default (broker ``""``), the
     documentation (DescribeConfigs v3+), another broker's id, duplicate or non-list ops."""
     from kio.schema.alter_configs.v2 import request as alter_v2
+    from kio.schema.create_topics.v5 import request as create_v5
     from kio.schema.describe_configs.v4 import request as describe_v4
     from kio.schema.incremental_alter_configs.v1 import request as incremental_v1
 
@@ -392,3 +393,19 @@ def test_the_cluster_default_documentation_and_request_errors_over_the_wire(
             not_a_list.error_message or ""
         )
         assert zk_client.exists("/config/topics/wired") is None
+
+        create = build(
+            create_v5.CreateTopicsRequest,
+            {
+                "topics": [
+                    {"name": "nulled", "num_partitions": 1, "replication_factor": 1,
+                     "assignments": [], "configs": [{"name": "retention.ms", "value": None}]},
+                ],
+                "timeout": 10_000,
+                "validate_only": False,
+            },
+        )  # fmt: skip
+        (nulled,) = kafka_call(address, 19, 5, create).topics
+        assert nulled.error_code == 42
+        assert nulled.error_message == "Null value not supported for topic configs : retention.ms"
+        assert zk_client.exists("/brokers/topics/nulled") is None
