@@ -68,7 +68,18 @@ class AdminApis:
                     "error_message": o.error_message,
                     "num_partitions": o.num_partitions,
                     "replication_factor": o.replication_factor,
-                    "configs": None,
+                    "configs": None
+                    if o.configs is None
+                    else [
+                        {
+                            "name": c.name,
+                            "value": c.value,
+                            "read_only": c.read_only,
+                            "config_source": int(c.source),
+                            "is_sensitive": c.sensitive,
+                        }
+                        for c in o.configs
+                    ],
                 }
                 for name, o in outcomes.items()
             ]

@@ -22,6 +22,12 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from broker.metadata_cache import MetadataCache
 from broker.zk_client import BrokerZkClient, ZkError
 from proto.config.broker_config import BrokerConfig
+from proto.config.describe_configs import (
+    BrokerLayers,
+    DescribedConfig,
+    describe_topic,
+    static_broker_properties,
+)
 from proto.config.topic_config_def import check_topic_config
 from proto.errors import BrokerResponseError
 from proto.replica_assignment import assign_replicas, validate_replica_assignment
@@ -58,6 +64,8 @@ class TopicOutcome:
     error_message: str | None = None
     num_partitions: int = -1
     replication_factor: int = -1
+    configs: tuple[DescribedConfig, ...] | None = None
+    """The new topic's configs, as CreateTopics v5 answers them (KIP-525)."""
 
 
 class TopicAdmin:
@@ -143,7 +151,18 @@ class TopicAdmin:
                     f"topic '{name}' collides with existing topic '{other}' "
                     "(names that differ only in '.' and '_' are not allowed)",
                 )
-        outcome = TopicOutcome(pb.NONE, None, len(assignment), len(assignment[0]))
+        layers = BrokerLayers(
+            dynamic_broker=await self.zk.get_broker_config(self.config.broker_id),
+            dynamic_default=await self.zk.get_broker_config(znodes.DEFAULT_BROKER_ENTITY),
+            static=static_broker_properties(self.config),
+        )
+        outcome = TopicOutcome(
+            pb.NONE,
+            None,
+            len(assignment),
+            len(assignment[0]),
+            tuple(describe_topic(configs, layers)),
+        )
         if validate_only:
             return outcome
         if configs:

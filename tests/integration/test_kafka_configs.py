@@ -409,3 +409,22 @@ def test_the_cluster_default_documentation_and_request_errors_over_the_wire(
         assert nulled.error_code == 42
         assert nulled.error_message == "Null value not supported for topic configs : retention.ms"
         assert zk_client.exists("/brokers/topics/nulled") is None
+        # CreateTopics v5 answers the new topic's configs (KIP-525), validate_only too.
+        create = build(
+            create_v5.CreateTopicsRequest,
+            {
+                "topics": [
+                    {"name": "checked", "num_partitions": 1, "replication_factor": 1,
+                     "assignments": [], "configs": [{"name": "retention.ms", "value": "1000"}]},
+                ],
+                "timeout": 10_000,
+                "validate_only": True,
+            },
+        )  # fmt: skip
+        (checked,) = kafka_call(address, 19, 5, create).topics
+        assert checked.error_code == 0
+        configs = {c.name: (c.value, c.config_source) for c in checked.configs}
+        assert len(configs) == 26
+        assert configs["retention.ms"] == ("1000", 1)
+        assert configs["segment.bytes"] == (str(1024**3), 5)
+        assert zk_client.exists("/brokers/topics/checked") is None
