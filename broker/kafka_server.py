@@ -38,6 +38,7 @@ from broker.grpc_listener.services import BrokerService, ControlService
 from broker.grpc_listener.undecodable_requests import UndecodableRequests
 from broker.kafka_listener.admin_apis import AdminApis
 from broker.kafka_listener.apis import KafkaWireApis
+from broker.kafka_listener.config_apis import ConfigApis
 from broker.kafka_listener.group_apis import GroupApis
 from broker.kafka_listener.server import KafkaListener
 from broker.kafka_listener.topic_admin import TopicAdmin
@@ -49,6 +50,7 @@ from broker.zk_client import BrokerZkClient, ZkDataError, ZkError
 from controller.controller_metrics import ControllerMetrics
 from controller.kafka_controller import KafkaController
 from proto.config.broker_config import BrokerConfig
+from proto.config.describe_configs import listener_configs
 from proto.errors import MinibrokerError
 from proto.transport.keepalive import SERVER_KEEPALIVE_OPTIONS
 from proto.transport.tls import TlsConfigError
@@ -255,6 +257,7 @@ class BrokerServer:
                 admin_apis=AdminApis(
                     TopicAdmin(self.config, self.zk, self.metadata_cache), self.broker_id
                 ),
+                config_apis=ConfigApis(self.config, self.zk, self._listener_configs),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 cluster_id=self.cluster_id,
             ).handlers,
@@ -270,6 +273,13 @@ class BrokerServer:
             ) from err
         self._kafka_listener = listener
         self.group_coordinator.start()
+
+    def _listener_configs(self) -> dict[str, str]:
+        """``listeners`` and ``advertised.listeners`` as DescribeConfigs shows them: the
+        endpoints this broker bound and registers."""
+        if self.port is None:
+            return {}
+        return listener_configs(self.config.host, self.port, self.kafka_port, self.tls is not None)
 
     async def _stop_kafka(self) -> None:
         if self._kafka_listener is not None:

@@ -66,6 +66,7 @@ from client.reachability import all_refused
 from proto import errors
 from proto.config.broker_config import BrokerConfig
 from proto.config.dynamic_broker_config import check_dynamic_broker_config
+from proto.config.topic_config_def import check_topic_config
 from proto.replica_assignment import assign_new_partitions, assign_replicas
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
@@ -435,6 +436,8 @@ class AdminClient(AsyncClosing):
                     f"Invalid config(s): {','.join(missing)} (not set on {entity_type} '{name}')"
                 )
             updated = {k: v for k, v in {**current, **added}.items() if k not in removed}
+            if entity_type == "topics":
+                self._check_config(name, updated)  # Kafka checks the whole set
             data = znodes.encode_topic_config(updated)
             try:
                 if version is None:
@@ -705,7 +708,8 @@ class AdminClient(AsyncClosing):
     # -- helpers ---------------------------------------------------------------------------
 
     def _check_config(self, topic: str, overrides: Mapping[str, str]) -> None:
-        """The broker's own rules for topic configs: known names, valid values."""
+        """The brokers' own rules for topic configs (the check CreateTopics and AlterConfigs
+        make): Kafka's names, valid values, nothing this broker cannot do."""
         for key, value in overrides.items():
             if not isinstance(key, str) or not isinstance(value, str):
                 raise ClientError(
@@ -715,7 +719,7 @@ class AdminClient(AsyncClosing):
             broker_id=0, zookeeper_connect=self.zookeeper_connect, log_dir=Path()
         )
         try:
-            defaults.topic_config(overrides, strict=True)
+            check_topic_config(overrides, defaults)
         except ValueError as e:
             raise ClientError(f"invalid config for topic '{topic}': {e}") from None
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.kafka_listener.admin_apis import ADMIN_VERSIONS, AdminApis
+from broker.kafka_listener.config_apis import CONFIG_VERSIONS, ConfigApis
 from broker.kafka_listener.group_apis import GROUP_VERSIONS, GroupApis
 from broker.kafka_listener.messages import Tree
 from broker.kafka_listener.wire_request import (
@@ -66,6 +67,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     DESCRIBE_CLUSTER: (0, 1),
     **GROUP_VERSIONS,
     **ADMIN_VERSIONS,
+    **CONFIG_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -97,6 +99,7 @@ class KafkaWireApis:
         *,
         group_apis: GroupApis,
         admin_apis: AdminApis,
+        config_apis: ConfigApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str = "",
     ) -> None:
@@ -119,6 +122,7 @@ class KafkaWireApis:
             DESCRIBE_CLUSTER: self.describe_cluster,
             **group_apis.handlers,
             **admin_apis.handlers,
+            **config_apis.handlers,
         }
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 

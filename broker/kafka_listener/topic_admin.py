@@ -1,5 +1,5 @@
-"""Topic administration for the Kafka listener's CreateTopics, DeleteTopics and
-DescribeConfigs (Kafka 2.x's ``ZkAdminManager``): a broker that receives one writes the
+"""Topic administration for the Kafka listener's CreateTopics and DeleteTopics (Kafka
+2.x's ``ZkAdminManager``): a broker that receives one writes the
 controller's ZooKeeper paths, as ``minibroker topics`` does, and the controller acts.
 
 Create writes ``/config/topics/<t>`` first and then ``/brokers/topics/<t>``, which the
@@ -21,7 +21,14 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from broker.metadata_cache import MetadataCache
 from broker.zk_client import BrokerZkClient, ZkError
-from proto.config.broker_config import TOPIC_PROPERTIES, BrokerConfig
+from proto.config.broker_config import BrokerConfig
+from proto.config.describe_configs import (
+    BrokerLayers,
+    DescribedConfig,
+    describe_topic,
+    static_broker_properties,
+)
+from proto.config.topic_config_def import check_topic_config
 from proto.errors import BrokerResponseError
 from proto.replica_assignment import assign_replicas, validate_replica_assignment
 from proto.topic_partition import topic_name_problem
@@ -30,7 +37,7 @@ from proto.zk import znodes
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ConfigEntry", "NewTopic", "TopicAdmin", "TopicOutcome"]
+__all__ = ["NewTopic", "TopicAdmin", "TopicOutcome"]
 
 TOPIC_ALREADY_EXISTS = 36
 INVALID_CONFIG = 40
@@ -47,7 +54,8 @@ class NewTopic:
     num_partitions: int
     replication_factor: int
     assignment: Mapping[int, Sequence[int]]
-    configs: Mapping[str, str]
+    configs: Mapping[str, str | None]
+    """None: a null value, which Kafka refuses (INVALID_REQUEST)."""
 
 
 @dataclass(frozen=True)
@@ -56,25 +64,12 @@ class TopicOutcome:
     error_message: str | None = None
     num_partitions: int = -1
     replication_factor: int = -1
-
-
-@dataclass(frozen=True)
-class ConfigEntry:
-    """One config of DescribeConfigs: a topic override is DYNAMIC_TOPIC_CONFIG (1), a
-    value the broker applies by default DEFAULT_CONFIG (5), a broker's own property
-    STATIC_BROKER_CONFIG (4)."""
-
-    name: str
-    value: str
-    source: int
-    read_only: bool = False
-
-
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+    configs: tuple[DescribedConfig, ...] | None = None
+    """The new topic's configs, as CreateTopics v5 answers them (KIP-525)."""
 
 
 class TopicAdmin:
-    """CreateTopics, DeleteTopics and DescribeConfigs through ZooKeeper."""
+    """CreateTopics and DeleteTopics through ZooKeeper."""
 
     def __init__(self, config: BrokerConfig, zk: BrokerZkClient, cache: MetadataCache) -> None:
         self.config = config
@@ -117,10 +112,18 @@ class TopicAdmin:
         problem = topic_name_problem(name)
         if problem is not None:
             return TopicOutcome(pb.INVALID_TOPIC, problem)
+        nulls = [k for k, v in topic.configs.items() if v is None]
+        if nulls:
+            return TopicOutcome(
+                pb.INVALID_REQUEST,
+                f"Null value not supported for topic configs : {','.join(nulls)}",
+            )
         try:
-            self.config.topic_config(topic.configs, strict=True)
-        except ValueError as err:
-            return TopicOutcome(INVALID_CONFIG, f"invalid config for topic {name}: {err}")
+            configs = check_topic_config(
+                {k: v for k, v in topic.configs.items() if v is not None}, self.config
+            )
+        except ValueError as err:  # Kafka: InvalidConfigurationException, for bad values too
+            return TopicOutcome(INVALID_CONFIG, str(err))
         live = sorted(b.broker_id for b in self.cache.brokers())
         if not live:
             live = sorted(await self.zk.get_live_brokers())
@@ -148,11 +151,22 @@ class TopicAdmin:
                     f"topic '{name}' collides with existing topic '{other}' "
                     "(names that differ only in '.' and '_' are not allowed)",
                 )
-        outcome = TopicOutcome(pb.NONE, None, len(assignment), len(assignment[0]))
+        layers = BrokerLayers(
+            dynamic_broker=await self.zk.get_broker_config(self.config.broker_id),
+            dynamic_default=await self.zk.get_broker_config(znodes.DEFAULT_BROKER_ENTITY),
+            static=static_broker_properties(self.config),
+        )
+        outcome = TopicOutcome(
+            pb.NONE,
+            None,
+            len(assignment),
+            len(assignment[0]),
+            tuple(describe_topic(configs, layers)),
+        )
         if validate_only:
             return outcome
-        if topic.configs:
-            data = znodes.encode_topic_config(dict(topic.configs))
+        if configs:
+            data = znodes.encode_topic_config(configs)
             path = znodes.topic_config_path(name)
             try:
                 await self.zk.request("create", path, data, makepath=True)
@@ -218,55 +232,6 @@ class TopicAdmin:
                 if name not in gone:
                     codes[name] = pb.REQUEST_TIMED_OUT
         return codes
-
-    async def describe_topic_configs(
-        self, name: str, keys: Sequence[str] | None
-    ) -> tuple[int, str | None, list[ConfigEntry]]:
-        """(error, message, entries): the topic's overrides and the defaults behind the
-        rest of the configs this broker applies."""
-        if topic_name_problem(name) is not None:
-            return pb.INVALID_TOPIC, f"illegal topic name {name!r}", []
-        if await self.zk.get_topic_assignment(name) is None:
-            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name}", []
-        overrides = await self.zk.get_topic_config(name)
-        defaults = self._topic_defaults()
-        entries = []
-        for key in TOPIC_PROPERTIES:
-            if keys is not None and key not in keys:
-                continue
-            if key in overrides:
-                entries.append(ConfigEntry(key, overrides[key], DYNAMIC_TOPIC_CONFIG))
-            else:
-                entries.append(ConfigEntry(key, defaults[key], DEFAULT_CONFIG))
-        return pb.NONE, None, entries
-
-    def describe_broker_configs(self, keys: Sequence[str] | None) -> list[ConfigEntry]:
-        """This broker's own properties, as it started with them (read-only here)."""
-        return [
-            ConfigEntry(k, v, STATIC_BROKER_CONFIG, read_only=True)
-            for k, v in sorted(self.config.to_properties().items())
-            if (keys is None or k in keys) and "password" not in k
-        ]
-
-    def _topic_defaults(self) -> dict[str, str]:
-        topic_config = self.config.topic_config({})
-        log = topic_config.log_config
-        return {
-            "segment.bytes": str(log.segment_bytes),
-            "index.interval.bytes": str(log.index_interval_bytes),
-            "retention.ms": str(log.retention_ms),
-            "retention.bytes": str(log.retention_bytes),
-            "flush.messages": str(
-                log.flush_interval_messages
-                if log.flush_interval_messages is not None
-                else 2**63 - 1
-            ),
-            "max.message.bytes": str(log.max_message_bytes),
-            "min.insync.replicas": str(topic_config.min_insync_replicas),
-            "unclean.leader.election.enable": str(
-                topic_config.unclean_leader_election_enable
-            ).lower(),
-        }
 
     async def _children(self, path: str) -> list[str]:
         try:

@@ -19,7 +19,7 @@ properties are not listed: they are on each broker's command line, out of a clie
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from client.admin import EntityConfig
 from client.cli.common import (
@@ -30,7 +30,13 @@ from client.cli.common import (
     run_async,
 )
 from client.metadata import ClientError
-from proto.config.dynamic_broker_config import broker_config_synonyms, topic_config_synonyms
+from proto.config.describe_configs import (
+    BrokerLayers,
+    ConfigSource,
+    DescribedConfig,
+    describe_broker,
+    describe_topic,
+)
 from proto.zk.znodes import DEFAULT_BROKER_ENTITY
 
 
@@ -127,29 +133,41 @@ def parse_add_config(text: str) -> dict[str, str]:
 
 
 def describe_lines(entities: Iterable[EntityConfig]) -> list[str]:
-    """Kafka's ``--describe`` layout: a header per entity, then one line per config with its
-    value and where it is set (``synonyms``, highest precedence first)."""
+    """Kafka's ``--describe`` layout: a header per entity, then one line per dynamic config
+    with its value, whether it is sensitive and where it is set (``synonyms``, highest
+    precedence first), described by the code the brokers' DescribeConfigs uses
+    (:mod:`proto.config.describe_configs`). The brokers' static properties are not among
+    the synonyms: they are on each broker's command line, out of ZooKeeper's sight."""
     lines: list[str] = []
     for e in entities:
         if e.entity_type == "topics":
             lines.append(f"Dynamic configs for topic {e.entity} are:")
-            for name, value in sorted(e.overrides.items()):
-                synonyms = topic_config_synonyms(name, e.overrides, e.cluster_default)
-                lines.append(_config_line(name, value, synonyms))
+            layers = BrokerLayers(dynamic_default=e.cluster_default)
+            described = describe_topic(e.overrides, layers, e.overrides)
         elif e.entity == DEFAULT_BROKER_ENTITY:
             lines.append("Default configs for brokers in the cluster are:")
-            for name, value in sorted(e.overrides.items()):
-                synonyms = broker_config_synonyms(name, None, e.overrides)
-                lines.append(_config_line(name, value, synonyms))
+            described = describe_broker(BrokerLayers(dynamic_default=e.overrides), per_broker=False)
         else:
             lines.append(f"Dynamic configs for broker {e.entity} are:")
-            effective: Mapping[str, str] = {**e.cluster_default, **e.overrides}
-            for name, value in sorted(effective.items()):
-                synonyms = broker_config_synonyms(name, e.overrides, e.cluster_default)
-                lines.append(_config_line(name, value, synonyms))
+            layers = BrokerLayers(dynamic_broker=e.overrides, dynamic_default=e.cluster_default)
+            described = describe_broker(layers, per_broker=True)
+        lines.extend(config_line(c) for c in described if c.source in _DYNAMIC)
     return lines
 
 
-def _config_line(name: str, value: str, synonyms: Iterable[tuple[str, str, str]]) -> str:
-    listed = ", ".join(f"{source}:{n}={v}" for source, n, v in synonyms)
-    return f"  {name}={value} sensitive=false synonyms={{{listed}}}"
+_DYNAMIC = (
+    ConfigSource.DYNAMIC_TOPIC_CONFIG,
+    ConfigSource.DYNAMIC_BROKER_CONFIG,
+    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+)
+
+
+def config_line(config: DescribedConfig) -> str:
+    """One config as ``kafka-configs --describe`` prints it."""
+    listed = ", ".join(f"{s.source.name}:{s.name}={_text(s.value)}" for s in config.synonyms)
+    sensitive = "true" if config.sensitive else "false"
+    return f"  {config.name}={_text(config.value)} sensitive={sensitive} synonyms={{{listed}}}"
+
+
+def _text(value: str | None) -> str:
+    return "null" if value is None else value

@@ -39,6 +39,7 @@ from proto.zk.session import split_zookeeper_connect
 __all__ = [
     "BROKER_PROPERTIES",
     "LOG_PROPERTIES",
+    "PROPERTY_KINDS",
     "TOPIC_PROPERTIES",
     "BrokerConfig",
     "TopicConfig",
@@ -199,6 +200,8 @@ SSL_CLIENT_AUTH_VALUES = ("none", "requested", "required")
 _BY_NAME = {prop.name: prop for prop in _PROPERTIES}
 BROKER_PROPERTIES = (*_BY_NAME, *LOG_PROPERTIES)
 """Every broker property name this broker knows (besides the ``log.dir`` alias)."""
+PROPERTY_KINDS = MappingProxyType({p.name: (p.kind, p.high) for p in _PROPERTIES})
+"""Property -> (kind: int, bool, str, optstr, path or mode; highest integer), for describing."""
 _REQUIRED = ("broker.id", "zookeeper.connect", "log.dirs")
 _ALIASES = {"log.dir": "log.dirs"}
 """Kafka's ``log.dir`` is the single-dir spelling; ``log.dirs`` wins when both are given."""

@@ -23,8 +23,9 @@ the cluster-wide dynamic default > the static properties > the built-in default.
 ``log.retention.ms`` also hides a static ``log.retention.hours`` or ``.minutes`` (Kafka's
 ``brokerConfigSynonyms``), which would otherwise be read in its place.
 
-Pure functions, no I/O: :mod:`broker.dynamic_config` (the broker's change listener) and the
-``configs`` command (:mod:`client.cli.configs`) share them.
+Pure functions, no I/O: :mod:`broker.dynamic_config` (the broker's change listener), the Kafka
+listener's AlterConfigs and the ``configs`` command (:mod:`client.cli.configs`) share them;
+:mod:`proto.config.describe_configs` describes the layers.
 """
 
 from __future__ import annotations
@@ -32,20 +33,14 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
 
 from proto.config.broker_config import BROKER_PROPERTIES, BrokerConfig
-from proto.config.log_config import LogConfig
 
 __all__ = [
     "DYNAMIC_BROKER_CONFIGS",
     "TOPIC_CONFIG_SYNONYMS",
-    "ConfigSynonym",
-    "broker_config_synonyms",
-    "builtin_default",
     "check_dynamic_broker_config",
     "effective_broker_config",
-    "topic_config_synonyms",
 ]
 
 TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {
@@ -58,7 +53,9 @@ TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
-"""Topic config -> the broker config that is its default (Kafka's ``TopicConfigSynonyms``)."""
+"""The topic configs this broker applies -> the broker config that is their default (the part
+of Kafka's ``TopicConfigSynonyms`` minibroker implements; :mod:`proto.config.topic_config_def`
+has all of it)."""
 
 DYNAMIC_BROKER_CONFIGS = tuple(TOPIC_CONFIG_SYNONYMS.values())
 """The broker configs that can change at run time (see the module docstring)."""
@@ -67,16 +64,6 @@ _RETENTION_SYNONYMS = ("log.retention.ms", "log.retention.minutes", "log.retenti
 
 # Only used for checking values and for built-in defaults: no broker has these settings.
 _TEMPLATE = BrokerConfig(broker_id=0, zookeeper_connect="localhost:2181", log_dir=Path())
-
-
-class ConfigSynonym(NamedTuple):
-    """One layer that sets a config, as Kafka's ``DescribeConfigs`` lists its synonyms."""
-
-    source: str
-    """``DYNAMIC_TOPIC_CONFIG``, ``DYNAMIC_BROKER_CONFIG``, ``DYNAMIC_DEFAULT_BROKER_CONFIG``
-    or ``DEFAULT_CONFIG`` (Kafka's ``ConfigSource`` names)."""
-    name: str
-    value: str
 
 
 def check_dynamic_broker_config(overrides: Mapping[str, str]) -> dict[str, str]:
@@ -117,43 +104,3 @@ def effective_broker_config(
                     merged.pop(synonym, None)
             merged[name] = value
     return BrokerConfig.from_properties(merged)
-
-
-def builtin_default(name: str) -> str:
-    """A broker config's value when nothing sets it, as Kafka prints it (``flush.messages``
-    never: Long.MAX_VALUE)."""
-    if name in LogConfig.PROPERTIES:
-        value = getattr(_TEMPLATE.default_log_config, LogConfig.PROPERTIES[name][0])
-        return str(2**63 - 1 if value is None else value)
-    return _TEMPLATE.to_properties()[name]
-
-
-def broker_config_synonyms(
-    name: str, per_broker: Mapping[str, str] | None, cluster_default: Mapping[str, str]
-) -> list[ConfigSynonym]:
-    """Where broker config ``name`` is set, highest precedence first: this broker's dynamic
-    config (when describing one broker), the cluster-wide default, the built-in default.
-    Static properties are not listed: they are on each broker's command line, which a
-    client cannot see."""
-    found = []
-    if per_broker is not None and name in per_broker:
-        found.append(ConfigSynonym("DYNAMIC_BROKER_CONFIG", name, per_broker[name]))
-    if name in cluster_default:
-        found.append(ConfigSynonym("DYNAMIC_DEFAULT_BROKER_CONFIG", name, cluster_default[name]))
-    if name in BROKER_PROPERTIES:
-        found.append(ConfigSynonym("DEFAULT_CONFIG", name, builtin_default(name)))
-    return found
-
-
-def topic_config_synonyms(
-    name: str, topic_overrides: Mapping[str, str], cluster_default: Mapping[str, str]
-) -> list[ConfigSynonym]:
-    """Where topic config ``name`` is set, highest precedence first: the topic's override,
-    then the broker-level synonym's layers (:func:`broker_config_synonyms`)."""
-    found = []
-    if name in topic_overrides:
-        found.append(ConfigSynonym("DYNAMIC_TOPIC_CONFIG", name, topic_overrides[name]))
-    broker_name = TOPIC_CONFIG_SYNONYMS.get(name)
-    if broker_name is not None:
-        found.extend(broker_config_synonyms(broker_name, None, cluster_default))
-    return found

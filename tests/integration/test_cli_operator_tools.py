@@ -604,11 +604,11 @@ def test_read_only_unknown_and_invalid_configs_are_refused_with_one_line(
     cluster.ok("topics", "create", "checked")
     _one_line_error(
         alter("topics", "checked", "--add-config", "min.insync.replica=2"),
-        "unknown topic property 'min.insync.replica'",
+        "Unknown topic config name: min.insync.replica (did you mean 'min.insync.replicas'?)",
     )
     _one_line_error(
         alter("topics", "checked", "--add-config", "min.insync.replicas=0"),
-        "invalid value for min.insync.replicas",
+        "Invalid value 0 for configuration min.insync.replicas: Value must be at least 1",
     )
     _one_line_error(
         alter("topics", "checked", "--delete-config", "retention.ms"),

@@ -33,20 +33,18 @@ def test_describe_shows_each_config_with_its_layers_highest_first() -> None:
         "Dynamic configs for topic orders are:",
         "  retention.ms=100 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=100, "
         "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5000, "
-        "DEFAULT_CONFIG:log.retention.ms=604800000}",
+        "DEFAULT_CONFIG:log.retention.hours=168}",
         "Dynamic configs for broker 1 are:",
         "  log.retention.ms=5000 sensitive=false synonyms={"
         "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5000, "
-        "DEFAULT_CONFIG:log.retention.ms=604800000}",
+        "DEFAULT_CONFIG:log.retention.hours=168}",
         "  min.insync.replicas=3 sensitive=false synonyms={"
         "DYNAMIC_BROKER_CONFIG:min.insync.replicas=3, "
         "DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=2, "
         "DEFAULT_CONFIG:min.insync.replicas=1}",
         "Default configs for brokers in the cluster are:",
         "  log.retention.ms=5000 sensitive=false synonyms={"
-        "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5000, "
-        "DEFAULT_CONFIG:log.retention.ms=604800000}",
+        "DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=5000}",
         "  min.insync.replicas=2 sensitive=false synonyms={"
-        "DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=2, "
-        "DEFAULT_CONFIG:min.insync.replicas=1}",
+        "DYNAMIC_DEFAULT_BROKER_CONFIG:min.insync.replicas=2}",
     ]

@@ -8,11 +8,8 @@ import pytest
 from proto.config.broker_config import BrokerConfig
 from proto.config.dynamic_broker_config import (
     DYNAMIC_BROKER_CONFIGS,
-    ConfigSynonym,
-    broker_config_synonyms,
     check_dynamic_broker_config,
     effective_broker_config,
-    topic_config_synonyms,
 )
 
 
@@ -88,22 +85,3 @@ def test_unknown_and_invalid_broker_configs_are_one_line_errors() -> None:
     assert check_dynamic_broker_config({" log.retention.ms ": " 1000 "}) == {
         "log.retention.ms": "1000"
     }
-
-
-def test_synonyms_list_the_layers_highest_first() -> None:
-    assert broker_config_synonyms(
-        "min.insync.replicas", {"min.insync.replicas": "3"}, {"min.insync.replicas": "2"}
-    ) == [
-        ConfigSynonym("DYNAMIC_BROKER_CONFIG", "min.insync.replicas", "3"),
-        ConfigSynonym("DYNAMIC_DEFAULT_BROKER_CONFIG", "min.insync.replicas", "2"),
-        ConfigSynonym("DEFAULT_CONFIG", "min.insync.replicas", "1"),
-    ]
-    assert topic_config_synonyms(
-        "flush.messages", {"flush.messages": "1"}, {"log.flush.interval.messages": "10"}
-    ) == [
-        ConfigSynonym("DYNAMIC_TOPIC_CONFIG", "flush.messages", "1"),
-        ConfigSynonym("DYNAMIC_DEFAULT_BROKER_CONFIG", "log.flush.interval.messages", "10"),
-        ConfigSynonym("DEFAULT_CONFIG", "log.flush.interval.messages", str(2**63 - 1)),
-    ]
-    segment = topic_config_synonyms("segment.bytes", {}, {})
-    assert segment == [ConfigSynonym("DEFAULT_CONFIG", "log.segment.bytes", str(1024**3))]
