@@ -648,11 +648,13 @@ class AdminClient(AsyncClosing):
         """Set ``path`` to ``data``, creating it (and its parents) if needed."""
         await self._create_or_set(path, data)
 
-    async def read_consumer_offsets(self, group: str) -> ReadBatch[TopicPartition, int]:
-        """Every committed offset of ``group``
-        (:meth:`~proto.zk.kafka_zk_client.KafkaZkClient.read_consumer_offsets`)."""
+    async def read_committed_offsets(
+        self, group: str
+    ) -> ReadBatch[TopicPartition, znodes.CommittedOffset]:
+        """Every committed offset of ``group``, with its metadata string and commit time
+        (:meth:`~proto.zk.kafka_zk_client.KafkaZkClient.read_committed_offsets`)."""
         return await self._guarded(
-            f"read the offsets of {group}", lambda zk: zk.read_consumer_offsets(group)
+            f"read the offsets of {group}", lambda zk: zk.read_committed_offsets(group)
         )
 
     async def commit_consumer_offsets(

@@ -40,15 +40,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from client.admin import EARLIEST, LATEST, AdminClient, ConsumerGroupDescription
+from client.admin import EARLIEST, LATEST, AdminClient, BrokerGroups, ConsumerGroupDescription
 from client.group import group_name_problem
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.zk.znodes import (
     CONSUMERS_PATH,
+    CommittedOffset,
     ZkDataError,
     consumer_ids_path,
     decode_consumer_subscription,
@@ -125,6 +126,8 @@ class GroupDescription:
     first (see :meth:`ConsumerGroupService.describe_group`)."""
     unanswered: tuple[str, ...] = ()
     """Brokers that could not be asked about Kafka client groups (why, one each)."""
+    commits: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    """``offsets`` with each commit's metadata string and time."""
 
     @property
     def topics(self) -> set[str]:
@@ -255,7 +258,7 @@ class ConsumerGroupService:
         reported and skipped) and those the brokers' coordinators hold. A group with
         committed offsets but no ``ids`` znode was committed by Kafka clients: a kafka
         group, Empty (its coordinator forgets it once its last member leaves)."""
-        held = await self._admin.list_consumer_groups()
+        held = _kafka_protocol_groups(await self._admin.list_consumer_groups())
         for why in held.errors.values():
             self._warn(f"cannot list the Kafka client groups of {why}")
         listings = []
@@ -303,7 +306,7 @@ class ConsumerGroupService:
         expire): the holding shown first is one with members, its coordinator's if it has
         members, with a warning naming the other brokers that hold it with members."""
         root = _group_root(group)
-        held = await self._admin.describe_consumer_groups([group])
+        held = _kafka_protocol_groups(await self._admin.describe_consumer_groups([group]))
         unanswered = tuple(held.errors.values())
         for why in unanswered:
             self._warn(f"cannot ask {why} about group '{group}'")
@@ -334,13 +337,16 @@ class ConsumerGroupService:
             tp: data.decode("utf-8", "replace")
             for tp, data in (await self._partition_znodes(f"{root}/owners")).items()
         }
-        committed = await self._admin.read_consumer_offsets(group)
+        committed = await self._admin.read_committed_offsets(group)
         for why in committed.ignored:
             self._warn(why)
         for tp, error in committed.malformed.items():
             # docs/zookeeper.md: shown without a current offset; a reset overwrites it.
             self._warn(f"ignoring the committed offset of {tp} in group '{group}': {error}")
-        return GroupDescription(group, members, owners, committed.found, tuple(kafka), unanswered)
+        offsets = {tp: c.offset for tp, c in committed.found.items()}
+        return GroupDescription(
+            group, members, owners, offsets, tuple(kafka), unanswered, committed.found
+        )
 
     async def describe_rows(self, description: GroupDescription) -> list[PartitionRow]:
         """:func:`describe_rows` for every partition of the group's topics (the log end
@@ -435,6 +441,19 @@ class ConsumerGroupService:
                 if data is not None:
                     found[TopicPartition(topic, int(child))] = data
         return found
+
+
+def _kafka_protocol_groups(held: BrokerGroups) -> BrokerGroups:
+    """The brokers' answers about groups of Kafka's group protocol only. A broker also
+    answers, with protocol type "", the groups it knows from ZooKeeper alone (a ZooKeeper
+    group, offsets nobody consumes: ``broker/coordinator/group_admin.py``), which this
+    service reads from ZooKeeper itself and shows with their kind."""
+    groups = {
+        group_id: kept
+        for group_id, holdings in held.groups.items()
+        if (kept := [g for g in holdings if g.protocol_type])
+    }
+    return BrokerGroups(groups, held.errors)
 
 
 def _group_root(group: str) -> str:
