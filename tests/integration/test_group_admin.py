@@ -7,6 +7,8 @@ the test's hard timeout: a client that hangs fails the test."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import confluent_kafka
@@ -236,3 +238,79 @@ def test_kafka_python_admin_lists_describes_deletes_groups_and_their_offsets(
         finally:
             member.stop()
             admin.close()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's own imports
+def test_a_zookeeper_group_is_a_stable_simple_group_to_kafka_tools_and_not_deletable_while_live(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """minibroker's own consumer group (members in ``/consumers/<g>/ids``) as Kafka's admin
+    clients see it: listed Stable with protocol type "" (a "simple" group), described with
+    its member, its offsets and the group undeletable while the member runs, deletable
+    once it has left; ``consumer-groups --list`` says the same."""
+    from confluent_kafka import ConsumerGroupState
+    from kafka import KafkaAdminClient, TopicPartition
+
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=OVERRIDES) as cluster:
+        bootstrap = kafka_bootstrap(cluster)
+        cluster.create_topic("orders", {0: [1, 2], 1: [2, 3]})
+        out = (tmp_path / "consumer.out").open("wb")
+        consumer = subprocess.Popen(
+            [sys.executable, "-m", "client.cli", "consume", "orders", "--group", "zkg",
+             "--bootstrap-server", grpc_bootstrap(cluster), "--zookeeper", zk_connect],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        confluent = AdminClient({"bootstrap.servers": bootstrap})
+        kp = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+        try:
+            wait_for(
+                lambda: (
+                    bool(zk_client.get_children("/consumers/zkg/ids"))
+                    if zk_client.exists("/consumers/zkg/ids")
+                    else False
+                ),
+                timeout=60,
+                message="the ZooKeeper group's member to register",
+            )
+            [member_id] = zk_client.get_children("/consumers/zkg/ids")
+
+            listed = confluent.list_consumer_groups(request_timeout=10).result(timeout=CALL_S)
+            [zkg] = [g for g in listed.valid if g.group_id == "zkg"]
+            assert (zkg.state, zkg.is_simple_consumer_group) == (ConsumerGroupState.STABLE, True)
+            rows = {r[0]: (r[1], r[2]) for r in table(cli(cluster, zk_connect, "--list"))}
+            assert rows["zkg"] == ("zookeeper", "Stable")
+
+            described = confluent.describe_consumer_groups(["zkg"], request_timeout=10)
+            group = described["zkg"].result(timeout=CALL_S)
+            assert [m.member_id for m in group.members] == [member_id]
+
+            with pytest.raises(confluent_kafka.KafkaException, match="NON_EMPTY_GROUP"):
+                confluent.delete_consumer_groups(["zkg"], request_timeout=10)["zkg"].result(
+                    timeout=CALL_S
+                )
+            answers = kp.delete_group_offsets("zkg", [TopicPartition("orders", 0)])
+            assert {tp.partition: e.__name__ for tp, e in answers.items()} == {
+                0: "GroupSubscribedToTopicError"
+            }
+            assert kp.delete_groups(["zkg"]) == {"zkg": "NonEmptyGroupError"}
+
+            consumer.terminate()
+            consumer.wait(timeout=30)
+            wait_for(
+                lambda: not zk_client.get_children("/consumers/zkg/ids"),
+                timeout=30,
+                message="the member's ephemeral znode to go",
+            )
+            assert [g["group_state"] for g in kp.list_groups() if g["group_id"] == "zkg"] == [
+                "Empty"
+            ]
+            assert kp.delete_groups(["zkg"]) == {"zkg": "OK"}
+            assert zk_client.exists("/consumers/zkg") is None
+        finally:
+            if consumer.poll() is None:
+                consumer.kill()
+                consumer.wait(timeout=10)
+            out.close()
+            kp.close()
+            del confluent
