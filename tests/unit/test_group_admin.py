@@ -22,10 +22,10 @@ from broker.coordinator.group_coordinator import (
     GroupState,
     coordinator_for,
 )
-from broker.metadata_cache import BrokerInfo, MetadataCache
+from broker.metadata_cache import MetadataCache
 from proto.topic_partition import TopicPartition
 from proto.zk.kafka_zk_client import KafkaZkClient
-from proto.zk.znodes import encode_consumer_subscription
+from proto.zk.znodes import BrokerInfo, encode_consumer_subscription
 from tests.unit.test_group_coordinator import consumer_assignment
 
 T = TypeVar("T")
