@@ -5,9 +5,15 @@ clients drive them through real brokers in tests/integration/test_group_admin.py
 from __future__ import annotations
 
 import asyncio
+import io
 import struct
 from collections.abc import Coroutine, Iterable
+from types import SimpleNamespace
 from typing import Any, TypeVar, cast
+
+import pytest
+from kio.index import load_response_schema
+from kio.serial import entity_writer
 
 from broker.coordinator.group_admin import (
     GROUP_ID_NOT_FOUND,
@@ -22,7 +28,11 @@ from broker.coordinator.group_coordinator import (
     GroupState,
     coordinator_for,
 )
-from broker.metadata_cache import MetadataCache
+from broker.kafka_listener.group_apis import GROUP_VERSIONS, GroupApis
+from broker.kafka_listener.messages import build
+from broker.kafka_listener.wire_request import KafkaRequest
+from broker.metadata_cache import MetadataCache, PartitionInfo
+from broker.zk_client import BrokerZkClient
 from proto.topic_partition import TopicPartition
 from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.znodes import BrokerInfo, encode_consumer_subscription
@@ -251,3 +261,64 @@ def test_offset_delete_of_an_active_group_of_another_protocol_is_non_empty() -> 
         assert (await a.delete_offsets("workers", [TP])).error_code == NON_EMPTY_GROUP
 
     run(main())
+
+
+@pytest.mark.parametrize(
+    ("api_key", "body"),
+    [
+        (16, SimpleNamespace(states_filter=("Stable", "Empty"))),
+        (15, SimpleNamespace(groups=("live", "left", "nobody", "bad/name"))),
+        (42, SimpleNamespace(groups_names=("live", "left", "nobody"))),
+        (
+            47,
+            SimpleNamespace(
+                group_id="live",
+                topics=(
+                    SimpleNamespace(
+                        name="orders", partitions=(SimpleNamespace(partition_index=0),)
+                    ),
+                ),
+            ),
+        ),
+    ],
+)
+def test_every_served_version_of_the_group_admin_apis_encodes_its_answer(
+    api_key: int, body: SimpleNamespace
+) -> None:
+    """The handlers' answers as each version of Kafka's schema writes them (fields a
+    version lacks are left out; none is missing)."""
+
+    async def main() -> list[Any]:
+        low, high = GROUP_VERSIONS[api_key]
+        trees = []
+        for version in range(low, high + 1):  # each on groups of its own (DeleteGroups)
+            a, zk = admin()
+            await stable_kafka_group(a, "live", "orders")
+            zk.add("live", [TP])
+            zk.add("left", [TP])
+            a.metadata_cache.add_partition(TP, PartitionInfo(1, 0, (1,), (1,)))
+            apis = GroupApis(a.coordinator, a.metadata_cache, cast(BrokerZkClient, zk), a)
+            request = KafkaRequest(api_key, version, 1, "c", body)
+            answer = await apis.handlers[api_key](request)  # the stage, then its answer
+            trees.append((version, await answer))
+        return trees
+
+    expected = {
+        16: lambda t: (
+            [(g["group_id"], g["group_state"]) for g in t["groups"]]
+            == [("left", "Empty"), ("live", "Stable")]
+        ),
+        15: lambda t: (
+            [(g["group_state"], g["error_code"]) for g in t["groups"]]
+            == [("Stable", NONE), ("Empty", NONE), ("Dead", NONE), ("", INVALID_GROUP_ID)]
+        ),
+        42: lambda t: (
+            [r["error_code"] for r in t["results"]] == [NON_EMPTY_GROUP, NONE, GROUP_ID_NOT_FOUND]
+        ),
+        47: lambda t: t["topics"][0]["partitions"][0]["error_code"] == GROUP_SUBSCRIBED_TO_TOPIC,
+    }
+    for version, tree in run(main()):
+        assert tree is not None
+        assert expected[api_key](tree), tree
+        response = build(load_response_schema(api_key, version), tree)
+        entity_writer(type(response))(io.BytesIO(), response)
