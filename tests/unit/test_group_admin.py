@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import struct
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from types import SimpleNamespace
 from typing import Any, TypeVar, cast
 
@@ -303,7 +303,7 @@ def test_every_served_version_of_the_group_admin_apis_encodes_its_answer(
             trees.append((version, await answer))
         return trees
 
-    expected = {
+    expected: dict[int, Callable[[Any], bool]] = {
         16: lambda t: (
             [(g["group_id"], g["group_state"]) for g in t["groups"]]
             == [("left", "Empty"), ("live", "Stable")]
