@@ -19,6 +19,8 @@ and has no ``ids``.
   the leader: the high watermark, the end a consumer can read to), the lag between them
   and the owner (its consumer id, and for a Kafka client its host and client id), as
   ``kafka-consumer-groups --describe`` prints them;
+- delete: the committed offsets (all of ``/consumers/<g>``) of a group without live
+  members, as Kafka's DeleteGroups;
 - reset: a plan of new offsets (earliest, latest, an offset, a shift, the current ones),
   written only with ``execute``, and only while the group has no live member of either
   kind: a running consumer would overwrite them with its next commit (Kafka: "Assignments
@@ -409,6 +411,23 @@ class ConsumerGroupService:
         no member has joined meanwhile."""
         _check_inactive(await self.describe_group(group))
         await self._admin.commit_consumer_offsets(group, plan)
+
+    async def delete_group(self, group: str) -> None:
+        """Delete a group that has no live member of either kind: its committed offsets
+        and all of ``/consumers/<g>``, as the brokers' DeleteGroups does
+        (``broker/coordinator/group_admin.py``). ClientError for a group that does not
+        exist, has members, or could not be checked on every broker."""
+        description = await self.describe_group(group)
+        if description.active:
+            raise ClientError(f"Group '{group}' could not be deleted due to: NON_EMPTY_GROUP")
+        if description.unanswered:
+            raise ClientError(
+                f"cannot tell whether group '{group}' has live members: "
+                f"{description.unanswered[0]}; the group was not deleted"
+            )
+        if not await self._admin.delete_consumer_group(group):
+            # Only held by a coordinator, with no offsets: nothing of it is kept.
+            raise ClientError(f"Group '{group}' could not be deleted due to: GROUP_ID_NOT_FOUND")
 
     async def _admin_partitions(
         self, topics: Iterable[str], *, strict: bool

@@ -8,6 +8,7 @@ clients' groups of the brokers' coordinators, are :mod:`client.consumer_groups`)
     minibroker consumer-groups --describe --group billing
     minibroker consumer-groups --describe --group billing --members   # or --state
     minibroker consumer-groups --describe --group billing --commits   # metadata, commit time
+    minibroker consumer-groups --delete --group billing    # only while nobody consumes
     minibroker consumer-groups --reset-offsets --group billing --topic orders --to-earliest
     minibroker consumer-groups --reset-offsets --group billing --topic orders:0,2 \\
         --to-offset 100 --execute
@@ -58,6 +59,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     action.add_argument(
         "--reset-offsets", action="store_true", help="plan (or with --execute, write) new offsets"
     )
+    action.add_argument(
+        "--delete", action="store_true", help="delete a group without members, and its offsets"
+    )
     parser.add_argument("--group", help="the consumer group")
     view = parser.add_mutually_exclusive_group()
     view.add_argument("--members", action="store_true", help="with --describe: one line per member")
@@ -100,14 +104,19 @@ def _warn(line: str) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    if (args.describe or args.reset_offsets) and not args.group:
-        raise ClientError("--describe and --reset-offsets need --group")
+    if (args.describe or args.reset_offsets or args.delete) and not args.group:
+        raise ClientError("--describe, --delete and --reset-offsets need --group")
     if (args.members or args.state or args.commits) and not args.describe:
         raise ClientError("--members, --state and --commits go with --describe")
     async with connections(args) as conns, admin_client(args, conns) as admin:
         service = ConsumerGroupService(admin, _warn)
         if args.list:
             print("\n".join(format_listing(await service.list_groups())))
+            return 0
+        if args.delete:
+            await service.delete_group(args.group)
+            # Kafka's ConsumerGroupCommand, word for word.
+            print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
             return 0
         if args.describe:
             description = await service.describe_group(args.group)

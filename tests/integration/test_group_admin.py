@@ -43,7 +43,13 @@ def grpc_bootstrap(cluster: Cluster) -> str:
 
 
 def cli(cluster: Cluster, zk_connect: str, *args: str) -> str:
-    done = minibroker(
+    done = cli_run(cluster, zk_connect, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def cli_run(cluster: Cluster, zk_connect: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return minibroker(
         "consumer-groups",
         *args,
         "--bootstrap-server",
@@ -52,8 +58,6 @@ def cli(cluster: Cluster, zk_connect: str, *args: str) -> str:
         zk_connect,
         timeout=60,
     )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def table(out: str) -> list[list[str]]:
@@ -157,6 +161,10 @@ def test_confluent_admin_lists_describes_fetches_and_deletes_groups_as_the_cli_s
                 ("orders", 1): (2, "-"),
             }
 
+            # The CLI refuses to delete the live group, as the brokers do.
+            refused = cli_run(cluster, zk_connect, "--delete", "--group", "live")
+            assert refused.returncode != 0
+            assert "NON_EMPTY_GROUP" in refused.stderr
             deleted = admin.delete_consumer_groups(["live", "left", "nobody"], request_timeout=10)
             deleted["left"].result(timeout=CALL_S)
             outcomes = {}
@@ -294,6 +302,8 @@ def test_a_zookeeper_group_is_a_stable_simple_group_to_kafka_tools_and_not_delet
                 0: "GroupSubscribedToTopicError"
             }
             assert kp.delete_groups(["zkg"]) == {"zkg": "NonEmptyGroupError"}
+            refused = cli_run(cluster, zk_connect, "--delete", "--group", "zkg")
+            assert "NON_EMPTY_GROUP" in refused.stderr
 
             consumer.terminate()
             consumer.wait(timeout=30)
@@ -305,8 +315,11 @@ def test_a_zookeeper_group_is_a_stable_simple_group_to_kafka_tools_and_not_delet
             assert [g["group_state"] for g in kp.list_groups() if g["group_id"] == "zkg"] == [
                 "Empty"
             ]
-            assert kp.delete_groups(["zkg"]) == {"zkg": "OK"}
+            # Deleted with the CLI: gone for Kafka's clients too.
+            assert "was successful" in cli(cluster, zk_connect, "--delete", "--group", "zkg")
             assert zk_client.exists("/consumers/zkg") is None
+            assert "zkg" not in [g["group_id"] for g in kp.list_groups()]
+            assert kp.delete_groups(["zkg"]) == {"zkg": "GroupIdNotFoundError"}
         finally:
             if consumer.poll() is None:
                 consumer.kill()
