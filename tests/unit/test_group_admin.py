@@ -69,6 +69,14 @@ class _Consumers:
         self.offsets.pop(group, None)
         return self.ids.pop(group, "absent") != "absent"
 
+    async def commit_consumer_offsets(
+        self,
+        group: str,
+        offsets: dict[TopicPartition, int],
+        metadata: dict[TopicPartition, str] | None = None,
+    ) -> None:
+        self.committed = {tp: (o, (metadata or {}).get(tp, "")) for tp, o in offsets.items()}
+
     async def delete_consumer_offsets(self, group: str, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:
             self.offsets.get(group, {}).pop(tp, None)
@@ -322,3 +330,30 @@ def test_every_served_version_of_the_group_admin_apis_encodes_its_answer(
         assert expected[api_key](tree), tree
         response = build(load_response_schema(api_key, version), tree)
         entity_writer(type(response))(io.BytesIO(), response)
+
+
+def test_offset_commit_keeps_the_metadata_string_and_refuses_one_over_the_kafka_limit() -> None:
+    async def main() -> tuple[Any, dict[TopicPartition, tuple[int, str]]]:
+        a, zk = admin()
+        apis = GroupApis(a.coordinator, a.metadata_cache, cast(BrokerZkClient, zk), a)
+        parts = [
+            SimpleNamespace(partition_index=0, committed_offset=5, committed_metadata="ckpt"),
+            SimpleNamespace(partition_index=1, committed_offset=6, committed_metadata=None),
+            SimpleNamespace(partition_index=2, committed_offset=7, committed_metadata="é" * 2049),
+        ]
+        body = SimpleNamespace(
+            group_id="assigner",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            topics=[SimpleNamespace(name="orders", partitions=parts)],
+        )
+        answer = await apis.handlers[8](KafkaRequest(8, 8, 1, "c", body))
+        return await answer, zk.committed
+
+    tree, committed = run(main())
+    codes = [p["error_code"] for p in tree["topics"][0]["partitions"]]
+    assert codes == [NONE, NONE, 12]  # OFFSET_METADATA_TOO_LARGE: 4098 bytes > 4096
+    assert committed == {
+        TopicPartition("orders", 0): (5, "ckpt"),
+        TopicPartition("orders", 1): (6, ""),
+    }
