@@ -194,7 +194,8 @@ class GroupAdmin:
                 return GROUP_ID_NOT_FOUND
             if described.state is not GroupState.EMPTY:
                 return NON_EMPTY_GROUP
-            self.coordinator.forget(group_id)
+            if not self.coordinator.delete_empty(group_id):
+                return NON_EMPTY_GROUP
             await self.zk.delete_consumer_group(group_id)
         except NotEmptyError:
             # A commit or a ZooKeeper member arrived while the group was being deleted.

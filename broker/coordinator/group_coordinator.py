@@ -264,6 +264,18 @@ class GroupCoordinator:
             _cancel_waiter(member.syncing, SyncResult(NOT_COORDINATOR))
         self._log("group_moved_away", group)
 
+    def delete_empty(self, group_id: str) -> bool:
+        """Drop ``group_id`` if it is held without members (DeleteGroups); False if it has
+        members (a JoinGroup got in first)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return True
+        if group.state is not GroupState.EMPTY:
+            return False
+        del self.groups[group_id]
+        self._log("group_deleted", group)
+        return True
+
     # -- JoinGroup ---------------------------------------------------------------------------
 
     async def join_group(
