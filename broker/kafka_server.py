@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from broker.broker_metrics import ReplicaManagerMetrics, RequestMetrics
 from broker.controlled_shutdown import controlled_shutdown
+from broker.coordinator.group_admin import GroupAdmin
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.dynamic_config import DynamicConfigManager
@@ -137,6 +138,8 @@ class BrokerServer:
             max_session_timeout_ms=config.group_max_session_timeout_ms,
         )
         """The consumer groups of the Kafka listener's clients (``subscribe()``)."""
+        self.group_admin = GroupAdmin(self.group_coordinator, self.metadata_cache, self.zk)
+        """ListGroups, DescribeGroups, DeleteGroups, OffsetDelete: both doors'."""
         self._replica_manager_started = False
         self._stopped = asyncio.Event()
         self.cluster_id = ""
@@ -193,6 +196,7 @@ class BrokerServer:
                 self.metadata_cache,
                 self.producer_id_manager,
                 group_coordinator=self.group_coordinator,
+                group_admin=self.group_admin,
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 authorizer=self._authorizer,
                 request_metrics=self._request_metrics,
@@ -253,7 +257,9 @@ class BrokerServer:
                 self.replica_manager,
                 self.metadata_cache,
                 self.producer_id_manager,
-                group_apis=GroupApis(self.group_coordinator, self.metadata_cache, self.zk),
+                group_apis=GroupApis(
+                    self.group_coordinator, self.metadata_cache, self.zk, self.group_admin
+                ),
                 admin_apis=AdminApis(
                     TopicAdmin(self.config, self.zk, self.metadata_cache), self.broker_id
                 ),

@@ -651,11 +651,13 @@ class AdminClient(AsyncClosing):
         """Set ``path`` to ``data``, creating it (and its parents) if needed."""
         await self._create_or_set(path, data)
 
-    async def read_consumer_offsets(self, group: str) -> ReadBatch[TopicPartition, int]:
-        """Every committed offset of ``group``
-        (:meth:`~proto.zk.kafka_zk_client.KafkaZkClient.read_consumer_offsets`)."""
+    async def read_committed_offsets(
+        self, group: str
+    ) -> ReadBatch[TopicPartition, znodes.CommittedOffset]:
+        """Every committed offset of ``group``, with its metadata string and commit time
+        (:meth:`~proto.zk.kafka_zk_client.KafkaZkClient.read_committed_offsets`)."""
         return await self._guarded(
-            f"read the offsets of {group}", lambda zk: zk.read_consumer_offsets(group)
+            f"read the offsets of {group}", lambda zk: zk.read_committed_offsets(group)
         )
 
     async def commit_consumer_offsets(
@@ -665,6 +667,13 @@ class AdminClient(AsyncClosing):
         (:meth:`~proto.zk.kafka_zk_client.KafkaZkClient.commit_consumer_offsets`)."""
         await self._guarded(
             f"commit the offsets of {group}", lambda zk: zk.commit_consumer_offsets(group, offsets)
+        )
+
+    async def delete_consumer_group(self, group: str) -> bool:
+        """Delete ``/consumers/<group>`` and all it holds; False if it did not exist
+        (:meth:`~proto.zk.kafka_zk_client.KafkaZkClient.delete_consumer_group`)."""
+        return bool(
+            await self._guarded(f"delete group {group}", lambda zk: zk.delete_consumer_group(group))
         )
 
     async def list_topics(self) -> list[str]:

@@ -19,6 +19,8 @@ and has no ``ids``.
   the leader: the high watermark, the end a consumer can read to), the lag between them
   and the owner (its consumer id, and for a Kafka client its host and client id), as
   ``kafka-consumer-groups --describe`` prints them;
+- delete: the committed offsets (all of ``/consumers/<g>``) of a group without live
+  members, as Kafka's DeleteGroups;
 - reset: a plan of new offsets (earliest, latest, an offset, a shift, the current ones),
   written only with ``execute``, and only while the group has no live member of either
   kind: a running consumer would overwrite them with its next commit (Kafka: "Assignments
@@ -40,15 +42,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from client.admin import EARLIEST, LATEST, AdminClient, ConsumerGroupDescription
+from client.admin import EARLIEST, LATEST, AdminClient, BrokerGroups, ConsumerGroupDescription
 from client.group import group_name_problem
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.zk.znodes import (
     CONSUMERS_PATH,
+    CommittedOffset,
     ZkDataError,
     consumer_ids_path,
     decode_consumer_subscription,
@@ -125,6 +128,8 @@ class GroupDescription:
     first (see :meth:`ConsumerGroupService.describe_group`)."""
     unanswered: tuple[str, ...] = ()
     """Brokers that could not be asked about Kafka client groups (why, one each)."""
+    commits: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    """``offsets`` with each commit's metadata string and time."""
 
     @property
     def topics(self) -> set[str]:
@@ -255,7 +260,7 @@ class ConsumerGroupService:
         reported and skipped) and those the brokers' coordinators hold. A group with
         committed offsets but no ``ids`` znode was committed by Kafka clients: a kafka
         group, Empty (its coordinator forgets it once its last member leaves)."""
-        held = await self._admin.list_consumer_groups()
+        held = _kafka_protocol_groups(await self._admin.list_consumer_groups())
         for why in held.errors.values():
             self._warn(f"cannot list the Kafka client groups of {why}")
         listings = []
@@ -303,7 +308,7 @@ class ConsumerGroupService:
         expire): the holding shown first is one with members, its coordinator's if it has
         members, with a warning naming the other brokers that hold it with members."""
         root = _group_root(group)
-        held = await self._admin.describe_consumer_groups([group])
+        held = _kafka_protocol_groups(await self._admin.describe_consumer_groups([group]))
         unanswered = tuple(held.errors.values())
         for why in unanswered:
             self._warn(f"cannot ask {why} about group '{group}'")
@@ -334,13 +339,16 @@ class ConsumerGroupService:
             tp: data.decode("utf-8", "replace")
             for tp, data in (await self._partition_znodes(f"{root}/owners")).items()
         }
-        committed = await self._admin.read_consumer_offsets(group)
+        committed = await self._admin.read_committed_offsets(group)
         for why in committed.ignored:
             self._warn(why)
         for tp, error in committed.malformed.items():
             # docs/zookeeper.md: shown without a current offset; a reset overwrites it.
             self._warn(f"ignoring the committed offset of {tp} in group '{group}': {error}")
-        return GroupDescription(group, members, owners, committed.found, tuple(kafka), unanswered)
+        offsets = {tp: c.offset for tp, c in committed.found.items()}
+        return GroupDescription(
+            group, members, owners, offsets, tuple(kafka), unanswered, committed.found
+        )
 
     async def describe_rows(self, description: GroupDescription) -> list[PartitionRow]:
         """:func:`describe_rows` for every partition of the group's topics (the log end
@@ -404,6 +412,23 @@ class ConsumerGroupService:
         _check_inactive(await self.describe_group(group))
         await self._admin.commit_consumer_offsets(group, plan)
 
+    async def delete_group(self, group: str) -> None:
+        """Delete a group that has no live member of either kind: its committed offsets
+        and all of ``/consumers/<g>``, as the brokers' DeleteGroups does
+        (``broker/coordinator/group_admin.py``). ClientError for a group that does not
+        exist, has members, or could not be checked on every broker."""
+        description = await self.describe_group(group)
+        if description.active:
+            raise ClientError(f"Group '{group}' could not be deleted due to: NON_EMPTY_GROUP")
+        if description.unanswered:
+            raise ClientError(
+                f"cannot tell whether group '{group}' has live members: "
+                f"{description.unanswered[0]}; the group was not deleted"
+            )
+        if not await self._admin.delete_consumer_group(group):
+            # Only held by a coordinator, with no offsets: nothing of it is kept.
+            raise ClientError(f"Group '{group}' could not be deleted due to: GROUP_ID_NOT_FOUND")
+
     async def _admin_partitions(
         self, topics: Iterable[str], *, strict: bool
     ) -> list[TopicPartition]:
@@ -435,6 +460,19 @@ class ConsumerGroupService:
                 if data is not None:
                     found[TopicPartition(topic, int(child))] = data
         return found
+
+
+def _kafka_protocol_groups(held: BrokerGroups) -> BrokerGroups:
+    """The brokers' answers about groups of Kafka's group protocol only. A broker also
+    answers, with protocol type "", the groups it knows from ZooKeeper alone (a ZooKeeper
+    group, offsets nobody consumes: ``broker/coordinator/group_admin.py``), which this
+    service reads from ZooKeeper itself and shows with their kind."""
+    groups = {
+        group_id: kept
+        for group_id, holdings in held.groups.items()
+        if (kept := [g for g in holdings if g.protocol_type])
+    }
+    return BrokerGroups(groups, held.errors)
 
 
 def _group_root(group: str) -> str:

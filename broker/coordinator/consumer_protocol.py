@@ -16,12 +16,18 @@ from __future__ import annotations
 import struct
 
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription
 from kio.serial import entity_reader
 
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 
-__all__ = ["CONSUMER_PROTOCOL_TYPE", "ConsumerProtocolError", "decode_assignment"]
+__all__ = [
+    "CONSUMER_PROTOCOL_TYPE",
+    "ConsumerProtocolError",
+    "decode_assignment",
+    "decode_subscription",
+]
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 """The JoinGroup ``protocol_type`` of Kafka's consumers (Connect's workers say ``connect``)."""
@@ -29,6 +35,7 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 _VERSION = struct.Struct(">h")
 _read_assignment = entity_reader(ConsumerProtocolAssignment)
 """kio's reader of the version-0 fields, which every later version starts with."""
+_read_subscription = entity_reader(ConsumerProtocolSubscription)
 
 
 class ConsumerProtocolError(MinibrokerError):
@@ -57,3 +64,21 @@ def decode_assignment(data: bytes) -> list[TopicPartition]:
         for topic in assignment.assigned_partitions
         for partition in topic.partitions
     ]
+
+
+def decode_subscription(data: bytes) -> list[str]:
+    """The topics of a consumer protocol subscription (a member's JoinGroup metadata: the
+    same version-0 prefix in every version, ``version int16, [topic string], user_data``);
+    ConsumerProtocolError for bytes that do not decode."""
+    try:
+        (version,) = _VERSION.unpack_from(data)
+        if version < 0:
+            raise ConsumerProtocolError(f"subscription version {version}")
+        subscription, _ = _read_subscription(data, _VERSION.size)
+    except ConsumerProtocolError:
+        raise
+    except Exception as err:  # kio's native reader: ValueError, UnicodeDecodeError, ...
+        raise ConsumerProtocolError(
+            f"{len(data)}-byte consumer protocol subscription: {err!r}"
+        ) from None
+    return list(subscription.topics)

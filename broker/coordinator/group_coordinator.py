@@ -39,6 +39,7 @@ from broker.coordinator.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
     decode_assignment,
+    decode_subscription,
 )
 from broker.metadata_cache import MetadataCache
 from proto.topic_partition import TopicPartition
@@ -262,6 +263,18 @@ class GroupCoordinator:
             _cancel_waiter(member.joining, JoinResult(NOT_COORDINATOR, member.member_id))
             _cancel_waiter(member.syncing, SyncResult(NOT_COORDINATOR))
         self._log("group_moved_away", group)
+
+    def delete_empty(self, group_id: str) -> bool:
+        """Drop ``group_id`` if it is held without members (DeleteGroups); False if it has
+        members (a JoinGroup got in first)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return True
+        if group.state is not GroupState.EMPTY:
+            return False
+        del self.groups[group_id]
+        self._log("group_deleted", group)
+        return True
 
     # -- JoinGroup ---------------------------------------------------------------------------
 
@@ -565,9 +578,28 @@ class GroupCoordinator:
             group.group_id,
             group.state,
             group.protocol_type or "",
-            group.protocol_name or "",
+            # Kafka's GroupMetadata.summary: the protocol only once it is in use (Stable).
+            group.protocol_name or "" if stable else "",
             tuple(members),
         )
+
+    def subscribed_topics(self, group_id: str) -> set[str] | None:
+        """The topics the members of a consumer group subscribe to, by the metadata each
+        sent for the chosen protocol (Kafka's ``GroupMetadata.subscribedTopics``); None if
+        unknown: not held, another protocol type, or metadata that does not decode."""
+        group = self.groups.get(group_id)
+        if group is None or group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        topics: set[str] = set()
+        for m in group.members.values():
+            protocols = dict(m.protocols)
+            chosen = protocols.get(group.protocol_name or "", next(iter(protocols.values()), b""))
+            try:
+                topics.update(decode_subscription(chosen))
+            except ConsumerProtocolError as err:
+                self._log("subscription_undecodable", group, member=m.member_id, error=repr(err))
+                return None
+        return topics
 
     def _partitions(
         self, group: _Group, member: _Member, assignment: bytes

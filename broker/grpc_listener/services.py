@@ -17,11 +17,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import grpc
 
 from broker.broker_metrics import RequestMetrics
+from broker.coordinator.group_admin import GroupAdmin
 from broker.coordinator.group_coordinator import (
     GroupCoordinator,
     GroupDescription,
@@ -171,6 +172,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         producer_id_manager: ProducerIdManager,
         *,
         group_coordinator: GroupCoordinator | None = None,
+        group_admin: GroupAdmin | None = None,
         producer_id_timeout_ms: int = 6000,
         authorizer: ClusterAuthorizer | None = None,
         request_metrics: RequestMetrics | None = None,
@@ -190,6 +192,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         """How long InitProducerId waits for ZooKeeper when it must reserve a block."""
         self.group_coordinator = group_coordinator or GroupCoordinator(replica_manager.broker_id)
         """The Kafka clients' groups (none without a Kafka listener)."""
+        self.group_admin = group_admin
+        """ListGroups and DescribeGroups as the Kafka listener answers them (the groups this
+        broker coordinates, with their offsets and ZooKeeper members); None: only the
+        coordinator's own holdings (a broker without ZooKeeper, in tests)."""
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
@@ -486,10 +492,13 @@ class BrokerService(pb_grpc.BrokerServicer):
                 f"unknown group state(s) {', '.join(map(repr, unknown))} in states_filter "
                 f"(expected {', '.join(s.value for s in states.values())})"
             )
-        listed = self.group_coordinator.list_groups(
-            states[f.lower()] for f in request.states_filter
-        )
-        response = pb.ListGroupsResponse(error_code=pb.NONE)
+        wanted = [states[f.lower()] for f in request.states_filter]
+        code: int = pb.NONE
+        if self.group_admin is None:
+            listed = self.group_coordinator.list_groups(wanted)
+        else:
+            code, listed = await self.group_admin.list_groups([s.value for s in wanted])
+        response = pb.ListGroupsResponse(error_code=cast(pb.ErrorCode.ValueType, code))
         for group in listed:
             coordinator = coordinator_of(group.group_id, self.metadata_cache)
             response.groups.add(
@@ -509,16 +518,23 @@ class BrokerService(pb_grpc.BrokerServicer):
         self, request: pb.DescribeGroupsRequest
     ) -> pb.DescribeGroupsResponse:
         response = pb.DescribeGroupsResponse()
-        legal = [g for g in request.groups if topic_name_problem(g, "group") is None]
-        described = {d.group_id: d for d in self.group_coordinator.describe_groups(legal)}
         for group_id in request.groups:
-            found = described.get(group_id)
-            if found is None:
+            if topic_name_problem(group_id, "group") is not None:
                 response.groups.add(
                     error_code=pb.INVALID_REQUEST, group_id=group_id, coordinator_id=-1
                 )
                 continue
             coordinator = coordinator_of(group_id, self.metadata_cache)
+            found: GroupDescription | None = None
+            if self.group_admin is not None and coordinator == self.replica_manager.broker_id:
+                code, found = await self.group_admin.describe_group(group_id)
+                if code != pb.NONE:
+                    response.groups.add(error_code=code, group_id=group_id, coordinator_id=-1)
+                    continue
+            else:
+                # What this broker holds of a group coordinated elsewhere (it moved away and
+                # its members have not found the new coordinator yet), else Dead.
+                [found] = self.group_coordinator.describe_groups([group_id])
             _add_described_group(response, found, -1 if coordinator is None else coordinator)
         return response
 

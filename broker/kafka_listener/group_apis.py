@@ -1,11 +1,13 @@
 """The Kafka listener's consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch, over
 :mod:`broker.coordinator.group_coordinator` and the offsets in ZooKeeper
-(``/consumers/<g>/offsets/<t>/<p>``).
+(``/consumers/<g>/offsets/<t>/<p>``); ListGroups, DescribeGroups, DeleteGroups and
+OffsetDelete over :mod:`broker.coordinator.group_admin`, which the gRPC side shares.
 
-Every group API but FindCoordinator is answered NOT_COORDINATOR by a broker that does not
-coordinate the group, and that broker drops what it held of the group: the client asks
-FindCoordinator again and joins there (see the coordinator module for the choice).
+Every group API but FindCoordinator and ListGroups is answered NOT_COORDINATOR by a broker
+that does not coordinate the group, and that broker drops what it held of the group: the
+client asks FindCoordinator again and joins there (see the coordinator module for the
+choice). ListGroups lists the groups this broker coordinates, as Kafka's brokers do.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from broker.coordinator.group_coordinator import NOT_COORDINATOR, GroupCoordinator, coordinator_of
+from broker.coordinator.group_admin import GroupAdmin
+from broker.coordinator.group_coordinator import GroupCoordinator, GroupDescription, coordinator_of
 from broker.kafka_listener.messages import Tree
 from broker.kafka_listener.wire_request import Answer, KafkaRequest, done, ms, per_topic
 from broker.metadata_cache import MetadataCache
@@ -32,7 +35,12 @@ __all__ = ["GROUP_VERSIONS", "GroupApis"]
 
 FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT = 10, 11, 14, 12
 LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH = 13, 8, 9
+LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 16, 15, 42, 47
 GROUP_VERSIONS: dict[int, tuple[int, int]] = {
+    LIST_GROUPS: (0, 4),
+    DESCRIBE_GROUPS: (0, 5),
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
     OFFSET_COMMIT: (2, 8),
     OFFSET_FETCH: (1, 7),
     FIND_COORDINATOR: (0, 3),
@@ -41,23 +49,39 @@ GROUP_VERSIONS: dict[int, tuple[int, int]] = {
     LEAVE_GROUP: (0, 4),
     SYNC_GROUP: (0, 4),
 }
-"""The highs stop before KIP-848's member epochs (OffsetCommit 9), batched groups
-(OffsetFetch 8, FindCoordinator 4) and KIP-800's leave reasons (JoinGroup 8, LeaveGroup 5)."""
+"""Kafka 2.8's highs. They stop before KIP-848's member epochs (OffsetCommit 9), batched
+groups (OffsetFetch 8, FindCoordinator 4), KIP-800's leave reasons (JoinGroup 8, LeaveGroup
+5), KIP-848's group types (ListGroups 5) and error messages (DescribeGroups 6)."""
 
 COORDINATOR_NOT_AVAILABLE = 15
 INVALID_GROUP_ID = 24
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+OFFSET_METADATA_TOO_LARGE = 12
+
+OFFSET_METADATA_MAX_BYTES = 4096
+"""Kafka's ``offset.metadata.max.bytes`` default: a longer commit metadata string is
+refused with OFFSET_METADATA_TOO_LARGE."""
+GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+"""DescribeGroups' ``authorized_operations`` without ACLs: READ, DELETE and DESCRIBE, the
+operations on a group (Kafka's ``AclOperation`` bit positions)."""
+NO_OPERATIONS = -(2**31)
+"""``authorized_operations`` when the client did not ask for them."""
 
 
 class GroupApis:
     """The group handlers, by API key (stages, as :class:`KafkaWireApis`'s are)."""
 
     def __init__(
-        self, coordinator: GroupCoordinator, metadata_cache: MetadataCache, zk: BrokerZkClient
+        self,
+        coordinator: GroupCoordinator,
+        metadata_cache: MetadataCache,
+        zk: BrokerZkClient,
+        group_admin: GroupAdmin,
     ) -> None:
         self.coordinator = coordinator
         self.metadata_cache = metadata_cache
         self.zk = zk
+        self.group_admin = group_admin
         self.broker_id = coordinator.broker_id
         self.handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
             FIND_COORDINATOR: self.find_coordinator,
@@ -67,6 +91,10 @@ class GroupApis:
             LEAVE_GROUP: self.leave_group,
             OFFSET_COMMIT: self.offset_commit,
             OFFSET_FETCH: self.offset_fetch,
+            LIST_GROUPS: self.list_groups,
+            DESCRIBE_GROUPS: self.describe_groups,
+            DELETE_GROUPS: self.delete_groups,
+            OFFSET_DELETE: self.offset_delete,
         }
 
     def _coordinator_of(self, group_id: str) -> int | None:
@@ -74,12 +102,7 @@ class GroupApis:
 
     def _refusal(self, group_id: str) -> int | None:
         """The error code for a group request this broker must not serve, else None."""
-        if topic_name_problem(group_id, "group") is not None:
-            return INVALID_GROUP_ID
-        if self._coordinator_of(group_id) != self.broker_id:
-            self.coordinator.forget(group_id)
-            return NOT_COORDINATOR
-        return None
+        return self.group_admin.refusal(group_id)
 
     async def find_coordinator(self, request: KafkaRequest) -> Answer:
         body = request.body
@@ -195,8 +218,8 @@ class GroupApis:
         return self._offset_commit(request)
 
     async def _offset_commit(self, request: KafkaRequest) -> Tree:
-        """Checked against the group's generation, then written to ZooKeeper. The commit's
-        metadata string and leader epoch are not kept: ZooKeeper offsets are numbers."""
+        """Checked against the group's generation, then written to ZooKeeper with the
+        commit's metadata string (its leader epoch is not kept)."""
         body = request.body
         generation: int = getattr(
             body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1)
@@ -205,6 +228,7 @@ class GroupApis:
         if code is None:
             code = self.coordinator.check_commit(body.group_id, generation, body.member_id)
         offsets: dict[TopicPartition, int] = {}
+        notes: dict[TopicPartition, str] = {}
         codes: dict[TopicPartition, int] = {}
         order: list[TopicPartition] = []
         for topic in body.topics:
@@ -212,15 +236,19 @@ class GroupApis:
                 tp = TopicPartition(topic.name, part.partition_index)
                 order.append(tp)
                 problem = partition_problem(tp)
+                metadata = part.committed_metadata or ""
                 if code != pb.NONE:
                     codes[tp] = code
                 elif problem is not None or part.committed_offset < 0:
                     codes[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION if problem is None else problem
+                elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                    codes[tp] = OFFSET_METADATA_TOO_LARGE
                 else:
                     offsets[tp] = part.committed_offset
+                    notes[tp] = metadata
         if offsets:
             try:
-                await self.zk.commit_consumer_offsets(body.group_id, offsets)
+                await self.zk.commit_consumer_offsets(body.group_id, offsets, notes)
             except ZkError as err:
                 logger.warning(
                     "event=offset_commit_failed broker=%d group=%s error=%r",
@@ -252,7 +280,7 @@ class GroupApis:
                 if partition_problem(TopicPartition(t.name, p)) is None
             ]
         try:
-            batch = await self.zk.read_consumer_offsets(body.group_id, asked)
+            batch = await self.zk.read_committed_offsets(body.group_id, asked)
         except ZkError:
             return {"error_code": COORDINATOR_NOT_AVAILABLE, "topics": []}
         committed = batch.found
@@ -271,12 +299,91 @@ class GroupApis:
                 tp,
                 {
                     "partition_index": tp.partition,
-                    "committed_offset": committed.get(tp, -1),
+                    "committed_offset": committed[tp].offset if tp in committed else -1,
                     "committed_leader_epoch": -1,
-                    "metadata": "",
+                    "metadata": committed[tp].metadata if tp in committed else "",
                     "error_code": pb.UNKNOWN_SERVER_ERROR if tp in batch.malformed else pb.NONE,
                 },
             )
             for tp in wanted
         ]
         return {"error_code": pb.NONE, "topics": per_topic(answers, "name", "partitions")}
+
+    async def list_groups(self, request: KafkaRequest) -> Answer:
+        states = getattr(request.body, "states_filter", None) or ()
+        code, groups = await self.group_admin.list_groups(states)
+        listed = [
+            {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state.value}
+            for g in groups
+        ]
+        return done({"error_code": code, "groups": listed})
+
+    async def describe_groups(self, request: KafkaRequest) -> Answer:
+        body = request.body
+        operations = (
+            GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False) else None
+        )
+        described = []
+        for group_id in body.groups:
+            code, group = await self.group_admin.describe_group(group_id)
+            described.append(_described_group(code, group, operations))
+        return done({"groups": described})
+
+    async def delete_groups(self, request: KafkaRequest) -> Answer:
+        results = []
+        for group_id in dict.fromkeys(request.body.groups_names):
+            code = await self.group_admin.delete_group(group_id)
+            results.append({"group_id": group_id, "error_code": code})
+        return done({"results": results})
+
+    async def offset_delete(self, request: KafkaRequest) -> Answer:
+        """KafkaApis' checks first (a partition the metadata does not know is
+        UNKNOWN_TOPIC_OR_PARTITION), then the group's (:meth:`GroupAdmin.delete_offsets`);
+        a group error answers no partitions, as Kafka's ``getErrorResponse``."""
+        body = request.body
+        codes: dict[TopicPartition, int] = {}
+        known: list[TopicPartition] = []
+        for topic in body.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition_index)
+                problem = partition_problem(tp)
+                if problem is None and self.metadata_cache.partition(tp) is None:
+                    problem = pb.UNKNOWN_TOPIC_OR_PARTITION
+                if problem is None:
+                    known.append(tp)
+                else:
+                    codes[tp] = problem
+        result = await self.group_admin.delete_offsets(body.group_id, known)
+        if result.error_code != pb.NONE:
+            return done({"error_code": result.error_code, "topics": []})
+        codes.update(result.partitions)
+        answers = [
+            (tp, {"partition_index": tp.partition, "error_code": code})
+            for tp, code in codes.items()
+        ]
+        return done({"error_code": pb.NONE, "topics": per_topic(answers, "name", "partitions")})
+
+
+def _described_group(code: int, group: GroupDescription, operations: int | None) -> Tree:
+    """A DescribeGroups entry: an error answers empty strings and no members, as Kafka's
+    ``DescribeGroupsResponse.groupError``."""
+    entry: Tree = {
+        "error_code": code,
+        "group_id": group.group_id,
+        "group_state": "" if code != pb.NONE else group.state.value,
+        "protocol_type": group.protocol_type,
+        "protocol_data": group.protocol_name,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_metadata": m.metadata,
+                "member_assignment": m.assignment,
+            }
+            for m in group.members
+        ],
+        "authorized_operations": NO_OPERATIONS if operations is None else operations,
+    }
+    return entry

@@ -7,6 +7,8 @@ clients' groups of the brokers' coordinators, are :mod:`client.consumer_groups`)
     minibroker consumer-groups --list          # GROUP TYPE STATE
     minibroker consumer-groups --describe --group billing
     minibroker consumer-groups --describe --group billing --members   # or --state
+    minibroker consumer-groups --describe --group billing --commits   # metadata, commit time
+    minibroker consumer-groups --delete --group billing    # only while nobody consumes
     minibroker consumer-groups --reset-offsets --group billing --topic orders --to-earliest
     minibroker consumer-groups --reset-offsets --group billing --topic orders:0,2 \\
         --to-offset 100 --execute
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from client.cli.common import (
     add_bootstrap_option,
@@ -56,6 +59,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     action.add_argument(
         "--reset-offsets", action="store_true", help="plan (or with --execute, write) new offsets"
     )
+    action.add_argument(
+        "--delete", action="store_true", help="delete a group without members, and its offsets"
+    )
     parser.add_argument("--group", help="the consumer group")
     view = parser.add_mutually_exclusive_group()
     view.add_argument("--members", action="store_true", help="with --describe: one line per member")
@@ -63,6 +69,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--state",
         action="store_true",
         help="with --describe: the group's coordinator, assignor, state and member count",
+    )
+    view.add_argument(
+        "--commits",
+        action="store_true",
+        help="with --describe: each committed offset's commit time and metadata string",
     )
     parser.add_argument(
         "--topic",
@@ -93,14 +104,19 @@ def _warn(line: str) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    if (args.describe or args.reset_offsets) and not args.group:
-        raise ClientError("--describe and --reset-offsets need --group")
-    if (args.members or args.state) and not args.describe:
-        raise ClientError("--members and --state go with --describe")
+    if (args.describe or args.reset_offsets or args.delete) and not args.group:
+        raise ClientError("--describe, --delete and --reset-offsets need --group")
+    if (args.members or args.state or args.commits) and not args.describe:
+        raise ClientError("--members, --state and --commits go with --describe")
     async with connections(args) as conns, admin_client(args, conns) as admin:
         service = ConsumerGroupService(admin, _warn)
         if args.list:
             print("\n".join(format_listing(await service.list_groups())))
+            return 0
+        if args.delete:
+            await service.delete_group(args.group)
+            # Kafka's ConsumerGroupCommand, word for word.
+            print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
             return 0
         if args.describe:
             description = await service.describe_group(args.group)
@@ -111,6 +127,8 @@ async def _run(args: argparse.Namespace) -> int:
                 print("\n".join(format_state(description)))
             elif args.members:
                 print("\n".join(format_members(description)))
+            elif args.commits:
+                print("\n".join(format_commits(description)))
             else:
                 print("\n".join(format_table(await service.describe_rows(description))))
             return 0
@@ -214,6 +232,37 @@ def format_members(description: GroupDescription) -> list[str]:
         count = "-" if m.partitions is None else str(len(m.partitions))
         rows.append((description.group, m.member_id, m.host or "-", m.client_id or "-", count))
     return _columns(header, rows)
+
+
+def format_commits(description: GroupDescription) -> list[str]:
+    """``--describe --commits``: GROUP TOPIC PARTITION CURRENT-OFFSET COMMITTED-AT (UTC, from
+    ZooKeeper's clock) METADATA (OffsetCommit's string, last as it may hold spaces)."""
+    header = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "COMMITTED-AT", "METADATA")
+    rows = [
+        (
+            description.group,
+            tp.topic,
+            str(tp.partition),
+            str(c.offset),
+            _utc(c.commit_timestamp_ms),
+            _printable(c.metadata) or "-",
+        )
+        for tp, c in sorted(description.commits.items())
+    ]
+    return _columns(header, rows)
+
+
+def _printable(text: str) -> str:
+    """``text`` with what a terminal would not show escaped (librdkafka commits the C string's
+    terminating NUL with the metadata: shown as ``\\x00``)."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
+def _utc(timestamp_ms: int) -> str:
+    if timestamp_ms < 0:
+        return "-"
+    moment = datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{timestamp_ms % 1000:03d}Z"
 
 
 def format_listing(listings: Sequence[GroupListing]) -> list[str]:

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
 
 from proto.topic_partition import TopicPartition
 from proto.zk.session import ZooKeeperClient
@@ -26,6 +26,7 @@ from proto.zk.znode_reads import (
     ZnodeRead,
     broker_ids,
     cluster_id_read,
+    committed_offset_read,
     consumer_offset_partitions,
     consumer_offset_read,
     consumer_offset_topics,
@@ -36,8 +37,12 @@ from proto.zk.znode_reads import (
 from proto.zk.znodes import (
     BROKER_IDS_PATH,
     CLUSTER_ID_PATH,
+    CONSUMERS_PATH,
+    CommittedOffset,
     PartitionState,
     PartitionStateData,
+    consumer_group_path,
+    consumer_ids_path,
     consumer_offset_path,
     consumer_offsets_path,
     encode_cluster_id,
@@ -69,6 +74,15 @@ class KafkaZkClient(ZooKeeperClient):
         the batch (what a listing left out)."""
         answers = await self._pipeline(what, [_get(read.path) for read in reads.values()])
         return read_batch(reads, answers, ignored)
+
+    async def get_data_or_none(self, path: str) -> bytes | None:
+        """The data of ``path``, None if it does not exist."""
+        [answer] = await self._pipeline(f"get {path}", [_get(path)])
+        if isinstance(answer, NoNodeError):
+            return None
+        if isinstance(answer, BaseException):
+            raise answer
+        return bytes(answer[0])
 
     async def _children_or_none(self, path: str) -> list[str] | None:
         [answer] = await self._pipeline(f"get_children {path}", [_get_children(path)])
@@ -126,6 +140,26 @@ class KafkaZkClient(ZooKeeperClient):
         self._log(logging.INFO, "cluster_id_created", path=CLUSTER_ID_PATH, cluster_id=proposed)
         return proposed
 
+    async def _offset_partitions(self, group: str) -> tuple[list[TopicPartition], list[str]]:
+        """Every partition ``group`` has an offset znode for, and the children ignored."""
+        topics, ignored = consumer_offset_topics(
+            group, await self._children_or_none(consumer_offsets_path(group)) or []
+        )
+        listings = await self._pipeline(
+            f"list offsets of {group}",
+            [_get_children(consumer_offsets_path(group, topic)) for topic in topics],
+        )
+        found: list[TopicPartition] = []
+        for topic, listing in zip(topics, listings, strict=True):
+            if isinstance(listing, NoNodeError):
+                continue
+            if isinstance(listing, BaseException):
+                raise listing
+            partitions, skipped = consumer_offset_partitions(group, topic, listing)
+            found += partitions
+            ignored += skipped
+        return found, ignored
+
     async def read_consumer_offsets(
         self, group: str, tps: Iterable[TopicPartition] | None = None
     ) -> ReadBatch[TopicPartition, int]:
@@ -135,35 +169,36 @@ class KafkaZkClient(ZooKeeperClient):
         ValueError for a group or topic name that cannot be a znode."""
         ignored: list[str] = []
         if tps is None:
-            topics, ignored = consumer_offset_topics(
-                group, await self._children_or_none(consumer_offsets_path(group)) or []
-            )
-            listings = await self._pipeline(
-                f"list offsets of {group}",
-                [_get_children(consumer_offsets_path(group, topic)) for topic in topics],
-            )
-            found: list[TopicPartition] = []
-            for topic, listing in zip(topics, listings, strict=True):
-                if isinstance(listing, NoNodeError):
-                    continue
-                if isinstance(listing, BaseException):
-                    raise listing
-                partitions, skipped = consumer_offset_partitions(group, topic, listing)
-                found += partitions
-                ignored += skipped
-            tps = found
+            tps, ignored = await self._offset_partitions(group)
         reads = {tp: consumer_offset_read(group, tp) for tp in sorted(set(tps))}
         return await self.read_znodes(f"fetch offsets of {group}", reads, ignored)
 
+    async def read_committed_offsets(
+        self, group: str, tps: Iterable[TopicPartition] | None = None
+    ) -> ReadBatch[TopicPartition, CommittedOffset]:
+        """:meth:`read_consumer_offsets` with each commit's metadata string and time."""
+        ignored: list[str] = []
+        if tps is None:
+            tps, ignored = await self._offset_partitions(group)
+        reads = {tp: committed_offset_read(group, tp) for tp in sorted(set(tps))}
+        return await self.read_znodes(f"fetch offsets of {group}", reads, ignored)
+
     async def commit_consumer_offsets(
-        self, group: str, offsets: Mapping[TopicPartition, int]
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, int],
+        metadata: Mapping[TopicPartition, str] | None = None,
     ) -> None:
-        """Write each offset to ``/consumers/<g>/offsets/<t>/<p>`` whatever its version,
-        creating a znode (and its parents) never written before. The writes are pipelined
-        in partition order; writing never reads, so it also repairs a malformed offset.
-        Cancelling it may leave some offsets written and others not. ValueError for a
-        negative offset or a group or topic name that cannot be a znode."""
-        data = {tp: encode_consumer_offset(offsets[tp]) for tp in sorted(offsets)}
+        """Write each offset (with its metadata string from ``metadata``, if any) to
+        ``/consumers/<g>/offsets/<t>/<p>`` whatever its version, creating a znode (and its
+        parents) never written before. The writes are pipelined in partition order; writing
+        never reads, so it also repairs a malformed offset. Cancelling it may leave some
+        offsets written and others not. ValueError for a negative offset or a group or
+        topic name that cannot be a znode."""
+        notes = metadata or {}
+        data = {
+            tp: encode_consumer_offset(offsets[tp], notes.get(tp, "")) for tp in sorted(offsets)
+        }
         paths = {tp: consumer_offset_path(group, tp) for tp in data}
         results = await self._pipeline(
             f"commit offsets of {group}", [_set(paths[tp], data[tp]) for tp in data]
@@ -176,6 +211,63 @@ class KafkaZkClient(ZooKeeperClient):
                     await self.request("set", paths[tp], data[tp])
             elif isinstance(result, BaseException):
                 raise result
+
+    async def consumer_groups(self) -> list[str]:
+        """The children of ``/consumers`` (unchecked names: hostile until checked)."""
+        return sorted(await self._children_or_none(CONSUMERS_PATH) or [])
+
+    async def consumer_group_members(self, group: str) -> list[str] | None:
+        """The live members of a ZooKeeper group (``/consumers/<g>/ids``), None if the group
+        has no ``ids`` znode (no ZooKeeper consumer ever joined it)."""
+        ids = await self._children_or_none(consumer_ids_path(group))
+        return None if ids is None else sorted(ids)
+
+    async def delete_consumer_offsets(self, group: str, tps: Iterable[TopicPartition]) -> None:
+        """Delete the group's offset znodes of ``tps`` (absent ones are fine), then the
+        topic znodes left without partitions."""
+        wanted = sorted(set(tps))
+        results = await self._pipeline(
+            f"delete offsets of {group}",
+            [_delete(consumer_offset_path(group, tp)) for tp in wanted],
+        )
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
+                raise result
+        topics = sorted({tp.topic for tp in wanted})
+        emptied = await self._pipeline(
+            f"delete emptied offset topics of {group}",
+            [_delete(consumer_offsets_path(group, t)) for t in topics],
+        )
+        for result in emptied:
+            # NotEmpty: the topic has other partitions' offsets; NoNode: already gone.
+            if isinstance(result, BaseException) and not isinstance(
+                result, NoNodeError | NotEmptyError
+            ):
+                raise result
+
+    async def delete_consumer_group(self, group: str) -> bool:
+        """Delete ``/consumers/<g>`` and everything under it; False if it did not exist.
+        A znode created under it meanwhile (a commit racing the deletion) makes the
+        deletion fail with NotEmptyError rather than lose that commit silently."""
+        root = consumer_group_path(group)
+        tree = [root]
+        level = [root]
+        while level:
+            listings = await self._pipeline(f"list {root}", [_get_children(path) for path in level])
+            below = []
+            for path, listing in zip(level, listings, strict=True):
+                if isinstance(listing, NoNodeError):
+                    continue
+                if isinstance(listing, BaseException):
+                    raise listing
+                below += [f"{path}/{child}" for child in listing]
+            tree += below
+            level = below
+        results = await self._pipeline(f"delete {root}", [_delete(p) for p in reversed(tree)])
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, NoNodeError):
+                raise result
+        return not isinstance(results[-1], NoNodeError)
 
     async def create_partition_state(
         self, tp: TopicPartition, state: PartitionStateData
@@ -258,6 +350,10 @@ def _get(path: str) -> Callable[[Any], Any]:
 
 def _get_children(path: str) -> Callable[[Any], Any]:
     return lambda client: client.get_children_async(path)
+
+
+def _delete(path: str) -> Callable[[Any], Any]:
+    return lambda client: client.delete_async(path)
 
 
 def _set(path: str, data: bytes) -> Callable[[Any], Any]:

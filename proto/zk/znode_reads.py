@@ -32,6 +32,7 @@ from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.zk.znodes import (
     CLUSTER_ID_PATH,
     BrokerRegistration,
+    CommittedOffset,
     PartitionState,
     ZkDataError,
     broker_path,
@@ -39,6 +40,7 @@ from proto.zk.znodes import (
     consumer_offsets_path,
     decode_broker_registration,
     decode_cluster_id,
+    decode_committed_offset,
     decode_consumer_offset,
     decode_partition_state,
     partition_state_path,
@@ -51,6 +53,7 @@ __all__ = [
     "ZnodeRead",
     "broker_ids",
     "cluster_id_read",
+    "committed_offset_read",
     "consumer_offset_partitions",
     "consumer_offset_read",
     "consumer_offset_topics",
@@ -208,7 +211,8 @@ def cluster_id_read() -> ZnodeRead[str]:
 
 def consumer_offset_read(group: str, tp: TopicPartition) -> ZnodeRead[int]:
     """The group's committed offset of ``tp``: the next offset the group will read, as
-    decimal text (Kafka's ZooKeeper consumer layout).
+    decimal text (Kafka's ZooKeeper consumer layout), or JSON with the commit's metadata
+    string (:func:`~proto.zk.znodes.encode_consumer_offset`).
 
     The one behaviour for a malformed offset, everywhere (docs/zookeeper.md): a znode that
     does not hold a decimal integer >= 0 is an error for that partition, never "no
@@ -217,6 +221,15 @@ def consumer_offset_read(group: str, tp: TopicPartition) -> ZnodeRead[int]:
     ``consumer-groups --describe`` warns and shows no current offset; a reset overwrites it.
     """
     return ZnodeRead(consumer_offset_path(group, tp), lambda data, _: decode_consumer_offset(data))
+
+
+def committed_offset_read(group: str, tp: TopicPartition) -> ZnodeRead[CommittedOffset]:
+    """:func:`consumer_offset_read` with the commit's metadata string and time (the znode's
+    mtime: every commit sets the znode, so it is when the offset was last committed)."""
+    return ZnodeRead(
+        consumer_offset_path(group, tp),
+        lambda data, stat: decode_committed_offset(data, int(stat.mtime)),
+    )
 
 
 def consumer_offset_topics(group: str, children: Iterable[str]) -> tuple[list[str], list[str]]:

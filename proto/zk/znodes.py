@@ -20,7 +20,7 @@ and decode znodes here, so there is one definition of every path and JSON shape:
     /cluster/id                                  persistent  the cluster id, made once
     /consumers/<g>/ids/<c>                       ephemeral   consumer subscription
     /consumers/<g>/owners/<t>/<p>                ephemeral   owning consumer id (text)
-    /consumers/<g>/offsets/<t>/<p>               persistent  committed offset (text)
+    /consumers/<g>/offsets/<t>/<p>               persistent  committed offset (text or JSON)
 
 Encoders write compact JSON (Kafka's ``Json.encodeAsBytes``) with the keys in the order
 docs/zookeeper.md lists them; Kafka readers do not care about key order. Decoders accept what Kafka
@@ -36,7 +36,7 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -70,6 +70,7 @@ __all__ = [
     "SECURITY_PROTOCOLS",
     "BrokerInfo",
     "BrokerRegistration",
+    "CommittedOffset",
     "PartitionState",
     "PartitionStateData",
     "ProducerIdBlock",
@@ -78,12 +79,14 @@ __all__ = [
     "broker_path",
     "check_admin_path",
     "config_change_path",
+    "consumer_group_path",
     "consumer_ids_path",
     "consumer_offset_path",
     "consumer_offsets_path",
     "consumer_owner_path",
     "decode_broker_registration",
     "decode_cluster_id",
+    "decode_committed_offset",
     "decode_config_change",
     "decode_config_entity_path",
     "decode_consumer_offset",
@@ -260,6 +263,11 @@ def config_change_path(name: str) -> str:
 def delete_topic_path(topic: str) -> str:
     """``/admin/delete_topics/<t>``: marks the topic for deletion."""
     return f"{ADMIN_DELETE_TOPICS_PATH}/{_name('topic', topic)}"
+
+
+def consumer_group_path(group: str) -> str:
+    """``/consumers/<g>``: everything ZooKeeper holds of a consumer group."""
+    return f"{CONSUMERS_PATH}/{_name('group', group)}"
 
 
 def consumer_ids_path(group: str, consumer_id: str | None = None) -> str:
@@ -860,22 +868,50 @@ def decode_consumer_subscription(data: bytes) -> dict[str, int]:
     }
 
 
-def encode_consumer_offset(offset: int) -> bytes:
-    """The committed offset as decimal text, e.g. ``42``; ValueError for a negative one
-    (an offset is a position in a log; Kafka's OffsetFetch uses -1 for "none")."""
+class CommittedOffset(NamedTuple):
+    """A group's committed offset of one partition, as ``/consumers/<g>/offsets/<t>/<p>``
+    keeps it."""
+
+    offset: int
+    """The next offset the group will read."""
+    metadata: str = ""
+    """OffsetCommit's metadata string ("" when none was given)."""
+    commit_timestamp_ms: int = -1
+    """When it was committed: the znode's mtime (ZooKeeper's clock); -1 unknown."""
+
+
+def encode_consumer_offset(offset: int, metadata: str = "") -> bytes:
+    """The committed offset as decimal text, e.g. ``42``, as Kafka's ZooKeeper consumer
+    wrote it; with a metadata string, ``{"version":1,"offset":42,"metadata":"..."}``.
+    ValueError for a negative offset (an offset is a position in a log; Kafka's OffsetFetch
+    uses -1 for "none")."""
     if offset < 0:
         raise ValueError(f"a committed offset is >= 0, got {offset}")
-    return str(offset).encode("ascii")
+    if not metadata:
+        return str(offset).encode("ascii")
+    return _dumps({"version": 1, "offset": offset, "metadata": metadata})
+
+
+def decode_committed_offset(data: bytes, commit_timestamp_ms: int = -1) -> CommittedOffset:
+    """Either form of :func:`encode_consumer_offset` (decimal text with surrounding
+    whitespace, or the JSON object); ZkDataError for anything else, a negative offset
+    included (see :func:`proto.zk.znode_reads.consumer_offset_read` for what a reader does
+    then)."""
+    if data.lstrip()[:1] == b"{":
+        obj = _loads_object(data)
+        _version(obj, range(1, 2))
+        offset = _int(_field(obj, "offset"), "offset")
+        metadata = _str(obj.get("metadata", ""), "metadata")
+    else:
+        offset, metadata = _decode_text_int(data, "offset"), ""
+    if offset < 0:
+        raise ZkDataError(f"offset must be >= 0, got {offset}")
+    return CommittedOffset(offset, metadata, commit_timestamp_ms)
 
 
 def decode_consumer_offset(data: bytes) -> int:
-    """The committed offset in decimal text (surrounding whitespace ignored); ZkDataError
-    for anything else, a negative number included (see
-    :func:`proto.zk.znode_reads.consumer_offset_read` for what a reader does then)."""
-    offset = _decode_text_int(data, "offset")
-    if offset < 0:
-        raise ZkDataError(f"offset must be >= 0, got {offset}")
-    return offset
+    """The offset alone of :func:`decode_committed_offset`."""
+    return decode_committed_offset(data).offset
 
 
 def isr_change_notification_path(name: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
@@ -21,6 +22,7 @@ from client.admin import (
 )
 from client.cli.consumer_groups import (
     describe_status,
+    format_commits,
     format_listing,
     format_members,
     format_plan,
@@ -42,12 +44,17 @@ from proto.topic_partition import TopicPartition
 from proto.zk.znode_reads import (
     GetAnswer,
     ReadBatch,
+    committed_offset_read,
     consumer_offset_partitions,
-    consumer_offset_read,
     consumer_offset_topics,
     read_batch,
 )
-from proto.zk.znodes import consumer_offset_path, consumer_offsets_path, encode_consumer_offset
+from proto.zk.znodes import (
+    CommittedOffset,
+    consumer_offset_path,
+    consumer_offsets_path,
+    encode_consumer_offset,
+)
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))
 
@@ -167,7 +174,9 @@ class VanishingZooKeeper:
         for tp, offset in offsets.items():
             self.written[consumer_offset_path(group, tp)] = encode_consumer_offset(offset)
 
-    async def read_consumer_offsets(self, group: str) -> ReadBatch[TopicPartition, int]:
+    async def read_committed_offsets(
+        self, group: str
+    ) -> ReadBatch[TopicPartition, CommittedOffset]:
         """The shared reading rules (proto.zk.znode_reads) over the dicts."""
         root = consumer_offsets_path(group)
         topics, ignored = consumer_offset_topics(group, self.children.get(root, []))
@@ -177,9 +186,11 @@ class VanishingZooKeeper:
             partitions, skipped = consumer_offset_partitions(group, topic, listed)
             tps += partitions
             ignored += skipped
-        reads = {tp: consumer_offset_read(group, tp) for tp in tps}
+        reads = {tp: committed_offset_read(group, tp) for tp in tps}
         answers: list[GetAnswer] = [
-            (self.data[r.path], None) if r.path in self.data else NoNodeError()
+            (self.data[r.path], SimpleNamespace(mtime=1_764_309_481_007))
+            if r.path in self.data
+            else NoNodeError()
             for r in reads.values()
         ]
         return read_batch(reads, answers, ignored)
@@ -368,4 +379,27 @@ def test_state_and_members_views_as_kafkas_describe_prints_them() -> None:
     assert format_members(description) == [
         "GROUP      CONSUMER-ID HOST       CLIENT-ID #PARTITIONS",
         "billing-ck rdkafka-a1  /127.0.0.1 rdkafka   3",
+    ]
+
+
+def test_the_commits_view_shows_each_offsets_commit_time_and_metadata() -> None:
+    zk = VanishingZooKeeper(
+        children={
+            "/consumers/g": ["offsets"],
+            "/consumers/g/offsets": ["t"],
+            "/consumers/g/offsets/t": ["0", "1"],
+        },
+        data={
+            "/consumers/g/offsets/t/0": b"4",
+            "/consumers/g/offsets/t/1": encode_consumer_offset(9, "store at 9"),
+        },
+    )
+    description = asyncio.run(
+        ConsumerGroupService(cast(AdminClient, zk), print).describe_group("g")
+    )
+    assert description.offsets == {TopicPartition("t", 0): 4, TopicPartition("t", 1): 9}
+    assert format_commits(description) == [
+        "GROUP TOPIC PARTITION CURRENT-OFFSET COMMITTED-AT             METADATA",
+        "g     t     0         4              2025-11-28T05:58:01.007Z -",
+        "g     t     1         9              2025-11-28T05:58:01.007Z store at 9",
     ]

@@ -44,7 +44,8 @@ from broker.kafka_listener.wire_request import Answer, CloseConnection, KafkaReq
 from broker.zk_client import BrokerZkClient
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
-from proto.zk.znode_reads import GetAnswer, ReadBatch, consumer_offset_read, read_batch
+from proto.zk.znode_reads import GetAnswer, ReadBatch, committed_offset_read, read_batch
+from proto.zk.znodes import CommittedOffset
 
 Handler = Callable[[KafkaRequest], Awaitable[Answer]]
 
@@ -373,13 +374,15 @@ class _OffsetsInZooKeeper:
     def __init__(self, data: dict[int, bytes]) -> None:
         self.data = data
 
-    async def read_consumer_offsets(
+    async def read_committed_offsets(
         self, group: str, tps: list[TopicPartition] | None
-    ) -> ReadBatch[TopicPartition, int]:
+    ) -> ReadBatch[TopicPartition, CommittedOffset]:
         wanted = tps if tps is not None else [TopicPartition("t", p) for p in sorted(self.data)]
-        reads = {tp: consumer_offset_read(group, tp) for tp in wanted}
+        reads = {tp: committed_offset_read(group, tp) for tp in wanted}
         answers: list[GetAnswer] = [
-            (self.data[tp.partition], None) if tp.partition in self.data else NoNodeError()
+            (self.data[tp.partition], SimpleNamespace(mtime=1_700_000_000_000))
+            if tp.partition in self.data
+            else NoNodeError()
             for tp in wanted
         ]
         return read_batch(reads, answers)
@@ -393,10 +396,13 @@ def test_offset_fetch_answers_a_malformed_offset_with_an_error_never_no_offset(
     (UNKNOWN_SERVER_ERROR, as Kafka's KafkaApis answers an offset it cannot parse), not
     "no offset" (-1 and NONE), which would make the client apply auto.offset.reset."""
     apis = GroupApis.__new__(GroupApis)
-    apis.zk = cast(BrokerZkClient, _OffsetsInZooKeeper({0: b"7", 1: b"seven"}))
+    apis.zk = cast(
+        BrokerZkClient,
+        _OffsetsInZooKeeper({0: b"7", 1: b"seven", 3: b'{"version":1,"offset":9,"metadata":"m"}'}),
+    )
     apis.broker_id = 1
     apis._refusal = lambda group_id: None  # type: ignore[method-assign]
-    topics = [SimpleNamespace(name="t", partition_indexes=[0, 1, 2])] if listed else None
+    topics = [SimpleNamespace(name="t", partition_indexes=[0, 1, 2, 3])] if listed else None
     request = SimpleNamespace(body=SimpleNamespace(group_id="g", topics=topics))
     tree = asyncio.run(apis._offset_fetch(cast(KafkaRequest, request)))
     answers = {p["partition_index"]: p for t in tree["topics"] for p in t["partitions"]}
@@ -405,7 +411,9 @@ def test_offset_fetch_answers_a_malformed_offset_with_an_error_never_no_offset(
         -1,
         pb.UNKNOWN_SERVER_ERROR,
     )
+    assert (answers[3]["committed_offset"], answers[3]["metadata"]) == (9, "m")
+    assert answers[0]["metadata"] == ""
     if listed:
         assert (answers[2]["committed_offset"], answers[2]["error_code"]) == (-1, pb.NONE)
     else:
-        assert sorted(answers) == [0, 1]
+        assert sorted(answers) == [0, 1, 3]

@@ -13,6 +13,7 @@ from proto.zk import znodes
 from proto.zk.znodes import (
     LEADER_NONE,
     BrokerRegistration,
+    CommittedOffset,
     PartitionState,
     PartitionStateData,
     ProducerIdBlock,
@@ -24,6 +25,7 @@ from proto.zk.znodes import (
     consumer_offset_path,
     consumer_owner_path,
     decode_broker_registration,
+    decode_committed_offset,
     decode_config_change,
     decode_consumer_offset,
     decode_consumer_subscription,
@@ -363,6 +365,35 @@ def test_consumer_znodes() -> None:
     assert decode_consumer_subscription(data) == {"orders": 1}
     assert encode_consumer_offset(42) == b"42"
     assert decode_consumer_offset(b"42") == 42
+
+
+def test_a_committed_offset_with_metadata_is_json_and_without_it_stays_decimal_text() -> None:
+    assert encode_consumer_offset(42, "") == b"42"
+    data = encode_consumer_offset(42, "state-store:7 é")
+    assert json.loads(data) == {"version": 1, "offset": 42, "metadata": "state-store:7 é"}
+    assert decode_committed_offset(data, 1234) == CommittedOffset(42, "state-store:7 é", 1234)
+    assert decode_consumer_offset(data) == 42
+    assert decode_committed_offset(b" 7\n") == CommittedOffset(7, "", -1)
+    # A metadata-less JSON form (written by another tool) reads as no metadata.
+    assert decode_committed_offset(b'{"version":1,"offset":3}') == CommittedOffset(3)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"version":2,"offset":1,"metadata":""}',
+        b'{"version":1,"offset":-1,"metadata":""}',
+        b'{"version":1,"offset":"1","metadata":""}',
+        b'{"version":1,"offset":1,"metadata":7}',
+        b'{"version":1,"metadata":"x"}',
+        b"{not json",
+        b"-3",
+        b"x",
+    ],
+)
+def test_a_malformed_committed_offset_in_either_form_is_an_error(data: bytes) -> None:
+    with pytest.raises(ZkDataError):
+        decode_committed_offset(data)
 
 
 def test_encoders_write_compact_json_readable_by_any_parser() -> None:

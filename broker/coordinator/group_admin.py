@@ -1,0 +1,269 @@
+"""ListGroups, DescribeGroups, DeleteGroups and OffsetDelete (Kafka's ``GroupCoordinator``
+``handleListGroups``, ``handleDescribeGroup``, ``handleDeleteGroups``,
+``handleDeleteOffsets``), answered alike by the Kafka listener and the gRPC ``Broker``
+service.
+
+A group, to these APIs, is what Kafka's coordinator would hold of it: the members the
+:class:`~broker.coordinator.group_coordinator.GroupCoordinator` holds in memory, and the
+committed offsets in ZooKeeper (``/consumers/<g>``), which Kafka would have loaded from
+``__consumer_offsets``. Each broker answers for the groups it coordinates (rendezvous
+hashing, :func:`~broker.coordinator.group_coordinator.coordinator_of`), so listing every
+broker lists every group once, as Kafka's admin clients do. The state of a group:
+
+- the coordinator's state while it holds the group with members (Kafka's clients);
+- **Stable** with protocol type ``""`` while the group has live members of minibroker's own
+  ZooKeeper consumer (``/consumers/<g>/ids/<c>``): Kafka's tools then list it as a
+  "simple" group (offsets without Kafka's coordination, as Kafka lists a group whose
+  consumers only ``assign()``), and never delete its offsets from under it;
+- **Empty** when only ``/consumers/<g>`` remains (offsets committed, nobody consuming), as
+  Kafka lists a group whose members left; its protocol type is the coordinator's while it
+  still holds the empty group, else ``""``;
+- **Dead** when there is nothing at all (Kafka's answer for an unknown group).
+
+minibroker never answers COORDINATOR_LOAD_IN_PROGRESS: there is no offsets topic to load,
+the offsets are read from ZooKeeper when asked. A ZooKeeper failure answers
+COORDINATOR_NOT_AVAILABLE, which Kafka's clients retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from kazoo.exceptions import KazooException, NotEmptyError
+
+from broker.coordinator.group_coordinator import (
+    NOT_COORDINATOR,
+    GroupCoordinator,
+    GroupDescription,
+    GroupOverview,
+    GroupState,
+    MemberDescription,
+    coordinator_of,
+)
+from broker.metadata_cache import MetadataCache
+from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.wire import minibroker_pb2 as pb
+from proto.zk.kafka_zk_client import KafkaZkClient
+from proto.zk.session import ZkError
+from proto.zk.znodes import ZkDataError, consumer_ids_path, decode_consumer_subscription
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "COORDINATOR_NOT_AVAILABLE",
+    "GROUP_ID_NOT_FOUND",
+    "GROUP_SUBSCRIBED_TO_TOPIC",
+    "INVALID_GROUP_ID",
+    "NON_EMPTY_GROUP",
+    "ZOOKEEPER_GROUP_PROTOCOL",
+    "GroupAdmin",
+    "OffsetDeletion",
+]
+
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_GROUP_ID = 24
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+GROUP_SUBSCRIBED_TO_TOPIC = 86
+ZOOKEEPER_GROUP_PROTOCOL = "range"
+"""The assignor of minibroker's ZooKeeper consumer (:mod:`client.group`), shown as the
+protocol of a ZooKeeper group as ``consumer-groups --describe --state`` shows it."""
+
+_ZK_FAILURES = (ZkError, KazooException)
+
+
+@dataclass(frozen=True)
+class OffsetDeletion:
+    """An OffsetDelete's answer: a group error, or an error code per partition."""
+
+    error_code: int
+    partitions: dict[TopicPartition, int]
+
+
+class GroupAdmin:
+    """The group APIs of one broker, over its coordinator and ZooKeeper session."""
+
+    def __init__(
+        self, coordinator: GroupCoordinator, metadata_cache: MetadataCache, zk: KafkaZkClient
+    ) -> None:
+        self.coordinator = coordinator
+        self.metadata_cache = metadata_cache
+        self.zk = zk
+        self.broker_id = coordinator.broker_id
+
+    def coordinates(self, group_id: str) -> bool:
+        """Whether this broker is the group's coordinator by its metadata."""
+        return coordinator_of(group_id, self.metadata_cache) == self.broker_id
+
+    def refusal(self, group_id: str) -> int | None:
+        """The error for a request about a group this broker must not answer, else None
+        (Kafka's ``validateGroupStatus``). A group that moved away is dropped here: its
+        members, told NOT_COORDINATOR, find the new coordinator."""
+        if topic_name_problem(group_id, "group") is not None:
+            return INVALID_GROUP_ID
+        if not self.coordinates(group_id):
+            self.coordinator.forget(group_id)
+            return NOT_COORDINATOR
+        return None
+
+    # -- ListGroups --------------------------------------------------------------------------
+
+    async def list_groups(self, states: Collection[str] = ()) -> tuple[int, list[GroupOverview]]:
+        """The groups this broker coordinates, by id (only those whose state is named in
+        ``states``, KIP-518, if any are), with the error code of the listing."""
+        held = {
+            g.group_id: g for g in self.coordinator.list_groups() if self.coordinates(g.group_id)
+        }
+        try:
+            stored = [
+                g
+                for g in await self.zk.consumer_groups()
+                if g not in held and topic_name_problem(g, "group") is None and self.coordinates(g)
+            ]
+            members = await asyncio.gather(*(self.zk.consumer_group_members(g) for g in stored))
+        except _ZK_FAILURES as err:
+            self._log_failure("list_groups", "*", err)
+            return COORDINATOR_NOT_AVAILABLE, []
+        overviews = list(held.values())
+        for group_id, ids in zip(stored, members, strict=True):
+            state = GroupState.STABLE if ids else GroupState.EMPTY
+            overviews.append(GroupOverview(group_id, "", state))
+        for group_id, overview in list(held.items()):
+            if overview.state is GroupState.EMPTY:
+                # Held without members: live ZooKeeper members make it Stable.
+                try:
+                    ids = await self.zk.consumer_group_members(group_id)
+                except _ZK_FAILURES as err:
+                    self._log_failure("list_groups", group_id, err)
+                    return COORDINATOR_NOT_AVAILABLE, []
+                if ids:
+                    overviews[overviews.index(overview)] = GroupOverview(
+                        group_id, "", GroupState.STABLE
+                    )
+        wanted = set(states)
+        chosen = [o for o in overviews if not wanted or o.state.value in wanted]
+        return pb.NONE, sorted(chosen, key=lambda o: o.group_id)
+
+    # -- DescribeGroups ----------------------------------------------------------------------
+
+    async def describe_group(self, group_id: str) -> tuple[int, GroupDescription]:
+        """The group as its coordinator knows it, with an error code (INVALID_GROUP_ID,
+        NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE; then the description is Dead)."""
+        dead = GroupDescription(group_id, GroupState.DEAD, "", "", ())
+        refused = self.refusal(group_id)
+        if refused is not None:
+            return refused, dead
+        try:
+            return pb.NONE, await self._describe(group_id)
+        except _ZK_FAILURES as err:
+            self._log_failure("describe_group", group_id, err)
+            return COORDINATOR_NOT_AVAILABLE, dead
+
+    async def _describe(self, group_id: str) -> GroupDescription:
+        [held] = self.coordinator.describe_groups([group_id])
+        if held.state not in (GroupState.EMPTY, GroupState.DEAD):
+            return held
+        ids = await self.zk.consumer_group_members(group_id)
+        if ids:
+            members = tuple(MemberDescription(i, None, "", "", b"", b"", None) for i in ids)
+            return GroupDescription(
+                group_id, GroupState.STABLE, "", ZOOKEEPER_GROUP_PROTOCOL, members
+            )
+        if held.state is GroupState.EMPTY or await self._stored(group_id):
+            return GroupDescription(group_id, GroupState.EMPTY, held.protocol_type, "", ())
+        return held
+
+    async def _stored(self, group_id: str) -> bool:
+        return group_id in await self.zk.consumer_groups()
+
+    # -- DeleteGroups ------------------------------------------------------------------------
+
+    async def delete_group(self, group_id: str) -> int:
+        """Delete an empty group: its committed offsets (all of ``/consumers/<g>``) and what
+        the coordinator holds of it. NON_EMPTY_GROUP while it has live members of either
+        kind, GROUP_ID_NOT_FOUND if there is nothing to delete."""
+        refused = self.refusal(group_id)
+        if refused is not None:
+            return refused
+        try:
+            described = await self._describe(group_id)
+            if described.state is GroupState.DEAD:
+                return GROUP_ID_NOT_FOUND
+            if described.state is not GroupState.EMPTY:
+                return NON_EMPTY_GROUP
+            if not self.coordinator.delete_empty(group_id):
+                return NON_EMPTY_GROUP
+            await self.zk.delete_consumer_group(group_id)
+        except NotEmptyError:
+            # A commit or a ZooKeeper member arrived while the group was being deleted.
+            return NON_EMPTY_GROUP
+        except _ZK_FAILURES as err:
+            self._log_failure("delete_group", group_id, err)
+            return COORDINATOR_NOT_AVAILABLE
+        logger.info("event=group_deleted broker=%d group=%s", self.broker_id, group_id)
+        return pb.NONE
+
+    # -- OffsetDelete ------------------------------------------------------------------------
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> OffsetDeletion:
+        """Delete the group's committed offsets of ``partitions`` (Kafka's
+        ``handleDeleteOffsets``): all of them while the group is Empty; while it has
+        members, those of topics no member subscribes to, the others answered
+        GROUP_SUBSCRIBED_TO_TOPIC. GROUP_ID_NOT_FOUND for a group that does not exist,
+        NON_EMPTY_GROUP for an active group whose subscriptions are unknown (not the
+        consumer protocol)."""
+        wanted = list(dict.fromkeys(partitions))
+        refused = self.refusal(group_id)
+        if refused is not None:
+            return OffsetDeletion(refused, {})
+        try:
+            described = await self._describe(group_id)
+            if described.state is GroupState.DEAD:
+                return OffsetDeletion(GROUP_ID_NOT_FOUND, {})
+            subscribed: set[str] | None = set()
+            if described.state is not GroupState.EMPTY:
+                subscribed = await self._subscribed_topics(group_id, described)
+            if subscribed is None:
+                return OffsetDeletion(NON_EMPTY_GROUP, {})
+            codes = {
+                tp: GROUP_SUBSCRIBED_TO_TOPIC if tp.topic in subscribed else pb.NONE
+                for tp in wanted
+            }
+            await self.zk.delete_consumer_offsets(
+                group_id, [tp for tp, code in codes.items() if code == pb.NONE]
+            )
+        except _ZK_FAILURES as err:
+            self._log_failure("delete_offsets", group_id, err)
+            return OffsetDeletion(COORDINATOR_NOT_AVAILABLE, {})
+        return OffsetDeletion(pb.NONE, codes)
+
+    async def _subscribed_topics(
+        self, group_id: str, described: GroupDescription
+    ) -> set[str] | None:
+        if described.protocol_type:
+            return self.coordinator.subscribed_topics(group_id)
+        # A ZooKeeper group: its members' subscriptions are in their ids znodes.
+        topics: set[str] = set()
+        for member in described.members:
+            data = await self.zk.get_data_or_none(consumer_ids_path(group_id, member.member_id))
+            if data is None:
+                continue  # left meanwhile
+            try:
+                topics.update(decode_consumer_subscription(data))
+            except ZkDataError:
+                return None
+        return topics
+
+    def _log_failure(self, what: str, group_id: str, err: BaseException) -> None:
+        logger.warning(
+            "event=group_admin_failed broker=%d op=%s group=%s error=%r",
+            self.broker_id,
+            what,
+            group_id,
+            str(err),
+        )
