@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from broker.grpc_listener.undecodable_requests import UndecodableRequests
 from broker.kafka_listener.admin_apis import AdminApis
 from broker.kafka_listener.apis import KafkaWireApis
 from broker.kafka_listener.group_apis import GroupApis
+from broker.kafka_listener.partition_admin_apis import PartitionAdminApis
 from broker.kafka_listener.server import KafkaListener
 from broker.kafka_listener.topic_admin import TopicAdmin
 from broker.log.log_manager import LogManager, LogManagerError
@@ -47,6 +49,7 @@ from controller.controller_metrics import ControllerMetrics
 from controller.kafka_controller import KafkaController
 from proto.config.broker_config import BrokerConfig
 from proto.errors import MinibrokerError
+from proto.topic_partition import TopicPartition
 from proto.transport.keepalive import SERVER_KEEPALIVE_OPTIONS
 from proto.transport.tls import TlsConfigError
 from proto.wire import minibroker_pb2_grpc as pb_grpc
@@ -228,6 +231,15 @@ class BrokerServer:
             self.config.zookeeper_connect,
         )
 
+    def _unclean_election(
+        self, partitions: Sequence[TopicPartition]
+    ) -> Awaitable[dict[TopicPartition, tuple[int, str | None]]] | None:
+        """ElectLeaders' unclean elections go to this broker's controller, if it is the
+        active one (None otherwise: the client is told NOT_CONTROLLER, as by Kafka)."""
+        if not self.controller.is_active:
+            return None
+        return self.controller.elect_unclean_leaders(partitions)
+
     async def _serve_kafka(self) -> None:
         """With ``kafka.port``, bind the Kafka protocol listener before registering: the
         registration advertises it beside the gRPC one."""
@@ -243,6 +255,9 @@ class BrokerServer:
                 group_apis=GroupApis(self.group_coordinator, self.metadata_cache, self.zk),
                 admin_apis=AdminApis(
                     TopicAdmin(self.config, self.zk, self.metadata_cache), self.broker_id
+                ),
+                partition_admin_apis=PartitionAdminApis(
+                    self.replica_manager, self.metadata_cache, self.zk, self._unclean_election
                 ),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
             ).handlers,
