@@ -981,11 +981,13 @@ class KafkaController:
         wanted: list[TopicPartition] = []
         for tp in dict.fromkeys(event.partitions):
             state = ctx.partition_states.get(tp)
-            if state is None or tp not in ctx.assignments or tp.topic in ctx.topics_being_deleted:
+            if state is None or tp not in ctx.assignments:
                 results[tp] = (
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     "The partition does not exist.",
                 )
+            elif tp.topic in ctx.topics_being_deleted:
+                results[tp] = (ErrorCode.INVALID_TOPIC, "The topic is being deleted")
             elif state.leader != LEADER_NONE and state.leader in live:
                 results[tp] = (ErrorCode.ELECTION_NOT_NEEDED, None)
             else:

@@ -237,6 +237,11 @@ class PartitionAdminApis:
         known = [tp for tp in tps if self.cache.partition(tp) is not None]
         try:
             states = await self.zk.get_partition_states(known) if known else {}
+            deleted = {
+                t
+                for t in {tp.topic for tp in known}
+                if await self.zk.is_topic_marked_for_deletion(t)
+            }
         except (ZkError, znodes.ZkDataError) as err:
             return {tp: (pb.REQUEST_TIMED_OUT, f"ZooKeeper: {err}") for tp in tps}
         for tp in tps:
@@ -244,6 +249,8 @@ class PartitionAdminApis:
             state = states.get(tp)
             if info is None or not info.replicas or state is None:
                 results[tp] = (pb.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+            elif tp.topic in deleted:
+                results[tp] = (pb.INVALID_TOPIC, "The topic is being deleted")
             elif state.leader == info.replicas[0]:
                 results[tp] = (pb.ELECTION_NOT_NEEDED, None)
             elif info.replicas[0] not in live or info.replicas[0] not in state.isr:
@@ -375,9 +382,9 @@ class PartitionAdminApis:
         ongoing: dict[TopicPartition, list[int]],
         live: set[int],
     ) -> tuple[int, str | None]:
-        if current is None:
-            return pb.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
-        in_progress = tp in ongoing and ongoing[tp] != current
+        # In Kafka's order (KafkaController.processApiPartitionReassignment): the list is
+        # checked first, then whether there is a reassignment to cancel, then the partition.
+        in_progress = current is not None and tp in ongoing and ongoing[tp] != current
         if replicas is None:
             if not in_progress:
                 return NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} is in progress"
@@ -387,9 +394,11 @@ class PartitionAdminApis:
                 "are not kept; reassign it to the replicas it should have instead",
             )
         try:
-            validate_reassignment(current, replicas, live)
+            validate_reassignment(current or [], replicas, live)
         except BrokerResponseError as err:
             return int(err.code), str(err)
+        if current is None:
+            return pb.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
         return pb.NONE, None
 
     async def list_partition_reassignments(self, request: KafkaRequest) -> Answer:

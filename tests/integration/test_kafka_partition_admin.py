@@ -16,6 +16,7 @@ from kazoo.client import KazooClient
 
 from broker.kafka_listener.messages import build
 from proto.topic_partition import TopicPartition
+from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import minibroker, wait_for
 from tests.integration.test_kafka_listener import kafka_bootstrap, kafka_call
@@ -39,7 +40,7 @@ pytestmark = [
 OVERRIDES = {"kafka.port": "0", "auto.leader.rebalance.enable": "false"}
 INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT, UNKNOWN_TOPIC_OR_PARTITION = 37, 39, 3
 INVALID_REQUEST, PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 42, 80, 84
-NO_REASSIGNMENT_IN_PROGRESS, NOT_CONTROLLER = 85, 41
+NO_REASSIGNMENT_IN_PROGRESS, NOT_CONTROLLER, REASSIGNMENT_IN_PROGRESS = 85, 41, 60
 
 
 def kafka_python_admin(cluster: Cluster) -> KafkaAdminClient:
@@ -263,6 +264,7 @@ def test_an_unclean_election_brings_back_a_partition_whose_isr_is_gone(
 ) -> None:
     from confluent_kafka import ElectionType
     from confluent_kafka import TopicPartition as CkTopicPartition
+    from kio.schema.elect_leaders.v2 import request as elect_v2
 
     tp = TopicPartition("lost", 0)
     with running_cluster(zk_client, zk_connect, tmp_path, overrides=OVERRIDES) as cluster:
@@ -291,6 +293,30 @@ def test_an_unclean_election_brings_back_a_partition_whose_isr_is_gone(
             assert [
                 p.error_code for r in response.replica_election_results for p in r.partition_result
             ] == [ELECTION_NOT_NEEDED]
+            # only the controller runs unclean elections: any other broker says so
+            controller = cluster.wait_for_controller()
+            [other] = [b for b in cluster.live() if b != controller]
+            registered = read_registered_broker(cluster.zk, other)
+            assert registered is not None
+            assert registered.kafka_endpoint is not None
+            host, port = registered.kafka_endpoint
+            raw = kafka_call(
+                f"{host}:{port}",
+                43,
+                2,
+                build(
+                    elect_v2.ElectLeadersRequest,
+                    {
+                        "election_type": 1,
+                        "topic_partitions": [{"topic": tp.topic, "partitions": [0]}],
+                        "timeout": 10_000,
+                    },
+                ),
+            )
+            assert raw.error_code == 0
+            assert [
+                p.error_code for r in raw.replica_election_results for p in r.partition_result
+            ] == [NOT_CONTROLLER]
         finally:
             kp.close()
             del admin
@@ -393,7 +419,7 @@ def test_reassignments_and_log_dirs_through_kafka_python_and_raw_requests(
                 build(
                     alter_v0.AlterPartitionReassignmentsRequest,
                     {
-                        "timeout_ms": 30_000,
+                        "timeout": 30_000,
                         "topics": [
                             {
                                 "name": "moving",
@@ -412,8 +438,8 @@ def test_reassignments_and_log_dirs_through_kafka_python_and_raw_requests(
                 p.partition_index: p.error_code for t in response.responses for p in t.partitions
             } == {
                 0: 0,
-                1: UNKNOWN_TOPIC_OR_PARTITION,
-                2: UNKNOWN_TOPIC_OR_PARTITION,
+                1: NO_REASSIGNMENT_IN_PROGRESS,
+                2: INVALID_REPLICA_ASSIGNMENT,
             }
             wait_for(
                 lambda: described(clients["confluent"], "moving")[0][1] == [3, 1], 60, interval=0.3
@@ -431,6 +457,65 @@ def test_reassignments_and_log_dirs_through_kafka_python_and_raw_requests(
             assert listed().error_code == 0
             cluster.wait_for_isr(tp, {1, 3}, timeout=30)
             assert cluster.replica_records(1, tp)[-1][1] == b"r19"
+        finally:
+            kp.close()
+            clients.clear()
+            del admin
+
+
+def test_a_running_reassignment_is_listed_blocks_create_partitions_and_cannot_be_cancelled(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """A target replica that cannot catch up (its broker paused) keeps the reassignment
+    running: ListPartitionReassignments shows it, CreatePartitions on its topic is
+    REASSIGNMENT_IN_PROGRESS, a cancellation is refused with the reason; once the broker
+    resumes, the move finishes and the listing is empty."""
+    tp = TopicPartition("slow", 0)
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=OVERRIDES) as cluster:
+        controller = cluster.wait_for_controller()
+        # the paused broker must not be the controller: it would stop the reassignment too
+        stay, paused = [b for b in (1, 2, 3) if b != controller]
+        leave = controller
+        cluster.create_topic(tp.topic, {0: [stay, leave]})
+        cluster.wait_for_isr(tp, {stay, leave})
+        cluster.produce_until_acked(tp, [b"s%d" % i for i in range(5)])
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
+        clients = {"confluent": admin}
+        kp = kafka_python_admin(cluster)
+        kafka_tp = KafkaTopicPartition(tp.topic, 0)
+        try:
+            cluster.brokers[paused].pause()
+            try:
+                # still registered for zookeeper.session.timeout.ms: the target is valid
+                assert kp.alter_partition_reassignments({kafka_tp: [stay, paused]}) == {
+                    kafka_tp: None
+                }
+                running = {
+                    "replicas": [stay, paused, leave],
+                    "adding_replicas": [paused],
+                    "removing_replicas": [leave],
+                }
+                wait_for(
+                    lambda: kp.list_partition_reassignments().get(kafka_tp) == running,
+                    30,
+                    interval=0.2,
+                    message="the reassignment listed with its replicas written",
+                )
+                assert kp.list_partition_reassignments({tp.topic: [5]}) == {}
+                refused = kp.create_partitions({tp.topic: 2}, raise_errors=False)
+                assert [r.error_code for r in refused.results] == [REASSIGNMENT_IN_PROGRESS]
+                cancel = kp.alter_partition_reassignments({kafka_tp: None})
+                assert [e.errno for e in cancel.values()] == [INVALID_REQUEST]
+                assert kafka_tp in kp.list_partition_reassignments()
+            finally:
+                cluster.brokers[paused].resume()
+            wait_for(
+                lambda: described(clients["confluent"], tp.topic)[0][1] == [stay, paused],
+                60,
+                interval=0.3,
+            )
+            wait_for(lambda: kp.list_partition_reassignments() == {}, 30, interval=0.3)
+            assert cluster.replica_records(paused, tp)[-1][1] == b"s4"
         finally:
             kp.close()
             clients.clear()
