@@ -148,9 +148,8 @@ class PartitionAdminApis:
     async def _add_partitions(
         self, name: str, count: int, given: list[list[int]] | None, validate_only: bool
     ) -> tuple[int, str | None]:
-        problem = topic_name_problem(name)
-        if problem is not None:
-            return pb.INVALID_TOPIC, problem
+        if topic_name_problem(name) is not None:  # no such znode can exist, as Kafka finds
+            return pb.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
         try:
             live = sorted(await self.zk.get_live_brokers())
 

@@ -41,6 +41,7 @@ OVERRIDES = {"kafka.port": "0", "auto.leader.rebalance.enable": "false"}
 INVALID_PARTITIONS, INVALID_REPLICA_ASSIGNMENT, UNKNOWN_TOPIC_OR_PARTITION = 37, 39, 3
 INVALID_REQUEST, PREFERRED_LEADER_NOT_AVAILABLE, ELECTION_NOT_NEEDED = 42, 80, 84
 NO_REASSIGNMENT_IN_PROGRESS, NOT_CONTROLLER, REASSIGNMENT_IN_PROGRESS = 85, 41, 60
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
 
 
 def kafka_python_admin(cluster: Cluster) -> KafkaAdminClient:
@@ -139,6 +140,8 @@ def test_create_partitions_through_confluent_kafka_kafka_python_and_the_cli_agre
                 kp.create_partitions({"nope": 2})
             failed = kp.create_partitions({"grow": 5}, raise_errors=False)
             assert [r.error_code for r in failed.results] == [INVALID_PARTITIONS]
+            illegal = kp.create_partitions({"no/such": 2, "a" * 300: 2}, raise_errors=False)
+            assert [r.error_code for r in illegal.results] == [UNKNOWN_TOPIC_OR_PARTITION] * 2
 
             # the CLI's door goes through the same code; both views agree
             env = {
@@ -274,10 +277,14 @@ def test_an_unclean_election_brings_back_a_partition_whose_isr_is_gone(
         wait_for(lambda: (s := cluster.state(tp)) is not None and s.isr == (2,), 30)
         cluster.brokers[2].stop()
         wait_for(lambda: (s := cluster.state(tp)) is not None and s.leader == -1, 30)
-        cluster.brokers[3].start(zk_client)  # out of sync: a clean election cannot pick it
         admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
         kp = kafka_python_admin(cluster)
         try:
+            none_live = admin.elect_leaders(
+                ElectionType.UNCLEAN, [CkTopicPartition(tp.topic, 0)]
+            ).result(timeout=30)
+            assert [err.code() for err in none_live.values()] == [ELIGIBLE_LEADERS_NOT_AVAILABLE]
+            cluster.brokers[3].start(zk_client)  # out of sync: a clean election cannot pick it
             assert (s := cluster.state(tp)) is not None
             assert s.leader == -1
             preferred = kp.elect_leaders(0, {tp.topic: [0]}, raise_errors=False)
