@@ -79,6 +79,15 @@ def cli_described(
     return found
 
 
+def kafka_address(cluster: Cluster, broker_id: int) -> str:
+    """One broker's Kafka listener, as its registration advertises it."""
+    registered = read_registered_broker(cluster.zk, broker_id)
+    assert registered is not None
+    assert registered.kafka_endpoint is not None
+    host, port = registered.kafka_endpoint
+    return f"{host}:{port}"
+
+
 def kafka_error_code(future: Any) -> int:
     with pytest.raises(confluent_kafka.KafkaException) as raised:
         future.result(timeout=30)
@@ -102,6 +111,8 @@ def test_create_partitions_through_confluent_kafka_kafka_python_and_the_cli_agre
 
             futures = admin.create_partitions([NewPartitions("grow", 3)], operation_timeout=20)
             futures["grow"].result(timeout=30)
+            # each broker's metadata learns of them in its own time
+            wait_for(lambda: len(described(clients["confluent"], "grow")) == 3, 30, interval=0.2)
             after = described(admin, "grow")
             assert set(after) == {0, 1, 2}
             assert all(leader >= 0 and len(replicas) == 2 for leader, replicas, _ in after.values())
@@ -129,6 +140,7 @@ def test_create_partitions_through_confluent_kafka_kafka_python_and_the_cli_agre
             kp.create_partitions(
                 {"grow": {"count": 5, "assignments": [[3, 1], [2, 3]]}}, timeout_ms=20_000
             )
+            wait_for(lambda: len(described(clients["confluent"], "grow")) == 5, 30, interval=0.2)
             grown = described(admin, "grow")
             assert grown[3][1] == [3, 1]
             assert grown[4][1] == [2, 3]
@@ -207,7 +219,7 @@ def test_elect_leaders_preferred_and_unclean_through_confluent_kafka_and_kafka_p
             assert [(tp.topic, tp.partition, err) for tp, err in result.items()] == [
                 ("pref", 0, None)
             ]
-            assert described(admin, "pref")[0][0] == 1
+            wait_for(lambda: described(clients["confluent"], "pref")[0][0] == 1, 30, interval=0.2)
             # again: nothing to do
             again = admin.elect_leaders(
                 ElectionType.PREFERRED, [CkTopicPartition("pref", 0)]
@@ -231,7 +243,7 @@ def test_elect_leaders_preferred_and_unclean_through_confluent_kafka_and_kafka_p
                 for p in r.partition_result
             }
             assert codes == {("pref", 1): 0}
-            assert described(admin, "pref")[1][0] == 1
+            wait_for(lambda: described(clients["confluent"], "pref")[1][0] == 1, 30, interval=0.2)
             response = kp.elect_leaders(0, {"pref": [0, 1]}, raise_errors=False)
             assert {
                 p.error_code for r in response.replica_election_results for p in r.partition_result
@@ -278,6 +290,7 @@ def test_an_unclean_election_brings_back_a_partition_whose_isr_is_gone(
         cluster.brokers[2].stop()
         wait_for(lambda: (s := cluster.state(tp)) is not None and s.leader == -1, 30)
         admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
+        clients = {"confluent": admin}  # what the lambdas use; emptied with ``del admin``
         kp = kafka_python_admin(cluster)
         try:
             none_live = admin.elect_leaders(
@@ -295,7 +308,7 @@ def test_an_unclean_election_brings_back_a_partition_whose_isr_is_gone(
                 ElectionType.UNCLEAN, [CkTopicPartition(tp.topic, 0)]
             ).result(timeout=30)
             assert list(result.values()) == [None]
-            assert described(admin, tp.topic)[0][0] == 3
+            wait_for(lambda: described(clients["confluent"], tp.topic)[0][0] == 3, 30, interval=0.2)
             response = kp.elect_leaders(1, {tp.topic: [0]}, raise_errors=False)
             assert [
                 p.error_code for r in response.replica_election_results for p in r.partition_result
@@ -303,12 +316,8 @@ def test_an_unclean_election_brings_back_a_partition_whose_isr_is_gone(
             # only the controller runs unclean elections: any other broker says so
             controller = cluster.wait_for_controller()
             [other] = [b for b in cluster.live() if b != controller]
-            registered = read_registered_broker(cluster.zk, other)
-            assert registered is not None
-            assert registered.kafka_endpoint is not None
-            host, port = registered.kafka_endpoint
             raw = kafka_call(
-                f"{host}:{port}",
+                kafka_address(cluster, other),
                 43,
                 2,
                 build(
@@ -326,6 +335,7 @@ def test_an_unclean_election_brings_back_a_partition_whose_isr_is_gone(
             ] == [NOT_CONTROLLER]
         finally:
             kp.close()
+            clients.clear()
             del admin
 
 
@@ -477,6 +487,10 @@ def test_a_running_reassignment_is_listed_blocks_create_partitions_and_cannot_be
     running: ListPartitionReassignments shows it, CreatePartitions on its topic is
     REASSIGNMENT_IN_PROGRESS, a cancellation is refused with the reason; once the broker
     resumes, the move finishes and the listing is empty."""
+    from kio.schema.alter_partition_reassignments.v0 import request as alter_v0
+    from kio.schema.create_partitions.v3 import request as create_partitions_v3
+    from kio.schema.list_partition_reassignments.v0 import request as list_v0
+
     tp = TopicPartition("slow", 0)
     with running_cluster(zk_client, zk_connect, tmp_path, overrides=OVERRIDES) as cluster:
         controller = cluster.wait_for_controller()
@@ -489,31 +503,79 @@ def test_a_running_reassignment_is_listed_blocks_create_partitions_and_cannot_be
         admin = AdminClient({"bootstrap.servers": kafka_bootstrap(cluster)})
         clients = {"confluent": admin}
         kp = kafka_python_admin(cluster)
-        kafka_tp = KafkaTopicPartition(tp.topic, 0)
+        # Raw requests to the controller's listener while a broker is paused: a client
+        # library may pick the paused broker for its next metadata request and wait on it.
+        address = kafka_address(cluster, controller)
+
+        def listed(topics: list[Any] | None) -> dict[tuple[str, int], tuple[list[int], ...]]:
+            response = kafka_call(
+                address, 46, 0, build(list_v0.ListPartitionReassignmentsRequest, {"topics": topics})
+            )
+            assert response.error_code == 0
+            return {
+                (t.name, p.partition_index): (
+                    list(p.replicas),
+                    list(p.adding_replicas),
+                    list(p.removing_replicas),
+                )
+                for t in response.topics
+                for p in t.partitions
+            }
+
+        def alter(replicas: list[int] | None) -> int:
+            response = kafka_call(
+                address,
+                45,
+                0,
+                build(
+                    alter_v0.AlterPartitionReassignmentsRequest,
+                    {
+                        "timeout": 10_000,
+                        "topics": [
+                            {
+                                "name": tp.topic,
+                                "partitions": [{"partition_index": 0, "replicas": replicas}],
+                            }
+                        ],
+                    },
+                ),
+            )
+            assert response.error_code == 0
+            [[partition]] = [t.partitions for t in response.responses]
+            return int(partition.error_code)
+
         try:
             cluster.brokers[paused].pause()
             try:
                 # still registered for zookeeper.session.timeout.ms: the target is valid
-                assert kp.alter_partition_reassignments({kafka_tp: [stay, paused]}) == {
-                    kafka_tp: None
-                }
-                running = {
-                    "replicas": [stay, paused, leave],
-                    "adding_replicas": [paused],
-                    "removing_replicas": [leave],
-                }
+                assert alter([stay, paused]) == 0
+                running = ([stay, paused, leave], [paused], [leave])
                 wait_for(
-                    lambda: kp.list_partition_reassignments().get(kafka_tp) == running,
+                    lambda: listed(None).get((tp.topic, 0)) == running,
                     30,
                     interval=0.2,
                     message="the reassignment listed with its replicas written",
                 )
-                assert kp.list_partition_reassignments({tp.topic: [5]}) == {}
-                refused = kp.create_partitions({tp.topic: 2}, raise_errors=False)
+                assert listed([{"name": tp.topic, "partition_indexes": [5]}]) == {}
+                assert listed([{"name": tp.topic, "partition_indexes": [0]}]) == {
+                    (tp.topic, 0): running
+                }
+                refused = kafka_call(
+                    address,
+                    37,
+                    3,
+                    build(
+                        create_partitions_v3.CreatePartitionsRequest,
+                        {
+                            "topics": [{"name": tp.topic, "count": 2, "assignments": None}],
+                            "timeout": 10_000,
+                            "validate_only": False,
+                        },
+                    ),
+                )
                 assert [r.error_code for r in refused.results] == [REASSIGNMENT_IN_PROGRESS]
-                cancel = kp.alter_partition_reassignments({kafka_tp: None})
-                assert [e.errno for e in cancel.values()] == [INVALID_REQUEST]
-                assert kafka_tp in kp.list_partition_reassignments()
+                assert alter(None) == INVALID_REQUEST
+                assert (tp.topic, 0) in listed(None)
             finally:
                 cluster.brokers[paused].resume()
             wait_for(
