@@ -15,8 +15,9 @@ docs/replication.md).
 
 - add partitions: the extended assignment in ``/brokers/topics/<t>`` (Kafka 2.x's
   ``AdminZkClient.addPartitions``), new partitions placed by
-  :func:`proto.replica_assignment.assign_new_partitions`; the controller watches the
-  znode and initialises them.
+  :func:`proto.replica_assignment.assign_new_partitions` and written by
+  :func:`proto.zk.partition_admin.add_partitions`, the code under the Kafka listener's
+  CreatePartitions too; the controller watches the znode and initialises them.
 - alter configs: the entity's ``/config/topics/<t>`` or ``/config/brokers/<id|<default>>``,
   then a ``/config/changes/config_change_<seq>`` notification that every broker watches
   (``AdminZkClient.changeConfigs``; :mod:`broker.dynamic_config` applies it).
