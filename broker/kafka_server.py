@@ -21,6 +21,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Awaitable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from broker.kafka_listener.admin_apis import AdminApis
 from broker.kafka_listener.apis import KafkaWireApis
 from broker.kafka_listener.config_apis import ConfigApis
 from broker.kafka_listener.group_apis import GroupApis
+from broker.kafka_listener.partition_admin_apis import PartitionAdminApis
 from broker.kafka_listener.server import KafkaListener
 from broker.kafka_listener.topic_admin import TopicAdmin
 from broker.log.log_manager import LogManager, LogManagerError
@@ -53,6 +55,7 @@ from controller.kafka_controller import KafkaController
 from proto.config.broker_config import BrokerConfig
 from proto.config.describe_configs import listener_configs
 from proto.errors import MinibrokerError
+from proto.topic_partition import TopicPartition
 from proto.transport.keepalive import SERVER_KEEPALIVE_OPTIONS
 from proto.transport.tls import TlsConfigError
 from proto.wire import minibroker_pb2_grpc as pb_grpc
@@ -245,6 +248,15 @@ class BrokerServer:
             self.config.zookeeper_connect,
         )
 
+    def _unclean_election(
+        self, partitions: Sequence[TopicPartition]
+    ) -> Awaitable[dict[TopicPartition, tuple[int, str | None]]] | None:
+        """ElectLeaders' unclean elections go to this broker's controller, if it is the
+        active one (None otherwise: the client is told NOT_CONTROLLER, as by Kafka)."""
+        if not self.controller.is_active:
+            return None
+        return self.controller.elect_unclean_leaders(partitions)
+
     async def _serve_kafka(self) -> None:
         """With ``kafka.port``, bind the Kafka protocol listener before registering: the
         registration advertises it beside the gRPC one."""
@@ -264,6 +276,9 @@ class BrokerServer:
                     TopicAdmin(self.config, self.zk, self.metadata_cache), self.broker_id
                 ),
                 config_apis=ConfigApis(self.config, self.zk, self._listener_configs),
+                partition_admin_apis=PartitionAdminApis(
+                    self.replica_manager, self.metadata_cache, self.zk, self._unclean_election
+                ),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 cluster_id=self.cluster_id,
             ).handlers,

@@ -15,8 +15,9 @@ docs/replication.md).
 
 - add partitions: the extended assignment in ``/brokers/topics/<t>`` (Kafka 2.x's
   ``AdminZkClient.addPartitions``), new partitions placed by
-  :func:`proto.replica_assignment.assign_new_partitions`; the controller watches the
-  znode and initialises them.
+  :func:`proto.replica_assignment.assign_new_partitions` and written by
+  :func:`proto.zk.partition_admin.add_partitions`, the code under the Kafka listener's
+  CreatePartitions too; the controller watches the znode and initialises them.
 - alter configs: the entity's ``/config/topics/<t>`` or ``/config/brokers/<id|<default>>``,
   then a ``/config/changes/config_change_<seq>`` notification that every broker watches
   (``AdminZkClient.changeConfigs``; :mod:`broker.dynamic_config` applies it).
@@ -72,7 +73,7 @@ from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.wire.minibroker_pb2 import ErrorCode
-from proto.zk import znodes
+from proto.zk import partition_admin, znodes
 from proto.zk.credentials import ZkCredentials
 from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.session import ZkConnectionError, ZkError, ZkNoChrootError
@@ -323,33 +324,21 @@ class AdminClient(AsyncClosing):
         for the topic's replication factor, and an unreachable ZooKeeper.
         """
         _check_name(name)
-        path = znodes.topic_path(name)
-        for _ in range(_CONDITIONAL_WRITE_ATTEMPTS):
-            try:
-                data, stat = await self._call("get", path)
-            except NoNodeError:
-                raise ClientError(f"unknown topic '{name}'") from None
-            if await self._exists(znodes.delete_topic_path(name)):
-                raise ClientError(f"topic '{name}' is marked for deletion")
-            try:
-                existing = znodes.decode_topic_assignment(data)
-            except znodes.ZkDataError as e:
-                raise ClientError(f"topic '{name}' has a malformed assignment: {e}") from None
-            try:
-                added = assign_new_partitions(name, existing, total, await self._live_brokers())
-            except ValueError as e:
-                raise ClientError(str(e)) from None
-            grown = znodes.encode_topic_assignment({**existing, **added})
-            try:
-                await self._call("set", path, grown, stat.version)
-            except BadVersionError:
-                continue  # changed since we read it: decide again on the new content
-            except NoNodeError:
-                raise ClientError(f"topic '{name}' was deleted meanwhile") from None
-            if wait:
-                await self._wait_for_leaders(name, total)
-            return added
-        raise ClientError(f"topic '{name}' kept changing while partitions were added; retry")
+        live = await self._live_brokers()
+
+        def grow(existing: dict[int, list[int]]) -> dict[int, list[int]]:
+            return assign_new_partitions(name, existing, total, live)
+
+        try:
+            added = await self._guarded(
+                f"add partitions to {name}",
+                lambda zk: partition_admin.add_partitions(zk, name, grow, validate_only=False),
+            )
+        except (errors.BrokerResponseError, znodes.ZkDataError) as e:
+            raise ClientError(_partition_problem(name, e)) from None
+        if wait:
+            await self._wait_for_leaders(name, total)
+        return added
 
     async def topic_configs(self, names: Iterable[str]) -> dict[str, dict[str, str]]:
         """The overrides in ``/config/topics/<t>`` of each topic that has some."""
@@ -884,3 +873,14 @@ def _known(cluster: ClusterMetadata, name: str) -> TopicMetadata | None:
     if topic is None or topic.error_code != ErrorCode.NONE:
         return None
     return topic
+
+
+def _partition_problem(topic: str, error: Exception) -> str:
+    """The CLI's one line for a refused ``topics alter --partitions``."""
+    if isinstance(error, errors.UnknownTopicOrPartitionError):
+        return f"unknown topic '{topic}'"
+    if isinstance(error, errors.InvalidTopicError):
+        return f"topic '{topic}' is marked for deletion"
+    if isinstance(error, znodes.ZkDataError):
+        return f"topic '{topic}' has a malformed assignment: {error}"
+    return str(error)

@@ -32,6 +32,9 @@ Events handled:
 - ``PreferredReplicaElection`` (``/admin/preferred_replica_election``) and
   ``AutoRebalance`` (every ``leader.imbalance.check.interval.seconds`` when
   ``auto.leader.rebalance.enable``): leadership back to the first assigned replica.
+- ``UncleanElection`` (an ElectLeaders request of this broker's Kafka listener): a live
+  replica leads each leaderless partition, in the ISR or not, whatever the topic's
+  ``unclean.leader.election.enable`` (Kafka's ``processReplicaLeaderElection``).
 - ``Reassignment`` (``/admin/reassign_partitions``): the steps of
   :mod:`controller.reassignment`, advanced again by ISR changes and broker startups.
 - ``Resign`` (ControllerMovedError from a fenced write, session loss, a broker answering
@@ -163,6 +166,14 @@ class _PreferredReplicaElection:
 
 
 @dataclass(frozen=True, slots=True)
+class _UncleanElection:
+    """ElectLeaders with the unclean type (KIP-460), from this broker's Kafka listener."""
+
+    partitions: tuple[TopicPartition, ...]
+    reply: asyncio.Future[dict[TopicPartition, tuple[int, str | None]]]
+
+
+@dataclass(frozen=True, slots=True)
 class _AutoRebalance:
     pass
 
@@ -192,6 +203,7 @@ _Event = (
     | _PartitionModifications
     | _IsrChangeNotification
     | _LogDirEventNotification
+    | _UncleanElection
     | TopicDeletion
     | TopicDeletionStopped
     | _ControlledShutdown
@@ -366,6 +378,23 @@ class KafkaController:
         self.put(_ControlledShutdown(broker_id, broker_epoch, reply))
         return await reply
 
+    async def elect_unclean_leaders(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str | None]]:
+        """An unclean election (KIP-460) of each partition: (error code, message) by
+        partition, NONE where a leader was elected (ELECTION_NOT_NEEDED where its leader is
+        live, ELIGIBLE_LEADERS_NOT_AVAILABLE where no replica is). Raises
+        BrokerResponseError NOT_CONTROLLER if this broker is not (or stops being) the
+        controller."""
+        if not self._active:
+            raise BrokerResponseError(
+                f"broker {self._broker_id} is not the controller", code=ErrorCode.NOT_CONTROLLER
+            )
+        reply: asyncio.Future[dict[TopicPartition, tuple[int, str | None]]]
+        reply = asyncio.get_running_loop().create_future()
+        self.put(_UncleanElection(tuple(partitions), reply))
+        return await reply
+
     async def stop(self) -> None:
         """Stop the event loop, give up ``/controller`` if held, close the channels and the
         ZooKeeper session. Idempotent. Requests already queued to brokers are dropped."""
@@ -388,7 +417,7 @@ class KafkaController:
         await self._zk.close()
         while not self._queue.empty():  # nobody will answer these any more
             event = self._queue.get_nowait()
-            if isinstance(event, _ControlledShutdown) and not event.reply.done():
+            if isinstance(event, _ControlledShutdown | _UncleanElection) and not event.reply.done():
                 event.reply.set_exception(
                     BrokerResponseError("the controller stopped", code=ErrorCode.NOT_CONTROLLER)
                 )
@@ -406,7 +435,7 @@ class KafkaController:
             try:
                 await self._handle(event)
             except asyncio.CancelledError:
-                if isinstance(event, _ControlledShutdown) and not event.reply.done():
+                if isinstance(event, _ControlledShutdown | _UncleanElection):
                     event.reply.cancel()
                 raise
             except (ControllerMovedError, StaleControllerEpochError) as e:
@@ -419,7 +448,10 @@ class KafkaController:
                 self.log(
                     logging.ERROR, "event_failed", exc_info=True, event_type=type(event).__name__
                 )
-                if isinstance(event, _ControlledShutdown) and not event.reply.done():
+                if (
+                    isinstance(event, _ControlledShutdown | _UncleanElection)
+                    and not event.reply.done()
+                ):
                     event.reply.set_exception(
                         BrokerResponseError("the controller failed to handle it; retry")
                     )
@@ -432,8 +464,9 @@ class KafkaController:
 
     @staticmethod
     def _refuse(event: _Event) -> None:
-        """Answer a waiting ControlledShutdown NOT_CONTROLLER: its broker asks again."""
-        if isinstance(event, _ControlledShutdown) and not event.reply.done():
+        """Answer a waiting ControlledShutdown (or election) NOT_CONTROLLER: its broker
+        (or client) asks again."""
+        if isinstance(event, _ControlledShutdown | _UncleanElection) and not event.reply.done():
             event.reply.set_exception(
                 BrokerResponseError("the controller moved", code=ErrorCode.NOT_CONTROLLER)
             )
@@ -472,6 +505,8 @@ class KafkaController:
             await self._on_controlled_shutdown(event)
         elif isinstance(event, _PreferredReplicaElection):
             await self._on_preferred_replica_election()
+        elif isinstance(event, _UncleanElection):
+            await self._on_unclean_election(event)
         elif isinstance(event, _AutoRebalance):
             await self._on_auto_rebalance()
         else:
@@ -938,6 +973,53 @@ class KafkaController:
             sorted(tp for tp in requested if tp in ctx.assignments), "admin_request"
         )
         await self._zk.delete_admin_node(PREFERRED_REPLICA_ELECTION_PATH)
+
+    async def _on_unclean_election(self, event: _UncleanElection) -> None:
+        ctx = self._ctx
+        live = ctx.live_broker_ids()
+        results: dict[TopicPartition, tuple[int, str | None]] = {}
+        wanted: list[TopicPartition] = []
+        for tp in dict.fromkeys(event.partitions):
+            state = ctx.partition_states.get(tp)
+            if state is None or tp not in ctx.assignments:
+                results[tp] = (
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    "The partition does not exist.",
+                )
+            elif tp.topic in ctx.topics_being_deleted:
+                results[tp] = (ErrorCode.INVALID_TOPIC, "The topic is being deleted")
+            elif state.leader != LEADER_NONE and state.leader in live:
+                results[tp] = (ErrorCode.ELECTION_NOT_NEEDED, None)
+            else:
+                wanted.append(tp)
+        unclean: set[TopicPartition] = set()
+
+        def decide(tp: TopicPartition, current: PartitionState) -> PartitionStateData | None:
+            if current.leader != LEADER_NONE and current.leader in live:
+                return None
+            result = offline_partition_leader_election(ctx.assignments[tp], current.isr, live, True)
+            if result.unclean:
+                unclean.add(tp)
+            return elected_state(current.data, result, ctx.epoch)
+
+        batch = ControllerBrokerRequestBatch()
+        changed = await self._change_states(wanted, decide, batch)
+        batch.add_update_metadata(ALL_LIVE_BROKERS, self.leaderships(changed))
+        self.send(batch)
+        for tp in wanted:
+            if tp in changed:
+                results[tp] = (ErrorCode.NONE, None)
+            else:
+                results[tp] = (
+                    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                    f"Failed to elect leader for partition {tp} under strategy "
+                    "OfflinePartitionLeaderElectionStrategy(true): no assigned replica is live",
+                )
+        for tp in sorted(unclean & changed):
+            self.metrics.unclean_leader_elections.inc()
+            self.log(logging.WARNING, "unclean_leader_election", partition=tp, reason="admin")
+        if not event.reply.done():
+            event.reply.set_result(results)
 
     async def _on_auto_rebalance(self) -> None:
         """Kafka's ``checkAndTriggerAutoLeaderRebalance``."""

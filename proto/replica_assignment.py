@@ -99,6 +99,7 @@ def assign_new_partitions(
     existing: Mapping[int, Sequence[int]],
     total: int,
     live_brokers: Sequence[int],
+    assignments: Sequence[Sequence[int]] | None = None,
 ) -> dict[int, list[int]]:
     """The replicas of the partitions added when ``topic`` grows to ``total`` partitions
     (Kafka's ``AdminZkClient.addPartitions``): partitions ``len(existing)`` .. ``total - 1``,
@@ -106,9 +107,15 @@ def assign_new_partitions(
     continued from the existing partitions (partition i starts at broker ``i mod n``), so a
     topic grown to N partitions is placed as one created with N would have been.
 
+    ``assignments``, if given, are the new partitions' replicas in partition order
+    (CreatePartitions' ``assignments``, Kafka's ``ZkAdminManager.createPartitions``): one
+    list per new partition, each as long as the topic's replication factor, of distinct
+    live brokers.
+
     Raises InvalidPartitionsError when ``total`` is not above the current count (Kafka's
     message) or the existing partitions are not 0..n-1, InvalidReplicationFactorError when
-    fewer brokers are live than the topic's replication factor.
+    fewer brokers are live than the topic's replication factor, and
+    InvalidReplicaAssignmentError for an unusable ``assignments``.
     """
     partitions = sorted(existing)
     if partitions != list(range(len(partitions))) or not partitions:
@@ -123,8 +130,42 @@ def assign_new_partitions(
             f"{total} would not be an increase."
         )
     replication_factor = len(existing[0])
+    if assignments is not None:
+        return _given_new_partitions(existing, total, live_brokers, assignments)
     grown = assign_replicas(total, replication_factor, live_brokers)
     return {p: grown[p] for p in range(len(partitions), total)}
+
+
+def _given_new_partitions(
+    existing: Mapping[int, Sequence[int]],
+    total: int,
+    live_brokers: Sequence[int],
+    assignments: Sequence[Sequence[int]],
+) -> dict[int, list[int]]:
+    live = set(live_brokers)
+    unknown = sorted({r for replicas in assignments for r in replicas if r not in live})
+    if unknown:
+        raise InvalidReplicaAssignmentError(
+            f"Unknown broker(s) in replica assignment: {_ids(unknown)}."
+        )
+    increment = total - len(existing)
+    if len(assignments) != increment:
+        raise InvalidReplicaAssignmentError(
+            f"Increasing the number of partitions by {increment} but {len(assignments)} "
+            "assignments provided."
+        )
+    replication_factor = len(existing[0])
+    added: dict[int, list[int]] = {}
+    for index, replicas in enumerate(assignments):
+        partition = len(existing) + index
+        check_replica_list(replicas, f"replica list of partition {partition}")
+        if len(replicas) != replication_factor:
+            raise InvalidReplicaAssignmentError(
+                f"Inconsistent replication factor between partitions, partition 0 has "
+                f"{replication_factor} while partition {partition} has {len(replicas)}."
+            )
+        added[partition] = list(replicas)
+    return added
 
 
 def check_replica_list(replicas: Sequence[int], what: str) -> None:

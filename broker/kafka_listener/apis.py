@@ -23,6 +23,10 @@ from broker.kafka_listener.admin_apis import ADMIN_VERSIONS, AdminApis
 from broker.kafka_listener.config_apis import CONFIG_VERSIONS, ConfigApis
 from broker.kafka_listener.group_apis import GROUP_VERSIONS, GroupApis
 from broker.kafka_listener.messages import Tree
+from broker.kafka_listener.partition_admin_apis import (
+    PARTITION_ADMIN_VERSIONS,
+    PartitionAdminApis,
+)
 from broker.kafka_listener.wire_request import (
     Answer,
     CloseConnection,
@@ -68,6 +72,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     **GROUP_VERSIONS,
     **ADMIN_VERSIONS,
     **CONFIG_VERSIONS,
+    **PARTITION_ADMIN_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -100,6 +105,7 @@ class KafkaWireApis:
         group_apis: GroupApis,
         admin_apis: AdminApis,
         config_apis: ConfigApis,
+        partition_admin_apis: PartitionAdminApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str = "",
     ) -> None:
@@ -123,6 +129,7 @@ class KafkaWireApis:
             **group_apis.handlers,
             **admin_apis.handlers,
             **config_apis.handlers,
+            **partition_admin_apis.handlers,
         }
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 

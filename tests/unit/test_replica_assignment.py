@@ -217,3 +217,29 @@ def test_fewer_or_as_many_partitions_are_refused_with_kafkas_message(total: int)
 def test_adding_partitions_needs_as_many_live_brokers_as_the_replication_factor() -> None:
     with pytest.raises(InvalidReplicationFactorError, match="larger than available brokers 2"):
         assign_new_partitions("t", {0: [1, 2, 3]}, 2, [1, 2])
+
+
+def test_given_assignments_for_new_partitions_are_used_in_partition_order() -> None:
+    added = assign_new_partitions("t", {0: [1, 2]}, 3, [1, 2, 3], [[3, 1], [2, 3]])
+    assert added == {1: [3, 1], 2: [2, 3]}
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ([[1, 9]], "Unknown broker(s) in replica assignment: 9."),
+        ([[1, 2], [2, 3]], "Increasing the number of partitions by 1 but 2 assignments provided."),
+        ([[1, 1]], "names broker(s) 1 more than once"),
+        ([[1]], "partition 0 has 2 while partition 1 has 1"),
+        ([[]], "replica list of partition 1 is empty"),
+    ],
+)
+def test_given_assignments_are_refused_as_kafka_refuses_them(
+    given: list[list[int]], message: str
+) -> None:
+    """CreatePartitions' ``assignments`` (Kafka's ``ZkAdminManager.createPartitions`` and
+    ``AdminZkClient.validateReplicaAssignment``): INVALID_REPLICA_ASSIGNMENT each time."""
+    with pytest.raises(InvalidReplicaAssignmentError) as refused:
+        assign_new_partitions("t", {0: [1, 2]}, 2, [1, 2, 3], given)
+    assert refused.value.code == ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    assert message in str(refused.value)

@@ -1,0 +1,144 @@
+"""The admin writes that change a topic's partitions, as Kafka 2.x's ``AdminZkClient`` and
+``ZkAdminManager`` make them: shared by ``minibroker topics alter`` (:mod:`client.admin`)
+and the Kafka listener's CreatePartitions, AlterPartitionReassignments and ElectLeaders
+(:mod:`broker.kafka_listener.partition_admin`), so both front doors write the same znodes
+with the same checks, and the controller does the rest.
+
+- add partitions: the topic's extended assignment in ``/brokers/topics/<t>``, written with
+  a conditional update (a concurrent change is decided again, never overwritten);
+- reassign: the targets merged into ``/admin/reassign_partitions`` (the controller
+  watches it and removes it when every reassignment in it is done);
+- preferred leaders: ``/admin/preferred_replica_election`` (the controller elects and
+  deletes it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from proto.errors import BrokerResponseError, InvalidTopicError, UnknownTopicOrPartitionError
+from proto.topic_partition import TopicPartition
+from proto.wire.minibroker_pb2 import ErrorCode
+from proto.zk import znodes
+from proto.zk.session import ZooKeeperClient
+
+__all__ = [
+    "add_partitions",
+    "read_reassignments",
+    "request_preferred_replica_election",
+    "request_reassignments",
+]
+
+_CONDITIONAL_WRITE_ATTEMPTS = 10
+_POLL_S = 0.05
+
+NewPartitions = Callable[[dict[int, list[int]]], dict[int, list[int]]]
+"""Existing assignment -> the added partitions' replicas (raises a BrokerResponseError)."""
+
+
+async def add_partitions(
+    zk: ZooKeeperClient, topic: str, new_partitions: NewPartitions, *, validate_only: bool
+) -> dict[int, list[int]]:
+    """Grow ``topic`` by what ``new_partitions`` decides from its current assignment
+    (:func:`proto.replica_assignment.assign_new_partitions`) and return the added
+    partitions' replicas; with ``validate_only`` nothing is written.
+
+    Raises UnknownTopicOrPartitionError (no such topic), InvalidTopicError (queued for
+    deletion, Kafka's "The topic is queued for deletion."), REASSIGNMENT_IN_PROGRESS (a
+    partition of the topic is being reassigned: ``ZkAdminManager`` refuses to race the
+    controller's writes of the same znode), whatever ``new_partitions`` raises, and
+    BrokerResponseError(INVALID_REQUEST) if the topic keeps changing under the write.
+    """
+    path = znodes.topic_path(topic)
+    for _ in range(_CONDITIONAL_WRITE_ATTEMPTS):
+        try:
+            data, stat = await zk.request("get", path)
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"The topic '{topic}' does not exist.") from None
+        if await zk.request("exists", znodes.delete_topic_path(topic)) is not None:
+            raise InvalidTopicError("The topic is queued for deletion.")
+        existing = znodes.decode_topic_assignment(data)
+        for tp, target in (await read_reassignments(zk)).items():
+            if tp.topic == topic and existing.get(tp.partition) != target:
+                raise BrokerResponseError(
+                    f"A partition reassignment is in progress for the topic '{topic}'.",
+                    code=ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                )
+        added = new_partitions(existing)
+        if validate_only:
+            return added
+        grown = znodes.encode_topic_assignment({**existing, **added})
+        try:
+            await zk.request("set", path, grown, stat.version)
+        except BadVersionError:
+            continue  # changed since we read it: decide again on the new content
+        except NoNodeError:
+            raise UnknownTopicOrPartitionError(f"The topic '{topic}' does not exist.") from None
+        return added
+    raise BrokerResponseError(
+        f"topic '{topic}' kept changing while partitions were added; retry",
+        code=ErrorCode.INVALID_REQUEST,
+    )
+
+
+async def read_reassignments(zk: ZooKeeperClient) -> dict[TopicPartition, list[int]]:
+    """The targets in ``/admin/reassign_partitions`` (empty if none). Partitions already
+    moved stay in it until the last one is done; compare with the topic's assignment."""
+    try:
+        data, _ = await zk.request("get", znodes.REASSIGN_PARTITIONS_PATH)
+    except NoNodeError:
+        return {}
+    return znodes.decode_reassign_partitions(data)
+
+
+async def request_reassignments(
+    zk: ZooKeeperClient, targets: Mapping[TopicPartition, Iterable[int]]
+) -> None:
+    """Add ``targets`` to ``/admin/reassign_partitions`` (a newer target for a partition
+    replaces the older one, as in Kafka), created if absent, else updated conditionally."""
+    new = {tp: list(replicas) for tp, replicas in targets.items()}
+    path = znodes.REASSIGN_PARTITIONS_PATH
+    for _ in range(_CONDITIONAL_WRITE_ATTEMPTS):
+        try:
+            data, stat = await zk.request("get", path)
+        except NoNodeError:
+            try:
+                await zk.request(
+                    "create", path, znodes.encode_reassign_partitions(new), makepath=True
+                )
+            except NodeExistsError:
+                continue
+            return
+        merged = {**znodes.decode_reassign_partitions(data), **new}
+        try:
+            await zk.request("set", path, znodes.encode_reassign_partitions(merged), stat.version)
+        except (BadVersionError, NoNodeError):
+            continue
+        return
+    raise BrokerResponseError(
+        "/admin/reassign_partitions kept changing while the reassignment was added; retry",
+        code=ErrorCode.INVALID_REQUEST,
+    )
+
+
+async def request_preferred_replica_election(
+    zk: ZooKeeperClient, partitions: Iterable[TopicPartition], timeout_s: float
+) -> bool:
+    """Create ``/admin/preferred_replica_election`` naming ``partitions``. While another
+    request is pending (the znode exists until the controller has acted on it), wait for
+    it to go, up to ``timeout_s``; returns False if it never went."""
+    data = znodes.encode_preferred_replica_election(sorted(set(partitions)))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            await zk.request("create", znodes.PREFERRED_REPLICA_ELECTION_PATH, data, makepath=True)
+        except NodeExistsError:
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(_POLL_S)
+            continue
+        return True
