@@ -18,12 +18,14 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
 from prometheus_client import CollectorRegistry
 
+from broker.auto_topic_creation import AutoTopicCreator
 from broker.broker_metrics import ReplicaManagerMetrics, RequestMetrics
 from broker.controlled_shutdown import controlled_shutdown
 from broker.coordinator.group_coordinator import GroupCoordinator
@@ -37,7 +39,7 @@ from broker.kafka_listener.admin_apis import AdminApis
 from broker.kafka_listener.apis import KafkaWireApis
 from broker.kafka_listener.group_apis import GroupApis
 from broker.kafka_listener.server import KafkaListener
-from broker.kafka_listener.topic_admin import TopicAdmin
+from broker.kafka_listener.topic_admin import NewTopic, TopicAdmin
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
@@ -132,8 +134,21 @@ class BrokerServer:
             max_session_timeout_ms=config.group_max_session_timeout_ms,
         )
         """The consumer groups of the Kafka listener's clients (``subscribe()``)."""
+        self.topic_admin = TopicAdmin(config, self.zk, self.metadata_cache)
+        self.auto_topic_creator = AutoTopicCreator(config, self._create_with_defaults)
+        """Creates the missing topics of Metadata requests, on both listeners."""
         self._replica_manager_started = False
         self._stopped = asyncio.Event()
+
+    async def _create_with_defaults(
+        self, names: Sequence[str]
+    ) -> dict[str, tuple[int, str | None]]:
+        """Write ``names`` as CreateTopics does with -1 partitions and replication factor
+        (``num.partitions``, ``default.replication.factor``), not waiting for leaders."""
+        outcomes = await self.topic_admin.create_topics(
+            [NewTopic(name, -1, -1, {}, {}) for name in names], timeout_ms=0, validate_only=False
+        )
+        return {name: (o.error_code, o.error_message) for name, o in outcomes.items()}
 
     async def start(self) -> None:
         """Load the logs, connect to ZooKeeper, serve gRPC, register.
@@ -183,6 +198,7 @@ class BrokerServer:
                 group_coordinator=self.group_coordinator,
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 authorizer=self._authorizer,
+                auto_topic_creator=self.auto_topic_creator,
                 request_metrics=self._request_metrics,
             ),
             self._grpc,
@@ -241,10 +257,9 @@ class BrokerServer:
                 self.metadata_cache,
                 self.producer_id_manager,
                 group_apis=GroupApis(self.group_coordinator, self.metadata_cache, self.zk),
-                admin_apis=AdminApis(
-                    TopicAdmin(self.config, self.zk, self.metadata_cache), self.broker_id
-                ),
+                admin_apis=AdminApis(self.topic_admin, self.broker_id),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
+                auto_topic_creator=self.auto_topic_creator,
             ).handlers,
             max_request_bytes=self.config.socket_request_max_bytes,
             observe=self._request_metrics.observe,
