@@ -3,11 +3,12 @@
 A Metadata request that names topics this broker does not know, and allows their creation
 (Kafka's ``allow_auto_topic_creation``; the gRPC MetadataRequest has the same field), creates
 them when ``auto.create.topics.enable`` is on, with ``num.partitions`` and
-``default.replication.factor``. The topics are written the way CreateTopics writes them
-(``/config/topics/<t>``, then ``/brokers/topics/<t>``, which the controller watches), through
-the writer the server hands in: the broker's topic admin. Nothing waits for the controller:
-the answer for such a topic is LEADER_NOT_AVAILABLE, and the client asks again until the
-controller has elected leaders and told this broker, as Kafka's clients do.
+``default.replication.factor``. The topics are written by CreateTopics' own code (the
+broker's topic admin, handed in by the server as :data:`TopicWriter`, so that this module
+needs neither listener): ``/brokers/topics/<t>``, which the controller watches. Nothing
+waits for the controller: the answer for such a topic is LEADER_NOT_AVAILABLE, and the
+client asks again until the controller has elected leaders and told this broker, as
+Kafka's clients do.
 
 Several brokers (or one broker's several connections) may create the same topic at once:
 the first write of ``/brokers/topics/<t>`` wins, the others see TOPIC_ALREADY_EXISTS, which
@@ -21,6 +22,10 @@ UNKNOWN_TOPIC_OR_PARTITION when creation is off or not allowed by the request. K
 internal topics (``__consumer_offsets``, ``__transaction_state``) are never created here:
 minibroker keeps group offsets in ZooKeeper and has no transactions, so a topic of that name
 would hold nothing; they are answered as any unknown topic.
+
+Who may create: any client that may send Metadata. Kafka asks its authorizer for CREATE on
+the cluster or the topic; minibroker has no topic ACLs and, with TLS, leaves every request
+but the brokers' own open (Kafka's ``allow.everyone.if.no.acl.found=true``), which allows it.
 """
 
 from __future__ import annotations
