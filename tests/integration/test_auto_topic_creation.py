@@ -297,6 +297,29 @@ def test_with_auto_creation_off_nothing_is_created(
         assert partitions_in_zookeeper(cluster, "stays-away") is None
 
 
+def test_the_grpc_metadata_request_creates_only_when_it_allows_it(cluster: Cluster) -> None:
+    stub = cluster.broker_stub(2)
+    refused = stub.Metadata(pb.MetadataRequest(topics=["grpc-new"]), timeout=10)
+    assert [(t.name, t.error_code) for t in refused.topics] == [
+        ("grpc-new", pb.UNKNOWN_TOPIC_OR_PARTITION)
+    ]
+    assert partitions_in_zookeeper(cluster, "grpc-new") is None
+    allowed = pb.MetadataRequest(topics=["grpc-new", "bad/name"], allow_auto_topic_creation=True)
+    assert [(t.name, t.error_code) for t in stub.Metadata(allowed, timeout=10).topics] == [
+        ("grpc-new", pb.LEADER_NOT_AVAILABLE),
+        ("bad/name", pb.INVALID_TOPIC),
+    ]
+    assert len(partitions_in_zookeeper(cluster, "grpc-new") or {}) == 2
+    wait_for(
+        lambda: (
+            [len(t.partitions) for t in stub.Metadata(allowed, timeout=10).topics if t.partitions]
+            == [2]
+        ),
+        timeout=30,
+        message="the new topic's partitions in broker 2's metadata",
+    )
+
+
 def test_the_minibroker_cli_produces_to_and_consumes_from_new_topics(cluster: Cluster) -> None:
     env = {"MINIBROKER_BOOTSTRAP": cluster.brokers[1].address}
     produced = minibroker("produce", "cli-new", input_text="one\ntwo\n", env=env, timeout=60)
