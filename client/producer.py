@@ -489,7 +489,7 @@ class Producer:
                     deadline = unknown_deadline
                 if loop.time() + delay > deadline:
                     metadata.topics.discard(topic)
-                    raise ClientError(f"unknown topic '{topic}'")
+                    raise ClientError(f"unknown topic '{topic}'{_why_not_created(metadata, topic)}")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -500,6 +500,19 @@ def _being_created(metadata: ProducerMetadata, topic: str) -> bool:
     cluster = metadata.current
     found = cluster.topics.get(topic) if cluster is not None else None
     return found is not None and found.error_code == pb.LEADER_NOT_AVAILABLE
+
+
+def _why_not_created(metadata: ProducerMetadata, topic: str) -> str:
+    """Why the brokers did not create ``topic`` although they were asked to, when they said
+    (a suffix for the "unknown topic" message), else ""."""
+    cluster = metadata.current
+    found = cluster.topics.get(topic) if cluster is not None else None
+    if found is not None and found.error_code == pb.INVALID_REPLICATION_FACTOR:
+        return (
+            ": the brokers cannot create it, fewer brokers are alive than their "
+            "default.replication.factor (create it with `minibroker topics create`)"
+        )
+    return ""
 
 
 _MAX_BULK_RECORD_OVERHEAD = 28

@@ -263,6 +263,10 @@ def test_too_few_brokers_for_the_default_replication_factor(
         address = kafka_bootstrap(cluster)
         answer = kafka_call(address, METADATA, 9, metadata_v9_request("wide", allow=True))
         assert topic_errors(answer) == {"wide": pb.INVALID_REPLICATION_FACTOR}
+        env = {"MINIBROKER_BOOTSTRAP": cluster.brokers[1].address}
+        done = minibroker("produce", "wide", input_text="x\n", env=env, timeout=60)
+        assert done.returncode == 1, done
+        assert "unknown topic 'wide': the brokers cannot create it" in done.stderr
         assert partitions_in_zookeeper(cluster, "wide") is None
 
 
