@@ -28,6 +28,7 @@ from pathlib import Path
 import grpc
 from prometheus_client import CollectorRegistry
 
+from broker.auto_topic_creation import AutoTopicCreator
 from broker.broker_metrics import ReplicaManagerMetrics, RequestMetrics
 from broker.controlled_shutdown import controlled_shutdown
 from broker.coordinator.group_admin import GroupAdmin
@@ -44,7 +45,7 @@ from broker.kafka_listener.config_apis import ConfigApis
 from broker.kafka_listener.group_apis import GroupApis
 from broker.kafka_listener.partition_admin_apis import PartitionAdminApis
 from broker.kafka_listener.server import KafkaListener
-from broker.kafka_listener.topic_admin import TopicAdmin
+from broker.kafka_listener.topic_admin import NewTopic, TopicAdmin
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
@@ -143,10 +144,23 @@ class BrokerServer:
         """The consumer groups of the Kafka listener's clients (``subscribe()``)."""
         self.group_admin = GroupAdmin(self.group_coordinator, self.metadata_cache, self.zk)
         """ListGroups, DescribeGroups, DeleteGroups, OffsetDelete: both doors'."""
+        self.topic_admin = TopicAdmin(config, self.zk, self.metadata_cache)
+        self.auto_topic_creator = AutoTopicCreator(config, self._create_with_defaults)
+        """Creates the missing topics of Metadata requests, on both listeners."""
         self._replica_manager_started = False
         self._stopped = asyncio.Event()
         self.cluster_id = ""
         """``/cluster/id`` (made by the first broker of the cluster), known once started."""
+
+    async def _create_with_defaults(
+        self, names: Sequence[str]
+    ) -> dict[str, tuple[int, str | None]]:
+        """Write ``names`` as CreateTopics does with -1 partitions and replication factor
+        (``num.partitions``, ``default.replication.factor``), not waiting for leaders."""
+        outcomes = await self.topic_admin.create_topics(
+            [NewTopic(name, -1, -1, {}, {}) for name in names], timeout_ms=0, validate_only=False
+        )
+        return {name: (o.error_code, o.error_message) for name, o in outcomes.items()}
 
     async def start(self) -> None:
         """Load the logs, connect to ZooKeeper, serve gRPC, register.
@@ -202,6 +216,7 @@ class BrokerServer:
                 group_admin=self.group_admin,
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 authorizer=self._authorizer,
+                auto_topic_creator=self.auto_topic_creator,
                 request_metrics=self._request_metrics,
                 cluster_id=self.cluster_id,
             ),
@@ -272,15 +287,14 @@ class BrokerServer:
                 group_apis=GroupApis(
                     self.group_coordinator, self.metadata_cache, self.zk, self.group_admin
                 ),
-                admin_apis=AdminApis(
-                    TopicAdmin(self.config, self.zk, self.metadata_cache), self.broker_id
-                ),
+                admin_apis=AdminApis(self.topic_admin, self.broker_id),
                 config_apis=ConfigApis(self.config, self.zk, self._listener_configs),
                 partition_admin_apis=PartitionAdminApis(
                     self.replica_manager, self.metadata_cache, self.zk, self._unclean_election
                 ),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 cluster_id=self.cluster_id,
+                auto_topic_creator=self.auto_topic_creator,
             ).handlers,
             max_request_bytes=self.config.socket_request_max_bytes,
             observe=self._request_metrics.observe,

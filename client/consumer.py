@@ -226,21 +226,30 @@ class Consumer(AsyncClosing):
 
     async def partitions_for(self, topic: str) -> list[TopicPartition]:
         """The topic's partitions from the cluster metadata, waiting up to
-        ``default_api_timeout_ms`` for a topic not known yet. Raises ClientError for an
-        unknown or illegal topic."""
+        ``default_api_timeout_ms`` for a topic not known yet. With
+        ``allow_auto_create_topics`` the brokers may create it (then its leaders are waited
+        for up to ``request_timeout_ms``). Raises ClientError for an unknown or illegal
+        topic."""
         self._check_open()
         _check_topic(topic)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.default_api_timeout_ms / 1000
+        created_deadline = loop.time() + self.config.request_timeout_ms / 1000
         while True:
             topics = {tp.topic for tp in self._state.assigned()} | {topic}
-            metadata = await self._metadata.refresh(topics)
+            metadata = await self._metadata.refresh(
+                topics, allow_auto_topic_creation=self.config.allow_auto_create_topics
+            )
             self._last_refresh = loop.time()
             found = metadata.topics.get(topic)
             if found is not None and found.error_code == pb.INVALID_TOPIC:
                 raise ClientError(f"invalid topic {topic!r}")
             if found is not None and found.partitions:
                 return [TopicPartition(topic, p) for p in sorted(found.partitions)]
+            if found is not None and found.error_code == pb.LEADER_NOT_AVAILABLE:
+                # It exists (created for this request, or just before): only its leaders
+                # are missing, which the controller elects within a request timeout.
+                deadline = max(deadline, created_deadline)
             if loop.time() >= deadline:
                 raise ClientError(_unknown_topic_message(topic, self.config))
             await asyncio.sleep(self.config.retry_backoff_ms / 1000)
@@ -315,7 +324,9 @@ class Consumer(AsyncClosing):
             return
         self._last_refresh = loop.time()
         try:
-            metadata = await self._metadata.refresh(topics)
+            metadata = await self._metadata.refresh(
+                topics, allow_auto_topic_creation=self.config.allow_auto_create_topics
+            )
         except BrokerUnreachableError:
             if current is None:
                 raise  # never reached the cluster: a wrong address, say so now
@@ -522,6 +533,18 @@ class Consumer(AsyncClosing):
             now = asyncio.get_running_loop().time()
             for topic in self._subscription or ():
                 self._note_known(topic, topic not in result.missing_topics, now)
+            if result.missing_topics and self.config.allow_auto_create_topics:
+                await self._create_missing(result.missing_topics)
+
+    async def _create_missing(self, topics: frozenset[str]) -> None:
+        """Ask the brokers for subscribed topics ZooKeeper does not have, allowing their
+        creation (as Kafka's consumer's metadata requests for its subscription do); the
+        topic znode the controller's path writes fires the group's watch, and the next
+        rebalance assigns its partitions."""
+        try:
+            await self._metadata.refresh(topics, allow_auto_topic_creation=True)
+        except BrokerUnreachableError as e:
+            log.warning("consumer auto_create_failed topics=%s error=%s", ",".join(topics), e)
 
     async def _await_rebalance(self, deadline: float) -> None:
         task = self._rebalance_task
@@ -584,5 +607,6 @@ def _check_topic(topic: str) -> None:
 def _unknown_topic_message(topic: str, config: ConsumerConfig) -> str:
     return (
         f"unknown topic {topic!r} (not in the cluster after {config.default_api_timeout_ms} ms; "
-        "create it with `minibroker topics create`)"
+        "create it with `minibroker topics create`, or let the brokers create it: "
+        "auto.create.topics.enable)"
     )

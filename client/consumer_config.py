@@ -56,6 +56,10 @@ class ConsumerConfig:
     rebalance_backoff_ms: int = 2000
     """Kafka's old-consumer setting: how long one attempt waits for the partitions other
     members have not released yet, and the pause between attempts."""
+    allow_auto_create_topics: bool = True
+    """``allow.auto.create.topics``: a subscribed topic (or one :meth:`partitions_for`
+    asks for) that does not exist is created by the brokers when their
+    ``auto.create.topics.enable`` is on (Kafka's consumer default; librdkafka's is false)."""
 
     def __post_init__(self) -> None:
         if self.group_id is not None:

@@ -246,10 +246,19 @@ class MetadataClient:
         self.current = metadata
         return metadata
 
-    async def refresh(self, topics: Iterable[str] | None = None) -> ClusterMetadata:
+    async def refresh(
+        self, topics: Iterable[str] | None = None, *, allow_auto_topic_creation: bool = False
+    ) -> ClusterMetadata:
         """Ask the brokers in turn (known ones, then bootstrap) until one answers; None
-        topics: all topics. Raises BrokerUnreachableError naming what was tried."""
-        request = pb.MetadataRequest(topics=sorted(set(topics)) if topics is not None else [])
+        topics: all topics. ``allow_auto_topic_creation``: a broker with
+        ``auto.create.topics.enable`` creates the named topics that do not exist (answered
+        LEADER_NOT_AVAILABLE until they have leaders); the producer asks for it, the
+        consumer with ``allow.auto.create.topics``, admin tools never. Raises
+        BrokerUnreachableError naming what was tried."""
+        request = pb.MetadataRequest(
+            topics=sorted(set(topics)) if topics is not None else [],
+            allow_auto_topic_creation=allow_auto_topic_creation and topics is not None,
+        )
         problems = []
         unavailable = []
         not_ready: ClusterMetadata | None = None

@@ -64,6 +64,7 @@ from client.record_accumulator import BufferPool, ProducerBatch, RecordAccumulat
 from client.sender import IdempotenceState, ProducerMetadata, Sender, init_producer_id
 from proto.records.record_batch import HEADER_SIZE, NO_PRODUCER_ID, Record
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.wire import minibroker_pb2 as pb
 
 __all__ = [
     "ACKS_ALL",
@@ -86,7 +87,9 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_TOPIC_WAIT_MS = 3000
 """How long ``send`` keeps refreshing metadata for a topic no broker knows (a topic the
-controller is still creating appears within that), at most ``max_block_ms``."""
+controller is still creating appears within that), at most ``max_block_ms``. A topic the
+brokers answer LEADER_NOT_AVAILABLE for (being created, automatically or not) is waited
+for up to ``max_block_ms``."""
 
 
 class Producer:
@@ -480,11 +483,36 @@ class Producer:
                 found = metadata.partitions(topic)
                 if found is not None:
                     return found
-                if loop.time() + delay > unknown_deadline:
+                if _being_created(metadata, topic):
+                    deadline = unreachable_deadline  # created, waiting for its leaders
+                else:
+                    deadline = unknown_deadline
+                if loop.time() + delay > deadline:
                     metadata.topics.discard(topic)
-                    raise ClientError(f"unknown topic '{topic}'")
+                    raise ClientError(f"unknown topic '{topic}'{_why_not_created(metadata, topic)}")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+def _being_created(metadata: ProducerMetadata, topic: str) -> bool:
+    """The last metadata answered LEADER_NOT_AVAILABLE for ``topic``: it exists (or was
+    just created for this producer) and waits for the controller to elect its leaders."""
+    cluster = metadata.current
+    found = cluster.topics.get(topic) if cluster is not None else None
+    return found is not None and found.error_code == pb.LEADER_NOT_AVAILABLE
+
+
+def _why_not_created(metadata: ProducerMetadata, topic: str) -> str:
+    """Why the brokers did not create ``topic`` although they were asked to, when they said
+    (a suffix for the "unknown topic" message), else ""."""
+    cluster = metadata.current
+    found = cluster.topics.get(topic) if cluster is not None else None
+    if found is not None and found.error_code == pb.INVALID_REPLICATION_FACTOR:
+        return (
+            ": the brokers cannot create it, fewer brokers are alive than their "
+            "default.replication.factor (create it with `minibroker topics create`)"
+        )
+    return ""
 
 
 _MAX_BULK_RECORD_OVERHEAD = 28

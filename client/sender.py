@@ -197,7 +197,10 @@ class ProducerMetadata:
             self._refreshes_started += 1
             number = self._refreshes_started
             try:
-                result = await self.client.refresh(sorted(self.topics))
+                # Kafka's producer always lets the broker create a topic it writes to.
+                result = await self.client.refresh(
+                    sorted(self.topics), allow_auto_topic_creation=True
+                )
             except ClientError as e:
                 self.last_error = e
                 raise

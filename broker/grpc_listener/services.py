@@ -21,6 +21,7 @@ from typing import TypeVar, cast
 
 import grpc
 
+from broker.auto_topic_creation import AutoTopicCreator
 from broker.broker_metrics import RequestMetrics
 from broker.coordinator.group_admin import GroupAdmin
 from broker.coordinator.group_coordinator import (
@@ -177,10 +178,13 @@ class BrokerService(pb_grpc.BrokerServicer):
         authorizer: ClusterAuthorizer | None = None,
         request_metrics: RequestMetrics | None = None,
         cluster_id: str = "",
+        auto_topic_creator: AutoTopicCreator | None = None,
     ) -> None:
         self.replica_manager = replica_manager
         self.cluster_id = cluster_id
         """``/cluster/id``, answered in Metadata ("" where none is known, as in tests)."""
+        self.auto_topic_creator = auto_topic_creator
+        """Creates the missing topics a Metadata request allows (None: never)."""
         self.request_metrics = request_metrics
         """Where the sessions' requests are counted and timed (the unary methods' are by
         the RequestTiming interceptor)."""
@@ -430,14 +434,22 @@ class BrokerService(pb_grpc.BrokerServicer):
                 if b.kafka_endpoint is not None:
                     endpoint.kafka_host, endpoint.kafka_port = b.kafka_endpoint
             names = list(request.topics) or sorted(cache.topics())
+            unknown = [
+                n for n in names if topic_name_problem(n) is not None or not cache.partitions_of(n)
+            ]
+            missing: dict[str, int] = {}
+            if unknown and self.auto_topic_creator is not None:
+                missing = await self.auto_topic_creator.answer_missing(
+                    unknown, request.allow_auto_topic_creation
+                )
             for name in names:
-                problem = topic_name_problem(name)
                 partitions = cache.partitions_of(name)
-                if problem is not None:
+                if topic_name_problem(name) is not None:
                     response.topics.add(name=name, error_code=pb.INVALID_TOPIC)
                     continue
                 if not partitions:
-                    response.topics.add(name=name, error_code=pb.UNKNOWN_TOPIC_OR_PARTITION)
+                    code = missing.get(name, pb.UNKNOWN_TOPIC_OR_PARTITION)
+                    response.topics.add(name=name, error_code=code)
                     continue
                 topic = response.topics.add(name=name, error_code=pb.NONE)
                 live = {b.broker_id for b in cache.brokers()}

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.auto_topic_creation import AutoTopicCreator
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.kafka_listener.admin_apis import ADMIN_VERSIONS, AdminApis
 from broker.kafka_listener.config_apis import CONFIG_VERSIONS, ConfigApis
@@ -108,8 +109,11 @@ class KafkaWireApis:
         partition_admin_apis: PartitionAdminApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str = "",
+        auto_topic_creator: AutoTopicCreator | None = None,
     ) -> None:
         self.replica_manager = replica_manager
+        self.auto_topic_creator = auto_topic_creator
+        """Creates the missing topics a Metadata request allows (None: never)."""
         self.metadata_cache = metadata_cache
         self.producer_id_manager = producer_id_manager
         self.producer_id_timeout_ms = producer_id_timeout_ms
@@ -197,15 +201,13 @@ class KafkaWireApis:
         else:
             names = [t.name for t in asked if t.name is not None]
         live = {b.broker_id for b in cache.brokers()}
+        missing = await self._missing_topics(request, names)
         topics = []
         for name in names:
-            if topic_name_problem(name) is not None:
-                topics.append({"name": name, "error_code": pb.INVALID_TOPIC})
+            if name in missing:
+                topics.append({"name": name, "error_code": missing[name]})
                 continue
             partitions = cache.partitions_of(name)
-            if not partitions:
-                topics.append({"name": name, "error_code": pb.UNKNOWN_TOPIC_OR_PARTITION})
-                continue
             described = []
             for index in sorted(partitions):
                 info = partitions[index]
@@ -243,6 +245,27 @@ class KafkaWireApis:
             "topics": topics,
             "cluster_authorized_operations": TOPIC_AUTHORIZED_OPERATIONS_UNKNOWN,
         }
+
+    async def _missing_topics(self, request: KafkaRequest, names: list[str]) -> dict[str, int]:
+        """The error of each named topic this broker does not know (or whose name is
+        illegal), creating those the request allows (v1-3 always allow, as Kafka's
+        brokers treat them; v4+ carry ``allow_auto_topic_creation``)."""
+        cache = self.metadata_cache
+        unknown = [
+            n for n in names if topic_name_problem(n) is not None or not cache.partitions_of(n)
+        ]
+        if not unknown:
+            return {}
+        allowed = request.api_version < 4 or bool(request.body.allow_auto_topic_creation)
+        creator = self.auto_topic_creator
+        if creator is None:
+            return {
+                n: pb.UNKNOWN_TOPIC_OR_PARTITION
+                if topic_name_problem(n) is None
+                else pb.INVALID_TOPIC
+                for n in unknown
+            }
+        return await creator.answer_missing(unknown, allowed)
 
     async def produce(self, request: KafkaRequest) -> Answer:
         """Appended now, in the connection's order; answered when the acks are met."""

@@ -130,6 +130,7 @@ _PROPERTIES = (
     _Property("min.insync.replicas", "min_insync_replicas", "int", 1, _INT32_MAX),
     _Property("default.replication.factor", "default_replication_factor", "int", 1, _INT32_MAX),
     _Property("num.partitions", "num_partitions", "int", 1, _INT32_MAX),
+    _Property("auto.create.topics.enable", "auto_create_topics_enable", "bool"),
     _Property("unclean.leader.election.enable", "unclean_leader_election_enable", "bool"),
     _Property("replication.truncation.mode", "replication_truncation_mode", "mode"),
     _Property("replica.fetch.wait.max.ms", "replica_fetch_wait_max_ms", "int", 0, _INT32_MAX),
@@ -282,7 +283,16 @@ class BrokerConfig:
     """A follower that has not caught up for this long leaves the ISR (docs/replication.md)."""
     min_insync_replicas: int = 1
     default_replication_factor: int = 1
+    """``default.replication.factor``: the replicas of a topic created without a factor
+    (CreateTopics with -1, KIP-464) or created automatically."""
     num_partitions: int = 1
+    """``num.partitions``: the partitions of a topic created without a count or created
+    automatically."""
+    auto_create_topics_enable: bool = True
+    """``auto.create.topics.enable``: a Metadata request that names a missing topic and
+    allows it (Kafka clients' producers do; consumers with ``allow.auto.create.topics``)
+    creates it with ``num.partitions`` and ``default.replication.factor``, as Kafka's
+    brokers do by default."""
     unclean_leader_election_enable: bool = False
     replication_truncation_mode: TruncationMode = TruncationMode.LEADER_EPOCH
     replica_fetch_wait_max_ms: int = 500

@@ -811,6 +811,14 @@ class MetadataRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOPICS_FIELD_NUMBER: _builtins.int
+    ALLOW_AUTO_TOPIC_CREATION_FIELD_NUMBER: _builtins.int
+    allow_auto_topic_creation: _builtins.bool
+    """Create the named topics that do not exist (with the broker's num.partitions and
+    default.replication.factor) if the broker's auto.create.topics.enable is on; they are
+    answered LEADER_NOT_AVAILABLE until they have leaders. Kafka's
+    allow_auto_topic_creation: the producer sets it, the consumer with
+    allow.auto.create.topics, admin tools never.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Topics to describe; empty means all topics."""
@@ -819,10 +827,11 @@ class MetadataRequest(_message.Message):
         self,
         *,
         topics: _abc.Iterable[_builtins.str] | None = ...,
+        allow_auto_topic_creation: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allow_auto_topic_creation", b"allow_auto_topic_creation", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -67,9 +67,11 @@ class LocalCluster:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     base = free_port_run(7)
     local = LocalCluster(tmp_path_factory.mktemp("cli") / "cluster", base)
+    # Without auto topic creation (Kafka's default, tested in test_auto_topic_creation.py),
+    # so that a topic these tests never created stays unknown.
     local.ok(
         "cluster", "up", "--base-port", str(base), "--zookeeper-port", str(base + 3),
-        "--kafka-base-port", str(base + 4),
+        "--kafka-base-port", str(base + 4), "--override", "auto.create.topics.enable=false",
     )  # fmt: skip
     try:
         yield local

@@ -157,7 +157,9 @@ def test_unknown_topic_is_an_error_after_a_bounded_wait(
     with running_cluster(zk_client, zk_connect, tmp_path, broker_ids=(1,)) as cluster:
 
         async def main() -> None:
-            config = ConsumerConfig(default_api_timeout_ms=1000)
+            # A consumer that lets the brokers create topics would create it (the
+            # default, as Kafka's): this one asks them not to.
+            config = ConsumerConfig(default_api_timeout_ms=1000, allow_auto_create_topics=False)
             async with (
                 connections_to(cluster) as connections,
                 Consumer(connections, config) as consumer,

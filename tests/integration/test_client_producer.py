@@ -295,7 +295,9 @@ def test_a_lost_acknowledgement_is_retried_and_idempotence_drops_the_duplicate(
 def test_unknown_topic_and_partition_out_of_range(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
-    with running_cluster(zk_client, zk_connect, tmp_path, (1,)) as cluster:
+    # The producer lets the brokers create a topic it writes to: these ones do not.
+    no_auto_create = {"auto.create.topics.enable": "false"}
+    with running_cluster(zk_client, zk_connect, tmp_path, (1,), no_auto_create) as cluster:
         cluster.create_topic("known", {0: [1], 1: [1]})
 
         async def scenario() -> None:

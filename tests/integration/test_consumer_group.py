@@ -242,7 +242,10 @@ def test_a_member_picks_up_a_topic_created_after_it_subscribed(
 
         async def main() -> None:
             connections = connections_to(cluster)
-            config = group_config("g3", default_api_timeout_ms=30_000)
+            # Created by the test, not by the member's metadata requests.
+            config = group_config(
+                "g3", default_api_timeout_ms=30_000, allow_auto_create_topics=False
+            )
             async with connections, Consumer(connections, config, zk_connect) as consumer:
                 consumer.subscribe([tp.topic])
                 assert await consumer.poll(timeout_ms=300) == []
