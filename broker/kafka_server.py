@@ -36,11 +36,14 @@ from broker.grpc_listener.undecodable_requests import UndecodableRequests
 from broker.kafka_listener.admin_apis import AdminApis
 from broker.kafka_listener.apis import KafkaWireApis
 from broker.kafka_listener.group_apis import GroupApis
+from broker.kafka_listener.quota_apis import QuotaApis
 from broker.kafka_listener.server import KafkaListener
+from broker.kafka_listener.throttling import Throttler
 from broker.kafka_listener.topic_admin import TopicAdmin
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
+from broker.quotas.client_quota_manager import ClientQuotas
 from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkError
 from controller.controller_metrics import ControllerMetrics
@@ -113,11 +116,22 @@ class BrokerServer:
         )
         self.metrics_registry.register(BrokerStateCollector(self.replica_manager, self.controller))
         self._request_metrics = RequestMetrics(self.metrics_registry)
+        self.client_quotas = ClientQuotas(
+            samples=config.quota_window_num,
+            window_ms=config.quota_window_size_seconds * 1000,
+            broker_id=config.broker_id,
+        )
+        """Client quotas (Kafka's ``QuotaManagers``), enforced on the Kafka listener."""
+        self.metrics_registry.register(self.client_quotas)
         self._metrics_server: MetricsServer | None = None
         self.metrics_port: int | None = None
         """The bound metrics port, with ``metrics.prometheus.port`` >= 0."""
         self.dynamic_config = DynamicConfigManager(
-            config, self.zk, self.replica_manager, self.controller
+            config,
+            self.zk,
+            self.replica_manager,
+            self.controller,
+            client_quotas=self.client_quotas,
         )
         self.port: int | None = None
         self.kafka_port: int | None = None
@@ -244,10 +258,12 @@ class BrokerServer:
                 admin_apis=AdminApis(
                     TopicAdmin(self.config, self.zk, self.metadata_cache), self.broker_id
                 ),
+                quota_apis=QuotaApis(self.zk, self.broker_id),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
             ).handlers,
             max_request_bytes=self.config.socket_request_max_bytes,
             observe=self._request_metrics.observe,
+            throttler=Throttler(self.client_quotas),
         )
         try:
             self.kafka_port = await listener.start(self.config.host, port)

@@ -22,6 +22,7 @@ from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.kafka_listener.admin_apis import ADMIN_VERSIONS, AdminApis
 from broker.kafka_listener.group_apis import GROUP_VERSIONS, GroupApis
 from broker.kafka_listener.messages import Tree
+from broker.kafka_listener.quota_apis import QUOTA_VERSIONS, QuotaApis
 from broker.kafka_listener.wire_request import (
     Answer,
     CloseConnection,
@@ -64,6 +65,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     **GROUP_VERSIONS,
     **ADMIN_VERSIONS,
+    **QUOTA_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -91,6 +93,7 @@ class KafkaWireApis:
         *,
         group_apis: GroupApis,
         admin_apis: AdminApis,
+        quota_apis: QuotaApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str | None = None,
     ) -> None:
@@ -110,6 +113,7 @@ class KafkaWireApis:
             INIT_PRODUCER_ID: self.init_producer_id,
             **group_apis.handlers,
             **admin_apis.handlers,
+            **quota_apis.handlers,
         }
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 
