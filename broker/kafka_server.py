@@ -198,6 +198,7 @@ class BrokerServer:
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 authorizer=self._authorizer,
                 request_metrics=self._request_metrics,
+                client_quotas=self.client_quotas,
             ),
             self._grpc,
         )

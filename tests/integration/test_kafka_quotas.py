@@ -20,6 +20,9 @@ from kio.schema.alter_client_quotas.v1 import request as alter_v1
 from kio.schema.describe_client_quotas.v1 import request as describe_v1
 from kio.static.primitive import f64, i8
 
+from proto.records.record_batch import Record, encode_batch
+from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import minibroker, wait_for
@@ -378,3 +381,54 @@ def test_a_consumer_over_its_byte_rate_is_throttled_and_still_reads_everything(
         assert max(throttles, default=0) > 0, f"no throttle_cb, {elapsed:.1f} s"
         # about 200 KB at 40 KB/s, the first second's worth free: near 4 s, not a blink
         assert elapsed >= (200_000 - 2 * quota) / quota * 0.8, elapsed
+
+
+def test_the_grpc_door_throttles_clients_but_never_followers(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, broker_ids=(1, 2), overrides=QUICK_WINDOWS
+    ) as cluster:
+        cluster.create_topic("grpc-metered", {0: [1, 2]})
+        tp = TopicPartition("grpc-metered", 0)
+        cluster.wait_for_isr(tp, {1, 2})
+        bootstrap = kafka_bootstrap(cluster)
+        quota = 50_000
+        response = alter(
+            bootstrap,
+            [
+                entry([("client-id", "grpc-app")], [("producer_byte_rate", quota)]),
+                # every fetcher's client id: a follower would fall out of the ISR if throttled
+                entry([("client-id", None)], [("consumer_byte_rate", 10_000.0)]),
+            ],
+        )
+        assert [e.error_code for e in response.entries] == [NONE, NONE]
+        wait_applied(cluster, "/config/clients/grpc-app")
+        wait_applied(cluster, "/config/clients/<default>")
+        leader = cluster.leader_serving(tp)
+        assert leader is not None
+
+        batch = encode_batch([Record(key=None, value=b"z" * 20_000, timestamp=0)])
+        throttles = []
+        started = time.monotonic()
+        for _ in range(8):
+            request = pb.ProduceRequest(acks=-1, timeout_ms=10_000, client_id="grpc-app")
+            request.topics.add(name=tp.topic).partitions.add(index=0, records=batch)
+            answer = cluster.broker_stub(leader).Produce(request, timeout=30)
+            assert answer.responses[0].partitions[0].error_code == pb.NONE
+            throttles.append(answer.throttle_time_ms)
+        elapsed = time.monotonic() - started
+        # 160 KB at 50 KB/s, the first second's worth free: the answers wait about 2 s
+        assert max(throttles) > 0, throttles
+        assert elapsed >= (8 * 20_000 - 2 * quota) / quota * 0.8, elapsed
+        # the followers fetched all of it at once, unthrottled (acks=all was met each time)
+        cluster.wait_for_isr(tp, {1, 2})
+
+        fetch = pb.FetchRequest(replica_id=-1, max_wait_ms=0, max_bytes=1 << 20, client_id="x")
+        fetch.topics.add(topic=tp.topic).partitions.add(
+            partition=0, fetch_offset=0, partition_max_bytes=1 << 20
+        )
+        fetched = cluster.broker_stub(leader).Fetch(fetch, timeout=30)
+        assert fetched.responses[0].partitions[0].records  # a whole batch, at least
+        # one 20 KB batch, over what 10 KB/s allows in the (one) window: (20 - 10) / 10 s
+        assert 900 <= fetched.throttle_time_ms <= 1100, fetched.throttle_time_ms
