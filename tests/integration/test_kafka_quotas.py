@@ -6,6 +6,7 @@ throttle handling)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 import warnings
@@ -18,6 +19,7 @@ import pytest
 from kazoo.client import KazooClient
 from kio.schema.alter_client_quotas.v1 import request as alter_v1
 from kio.schema.describe_client_quotas.v1 import request as describe_v1
+from kio.schema.metadata.v12 import request as metadata_v12
 from kio.static.primitive import f64, i8
 
 from proto.records.record_batch import Record, encode_batch
@@ -432,3 +434,45 @@ def test_the_grpc_door_throttles_clients_but_never_followers(
         assert fetched.responses[0].partitions[0].records  # a whole batch, at least
         # one 20 KB batch, over what 10 KB/s allows in the (one) window: (20 - 10) / 10 s
         assert 900 <= fetched.throttle_time_ms <= 1100, fetched.throttle_time_ms
+
+
+def test_request_time_quota_throttles_any_api_and_bad_znodes_are_ignored(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, broker_ids=(1,), overrides=QUICK_WINDOWS
+    ) as cluster:
+        bootstrap = kafka_bootstrap(cluster)
+        # Hand-written znodes a broker must survive: not JSON, not a number, a bad name.
+        zk_client.create("/config/clients/garbage", b"{not json", makepath=True)
+        zk_client.create(
+            "/config/clients/nan", b'{"version":1,"config":{"request_percentage":"x"}}'
+        )
+        for path in ("clients/garbage", "clients/nan", "clients/a b", "users/u/clients"):
+            zk_client.create(
+                "/config/changes/config_change_",
+                json.dumps({"version": 2, "entity_path": path}).encode(),
+                sequence=True,
+                makepath=True,
+            )
+        # kafka_call's client id is "t"; a millionth of a percent of one thread's time
+        response = alter(bootstrap, [entry([("client-id", "t")], [("request_percentage", 1e-6)])])
+        assert [e.error_code for e in response.entries] == [NONE]
+        wait_applied(cluster, "/config/clients/t")
+        body = metadata_v12.MetadataRequest(
+            topics=None,
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+        answer = kafka_call(bootstrap, 3, 12, body)
+        # Kafka caps a request-time throttle at one quota window (1 s here)
+        assert answer.throttle_time == datetime.timedelta(milliseconds=1000)
+        # any API: DescribeClientQuotas is answered, throttled as well
+        found = describe(bootstrap, [("client-id", 0, "t")], strict=True)
+        assert found.throttle_time == datetime.timedelta(milliseconds=1000)
+        assert described(found) == {(("client-id", "t"),): {"request_percentage": 1e-6}}
+        log_path = cluster.brokers[1].log_path
+        assert log_path is not None
+        text = log_path.read_text(errors="replace")
+        for event in ("bad_quota_entity_ignored", "bad_quota_ignored", "bad_config_change"):
+            assert f"event={event} " in text, event
