@@ -22,6 +22,7 @@ from kio.schema.describe_client_quotas.v1 import request as describe_v1
 from kio.schema.metadata.v12 import request as metadata_v12
 from kio.static.primitive import f64, i8
 
+from deploy.ports import free_port_block
 from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
@@ -29,6 +30,7 @@ from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import minibroker, wait_for
 from tests.integration.test_kafka_listener import kafka_bootstrap, kafka_call
+from tests.integration.test_metrics import scrape, value
 
 with warnings.catch_warnings():  # kafka-python 3.0 loads its schemas with read_text
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -261,8 +263,10 @@ def test_quotas_are_altered_and_described_through_the_kafka_api_and_the_cli(
 def test_a_producer_over_its_byte_rate_is_throttled_near_its_quota(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
+    metrics_port = free_port_block(1)
+    overrides = {**QUICK_WINDOWS, "metrics.prometheus.port": str(metrics_port)}
     with running_cluster(
-        zk_client, zk_connect, tmp_path, broker_ids=(1,), overrides=QUICK_WINDOWS
+        zk_client, zk_connect, tmp_path, broker_ids=(1,), overrides=overrides
     ) as cluster:
         cluster.create_topic("metered", {0: [1]})
         bootstrap = kafka_bootstrap(cluster)
@@ -309,6 +313,11 @@ def test_a_producer_over_its_byte_rate_is_throttled_near_its_quota(
         # about 5 s (the first second's burst is free); without the quota, well under one.
         assert elapsed >= (total - 2 * quota) / quota * 0.8, elapsed
         assert total / elapsed <= quota * 2, total / elapsed
+        # the quota's metrics, as Kafka's JMX exporter names kafka.server:type=Produce
+        samples = scrape(metrics_port)
+        tags = {"user": "", "client_id": "metered-app"}
+        assert value(samples, "kafka_server_produce_byte_rate", **tags) > 0
+        assert value(samples, "kafka_server_produce_throttle_time", **tags) > 0
 
         # kafka-python's producer reads the throttle time too (and waits it out itself)
         throttle_max = 0.0
