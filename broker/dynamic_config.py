@@ -17,6 +17,8 @@ processed, in sequence order, re-reads the entity it names:
   creates new partitions with it, each hosted topic's config is computed again (its
   defaults changed) and the controller candidate takes its ``unclean.leader.election.enable``
   default. Other brokers' entities are skipped.
+- ``clients/<c>``, ``users/<u>`` or ``users/<u>/clients/<c>``: the entity's client quotas
+  are read again and applied (:class:`~broker.quotas.client_quota_manager.ClientQuotas`).
 
 ZooKeeper is anyone's to write: a malformed notification or entity, or an invalid value, is
 logged and skipped, and the broker keeps what it had (Kafka logs "these configs will be
@@ -37,6 +39,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from broker.quotas.client_quota_manager import ClientQuotas
 from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient
 from controller.kafka_controller import KafkaController
@@ -79,6 +82,7 @@ class DynamicConfigManager:
         replica_manager: ReplicaManager,
         controller: KafkaController | None = None,
         *,
+        client_quotas: ClientQuotas | None = None,
         change_expiration_ms: int = CHANGE_EXPIRATION_MS,
         clock_ms: Callable[[], int] = _now_ms,
     ) -> None:
@@ -89,6 +93,7 @@ class DynamicConfigManager:
         self._zk = zk
         self._replica_manager = replica_manager
         self._controller = controller
+        self._client_quotas = client_quotas
         self._change_expiration_ms = change_expiration_ms
         self._clock_ms = clock_ms
         self._layers: dict[str, dict[str, str]] = {DEFAULT_BROKER_ENTITY: {}, self._own: {}}
@@ -111,6 +116,8 @@ class DynamicConfigManager:
         if names:
             self._last_sequence = _sequence(names[-1])
         await self._reload_broker_configs()
+        if self._client_quotas is not None:
+            await self._client_quotas.load_all(self._zk)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"broker-{self.static.broker_id}-dynamic-config"
         )
@@ -164,6 +171,9 @@ class DynamicConfigManager:
             return
         if entity_type == "topics":
             await self._update_topic(entity)
+        elif entity_type in ("clients", "users"):
+            if self._client_quotas is not None:
+                await self._client_quotas.reload(self._zk, entity_type, entity)
         elif entity in self._layers:
             await self._reload_broker_configs()
             for topic in sorted({tp.topic for tp in self._replica_manager.partitions}):

@@ -44,11 +44,14 @@ from broker.kafka_listener.apis import KafkaWireApis
 from broker.kafka_listener.config_apis import ConfigApis
 from broker.kafka_listener.group_apis import GroupApis
 from broker.kafka_listener.partition_admin_apis import PartitionAdminApis
+from broker.kafka_listener.quota_apis import QuotaApis
 from broker.kafka_listener.server import KafkaListener
+from broker.kafka_listener.throttling import Throttler
 from broker.kafka_listener.topic_admin import NewTopic, TopicAdmin
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
+from broker.quotas.client_quota_manager import ClientQuotas
 from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkDataError, ZkError
 from controller.controller_metrics import ControllerMetrics
@@ -123,11 +126,22 @@ class BrokerServer:
         )
         self.metrics_registry.register(BrokerStateCollector(self.replica_manager, self.controller))
         self._request_metrics = RequestMetrics(self.metrics_registry)
+        self.client_quotas = ClientQuotas(
+            samples=config.quota_window_num,
+            window_ms=config.quota_window_size_seconds * 1000,
+            broker_id=config.broker_id,
+        )
+        """Client quotas (Kafka's ``QuotaManagers``), enforced on the Kafka listener."""
+        self.metrics_registry.register(self.client_quotas)
         self._metrics_server: MetricsServer | None = None
         self.metrics_port: int | None = None
         """The bound metrics port, with ``metrics.prometheus.port`` >= 0."""
         self.dynamic_config = DynamicConfigManager(
-            config, self.zk, self.replica_manager, self.controller
+            config,
+            self.zk,
+            self.replica_manager,
+            self.controller,
+            client_quotas=self.client_quotas,
         )
         self.port: int | None = None
         self.kafka_port: int | None = None
@@ -219,6 +233,7 @@ class BrokerServer:
                 auto_topic_creator=self.auto_topic_creator,
                 request_metrics=self._request_metrics,
                 cluster_id=self.cluster_id,
+                client_quotas=self.client_quotas,
             ),
             self._grpc,
         )
@@ -292,12 +307,14 @@ class BrokerServer:
                 partition_admin_apis=PartitionAdminApis(
                     self.replica_manager, self.metadata_cache, self.zk, self._unclean_election
                 ),
+                quota_apis=QuotaApis(self.zk, self.broker_id),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 cluster_id=self.cluster_id,
                 auto_topic_creator=self.auto_topic_creator,
             ).handlers,
             max_request_bytes=self.config.socket_request_max_bytes,
             observe=self._request_metrics.observe,
+            throttler=Throttler(self.client_quotas),
         )
         try:
             self.kafka_port = await listener.start(self.config.host, port)

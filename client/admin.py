@@ -74,6 +74,12 @@ from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.wire.minibroker_pb2 import ErrorCode
 from proto.zk import partition_admin, znodes
+from proto.zk.client_quota_admin import (
+    QuotaAlteration,
+    alter_client_quotas,
+    describe_client_quotas,
+)
+from proto.zk.client_quota_configs import FilterComponent, QuotaEntity, QuotaRequestError
 from proto.zk.credentials import ZkCredentials
 from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.session import ZkConnectionError, ZkError, ZkNoChrootError
@@ -619,6 +625,30 @@ class AdminClient(AsyncClosing):
         return BrokerGroups(groups, failed)
 
     # -- ZooKeeper, for the tools built on this client (consumer groups) -------------------
+
+    async def describe_client_quotas(
+        self, components: Iterable[FilterComponent], strict: bool = False
+    ) -> dict[QuotaEntity, dict[str, float]]:
+        """The client quotas that match the filter: the Kafka listener's
+        DescribeClientQuotas, the same code (:mod:`proto.zk.client_quota_admin`).
+        ClientError for a filter Kafka refuses."""
+        try:
+            return await self._guarded(
+                "describe client quotas",
+                lambda zk: describe_client_quotas(zk, list(components), strict),
+            )
+        except QuotaRequestError as e:
+            raise ClientError(str(e)) from None
+
+    async def alter_client_quotas(
+        self, alterations: Iterable[QuotaAlteration], validate_only: bool = False
+    ) -> list[QuotaRequestError | None]:
+        """Apply each alteration and notify the brokers: the Kafka listener's
+        AlterClientQuotas, the same code; per alteration, None or Kafka's error."""
+        return await self._guarded(
+            "alter client quotas",
+            lambda zk: alter_client_quotas(zk, list(alterations), validate_only),
+        )
 
     async def zk_children(self, path: str) -> list[str]:
         """The children of ``path`` ([] if it does not exist)."""

@@ -33,6 +33,7 @@ from broker.coordinator.group_coordinator import (
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.grpc_listener.authorizer import ClusterAuthorizer
 from broker.metadata_cache import MetadataCache
+from broker.quotas.client_quota_manager import ANONYMOUS, ClientQuotas
 from broker.replication.replica_manager import (
     AppendedRecords,
     FetchPartitionResult,
@@ -83,6 +84,11 @@ async def _guarded(
         logger.exception("request failed event=request_error rpc=%s", name)
         await context.abort(grpc.StatusCode.INTERNAL, f"{name}: internal broker error (see log)")
     raise AssertionError("unreachable: context.abort raises")
+
+
+async def _delay(throttle_ms: int) -> None:
+    if throttle_ms > 0:
+        await asyncio.sleep(throttle_ms / 1000)
 
 
 def _unique(kind: str, keys: list[TopicPartition]) -> None:
@@ -179,12 +185,15 @@ class BrokerService(pb_grpc.BrokerServicer):
         request_metrics: RequestMetrics | None = None,
         cluster_id: str = "",
         auto_topic_creator: AutoTopicCreator | None = None,
+        client_quotas: ClientQuotas | None = None,
     ) -> None:
         self.replica_manager = replica_manager
         self.cluster_id = cluster_id
         """``/cluster/id``, answered in Metadata ("" where none is known, as in tests)."""
         self.auto_topic_creator = auto_topic_creator
         """Creates the missing topics a Metadata request allows (None: never)."""
+        self.client_quotas = client_quotas
+        """The produce and fetch byte rates of clients (:meth:`_throttle`); None: none."""
         self.request_metrics = request_metrics
         """Where the sessions' requests are counted and timed (the unary methods' are by
         the RequestTiming interceptor)."""
@@ -211,7 +220,30 @@ class BrokerService(pb_grpc.BrokerServicer):
         results = await self.replica_manager.append_records(
             request.acks, request.timeout_ms, parsed.entries
         )
-        return _produce_response(parsed, results)
+        response = _produce_response(parsed, results)
+        response.throttle_time_ms = self._throttle(request, request.client_id)
+        await _delay(response.throttle_time_ms)  # a unary call: its answer is what waits
+        return response
+
+    def _throttle(self, message: pb.ProduceRequest | pb.FetchResponse, client_id: str) -> int:
+        """Record a produce request's or a consumer's fetch response's bytes against the
+        client's byte-rate quota (:mod:`broker.quotas.client_quota_manager`, the Kafka
+        listener's quotas) and return its throttle time, 0 within the quota.
+
+        The gRPC door throttles as Kafka did before KIP-219: a unary call's answer is
+        delayed by the throttle time, data included; a session writes the answer at once
+        and reads the session's next request only after the throttle time (the muted
+        channel of KIP-219, per stream). Every client is the user ``ANONYMOUS``, and the
+        request-time quota is the Kafka listener's only."""
+        quotas = self.client_quotas
+        if quotas is None:
+            return 0
+        manager = quotas.produce if isinstance(message, pb.ProduceRequest) else quotas.fetch
+        if not manager.quotas_enabled:
+            return 0
+        throttle = manager.record(ANONYMOUS, client_id, message.ByteSize())
+        manager.throttled(ANONYMOUS, client_id, throttle)
+        return throttle
 
     async def ProduceSession(  # type: ignore[override]  # grpc.aio's context.write style
         self,
@@ -233,11 +265,13 @@ class BrokerService(pb_grpc.BrokerServicer):
             parsed: _ParsedProduce,
             appended: AppendedRecords,
             started: float,
+            throttle_ms: int,
         ) -> None:
             try:
                 results = await self.replica_manager.await_acks(appended, request.timeout_ms)
                 response = _produce_response(parsed, results)
                 response.correlation_id = request.correlation_id
+                response.throttle_time_ms = throttle_ms
                 async with writing:
                     await context.write(response)
             except (asyncio.CancelledError, grpc.aio.AbortError):
@@ -275,9 +309,11 @@ class BrokerService(pb_grpc.BrokerServicer):
                         self.replica_manager.append_to_local_logs, request.acks, parsed.entries
                     ),
                 )
-                task = asyncio.create_task(answer(request, parsed, appended, started))
+                throttle_ms = self._throttle(request, request.client_id)
+                task = asyncio.create_task(answer(request, parsed, appended, started, throttle_ms))
                 answers.add(task)
                 task.add_done_callback(answers.discard)
+                await _delay(throttle_ms)  # the session's next request waits it out
             await finish_answers()  # half-closed by the client
         finally:
             for task in answers:
@@ -295,7 +331,9 @@ class BrokerService(pb_grpc.BrokerServicer):
             await self.authorizer.authorize_cluster_action(
                 context, "Fetch", as_broker=request.replica_id
             )
-        return await _guarded(context, "Fetch", lambda: self._fetch(request))
+        response = await _guarded(context, "Fetch", lambda: self._fetch(request))
+        await _delay(response.throttle_time_ms)  # a unary call: its answer is what waits
+        return response
 
     async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
         if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
@@ -323,6 +361,10 @@ class BrokerService(pb_grpc.BrokerServicer):
                 )
         _unique("fetch request", order)
         max_bytes = request.max_bytes or sum(s.max_bytes for s in specs.values())
+        quotas = self.client_quotas
+        if quotas is not None and request.replica_id < 0 and quotas.fetch.quotas_enabled:
+            cap = quotas.fetch.max_value_in_window(ANONYMOUS, request.client_id)
+            max_bytes = max(min(max_bytes, int(min(cap, 2**31 - 1))), 1)
         results = await self.replica_manager.fetch_messages(
             request.replica_id, request.max_wait_ms, request.min_bytes, max_bytes, specs
         )
@@ -343,6 +385,8 @@ class BrokerService(pb_grpc.BrokerServicer):
                     current_leader_epoch=r.leader_epoch,
                     records=r.records,
                 )
+        if request.replica_id < 0:  # followers are never throttled, as in Kafka
+            response.throttle_time_ms = self._throttle(response, request.client_id)
         return response
 
     async def FetchSession(  # type: ignore[override]  # grpc.aio's context.write style
@@ -372,6 +416,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             response = await _guarded(context, "FetchSession", partial(self._fetch, request))
             await context.write(response)
             self._observe("Fetch", started)
+            await _delay(response.throttle_time_ms)  # the session's next request waits it out
 
     async def OffsetsForLeaderEpoch(
         self,

@@ -28,6 +28,7 @@ from broker.kafka_listener.partition_admin_apis import (
     PARTITION_ADMIN_VERSIONS,
     PartitionAdminApis,
 )
+from broker.kafka_listener.quota_apis import QUOTA_VERSIONS, QuotaApis
 from broker.kafka_listener.wire_request import (
     Answer,
     CloseConnection,
@@ -74,6 +75,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     **ADMIN_VERSIONS,
     **CONFIG_VERSIONS,
     **PARTITION_ADMIN_VERSIONS,
+    **QUOTA_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -107,6 +109,7 @@ class KafkaWireApis:
         admin_apis: AdminApis,
         config_apis: ConfigApis,
         partition_admin_apis: PartitionAdminApis,
+        quota_apis: QuotaApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str = "",
         auto_topic_creator: AutoTopicCreator | None = None,
@@ -134,6 +137,7 @@ class KafkaWireApis:
             **admin_apis.handlers,
             **config_apis.handlers,
             **partition_admin_apis.handlers,
+            **quota_apis.handlers,
         }
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 

@@ -18,6 +18,11 @@ has a top-level error code gets that response with every error code UNSUPPORTED_
 (SaslHandshake among them); anything else (an API whose errors are per partition, an API
 or version Kafka does not have) closes the connection, as Kafka does with a request it
 cannot parse.
+
+Client quotas (:mod:`broker.kafka_listener.throttling`): a response to a client over its
+quota carries its throttle time and is sent at once; the connection then reads no further
+request until that time has passed (KIP-219's muted channel). Requests the reader had
+already taken from the connection (a pipelining client's) are still served meanwhile.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from broker.kafka_listener.request_codec import (
     request_schema,
     response_schema,
 )
+from broker.kafka_listener.throttling import Throttler, TimedAnswer
 from broker.kafka_listener.wire_request import Answer, CloseConnection, KafkaRequest
 from proto.wire import minibroker_pb2 as pb
 
@@ -71,6 +77,47 @@ class _Queued:
     answer: Awaitable[Tree | None]
     started: float
     error: int = 0
+    request: KafkaRequest | None = None
+    """The request, for the client quotas (None for an answer that is an error stub)."""
+    stage_ns: int = 0
+    """How long the handler's stage ran on the loop."""
+    throttle_ms: int = 0
+    """The throttle time decided when the request was staged (a Produce's)."""
+
+
+class _Mute:
+    """A connection's muting (KIP-219): no request is read while an answer known to be
+    throttled is still to be written, nor before ``until`` (loop time), which each
+    throttled answer moves to its throttle time after it was written."""
+
+    __slots__ = ("_held", "_released", "until")
+
+    def __init__(self) -> None:
+        self.until = 0.0
+        self._held = 0
+        self._released = asyncio.Event()
+        self._released.set()
+
+    def hold(self) -> None:
+        """A throttled answer is owed: read nothing more until it is written."""
+        self._held += 1
+        self._released.clear()
+
+    def extend(self, throttle_ms: int, held: bool = False) -> None:
+        """A throttled answer was written (``held``: one :meth:`hold` announced)."""
+        loop = asyncio.get_running_loop()
+        self.until = max(self.until, loop.time() + throttle_ms / 1000)
+        if held:
+            self._held -= 1
+            if self._held == 0:
+                self._released.set()
+
+    async def wait(self) -> None:
+        await self._released.wait()
+        loop = asyncio.get_running_loop()
+        # A deadline, not an event: another throttled answer may move it while we sleep.
+        while (left := self.until - loop.time()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(left)
 
 
 class KafkaListener:
@@ -83,6 +130,7 @@ class KafkaListener:
         *,
         max_request_bytes: int,
         observe: Callable[[str, float], None] | None = None,
+        throttler: Throttler | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.handlers = handlers
@@ -90,6 +138,8 @@ class KafkaListener:
         self.max_request_bytes = max_request_bytes
         """``socket.request.max.bytes``: a larger size field closes the connection."""
         self._observe = observe
+        self._throttler = throttler
+        """Client quotas: None for none (the tests' listeners)."""
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -124,8 +174,9 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         queue: asyncio.Queue[_Queued | None] = asyncio.Queue()
         room = asyncio.Semaphore(MAX_QUEUED_ANSWERS)
-        reading = asyncio.create_task(self._read_requests(reader, queue, room, peer))
-        writing = asyncio.create_task(self._write_answers(queue, room, writer, peer))
+        mute = _Mute()
+        reading = asyncio.create_task(self._read_requests(reader, queue, room, peer, mute))
+        writing = asyncio.create_task(self._write_answers(queue, room, writer, peer, mute))
         try:
             done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
             if reading in done:
@@ -159,8 +210,10 @@ class KafkaListener:
         queue: asyncio.Queue[_Queued | None],
         room: asyncio.Semaphore,
         peer: object,
+        mute: _Mute,
     ) -> None:
-        """Read requests until the client closes; stage each in turn."""
+        """Read requests until the client closes; stage each in turn, none while the
+        connection is muted."""
         client_host = _client_host(peer)
         while True:
             try:
@@ -177,12 +230,15 @@ class KafkaListener:
                     f"({self.max_request_bytes}){hint}"
                 )
             frame = await reader.readexactly(size)
+            await mute.wait()
             started = time.perf_counter()
             await room.acquire()
             try:
                 queued = await self._stage(frame, started, client_host)
             except MalformedFrameError as err:
                 raise CloseConnection(str(err)) from err
+            if queued.throttle_ms > 0:
+                mute.hold()
             queue.put_nowait(queued)
 
     async def _stage(self, frame: bytes, started: float, client_host: str = "") -> _Queued:
@@ -190,11 +246,27 @@ class KafkaListener:
         versions = SUPPORTED_VERSIONS.get(api_key)
         schema = request_schema(api_key, version)
         if versions is not None and versions[0] <= version <= versions[1] and schema is not None:
+            staging = time.perf_counter_ns()
             request = decode_request(frame, schema, client_host)
+            if self._throttler is not None and self._throttler.active:
+                request = self._throttler.adjust(request)
             answer = await self.handlers[api_key](request)
             reply = response_schema(api_key, version)
             assert reply is not None
-            return _Queued(api_key, correlation_id, reply, answer, started)
+            stage_ns = time.perf_counter_ns() - staging
+            throttle_ms = 0
+            if self._throttler is not None and self._throttler.active:
+                throttle_ms = self._throttler.on_stage(request, len(frame), stage_ns)
+            return _Queued(
+                api_key,
+                correlation_id,
+                reply,
+                answer,
+                started,
+                request=request,
+                stage_ns=stage_ns,
+                throttle_ms=throttle_ms,
+            )
         if api_key == API_VERSIONS:
             reply = response_schema(API_VERSIONS, 0)
             assert reply is not None
@@ -217,9 +289,18 @@ class KafkaListener:
         room: asyncio.Semaphore,
         writer: asyncio.StreamWriter,
         peer: object,
+        mute: _Mute,
     ) -> None:
         while (queued := await queue.get()) is not None:
             room.release()
+            throttler = self._throttler
+            if throttler is not None and queued.request is not None and throttler.active:
+                try:
+                    await self._write_throttled(throttler, queued, writer, mute)
+                finally:
+                    if queued.throttle_ms > 0:
+                        mute.extend(queued.throttle_ms, held=True)
+                continue
             try:
                 tree = await queued.answer
                 error = queued.error
@@ -241,6 +322,41 @@ class KafkaListener:
             if self._observe is not None:
                 name = api_name(queued.api_key)
                 self._observe(name, (time.perf_counter() - queued.started) * 1000)
+
+    async def _write_throttled(
+        self, throttler: Throttler, queued: _Queued, writer: asyncio.StreamWriter, mute: _Mute
+    ) -> None:
+        """Write an answer with the client quotas applied, then mute the connection for the
+        throttle time (after the write: the client learns of it at once, KIP-219)."""
+        assert queued.request is not None
+        timed = TimedAnswer(queued.answer)
+        try:
+            tree = await timed
+        except CloseConnection:
+            raise
+        except Exception:
+            logger.exception(
+                "request failed event=kafka_request_error broker=%d api_key=%d",
+                self.broker_id,
+                queued.api_key,
+            )
+            writer.write(
+                encode_response(
+                    queued.schema, queued.correlation_id, {}, error=pb.UNKNOWN_SERVER_ERROR
+                )
+            )
+            await writer.drain()
+            return
+        frame, throttle_ms = throttler.respond(
+            queued.request, queued.schema, tree, queued.stage_ns + timed.ns, queued.throttle_ms
+        )
+        if frame is not None:
+            writer.write(frame)
+            await writer.drain()
+        if throttle_ms > 0 and queued.throttle_ms == 0:
+            mute.extend(throttle_ms)  # a staged throttle is the caller's to apply
+        if self._observe is not None:
+            self._observe(api_name(queued.api_key), (time.perf_counter() - queued.started) * 1000)
 
 
 def _client_host(peer: object) -> str:

@@ -8,6 +8,7 @@
         --add-config log.retention.ms=1000
     minibroker configs --describe --entity-type brokers --entity-name 1
 
+Client quotas (``--entity-type clients|users``) are :mod:`client.cli.quota_configs`.
 Changes are written to ZooKeeper with a change notification, and every broker applies them
 without a restart (:mod:`broker.dynamic_config`). Topic configs are checked as ``topics
 create --config`` checks them; broker configs must be dynamic ones
@@ -29,6 +30,7 @@ from client.cli.common import (
     connections,
     run_async,
 )
+from client.cli.quota_configs import QUOTA_ENTITY_TYPES, run_quota_configs
 from client.metadata import ClientError
 from proto.config.describe_configs import (
     BrokerLayers,
@@ -49,13 +51,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="list the dynamic configs")
     action.add_argument("--alter", action="store_true", help="add or delete configs")
-    parser.add_argument("--entity-type", required=True, choices=("topics", "brokers"))
+    parser.add_argument(
+        "--entity-type", required=True, choices=("topics", "brokers", *QUOTA_ENTITY_TYPES)
+    )
     entity = parser.add_mutually_exclusive_group()
     entity.add_argument("--entity-name", metavar="NAME", help="a topic or a broker id")
     entity.add_argument(
         "--entity-default",
         action="store_true",
-        help="the cluster-wide default of the broker configs (brokers only)",
+        help="the cluster-wide default of the broker configs, or the default client or user",
     )
     parser.add_argument(
         "--add-config",
@@ -69,6 +73,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def _run(args: argparse.Namespace) -> int:
+    if args.entity_type in QUOTA_ENTITY_TYPES:
+        return await _run_quotas(args)
     entity = _entity(args)
     async with connections(args) as conns, admin_client(args, conns) as admin:
         if args.describe:
@@ -86,6 +92,18 @@ async def _run(args: argparse.Namespace) -> int:
         altered = await admin.alter_configs(args.entity_type, entity, add, delete)
     print(f"Completed updating {_what(altered.entity_type, altered.entity)}.")
     return 0
+
+
+async def _run_quotas(args: argparse.Namespace) -> int:
+    if args.describe:
+        if args.add_config is not None or args.delete_config is not None:
+            raise ClientError("--add-config and --delete-config go with --alter")
+        return await run_quota_configs(args, None, [])
+    if args.add_config is None and args.delete_config is None:
+        raise ClientError("--alter needs --add-config or --delete-config")
+    add = parse_add_config(args.add_config or "")
+    delete = [k.strip() for k in (args.delete_config or "").split(",") if k.strip()]
+    return await run_quota_configs(args, add, delete)
 
 
 def _entity(args: argparse.Namespace) -> str | None:

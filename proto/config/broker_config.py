@@ -163,6 +163,8 @@ _PROPERTIES = (
     _Property("log.retention.check.interval.ms", "log_retention_check_interval_ms", "int", 1),
     _Property("message.max.bytes", "message_max_bytes", "int", 0, _INT32_MAX),
     _Property("socket.request.max.bytes", "socket_request_max_bytes", "int", 1024, _INT32_MAX),
+    _Property("quota.window.num", "quota_window_num", "int", 1),
+    _Property("quota.window.size.seconds", "quota_window_size_seconds", "int", 1),
     _Property("auto.leader.rebalance.enable", "auto_leader_rebalance_enable", "bool"),
     _Property(
         "leader.imbalance.check.interval.seconds",
@@ -313,6 +315,10 @@ class BrokerConfig:
     """The largest request the broker accepts; gRPC refuses larger ones with
     RESOURCE_EXHAUSTED before they reach a handler."""
     """Largest record batch accepted (also the default ``max.message.bytes`` of topics)."""
+    quota_window_num: int = 11
+    """Samples a client quota's rate is kept over (Kafka's ``quota.window.num``)."""
+    quota_window_size_seconds: int = 1
+    """The length of each sample (Kafka's ``quota.window.size.seconds``)."""
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
     leader_imbalance_per_broker_percentage: int = 10

@@ -12,6 +12,8 @@ and decode znodes here, so there is one definition of every path and JSON shape:
     /config/topics/<t>                           persistent  per-topic config overrides
     /config/brokers/<id> or /config/brokers/<default>
                                                  persistent  dynamic broker configs
+    /config/clients/<c>, /config/users/<u>, /config/users/<u>/clients/<c>
+                                                 persistent  client quotas (sanitized names)
     /config/changes/config_change_<seq>          sequential  "entity <path> changed"
     /admin/delete_topics/<t>                     persistent  marker, no data
     /admin/reassign_partitions                   persistent  target assignments
@@ -49,7 +51,9 @@ __all__ = [
     "CONFIG_BROKERS_PATH",
     "CONFIG_CHANGES_PATH",
     "CONFIG_CHANGE_PREFIX",
+    "CONFIG_CLIENTS_PATH",
     "CONFIG_TOPICS_PATH",
+    "CONFIG_USERS_PATH",
     "CONSUMERS_PATH",
     "CONTROLLER_EPOCH_PATH",
     "CONTROLLER_PATH",
@@ -157,6 +161,8 @@ CONFIG_TOPICS_PATH = "/config/topics"
 CONFIG_BROKERS_PATH = "/config/brokers"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
+CONFIG_CLIENTS_PATH = "/config/clients"
+CONFIG_USERS_PATH = "/config/users"
 """Name prefix of the sequential change notifications; ZooKeeper appends 10 digits."""
 DEFAULT_BROKER_ENTITY = "<default>"
 """The broker entity of the cluster-wide defaults (Kafka's ``ConfigEntityName.Default``)."""
@@ -721,20 +727,44 @@ def decode_topic_config(data: bytes) -> dict[str, str]:
 
 
 def encode_config_entity_path(entity_type: str, name: int | str) -> str:
-    """``topics/<t>``, ``brokers/<id>`` or ``brokers/<default>``: a config entity as a
-    change notification names it. ValueError for another type or an illegal name."""
+    """``topics/<t>``, ``brokers/<id>``, ``brokers/<default>``, ``clients/<c>``,
+    ``users/<u>`` or ``users/<u>/clients/<c>``: a config entity as a change notification
+    names it. ValueError for another type or an illegal name."""
     if entity_type == "topics":
         return f"topics/{_name('topic', str(name))}"
     if entity_type == "brokers":
         return f"brokers/{_broker_entity(name)}"
-    raise ValueError(f"unknown config entity type {entity_type!r} (topics or brokers)")
+    if entity_type in ("clients", "users"):
+        return f"{entity_type}/{_quota_entity(entity_type, str(name))}"
+    raise ValueError(f"unknown config entity type {entity_type!r}")
+
+
+_SANITIZED = re.compile(r"[A-Za-z0-9._%-]+")
+"""A name as Kafka's ``Sanitizer.sanitize`` writes it (URL encoding): one path segment."""
+
+
+def _quota_entity(entity_type: str, name: str) -> str:
+    """``<c>`` for clients; ``<u>`` or ``<u>/clients/<c>`` for users: sanitized names (see
+    :mod:`proto.zk.client_quota_configs`) or ``<default>``."""
+    parts = name.split("/")
+    if entity_type == "users" and len(parts) == 3 and parts[1] == "clients":
+        parts = [parts[0], parts[2]]
+    elif len(parts) != 1:
+        raise ValueError(f"not a {entity_type} config entity: {name!r}")
+    for part in parts:
+        if part != DEFAULT_BROKER_ENTITY and (
+            part in (".", "..") or not _SANITIZED.fullmatch(part)
+        ):
+            raise ValueError(f"not a sanitized {entity_type} entity name: {part!r}")
+    return name
 
 
 def decode_config_entity_path(entity_path: str) -> tuple[str, str]:
     """``topics/<t>`` -> ``("topics", t)``; ``brokers/<id>`` and ``brokers/<default>`` ->
-    ``("brokers", id or "<default>")``. ZkDataError for another entity type (Kafka also
-    has users and clients, which nothing here reads) or an illegal name: notifications are
-    written by anyone, and the name becomes a path."""
+    ``("brokers", id or "<default>")``; ``clients/...`` and ``users/...`` -> the type and
+    the rest of the path, sanitized names as they are. ZkDataError for another entity
+    type or an illegal name: notifications are written by anyone, and the name becomes a
+    path."""
     entity_type, sep, name = entity_path.partition("/")
     if not sep:
         raise ZkDataError(f"entity_path must be <type>/<name>, got {entity_path!r}")
