@@ -47,12 +47,12 @@ from broker.kafka_listener.partition_admin_apis import PartitionAdminApis
 from broker.kafka_listener.quota_apis import QuotaApis
 from broker.kafka_listener.server import KafkaListener
 from broker.kafka_listener.throttling import Throttler
-from broker.kafka_listener.topic_admin import NewTopic, TopicAdmin
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
 from broker.quotas.client_quota_manager import ClientQuotas
 from broker.replication.replica_manager import ReplicaManager
+from broker.topic_admin import NewTopic, TopicAdmin
 from broker.zk_client import BrokerZkClient, ZkDataError, ZkError
 from controller.controller_metrics import ControllerMetrics
 from controller.kafka_controller import KafkaController

@@ -2,8 +2,7 @@
 own clients and tools: the connections
 (:mod:`~broker.kafka_listener.server`), the framing and kio's messages, the handlers per
 API family (:mod:`~broker.kafka_listener.apis`, ``group_apis``, ``admin_apis``,
-``config_apis``), and the
-topic administration only this door serves (:mod:`~broker.kafka_listener.topic_admin`,
-Kafka's ``ZkAdminManager``). It translates; what a request means is in
-:mod:`broker.request_handlers` and below.
+``config_apis``, ...). It translates; what a request means is in
+:mod:`broker.request_handlers`, :mod:`broker.topic_admin` (Kafka's ``ZkAdminManager``,
+which auto topic creation shares with CreateTopics) and below.
 """

@@ -1,5 +1,5 @@
 """The Kafka listener's admin APIs: CreateTopics and DeleteTopics, over
-:mod:`broker.kafka_listener.topic_admin` (the controller's ZooKeeper paths, as Kafka
+:mod:`broker.topic_admin` (the controller's ZooKeeper paths, as Kafka
 2.x's brokers write them). Any broker answers, as in Kafka 2.x; they do not need the controller."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from broker.kafka_listener.messages import Tree
-from broker.kafka_listener.topic_admin import NewTopic, TopicAdmin
 from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms
+from broker.topic_admin import NewTopic, TopicAdmin
 
 __all__ = ["ADMIN_VERSIONS", "AdminApis"]
 

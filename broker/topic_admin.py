@@ -1,6 +1,7 @@
-"""Topic administration for the Kafka listener's CreateTopics and DeleteTopics (Kafka
-2.x's ``ZkAdminManager``): a broker that receives one writes the
-controller's ZooKeeper paths, as ``minibroker topics`` does, and the controller acts.
+"""Topic administration for CreateTopics and DeleteTopics on the Kafka listener, and for the
+topics a Metadata request creates on either door (Kafka 2.x's ``ZkAdminManager``): a broker
+that receives one writes the controller's ZooKeeper paths, as ``minibroker topics`` does,
+and the controller acts.
 
 Create writes ``/config/topics/<t>`` first and then ``/brokers/topics/<t>``, which the
 controller watches (so the topic never exists without its config); delete creates
