@@ -22,6 +22,7 @@ from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.kafka_listener.admin_apis import ADMIN_VERSIONS, AdminApis
 from broker.kafka_listener.group_apis import GROUP_VERSIONS, GroupApis
 from broker.kafka_listener.messages import Tree
+from broker.kafka_listener.records_admin_apis import RECORDS_ADMIN_VERSIONS, RecordsAdminApis
 from broker.kafka_listener.wire_request import (
     Answer,
     CloseConnection,
@@ -64,6 +65,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     OFFSET_FOR_LEADER_EPOCH: (2, 4),
     **GROUP_VERSIONS,
     **ADMIN_VERSIONS,
+    **RECORDS_ADMIN_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -110,6 +112,7 @@ class KafkaWireApis:
             INIT_PRODUCER_ID: self.init_producer_id,
             **group_apis.handlers,
             **admin_apis.handlers,
+            **RecordsAdminApis(replica_manager).handlers,
         }
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 
