@@ -40,6 +40,7 @@ from broker.replication.replica_manager import (
 )
 from broker.request_handlers import (
     ACKS_VALUES,
+    delete_partition_records,
     epoch_end_offset,
     list_partition_offset,
     new_producer_id,
@@ -515,6 +516,35 @@ class BrokerService(pb_grpc.BrokerServicer):
                 continue
             coordinator = coordinator_of(group_id, self.metadata_cache)
             _add_described_group(response, found, -1 if coordinator is None else coordinator)
+        return response
+
+    async def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.DeleteRecordsResponse:
+        return await _guarded(context, "DeleteRecords", lambda: self._delete_records(request))
+
+    async def _delete_records(self, request: pb.DeleteRecordsRequest) -> pb.DeleteRecordsResponse:
+        asked = [
+            (TopicPartition(topic.name, part.partition_index), part.offset)
+            for topic in request.topics
+            for part in topic.partitions
+        ]
+        _unique("DeleteRecords", [tp for tp, _ in asked])
+        offsets = dict(asked)
+        results = await delete_partition_records(
+            self.replica_manager, offsets, max(request.timeout_ms, 0)
+        )
+        response = pb.DeleteRecordsResponse()
+        for topic, tps in _by_topic(list(results)).items():
+            entry = response.topics.add(name=topic)
+            for tp in tps:
+                r = results[tp]
+                entry.partitions.add(
+                    partition_index=tp.partition,
+                    error_code=r.error_code,
+                    low_watermark=r.low_watermark,
+                    error_message=r.error_message,
+                )
         return response
 
 

@@ -19,7 +19,7 @@ from broker.log.checkpoints import LOG_START_OFFSET_CHECKPOINT
 from proto.topic_partition import TopicPartition
 from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
-from tests.helpers import wait_for
+from tests.helpers import minibroker, wait_for
 from tests.integration.test_kafka_listener import kafka_bootstrap, kafka_call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -242,3 +242,63 @@ def test_kafka_python_deletes_up_to_the_high_watermark_and_gets_kafkas_errors(
                 (0, ErrorCode.not_leader_or_follower, -1),  # led by broker 2
                 (9, ErrorCode.unknown_topic_or_partition, -1),
             ]
+
+
+def test_the_command_line_and_kafkas_clients_delete_through_the_same_broker_code(
+    zk_client: Any, zk_connect: str, tmp_path: Path
+) -> None:
+    """``minibroker topics delete-records`` (gRPC DeleteRecords) and AdminClient (the Kafka
+    listener) move the same log start offsets, and each sees what the other did."""
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=OVERRIDES) as cluster:
+        cluster.create_topic("both", {0: [1, 2, 3], 1: [2, 3, 1]})
+        for p in (0, 1):
+            tp = TopicPartition("both", p)
+            leader = cluster.wait_for_leader(tp)
+            assert cluster.produce(leader, tp, [b"b%d" % i for i in range(6)]).error_code == 0
+        env = {
+            "MINIBROKER_BOOTSTRAP": ",".join(b.address for b in cluster.brokers.values()),
+            "MINIBROKER_ZOOKEEPER": zk_connect,
+            "MINIBROKER_DATA_DIR": str(tmp_path / "no-local-cluster"),
+        }
+
+        def cli(*args: str) -> tuple[int, str, str]:
+            done = minibroker("topics", "delete-records", "both", *args, env=env, timeout=60)
+            return done.returncode, done.stdout, done.stderr
+
+        code, out, err = cli("--partition", "0", "--offset", "4")
+        assert code == 0, err
+        assert out.splitlines() == [
+            "Executing records delete operation",
+            "Records delete operation completed:",
+            "partition: both-0\tlow_watermark: 4",
+        ]
+        assert watermarks(cluster, TopicPartition("both", 0)) == (4, 6)
+
+        admin = confluent_admin(cluster)
+        try:
+            assert delete(admin, "both", 1, 2).low_watermark == 2
+            # Every partition, to the high watermark; the Kafka client sees the result.
+            code, out, err = cli("--offset", "-1")
+            assert code == 0, err
+            assert out.splitlines()[2:] == [
+                "partition: both-0\tlow_watermark: 6",
+                "partition: both-1\tlow_watermark: 6",
+            ]
+            assert watermarks(cluster, TopicPartition("both", 1)) == (6, 6)
+            # A lower offset from the Kafka side: nothing moves back, the same low watermark.
+            assert delete(admin, "both", 0, 1).low_watermark == 6
+        finally:
+            del admin
+
+        code, out, _ = cli("--partition", "0", "--partition", "5", "--offset", "7")
+        assert code == 1
+        lines = out.splitlines()[2:]
+        assert lines[0].startswith("partition: both-0\terror: OFFSET_OUT_OF_RANGE: ")
+        assert "above the high watermark 6" in lines[0]
+        assert lines[1].startswith("partition: both-5\terror: UNKNOWN_TOPIC_OR_PARTITION")
+        done = minibroker(
+            "topics", "delete-records", "no-such-topic", "--offset", "1", env=env, timeout=60
+        )
+        assert done.returncode == 1
+        assert "topic 'no-such-topic' does not exist" in done.stderr
+        assert "Traceback" not in done.stderr

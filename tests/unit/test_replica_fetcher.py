@@ -243,6 +243,11 @@ class LeaderServicer(pb_grpc.BrokerServicer):
     ) -> pb.DescribeGroupsResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
 
+    async def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteRecordsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
+
 
 def _count(request: pb.FetchRequest) -> int:
     return sum(len(topic.partitions) for topic in request.topics)
