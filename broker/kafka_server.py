@@ -36,8 +36,9 @@ from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.dynamic_config import DynamicConfigManager
 from broker.grpc_listener.authorizer import ClusterAuthorizer
+from broker.grpc_listener.control_service import ControlService
 from broker.grpc_listener.request_timing import RequestTiming
-from broker.grpc_listener.services import BrokerService, ControlService
+from broker.grpc_listener.services import BrokerService
 from broker.grpc_listener.undecodable_requests import UndecodableRequests
 from broker.kafka_listener.admin_apis import AdminApis
 from broker.kafka_listener.apis import KafkaWireApis

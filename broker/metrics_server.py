@@ -131,11 +131,15 @@ class BrokerStateCollector(Collector):
             "Log dirs taken offline by an I/O error",
             1 if offline else 0,
         )
-        for purgatory, label in ((rm.produce_purgatory, "Produce"), (rm.fetch_purgatory, "Fetch")):
+        for purgatory, label in (
+            (rm.produce_purgatory, "Produce"),
+            (rm.fetch_purgatory, "Fetch"),
+            (rm.delete_records_purgatory, "DeleteRecords"),
+        ):
             size = GaugeMetricFamily(
                 "kafka_server_delayedoperationpurgatory_purgatorysize",
                 "Watch entries in a purgatory (acks=all produces waiting for the ISR, "
-                "fetches waiting for data)",
+                "fetches waiting for data, DeleteRecords waiting for the followers)",
                 labels=["delayedOperation"],
             )
             size.add_metric([label], purgatory.purgatory_size)

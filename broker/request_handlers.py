@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from broker.coordinator.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
+from broker.replication.delete_records import delete_records
 from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import ZkDataError, ZkError
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -124,3 +127,39 @@ async def new_producer_id(
         producer_id,
     )
     return pb.NONE, producer_id
+
+
+@dataclass(frozen=True)
+class DeletedRecords:
+    """One partition's answer to DeleteRecords."""
+
+    error_code: int
+    low_watermark: int
+    """The smallest log start offset over the replicas (-1 with an error)."""
+    error_message: str = ""
+
+
+async def delete_partition_records(
+    replica_manager: ReplicaManager, offsets: Mapping[TopicPartition, int], timeout_ms: int
+) -> dict[TopicPartition, DeletedRecords]:
+    """DeleteRecords (KIP-107) on either front door: the records below each offset (-1:
+    the high watermark) are deleted by the partition's leader, answered when the replicas
+    followed or at ``timeout_ms``. A partition the metadata does not know is
+    UNKNOWN_TOPIC_OR_PARTITION, as Kafka's ``handleDeleteRecordsRequest`` answers it."""
+    answers: dict[TopicPartition, DeletedRecords] = {}
+    asked: dict[TopicPartition, int] = {}
+    for tp, offset in offsets.items():
+        problem = partition_problem(tp)
+        if problem is None and replica_manager.metadata_cache.partition(tp) is None:
+            problem = pb.UNKNOWN_TOPIC_OR_PARTITION
+        if problem is not None:
+            answers[tp] = DeletedRecords(problem, -1, f"unknown partition {tp}")
+        else:
+            asked[tp] = offset
+    if asked:
+        for tp, status in (await delete_records(replica_manager, asked, timeout_ms)).items():
+            assert status.error_code is not None
+            answers[tp] = DeletedRecords(
+                status.error_code, status.low_watermark, status.error_message
+            )
+    return {tp: answers[tp] for tp in offsets}

@@ -1,5 +1,6 @@
-"""The gRPC face of a broker: the ``Broker`` and ``Control`` services of
-proto/wire/minibroker.proto.
+"""The gRPC face of a broker to its clients and followers: the ``Broker`` service of
+proto/wire/minibroker.proto (the controller's ``Control`` service is
+:mod:`broker.grpc_listener.control_service`).
 
 This layer only translates: it checks that a request is well formed (a malformed request
 as a whole gets INVALID_ARGUMENT with a message a person can act on), turns it into calls on
@@ -14,10 +15,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import partial
-from typing import TypeVar, cast
+from typing import cast
 
 import grpc
 
@@ -32,6 +33,7 @@ from broker.coordinator.group_coordinator import (
 )
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.grpc_listener.authorizer import ClusterAuthorizer
+from broker.grpc_listener.guarded_call import MalformedRequestError, guarded
 from broker.metadata_cache import MetadataCache
 from broker.quotas.client_quota_manager import ANONYMOUS, ClientQuotas
 from broker.replication.replica_manager import (
@@ -43,17 +45,15 @@ from broker.replication.replica_manager import (
 )
 from broker.request_handlers import (
     ACKS_VALUES,
+    delete_partition_records,
     epoch_end_offset,
     list_partition_offset,
     new_producer_id,
     partition_problem,
 )
-from controller.kafka_controller import KafkaController
-from proto import errors
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
-from proto.wire.minibroker_pb2 import ErrorCode
 
 logger = logging.getLogger(__name__)
 
@@ -62,28 +62,6 @@ SESSION_MAX_PENDING_ANSWERS = 64
 acks) before the broker stops reading more from that session: gRPC's flow control then
 holds the client back, as Kafka's ``queued.max.requests`` does. Well above what a client
 keeps in flight (``max.in.flight.requests.per.connection``, 5)."""
-_Response = TypeVar("_Response")
-
-
-class MalformedRequestError(errors.MinibrokerError):
-    """The request as a whole is malformed: answered with gRPC INVALID_ARGUMENT."""
-
-
-async def _guarded(
-    context: grpc.aio.ServicerContext[object, object],
-    name: str,
-    handle: Callable[[], Awaitable[_Response]],
-) -> _Response:
-    try:
-        return await handle()
-    except MalformedRequestError as err:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name}: {err}")
-    except grpc.aio.AbortError:
-        raise
-    except Exception:
-        logger.exception("request failed event=request_error rpc=%s", name)
-        await context.abort(grpc.StatusCode.INTERNAL, f"{name}: internal broker error (see log)")
-    raise AssertionError("unreachable: context.abort raises")
 
 
 async def _delay(throttle_ms: int) -> None:
@@ -213,7 +191,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ProduceResponse:
-        return await _guarded(context, "Produce", lambda: self._produce(request))
+        return await guarded(context, "Produce", lambda: self._produce(request))
 
     async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         parsed = _parse_produce(request)
@@ -302,7 +280,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     await finish_answers()  # owed to the requests before this one
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ProduceSession: {err}")
                 await room.acquire()
-                appended = await _guarded(
+                appended = await guarded(
                     context,
                     "ProduceSession",
                     partial(
@@ -331,7 +309,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             await self.authorizer.authorize_cluster_action(
                 context, "Fetch", as_broker=request.replica_id
             )
-        response = await _guarded(context, "Fetch", lambda: self._fetch(request))
+        response = await guarded(context, "Fetch", lambda: self._fetch(request))
         await _delay(response.throttle_time_ms)  # a unary call: its answer is what waits
         return response
 
@@ -413,7 +391,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     f"FetchSession: a session fetches for one replica_id: it began as "
                     f"{replica_id}, this request says {request.replica_id}",
                 )
-            response = await _guarded(context, "FetchSession", partial(self._fetch, request))
+            response = await guarded(context, "FetchSession", partial(self._fetch, request))
             await context.write(response)
             self._observe("Fetch", started)
             await _delay(response.throttle_time_ms)  # the session's next request waits it out
@@ -437,7 +415,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     )
             return response
 
-        return await _guarded(context, "OffsetsForLeaderEpoch", handle)
+        return await guarded(context, "OffsetsForLeaderEpoch", handle)
 
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[object, object]
@@ -464,7 +442,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     )
             return response
 
-        return await _guarded(context, "ListOffsets", handle)
+        return await guarded(context, "ListOffsets", handle)
 
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[object, object]
@@ -512,12 +490,12 @@ class BrokerService(pb_grpc.BrokerServicer):
                     )
             return response
 
-        return await _guarded(context, "Metadata", handle)
+        return await guarded(context, "Metadata", handle)
 
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.InitProducerIdResponse:
-        return await _guarded(context, "InitProducerId", lambda: self._init_producer_id(request))
+        return await guarded(context, "InitProducerId", lambda: self._init_producer_id(request))
 
     async def _init_producer_id(
         self, request: pb.InitProducerIdRequest
@@ -539,7 +517,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ListGroupsResponse:
-        return await _guarded(context, "ListGroups", lambda: self._list_groups(request))
+        return await guarded(context, "ListGroups", lambda: self._list_groups(request))
 
     async def _list_groups(self, request: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
         states = {s.value.lower(): s for s in GroupState if s is not GroupState.DEAD}
@@ -569,7 +547,7 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def DescribeGroups(
         self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.DescribeGroupsResponse:
-        return await _guarded(context, "DescribeGroups", lambda: self._describe_groups(request))
+        return await guarded(context, "DescribeGroups", lambda: self._describe_groups(request))
 
     async def _describe_groups(
         self, request: pb.DescribeGroupsRequest
@@ -593,6 +571,35 @@ class BrokerService(pb_grpc.BrokerServicer):
                 # its members have not found the new coordinator yet), else Dead.
                 [found] = self.group_coordinator.describe_groups([group_id])
             _add_described_group(response, found, -1 if coordinator is None else coordinator)
+        return response
+
+    async def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.DeleteRecordsResponse:
+        return await guarded(context, "DeleteRecords", lambda: self._delete_records(request))
+
+    async def _delete_records(self, request: pb.DeleteRecordsRequest) -> pb.DeleteRecordsResponse:
+        asked = [
+            (TopicPartition(topic.name, part.partition_index), part.offset)
+            for topic in request.topics
+            for part in topic.partitions
+        ]
+        _unique("DeleteRecords", [tp for tp, _ in asked])
+        offsets = dict(asked)
+        results = await delete_partition_records(
+            self.replica_manager, offsets, max(request.timeout_ms, 0)
+        )
+        response = pb.DeleteRecordsResponse()
+        for topic, tps in _by_topic(list(results)).items():
+            entry = response.topics.add(name=topic)
+            for tp in tps:
+                r = results[tp]
+                entry.partitions.add(
+                    partition_index=tp.partition,
+                    error_code=r.error_code,
+                    low_watermark=r.low_watermark,
+                    error_message=r.error_message,
+                )
         return response
 
 
@@ -619,71 +626,3 @@ def _add_described_group(
             member.group_instance_id = m.group_instance_id
         for topic, tps in _by_topic(list(m.partitions or ())).items():
             member.assignment.add(topic=topic, partitions=[tp.partition for tp in tps])
-
-
-class ControlService(pb_grpc.ControlServicer):
-    """LeaderAndIsr, UpdateMetadata and StopReplica from the controller; ControlledShutdown
-    from brokers to this broker's controller, when it is the active one."""
-
-    def __init__(
-        self,
-        replica_manager: ReplicaManager,
-        controller: KafkaController | None = None,
-        authorizer: ClusterAuthorizer | None = None,
-    ) -> None:
-        self.replica_manager = replica_manager
-        self.controller = controller
-        """This broker's controller candidate: ControlledShutdown goes to it when active."""
-        self.authorizer = authorizer or ClusterAuthorizer(replica_manager.broker_id, enabled=False)
-        """Every control request only from a broker (``super.users``)."""
-
-    async def LeaderAndIsr(
-        self, request: pb.LeaderAndIsrRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> pb.LeaderAndIsrResponse:
-        await self.authorizer.authorize_cluster_action(context, "LeaderAndIsr")
-        return await _guarded(
-            context, "LeaderAndIsr", lambda: self.replica_manager.become_leader_or_follower(request)
-        )
-
-    async def UpdateMetadata(
-        self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> pb.UpdateMetadataResponse:
-        await self.authorizer.authorize_cluster_action(context, "UpdateMetadata")
-        return await _guarded(
-            context, "UpdateMetadata", lambda: self.replica_manager.update_metadata(request)
-        )
-
-    async def StopReplica(
-        self, request: pb.StopReplicaRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> pb.StopReplicaResponse:
-        await self.authorizer.authorize_cluster_action(context, "StopReplica")
-        return await _guarded(
-            context, "StopReplica", lambda: self.replica_manager.stop_replicas(request)
-        )
-
-    async def ControlledShutdown(
-        self,
-        request: pb.ControlledShutdownRequest,
-        context: grpc.aio.ServicerContext[object, object],
-    ) -> pb.ControlledShutdownResponse:
-        await self.authorizer.authorize_cluster_action(
-            context, "ControlledShutdown", as_broker=request.broker_id
-        )
-        if self.controller is None or not self.controller.is_active:
-            return pb.ControlledShutdownResponse(
-                error_code=pb.NOT_CONTROLLER,
-                error_message=f"broker is not the controller (controller is "
-                f"{self.replica_manager.metadata_cache.controller_id})",
-            )
-        try:
-            remaining = await self.controller.controlled_shutdown(
-                request.broker_id, request.broker_epoch
-            )
-        except errors.BrokerResponseError as err:
-            return pb.ControlledShutdownResponse(
-                error_code=ErrorCode.ValueType(err.code), error_message=str(err)
-            )
-        response = pb.ControlledShutdownResponse(error_code=pb.NONE)
-        for tp in remaining:
-            response.remaining_partitions.add(topic_name=tp.topic, partition_index=tp.partition)
-        return response

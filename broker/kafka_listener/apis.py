@@ -29,6 +29,7 @@ from broker.kafka_listener.partition_admin_apis import (
     PartitionAdminApis,
 )
 from broker.kafka_listener.quota_apis import QUOTA_VERSIONS, QuotaApis
+from broker.kafka_listener.records_admin_apis import RECORDS_ADMIN_VERSIONS, RecordsAdminApis
 from broker.kafka_listener.wire_request import (
     Answer,
     CloseConnection,
@@ -76,6 +77,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     **CONFIG_VERSIONS,
     **PARTITION_ADMIN_VERSIONS,
     **QUOTA_VERSIONS,
+    **RECORDS_ADMIN_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -138,6 +140,7 @@ class KafkaWireApis:
             **config_apis.handlers,
             **partition_admin_apis.handlers,
             **quota_apis.handlers,
+            **RecordsAdminApis(replica_manager).handlers,
         }
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 

@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 ACKS_ALL = -1
 NO_LEADER = -1
 UNKNOWN_OFFSET = -1
+DELETE_TO_HIGH_WATERMARK = -1
+"""DeleteRecords' offset meaning "everything below the high watermark"."""
 
 
 @dataclass(frozen=True)
@@ -420,6 +422,45 @@ class Partition:
             return True
         return False
 
+    # -- leader: DeleteRecords (KIP-107) ---------------------------------------------------
+
+    def delete_records_on_leader(self, offset: int) -> int:
+        """Raise the log start offset to ``offset`` (-1: the high watermark); return the
+        offset asked for (Kafka's ``deleteRecordsOnLeader``).
+
+        Only committed records may go: an offset above the high watermark is
+        OFFSET_OUT_OF_RANGE, as Kafka's ``maybeIncrementLogStartOffset`` refuses it. An
+        offset at or below the current log start offset changes nothing. The log start
+        offset reaches the disk with the next ``log-start-offset-checkpoint``; whole
+        segments below it go with the next retention pass.
+        """
+        self._require_leader()
+        wanted = self._high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset
+        if wanted < 0:
+            raise errors.OffsetOutOfRangeError(
+                f"{self.topic_partition}: the offset {wanted} is not valid"
+            )
+        if wanted > self._high_watermark:
+            raise errors.OffsetOutOfRangeError(
+                f"{self.topic_partition}: cannot delete records up to {wanted}, above the "
+                f"high watermark {self._high_watermark}"
+            )
+        if self.log.maybe_increment_log_start_offset(wanted):
+            logger.info("log start offset raised to %d %s", wanted, self.log_context())
+        return wanted
+
+    def low_watermark_if_leader(self, is_alive: Callable[[int], bool]) -> int:
+        """The smallest log start offset among this leader and the replicas on live brokers
+        (Kafka's ``lowWatermarkIfLeader``): DeleteRecords is answered once it reaches the
+        offset asked for. A follower's log start offset is what its latest fetch said, -1
+        before it fetched, which keeps the answer waiting until it has."""
+        self._require_leader()
+        low = self.log.log_start_offset
+        for broker_id, replica in self.remote_replicas.items():
+            if is_alive(broker_id) and replica.log_start_offset < low:
+                low = replica.log_start_offset
+        return low
+
     # -- follower ----------------------------------------------------------------------------
 
     def append_as_follower(self, records: bytes) -> LogAppendInfo:
@@ -435,6 +476,17 @@ class Partition:
         if new_hw == self._high_watermark:
             return False
         self._high_watermark = new_hw
+        return True
+
+    def follow_leader_log_start_offset(self, leader_log_start_offset: int) -> bool:
+        """Raise the log start offset to the leader's, as its fetch response reports it
+        (Kafka's follower calls ``maybeIncrementLogStartOffset`` after each append): records
+        deleted on the leader are deleted here too, at most up to the local LEO. Returns
+        True if it moved."""
+        offset = min(leader_log_start_offset, self.log.log_end_offset)
+        if not self.log.maybe_increment_log_start_offset(offset):
+            return False
+        self._high_watermark = self._clamp(self._high_watermark)
         return True
 
     def truncate_to(self, offset: int) -> None:

@@ -584,6 +584,7 @@ class ReplicaFetcher:
                 return
             if self._current(tp, state, FetchPhase.FETCHING):
                 self._update_high_watermark(tp, state, data.high_watermark)
+                self._follow_log_start_offset(tp, state, data.log_start_offset)
         elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
             self._handle_out_of_range(tp, state, data)
         else:
@@ -639,6 +640,30 @@ class ReplicaFetcher:
             bytes=len(records),
         )
         return True
+
+    def _follow_log_start_offset(
+        self, tp: TopicPartition, state: _PartitionState, leader_log_start_offset: int
+    ) -> None:
+        """Records deleted on the leader (DeleteRecords, retention) go here too: Kafka's
+        ``ReplicaFetcherThread.processPartitionData`` raises the follower's log start offset
+        to the leader's after each append. The next fetch reports it back to the leader."""
+        partition = state.partition
+        before = partition.log.log_start_offset
+        if leader_log_start_offset <= before:
+            return
+        try:
+            moved = partition.follow_leader_log_start_offset(leader_log_start_offset)
+        except (OSError, LogClosedError) as err:
+            self._fail(tp, state, err)
+            return
+        if moved:
+            self._log(
+                logging.INFO,
+                "log-start-offset",
+                tp,
+                **{"from": before, "to": partition.log.log_start_offset},
+                leader_log_start=leader_log_start_offset,
+            )
 
     def _update_high_watermark(
         self, tp: TopicPartition, state: _PartitionState, leader_high_watermark: int

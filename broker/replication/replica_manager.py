@@ -199,6 +199,10 @@ class ReplicaManager:
         self.fetch_purgatory: DelayedOperationPurgatory[TopicPartition] = DelayedOperationPurgatory(
             "fetch"
         )
+        self.delete_records_purgatory: DelayedOperationPurgatory[TopicPartition] = (
+            DelayedOperationPurgatory("delete_records")
+        )
+        """DeleteRecords waiting for the followers' log start offsets (delete_records.py)."""
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._checkpointed_hws: dict[TopicPartition, int] = {}
         self._pending_isr_changes: set[TopicPartition] = set()
@@ -943,6 +947,7 @@ class ReplicaManager:
         """The partition changed (append, HW, leadership): re-check what waits on it."""
         self.produce_purgatory.check_and_complete(tp)
         self.fetch_purgatory.check_and_complete(tp)
+        self.delete_records_purgatory.check_and_complete(tp)
 
     # -- fetch -------------------------------------------------------------------------------
 
@@ -1050,6 +1055,8 @@ class ReplicaManager:
             return
         if hw_moved:
             self._wake(partition.topic_partition)
+        else:  # the follower's log start offset may have moved the low watermark
+            self.delete_records_purgatory.check_and_complete(partition.topic_partition)
         expanded = partition.isr_to_expand(replica_id)
         if expanded is not None:
             self._spawn_isr_update(partition, expanded, reason=f"follower {replica_id} caught up")
@@ -1256,6 +1263,7 @@ class ReplicaManager:
     async def _purge_purgatories(self) -> None:
         self.produce_purgatory.purge_completed()
         self.fetch_purgatory.purge_completed()
+        self.delete_records_purgatory.purge_completed()
 
     def on_session_lost(self) -> None:
         """No zombie leaders: with its session gone this broker may already have been

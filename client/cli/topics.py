@@ -1,4 +1,5 @@
-"""``minibroker topics create|list|describe|alter|delete`` (Kafka's ``kafka-topics.sh``).
+"""``minibroker topics create|list|describe|alter|delete`` (Kafka's ``kafka-topics.sh``) and
+``topics delete-records`` (Kafka's ``kafka-delete-records.sh``).
 
 ``alter`` adds partitions (``--partitions N``, more than there are): the admin client
 writes the extended assignment and the controller brings the new partitions online.
@@ -19,8 +20,11 @@ from client.cli.common import (
     connections,
     run_async,
 )
-from client.metadata import ClientError, TopicMetadata
+from client.metadata import ClientError, MetadataClient, TopicMetadata
+from client.record_deletion import delete_records
 from proto.config.broker_config import parse_overrides
+from proto.topic_partition import TopicPartition
+from proto.wire.minibroker_pb2 import ErrorCode
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -28,7 +32,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "topics",
         help="create, list, describe, alter and delete topics",
         description="Create, list, describe, alter (add partitions) and delete topics (as "
-        "Kafka's kafka-topics.sh).",
+        "Kafka's kafka-topics.sh); delete the records of partitions below an offset (as "
+        "kafka-delete-records.sh).",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -64,7 +69,33 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_topic_argument(delete)
     delete.set_defaults(run=lambda a: run_async(_delete(a)))
 
-    for sub in (create, listing, describe, alter, delete):
+    records = actions.add_parser(
+        "delete-records",
+        help="delete the records below an offset (the partition's new log start offset)",
+    )
+    add_topic_argument(records)
+    records.add_argument(
+        "--partition",
+        type=int,
+        action="append",
+        metavar="P",
+        help="a partition (repeatable; default: every partition of the topic)",
+    )
+    records.add_argument(
+        "--offset",
+        type=int,
+        required=True,
+        help="the new log start offset: the records below it go (-1: the high watermark)",
+    )
+    records.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=30_000,
+        help="how long the leaders wait for their followers to follow (default 30000)",
+    )
+    records.set_defaults(run=lambda a: run_async(_delete_records(a)))
+
+    for sub in (create, listing, describe, alter, delete, records):
         add_bootstrap_option(sub)
         add_zookeeper_option(sub, "creating, altering and deleting topics, and their configs")
 
@@ -137,3 +168,26 @@ async def _delete(args: argparse.Namespace) -> int:
         await admin.delete_topic(args.topic)
     print(f"Deleted topic {args.topic}.")
     return 0
+
+
+async def _delete_records(args: argparse.Namespace) -> int:
+    """Kafka's ``kafka-delete-records.sh`` output: one line per partition, its low watermark
+    (the smallest log start offset over its replicas) or the error; exit 1 on any error."""
+    async with connections(args) as conns:
+        partitions = args.partition
+        if not partitions:
+            cluster = await MetadataClient(conns).refresh([args.topic])
+            topic = cluster.topics.get(args.topic)
+            if topic is None or topic.error_code != ErrorCode.NONE:
+                raise ClientError(f"topic {args.topic!r} does not exist")
+            partitions = sorted(topic.partitions)
+        offsets = {TopicPartition(args.topic, p): args.offset for p in partitions}
+        print("Executing records delete operation")
+        result = await delete_records(conns, offsets, args.timeout_ms)
+    print("Records delete operation completed:")
+    for tp in sorted(offsets):
+        if tp in result.low_watermarks:
+            print(f"partition: {tp}\tlow_watermark: {result.low_watermarks[tp]}")
+        else:
+            print(f"partition: {tp}\terror: {result.errors.get(tp, 'no answer')}")
+    return 1 if result.errors else 0

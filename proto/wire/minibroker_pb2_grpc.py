@@ -88,6 +88,11 @@ class BrokerStub:
                 request_serializer=proto_dot_wire_dot_minibroker__pb2.DescribeGroupsRequest.SerializeToString,
                 response_deserializer=proto_dot_wire_dot_minibroker__pb2.DescribeGroupsResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/minibroker.Broker/DeleteRecords',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -179,6 +184,15 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRecords(self, request, context):
+        """KIP-107: delete the records below an offset of each partition this broker leads (its log
+        start offset moves there; -1: the high watermark), answered once the replicas on live
+        brokers followed or at timeout_ms, as Kafka's DeleteRecords.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -231,6 +245,11 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DescribeGroups,
                     request_deserializer=proto_dot_wire_dot_minibroker__pb2.DescribeGroupsRequest.FromString,
                     response_serializer=proto_dot_wire_dot_minibroker__pb2.DescribeGroupsResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteRecordsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -507,6 +526,33 @@ class Broker:
             '/minibroker.Broker/DescribeGroups',
             proto_dot_wire_dot_minibroker__pb2.DescribeGroupsRequest.SerializeToString,
             proto_dot_wire_dot_minibroker__pb2.DescribeGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/DeleteRecords',
+            proto_dot_wire_dot_minibroker__pb2.DeleteRecordsRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -88,6 +88,11 @@ class BrokerStub:
     """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
     DescribeGroups describes them; a group this broker does not hold is "Dead".
     """
+    DeleteRecords: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteRecordsRequest, _minibroker_pb2.DeleteRecordsResponse]
+    """KIP-107: delete the records below an offset of each partition this broker leads (its log
+    start offset moves there; -1: the high watermark), answered once the replicas on live
+    brokers followed or at timeout_ms, as Kafka's DeleteRecords.
+    """
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -134,6 +139,11 @@ class BrokerAsyncStub(BrokerStub):
     DescribeGroups: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.DescribeGroupsRequest, _minibroker_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
     """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
     DescribeGroups describes them; a group this broker does not hold is "Dead".
+    """
+    DeleteRecords: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteRecordsRequest, _minibroker_pb2.DeleteRecordsResponse]  # type: ignore[assignment]
+    """KIP-107: delete the records below an offset of each partition this broker leads (its log
+    start offset moves there; -1: the high watermark), answered once the replicas on live
+    brokers followed or at timeout_ms, as Kafka's DeleteRecords.
     """
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
@@ -238,6 +248,17 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_minibroker_pb2.DescribeGroupsResponse, _abc.Awaitable[_minibroker_pb2.DescribeGroupsResponse]]:
         """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
         DescribeGroups describes them; a group this broker does not hold is "Dead".
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteRecords(
+        self,
+        request: _minibroker_pb2.DeleteRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.DeleteRecordsResponse, _abc.Awaitable[_minibroker_pb2.DeleteRecordsResponse]]:
+        """KIP-107: delete the records below an offset of each partition this broker leads (its log
+        start offset moves there; -1: the high watermark), answered once the replicas on live
+        brokers followed or at timeout_ms, as Kafka's DeleteRecords.
         """
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

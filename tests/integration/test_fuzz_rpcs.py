@@ -101,6 +101,16 @@ def check_answer(method: MethodDescriptor, answer: Message | grpc.RpcError) -> N
     assert details
 
 
+def _deletes_guarded(method: MethodDescriptor, request: Message) -> bool:
+    """A well-formed DeleteRecords of the test's topic deletes its records, as asked: no
+    harm done, but the records the last test checks would be gone (it is fuzzed on every
+    other topic name; tests/integration/test_delete_records.py covers the real thing)."""
+    return method.name == "DeleteRecords" and any(
+        t.name == TP.topic
+        for t in request.topics  # type: ignore[attr-defined]
+    )
+
+
 def check_unharmed(cluster: Cluster, before: dict[str, bytes]) -> None:
     metadata = cluster.broker_stub(1).Metadata(pb.MetadataRequest(), timeout=10)
     assert [b.node_id for b in metadata.brokers] == [1]
@@ -114,7 +124,7 @@ def test_random_messages_get_an_answer_and_harm_nothing(
     before = partition_files(cluster)
 
     @settings(max_examples=EXAMPLES, suppress_health_check=[HealthCheck.too_slow])
-    @given(request=messages(method.input_type))
+    @given(request=messages(method.input_type).filter(lambda r: not _deletes_guarded(method, r)))
     def fuzz(request: Message) -> None:
         check_answer(method, call(cluster, method, request.SerializeToString()))
         check_unharmed(cluster, before)

@@ -51,7 +51,12 @@ def _rewrite_value(segment: Path, batch: int, old: bytes, new: bytes) -> None:
     segment.write_bytes(bytes(data))
 
 
-def _audit(paths: list[Path], lines: Lines | None = None) -> ChunkResult:
+def _audit(
+    paths: list[Path], lines: Lines | None = None, *, log_start: int | None = None
+) -> ChunkResult:
+    """Audit the replicas; the partition's log start is the smallest of the replicas' (from
+    their segments and ``log-start-offset-checkpoint``, as the audit job takes it) unless
+    ``log_start`` says otherwise."""
     replicas = [r for d in read_data_dirs(paths) for r in d.replicas]
     scans = [
         scan_segment(SegmentTask(i, s.base_offset, str(s.path), k == len(r.segments) - 1, s.size))
@@ -60,8 +65,17 @@ def _audit(paths: list[Path], lines: Lines | None = None) -> ChunkResult:
     ]
     logs = replica_logs(replicas, [0] * len(replicas), scans)
     summaries = [summarize(log) for log in logs]
+    if log_start is None:
+        log_start = min(s.log_start_offset for s in summaries)
     facts = PartitionFacts(
-        0, TP.topic, TP.partition, RECORDS, 0, RECORDS, tuple(s.broker for s in summaries), True
+        0,
+        TP.topic,
+        TP.partition,
+        RECORDS,
+        log_start,
+        RECORDS,
+        tuple(s.broker for s in summaries),
+        True,
     )
     low, high = -(2**63), 2**63 - 1
     spec = ChunkSpec(
@@ -134,3 +148,31 @@ def test_a_duplicated_value_and_a_lost_ack_are_found_within_the_chunk(tmp_path: 
     lost = found["lost_ack"]
     assert (lost.start, lost.key["reason"]) == (50, "replaced")
     assert lost.first["line"] == 51  # the ack of offset 50 is line 51 of these lines
+
+
+def test_records_deleted_below_the_log_start_offset_are_not_lost(tmp_path: Path) -> None:
+    """DeleteRecords moved every replica's log start offset to 45, inside a batch, and
+    retention removed the segments wholly below it: the acks below 45 are deleted, not lost,
+    as the replicas' ``log-start-offset-checkpoint`` says."""
+    dirs = {
+        b: BrokerDataDir(tmp_path / f"b{b}", b, LogConfig(segment_bytes=700)) for b in (1, 2, 3)
+    }
+    dirs[1].produce(TP, [f"v{i}" for i in range(RECORDS)], epoch=0, per_batch=10)
+    for b in (2, 3):
+        dirs[b].replicate(TP, dirs[1])
+    for d in dirs.values():
+        log = d.log(TP)
+        assert log.maybe_increment_log_start_offset(45)
+        assert log.delete_old_segments(RECORDS, now_ms=0) > 0
+        assert log.segments[0].base_offset < 45
+        d.high_watermarks[TP] = RECORDS
+        d.close()
+    paths = [dirs[b].path for b in (1, 2, 3)]
+    assert "t 0 45" in (paths[0] / "log-start-offset-checkpoint").read_text().splitlines()
+    acks = _acks(list(range(RECORDS)), [f"v{i}" for i in range(RECORDS)])
+    result = _audit(paths, acks)
+    assert result.runs == []
+    assert result.acked_checked == RECORDS - 45
+    # Without the checkpoint the acks of the deleted segments would count as lost.
+    found = {r.kind for r in _audit(paths, acks, log_start=0).runs}
+    assert "lost_ack" in found

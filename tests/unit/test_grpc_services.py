@@ -13,7 +13,8 @@ import pytest
 
 from broker.coordinator.group_coordinator import GroupCoordinator, coordinator_for
 from broker.coordinator.producer_id_manager import ProducerIdManager
-from broker.grpc_listener.services import BrokerService, MalformedRequestError
+from broker.grpc_listener.guarded_call import MalformedRequestError
+from broker.grpc_listener.services import BrokerService
 from broker.metadata_cache import MetadataCache
 from broker.replication.replica_manager import ReplicaManager
 from proto.wire import minibroker_pb2 as pb

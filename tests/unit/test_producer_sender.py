@@ -261,6 +261,11 @@ class FakeBroker(pb_grpc.BrokerServicer):
     ) -> pb.DescribeGroupsResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
 
+    async def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteRecordsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+
     def batches(self) -> list[tuple[TopicPartition, bytes]]:
         """Every batch received, in arrival order."""
         return [

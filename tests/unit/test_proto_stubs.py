@@ -61,6 +61,7 @@ def test_services_are_complete() -> None:
         "InitProducerId",
         "ListGroups",
         "DescribeGroups",
+        "DeleteRecords",
     }
     assert set(services["Control"].methods_by_name) == {
         "LeaderAndIsr",

@@ -243,6 +243,11 @@ class LeaderServicer(pb_grpc.BrokerServicer):
     ) -> pb.DescribeGroupsResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
 
+    async def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteRecordsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
+
 
 def _count(request: pb.FetchRequest) -> int:
     return sum(len(topic.partitions) for topic in request.topics)
@@ -917,3 +922,27 @@ def test_idle_fetcher_sends_nothing_and_shutdown_survives_cancellation(tmp_path:
         assert not fetcher.running
 
     run(scenario)
+
+
+def test_the_follower_follows_the_leaders_log_start_offset_and_reports_it(tmp_path: Path) -> None:
+    """DeleteRecords on the leader: the follower raises its log start offset to the one in
+    the fetch response (inside a batch it already holds) and its next fetch reports it, which
+    is what the leader's low watermark is made of."""
+    leader = leader_partition(tmp_path)
+    produce(leader, b"m0", b"m1", b"m2", b"m3", b"m4")
+    follower = follower_partition(tmp_path)
+
+    async def scenario(stack: contextlib.AsyncExitStack) -> None:
+        servicer, _, port = await start_leader(stack, leader)
+        start_fetcher(stack, port, config(LE), {TP: follower})
+        await eventually(lambda: leader.high_watermark == 5)
+        assert leader.delete_records_on_leader(3) == 3
+        assert leader.low_watermark_if_leader(lambda _: True) == 0  # the follower's, still
+        produce(leader, b"m5", servicer=servicer)  # the long poll answers at once
+        await eventually(lambda: follower.log.log_start_offset == 3)
+        await eventually(lambda: leader.low_watermark_if_leader(lambda _: True) == 3)
+
+    run(scenario)
+    assert follower.log.epoch_cache.entries()[0].start_offset == 3
+    with pytest.raises(errors.OffsetOutOfRangeError):
+        follower.log.read(2, 1000)

@@ -1,0 +1,87 @@
+"""The gRPC ``Control`` service of proto/wire/minibroker.proto: the requests a controller
+sends a broker (LeaderAndIsr, UpdateMetadata, StopReplica), and ControlledShutdown, which
+brokers send to the active controller. Only brokers may call it (``super.users`` with TLS);
+it translates each request into a call on the :class:`ReplicaManager` or the controller."""
+
+from __future__ import annotations
+
+import grpc
+
+from broker.grpc_listener.authorizer import ClusterAuthorizer
+from broker.grpc_listener.guarded_call import guarded
+from broker.replication.replica_manager import ReplicaManager
+from controller.kafka_controller import KafkaController
+from proto import errors
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
+
+__all__ = ["ControlService"]
+
+
+class ControlService(pb_grpc.ControlServicer):
+    """LeaderAndIsr, UpdateMetadata and StopReplica from the controller; ControlledShutdown
+    from brokers to this broker's controller, when it is the active one."""
+
+    def __init__(
+        self,
+        replica_manager: ReplicaManager,
+        controller: KafkaController | None = None,
+        authorizer: ClusterAuthorizer | None = None,
+    ) -> None:
+        self.replica_manager = replica_manager
+        self.controller = controller
+        """This broker's controller candidate: ControlledShutdown goes to it when active."""
+        self.authorizer = authorizer or ClusterAuthorizer(replica_manager.broker_id, enabled=False)
+        """Every control request only from a broker (``super.users``)."""
+
+    async def LeaderAndIsr(
+        self, request: pb.LeaderAndIsrRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.LeaderAndIsrResponse:
+        await self.authorizer.authorize_cluster_action(context, "LeaderAndIsr")
+        return await guarded(
+            context, "LeaderAndIsr", lambda: self.replica_manager.become_leader_or_follower(request)
+        )
+
+    async def UpdateMetadata(
+        self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.UpdateMetadataResponse:
+        await self.authorizer.authorize_cluster_action(context, "UpdateMetadata")
+        return await guarded(
+            context, "UpdateMetadata", lambda: self.replica_manager.update_metadata(request)
+        )
+
+    async def StopReplica(
+        self, request: pb.StopReplicaRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.StopReplicaResponse:
+        await self.authorizer.authorize_cluster_action(context, "StopReplica")
+        return await guarded(
+            context, "StopReplica", lambda: self.replica_manager.stop_replicas(request)
+        )
+
+    async def ControlledShutdown(
+        self,
+        request: pb.ControlledShutdownRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.ControlledShutdownResponse:
+        await self.authorizer.authorize_cluster_action(
+            context, "ControlledShutdown", as_broker=request.broker_id
+        )
+        if self.controller is None or not self.controller.is_active:
+            return pb.ControlledShutdownResponse(
+                error_code=pb.NOT_CONTROLLER,
+                error_message=f"broker is not the controller (controller is "
+                f"{self.replica_manager.metadata_cache.controller_id})",
+            )
+        try:
+            remaining = await self.controller.controlled_shutdown(
+                request.broker_id, request.broker_epoch
+            )
+        except errors.BrokerResponseError as err:
+            return pb.ControlledShutdownResponse(
+                error_code=ErrorCode.ValueType(err.code), error_message=str(err)
+            )
+        response = pb.ControlledShutdownResponse(error_code=pb.NONE)
+        for tp in remaining:
+            response.remaining_partitions.add(topic_name=tp.topic, partition_index=tp.partition)
+        return response
