@@ -241,6 +241,8 @@ class GroupApis:
                     codes[tp] = code
                 elif problem is not None or part.committed_offset < 0:
                     codes[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION if problem is None else problem
+                elif self.metadata_cache.partition(tp) is None:
+                    codes[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION  # Kafka's: no such partition
                 elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
                     codes[tp] = OFFSET_METADATA_TOO_LARGE
                 else:
