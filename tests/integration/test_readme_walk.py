@@ -38,7 +38,8 @@ def test_the_readme_walk_runs_against_a_cluster(
 ) -> None:
     shell, python = walk_blocks()
     commands = [line for line in shell.splitlines() if line and not line.startswith("#")]
-    assert commands and all(c.startswith("minibroker ") for c in commands)
+    assert commands
+    assert all(c.startswith("minibroker ") for c in commands)
     with running_cluster(zk_client, zk_connect, tmp_path, overrides=KAFKA_PORT_FREE) as cluster:
         cluster.wait_for_controller()
         for command in commands:
