@@ -88,6 +88,15 @@ class BrokerStub:
     """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
     DescribeGroups describes them; a group this broker does not hold is "Dead".
     """
+    DeleteGroups: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteGroupsRequest, _minibroker_pb2.DeleteGroupsResponse]
+    """Delete groups without live members (of Kafka's clients or minibroker's ZooKeeper
+    consumer) and their committed offsets, as Kafka's DeleteGroups; asked of each group's
+    coordinator (NOT_COORDINATOR elsewhere, the coordinator_id of DescribeGroups names it).
+    """
+    DeleteGroupOffsets: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteGroupOffsetsRequest, _minibroker_pb2.DeleteGroupOffsetsResponse]
+    """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
+    per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
+    """
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -134,6 +143,15 @@ class BrokerAsyncStub(BrokerStub):
     DescribeGroups: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.DescribeGroupsRequest, _minibroker_pb2.DescribeGroupsResponse]  # type: ignore[assignment]
     """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
     DescribeGroups describes them; a group this broker does not hold is "Dead".
+    """
+    DeleteGroups: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteGroupsRequest, _minibroker_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
+    """Delete groups without live members (of Kafka's clients or minibroker's ZooKeeper
+    consumer) and their committed offsets, as Kafka's DeleteGroups; asked of each group's
+    coordinator (NOT_COORDINATOR elsewhere, the coordinator_id of DescribeGroups names it).
+    """
+    DeleteGroupOffsets: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteGroupOffsetsRequest, _minibroker_pb2.DeleteGroupOffsetsResponse]  # type: ignore[assignment]
+    """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
+    per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
     """
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
@@ -238,6 +256,27 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_minibroker_pb2.DescribeGroupsResponse, _abc.Awaitable[_minibroker_pb2.DescribeGroupsResponse]]:
         """Those groups' states, protocols and members (client id, host, assignment), as Kafka's
         DescribeGroups describes them; a group this broker does not hold is "Dead".
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteGroups(
+        self,
+        request: _minibroker_pb2.DeleteGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.DeleteGroupsResponse, _abc.Awaitable[_minibroker_pb2.DeleteGroupsResponse]]:
+        """Delete groups without live members (of Kafka's clients or minibroker's ZooKeeper
+        consumer) and their committed offsets, as Kafka's DeleteGroups; asked of each group's
+        coordinator (NOT_COORDINATOR elsewhere, the coordinator_id of DescribeGroups names it).
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteGroupOffsets(
+        self,
+        request: _minibroker_pb2.DeleteGroupOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.DeleteGroupOffsetsResponse, _abc.Awaitable[_minibroker_pb2.DeleteGroupOffsetsResponse]]:
+        """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
+        per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
         """
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

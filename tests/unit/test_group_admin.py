@@ -222,6 +222,113 @@ def test_delete_refuses_groups_with_members_of_either_kind_and_unknown_groups() 
     run(main())
 
 
+class _GatedConsumers(_Consumers):
+    """A ``/consumers`` whose group deletion waits at a gate, as a ZooKeeper round trip
+    would: what arrives meanwhile is what a real deletion races with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleting = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def delete_consumer_group(self, group: str) -> bool:
+        self.deleting.set()
+        await self.gate.wait()
+        return await super().delete_consumer_group(group)
+
+
+def gated_admin() -> tuple[GroupAdmin, _GatedConsumers]:
+    a, _ = admin()
+    zk = _GatedConsumers()
+    a.zk = cast(KafkaZkClient, zk)
+    return a, zk
+
+
+async def join(a: GroupAdmin, group: str) -> int:
+    joined = await a.coordinator.join_group(
+        group,
+        "",
+        group_instance_id=None,
+        client_id="rdkafka",
+        client_host="/127.0.0.1",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        protocol_type="consumer",
+        protocols=[("range", subscription("orders"))],
+    )
+    return joined.error_code
+
+
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+def test_a_group_being_deleted_is_dead_joins_and_commits_are_refused_until_it_is_gone() -> None:
+    """Kafka's handleDeleteGroups marks the group Dead before removing its offsets: a
+    JoinGroup, a commit, an OffsetDelete or a second DeleteGroups arriving meanwhile cannot
+    land in the half-deleted group."""
+
+    async def main() -> None:
+        a, zk = gated_admin()
+        zk.add("left", [TP, OTHER])
+        deletion = asyncio.create_task(a.delete_group("left"))
+        await zk.deleting.wait()
+        assert await join(a, "left") == COORDINATOR_NOT_AVAILABLE
+        assert a.coordinator.check_commit("left", -1, "") == COORDINATOR_NOT_AVAILABLE
+        assert a.coordinator.heartbeat("left", 1, "m") == COORDINATOR_NOT_AVAILABLE
+        assert a.coordinator.leave_group("left", ["m"]) == [COORDINATOR_NOT_AVAILABLE]
+        assert (await a.delete_offsets("left", [TP])).error_code == GROUP_ID_NOT_FOUND
+        assert await a.delete_group("left") == GROUP_ID_NOT_FOUND
+        _, listed = await a.list_groups()
+        assert [(g.group_id, g.state) for g in listed] == [("left", GroupState.EMPTY)]
+        assert zk.offsets["left"] == {TP: 5, OTHER: 5}  # nothing deleted yet
+        zk.gate.set()
+        assert await deletion == NONE
+        assert "left" not in zk.offsets
+        assert not a.coordinator.deleting("left")
+        # Gone: the group id is free again, as in Kafka.
+        assert a.coordinator.check_commit("left", -1, "") == NONE
+        assert await join(a, "left") == NONE
+
+    run(main())
+
+
+def test_a_deletion_waits_for_the_commits_checked_before_it_then_deletes_them_too() -> None:
+    async def main() -> None:
+        a, zk = gated_admin()
+        zk.gate.set()
+        zk.add("left", [TP])
+        assert a.coordinator.check_commit("left", -1, "") == NONE
+        with a.coordinator.committing("left"):
+            deletion = asyncio.create_task(a.delete_group("left"))
+            for _ in range(5):  # let the deletion run as far as it can
+                await asyncio.sleep(0)
+            assert not deletion.done()
+            assert not zk.deleting.is_set()
+            zk.add("left", [OTHER])  # the commit's write lands
+        assert await deletion == NONE
+        assert "left" not in zk.offsets
+
+    run(main())
+
+
+def test_a_failed_deletion_leaves_the_group_usable() -> None:
+    async def main() -> None:
+        a, zk = gated_admin()
+        zk.add("left", [TP])
+
+        async def refused(group: str) -> bool:
+            from kazoo.exceptions import NotEmptyError
+
+            raise NotEmptyError()
+
+        zk.delete_consumer_group = refused  # type: ignore[method-assign]
+        assert await a.delete_group("left") == NON_EMPTY_GROUP
+        assert not a.coordinator.deleting("left")
+        assert await join(a, "left") == NONE
+
+    run(main())
+
+
 def test_offset_delete_spares_the_topics_the_members_subscribe_to() -> None:
     async def main() -> None:
         a, zk = admin()
