@@ -85,9 +85,10 @@ def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
 
 def coordinator_of(group_id: str, metadata_cache: MetadataCache) -> int | None:
     """The coordinator of ``group_id`` by this broker's metadata: :func:`coordinator_for`
-    over the live brokers that run a Kafka listener."""
+    over the live brokers that run a Kafka listener, or over every live broker where none
+    does (a TLS cluster: its ZooKeeper groups are still deleted at a coordinator)."""
     brokers = [b.broker_id for b in metadata_cache.brokers() if b.kafka_endpoint]
-    return coordinator_for(group_id, brokers)
+    return coordinator_for(group_id, brokers or [b.broker_id for b in metadata_cache.brokers()])
 
 
 class GroupState(enum.Enum):

@@ -28,12 +28,14 @@ from broker.coordinator.group_coordinator import (
     GroupState,
     coordinator_for,
 )
+from broker.grpc_listener.group_rpcs import GroupRpcs
 from broker.kafka_listener.group_apis import GROUP_VERSIONS, GroupApis
 from broker.kafka_listener.messages import build
 from broker.kafka_listener.wire_request import KafkaRequest
 from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.zk_client import BrokerZkClient
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.znodes import BrokerInfo, encode_consumer_subscription
 from tests.unit.test_group_coordinator import consumer_assignment
@@ -327,6 +329,65 @@ def test_a_failed_deletion_leaves_the_group_usable() -> None:
         assert await join(a, "left") == NONE
 
     run(main())
+
+
+def test_the_grpc_door_deletes_at_the_coordinator_only_with_the_kafka_listeners_checks() -> None:
+    """DeleteGroups and DeleteGroupOffsets of the gRPC Broker service: GroupAdmin's answers,
+    NOT_COORDINATOR for a group another broker coordinates, UNKNOWN_TOPIC_OR_PARTITION for a
+    partition the metadata does not know (as the Kafka listener's OffsetDelete)."""
+    mine = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, [1, 2]) == 1)
+    theirs = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, [1, 2]) == 2)
+    nobody = next(g for g in (f"n{i}" for i in range(100)) if coordinator_for(g, [1, 2]) == 1)
+
+    async def main() -> None:
+        a, zk = admin()
+        a.metadata_cache.update(
+            controller_id=1,
+            controller_epoch=1,
+            brokers=[BrokerInfo(b, "h", 9090, kafka_endpoint=("h", 19090 + b)) for b in (1, 2)],
+            partitions={TP: PartitionInfo(1, 0, (1,), (1,))},
+        )
+        rpcs = GroupRpcs(1, a.metadata_cache, a.coordinator, a)
+        zk.add(mine, [TP])
+        zk.add(theirs, [TP])
+        request = pb.DeleteGroupOffsetsRequest(group_id=mine)
+        request.topics.add(name="orders", partitions=[0, 7])
+        answer = await rpcs.delete_group_offsets(request)
+        assert answer.error_code == pb.NONE
+        assert [
+            (t.name, p.partition_index, p.error_code) for t in answer.topics for p in t.partitions
+        ] == [
+            ("orders", 7, pb.UNKNOWN_TOPIC_OR_PARTITION),
+            ("orders", 0, pb.NONE),
+        ]
+        assert zk.offsets[mine] == {}
+        request.group_id = nobody
+        missing = await rpcs.delete_group_offsets(request)
+        assert (missing.error_code, list(missing.topics)) == (pb.GROUP_ID_NOT_FOUND, [])
+        deleted = await rpcs.delete_groups(pb.DeleteGroupsRequest(groups=[mine, theirs, mine]))
+        assert [(r.group_id, r.error_code) for r in deleted.results] == [
+            (mine, pb.NONE),
+            (theirs, pb.NOT_COORDINATOR),
+        ]
+        assert set(zk.offsets) == {theirs}
+        without = GroupRpcs(1, a.metadata_cache, a.coordinator, None)
+        unavailable = await without.delete_groups(pb.DeleteGroupsRequest(groups=[mine]))
+        assert unavailable.results[0].error_code == pb.COORDINATOR_NOT_AVAILABLE
+
+    run(main())
+
+
+def test_without_kafka_listeners_every_broker_may_coordinate_the_zookeeper_groups() -> None:
+    a, zk = admin()
+    a.metadata_cache.update(
+        controller_id=1,
+        controller_epoch=1,
+        brokers=[BrokerInfo(b, "h", 9090 + b) for b in (1, 2)],
+        partitions={},
+    )
+    mine = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, [1, 2]) == 1)
+    zk.add(mine, [TP])
+    assert run(a.delete_group(mine)) == NONE
 
 
 def test_offset_delete_spares_the_topics_the_members_subscribe_to() -> None:
