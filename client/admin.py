@@ -688,13 +688,6 @@ class AdminClient(AsyncClosing):
             f"commit the offsets of {group}", lambda zk: zk.commit_consumer_offsets(group, offsets)
         )
 
-    async def delete_consumer_group(self, group: str) -> bool:
-        """Delete ``/consumers/<group>`` and all it holds; False if it did not exist
-        (:meth:`~proto.zk.kafka_zk_client.KafkaZkClient.delete_consumer_group`)."""
-        return bool(
-            await self._guarded(f"delete group {group}", lambda zk: zk.delete_consumer_group(group))
-        )
-
     async def list_topics(self) -> list[str]:
         """Every topic the brokers know, sorted."""
         cluster = await self._metadata.refresh(None)

@@ -20,7 +20,8 @@ and has no ``ids``.
   and the owner (its consumer id, and for a Kafka client its host and client id), as
   ``kafka-consumer-groups --describe`` prints them;
 - delete: the committed offsets (all of ``/consumers/<g>``) of a group without live
-  members, as Kafka's DeleteGroups;
+  members, or those of some partitions (``--delete-offsets``): Kafka's DeleteGroups and
+  OffsetDelete, asked of the group's coordinator (the brokers' code does the checks);
 - reset: a plan of new offsets (earliest, latest, an offset, a shift, the current ones),
   written only with ``execute``, and only while the group has no live member of either
   kind: a running consumer would overwrite them with its next commit (Kafka: "Assignments
@@ -41,14 +42,19 @@ does the reading and writing through an :class:`~client.admin.AdminClient`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
+
+import grpc
 
 from client.admin import EARLIEST, LATEST, AdminClient, BrokerGroups, ConsumerGroupDescription
 from client.group import group_name_problem
-from client.metadata import ClientError
+from client.metadata import BrokerNode, ClientError
 from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.wire.minibroker_pb2 import ErrorCode
 from proto.zk.znodes import (
     CONSUMERS_PATH,
     CommittedOffset,
@@ -74,6 +80,11 @@ ZOOKEEPER = "zookeeper"
 KAFKA = "kafka"
 
 Warn = Callable[[str], None]
+_Answer = TypeVar("_Answer")
+COORDINATOR_ATTEMPTS = 5
+"""How often a group's coordinator is looked for and asked before giving up."""
+COORDINATOR_BACKOFF_S = 0.3
+"""The wait before the second attempt (then twice, three times that...)."""
 
 
 class Owner(NamedTuple):
@@ -413,21 +424,105 @@ class ConsumerGroupService:
         await self._admin.commit_consumer_offsets(group, plan)
 
     async def delete_group(self, group: str) -> None:
-        """Delete a group that has no live member of either kind: its committed offsets
-        and all of ``/consumers/<g>``, as the brokers' DeleteGroups does
-        (``broker/coordinator/group_admin.py``). ClientError for a group that does not
-        exist, has members, or could not be checked on every broker."""
-        description = await self.describe_group(group)
-        if description.active:
-            raise ClientError(f"Group '{group}' could not be deleted due to: NON_EMPTY_GROUP")
-        if description.unanswered:
-            raise ClientError(
-                f"cannot tell whether group '{group}' has live members: "
-                f"{description.unanswered[0]}; the group was not deleted"
+        """Delete a group without live members of either kind, and its committed offsets
+        (all of ``/consumers/<g>``): the DeleteGroups RPC at the group's coordinator, the
+        brokers' DeleteGroups (``broker/coordinator/group_admin.py``), which checks for
+        members. ClientError with Kafka's error name (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
+        _group_root(group)
+        request = pb.DeleteGroupsRequest(groups=[group])
+        response = await self._at_coordinator(
+            group,
+            lambda stub, timeout: stub.DeleteGroups(request, timeout=timeout),
+            lambda r: r.results[0].error_code if r.results else ErrorCode.INVALID_REQUEST,
+        )
+        code = response.results[0].error_code
+        if code != ErrorCode.NONE:
+            raise ClientError(f"Group '{group}' could not be deleted due to: {_name(code)}")
+
+    async def delete_offsets(
+        self, group: str, topics: Mapping[str, list[int] | None]
+    ) -> tuple[int, dict[TopicPartition, int]]:
+        """Delete the group's committed offsets of ``topics`` (topic -> partitions, None for
+        all of them; Kafka's ``--delete-offsets``): the DeleteGroupOffsets RPC at the
+        group's coordinator, the brokers' OffsetDelete. The group's error code (NONE, or
+        INVALID_GROUP_ID, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) and each partition's
+        (GROUP_SUBSCRIBED_TO_TOPIC for a topic a live member subscribes to); a topic no
+        broker knows is partition -1, UNKNOWN_TOPIC_OR_PARTITION, as Kafka's tool shows it."""
+        _group_root(group)
+        codes: dict[TopicPartition, int] = {}
+        wanted: list[TopicPartition] = []
+        whole = sorted(t for t, chosen in topics.items() if chosen is None)
+        known = {t.name: t for t in await self._admin.describe_topics(None)} if whole else {}
+        for topic, chosen in topics.items():
+            if chosen is not None:
+                wanted += [TopicPartition(topic, p) for p in chosen]
+            elif topic in known:
+                wanted += [TopicPartition(topic, p) for p in sorted(known[topic].partitions)]
+            else:
+                codes[TopicPartition(topic, -1)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        request = pb.DeleteGroupOffsetsRequest(group_id=group)
+        for topic in dict.fromkeys(tp.topic for tp in wanted):
+            request.topics.add(
+                name=topic, partitions=[tp.partition for tp in wanted if tp.topic == topic]
             )
-        if not await self._admin.delete_consumer_group(group):
-            # Only held by a coordinator, with no offsets: nothing of it is kept.
-            raise ClientError(f"Group '{group}' could not be deleted due to: GROUP_ID_NOT_FOUND")
+        response = await self._at_coordinator(
+            group,
+            lambda stub, timeout: stub.DeleteGroupOffsets(request, timeout=timeout),
+            lambda r: r.error_code,
+        )
+        for t in response.topics:
+            for p in t.partitions:
+                codes[TopicPartition(t.name, p.partition_index)] = p.error_code
+        return response.error_code, codes
+
+    async def _at_coordinator(
+        self,
+        group: str,
+        call: Callable[[pb_grpc.BrokerAsyncStub, float], Awaitable[_Answer]],
+        error_of: Callable[[_Answer], int],
+    ) -> _Answer:
+        """``call`` at the group's coordinator, found as ``describe_group`` finds it (the
+        coordinator DescribeGroups names); asked again, up to :data:`COORDINATOR_ATTEMPTS`
+        times, while the answer is NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE (the
+        coordinator moved, or is busy deleting the group), as Kafka's admin client does."""
+        timeout = self._admin.connections.request_timeout_s
+        why = "no attempt"
+        for attempt in range(COORDINATOR_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(COORDINATOR_BACKOFF_S * attempt)
+            node = await self._coordinator(group)
+            stub = pb_grpc.BrokerStub(self._admin.connections.channel(node.address))
+            try:
+                answer = await call(stub, timeout)
+            except grpc.aio.AioRpcError as e:
+                why = f"coordinator {node.node_id} at {node.address}: {e.code().name.lower()}"
+                continue
+            code = error_of(answer)
+            if code not in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                return answer
+            why = f"coordinator {node.node_id} at {node.address}: {_name(code)}"
+        raise ClientError(f"cannot reach the coordinator of group '{group}': {why}")
+
+    async def _coordinator(self, group: str) -> BrokerNode:
+        """The group's coordinator, as the first broker that answers DescribeGroups names it."""
+        cluster = await self._admin.describe_cluster()
+        by_id = {b.node_id: b for b in cluster.brokers}
+        request = pb.DescribeGroupsRequest(groups=[group])
+        why = "no live broker"
+        for node in cluster.brokers:
+            stub = pb_grpc.BrokerStub(self._admin.connections.channel(node.address))
+            try:
+                response = await stub.DescribeGroups(
+                    request, timeout=self._admin.connections.request_timeout_s
+                )
+            except grpc.aio.AioRpcError as e:
+                why = f"broker {node.node_id} at {node.address}: {e.code().name.lower()}"
+                continue
+            coordinator = by_id.get(response.groups[0].coordinator_id) if response.groups else None
+            if coordinator is not None:
+                return coordinator
+            why = f"broker {node.node_id} names no coordinator"
+        raise ClientError(f"cannot find the coordinator of group '{group}': {why}")
 
     async def _admin_partitions(
         self, topics: Iterable[str], *, strict: bool
@@ -473,6 +568,14 @@ def _kafka_protocol_groups(held: BrokerGroups) -> BrokerGroups:
         if (kept := [g for g in holdings if g.protocol_type])
     }
     return BrokerGroups(groups, held.errors)
+
+
+def _name(code: int) -> str:
+    """Kafka's name of an error code (``NON_EMPTY_GROUP``)."""
+    try:
+        return ErrorCode.Name(ErrorCode.ValueType(code))
+    except ValueError:
+        return f"error {code}"
 
 
 def _group_root(group: str) -> str:

@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from kazoo.exceptions import KazooException, NotEmptyError
 
 from broker.coordinator.group_coordinator import (
+    COORDINATOR_NOT_AVAILABLE,
+    GROUP_ID_NOT_FOUND,
+    NON_EMPTY_GROUP,
     NOT_COORDINATOR,
     GroupCoordinator,
     GroupDescription,
@@ -63,10 +66,7 @@ __all__ = [
     "OffsetDeletion",
 ]
 
-COORDINATOR_NOT_AVAILABLE = 15
 INVALID_GROUP_ID = 24
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
 GROUP_SUBSCRIBED_TO_TOPIC = 86
 ZOOKEEPER_GROUP_PROTOCOL = "range"
 """The assignor of minibroker's ZooKeeper consumer (:mod:`client.group`), shown as the
@@ -184,29 +184,68 @@ class GroupAdmin:
     async def delete_group(self, group_id: str) -> int:
         """Delete an empty group: its committed offsets (all of ``/consumers/<g>``) and what
         the coordinator holds of it. NON_EMPTY_GROUP while it has live members of either
-        kind, GROUP_ID_NOT_FOUND if there is nothing to delete."""
+        kind, GROUP_ID_NOT_FOUND if there is nothing to delete (or another deletion of it
+        is under way).
+
+        As Kafka's ``handleDeleteGroups``, the group is marked Dead first
+        (:meth:`GroupCoordinator.begin_delete`): a JoinGroup or OffsetCommit arriving while
+        the offsets are deleted is refused (retriable), and the commits checked before are
+        written before the deletion starts, so none lands in a half-deleted group. A
+        ZooKeeper consumer registering meanwhile is seen by the last check, or makes the
+        deletion fail (NON_EMPTY_GROUP) on the znode it adds."""
         refused = self.refusal(group_id)
         if refused is not None:
             return refused
         try:
             described = await self._describe(group_id)
-            if described.state is GroupState.DEAD:
-                return GROUP_ID_NOT_FOUND
-            if described.state is not GroupState.EMPTY:
-                return NON_EMPTY_GROUP
-            if not self.coordinator.delete_empty(group_id):
+        except _ZK_FAILURES as err:
+            self._log_failure("delete_group", group_id, err)
+            return COORDINATOR_NOT_AVAILABLE
+        if described.state is GroupState.DEAD:
+            return GROUP_ID_NOT_FOUND
+        if described.state is not GroupState.EMPTY:
+            return NON_EMPTY_GROUP
+        code = self.coordinator.begin_delete(group_id)
+        if code != pb.NONE:
+            return code
+        try:
+            await self.coordinator.commits_written(group_id)
+            if await self.zk.consumer_group_members(group_id):
                 return NON_EMPTY_GROUP
             await self.zk.delete_consumer_group(group_id)
         except NotEmptyError:
-            # A commit or a ZooKeeper member arrived while the group was being deleted.
+            # A ZooKeeper member arrived while the group was being deleted.
             return NON_EMPTY_GROUP
         except _ZK_FAILURES as err:
             self._log_failure("delete_group", group_id, err)
             return COORDINATOR_NOT_AVAILABLE
+        finally:
+            self.coordinator.end_delete(group_id)
         logger.info("event=group_deleted broker=%d group=%s", self.broker_id, group_id)
         return pb.NONE
 
     # -- OffsetDelete ------------------------------------------------------------------------
+
+    async def offset_delete(
+        self, group_id: str, partitions: Iterable[TopicPartition]
+    ) -> OffsetDeletion:
+        """An OffsetDelete request as both doors answer it (Kafka's ``KafkaApis`` checks,
+        then :meth:`delete_offsets`): a partition this broker's metadata does not know is
+        UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC for an illegal name); a group error
+        answers no partitions, as Kafka's ``getErrorResponse``."""
+        codes: dict[TopicPartition, int] = {}
+        known: list[TopicPartition] = []
+        for tp in dict.fromkeys(partitions):
+            if topic_name_problem(tp.topic) is not None:
+                codes[tp] = pb.INVALID_TOPIC
+            elif tp.partition < 0 or self.metadata_cache.partition(tp) is None:
+                codes[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                known.append(tp)
+        result = await self.delete_offsets(group_id, known)
+        if result.error_code != pb.NONE:
+            return result
+        return OffsetDeletion(pb.NONE, {**codes, **result.partitions})
 
     async def delete_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition]
@@ -221,6 +260,8 @@ class GroupAdmin:
         refused = self.refusal(group_id)
         if refused is not None:
             return OffsetDeletion(refused, {})
+        if self.coordinator.deleting(group_id):
+            return OffsetDeletion(GROUP_ID_NOT_FOUND, {})  # Kafka: the group is Dead
         try:
             described = await self._describe(group_id)
             if described.state is GroupState.DEAD:

@@ -31,7 +31,7 @@ import hashlib
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -65,6 +65,9 @@ REBALANCE_IN_PROGRESS = 27
 INCONSISTENT_GROUP_PROTOCOL = 23
 INVALID_SESSION_TIMEOUT = 26
 NOT_COORDINATOR = 16
+COORDINATOR_NOT_AVAILABLE = 15
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
 EXPIRY_CHECK_S = 0.25
 """How often members' sessions are checked (Kafka schedules a timer per heartbeat)."""
 
@@ -82,9 +85,10 @@ def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
 
 def coordinator_of(group_id: str, metadata_cache: MetadataCache) -> int | None:
     """The coordinator of ``group_id`` by this broker's metadata: :func:`coordinator_for`
-    over the live brokers that run a Kafka listener."""
+    over the live brokers that run a Kafka listener, or over every live broker where none
+    does (a TLS cluster: its ZooKeeper groups are still deleted at a coordinator)."""
     brokers = [b.broker_id for b in metadata_cache.brokers() if b.kafka_endpoint]
-    return coordinator_for(group_id, brokers)
+    return coordinator_for(group_id, brokers or [b.broker_id for b in metadata_cache.brokers()])
 
 
 class GroupState(enum.Enum):
@@ -93,7 +97,8 @@ class GroupState(enum.Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
-    """Only in descriptions: no such group here (Kafka's answer for an unknown group)."""
+    """No such group here (Kafka's answer for an unknown group), or a group being deleted
+    (:meth:`GroupCoordinator.begin_delete`): held Dead until its offsets are gone."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +229,8 @@ class GroupCoordinator:
         """Kafka's ``group.max.session.timeout.ms``."""
         self.groups: dict[str, _Group] = {}
         self._expiry: asyncio.Task[None] | None = None
+        self._writes: dict[str, set[asyncio.Future[None]]] = {}
+        """Group id -> the OffsetCommits being written (:meth:`committing`)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -264,17 +271,53 @@ class GroupCoordinator:
             _cancel_waiter(member.syncing, SyncResult(NOT_COORDINATOR))
         self._log("group_moved_away", group)
 
-    def delete_empty(self, group_id: str) -> bool:
-        """Drop ``group_id`` if it is held without members (DeleteGroups); False if it has
-        members (a JoinGroup got in first)."""
-        group = self.groups.get(group_id)
-        if group is None:
-            return True
+    def begin_delete(self, group_id: str) -> int:
+        """Mark ``group_id`` Dead for DeleteGroups (Kafka's ``handleDeleteGroups`` does it
+        before removing the offsets): until :meth:`end_delete`, JoinGroup, SyncGroup,
+        Heartbeat, LeaveGroup and OffsetCommit are answered COORDINATOR_NOT_AVAILABLE, which
+        Kafka's clients retry, so nobody joins or commits into a half-deleted group.
+        NON_EMPTY_GROUP if it has members (a JoinGroup got in first), GROUP_ID_NOT_FOUND if
+        another deletion holds it Dead."""
+        group = self.groups.setdefault(group_id, _Group(group_id))
         if group.state is not GroupState.EMPTY:
-            return False
-        del self.groups[group_id]
-        self._log("group_deleted", group)
-        return True
+            return GROUP_ID_NOT_FOUND if group.state is GroupState.DEAD else NON_EMPTY_GROUP
+        group.state = GroupState.DEAD
+        self._log("group_dead", group, reason="'deleting'")
+        return pb.NONE
+
+    async def commits_written(self, group_id: str) -> None:
+        """Wait for the writes of the commits checked before ``group_id`` was marked Dead
+        (no commit is let through after)."""
+        pending = list(self._writes.get(group_id, ()))
+        if pending:
+            await asyncio.wait(pending)
+
+    def end_delete(self, group_id: str) -> None:
+        """Forget the group marked Dead by :meth:`begin_delete` (its offsets are gone, or
+        the deletion failed and it is Empty again to whoever asks next)."""
+        group = self.groups.get(group_id)
+        if group is not None and group.state is GroupState.DEAD:
+            del self.groups[group_id]
+            self._log("group_deleted", group)
+
+    @contextlib.contextmanager
+    def committing(self, group_id: str) -> Iterator[None]:
+        """Around the write of an OffsetCommit that :meth:`check_commit` let through."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        writes = self._writes.setdefault(group_id, set())
+        writes.add(done)
+        try:
+            yield
+        finally:
+            writes.discard(done)
+            if not writes:
+                del self._writes[group_id]
+            done.set_result(None)
+
+    def deleting(self, group_id: str) -> bool:
+        """Whether ``group_id`` is marked Dead, being deleted."""
+        group = self.groups.get(group_id)
+        return group is not None and group.state is GroupState.DEAD
 
     # -- JoinGroup ---------------------------------------------------------------------------
 
@@ -295,6 +338,9 @@ class GroupCoordinator:
         away), the member stays until its session expires, as in Kafka."""
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+        if self.deleting(group_id):
+            # Kafka: "some other thread has just removed the group"; the member retries.
+            return JoinResult(COORDINATOR_NOT_AVAILABLE, member_id)
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
@@ -458,6 +504,8 @@ class GroupCoordinator:
         self, group_id: str, generation_id: int, member_id: str, assignments: Mapping[str, bytes]
     ) -> SyncResult:
         """The member's assignment, once the leader has sent them all."""
+        if self.deleting(group_id):
+            return SyncResult(COORDINATOR_NOT_AVAILABLE)
         group = self.groups.get(group_id)
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
@@ -494,6 +542,8 @@ class GroupCoordinator:
     # -- Heartbeat, LeaveGroup, commits ------------------------------------------------------
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> int:
+        if self.deleting(group_id):
+            return COORDINATOR_NOT_AVAILABLE
         group = self.groups.get(group_id)
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
@@ -507,6 +557,8 @@ class GroupCoordinator:
 
     def leave_group(self, group_id: str, member_ids: list[str]) -> list[int]:
         """Each member's error code: it leaves, and the others rebalance at once."""
+        if self.deleting(group_id):
+            return [COORDINATOR_NOT_AVAILABLE] * len(member_ids)
         group = self.groups.get(group_id)
         codes = []
         for member_id in member_ids:
@@ -520,7 +572,10 @@ class GroupCoordinator:
     def check_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
         """May this commit be written? Kafka's ``doCommitOffsets`` checks: a commit from
         outside the group (generation -1, no member id: a consumer that ``assign()``s) only
-        while the group has no members."""
+        while the group has no members; none while it is Dead (being deleted). A commit let
+        through is written inside :meth:`committing`."""
+        if self.deleting(group_id):
+            return COORDINATOR_NOT_AVAILABLE
         group = self.groups.get(group_id)
         if generation_id < 0 and not member_id:
             if group is None or group.state is GroupState.EMPTY:
@@ -546,7 +601,7 @@ class GroupCoordinator:
         return [
             GroupOverview(g.group_id, g.protocol_type or "", g.state)
             for g in sorted(self.groups.values(), key=lambda g: g.group_id)
-            if not wanted or g.state in wanted
+            if g.state is not GroupState.DEAD and (not wanted or g.state in wanted)
         ]
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:

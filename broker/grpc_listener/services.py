@@ -25,14 +25,10 @@ import grpc
 from broker.auto_topic_creation import AutoTopicCreator
 from broker.broker_metrics import RequestMetrics
 from broker.coordinator.group_admin import GroupAdmin
-from broker.coordinator.group_coordinator import (
-    GroupCoordinator,
-    GroupDescription,
-    GroupState,
-    coordinator_of,
-)
+from broker.coordinator.group_coordinator import GroupCoordinator, GroupState, coordinator_of
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.grpc_listener.authorizer import ClusterAuthorizer
+from broker.grpc_listener.group_rpcs import GroupRpcs
 from broker.grpc_listener.guarded_call import MalformedRequestError, guarded
 from broker.metadata_cache import MetadataCache
 from broker.quotas.client_quota_manager import ANONYMOUS, ClientQuotas
@@ -148,7 +144,8 @@ def _produce_response(
 
 class BrokerService(pb_grpc.BrokerServicer):
     """Produce, Fetch, OffsetsForLeaderEpoch, ListOffsets, Metadata, InitProducerId, and
-    ListGroups and DescribeGroups of the Kafka listener's group coordinator."""
+    the group RPCs of the Kafka listener's group coordinator (ListGroups here, the others in
+    :mod:`broker.grpc_listener.group_rpcs`)."""
 
     def __init__(
         self,
@@ -187,6 +184,10 @@ class BrokerService(pb_grpc.BrokerServicer):
         """ListGroups and DescribeGroups as the Kafka listener answers them (the groups this
         broker coordinates, with their offsets and ZooKeeper members); None: only the
         coordinator's own holdings (a broker without ZooKeeper, in tests)."""
+        self.group_rpcs = GroupRpcs(
+            replica_manager.broker_id, metadata_cache, self.group_coordinator, group_admin
+        )
+        """DescribeGroups, DeleteGroups and DeleteGroupOffsets."""
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
@@ -547,31 +548,25 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def DescribeGroups(
         self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.DescribeGroupsResponse:
-        return await guarded(context, "DescribeGroups", lambda: self._describe_groups(request))
+        return await guarded(
+            context, "DescribeGroups", lambda: self.group_rpcs.describe_groups(request)
+        )
 
-    async def _describe_groups(
-        self, request: pb.DescribeGroupsRequest
-    ) -> pb.DescribeGroupsResponse:
-        response = pb.DescribeGroupsResponse()
-        for group_id in request.groups:
-            if topic_name_problem(group_id, "group") is not None:
-                response.groups.add(
-                    error_code=pb.INVALID_REQUEST, group_id=group_id, coordinator_id=-1
-                )
-                continue
-            coordinator = coordinator_of(group_id, self.metadata_cache)
-            found: GroupDescription | None = None
-            if self.group_admin is not None and coordinator == self.replica_manager.broker_id:
-                code, found = await self.group_admin.describe_group(group_id)
-                if code != pb.NONE:
-                    response.groups.add(error_code=code, group_id=group_id, coordinator_id=-1)
-                    continue
-            else:
-                # What this broker holds of a group coordinated elsewhere (it moved away and
-                # its members have not found the new coordinator yet), else Dead.
-                [found] = self.group_coordinator.describe_groups([group_id])
-            _add_described_group(response, found, -1 if coordinator is None else coordinator)
-        return response
+    async def DeleteGroups(
+        self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.DeleteGroupsResponse:
+        return await guarded(
+            context, "DeleteGroups", lambda: self.group_rpcs.delete_groups(request)
+        )
+
+    async def DeleteGroupOffsets(
+        self,
+        request: pb.DeleteGroupOffsetsRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.DeleteGroupOffsetsResponse:
+        return await guarded(
+            context, "DeleteGroupOffsets", lambda: self.group_rpcs.delete_group_offsets(request)
+        )
 
     async def DeleteRecords(
         self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[object, object]
@@ -601,28 +596,3 @@ class BrokerService(pb_grpc.BrokerServicer):
                     error_message=r.error_message,
                 )
         return response
-
-
-def _add_described_group(
-    response: pb.DescribeGroupsResponse, group: GroupDescription, coordinator_id: int
-) -> None:
-    entry = response.groups.add(
-        error_code=pb.NONE,
-        group_id=group.group_id,
-        group_state=group.state.value,
-        protocol_type=group.protocol_type,
-        protocol_data=group.protocol_name,
-        coordinator_id=coordinator_id,
-    )
-    for m in group.members:
-        member = entry.members.add(
-            member_id=m.member_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            member_metadata=m.metadata,
-            member_assignment=m.assignment,
-        )
-        if m.group_instance_id is not None:
-            member.group_instance_id = m.group_instance_id
-        for topic, tps in _by_topic(list(m.partitions or ())).items():
-            member.assignment.add(topic=topic, partitions=[tp.partition for tp in tps])

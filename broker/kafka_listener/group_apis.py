@@ -250,7 +250,8 @@ class GroupApis:
                     notes[tp] = metadata
         if offsets:
             try:
-                await self.zk.commit_consumer_offsets(body.group_id, offsets, notes)
+                with self.coordinator.committing(body.group_id):
+                    await self.zk.commit_consumer_offsets(body.group_id, offsets, notes)
             except ZkError as err:
                 logger.warning(
                     "event=offset_commit_failed broker=%d group=%s error=%r",
@@ -339,29 +340,19 @@ class GroupApis:
         return done({"results": results})
 
     async def offset_delete(self, request: KafkaRequest) -> Answer:
-        """KafkaApis' checks first (a partition the metadata does not know is
-        UNKNOWN_TOPIC_OR_PARTITION), then the group's (:meth:`GroupAdmin.delete_offsets`);
-        a group error answers no partitions, as Kafka's ``getErrorResponse``."""
+        """:meth:`GroupAdmin.offset_delete`, which the gRPC door shares."""
         body = request.body
-        codes: dict[TopicPartition, int] = {}
-        known: list[TopicPartition] = []
-        for topic in body.topics:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.partition_index)
-                problem = partition_problem(tp)
-                if problem is None and self.metadata_cache.partition(tp) is None:
-                    problem = pb.UNKNOWN_TOPIC_OR_PARTITION
-                if problem is None:
-                    known.append(tp)
-                else:
-                    codes[tp] = problem
-        result = await self.group_admin.delete_offsets(body.group_id, known)
+        asked = [
+            TopicPartition(topic.name, part.partition_index)
+            for topic in body.topics
+            for part in topic.partitions
+        ]
+        result = await self.group_admin.offset_delete(body.group_id, asked)
         if result.error_code != pb.NONE:
             return done({"error_code": result.error_code, "topics": []})
-        codes.update(result.partitions)
         answers = [
             (tp, {"partition_index": tp.partition, "error_code": code})
-            for tp, code in codes.items()
+            for tp, code in result.partitions.items()
         ]
         return done({"error_code": pb.NONE, "topics": per_topic(answers, "name", "partitions")})
 

@@ -1,4 +1,5 @@
-"""``minibroker consumer-groups --list | --describe | --reset-offsets`` (Kafka's
+"""``minibroker consumer-groups --list | --describe | --reset-offsets | --delete |
+--delete-offsets`` (Kafka's
 ``kafka-consumer-groups.sh``; the groups, minibroker's own ZooKeeper groups and the Kafka
 clients' groups of the brokers' coordinators, are :mod:`client.consumer_groups`).
 
@@ -9,12 +10,15 @@ clients' groups of the brokers' coordinators, are :mod:`client.consumer_groups`)
     minibroker consumer-groups --describe --group billing --members   # or --state
     minibroker consumer-groups --describe --group billing --commits   # metadata, commit time
     minibroker consumer-groups --delete --group billing    # only while nobody consumes
+    minibroker consumer-groups --delete-offsets --group billing --topic orders:0,1 --topic audit
     minibroker consumer-groups --reset-offsets --group billing --topic orders --to-earliest
     minibroker consumer-groups --reset-offsets --group billing --topic orders:0,2 \\
         --to-offset 100 --execute
 
 ``--reset-offsets`` prints the plan and changes nothing unless ``--execute`` is given, as
 Kafka does; it is refused while the group has live members of either kind.
+``--delete`` and ``--delete-offsets`` are the brokers' DeleteGroups and OffsetDelete, asked
+of the group's coordinator, which does the checks (the same code as for Kafka's clients).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from client.consumer_groups import (
 )
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition
+from proto.wire.minibroker_pb2 import ErrorCode
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,6 +67,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     action.add_argument(
         "--delete", action="store_true", help="delete a group without members, and its offsets"
     )
+    action.add_argument(
+        "--delete-offsets",
+        action="store_true",
+        help="delete the group's committed offsets of the --topic partitions (not of a topic "
+        "a live member subscribes to)",
+    )
     parser.add_argument("--group", help="the consumer group")
     view = parser.add_mutually_exclusive_group()
     view.add_argument("--members", action="store_true", help="with --describe: one line per member")
@@ -80,7 +91,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="append",
         default=[],
         metavar="TOPIC[:P,P]",
-        help="reset this topic (or only the partitions listed); repeatable",
+        help="reset (or delete the offsets of) this topic, or only the partitions listed; "
+        "repeatable",
     )
     parser.add_argument(
         "--all-topics", action="store_true", help="reset every topic the group has offsets for"
@@ -104,8 +116,12 @@ def _warn(line: str) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    if (args.describe or args.reset_offsets or args.delete) and not args.group:
-        raise ClientError("--describe, --delete and --reset-offsets need --group")
+    if (args.describe or args.reset_offsets or args.delete or args.delete_offsets) and not (
+        args.group
+    ):
+        raise ClientError("--describe, --delete, --delete-offsets and --reset-offsets need --group")
+    if args.delete_offsets and not args.topic:
+        raise ClientError("--delete-offsets needs --topic")
     if (args.members or args.state or args.commits) and not args.describe:
         raise ClientError("--members, --state and --commits go with --describe")
     async with connections(args) as conns, admin_client(args, conns) as admin:
@@ -118,6 +134,8 @@ async def _run(args: argparse.Namespace) -> int:
             # Kafka's ConsumerGroupCommand, word for word.
             print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
             return 0
+        if args.delete_offsets:
+            return await _delete_offsets(service, args.group, args.topic)
         if args.describe:
             description = await service.describe_group(args.group)
             status = describe_status(description)
@@ -149,6 +167,66 @@ async def _run(args: argparse.Namespace) -> int:
             )
     print("\n".join(format_plan(args.group, plan)))
     return 0
+
+
+async def _delete_offsets(service: ConsumerGroupService, group: str, topics: list[str]) -> int:
+    """Kafka's ``--delete-offsets`` output: a line for the group's answer, then TOPIC
+    PARTITION STATUS per partition. Exit status 1 if anything was refused (Kafka's tool
+    exits 0 and leaves it to the reader)."""
+    code, partitions = await service.delete_offsets(group, parse_topic_options(topics))
+    if code != ErrorCode.NONE and code not in _PARTITION_LEVEL:
+        why = _GROUP_ERRORS.get(code, "Encounter some unknown error: {name}")
+        raise ClientError(why.format(g=group, name=_error_name(code)))
+    refused = code != ErrorCode.NONE or any(partitions.values())
+    if refused:
+        _warn("Encounter some partition level error, see the follow-up details:")
+    else:
+        print(f"Request succeed for deleting offsets with topic {', '.join(topics)} group {group}")
+    print("\n".join(format_offset_deletion(partitions)))
+    return 1 if refused else 0
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode.Name(ErrorCode.ValueType(code))
+    except ValueError:
+        return f"error {code}"
+
+
+_PARTITION_LEVEL = {
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.INVALID_TOPIC,
+}
+_GROUP_ERRORS: dict[int, str] = {
+    ErrorCode.INVALID_GROUP_ID: "'{g}' is not valid.",
+    ErrorCode.GROUP_ID_NOT_FOUND: "'{g}' does not exist.",
+    ErrorCode.NON_EMPTY_GROUP: (
+        "Deleting offsets of a consumer group '{g}' is forbidden if the group is not empty."
+    ),
+}
+"""Kafka's ``ConsumerGroupCommand`` messages for a group's error of ``--delete-offsets``."""
+
+_PARTITION_ERRORS: dict[int, str] = {
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: (
+        "Deleting offsets of a topic is forbidden while the consumer group is actively "
+        "subscribed to it."
+    ),
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    ErrorCode.INVALID_TOPIC: "The request attempted to perform an operation on an invalid topic.",
+}
+"""Kafka's exception messages of the partition errors of OffsetDelete."""
+
+
+def format_offset_deletion(partitions: Mapping[TopicPartition, int]) -> list[str]:
+    """``--delete-offsets``' table, as Kafka's: TOPIC PARTITION STATUS (``Successful`` or
+    ``Error: <why>``; a topic no broker knows is partition ``Not Provided``)."""
+    rows = []
+    for tp, code in sorted(partitions.items()):
+        where = str(tp.partition) if tp.partition >= 0 else "Not Provided"
+        why = _PARTITION_ERRORS.get(code, _error_name(code))
+        rows.append((tp.topic, where, "Successful" if code == ErrorCode.NONE else f"Error: {why}"))
+    return _columns(("TOPIC", "PARTITION", "STATUS"), rows)
 
 
 def _reset_spec(args: argparse.Namespace) -> ResetSpec:

@@ -54,11 +54,14 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     MESSAGE_TOO_LARGE: _ErrorCode.ValueType  # 10
     STALE_CONTROLLER_EPOCH: _ErrorCode.ValueType  # 11
     NETWORK_EXCEPTION: _ErrorCode.ValueType  # 13
+    COORDINATOR_NOT_AVAILABLE: _ErrorCode.ValueType  # 15
+    NOT_COORDINATOR: _ErrorCode.ValueType  # 16
     INVALID_TOPIC: _ErrorCode.ValueType  # 17
     RECORD_LIST_TOO_LARGE: _ErrorCode.ValueType  # 18
     NOT_ENOUGH_REPLICAS: _ErrorCode.ValueType  # 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ErrorCode.ValueType  # 20
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 21
+    INVALID_GROUP_ID: _ErrorCode.ValueType  # 24
     INVALID_TIMESTAMP: _ErrorCode.ValueType  # 32
     TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 36
     INVALID_PARTITIONS: _ErrorCode.ValueType  # 37
@@ -73,6 +76,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
     REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 60
+    NON_EMPTY_GROUP: _ErrorCode.ValueType  # 68
+    GROUP_ID_NOT_FOUND: _ErrorCode.ValueType  # 69
     FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 74
     UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 75
     UNSUPPORTED_COMPRESSION_TYPE: _ErrorCode.ValueType  # 76
@@ -81,6 +86,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     PREFERRED_LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 80
     ELIGIBLE_LEADERS_NOT_AVAILABLE: _ErrorCode.ValueType  # 83
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
+    GROUP_SUBSCRIBED_TO_TOPIC: _ErrorCode.ValueType  # 86
     INVALID_RECORD: _ErrorCode.ValueType  # 87
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
@@ -101,11 +107,14 @@ REPLICA_NOT_AVAILABLE: ErrorCode.ValueType  # 9
 MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
 STALE_CONTROLLER_EPOCH: ErrorCode.ValueType  # 11
 NETWORK_EXCEPTION: ErrorCode.ValueType  # 13
+COORDINATOR_NOT_AVAILABLE: ErrorCode.ValueType  # 15
+NOT_COORDINATOR: ErrorCode.ValueType  # 16
 INVALID_TOPIC: ErrorCode.ValueType  # 17
 RECORD_LIST_TOO_LARGE: ErrorCode.ValueType  # 18
 NOT_ENOUGH_REPLICAS: ErrorCode.ValueType  # 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.ValueType  # 20
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 21
+INVALID_GROUP_ID: ErrorCode.ValueType  # 24
 INVALID_TIMESTAMP: ErrorCode.ValueType  # 32
 TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 36
 INVALID_PARTITIONS: ErrorCode.ValueType  # 37
@@ -120,6 +129,8 @@ INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
 REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 60
+NON_EMPTY_GROUP: ErrorCode.ValueType  # 68
+GROUP_ID_NOT_FOUND: ErrorCode.ValueType  # 69
 FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 74
 UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 75
 UNSUPPORTED_COMPRESSION_TYPE: ErrorCode.ValueType  # 76
@@ -128,6 +139,7 @@ OFFSET_NOT_AVAILABLE: ErrorCode.ValueType  # 78
 PREFERRED_LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 80
 ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode.ValueType  # 83
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
+GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode.ValueType  # 86
 INVALID_RECORD: ErrorCode.ValueType  # 87
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
@@ -1403,6 +1415,193 @@ class AssignedTopic(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AssignedTopic: _TypeAlias = AssignedTopic  # noqa: Y015
+
+@_typing.final
+class DeleteGroupsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUPS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        groups: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["groups", b"groups"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupsRequest: _TypeAlias = DeleteGroupsRequest  # noqa: Y015
+
+@_typing.final
+class DeleteGroupsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
+    RESULTS_FIELD_NUMBER: _builtins.int
+    throttle_time_ms: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeletedGroup]: ...
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: _builtins.int = ...,
+        results: _abc.Iterable[Global___DeletedGroup] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "throttle_time_ms", b"throttle_time_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupsResponse: _TypeAlias = DeleteGroupsResponse  # noqa: Y015
+
+@_typing.final
+class DeletedGroup(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    error_code: Global___ErrorCode.ValueType
+    """NONE, NON_EMPTY_GROUP (live members), GROUP_ID_NOT_FOUND, INVALID_GROUP_ID,
+    NOT_COORDINATOR (ask the group's coordinator), COORDINATOR_NOT_AVAILABLE (retry).
+    """
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "group_id", b"group_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeletedGroup: _TypeAlias = DeletedGroup  # noqa: Y015
+
+@_typing.final
+class DeleteGroupOffsetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeleteTopic]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetDeleteTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupOffsetsRequest: _TypeAlias = DeleteGroupOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class OffsetDeleteTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteTopic: _TypeAlias = OffsetDeleteTopic  # noqa: Y015
+
+@_typing.final
+class DeleteGroupOffsetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THROTTLE_TIME_MS_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    throttle_time_ms: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    """The group's error (as in DeletedGroup); NONE: see each partition's."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeleteTopicResult]: ...
+    def __init__(
+        self,
+        *,
+        throttle_time_ms: _builtins.int = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+        topics: _abc.Iterable[Global___OffsetDeleteTopicResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "throttle_time_ms", b"throttle_time_ms", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteGroupOffsetsResponse: _TypeAlias = DeleteGroupOffsetsResponse  # noqa: Y015
+
+@_typing.final
+class OffsetDeleteTopicResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeletePartitionResult]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___OffsetDeletePartitionResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeleteTopicResult: _TypeAlias = OffsetDeleteTopicResult  # noqa: Y015
+
+@_typing.final
+class OffsetDeletePartitionResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_INDEX_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    partition_index: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    """NONE (deleted, or there was nothing committed) or GROUP_SUBSCRIBED_TO_TOPIC."""
+    def __init__(
+        self,
+        *,
+        partition_index: _builtins.int = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "partition_index", b"partition_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OffsetDeletePartitionResult: _TypeAlias = OffsetDeletePartitionResult  # noqa: Y015
 
 @_typing.final
 class LeaderAndIsrRequest(_message.Message):

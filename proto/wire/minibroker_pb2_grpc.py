@@ -93,6 +93,16 @@ class BrokerStub:
                 request_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteRecordsRequest.SerializeToString,
                 response_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteRecordsResponse.FromString,
                 _registered_method=True)
+        self.DeleteGroups = channel.unary_unary(
+                '/minibroker.Broker/DeleteGroups',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupsRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupsResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroupOffsets = channel.unary_unary(
+                '/minibroker.Broker/DeleteGroupOffsets',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -193,6 +203,23 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteGroups(self, request, context):
+        """Delete groups without live members (of Kafka's clients or minibroker's ZooKeeper
+        consumer) and their committed offsets, as Kafka's DeleteGroups; asked of each group's
+        coordinator (NOT_COORDINATOR elsewhere, the coordinator_id of DescribeGroups names it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroupOffsets(self, request, context):
+        """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
+        per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -250,6 +277,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteRecords,
                     request_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteRecordsRequest.FromString,
                     response_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteRecordsResponse.SerializeToString,
+            ),
+            'DeleteGroups': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroups,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupsRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupsResponse.SerializeToString,
+            ),
+            'DeleteGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroupOffsets,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -553,6 +590,60 @@ class Broker:
             '/minibroker.Broker/DeleteRecords',
             proto_dot_wire_dot_minibroker__pb2.DeleteRecordsRequest.SerializeToString,
             proto_dot_wire_dot_minibroker__pb2.DeleteRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroups(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/DeleteGroups',
+            proto_dot_wire_dot_minibroker__pb2.DeleteGroupsRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.DeleteGroupsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/DeleteGroupOffsets',
+            proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

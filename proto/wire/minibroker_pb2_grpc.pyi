@@ -93,6 +93,15 @@ class BrokerStub:
     start offset moves there; -1: the high watermark), answered once the replicas on live
     brokers followed or at timeout_ms, as Kafka's DeleteRecords.
     """
+    DeleteGroups: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteGroupsRequest, _minibroker_pb2.DeleteGroupsResponse]
+    """Delete groups without live members (of Kafka's clients or minibroker's ZooKeeper
+    consumer) and their committed offsets, as Kafka's DeleteGroups; asked of each group's
+    coordinator (NOT_COORDINATOR elsewhere, the coordinator_id of DescribeGroups names it).
+    """
+    DeleteGroupOffsets: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteGroupOffsetsRequest, _minibroker_pb2.DeleteGroupOffsetsResponse]
+    """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
+    per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
+    """
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -144,6 +153,15 @@ class BrokerAsyncStub(BrokerStub):
     """KIP-107: delete the records below an offset of each partition this broker leads (its log
     start offset moves there; -1: the high watermark), answered once the replicas on live
     brokers followed or at timeout_ms, as Kafka's DeleteRecords.
+    """
+    DeleteGroups: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteGroupsRequest, _minibroker_pb2.DeleteGroupsResponse]  # type: ignore[assignment]
+    """Delete groups without live members (of Kafka's clients or minibroker's ZooKeeper
+    consumer) and their committed offsets, as Kafka's DeleteGroups; asked of each group's
+    coordinator (NOT_COORDINATOR elsewhere, the coordinator_id of DescribeGroups names it).
+    """
+    DeleteGroupOffsets: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteGroupOffsetsRequest, _minibroker_pb2.DeleteGroupOffsetsResponse]  # type: ignore[assignment]
+    """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
+    per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
     """
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
@@ -259,6 +277,27 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         """KIP-107: delete the records below an offset of each partition this broker leads (its log
         start offset moves there; -1: the high watermark), answered once the replicas on live
         brokers followed or at timeout_ms, as Kafka's DeleteRecords.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteGroups(
+        self,
+        request: _minibroker_pb2.DeleteGroupsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.DeleteGroupsResponse, _abc.Awaitable[_minibroker_pb2.DeleteGroupsResponse]]:
+        """Delete groups without live members (of Kafka's clients or minibroker's ZooKeeper
+        consumer) and their committed offsets, as Kafka's DeleteGroups; asked of each group's
+        coordinator (NOT_COORDINATOR elsewhere, the coordinator_id of DescribeGroups names it).
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteGroupOffsets(
+        self,
+        request: _minibroker_pb2.DeleteGroupOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.DeleteGroupOffsetsResponse, _abc.Awaitable[_minibroker_pb2.DeleteGroupOffsetsResponse]]:
+        """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
+        per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
         """
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

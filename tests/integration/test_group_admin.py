@@ -10,16 +10,18 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient
 from kazoo.client import KazooClient
+from kio.schema.types import GroupId, TopicName
 
 from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import minibroker, wait_for
-from tests.integration.test_kafka_listener import KAFKA_PORT_FREE, kafka_bootstrap
+from tests.integration.test_kafka_listener import KAFKA_PORT_FREE, kafka_bootstrap, kafka_call
 from tests.kafka_group_member import GroupMember
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -31,6 +33,8 @@ OVERRIDES = {
 }
 CALL_S = 30
 """The longest any one admin call may take."""
+UNKNOWN_TOPIC_OR_PARTITION, NOT_COORDINATOR, GROUP_ID_NOT_FOUND = 3, 16, 69
+GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 
 def grpc_bootstrap(cluster: Cluster) -> str:
@@ -327,3 +331,123 @@ def test_a_zookeeper_group_is_a_stable_simple_group_to_kafka_tools_and_not_delet
             out.close()
             kp.close()
             del confluent
+
+
+def coordinator_address(bootstrap: str, group: str) -> str:
+    """The group's coordinator, as a client finds it: FindCoordinator (kio, v2)."""
+    from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
+
+    found = kafka_call(bootstrap, 10, 2, FindCoordinatorRequest(key=group))
+    assert found.error_code == 0, found
+    return f"{found.host}:{found.port}"
+
+
+def offset_delete(address: str, group: str, partitions: dict[str, list[int]]) -> Any:
+    """One OffsetDelete (v0, the only version) as a client library would send it (kio)."""
+    from kio.schema.offset_delete.v0.request import (
+        OffsetDeleteRequest,
+        OffsetDeleteRequestPartition,
+        OffsetDeleteRequestTopic,
+    )
+    from kio.static.primitive import i32
+
+    topics = tuple(
+        OffsetDeleteRequestTopic(
+            name=TopicName(topic),
+            partitions=tuple(OffsetDeleteRequestPartition(partition_index=i32(p)) for p in ps),
+        )
+        for topic, ps in partitions.items()
+    )
+    return kafka_call(address, 47, 0, OffsetDeleteRequest(group_id=GroupId(group), topics=topics))
+
+
+def partition_codes(response: Any) -> dict[tuple[str, int], int]:
+    return {
+        (t.name, p.partition_index): int(p.error_code)
+        for t in response.topics
+        for p in t.partitions
+    }
+
+
+def test_offset_delete_by_a_raw_request_and_the_cli_with_its_error_paths(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """OffsetDelete as a client sends it on the Kafka listener (kio) and as
+    ``consumer-groups --delete-offsets`` asks for it over gRPC: the same code answers, with
+    GROUP_SUBSCRIBED_TO_TOPIC for a topic the live member subscribes to,
+    UNKNOWN_TOPIC_OR_PARTITION for one that does not exist, GROUP_ID_NOT_FOUND for a group
+    that does not, NOT_COORDINATOR away from the coordinator."""
+    with running_cluster(zk_client, zk_connect, tmp_path, overrides=OVERRIDES) as cluster:
+        bootstrap = kafka_bootstrap(cluster)
+        member = setup_groups(cluster, bootstrap)
+        try:
+            # The raw request, at the coordinator of "live" and elsewhere.
+            live_at = coordinator_address(bootstrap, "live")
+            answer = offset_delete(live_at, "live", {"orders": [0], "audit": [0], "ghost": [0]})
+            assert int(answer.error_code) == 0
+            assert partition_codes(answer) == {
+                ("orders", 0): GROUP_SUBSCRIBED_TO_TOPIC,
+                ("audit", 0): 0,
+                ("ghost", 0): UNKNOWN_TOPIC_OR_PARTITION,
+            }
+            elsewhere = next(a for a in bootstrap.split(",") if a != live_at)
+            refused = offset_delete(elsewhere, "live", {"audit": [0]})
+            assert (int(refused.error_code), refused.topics) == (NOT_COORDINATOR, ())
+            missing = offset_delete(
+                coordinator_address(bootstrap, "nobody"), "nobody", {"orders": [0]}
+            )
+            assert (int(missing.error_code), missing.topics) == (GROUP_ID_NOT_FOUND, ())
+
+            left_at = coordinator_address(bootstrap, "left")
+            assert partition_codes(offset_delete(left_at, "left", {"orders": [1]})) == {
+                ("orders", 1): 0
+            }
+            assert zk_client.exists("/consumers/left/offsets/orders/1") is None
+            assert zk_client.exists("/consumers/left/offsets/orders/0") is not None
+
+            # The CLI: the same answers through the gRPC door.
+            subscribed = cli_run(cluster, zk_connect, "--delete-offsets", "--group", "live",
+                                 "--topic", "orders:0,2")  # fmt: skip
+            assert subscribed.returncode == 1, subscribed.stderr
+            assert "Encounter some partition level error" in subscribed.stderr
+            rows = [line.split(maxsplit=2) for line in subscribed.stdout.splitlines()[1:]]
+            forbidden = (
+                "Error: Deleting offsets of a topic is forbidden while the consumer group is "
+                "actively subscribed to it."
+            )
+            assert rows == [["orders", "0", forbidden], ["orders", "2", forbidden]]
+
+            done = cli(
+                cluster, zk_connect, "--delete-offsets", "--group", "left", "--topic", "orders"
+            )
+            assert "Request succeed for deleting offsets with topic orders group left" in done
+            assert [line.split() for line in done.splitlines()[-3:]] == [
+                ["orders", "0", "Successful"],
+                ["orders", "1", "Successful"],
+                ["orders", "2", "Successful"],
+            ]
+            assert zk_client.exists("/consumers/left/offsets/orders") is None
+            assert zk_client.exists("/consumers/left/offsets/audit/0") is not None
+
+            ghost = cli_run(cluster, zk_connect, "--delete-offsets", "--group", "left",
+                            "--topic", "ghost", "--topic", "audit")  # fmt: skip
+            assert ghost.returncode == 1, ghost.stderr
+            shown = {tuple(line.split(maxsplit=2)[:2]) for line in ghost.stdout.splitlines()}
+            assert {("ghost", "Not"), ("audit", "0")} <= shown
+            assert "Error: This server does not host this topic-partition." in ghost.stdout
+            assert zk_client.exists("/consumers/left/offsets/audit/0") is None
+
+            nobody = cli_run(cluster, zk_connect, "--delete-offsets", "--group", "nobody",
+                             "--topic", "orders")  # fmt: skip
+            assert nobody.returncode != 0
+            assert "'nobody' does not exist." in nobody.stderr
+            assert "Traceback" not in nobody.stderr
+
+            # Deleted by the CLI at the coordinator, then unknown to both doors.
+            assert "was successful" in cli(cluster, zk_connect, "--delete", "--group", "left")
+            gone = cli_run(cluster, zk_connect, "--delete", "--group", "left")
+            assert "GROUP_ID_NOT_FOUND" in gone.stderr
+            again = offset_delete(left_at, "left", {"orders": [0]})
+            assert int(again.error_code) == GROUP_ID_NOT_FOUND
+        finally:
+            member.stop()

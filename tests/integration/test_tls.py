@@ -239,6 +239,18 @@ def test_the_cli_speaks_tls_with_a_client_certificate(
     assert cli_main([*consume, "--timeout-ms", "3000", "--bootstrap-server", bootstrap]) != 0
     assert "cannot reach" in capsys.readouterr().err
 
+    # A ZooKeeper group of a TLS cluster (no Kafka listener: every broker may coordinate
+    # it) is deleted by its coordinator, as on any cluster.
+    zookeeper = ["--zookeeper", tls_cluster.zookeeper_connect]
+    grouped = [*consume, "--group", "tls-readers", "--timeout-ms", "10000", *args, *zookeeper]
+    assert cli_main(grouped) == 0
+    capsys.readouterr()
+    delete = ["consumer-groups", "--delete", "--group", "tls-readers", *args, *zookeeper]
+    assert cli_main(delete) == 0, capsys.readouterr().err
+    assert "was successful" in capsys.readouterr().out
+    assert cli_main(delete) != 0
+    assert "GROUP_ID_NOT_FOUND" in capsys.readouterr().err
+
 
 def test_zookeeper_znodes_cannot_be_written_without_the_brokers_digest(
     tls_cluster: TlsCluster,

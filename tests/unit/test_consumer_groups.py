@@ -25,6 +25,7 @@ from client.cli.consumer_groups import (
     format_commits,
     format_listing,
     format_members,
+    format_offset_deletion,
     format_plan,
     format_state,
     format_table,
@@ -402,4 +403,25 @@ def test_the_commits_view_shows_each_offsets_commit_time_and_metadata() -> None:
         "GROUP TOPIC PARTITION CURRENT-OFFSET COMMITTED-AT             METADATA",
         "g     t     0         4              2025-11-28T05:58:01.007Z -",
         "g     t     1         9              2025-11-28T05:58:01.007Z store at 9",
+    ]
+
+
+def test_the_delete_offsets_table_is_kafkas_with_its_messages() -> None:
+    lines = format_offset_deletion(
+        {
+            TopicPartition("orders", 1): 0,
+            TopicPartition("orders", 0): 86,
+            TopicPartition("ghost", -1): 3,
+        }
+    )
+    assert [line.split(maxsplit=2) for line in lines] == [
+        ["TOPIC", "PARTITION", "STATUS"],
+        ["ghost", "Not", "Provided Error: This server does not host this topic-partition."],
+        [
+            "orders",
+            "0",
+            "Error: Deleting offsets of a topic is forbidden while the consumer group is "
+            "actively subscribed to it.",
+        ],
+        ["orders", "1", "Successful"],
     ]

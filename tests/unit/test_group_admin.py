@@ -28,12 +28,14 @@ from broker.coordinator.group_coordinator import (
     GroupState,
     coordinator_for,
 )
+from broker.grpc_listener.group_rpcs import GroupRpcs
 from broker.kafka_listener.group_apis import GROUP_VERSIONS, GroupApis
 from broker.kafka_listener.messages import build
 from broker.kafka_listener.wire_request import KafkaRequest
 from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.zk_client import BrokerZkClient
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.znodes import BrokerInfo, encode_consumer_subscription
 from tests.unit.test_group_coordinator import consumer_assignment
@@ -222,6 +224,172 @@ def test_delete_refuses_groups_with_members_of_either_kind_and_unknown_groups() 
     run(main())
 
 
+class _GatedConsumers(_Consumers):
+    """A ``/consumers`` whose group deletion waits at a gate, as a ZooKeeper round trip
+    would: what arrives meanwhile is what a real deletion races with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deleting = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def delete_consumer_group(self, group: str) -> bool:
+        self.deleting.set()
+        await self.gate.wait()
+        return await super().delete_consumer_group(group)
+
+
+def gated_admin() -> tuple[GroupAdmin, _GatedConsumers]:
+    a, _ = admin()
+    zk = _GatedConsumers()
+    a.zk = cast(KafkaZkClient, zk)
+    return a, zk
+
+
+async def join(a: GroupAdmin, group: str) -> int:
+    joined = await a.coordinator.join_group(
+        group,
+        "",
+        group_instance_id=None,
+        client_id="rdkafka",
+        client_host="/127.0.0.1",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=10_000,
+        protocol_type="consumer",
+        protocols=[("range", subscription("orders"))],
+    )
+    return joined.error_code
+
+
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+def test_a_group_being_deleted_is_dead_joins_and_commits_are_refused_until_it_is_gone() -> None:
+    """Kafka's handleDeleteGroups marks the group Dead before removing its offsets: a
+    JoinGroup, a commit, an OffsetDelete or a second DeleteGroups arriving meanwhile cannot
+    land in the half-deleted group."""
+
+    async def main() -> None:
+        a, zk = gated_admin()
+        zk.add("left", [TP, OTHER])
+        deletion = asyncio.create_task(a.delete_group("left"))
+        await zk.deleting.wait()
+        assert await join(a, "left") == COORDINATOR_NOT_AVAILABLE
+        assert a.coordinator.check_commit("left", -1, "") == COORDINATOR_NOT_AVAILABLE
+        assert a.coordinator.heartbeat("left", 1, "m") == COORDINATOR_NOT_AVAILABLE
+        assert a.coordinator.leave_group("left", ["m"]) == [COORDINATOR_NOT_AVAILABLE]
+        assert (await a.delete_offsets("left", [TP])).error_code == GROUP_ID_NOT_FOUND
+        assert await a.delete_group("left") == GROUP_ID_NOT_FOUND
+        _, listed = await a.list_groups()
+        assert [(g.group_id, g.state) for g in listed] == [("left", GroupState.EMPTY)]
+        assert zk.offsets["left"] == {TP: 5, OTHER: 5}  # nothing deleted yet
+        zk.gate.set()
+        assert await deletion == NONE
+        assert "left" not in zk.offsets
+        assert not a.coordinator.deleting("left")
+        # Gone: the group id is free again, as in Kafka.
+        assert a.coordinator.check_commit("left", -1, "") == NONE
+        assert await join(a, "left") == NONE
+
+    run(main())
+
+
+def test_a_deletion_waits_for_the_commits_checked_before_it_then_deletes_them_too() -> None:
+    async def main() -> None:
+        a, zk = gated_admin()
+        zk.gate.set()
+        zk.add("left", [TP])
+        assert a.coordinator.check_commit("left", -1, "") == NONE
+        with a.coordinator.committing("left"):
+            deletion = asyncio.create_task(a.delete_group("left"))
+            for _ in range(5):  # let the deletion run as far as it can
+                await asyncio.sleep(0)
+            assert not deletion.done()
+            assert not zk.deleting.is_set()
+            zk.add("left", [OTHER])  # the commit's write lands
+        assert await deletion == NONE
+        assert "left" not in zk.offsets
+
+    run(main())
+
+
+def test_a_failed_deletion_leaves_the_group_usable() -> None:
+    async def main() -> None:
+        a, zk = gated_admin()
+        zk.add("left", [TP])
+
+        async def refused(group: str) -> bool:
+            from kazoo.exceptions import NotEmptyError
+
+            raise NotEmptyError()
+
+        zk.delete_consumer_group = refused  # type: ignore[method-assign]
+        assert await a.delete_group("left") == NON_EMPTY_GROUP
+        assert not a.coordinator.deleting("left")
+        assert await join(a, "left") == NONE
+
+    run(main())
+
+
+def test_the_grpc_door_deletes_at_the_coordinator_only_with_the_kafka_listeners_checks() -> None:
+    """DeleteGroups and DeleteGroupOffsets of the gRPC Broker service: GroupAdmin's answers,
+    NOT_COORDINATOR for a group another broker coordinates, UNKNOWN_TOPIC_OR_PARTITION for a
+    partition the metadata does not know (as the Kafka listener's OffsetDelete)."""
+    mine = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, [1, 2]) == 1)
+    theirs = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, [1, 2]) == 2)
+    nobody = next(g for g in (f"n{i}" for i in range(100)) if coordinator_for(g, [1, 2]) == 1)
+
+    async def main() -> None:
+        a, zk = admin()
+        a.metadata_cache.update(
+            controller_id=1,
+            controller_epoch=1,
+            brokers=[BrokerInfo(b, "h", 9090, kafka_endpoint=("h", 19090 + b)) for b in (1, 2)],
+            partitions={TP: PartitionInfo(1, 0, (1,), (1,))},
+        )
+        rpcs = GroupRpcs(1, a.metadata_cache, a.coordinator, a)
+        zk.add(mine, [TP])
+        zk.add(theirs, [TP])
+        request = pb.DeleteGroupOffsetsRequest(group_id=mine)
+        request.topics.add(name="orders", partitions=[0, 7])
+        answer = await rpcs.delete_group_offsets(request)
+        assert answer.error_code == pb.NONE
+        assert [
+            (t.name, p.partition_index, p.error_code) for t in answer.topics for p in t.partitions
+        ] == [
+            ("orders", 7, pb.UNKNOWN_TOPIC_OR_PARTITION),
+            ("orders", 0, pb.NONE),
+        ]
+        assert zk.offsets[mine] == {}
+        request.group_id = nobody
+        missing = await rpcs.delete_group_offsets(request)
+        assert (missing.error_code, list(missing.topics)) == (pb.GROUP_ID_NOT_FOUND, [])
+        deleted = await rpcs.delete_groups(pb.DeleteGroupsRequest(groups=[mine, theirs, mine]))
+        assert [(r.group_id, r.error_code) for r in deleted.results] == [
+            (mine, pb.NONE),
+            (theirs, pb.NOT_COORDINATOR),
+        ]
+        assert set(zk.offsets) == {theirs}
+        without = GroupRpcs(1, a.metadata_cache, a.coordinator, None)
+        unavailable = await without.delete_groups(pb.DeleteGroupsRequest(groups=[mine]))
+        assert unavailable.results[0].error_code == pb.COORDINATOR_NOT_AVAILABLE
+
+    run(main())
+
+
+def test_without_kafka_listeners_every_broker_may_coordinate_the_zookeeper_groups() -> None:
+    a, zk = admin()
+    a.metadata_cache.update(
+        controller_id=1,
+        controller_epoch=1,
+        brokers=[BrokerInfo(b, "h", 9090 + b) for b in (1, 2)],
+        partitions={},
+    )
+    mine = next(g for g in (f"g{i}" for i in range(100)) if coordinator_for(g, [1, 2]) == 1)
+    zk.add(mine, [TP])
+    assert run(a.delete_group(mine)) == NONE
+
+
 def test_offset_delete_spares_the_topics_the_members_subscribe_to() -> None:
     async def main() -> None:
         a, zk = admin()
@@ -335,11 +503,16 @@ def test_every_served_version_of_the_group_admin_apis_encodes_its_answer(
 def test_offset_commit_keeps_the_metadata_string_and_refuses_one_over_the_kafka_limit() -> None:
     async def main() -> tuple[Any, dict[TopicPartition, tuple[int, str]]]:
         a, zk = admin()
+        for partition in range(3):
+            a.metadata_cache.add_partition(
+                TopicPartition("orders", partition), PartitionInfo(1, 0, (1,), (1,))
+            )
         apis = GroupApis(a.coordinator, a.metadata_cache, cast(BrokerZkClient, zk), a)
         parts = [
             SimpleNamespace(partition_index=0, committed_offset=5, committed_metadata="ckpt"),
             SimpleNamespace(partition_index=1, committed_offset=6, committed_metadata=None),
             SimpleNamespace(partition_index=2, committed_offset=7, committed_metadata="é" * 2049),
+            SimpleNamespace(partition_index=3, committed_offset=8, committed_metadata=None),
         ]
         body = SimpleNamespace(
             group_id="assigner",
@@ -352,7 +525,8 @@ def test_offset_commit_keeps_the_metadata_string_and_refuses_one_over_the_kafka_
 
     tree, committed = run(main())
     codes = [p["error_code"] for p in tree["topics"][0]["partitions"]]
-    assert codes == [NONE, NONE, 12]  # OFFSET_METADATA_TOO_LARGE: 4098 bytes > 4096
+    # OFFSET_METADATA_TOO_LARGE: 4098 bytes > 4096; UNKNOWN_TOPIC_OR_PARTITION: no orders-3
+    assert codes == [NONE, NONE, 12, pb.UNKNOWN_TOPIC_OR_PARTITION]
     assert committed == {
         TopicPartition("orders", 0): (5, "ckpt"),
         TopicPartition("orders", 1): (6, ""),

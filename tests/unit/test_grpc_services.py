@@ -124,7 +124,7 @@ def test_list_and_describe_groups_answer_with_the_coordinators_groups_and_member
         plan = {joined.member_id: consumer_assignment("ck-events", [0, 1, 2])}
         await groups.sync_group("billing", joined.generation_id, joined.member_id, plan)
         listed = await service._list_groups(pb.ListGroupsRequest())
-        described = await service._describe_groups(
+        described = await service.group_rpcs.describe_groups(
             pb.DescribeGroupsRequest(groups=["billing", "gone", "bad/name"])
         )
         return listed, described

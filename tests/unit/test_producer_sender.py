@@ -266,6 +266,16 @@ class FakeBroker(pb_grpc.BrokerServicer):
     ) -> pb.DeleteRecordsResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
 
+    async def DeleteGroups(
+        self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteGroupsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+
+    async def DeleteGroupOffsets(
+        self, request: pb.DeleteGroupOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteGroupOffsetsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+
     def batches(self) -> list[tuple[TopicPartition, bytes]]:
         """Every batch received, in arrival order."""
         return [

@@ -46,6 +46,9 @@ def test_error_codes_use_kafkas_numbers() -> None:
     assert codes.Value("KAFKA_STORAGE_ERROR") == 56
     assert codes.Value("FENCED_LEADER_EPOCH") == 74
     assert codes.Value("UNKNOWN_LEADER_EPOCH") == 75
+    assert codes.Value("NOT_COORDINATOR") == 16
+    assert codes.Value("GROUP_ID_NOT_FOUND") == 69
+    assert codes.Value("GROUP_SUBSCRIBED_TO_TOPIC") == 86
 
 
 def test_services_are_complete() -> None:
@@ -62,6 +65,8 @@ def test_services_are_complete() -> None:
         "ListGroups",
         "DescribeGroups",
         "DeleteRecords",
+        "DeleteGroups",
+        "DeleteGroupOffsets",
     }
     assert set(services["Control"].methods_by_name) == {
         "LeaderAndIsr",

@@ -248,6 +248,16 @@ class LeaderServicer(pb_grpc.BrokerServicer):
     ) -> pb.DeleteRecordsResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
 
+    async def DeleteGroups(
+        self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteGroupsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
+
+    async def DeleteGroupOffsets(
+        self, request: pb.DeleteGroupOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteGroupOffsetsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
+
 
 def _count(request: pb.FetchRequest) -> int:
     return sum(len(topic.partitions) for topic in request.topics)

@@ -1,0 +1,126 @@
+"""The group RPCs of the gRPC ``Broker`` service that act on one group: DescribeGroups,
+DeleteGroups and DeleteGroupOffsets, answered by the same
+:class:`~broker.coordinator.group_admin.GroupAdmin` as the Kafka listener's DescribeGroups,
+DeleteGroups and OffsetDelete (one implementation, two front doors).
+
+DeleteGroups and DeleteGroupOffsets are answered by the group's coordinator only
+(NOT_COORDINATOR elsewhere, as Kafka's): ``minibroker consumer-groups`` asks the broker
+that DescribeGroups names as the coordinator. A broker without a
+:class:`GroupAdmin` (no ZooKeeper, in tests) answers them COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from broker.coordinator.group_admin import GroupAdmin
+from broker.coordinator.group_coordinator import (
+    COORDINATOR_NOT_AVAILABLE,
+    GroupCoordinator,
+    GroupDescription,
+    coordinator_of,
+)
+from broker.metadata_cache import MetadataCache
+from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.wire import minibroker_pb2 as pb
+
+__all__ = ["GroupRpcs"]
+
+
+def _code(code: int) -> pb.ErrorCode.ValueType:
+    return cast(pb.ErrorCode.ValueType, code)
+
+
+class GroupRpcs:
+    """DescribeGroups, DeleteGroups and DeleteGroupOffsets of one broker."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        metadata_cache: MetadataCache,
+        coordinator: GroupCoordinator,
+        admin: GroupAdmin | None,
+    ) -> None:
+        self.broker_id = broker_id
+        self.metadata_cache = metadata_cache
+        self.coordinator = coordinator
+        self.admin = admin
+
+    def _coordinator_id(self, group_id: str) -> int:
+        found = coordinator_of(group_id, self.metadata_cache)
+        return -1 if found is None else found
+
+    async def describe_groups(self, request: pb.DescribeGroupsRequest) -> pb.DescribeGroupsResponse:
+        response = pb.DescribeGroupsResponse()
+        for group_id in request.groups:
+            if topic_name_problem(group_id, "group") is not None:
+                response.groups.add(
+                    error_code=pb.INVALID_REQUEST, group_id=group_id, coordinator_id=-1
+                )
+                continue
+            coordinator = self._coordinator_id(group_id)
+            if self.admin is not None and coordinator == self.broker_id:
+                code, found = await self.admin.describe_group(group_id)
+                if code != pb.NONE:
+                    response.groups.add(
+                        error_code=_code(code), group_id=group_id, coordinator_id=-1
+                    )
+                    continue
+            else:
+                # What this broker holds of a group coordinated elsewhere (it moved away and
+                # its members have not found the new coordinator yet), else Dead.
+                [found] = self.coordinator.describe_groups([group_id])
+            _add_described_group(response, found, coordinator)
+        return response
+
+    async def delete_groups(self, request: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
+        response = pb.DeleteGroupsResponse()
+        for group_id in dict.fromkeys(request.groups):
+            code = COORDINATOR_NOT_AVAILABLE
+            if self.admin is not None:
+                code = await self.admin.delete_group(group_id)
+            response.results.add(group_id=group_id, error_code=_code(code))
+        return response
+
+    async def delete_group_offsets(
+        self, request: pb.DeleteGroupOffsetsRequest
+    ) -> pb.DeleteGroupOffsetsResponse:
+        if self.admin is None:
+            return pb.DeleteGroupOffsetsResponse(error_code=_code(COORDINATOR_NOT_AVAILABLE))
+        asked = [TopicPartition(t.name, p) for t in request.topics for p in t.partitions]
+        result = await self.admin.offset_delete(request.group_id, asked)
+        response = pb.DeleteGroupOffsetsResponse(error_code=_code(result.error_code))
+        by_topic: dict[str, pb.OffsetDeleteTopicResult] = {}
+        for tp, code in result.partitions.items():
+            if tp.topic not in by_topic:
+                by_topic[tp.topic] = response.topics.add(name=tp.topic)
+            by_topic[tp.topic].partitions.add(partition_index=tp.partition, error_code=_code(code))
+        return response
+
+
+def _add_described_group(
+    response: pb.DescribeGroupsResponse, group: GroupDescription, coordinator_id: int
+) -> None:
+    entry = response.groups.add(
+        error_code=pb.NONE,
+        group_id=group.group_id,
+        group_state=group.state.value,
+        protocol_type=group.protocol_type,
+        protocol_data=group.protocol_name,
+        coordinator_id=coordinator_id,
+    )
+    for m in group.members:
+        member = entry.members.add(
+            member_id=m.member_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            member_metadata=m.metadata,
+            member_assignment=m.assignment,
+        )
+        if m.group_instance_id is not None:
+            member.group_instance_id = m.group_instance_id
+        assigned: dict[str, list[int]] = {}
+        for tp in m.partitions or ():
+            assigned.setdefault(tp.topic, []).append(tp.partition)
+        for topic, partitions in assigned.items():
+            member.assignment.add(topic=topic, partitions=partitions)
