@@ -13,7 +13,8 @@ processed, in sequence order, re-reads the entity it names:
   ``Log``'s settings and ``min.insync.replicas``. ``unclean.leader.election.enable`` is read
   by the controller at each election.
 - ``brokers/<default>`` or ``brokers/<own id>``: the effective broker config is computed
-  again (:func:`~proto.config.dynamic_broker_config.effective_broker_config`); the replica manager
+  again (:func:`~proto.config.dynamic_broker_config.effective_broker_config`; the configs it
+  does not apply are logged "stored, not applied"); the replica manager
   creates new partitions with it, each hosted topic's config is computed again (its
   defaults changed) and the controller candidate takes its ``unclean.leader.election.enable``
   default. Other brokers' entities are skipped.
@@ -44,7 +45,7 @@ from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient
 from controller.kafka_controller import KafkaController
 from proto.config.broker_config import BrokerConfig
-from proto.config.dynamic_broker_config import effective_broker_config
+from proto.config.dynamic_broker_config import effective_broker_config, not_applied
 from proto.process.event_log import log_event
 from proto.zk.session import ZkError, ZkWatch
 from proto.zk.znodes import (
@@ -213,6 +214,15 @@ class DynamicConfigManager:
                 self._event(
                     logging.INFO, "broker_config_updated", entity=entity, config=_describe(layer)
                 )
+                ignored = not_applied(layer)
+                if ignored:
+                    self._event(
+                        logging.INFO,
+                        "broker_config_not_applied",
+                        entity=entity,
+                        configs=",".join(ignored),
+                        note="stored, not applied",
+                    )
         self.config = effective_broker_config(
             self.static, self._layers[DEFAULT_BROKER_ENTITY], self._layers[self._own]
         )

@@ -419,7 +419,9 @@ class AdminClient(AsyncClosing):
             path = znodes.topic_config_path(name)
         else:
             try:
-                added = check_dynamic_broker_config(add)
+                added = check_dynamic_broker_config(
+                    add, per_broker=name != znodes.DEFAULT_BROKER_ENTITY
+                )
             except ValueError as e:
                 raise ClientError(str(e)) from None
             path = znodes.broker_config_path(name)

@@ -23,6 +23,7 @@ from broker.kafka_listener.messages import Tree
 from broker.kafka_listener.wire_request import Answer, KafkaRequest
 from broker.zk_client import BrokerZkClient, ZkError
 from proto.config.broker_config import BrokerConfig
+from proto.config.broker_config_def import DYNAMIC_BROKER_CONFIG_KEYS
 from proto.config.config_def import ConfigType
 from proto.config.describe_configs import (
     BrokerLayers,
@@ -233,7 +234,9 @@ class ConfigApis:
                     if incremental
                     else {op.name: op.value or "" for op in ops}
                 )
-                configs = check_dynamic_broker_config(configs)
+                configs = check_dynamic_broker_config(
+                    configs, per_broker=name != znodes.DEFAULT_BROKER_ENTITY
+                )
                 entity_type = "brokers"
             else:
                 raise _ResourceError(
@@ -317,7 +320,10 @@ def _topic_list_default(name: str) -> str | None:
 
 
 def _broker_list_default(name: str) -> str | None:
-    return None  # none of the dynamic broker configs here is a list
+    """A dynamic broker config's default if it is a list (``log.cleanup.policy``,
+    ``metric.reporters``, ...); None otherwise."""
+    key = DYNAMIC_BROKER_CONFIG_KEYS.get(name)
+    return key.default or "" if key is not None and key.type is ConfigType.LIST else None
 
 
 def _apply(

@@ -10,8 +10,15 @@ client quotas)::
 Through :mod:`proto.zk.client_quota_admin`, the code of the Kafka listener's
 DescribeClientQuotas and AlterClientQuotas, so both give the same answers; every broker
 applies a change without a restart. A user and client-id pair
-(``/config/users/<u>/clients/<c>``) is set with Kafka's AdminClient
-(``alter_client_quotas``), which this command does not take.
+(``/config/users/<u>/clients/<c>``) is named as Kafka's ``kafka-configs`` names it, one
+name (or ``--entity-default``) per ``--entity-type``, in order::
+
+    minibroker configs --alter --entity-type users --entity-name alice \
+        --entity-type clients --entity-default --add-config producer_byte_rate=1024
+    minibroker configs --describe --entity-type users --entity-name alice --entity-type clients
+
+A describe matches only entities with exactly the types given (Kafka's
+``ClientQuotaFilter.containsOnly``); a type without a name matches any named entity.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from proto.zk.client_quota_configs import (
     USER,
     FilterComponent,
     QuotaEntity,
+    QuotaRequestError,
 )
 
 __all__ = ["QUOTA_ENTITY_TYPES", "run_quota_configs"]
@@ -35,28 +43,34 @@ _EXACT, _DEFAULT, _SPECIFIED = 0, 1, 2
 
 
 async def run_quota_configs(
-    args: argparse.Namespace, add: dict[str, str] | None, delete: list[str]
+    args: argparse.Namespace,
+    parts: list[tuple[str, str | None, bool]],
+    add: dict[str, str] | None,
+    delete: list[str],
 ) -> int:
-    """``--describe`` or ``--alter`` of a clients or users entity; ``add`` and ``delete``
-    are the parsed ``--add-config`` and ``--delete-config`` (None and [] to describe)."""
-    entity_type = QUOTA_ENTITY_TYPES[args.entity_type]
-    name: str | None = args.entity_name
+    """``--describe`` or ``--alter`` of a clients, users or user and client-id entity;
+    ``parts``: ``(entity type, name, named)`` per ``--entity-type`` (a None name with
+    ``named`` is the default); ``add`` and ``delete`` are the parsed ``--add-config`` and
+    ``--delete-config`` (None and [] to describe)."""
     async with connections(args) as conns, admin_client(args, conns) as admin:
         if add is None:
-            if args.entity_default:
-                component = FilterComponent(entity_type, _DEFAULT)
-            elif name is not None:
-                component = FilterComponent(entity_type, _EXACT, name)
-            else:
-                component = FilterComponent(entity_type, _SPECIFIED)
-            found = await admin.describe_client_quotas([component], strict=True)
+            components = [
+                FilterComponent(QUOTA_ENTITY_TYPES[kind], _EXACT, name)
+                if name is not None
+                else FilterComponent(QUOTA_ENTITY_TYPES[kind], _DEFAULT if named else _SPECIFIED)
+                for kind, name, named in parts
+            ]
+            found = await admin.describe_client_quotas(components, strict=True)
             for entity, values in found.items():
                 listed = ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
                 print(f"Quota configs for {entity.describe()} are {listed}")
             return 0
-        if name is None and not args.entity_default:
+        if not all(named for _, _, named in parts):
             raise ClientError("--alter needs --entity-name or --entity-default")
-        entity = QuotaEntity.of([(entity_type, None if args.entity_default else name)])
+        try:
+            entity = QuotaEntity.of([(QUOTA_ENTITY_TYPES[kind], name) for kind, name, _ in parts])
+        except QuotaRequestError as e:
+            raise ClientError(str(e)) from None
         ops: list[tuple[str, float | None]] = [(key, None) for key in delete]
         for key, text in add.items():
             try:

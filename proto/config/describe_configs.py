@@ -25,8 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from proto.config.broker_config import BROKER_PROPERTIES, PROPERTY_KINDS, BrokerConfig
+from proto.config.broker_config_def import (
+    ALTERABLE_BROKER_CONFIGS,
+    DYNAMIC_BROKER_CONFIG_KEYS,
+    STATIC_BROKER_CONFIG_KEYS,
+    broker_config_key,
+)
 from proto.config.config_def import ConfigType, ConfigValueError, parse, to_string
-from proto.config.dynamic_broker_config import DYNAMIC_BROKER_CONFIGS
 from proto.config.topic_config_def import (
     BROKER_LOG_CONFIGS,
     TOPIC_CONFIG_SYNONYMS,
@@ -159,7 +164,12 @@ def builtin_broker_defaults() -> dict[str, str]:
     """The built-in defaults of the broker configs: minibroker's properties, and Kafka's
     of the broker-level log configs; those whose default is null (``log.retention.ms``,
     ``log.roll.ms``, ...) are left out, as in Kafka's ``staticDefaultConfigs``."""
-    defaults = {k: key.default for k, key in BROKER_LOG_CONFIGS.items() if key.default is not None}
+    defaults = {
+        k: key.default
+        for keys in (BROKER_LOG_CONFIGS, DYNAMIC_BROKER_CONFIG_KEYS, STATIC_BROKER_CONFIG_KEYS)
+        for k, key in keys.items()
+        if key.default is not None
+    }
     for name, value in _TEMPLATE.to_properties().items():
         if name not in _REQUIRED:
             defaults[name] = value
@@ -262,6 +272,8 @@ def describe_broker(
         names: Sequence[str] = sorted(
             {
                 *BROKER_LOG_CONFIGS,
+                *DYNAMIC_BROKER_CONFIG_KEYS,
+                *STATIC_BROKER_CONFIG_KEYS,
                 *layers.defaults,
                 *layers.static,
                 *layers.dynamic_default,
@@ -285,7 +297,7 @@ def describe_broker(
                 name,
                 None if sensitive else value,
                 synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG,
-                name not in DYNAMIC_BROKER_CONFIGS,
+                name not in ALTERABLE_BROKER_CONFIGS,
                 sensitive,
                 kind,
                 _broker_documentation(name),
@@ -310,6 +322,9 @@ def broker_config_type(name: str) -> ConfigType:
         if kind == "int":
             return ConfigType.INT if high < 2**31 else ConfigType.LONG
         return ConfigType.STRING
+    key = broker_config_key(name)
+    if key is not None:
+        return key.type
     if name in BROKER_PROPERTIES:  # the log.* defaults
         return ConfigType.LONG
     return ConfigType.UNKNOWN
@@ -324,4 +339,5 @@ def _broker_documentation(name: str) -> str | None:
         return "The listeners registered in ZooKeeper for clients and other brokers to use."
     if name == "listener.security.protocol.map":
         return "The security protocol of each listener."
-    return None
+    key = broker_config_key(name)
+    return key.documentation if key is not None else None

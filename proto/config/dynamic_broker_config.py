@@ -3,18 +3,18 @@
 
 ``minibroker configs --alter --entity-type brokers`` changes a broker's settings while it
 runs, for one broker (``/config/brokers/<id>``) or as the cluster-wide default
-(``/config/brokers/<default>``), as ``kafka-configs`` does since Kafka 1.1 (KIP-226). Only
-settings a running broker can re-apply are dynamic. Kafka's list of dynamic log settings
-(``DynamicLogConfig.ReconfigurableConfigs``) is the set of broker-level synonyms of the topic
-configs (``LogConfig.TopicConfigSynonyms``); those that exist here are
-:data:`TOPIC_CONFIG_SYNONYMS`' values::
+(``/config/brokers/<default>``), as ``kafka-configs`` does since Kafka 1.1 (KIP-226). Every
+dynamic broker config of Kafka 2.8 is accepted and typed
+(:mod:`proto.config.broker_config_def`); a broker applies the log defaults it implements,
+:data:`APPLIED_BROKER_CONFIGS`, the broker-level synonyms of the topic configs it applies::
 
     log.segment.bytes  log.retention.ms  log.retention.bytes  log.index.interval.bytes
     log.flush.interval.messages  message.max.bytes  min.insync.replicas
     unclean.leader.election.enable
 
-Every other broker property (``broker.id``, ``port``, ``zookeeper.connect``, ``log.dirs``,
-``replica.*``, ``log.retention.hours``, ...) is read-only and refused with Kafka's message,
+and keeps the others stored and described, not applied. Every other broker property
+(``broker.id``, ``port``, ``zookeeper.connect``, ``log.dirs``, ``replica.*``,
+``log.retention.hours``, ...) is read-only and refused with Kafka's message,
 ``Cannot update these configs dynamically: ...``.
 
 Precedence, as Kafka's ``DynamicBrokerConfig.updateCurrentConfig`` and ``LogConfig.fromProps``
@@ -30,17 +30,26 @@ listener's AlterConfigs and the ``configs`` command (:mod:`client.cli.configs`) 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from pathlib import Path
 
 from proto.config.broker_config import BROKER_PROPERTIES, BrokerConfig
+from proto.config.broker_config_def import (
+    APPLIED_BROKER_CONFIGS,
+    DYNAMIC_BROKER_CONFIG_KEYS,
+    STATIC_BROKER_CONFIG_KEYS,
+    validate_broker_config,
+)
+from proto.config.topic_config_def import BROKER_LOG_CONFIGS
 
 __all__ = [
+    "APPLIED_BROKER_CONFIGS",
     "DYNAMIC_BROKER_CONFIGS",
+    "READ_ONLY_BROKER_CONFIGS",
     "TOPIC_CONFIG_SYNONYMS",
     "check_dynamic_broker_config",
     "effective_broker_config",
+    "not_applied",
 ]
 
 TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {
@@ -57,8 +66,13 @@ TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {
 of Kafka's ``TopicConfigSynonyms`` minibroker implements; :mod:`proto.config.topic_config_def`
 has all of it)."""
 
-DYNAMIC_BROKER_CONFIGS = tuple(TOPIC_CONFIG_SYNONYMS.values())
-"""The broker configs that can change at run time (see the module docstring)."""
+DYNAMIC_BROKER_CONFIGS = tuple(DYNAMIC_BROKER_CONFIG_KEYS)
+"""The broker configs that can change at run time (Kafka 2.8's, see the module docstring)."""
+
+READ_ONLY_BROKER_CONFIGS = frozenset(
+    {*BROKER_PROPERTIES, *BROKER_LOG_CONFIGS, *STATIC_BROKER_CONFIG_KEYS}
+) - set(DYNAMIC_BROKER_CONFIGS)
+"""The broker configs known here that only a restart changes."""
 
 _RETENTION_SYNONYMS = ("log.retention.ms", "log.retention.minutes", "log.retention.hours")
 
@@ -66,23 +80,24 @@ _RETENTION_SYNONYMS = ("log.retention.ms", "log.retention.minutes", "log.retenti
 _TEMPLATE = BrokerConfig(broker_id=0, zookeeper_connect="localhost:2181", log_dir=Path())
 
 
-def check_dynamic_broker_config(overrides: Mapping[str, str]) -> dict[str, str]:
+def check_dynamic_broker_config(
+    overrides: Mapping[str, str], *, per_broker: bool = True
+) -> dict[str, str]:
     """``overrides`` with surrounding whitespace stripped, if every name is a dynamic broker
-    config and every value valid; else ValueError with one line naming the problem (Kafka's
-    ``DynamicBrokerConfig.validateConfigs``)."""
+    config and every value valid (Kafka's ``DynamicBrokerConfig.validateConfigs``);
+    ``per_broker``: for one broker's entity, else the cluster-wide default. ValueError with
+    one line naming the problem; InvalidConfigError (a ValueError) for behaviour minibroker
+    lacks (:func:`proto.config.broker_config_def.validate_broker_config`)."""
     cleaned = {name.strip(): value.strip() for name, value in overrides.items()}
-    read_only = sorted(
-        n for n in cleaned if n in BROKER_PROPERTIES and n not in DYNAMIC_BROKER_CONFIGS
-    )
-    if read_only:
-        raise ValueError(f"Cannot update these configs dynamically: {', '.join(read_only)}")
-    unknown = sorted(n for n in cleaned if n not in DYNAMIC_BROKER_CONFIGS)
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], DYNAMIC_BROKER_CONFIGS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown broker config {unknown[0]!r}{hint}")
-    effective_broker_config(_TEMPLATE, {}, cleaned)  # raises for a bad value
+    validate_broker_config(cleaned, read_only=READ_ONLY_BROKER_CONFIGS, per_broker=per_broker)
+    applied = {n: v for n, v in cleaned.items() if n in APPLIED_BROKER_CONFIGS}
+    effective_broker_config(_TEMPLATE, {}, applied)  # this broker's own bounds
     return cleaned
+
+
+def not_applied(layer: Mapping[str, str]) -> list[str]:
+    """The names in a dynamic broker config layer that are stored but not applied."""
+    return sorted(n for n in layer if n not in APPLIED_BROKER_CONFIGS)
 
 
 def effective_broker_config(
@@ -92,12 +107,12 @@ def effective_broker_config(
 ) -> BrokerConfig:
     """The broker's config with the dynamic layers applied: ``per_broker``
     (``/config/brokers/<id>``) over ``cluster_default`` (``/config/brokers/<default>``) over
-    ``static``. Names that are not dynamic are ignored (nothing writes them but a hand
-    edit). Raises ValueError, naming the property, for a value that is invalid."""
+    ``static``. Names that are not applied are ignored (stored and described only). Raises
+    ValueError, naming the property, for a value that is invalid."""
     merged = static.to_properties()
     for layer in (cluster_default, per_broker):
         for name, value in layer.items():
-            if name not in DYNAMIC_BROKER_CONFIGS:
+            if name not in APPLIED_BROKER_CONFIGS:
                 continue
             if name in _RETENTION_SYNONYMS:
                 for synonym in _RETENTION_SYNONYMS:

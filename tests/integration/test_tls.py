@@ -273,6 +273,10 @@ def test_zookeeper_znodes_cannot_be_written_without_the_brokers_digest(
             "set a partition state": lambda: outsider.set(state_path, b"{}"),
             "delete a topic": lambda: outsider.create(f"/admin/delete_topics/{TP.topic}"),
             "reassign": lambda: outsider.create("/admin/reassign_partitions", b"{}"),
+            # Pre-created with the secure ACL, as Kafka's persistent paths: no one without
+            # the digest sets a client's or a user's quota.
+            "set a client quota": lambda: outsider.create("/config/clients/evil", b"{}"),
+            "set a user quota": lambda: outsider.create("/config/users/evil", b"{}"),
         }
         for what, write in writes.items():
             with pytest.raises(NoAuthError):

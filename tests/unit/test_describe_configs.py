@@ -124,3 +124,57 @@ def test_static_properties_hold_the_required_ones() -> None:
         "zookeeper.connect": "zk:2181",
         "log.dirs": "/d",
     }
+
+
+def test_every_dynamic_broker_config_is_described_typed_with_its_layers() -> None:
+    layers = BrokerLayers(
+        dynamic_broker={"num.io.threads": "16"},
+        dynamic_default={"log.roll.ms": "60000", "num.io.threads": "4"},
+    )
+    configs = by_name(describe_broker(layers, per_broker=True))
+    threads = configs["num.io.threads"]
+    assert (threads.value, threads.source, threads.type) == (
+        "16",
+        ConfigSource.DYNAMIC_BROKER_CONFIG,
+        ConfigType.INT,
+    )
+    assert not threads.read_only
+    assert [(s.value, s.source) for s in threads.synonyms] == [
+        ("16", ConfigSource.DYNAMIC_BROKER_CONFIG),
+        ("4", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("8", ConfigSource.DEFAULT_CONFIG),
+    ]
+    roll = configs["log.roll.ms"]
+    assert (roll.value, roll.source) == ("60000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    assert [s.name for s in roll.synonyms] == ["log.roll.ms", "log.roll.hours"]
+    for name, kind in {
+        "log.cleaner.io.max.bytes.per.second": ConfigType.DOUBLE,
+        "metric.reporters": ConfigType.LIST,
+        "follower.replication.throttled.rate": ConfigType.LONG,
+        "max.connections": ConfigType.INT,
+        "log.cleanup.policy": ConfigType.LIST,
+    }.items():
+        assert configs[name].type is kind, name
+        assert configs[name].source is ConfigSource.DEFAULT_CONFIG
+        assert configs[name].documentation
+        assert not configs[name].read_only
+    assert configs["max.connections"].value == str(2**31 - 1)
+    # Refused here (no run-time listener or TLS change): described read-only, passwords hidden.
+    assert configs["listeners"].read_only
+    assert configs["ssl.keystore.password"].sensitive
+    assert configs["ssl.keystore.password"].value is None
+
+
+def test_read_only_kafka_broker_configs_users_look_for_are_described() -> None:
+    configs = by_name(describe_broker(BrokerLayers(), per_broker=True))
+    for name, value in {
+        "delete.topic.enable": "true",
+        "log.cleaner.enable": "false",
+        "inter.broker.protocol.version": "2.8-IV1",
+        "log.message.format.version": "2.8-IV1",
+        "log.retention.hours": "168",
+    }.items():
+        assert configs[name].value == value, name
+        assert configs[name].read_only, name
+        assert configs[name].source is ConfigSource.DEFAULT_CONFIG
+    assert configs["delete.topic.enable"].type is ConfigType.BOOLEAN
