@@ -556,7 +556,7 @@ class KafkaController:
         topics = await self._zk.topics()
         # Watched before the assignments are read, so no partition added meanwhile is missed.
         await self._watch_topics(topics)
-        for topic, assignment in (await self._zk.topic_assignments(topics)).items():
+        for topic, assignment in (await self._zk.topic_replica_assignments(topics)).items():
             ctx.add_topic(topic, assignment)
         ctx.partition_states.update(await self._zk.partition_states(ctx.assignments))
         batch = ControllerBrokerRequestBatch()
@@ -755,7 +755,7 @@ class KafkaController:
         if not new:
             return
         await self._watch_topics(new)
-        assignments = await self._zk.topic_assignments(new)
+        assignments = await self._zk.topic_replica_assignments(new)
         for topic, assignment in sorted(assignments.items()):
             ctx.add_topic(topic, assignment)
         tps = sorted(tp for tp in ctx.assignments if tp.topic in assignments)
@@ -785,7 +785,10 @@ class KafkaController:
                 topic=topic,
                 partitions=sorted(set(assignment) - known),
             )
-            await self._zk.set_topic_assignment(topic, change.restore)
+            await self._zk.set_topic_assignment(
+                topic,
+                {p: ctx.full_assignment(TopicPartition(topic, p)) for p in change.restore},
+            )
             return
         if not change.added:
             return
@@ -1076,17 +1079,24 @@ class KafkaController:
 
     async def _on_reassignment(self) -> None:
         """``/admin/reassign_partitions`` created or changed: validate the targets, then
-        advance each partition's reassignment as far as it goes now."""
+        advance each partition's reassignment as far as it goes now. A partition whose
+        topic znode says it is being reassigned but that the admin znode does not name
+        (the znode deleted by hand, or a failover after its entry went) resumes towards
+        the target the topic znode keeps, as Kafka's API reassignments do."""
         ctx = self._ctx
         try:
             request = await self._zk.reassign_request()
         except ZkDataError as e:
             self.log(logging.WARNING, "bad_reassignment_request", error=str(e))
             await self._zk.delete_admin_node(REASSIGN_PARTITIONS_PATH)
-            return
-        if request is None:
-            ctx.reassignments.clear()
-            return
+            request = None
+        request = dict(request or {})
+        for tp, full in ctx.reassigning.items():
+            if tp not in request and tp not in ctx.reassignments:
+                request[tp] = list(full.target_replicas)
+        for tp in list(ctx.reassignments):
+            if tp not in request:
+                ctx.reassignments.pop(tp)
         for tp, target in sorted(request.items()):
             if ctx.reassignments.get(tp) == tuple(target):
                 continue
@@ -1097,14 +1107,23 @@ class KafkaController:
                 problem = "its topic is being deleted"
             else:
                 try:
-                    validate_reassignment(ctx.assignments[tp], target, ctx.live_broker_ids())
+                    validate_reassignment(
+                        ctx.full_assignment(tp).origin_replicas, target, ctx.live_broker_ids()
+                    )
                 except InvalidReplicaAssignmentError as e:
                     problem = str(e)
             if problem is not None:
                 self.log(logging.WARNING, "reassignment_refused", partition=tp, problem=problem)
                 continue
             ctx.reassignments[tp] = tuple(target)
-            self.log(logging.INFO, "reassignment_started", partition=tp, target=list(target))
+            full = ctx.full_assignment(tp)
+            cancel = full.is_being_reassigned and tuple(target) == full.origin_replicas
+            self.log(
+                logging.INFO,
+                "reassignment_cancelled" if cancel else "reassignment_started",
+                partition=tp,
+                target=list(target),
+            )
         await self._advance_reassignments(sorted(ctx.reassignments))
 
     async def _advance_reassignments(self, tps: Iterable[TopicPartition]) -> None:
@@ -1115,17 +1134,18 @@ class KafkaController:
 
     async def _advance_reassignment(self, tp: TopicPartition) -> None:
         """Apply :func:`~controller.reassignment.next_reassignment_step` until it waits or
-        is done. Every step writes the state znode first (conditional), then the replica
-        list, then talks to the brokers."""
+        is done. Every step writes the state znode first (conditional), then the topic
+        znode (RS, AR, RR), then talks to the brokers."""
         ctx = self._ctx
-        for _ in range(8):  # ADD, MOVE, REMOVE, DONE, and a few re-reads after races
+        for _ in range(8):  # MOVE, ADD, MOVE, REMOVE, DONE, and a few re-reads after races
             target = ctx.reassignments.get(tp)
             current = ctx.partition_states.get(tp)
             if target is None or current is None or tp not in ctx.assignments:
                 ctx.reassignments.pop(tp, None)
                 return
+            full = ctx.full_assignment(tp)
             step = next_reassignment_step(
-                ctx.assignments[tp], target, current.data, ctx.live_broker_ids(), ctx.epoch
+                full, target, current.data, ctx.live_broker_ids(), ctx.epoch
             )
             self.log(
                 logging.INFO,
@@ -1154,16 +1174,15 @@ class KafkaController:
                     continue
                 ctx.partition_states[tp] = PartitionState.from_data(step.state, version)
                 self._log_state("partition_state_changed", tp, ctx.partition_states[tp])
-            if tuple(ctx.assignments[tp]) != step.replicas:
-                topic_assignment = {
-                    p.partition: list(step.replicas) if p == tp else ctx.assignments[p]
-                    for p in ctx.partitions_of_topic(tp.topic)
-                }
+            if full != step.assignment:
+                topic_assignment = ctx.full_topic_assignment(tp.topic)
+                topic_assignment[tp.partition] = step.assignment
                 if await self._zk.set_topic_assignment(tp.topic, topic_assignment) is None:
                     ctx.reassignments.pop(tp, None)  # the topic is gone
                     return
-                ctx.assignments[tp] = list(step.replicas)
+                ctx.set_full_assignment(tp, step.assignment)
             state = ctx.partition_states[tp]
+            assignment = ctx.full_assignment(tp)
             batch = ControllerBrokerRequestBatch()
             batch.add_leader_and_isr(
                 ctx.live_replicas(tp),
@@ -1171,6 +1190,8 @@ class KafkaController:
                 state,
                 ctx.assignments[tp],
                 is_new=bool(step.new_replicas),
+                adding_replicas=assignment.adding_replicas,
+                removing_replicas=assignment.removing_replicas,
             )
             for removed in step.removed_replicas:
                 batch.add_stop_replica([removed], tp, True, state.leader_epoch)
