@@ -75,6 +75,7 @@ from controller.preferred_replica import partitions_to_rebalance
 from controller.reassignment import (
     ReassignmentAction,
     next_reassignment_step,
+    reassign_to,
     validate_reassignment,
 )
 from controller.request_batch import (
@@ -1081,7 +1082,7 @@ class KafkaController:
         """``/admin/reassign_partitions`` created or changed: validate the targets, then
         advance each partition's reassignment as far as it goes now. A partition whose
         topic znode says it is being reassigned but that the admin znode does not name
-        (the znode deleted by hand, or a failover after its entry went) resumes towards
+        (the znode deleted by hand, its entry gone or refused) resumes towards
         the target the topic znode keeps, as Kafka's API reassignments do."""
         ctx = self._ctx
         try:
@@ -1090,22 +1091,19 @@ class KafkaController:
             self.log(logging.WARNING, "bad_reassignment_request", error=str(e))
             await self._zk.delete_admin_node(REASSIGN_PARTITIONS_PATH)
             request = None
-        request = dict(request or {})
-        for tp, full in ctx.reassigning.items():
-            if tp not in request and tp not in ctx.reassignments:
-                request[tp] = list(full.target_replicas)
-        for tp in list(ctx.reassignments):
-            if tp not in request:
-                ctx.reassignments.pop(tp)
-        for tp, target in sorted(request.items()):
+        accepted: dict[TopicPartition, tuple[int, ...]] = {}
+        for tp, target in sorted((request or {}).items()):
             if ctx.reassignments.get(tp) == tuple(target):
+                accepted[tp] = tuple(target)
                 continue
             problem = None
             if tp not in ctx.assignments or tp not in ctx.partition_states:
                 problem = "the partition does not exist"
             elif tp.topic in ctx.topics_being_deleted:
                 problem = "its topic is being deleted"
-            else:
+            elif reassign_to(ctx.full_assignment(tp), target) != ctx.full_assignment(tp):
+                # Not yet recorded in the topic znode: a new request, whose new replicas
+                # must be live. One already recorded resumes (a failover), as in Kafka.
                 try:
                     validate_reassignment(
                         ctx.full_assignment(tp).origin_replicas, target, ctx.live_broker_ids()
@@ -1115,7 +1113,7 @@ class KafkaController:
             if problem is not None:
                 self.log(logging.WARNING, "reassignment_refused", partition=tp, problem=problem)
                 continue
-            ctx.reassignments[tp] = tuple(target)
+            accepted[tp] = tuple(target)
             full = ctx.full_assignment(tp)
             cancel = full.is_being_reassigned and tuple(target) == full.origin_replicas
             self.log(
@@ -1124,6 +1122,17 @@ class KafkaController:
                 partition=tp,
                 target=list(target),
             )
+        for tp, full in sorted(ctx.reassigning.items()):
+            if tp not in accepted:
+                accepted[tp] = full.target_replicas
+                self.log(
+                    logging.INFO,
+                    "reassignment_resumed",
+                    partition=tp,
+                    target=list(full.target_replicas),
+                )
+        ctx.reassignments.clear()
+        ctx.reassignments.update(accepted)
         await self._advance_reassignments(sorted(ctx.reassignments))
 
     async def _advance_reassignments(self, tps: Iterable[TopicPartition]) -> None:
