@@ -604,12 +604,13 @@ def test_a_running_reassignment_is_listed_blocks_create_partitions_and_can_be_ca
                 cluster.brokers[paused].resume()
             acked = [b"s%d" % i for i in range(5)] + [b"m%d" % i for i in range(5)]
             acked += [b"c%d" % i for i in range(5)]
-            for broker in (stay, leave):
-                wait_for(
-                    lambda b=broker: [v for _, v in cluster.replica_records(b, tp)] == acked,
-                    30,
-                    interval=0.2,
+
+            def held_by_both() -> bool:
+                return all(
+                    [v for _, v in cluster.replica_records(b, tp)] == acked for b in (stay, leave)
                 )
+
+            wait_for(held_by_both, 30, interval=0.2, message="every acked record on both")
             wait_for(
                 lambda: described(clients["confluent"], tp.topic)[0][:2] == (stay, [stay, leave]),
                 30,
