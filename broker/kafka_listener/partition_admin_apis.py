@@ -24,9 +24,12 @@ controller acts (Kafka 2.x's ``ZkAdminManager`` and ZooKeeper-based admin tools)
   (``maybeBuildReassignment``): the controller stops the adding replicas and moves
   leadership back to an original replica first if an adding one leads
   (:mod:`controller.reassignment`). NO_REASSIGNMENT_IN_PROGRESS when the topic znode
-  shows none. Unlike Kafka's, the answer comes once the request is in ZooKeeper, before
-  the controller has acted; a cancellation that crosses the reassignment's completion
-  moves the partition back to its original replicas (safely, as any reassignment).
+  shows none. The answer waits, up to the request's timeout, until the controller has
+  recorded each target in the topic znode (REQUEST_TIMED_OUT past it; the request stays),
+  as Kafka's controller answers after its first write. A cancellation that crosses the
+  reassignment's completion (the original replicas read, then the move finishes, then
+  they are written as the target) moves the partition back to its original replicas,
+  safely, as any reassignment; Kafka's controller judges both at once.
 - ListPartitionReassignments: the partitions whose topic znode has adding or removing
   replicas, with RS, AR and RR exactly as the controller wrote them.
 
@@ -49,7 +52,7 @@ from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms, per_top
 from broker.metadata_cache import MetadataCache
 from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkError
-from controller.reassignment import validate_reassignment
+from controller.reassignment import reassign_to, validate_reassignment
 from proto.errors import BrokerResponseError
 from proto.replica_assignment import assign_new_partitions
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -360,6 +363,11 @@ class PartitionAdminApis:
                 {str(tp): r for tp, r in targets.items()},
                 [str(tp) for tp in cancelled],
             )
+            for tp in await self._await_recorded(targets, ms(request.body.timeout)):
+                results[tp] = (
+                    pb.REQUEST_TIMED_OUT,
+                    "the reassignment is requested, but the controller has not recorded it yet",
+                )
         answers = [
             (
                 tp,
@@ -372,6 +380,32 @@ class PartitionAdminApis:
             "error_message": None,
             "responses": per_topic(answers, "name", "partitions"),
         }
+
+    async def _await_recorded(
+        self, targets: dict[TopicPartition, list[int]], timeout_ms: int
+    ) -> set[TopicPartition]:
+        """Wait, up to ``timeout_ms``, until the controller has recorded each target in
+        the topic znode (RS, AR and RR written, or the move already done), as Kafka's
+        controller answers only after its first write: a ListPartitionReassignments right
+        after the answer then shows the move. Returns the partitions still unrecorded."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        waiting = dict(targets)
+        while True:
+            for topic in sorted({tp.topic for tp in waiting}):
+                try:
+                    assignment = await partition_admin.read_topic_assignment(self.zk, topic)
+                except znodes.ZkDataError:
+                    assignment = None
+                except ZkError:
+                    return set(waiting)
+                for tp in [tp for tp in waiting if tp.topic == topic]:
+                    current = (assignment or {}).get(tp.partition)
+                    if current is None or reassign_to(current, waiting[tp]) == current:
+                        del waiting[tp]  # recorded (or the topic is gone: nothing to wait for)
+            if not waiting or loop.time() >= deadline:
+                return set(waiting)
+            await asyncio.sleep(_POLL_S)
 
     async def _assignment(self, topic: str) -> dict[int, znodes.ReplicaAssignment] | None:
         """The topic's assignment with its adding and removing replicas, None if it does
