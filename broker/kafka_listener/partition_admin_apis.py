@@ -26,10 +26,9 @@ controller acts (Kafka 2.x's ``ZkAdminManager`` and ZooKeeper-based admin tools)
   (:mod:`controller.reassignment`). NO_REASSIGNMENT_IN_PROGRESS when the topic znode
   shows none. The answer waits, up to the request's timeout, until the controller has
   recorded each target in the topic znode (REQUEST_TIMED_OUT past it; the request stays),
-  as Kafka's controller answers after its first write. A cancellation that crosses the
-  reassignment's completion (the original replicas read, then the move finishes, then
-  they are written as the target) moves the partition back to its original replicas,
-  safely, as any reassignment; Kafka's controller judges both at once.
+  as Kafka's controller answers after its first write. A cancellation is written in one
+  multi-op with a check that the topic znode it was decided from is unchanged, so it
+  cannot cross the controller finishing the move (judged again if it does).
 - ListPartitionReassignments: the partitions whose topic znode has adding or removing
   replicas, with RS, AR and RR exactly as the controller wrote them.
 
@@ -78,6 +77,7 @@ and usable bytes (Kafka 3.x); kio has no schema for DescribeLogDirs 0."""
 PREFERRED, UNCLEAN = 0, 1
 NO_REASSIGNMENT_IN_PROGRESS = 85
 INVALID_OFFSET_LAG = -1
+_JUDGE_ATTEMPTS = 10
 _POLL_S = 0.05
 
 UncleanElection = Callable[
@@ -333,21 +333,40 @@ class PartitionAdminApis:
         cancelled: list[TopicPartition] = []
         try:
             live = set(await self.zk.get_live_brokers())
-            assignments: dict[str, dict[int, znodes.ReplicaAssignment] | None] = {}
-            for tp, replicas in asked:
-                if tp.topic not in assignments:
-                    assignments[tp.topic] = await self._assignment(tp.topic)
-                current = (assignments[tp.topic] or {}).get(tp.partition)
-                results[tp] = self._judge_reassignment(tp, replicas, current, live)
-                if results[tp][0] != pb.NONE or current is None:
-                    continue
-                if replicas is None:  # Kafka's maybeBuildReassignment(None): back to ORS
-                    targets[tp] = list(current.origin_replicas)
-                    cancelled.append(tp)
-                else:
-                    targets[tp] = list(replicas)
-            if targets:
-                await partition_admin.request_reassignments(self.zk, targets)
+            for _ in range(_JUDGE_ATTEMPTS):
+                results, targets, cancelled = {}, {}, []
+                assignments: dict[str, tuple[dict[int, znodes.ReplicaAssignment], int] | None]
+                assignments = {}
+                for tp, replicas in asked:
+                    if tp.topic not in assignments:
+                        assignments[tp.topic] = await self._assignment(tp.topic)
+                    read = assignments[tp.topic]
+                    current = None if read is None else read[0].get(tp.partition)
+                    results[tp] = self._judge_reassignment(tp, replicas, current, live)
+                    if results[tp][0] != pb.NONE or current is None:
+                        continue
+                    if replicas is None:  # Kafka's maybeBuildReassignment(None): back to ORS
+                        targets[tp] = list(current.origin_replicas)
+                        cancelled.append(tp)
+                    else:
+                        targets[tp] = list(replicas)
+                if not targets:
+                    break
+                # A cancellation is decided from the topic znode as read: written only if
+                # it has not changed since (the move may have finished meanwhile).
+                versions = {
+                    tp.topic: read[1]
+                    for tp in cancelled
+                    if (read := assignments[tp.topic]) is not None
+                }
+                if await partition_admin.request_reassignments(
+                    self.zk, targets, unless_changed=versions
+                ):
+                    break
+            else:
+                raise BrokerResponseError(
+                    "the reassigned topics kept changing; retry", code=pb.INVALID_REQUEST
+                )
         except (ZkError, znodes.ZkDataError) as err:
             return {
                 "error_code": pb.REQUEST_TIMED_OUT,
@@ -407,14 +426,16 @@ class PartitionAdminApis:
                 return set(waiting)
             await asyncio.sleep(_POLL_S)
 
-    async def _assignment(self, topic: str) -> dict[int, znodes.ReplicaAssignment] | None:
-        """The topic's assignment with its adding and removing replicas, None if it does
-        not exist or is queued for deletion."""
+    async def _assignment(
+        self, topic: str
+    ) -> tuple[dict[int, znodes.ReplicaAssignment], int] | None:
+        """The topic's assignment with its adding and removing replicas, and the znode's
+        version; None if it does not exist or is queued for deletion."""
         if topic_name_problem(topic) is not None:
             return None
         if await self.zk.is_topic_marked_for_deletion(topic):
             return None
-        return await partition_admin.read_topic_assignment(self.zk, topic)
+        return await partition_admin.read_topic_assignment_and_version(self.zk, topic)
 
     @staticmethod
     def _judge_reassignment(

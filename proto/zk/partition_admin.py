@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -34,6 +35,7 @@ __all__ = [
     "read_ongoing_reassignments",
     "read_reassignments",
     "read_topic_assignment",
+    "read_topic_assignment_and_version",
     "request_preferred_replica_election",
     "request_reassignments",
 ]
@@ -101,11 +103,19 @@ async def read_topic_assignment(
 ) -> dict[int, znodes.ReplicaAssignment] | None:
     """``/brokers/topics/<t>`` with each partition's adding and removing replicas; None if
     the topic does not exist. Raises ZkDataError for a malformed znode."""
+    read = await read_topic_assignment_and_version(zk, topic)
+    return None if read is None else read[0]
+
+
+async def read_topic_assignment_and_version(
+    zk: ZooKeeperClient, topic: str
+) -> tuple[dict[int, znodes.ReplicaAssignment], int] | None:
+    """:func:`read_topic_assignment` with the znode's zkVersion."""
     try:
-        data, _ = await zk.request("get", znodes.topic_path(topic))
+        data, stat = await zk.request("get", znodes.topic_path(topic))
     except NoNodeError:
         return None
-    return znodes.decode_topic_replica_assignment(data)
+    return znodes.decode_topic_replica_assignment(data), int(stat.version)
 
 
 async def read_ongoing_reassignments(
@@ -148,29 +158,45 @@ async def read_reassignments(zk: ZooKeeperClient) -> dict[TopicPartition, list[i
 
 
 async def request_reassignments(
-    zk: ZooKeeperClient, targets: Mapping[TopicPartition, Iterable[int]]
-) -> None:
+    zk: ZooKeeperClient,
+    targets: Mapping[TopicPartition, Iterable[int]],
+    *,
+    unless_changed: Mapping[str, int] | None = None,
+) -> bool:
     """Add ``targets`` to ``/admin/reassign_partitions`` (a newer target for a partition
-    replaces the older one, as in Kafka), created if absent, else updated conditionally."""
+    replaces the older one, as in Kafka), created if absent, else updated conditionally.
+
+    ``unless_changed`` maps topics to the zkVersion of ``/brokers/topics/<t>`` the targets
+    were decided from: the write is one multi-op with a check of each, and nothing is
+    written (False) if one has changed, so a cancellation built from the original
+    replicas read there cannot cross the controller completing the move."""
     new = {tp: list(replicas) for tp, replicas in targets.items()}
+    checks = sorted((unless_changed or {}).items())
     path = znodes.REASSIGN_PARTITIONS_PATH
     for _ in range(_CONDITIONAL_WRITE_ATTEMPTS):
         try:
             data, stat = await zk.request("get", path)
         except NoNodeError:
-            try:
-                await zk.request(
-                    "create", path, znodes.encode_reassign_partitions(new), makepath=True
-                )
-            except NodeExistsError:
-                continue
-            return
-        merged = {**znodes.decode_reassign_partitions(data), **new}
-        try:
-            await zk.request("set", path, znodes.encode_reassign_partitions(merged), stat.version)
-        except (BadVersionError, NoNodeError):
-            continue
-        return
+            data, stat = None, None
+        merged = new if data is None else {**znodes.decode_reassign_partitions(data), **new}
+        content = znodes.encode_reassign_partitions(merged)
+
+        def build(transaction: Any, content: bytes = content, stat: Any = stat) -> None:
+            for topic, version in checks:
+                transaction.check(znodes.topic_path(topic), version)
+            if stat is None:
+                transaction.create(path, content)
+            else:
+                transaction.set_data(path, content, stat.version)
+
+        results = await zk.multi("request_reassignments", build)
+        if not any(isinstance(r, BaseException) for r in results):
+            return True
+        if any(isinstance(r, (BadVersionError, NoNodeError)) for r in results[: len(checks)]):
+            return False  # a topic changed: the caller decides again
+        if stat is None and isinstance(results[-1], NoNodeError):
+            await zk.request("ensure_path", path.rpartition("/")[0])  # no /admin yet
+        # /admin/reassign_partitions changed (or appeared, or went) meanwhile: merge again
     raise BrokerResponseError(
         "/admin/reassign_partitions kept changing while the reassignment was added; retry",
         code=ErrorCode.INVALID_REQUEST,

@@ -690,3 +690,35 @@ def test_cancelling_while_an_adding_replica_leads_gives_leadership_back_to_an_or
             assert [v for _, v in cluster.replica_records(a, tp)] == acked
         finally:
             kp.close()
+
+
+def test_a_cancellation_is_not_written_over_a_changed_topic_znode(
+    zk_client: KazooClient, zk_connect: str
+) -> None:
+    """The cancellation's target (the original replicas) is decided from the topic znode;
+    the admin znode is written in one multi-op with a check of that znode's version, so
+    a move that finished meanwhile is not turned into a move back."""
+    import asyncio
+
+    from proto.zk import partition_admin
+    from proto.zk.session import ZooKeeperClient
+
+    tp = TopicPartition("t", 0)
+    running = znodes.ReplicaAssignment((2, 1), (2,), (1,))
+    zk_client.create(
+        znodes.topic_path(tp.topic), znodes.encode_topic_assignment({0: running}), makepath=True
+    )
+
+    async def cancel(version: int) -> bool:
+        async with ZooKeeperClient(zk_connect, broker_id=1) as zk:
+            return await partition_admin.request_reassignments(
+                zk, {tp: [1]}, unless_changed={tp.topic: version}
+            )
+
+    # the controller finishes the move: version 0 -> 1
+    zk_client.set(znodes.topic_path(tp.topic), znodes.encode_topic_assignment({0: [2]}))
+    assert asyncio.run(cancel(0)) is False
+    assert zk_client.exists(znodes.REASSIGN_PARTITIONS_PATH) is None
+    assert asyncio.run(cancel(1)) is True  # no /admin yet: made, then written
+    data, _ = zk_client.get(znodes.REASSIGN_PARTITIONS_PATH)
+    assert znodes.decode_reassign_partitions(data) == {tp: [1]}
