@@ -35,7 +35,8 @@ Events handled:
 - ``UncleanElection`` (an ElectLeaders request of this broker's Kafka listener): a live
   replica leads each leaderless partition, in the ISR or not, whatever the topic's
   ``unclean.leader.election.enable`` (Kafka's ``processReplicaLeaderElection``).
-- ``Reassignment`` (``/admin/reassign_partitions``): the steps of
+- ``Reassignment`` (``/admin/reassign_partitions``, and the adding/removing replicas the
+  topic znodes keep, so a move resumes after failover and can be cancelled): the steps of
   :mod:`controller.reassignment`, advanced again by ISR changes and broker startups.
 - ``Resign`` (ControllerMovedError from a fenced write, session loss, a broker answering
   STALE_CONTROLLER_EPOCH, another broker in ``/controller``): drop the cache and the
@@ -54,7 +55,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from controller.channel_manager import ControllerChannelManager
 from controller.controller_context import ControllerContext
@@ -191,6 +192,11 @@ class _Resign:
     """Resign only if still controller at this epoch (None: whatever the epoch)."""
     unless_zookeeper_agrees: bool = False
     """A broker's word only: stay if ZooKeeper still names this controller at this epoch."""
+
+
+class _ReplicaChanges(TypedDict):
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 _Decide = Callable[[TopicPartition, PartitionState], PartitionStateData | None]
@@ -577,7 +583,9 @@ class KafkaController:
         changed |= await self._bring_online(sorted(ctx.assignments), batch)
         for tp, state in ctx.partition_states.items():
             if tp not in changed and state.leader != LEADER_NONE:
-                batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
+                batch.add_leader_and_isr(
+                    ctx.live_replicas(tp), tp, state, ctx.assignments[tp], **self._moving(tp)
+                )
         batch.add_update_metadata(ALL_LIVE_BROKERS, self._all_leaderships())
         self.log(
             logging.INFO,
@@ -741,7 +749,9 @@ class KafkaController:
             if tp in changed or state is None or state.leader == LEADER_NONE:
                 continue
             replicas = ctx.assignments[tp]
-            batch.add_leader_and_isr([b for b in ids if b in replicas], tp, state, replicas)
+            batch.add_leader_and_isr(
+                [b for b in ids if b in replicas], tp, state, replicas, **self._moving(tp)
+            )
 
     # -- topics and ISR changes --------------------------------------------------------------
 
@@ -809,7 +819,9 @@ class KafkaController:
         for tp in tps:
             state = ctx.partition_states.get(tp)
             if tp not in changed and state is not None and state.leader != LEADER_NONE:
-                batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
+                batch.add_leader_and_isr(
+                    ctx.live_replicas(tp), tp, state, ctx.assignments[tp], **self._moving(tp)
+                )
         self.send(batch)
 
     async def _watch_topics(self, topics: Iterable[str]) -> None:
@@ -1210,6 +1222,14 @@ class KafkaController:
             self.send(batch)
         self.log(logging.WARNING, "reassignment_not_settled", partition=tp)
 
+    def _moving(self, tp: TopicPartition) -> _ReplicaChanges:
+        """A reassigning partition's AR and RR for its LeaderAndIsr, as Kafka sends them."""
+        full = self._ctx.full_assignment(tp)
+        return {
+            "adding_replicas": full.adding_replicas,
+            "removing_replicas": full.removing_replicas,
+        }
+
     def leaderships(
         self, tps: Iterable[TopicPartition]
     ) -> dict[TopicPartition, PartitionLeadership]:
@@ -1308,7 +1328,9 @@ class KafkaController:
                 state = PartitionState.from_data(updates[tp][0], version)
                 ctx.partition_states[tp] = state
                 changed.add(tp)
-                batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
+                batch.add_leader_and_isr(
+                    ctx.live_replicas(tp), tp, state, ctx.assignments[tp], **self._moving(tp)
+                )
                 self._log_state("partition_state_changed", tp, state)
             if not pending:
                 break
