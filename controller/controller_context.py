@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from controller.request_batch import LiveBroker
 from proto.topic_partition import TopicPartition
-from proto.zk.znodes import LEADER_NONE, PartitionState
+from proto.zk.znodes import LEADER_NONE, PartitionState, ReplicaAssignment
 
 __all__ = ["ControllerContext"]
 
@@ -43,6 +43,9 @@ class ControllerContext:
     anew, so they are neither elected nor sent LeaderAndIsr."""
     reassignments: dict[TopicPartition, tuple[int, ...]] = field(default_factory=dict)
     """Partitions being reassigned, with their target replicas."""
+    reassigning: dict[TopicPartition, ReplicaAssignment] = field(default_factory=dict)
+    """The topic znode's entry of each partition with adding or removing replicas (the
+    only place the original replicas are kept); the others are just ``assignments``."""
 
     def reset(self) -> None:
         """Forget everything (on resignation)."""
@@ -55,16 +58,43 @@ class ControllerContext:
         self.shutting_down_brokers.clear()
         self.offline_log_dir_brokers.clear()
         self.reassignments.clear()
+        self.reassigning.clear()
 
     def live_broker_ids(self) -> set[int]:
         """Brokers that can be elected or join an ISR: registered, not shutting down, and
         with their log dir online."""
         return set(self.live_brokers) - self.shutting_down_brokers - self.offline_log_dir_brokers
 
-    def add_topic(self, topic: str, assignment: Mapping[int, Iterable[int]]) -> None:
+    def add_topic(
+        self, topic: str, assignment: Mapping[int, Iterable[int] | ReplicaAssignment]
+    ) -> None:
         self.all_topics.add(topic)
         for partition, replicas in assignment.items():
-            self.assignments[TopicPartition(topic, partition)] = list(replicas)
+            tp = TopicPartition(topic, partition)
+            if isinstance(replicas, ReplicaAssignment):
+                self.set_full_assignment(tp, replicas)
+            else:
+                self.assignments[tp] = list(replicas)
+
+    def full_assignment(self, tp: TopicPartition) -> ReplicaAssignment:
+        """``tp``'s replicas with its adding and removing replicas (Kafka's
+        ``partitionFullReplicaAssignment``)."""
+        replicas = tuple(self.assignments.get(tp, ()))
+        known = self.reassigning.get(tp)
+        if known is not None and known.replicas == replicas:
+            return known
+        return ReplicaAssignment(replicas)
+
+    def set_full_assignment(self, tp: TopicPartition, assignment: ReplicaAssignment) -> None:
+        self.assignments[tp] = list(assignment.replicas)
+        if assignment.is_being_reassigned:
+            self.reassigning[tp] = assignment
+        else:
+            self.reassigning.pop(tp, None)
+
+    def full_topic_assignment(self, topic: str) -> dict[int, ReplicaAssignment]:
+        """Every partition of ``topic`` as its znode is to be written."""
+        return {tp.partition: self.full_assignment(tp) for tp in self.partitions_of_topic(topic)}
 
     def remove_topic(self, topic: str) -> None:
         self.all_topics.discard(topic)
@@ -73,6 +103,7 @@ class ControllerContext:
             self.assignments.pop(tp, None)
             self.partition_states.pop(tp, None)
             self.reassignments.pop(tp, None)
+            self.reassigning.pop(tp, None)
 
     def partitions_of_topic(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.assignments if tp.topic == topic)

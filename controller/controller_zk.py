@@ -107,6 +107,7 @@ from proto.zk.znodes import (
     REASSIGN_PARTITIONS_PATH,
     PartitionState,
     PartitionStateData,
+    ReplicaAssignment,
     ZkDataError,
     broker_path,
     check_admin_path,
@@ -118,6 +119,7 @@ from proto.zk.znodes import (
     decode_reassign_partitions,
     decode_topic_assignment,
     decode_topic_config,
+    decode_topic_replica_assignment,
     delete_topic_path,
     encode_controller,
     encode_controller_epoch,
@@ -594,6 +596,18 @@ class ControllerZkClient(KafkaZkClient):
             "bad_topic_assignment",
         )
 
+    async def topic_replica_assignments(
+        self, topics: Iterable[str]
+    ) -> dict[str, dict[int, ReplicaAssignment]]:
+        """:meth:`topic_assignments` with each partition's adding and removing replicas."""
+        return await self._get_many(
+            sorted(set(topics)),
+            topic_path,
+            lambda data, _: decode_topic_replica_assignment(data),
+            logging.ERROR,
+            "bad_topic_assignment",
+        )
+
     async def partition_states(
         self, tps: Iterable[TopicPartition]
     ) -> dict[TopicPartition, PartitionState]:
@@ -835,7 +849,11 @@ class ControllerZkClient(KafkaZkClient):
         return written
 
     async def set_topic_assignment(
-        self, topic: str, assignment: Mapping[int, Iterable[int]], *, expected_version: int = -1
+        self,
+        topic: str,
+        assignment: Mapping[int, Iterable[int] | ReplicaAssignment],
+        *,
+        expected_version: int = -1,
     ) -> int | None:
         """Write ``/brokers/topics/<t>`` (reassignment completion, Kafka's
         ``KafkaZkClient.setTopicAssignment``); return the new zkVersion, or None if the

@@ -35,7 +35,8 @@ Events handled:
 - ``UncleanElection`` (an ElectLeaders request of this broker's Kafka listener): a live
   replica leads each leaderless partition, in the ISR or not, whatever the topic's
   ``unclean.leader.election.enable`` (Kafka's ``processReplicaLeaderElection``).
-- ``Reassignment`` (``/admin/reassign_partitions``): the steps of
+- ``Reassignment`` (``/admin/reassign_partitions``, and the adding/removing replicas the
+  topic znodes keep, so a move resumes after failover and can be cancelled): the steps of
   :mod:`controller.reassignment`, advanced again by ISR changes and broker startups.
 - ``Resign`` (ControllerMovedError from a fenced write, session loss, a broker answering
   STALE_CONTROLLER_EPOCH, another broker in ``/controller``): drop the cache and the
@@ -54,7 +55,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from controller.channel_manager import ControllerChannelManager
 from controller.controller_context import ControllerContext
@@ -75,6 +76,7 @@ from controller.preferred_replica import partitions_to_rebalance
 from controller.reassignment import (
     ReassignmentAction,
     next_reassignment_step,
+    reassign_to,
     validate_reassignment,
 )
 from controller.request_batch import (
@@ -190,6 +192,11 @@ class _Resign:
     """Resign only if still controller at this epoch (None: whatever the epoch)."""
     unless_zookeeper_agrees: bool = False
     """A broker's word only: stay if ZooKeeper still names this controller at this epoch."""
+
+
+class _ReplicaChanges(TypedDict):
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
 
 
 _Decide = Callable[[TopicPartition, PartitionState], PartitionStateData | None]
@@ -556,7 +563,7 @@ class KafkaController:
         topics = await self._zk.topics()
         # Watched before the assignments are read, so no partition added meanwhile is missed.
         await self._watch_topics(topics)
-        for topic, assignment in (await self._zk.topic_assignments(topics)).items():
+        for topic, assignment in (await self._zk.topic_replica_assignments(topics)).items():
             ctx.add_topic(topic, assignment)
         ctx.partition_states.update(await self._zk.partition_states(ctx.assignments))
         batch = ControllerBrokerRequestBatch()
@@ -576,7 +583,9 @@ class KafkaController:
         changed |= await self._bring_online(sorted(ctx.assignments), batch)
         for tp, state in ctx.partition_states.items():
             if tp not in changed and state.leader != LEADER_NONE:
-                batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
+                batch.add_leader_and_isr(
+                    ctx.live_replicas(tp), tp, state, ctx.assignments[tp], **self._moving(tp)
+                )
         batch.add_update_metadata(ALL_LIVE_BROKERS, self._all_leaderships())
         self.log(
             logging.INFO,
@@ -740,7 +749,9 @@ class KafkaController:
             if tp in changed or state is None or state.leader == LEADER_NONE:
                 continue
             replicas = ctx.assignments[tp]
-            batch.add_leader_and_isr([b for b in ids if b in replicas], tp, state, replicas)
+            batch.add_leader_and_isr(
+                [b for b in ids if b in replicas], tp, state, replicas, **self._moving(tp)
+            )
 
     # -- topics and ISR changes --------------------------------------------------------------
 
@@ -755,7 +766,7 @@ class KafkaController:
         if not new:
             return
         await self._watch_topics(new)
-        assignments = await self._zk.topic_assignments(new)
+        assignments = await self._zk.topic_replica_assignments(new)
         for topic, assignment in sorted(assignments.items()):
             ctx.add_topic(topic, assignment)
         tps = sorted(tp for tp in ctx.assignments if tp.topic in assignments)
@@ -785,7 +796,10 @@ class KafkaController:
                 topic=topic,
                 partitions=sorted(set(assignment) - known),
             )
-            await self._zk.set_topic_assignment(topic, change.restore)
+            await self._zk.set_topic_assignment(
+                topic,
+                {p: ctx.full_assignment(TopicPartition(topic, p)) for p in change.restore},
+            )
             return
         if not change.added:
             return
@@ -805,7 +819,9 @@ class KafkaController:
         for tp in tps:
             state = ctx.partition_states.get(tp)
             if tp not in changed and state is not None and state.leader != LEADER_NONE:
-                batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
+                batch.add_leader_and_isr(
+                    ctx.live_replicas(tp), tp, state, ctx.assignments[tp], **self._moving(tp)
+                )
         self.send(batch)
 
     async def _watch_topics(self, topics: Iterable[str]) -> None:
@@ -1076,35 +1092,59 @@ class KafkaController:
 
     async def _on_reassignment(self) -> None:
         """``/admin/reassign_partitions`` created or changed: validate the targets, then
-        advance each partition's reassignment as far as it goes now."""
+        advance each partition's reassignment as far as it goes now. A partition whose
+        topic znode says it is being reassigned but that the admin znode does not name
+        (the znode deleted by hand, its entry gone or refused) resumes towards
+        the target the topic znode keeps, as Kafka's API reassignments do."""
         ctx = self._ctx
         try:
             request = await self._zk.reassign_request()
         except ZkDataError as e:
             self.log(logging.WARNING, "bad_reassignment_request", error=str(e))
             await self._zk.delete_admin_node(REASSIGN_PARTITIONS_PATH)
-            return
-        if request is None:
-            ctx.reassignments.clear()
-            return
-        for tp, target in sorted(request.items()):
+            request = None
+        accepted: dict[TopicPartition, tuple[int, ...]] = {}
+        for tp, target in sorted((request or {}).items()):
             if ctx.reassignments.get(tp) == tuple(target):
+                accepted[tp] = tuple(target)
                 continue
             problem = None
             if tp not in ctx.assignments or tp not in ctx.partition_states:
                 problem = "the partition does not exist"
             elif tp.topic in ctx.topics_being_deleted:
                 problem = "its topic is being deleted"
-            else:
+            elif reassign_to(ctx.full_assignment(tp), target) != ctx.full_assignment(tp):
+                # Not yet recorded in the topic znode: a new request, whose new replicas
+                # must be live. One already recorded resumes (a failover), as in Kafka.
                 try:
-                    validate_reassignment(ctx.assignments[tp], target, ctx.live_broker_ids())
+                    validate_reassignment(
+                        ctx.full_assignment(tp).origin_replicas, target, ctx.live_broker_ids()
+                    )
                 except InvalidReplicaAssignmentError as e:
                     problem = str(e)
             if problem is not None:
                 self.log(logging.WARNING, "reassignment_refused", partition=tp, problem=problem)
                 continue
-            ctx.reassignments[tp] = tuple(target)
-            self.log(logging.INFO, "reassignment_started", partition=tp, target=list(target))
+            accepted[tp] = tuple(target)
+            full = ctx.full_assignment(tp)
+            cancel = full.is_being_reassigned and tuple(target) == full.origin_replicas
+            self.log(
+                logging.INFO,
+                "reassignment_cancelled" if cancel else "reassignment_started",
+                partition=tp,
+                target=list(target),
+            )
+        for tp, full in sorted(ctx.reassigning.items()):
+            if tp not in accepted:
+                accepted[tp] = full.target_replicas
+                self.log(
+                    logging.INFO,
+                    "reassignment_resumed",
+                    partition=tp,
+                    target=list(full.target_replicas),
+                )
+        ctx.reassignments.clear()
+        ctx.reassignments.update(accepted)
         await self._advance_reassignments(sorted(ctx.reassignments))
 
     async def _advance_reassignments(self, tps: Iterable[TopicPartition]) -> None:
@@ -1115,17 +1155,18 @@ class KafkaController:
 
     async def _advance_reassignment(self, tp: TopicPartition) -> None:
         """Apply :func:`~controller.reassignment.next_reassignment_step` until it waits or
-        is done. Every step writes the state znode first (conditional), then the replica
-        list, then talks to the brokers."""
+        is done. Every step writes the state znode first (conditional), then the topic
+        znode (RS, AR, RR), then talks to the brokers."""
         ctx = self._ctx
-        for _ in range(8):  # ADD, MOVE, REMOVE, DONE, and a few re-reads after races
+        for _ in range(8):  # MOVE, ADD, MOVE, REMOVE, DONE, and a few re-reads after races
             target = ctx.reassignments.get(tp)
             current = ctx.partition_states.get(tp)
             if target is None or current is None or tp not in ctx.assignments:
                 ctx.reassignments.pop(tp, None)
                 return
+            full = ctx.full_assignment(tp)
             step = next_reassignment_step(
-                ctx.assignments[tp], target, current.data, ctx.live_broker_ids(), ctx.epoch
+                full, target, current.data, ctx.live_broker_ids(), ctx.epoch
             )
             self.log(
                 logging.INFO,
@@ -1154,16 +1195,15 @@ class KafkaController:
                     continue
                 ctx.partition_states[tp] = PartitionState.from_data(step.state, version)
                 self._log_state("partition_state_changed", tp, ctx.partition_states[tp])
-            if tuple(ctx.assignments[tp]) != step.replicas:
-                topic_assignment = {
-                    p.partition: list(step.replicas) if p == tp else ctx.assignments[p]
-                    for p in ctx.partitions_of_topic(tp.topic)
-                }
+            if full != step.assignment:
+                topic_assignment = ctx.full_topic_assignment(tp.topic)
+                topic_assignment[tp.partition] = step.assignment
                 if await self._zk.set_topic_assignment(tp.topic, topic_assignment) is None:
                     ctx.reassignments.pop(tp, None)  # the topic is gone
                     return
-                ctx.assignments[tp] = list(step.replicas)
+                ctx.set_full_assignment(tp, step.assignment)
             state = ctx.partition_states[tp]
+            assignment = ctx.full_assignment(tp)
             batch = ControllerBrokerRequestBatch()
             batch.add_leader_and_isr(
                 ctx.live_replicas(tp),
@@ -1171,6 +1211,8 @@ class KafkaController:
                 state,
                 ctx.assignments[tp],
                 is_new=bool(step.new_replicas),
+                adding_replicas=assignment.adding_replicas,
+                removing_replicas=assignment.removing_replicas,
             )
             for removed in step.removed_replicas:
                 batch.add_stop_replica([removed], tp, True, state.leader_epoch)
@@ -1179,6 +1221,14 @@ class KafkaController:
             )
             self.send(batch)
         self.log(logging.WARNING, "reassignment_not_settled", partition=tp)
+
+    def _moving(self, tp: TopicPartition) -> _ReplicaChanges:
+        """A reassigning partition's AR and RR for its LeaderAndIsr, as Kafka sends them."""
+        full = self._ctx.full_assignment(tp)
+        return {
+            "adding_replicas": full.adding_replicas,
+            "removing_replicas": full.removing_replicas,
+        }
 
     def leaderships(
         self, tps: Iterable[TopicPartition]
@@ -1278,7 +1328,9 @@ class KafkaController:
                 state = PartitionState.from_data(updates[tp][0], version)
                 ctx.partition_states[tp] = state
                 changed.add(tp)
-                batch.add_leader_and_isr(ctx.live_replicas(tp), tp, state, ctx.assignments[tp])
+                batch.add_leader_and_isr(
+                    ctx.live_replicas(tp), tp, state, ctx.assignments[tp], **self._moving(tp)
+                )
                 self._log_state("partition_state_changed", tp, state)
             if not pending:
                 break

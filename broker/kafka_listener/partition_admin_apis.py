@@ -19,14 +19,18 @@ controller acts (Kafka 2.x's ``ZkAdminManager`` and ZooKeeper-based admin tools)
   that is not the controller answers NOT_CONTROLLER, as Kafka 2.8's does.
 - AlterPartitionReassignments: the targets merged into ``/admin/reassign_partitions``
   after the checks of Kafka's ``KafkaController.validateReplicas``. Cancelling (null
-  replicas) is refused with INVALID_REQUEST while a reassignment runs: the topic znode
-  here is version 1, without Kafka 2.4's ``adding_replicas``/``removing_replicas``, so the
-  original replicas to go back to are not known (NO_REASSIGNMENT_IN_PROGRESS otherwise).
-- ListPartitionReassignments: the partitions of ``/admin/reassign_partitions`` whose
-  assignment is not yet the target. ``removing_replicas`` are the assigned replicas
-  outside the target (Kafka's RR exactly); ``adding_replicas`` are the target replicas
-  not yet in the ISR, since the original replica set is not stored (Kafka lists every
-  target replica that was not an original one until the move ends).
+  replicas) a running reassignment writes its original replicas (RS - AR of the version-2
+  topic znode) as the target, which is what Kafka's controller does
+  (``maybeBuildReassignment``): the controller stops the adding replicas and moves
+  leadership back to an original replica first if an adding one leads
+  (:mod:`controller.reassignment`). NO_REASSIGNMENT_IN_PROGRESS when the topic znode
+  shows none. The answer waits, up to the request's timeout, until the controller has
+  recorded each target in the topic znode (REQUEST_TIMED_OUT past it; the request stays),
+  as Kafka's controller answers after its first write. A cancellation is written in one
+  multi-op with a check that the topic znode it was decided from is unchanged, so it
+  cannot cross the controller finishing the move (judged again if it does).
+- ListPartitionReassignments: the partitions whose topic znode has adding or removing
+  replicas, with RS, AR and RR exactly as the controller wrote them.
 
 Any broker answers all of these but unclean elections (Kafka 2.8 routes them, and the
 clients send them, to the controller; the znodes make that unnecessary here).
@@ -47,7 +51,7 @@ from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms, per_top
 from broker.metadata_cache import MetadataCache
 from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkError
-from controller.reassignment import validate_reassignment
+from controller.reassignment import reassign_to, validate_reassignment
 from proto.errors import BrokerResponseError
 from proto.replica_assignment import assign_new_partitions
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -73,6 +77,7 @@ and usable bytes (Kafka 3.x); kio has no schema for DescribeLogDirs 0."""
 PREFERRED, UNCLEAN = 0, 1
 NO_REASSIGNMENT_IN_PROGRESS = 85
 INVALID_OFFSET_LAG = -1
+_JUDGE_ATTEMPTS = 10
 _POLL_S = 0.05
 
 UncleanElection = Callable[
@@ -325,19 +330,43 @@ class PartitionAdminApis:
         ]
         results: dict[TopicPartition, tuple[int, str | None]] = {}
         targets: dict[TopicPartition, list[int]] = {}
+        cancelled: list[TopicPartition] = []
         try:
             live = set(await self.zk.get_live_brokers())
-            ongoing = await partition_admin.read_reassignments(self.zk)
-            assignments: dict[str, dict[int, list[int]] | None] = {}
-            for tp, replicas in asked:
-                if tp.topic not in assignments:
-                    assignments[tp.topic] = await self._assignment(tp.topic)
-                current = (assignments[tp.topic] or {}).get(tp.partition)
-                results[tp] = self._judge_reassignment(tp, replicas, current, ongoing, live)
-                if results[tp][0] == pb.NONE and replicas is not None:
-                    targets[tp] = list(replicas)
-            if targets:
-                await partition_admin.request_reassignments(self.zk, targets)
+            for _ in range(_JUDGE_ATTEMPTS):
+                results, targets, cancelled = {}, {}, []
+                assignments: dict[str, tuple[dict[int, znodes.ReplicaAssignment], int] | None]
+                assignments = {}
+                for tp, replicas in asked:
+                    if tp.topic not in assignments:
+                        assignments[tp.topic] = await self._assignment(tp.topic)
+                    read = assignments[tp.topic]
+                    current = None if read is None else read[0].get(tp.partition)
+                    results[tp] = self._judge_reassignment(tp, replicas, current, live)
+                    if results[tp][0] != pb.NONE or current is None:
+                        continue
+                    if replicas is None:  # Kafka's maybeBuildReassignment(None): back to ORS
+                        targets[tp] = list(current.origin_replicas)
+                        cancelled.append(tp)
+                    else:
+                        targets[tp] = list(replicas)
+                if not targets:
+                    break
+                # A cancellation is decided from the topic znode as read: written only if
+                # it has not changed since (the move may have finished meanwhile).
+                versions = {
+                    tp.topic: read[1]
+                    for tp in cancelled
+                    if (read := assignments[tp.topic]) is not None
+                }
+                if await partition_admin.request_reassignments(
+                    self.zk, targets, unless_changed=versions
+                ):
+                    break
+            else:
+                raise BrokerResponseError(
+                    "the reassigned topics kept changing; retry", code=pb.INVALID_REQUEST
+                )
         except (ZkError, znodes.ZkDataError) as err:
             return {
                 "error_code": pb.REQUEST_TIMED_OUT,
@@ -348,10 +377,16 @@ class PartitionAdminApis:
             return {"error_code": int(err.code), "error_message": str(err), "responses": []}
         if targets:
             logger.info(
-                "event=reassignment_requested broker=%d targets=%s",
+                "event=reassignment_requested broker=%d targets=%s cancelled=%s",
                 self.replica_manager.broker_id,
                 {str(tp): r for tp, r in targets.items()},
+                [str(tp) for tp in cancelled],
             )
+            for tp in await self._await_recorded(targets, ms(request.body.timeout)):
+                results[tp] = (
+                    pb.REQUEST_TIMED_OUT,
+                    "the reassignment is requested, but the controller has not recorded it yet",
+                )
         answers = [
             (
                 tp,
@@ -365,35 +400,60 @@ class PartitionAdminApis:
             "responses": per_topic(answers, "name", "partitions"),
         }
 
-    async def _assignment(self, topic: str) -> dict[int, list[int]] | None:
-        """The topic's assignment, None if it does not exist or is queued for deletion."""
+    async def _await_recorded(
+        self, targets: dict[TopicPartition, list[int]], timeout_ms: int
+    ) -> set[TopicPartition]:
+        """Wait, up to ``timeout_ms``, until the controller has recorded each target in
+        the topic znode (RS, AR and RR written, or the move already done), as Kafka's
+        controller answers only after its first write: a ListPartitionReassignments right
+        after the answer then shows the move. Returns the partitions still unrecorded."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000
+        waiting = dict(targets)
+        while True:
+            for topic in sorted({tp.topic for tp in waiting}):
+                try:
+                    assignment = await partition_admin.read_topic_assignment(self.zk, topic)
+                except znodes.ZkDataError:
+                    assignment = None
+                except ZkError:
+                    return set(waiting)
+                for tp in [tp for tp in waiting if tp.topic == topic]:
+                    current = (assignment or {}).get(tp.partition)
+                    if current is None or reassign_to(current, waiting[tp]) == current:
+                        del waiting[tp]  # recorded (or the topic is gone: nothing to wait for)
+            if not waiting or loop.time() >= deadline:
+                return set(waiting)
+            await asyncio.sleep(_POLL_S)
+
+    async def _assignment(
+        self, topic: str
+    ) -> tuple[dict[int, znodes.ReplicaAssignment], int] | None:
+        """The topic's assignment with its adding and removing replicas, and the znode's
+        version; None if it does not exist or is queued for deletion."""
         if topic_name_problem(topic) is not None:
             return None
         if await self.zk.is_topic_marked_for_deletion(topic):
             return None
-        return await self.zk.get_topic_assignment(topic)
+        return await partition_admin.read_topic_assignment_and_version(self.zk, topic)
 
     @staticmethod
     def _judge_reassignment(
         tp: TopicPartition,
         replicas: Sequence[int] | None,
-        current: list[int] | None,
-        ongoing: dict[TopicPartition, list[int]],
+        current: znodes.ReplicaAssignment | None,
         live: set[int],
     ) -> tuple[int, str | None]:
         # In Kafka's order (KafkaController.processApiPartitionReassignment): the list is
         # checked first, then whether there is a reassignment to cancel, then the partition.
-        in_progress = current is not None and tp in ongoing and ongoing[tp] != current
         if replicas is None:
-            if not in_progress:
+            if current is None or not current.is_being_reassigned:
                 return NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {tp} is in progress"
-            return (
-                pb.INVALID_REQUEST,
-                f"cancelling the reassignment of {tp} is not supported: the original replicas "
-                "are not kept; reassign it to the replicas it should have instead",
-            )
+            return pb.NONE, None
         try:
-            validate_reassignment(current or [], replicas, live)
+            # New replicas must be live; they are counted from the original replicas, so
+            # replacing a running reassignment does not keep its dead adding replicas.
+            validate_reassignment(current.origin_replicas if current else [], replicas, live)
         except BrokerResponseError as err:
             return int(err.code), str(err)
         if current is None:
@@ -411,32 +471,28 @@ class PartitionAdminApis:
             else {TopicPartition(t.name, p) for t in asked for p in t.partition_indexes}
         )
         try:
-            ongoing = await partition_admin.read_reassignments(self.zk)
-        except (ZkError, znodes.ZkDataError) as err:
+            ongoing = await partition_admin.read_ongoing_reassignments(
+                self.zk, None if wanted is None else {tp.topic for tp in wanted}
+            )
+        except ZkError as err:
             return {
                 "error_code": pb.REQUEST_TIMED_OUT,
                 "error_message": f"ZooKeeper: {err}",
                 "topics": [],
             }
-        answers: list[tuple[TopicPartition, Tree]] = []
-        for tp, target in sorted(ongoing.items()):
-            info = self.cache.partition(tp)
-            if (wanted is not None and tp not in wanted) or info is None:
-                continue
-            replicas = list(info.replicas)
-            if replicas == target:
-                continue  # moved already; the znode goes when the last one is done
-            answers.append(
-                (
-                    tp,
-                    {
-                        "partition_index": tp.partition,
-                        "replicas": replicas,
-                        "adding_replicas": [r for r in target if r not in info.isr],
-                        "removing_replicas": [r for r in replicas if r not in target],
-                    },
-                )
+        answers: list[tuple[TopicPartition, Tree]] = [
+            (
+                tp,
+                {
+                    "partition_index": tp.partition,
+                    "replicas": list(full.replicas),
+                    "adding_replicas": list(full.adding_replicas),
+                    "removing_replicas": list(full.removing_replicas),
+                },
             )
+            for tp, full in sorted(ongoing.items())
+            if wanted is None or tp in wanted
+        ]
         return {
             "error_code": pb.NONE,
             "error_message": None,

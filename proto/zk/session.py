@@ -595,6 +595,21 @@ class ZooKeeperClient:
             op, path, lambda client: getattr(client, f"{op}_async")(path, *args, **kwargs)
         )
 
+    async def multi(self, what: str, build: Callable[[Any], None]) -> list[Any]:
+        """One atomic multi-op (kazoo's ``transaction()``): ``build(transaction)`` adds the
+        ops (``check``, ``create``, ``set_data``, ``delete``; a create gets kazoo's default
+        ACL, so none under ``/consumers``). Resent after a connection loss like any
+        request, so one that was applied may come again: make its ops conditional.
+        Returns each op's result; when one fails ZooKeeper applies none, and the failed
+        op's error (RolledBackError for the others) is returned in its place, not raised."""
+
+        def start(client: Any) -> Any:
+            transaction = client.transaction()
+            build(transaction)
+            return transaction.commit_async()
+
+        return list(await self._call("multi", what, start))
+
     def _acl_for(self, path: str) -> list[ACL] | None:
         """Kafka's ``ZkData.defaultAcls``: with ``zookeeper.set.acl`` every znode is the
         credentials' to change and the world's to read, except under ``/consumers``, which

@@ -78,6 +78,7 @@ __all__ = [
     "PartitionState",
     "PartitionStateData",
     "ProducerIdBlock",
+    "ReplicaAssignment",
     "ZkDataError",
     "broker_config_path",
     "broker_path",
@@ -105,6 +106,7 @@ __all__ = [
     "decode_reassign_partitions",
     "decode_topic_assignment",
     "decode_topic_config",
+    "decode_topic_replica_assignment",
     "delete_topic_path",
     "encode_broker_registration",
     "encode_cluster_id",
@@ -521,27 +523,113 @@ def decode_broker_registration(data: bytes) -> BrokerRegistration:
 # -- /brokers/topics/<t> ---------------------------------------------------------------------
 
 
-def encode_topic_assignment(assignment: Mapping[int, Iterable[int]]) -> bytes:
-    """``{"version":1,"partitions":{"0":[1,2,3],...}}``, partitions in numeric order; each
-    replica list keeps its order (the first replica is the preferred leader)."""
-    partitions = {str(p): list(assignment[p]) for p in sorted(assignment)}
-    return _dumps({"version": 1, "partitions": partitions})
+@dataclass(frozen=True, slots=True)
+class ReplicaAssignment:
+    """One partition's entry of ``/brokers/topics/<t>`` (Kafka's ``ReplicaAssignment``).
+
+    While a reassignment runs, ``replicas`` is the full set RS = TRS + ORS (target replicas
+    first), ``adding_replicas`` AR = TRS - ORS and ``removing_replicas`` RR = ORS - TRS
+    (KIP-455); both are empty otherwise. The original replicas are RS - AR, the target
+    ones RS - RR: the znode is the only place the original replicas are kept, which is
+    what lets a reassignment be cancelled."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def origin_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.adding_replicas)
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+    @property
+    def is_being_reassigned(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+
+def encode_topic_assignment(
+    assignment: Mapping[int, Iterable[int] | ReplicaAssignment],
+) -> bytes:
+    """``{"version":2,"partitions":{"0":[1,2,3],...},"adding_replicas":{..},
+    "removing_replicas":{..}}`` (Kafka 2.4+), partitions in numeric order; each replica
+    list keeps its order (the first replica is the preferred leader). A partition appears
+    in ``adding_replicas``/``removing_replicas`` only while it is being reassigned."""
+    full = {
+        p: a if isinstance(a, ReplicaAssignment) else ReplicaAssignment(tuple(a))
+        for p, a in assignment.items()
+    }
+    order = sorted(full)
+    return _dumps(
+        {
+            "version": 2,
+            "partitions": {str(p): list(full[p].replicas) for p in order},
+            "adding_replicas": {
+                str(p): list(full[p].adding_replicas) for p in order if full[p].adding_replicas
+            },
+            "removing_replicas": {
+                str(p): list(full[p].removing_replicas) for p in order if full[p].removing_replicas
+            },
+        }
+    )
 
 
 def decode_topic_assignment(data: bytes) -> dict[int, list[int]]:
-    """Partition -> replicas in assignment order; accepts Kafka's versions 1-3 (their
-    ``adding_replicas``/``removing_replicas``/``topic_id`` are ignored)."""
+    """Partition -> replicas in assignment order (RS: during a reassignment, the target
+    and the original replicas); see :func:`decode_topic_replica_assignment`."""
+    return {p: list(a.replicas) for p, a in decode_topic_replica_assignment(data).items()}
+
+
+def decode_topic_replica_assignment(data: bytes) -> dict[int, ReplicaAssignment]:
+    """Partition -> :class:`ReplicaAssignment`; accepts Kafka's versions 1-3 (version 1
+    has no ``adding_replicas``/``removing_replicas``; version 3's ``topic_id`` is
+    ignored). The sets are checked as the controller relies on them: replicas distinct,
+    adding and removing disjoint subsets of them, and neither the original nor the target
+    replicas empty."""
     obj = _loads_object(data)
     _version(obj, range(1, 4))
     partitions = _field(obj, "partitions")
     if not isinstance(partitions, dict):
         raise ZkDataError(f"partitions must be an object, got {partitions!r}")
-    result: dict[int, list[int]] = {}
-    for key, replicas in partitions.items():
+    replicas: dict[int, list[int]] = {}
+    for key, value in partitions.items():
         if not (key.isascii() and key.isdigit()):
             raise ZkDataError(f"partition id must be a non-negative integer, got {key!r}")
-        result[int(key)] = _int_list(replicas, f"replicas of partition {key}")
-    return dict(sorted(result.items()))
+        replicas[int(key)] = _int_list(value, f"replicas of partition {key}")
+    changes: dict[str, dict[int, list[int]]] = {}
+    for name in ("adding_replicas", "removing_replicas"):
+        value = obj.get(name)
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise ZkDataError(f"{name} must be an object, got {value!r}")
+        changes[name] = {}
+        for key, sub in value.items():
+            if not (key.isascii() and key.isdigit()) or int(key) not in replicas:
+                raise ZkDataError(f"{name} names partition {key!r}, which is not assigned")
+            changes[name][int(key)] = _int_list(sub, f"{name} of partition {key}")
+    result: dict[int, ReplicaAssignment] = {}
+    for partition in sorted(replicas):
+        rs = replicas[partition]
+        adding = changes["adding_replicas"].get(partition, [])
+        removing = changes["removing_replicas"].get(partition, [])
+        if len(set(rs)) != len(rs) or len(set(adding)) != len(adding):
+            raise ZkDataError(f"replicas of partition {partition} repeat a broker")
+        if len(set(removing)) != len(removing):
+            raise ZkDataError(f"removing_replicas of partition {partition} repeat a broker")
+        if not set(adding) <= set(rs) or not set(removing) <= set(rs):
+            raise ZkDataError(
+                f"adding {adding} and removing {removing} of partition {partition} must be "
+                f"among its replicas {rs}"
+            )
+        if set(adding) & set(removing):
+            raise ZkDataError(f"partition {partition} both adds and removes a replica")
+        if rs and (set(rs) <= set(adding) or set(rs) <= set(removing)):
+            raise ZkDataError(f"partition {partition} would have no original or no target replica")
+        result[partition] = ReplicaAssignment(tuple(rs), tuple(adding), tuple(removing))
+    return result
 
 
 # -- /brokers/topics/<t>/partitions/<p>/state ------------------------------------------------

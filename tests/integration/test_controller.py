@@ -617,7 +617,12 @@ def test_reassignment_from_1_2_3_to_2_3_4(
             )
             load.wait_for_more_acks(20)
         assignment = json.loads(zk_client.get(znodes.topic_path(tp.topic))[0])
-        assert assignment["partitions"] == {"0": [2, 3, 4]}
+        assert assignment == {
+            "version": 2,
+            "partitions": {"0": [2, 3, 4]},
+            "adding_replicas": {},
+            "removing_replicas": {},
+        }
         state = cluster.state(tp)
         assert state is not None
         assert state.leader == 2
@@ -639,4 +644,76 @@ def test_reassignment_from_1_2_3_to_2_3_4(
             ),
             10,
             message="every broker's metadata to show the replicas [2, 3, 4]",
+        )
+
+
+def test_a_new_controller_resumes_a_reassignment_and_cancels_it(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """[c, o0, o1] -> [c, o0, s] with s killed before it catches up: the topic znode
+    keeps RS, AR = [s] and RR = [o1]. The controller c is killed too: its successor loads
+    the reassignment from the topic znode and leaves it running. Writing the original
+    replicas as the target (what AlterPartitionReassignments with null replicas does)
+    cancels it: RS = [c, o0, o1] with no adding/removing replicas, and every record
+    acknowledged with acks=all under load survives."""
+    tp = TopicPartition("resumed", 0)
+    with running_cluster(zk_client, zk_connect, tmp_path, (1, 2, 3, 4)) as cluster:
+        c = cluster.wait_for_controller()
+        o0, o1, s = sorted({1, 2, 3, 4} - {c})
+        cluster.create_topic(tp.topic, {0: [c, o0, o1]})
+        cluster.wait_for_isr(tp, {c, o0, o1})
+        produce_until_acked(cluster, tp, [f"before-{i}".encode() for i in range(50)])
+
+        def topic_znode() -> znodes.ReplicaAssignment:
+            return znodes.decode_topic_replica_assignment(
+                zk_client.get(znodes.topic_path(tp.topic))[0]
+            )[0]
+
+        running = znodes.ReplicaAssignment((c, o0, s, o1), (s,), (o1,))
+        with AcksAllLoad(cluster, [tp], prefix="during") as load:
+            load.wait_for_more_acks(20)
+            cluster.brokers[s].pause()  # registered still: the target is valid
+            zk_client.create(
+                znodes.REASSIGN_PARTITIONS_PATH,
+                znodes.encode_reassign_partitions({tp: [c, o0, s]}),
+                makepath=True,
+            )
+            wait_for(lambda: topic_znode() == running, 30, message="the reassignment written")
+            cluster.brokers[s].kill()
+            cluster.brokers[c].kill()
+            new = cluster.wait_for_controller(
+                accept=[o0, o1], timeout=SESSION_TIMEOUT_S + FAILOVER_MARGIN_S
+            )
+            wait_for_state(
+                cluster, tp, SESSION_TIMEOUT_S + FAILOVER_MARGIN_S, leader=o0, isr=sorted([o0, o1])
+            )
+            load.wait_for_more_acks(20)
+            assert topic_znode() == running  # resumed, not finished and not forgotten
+            assert zk_client.exists(znodes.REASSIGN_PARTITIONS_PATH)
+
+            original = list(running.origin_replicas)
+            assert original == [c, o0, o1]
+            zk_client.set(
+                znodes.REASSIGN_PARTITIONS_PATH,
+                znodes.encode_reassign_partitions({tp: original}),
+            )
+            wait_for(
+                lambda: not zk_client.exists(znodes.REASSIGN_PARTITIONS_PATH),
+                30,
+                message=f"controller {new} to cancel the reassignment",
+            )
+            assert topic_znode() == znodes.ReplicaAssignment((c, o0, o1))
+            load.wait_for_more_acks(20)
+        state = cluster.state(tp)
+        assert state is not None
+        assert (state.leader, sorted(state.isr)) == (o0, sorted([o0, o1]))
+        report = load.report
+        assert not report.fatal, report.fatal
+        check_acked_records_survive(cluster, report)
+        cluster.brokers[c].start(zk_client)
+        cluster.wait_for_isr(tp, {c, o0, o1}, timeout=60)
+        wait_for(
+            lambda: values(cluster, c, tp) == values(cluster, o0, tp),
+            30,
+            message="the restarted original replica to hold everything",
         )

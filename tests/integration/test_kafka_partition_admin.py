@@ -16,6 +16,7 @@ from kazoo.client import KazooClient
 
 from broker.kafka_listener.messages import build
 from proto.topic_partition import TopicPartition
+from proto.zk import znodes
 from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import minibroker, wait_for
@@ -484,13 +485,19 @@ def test_reassignments_and_log_dirs_through_kafka_python_and_raw_requests(
             del admin
 
 
-def test_a_running_reassignment_is_listed_blocks_create_partitions_and_cannot_be_cancelled(
+def topic_znode(cluster: Cluster, topic: str) -> dict[int, znodes.ReplicaAssignment]:
+    data, _ = cluster.zk.get(znodes.topic_path(topic))
+    return znodes.decode_topic_replica_assignment(data)
+
+
+def test_a_running_reassignment_is_listed_blocks_create_partitions_and_can_be_cancelled(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path
 ) -> None:
     """A target replica that cannot catch up (its broker paused) keeps the reassignment
-    running: ListPartitionReassignments shows it, CreatePartitions on its topic is
-    REASSIGNMENT_IN_PROGRESS, a cancellation is refused with the reason; once the broker
-    resumes, the move finishes and the listing is empty."""
+    running: ListPartitionReassignments shows it exactly as the topic znode (version 2)
+    records it, CreatePartitions on its topic is REASSIGNMENT_IN_PROGRESS; a cancellation
+    (null replicas) puts the original replicas and leader back, the paused broker's
+    replica is deleted once it resumes, and no acknowledged record is lost."""
     from kio.schema.alter_partition_reassignments.v0 import request as alter_v0
     from kio.schema.create_partitions.v3 import request as create_partitions_v3
     from kio.schema.list_partition_reassignments.v0 import request as list_v0
@@ -554,12 +561,8 @@ def test_a_running_reassignment_is_listed_blocks_create_partitions_and_cannot_be
                 # still registered for zookeeper.session.timeout.ms: the target is valid
                 assert alter([stay, paused]) == 0
                 running = ([stay, paused, leave], [paused], [leave])
-                wait_for(
-                    lambda: listed(None).get((tp.topic, 0)) == running,
-                    30,
-                    interval=0.2,
-                    message="the reassignment listed with its replicas written",
-                )
+                # answered once the controller has recorded it, as Kafka's controller does
+                assert listed(None).get((tp.topic, 0)) == running
                 assert listed([{"name": tp.topic, "partition_indexes": [5]}]) == {}
                 assert listed([{"name": tp.topic, "partition_indexes": [0]}]) == {
                     (tp.topic, 0): running
@@ -578,18 +581,144 @@ def test_a_running_reassignment_is_listed_blocks_create_partitions_and_cannot_be
                     ),
                 )
                 assert [r.error_code for r in refused.results] == [REASSIGNMENT_IN_PROGRESS]
-                assert alter(None) == INVALID_REQUEST
-                assert (tp.topic, 0) in listed(None)
+                assert topic_znode(cluster, tp.topic)[0] == znodes.ReplicaAssignment(
+                    (stay, paused, leave), (paused,), (leave,)
+                )
+                cluster.produce_until_acked(tp, [b"m%d" % i for i in range(5)])
+                assert alter(None) == 0  # KIP-455's cancellation
+                assert listed(None) == {}
+                assert topic_znode(cluster, tp.topic) == {
+                    0: znodes.ReplicaAssignment((stay, leave))
+                }
+                cluster.wait_for_isr(tp, {stay, leave}, timeout=30)
+                state = cluster.state(tp)
+                assert state is not None
+                assert state.leader == stay
+                cluster.produce_until_acked(tp, [b"c%d" % i for i in range(5)])
+                assert alter(None) == NO_REASSIGNMENT_IN_PROGRESS
             finally:
                 cluster.brokers[paused].resume()
+            acked = [b"s%d" % i for i in range(5)] + [b"m%d" % i for i in range(5)]
+            acked += [b"c%d" % i for i in range(5)]
+
+            def held_by_both() -> bool:
+                return all(
+                    [v for _, v in cluster.replica_records(b, tp)] == acked for b in (stay, leave)
+                )
+
+            wait_for(held_by_both, 30, interval=0.2, message="every acked record on both")
             wait_for(
-                lambda: described(clients["confluent"], tp.topic)[0][1] == [stay, paused],
-                60,
+                lambda: described(clients["confluent"], tp.topic)[0][:2] == (stay, [stay, leave]),
+                30,
                 interval=0.3,
             )
-            wait_for(lambda: kp.list_partition_reassignments() == {}, 30, interval=0.3)
-            assert cluster.replica_records(paused, tp)[-1][1] == b"s4"
+            # the cancelled replica got StopReplica(delete) once its broker answered again
+            wait_for(lambda: not cluster.partition_dir(paused, tp).exists(), 60, interval=0.3)
+            assert kp.list_partition_reassignments() == {}
+            cancel = kp.alter_partition_reassignments({KafkaTopicPartition(tp.topic, 0): None})
+            assert [e.errno for e in cancel.values()] == [NO_REASSIGNMENT_IN_PROGRESS]
         finally:
             kp.close()
             clients.clear()
             del admin
+
+
+def test_cancelling_while_an_adding_replica_leads_gives_leadership_back_to_an_original(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """[a, b] -> [x, y]: x catches up, y dies, then a dies: the offline election prefers
+    the target replicas (RS lists them first), so x, an adding replica, leads. kafka-python
+    cancels: the controller moves leadership to b (the first live original replica in the
+    ISR) before x and y are stopped, the topic znode names [a, b] again with no
+    adding/removing replicas, and every acknowledged record is on b and, once restarted, a."""
+    tp = TopicPartition("back", 0)
+    brokers = (1, 2, 3, 4)
+    with running_cluster(
+        zk_client, zk_connect, tmp_path, broker_ids=brokers, overrides=OVERRIDES
+    ) as cluster:
+        x = cluster.wait_for_controller()
+        a, y, b = [i for i in brokers if i != x]
+        cluster.create_topic(tp.topic, {0: [a, b]})
+        cluster.wait_for_isr(tp, {a, b})
+        acked = [b"a%d" % i for i in range(10)]
+        cluster.produce_until_acked(tp, acked)
+        kp = kafka_python_admin(cluster)
+
+        def isr() -> tuple[int, ...]:
+            state = cluster.state(tp)
+            return () if state is None else state.isr
+
+        def leader() -> int | None:
+            state = cluster.state(tp)
+            return None if state is None else state.leader
+
+        try:
+            assert kp.alter_partition_reassignments({KafkaTopicPartition(tp.topic, 0): [x, y]}) == {
+                KafkaTopicPartition(tp.topic, 0): None
+            }
+            running = znodes.ReplicaAssignment((x, y, a, b), (x, y), (a, b))
+            assert topic_znode(cluster, tp.topic)[0] == running
+            cluster.brokers[y].kill()  # y never catches up: the reassignment keeps running
+            wait_for(lambda: x in isr(), 30, interval=0.2)
+            assert topic_znode(cluster, tp.topic)[0] == running
+            listed = kp.list_partition_reassignments()
+            assert [
+                (k.topic, k.partition, v["replicas"], v["adding_replicas"], v["removing_replicas"])
+                for k, v in listed.items()
+            ] == [(tp.topic, 0, [x, y, a, b], [x, y], [a, b])]
+            cluster.brokers[a].kill()
+            wait_for(lambda: leader() == x, 30, interval=0.2)
+            more = [b"x%d" % i for i in range(5)]
+            cluster.produce_until_acked(tp, more)
+            acked += more
+
+            cancel = kp.alter_partition_reassignments({KafkaTopicPartition(tp.topic, 0): None})
+            assert cancel == {KafkaTopicPartition(tp.topic, 0): None}
+            assert kp.list_partition_reassignments() == {}
+            assert topic_znode(cluster, tp.topic) == {0: znodes.ReplicaAssignment((a, b))}
+            state = cluster.state(tp)
+            assert state is not None
+            assert (state.leader, state.isr) == (b, (b,))
+            after = [b"b%d" % i for i in range(5)]
+            cluster.produce_until_acked(tp, after)
+            acked += after
+            assert [v for _, v in cluster.consume_all(b, tp)] == acked
+            wait_for(lambda: not cluster.partition_dir(x, tp).exists(), 30, interval=0.3)
+
+            cluster.brokers[a].start(zk_client)
+            cluster.wait_for_isr(tp, {a, b}, timeout=60)
+            assert [v for _, v in cluster.replica_records(a, tp)] == acked
+        finally:
+            kp.close()
+
+
+def test_a_cancellation_is_not_written_over_a_changed_topic_znode(
+    zk_client: KazooClient, zk_connect: str
+) -> None:
+    """The cancellation's target (the original replicas) is decided from the topic znode;
+    the admin znode is written in one multi-op with a check of that znode's version, so
+    a move that finished meanwhile is not turned into a move back."""
+    import asyncio
+
+    from proto.zk import partition_admin
+    from proto.zk.session import ZooKeeperClient
+
+    tp = TopicPartition("t", 0)
+    running = znodes.ReplicaAssignment((2, 1), (2,), (1,))
+    zk_client.create(
+        znodes.topic_path(tp.topic), znodes.encode_topic_assignment({0: running}), makepath=True
+    )
+
+    async def cancel(version: int) -> bool:
+        async with ZooKeeperClient(zk_connect, broker_id=1) as zk:
+            return await partition_admin.request_reassignments(
+                zk, {tp: [1]}, unless_changed={tp.topic: version}
+            )
+
+    # the controller finishes the move: version 0 -> 1
+    zk_client.set(znodes.topic_path(tp.topic), znodes.encode_topic_assignment({0: [2]}))
+    assert asyncio.run(cancel(0)) is False
+    assert zk_client.exists(znodes.REASSIGN_PARTITIONS_PATH) is None
+    assert asyncio.run(cancel(1)) is True  # no /admin yet: made, then written
+    data, _ = zk_client.get(znodes.REASSIGN_PARTITIONS_PATH)
+    assert znodes.decode_reassign_partitions(data) == {tp: [1]}

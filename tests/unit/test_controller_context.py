@@ -5,7 +5,7 @@ from __future__ import annotations
 from controller.controller_context import ControllerContext
 from controller.request_batch import LiveBroker
 from proto.topic_partition import TopicPartition
-from proto.zk.znodes import PartitionState, PartitionStateData
+from proto.zk.znodes import PartitionState, PartitionStateData, ReplicaAssignment
 
 TP = TopicPartition("t", 0)
 
@@ -72,3 +72,21 @@ def test_a_broker_with_an_offline_log_dir_is_registered_but_its_replicas_are_off
     assert not ctx.is_online(TP)
     ctx.reset()
     assert ctx.offline_log_dir_brokers == set()
+
+
+def test_full_assignment_keeps_adding_and_removing_replicas_of_a_moving_partition() -> None:
+    ctx = ControllerContext()
+    moving = ReplicaAssignment((2, 3, 1), adding_replicas=(3,), removing_replicas=(1,))
+    ctx.add_topic("t", {0: moving, 1: ReplicaAssignment((1, 2))})
+    assert ctx.assignments[TP] == [2, 3, 1]
+    assert ctx.full_assignment(TP) == moving
+    assert ctx.full_topic_assignment("t") == {0: moving, 1: ReplicaAssignment((1, 2))}
+    assert set(ctx.reassigning) == {TP}
+    # a replica list changed behind the recorded entry is not believed to be moving
+    ctx.assignments[TP] = [2, 3]
+    assert ctx.full_assignment(TP) == ReplicaAssignment((2, 3))
+    ctx.set_full_assignment(TP, ReplicaAssignment((2, 3)))
+    assert not ctx.reassigning
+    ctx.set_full_assignment(TP, moving)
+    ctx.remove_topic("t")
+    assert not ctx.reassigning

@@ -223,8 +223,33 @@ def test_broker_registration_malformed(data: bytes) -> None:
 
 def test_topic_assignment_exact_json() -> None:
     data = encode_topic_assignment({1: [2, 3, 1], 0: [1, 2, 3], 10: [3, 1, 2]})
-    assert data == b'{"version":1,"partitions":{"0":[1,2,3],"1":[2,3,1],"10":[3,1,2]}}'
+    assert data == (
+        b'{"version":2,"partitions":{"0":[1,2,3],"1":[2,3,1],"10":[3,1,2]},'
+        b'"adding_replicas":{},"removing_replicas":{}}'
+    )
     assert decode_topic_assignment(data) == {0: [1, 2, 3], 1: [2, 3, 1], 10: [3, 1, 2]}
+
+
+def test_topic_assignment_keeps_a_reassignments_adding_and_removing_replicas() -> None:
+    """Kafka 2.4+'s version 2 (KIP-455): RS = TRS + ORS, AR and RR per partition."""
+    moving = znodes.ReplicaAssignment((2, 3, 4, 1), adding_replicas=(4,), removing_replicas=(1,))
+    data = encode_topic_assignment({0: moving, 1: [1, 2]})
+    assert data == (
+        b'{"version":2,"partitions":{"0":[2,3,4,1],"1":[1,2]},'
+        b'"adding_replicas":{"0":[4]},"removing_replicas":{"0":[1]}}'
+    )
+    decoded = znodes.decode_topic_replica_assignment(data)
+    assert decoded == {0: moving, 1: znodes.ReplicaAssignment((1, 2))}
+    assert decoded[0].origin_replicas == (2, 3, 1)
+    assert decoded[0].target_replicas == (2, 3, 4)
+    assert decoded[0].is_being_reassigned
+    assert not decoded[1].is_being_reassigned
+    assert decode_topic_assignment(data) == {0: [2, 3, 4, 1], 1: [1, 2]}
+
+
+def test_topic_assignment_version_1_has_no_reassignment() -> None:
+    old = b'{"version":1,"partitions":{"0":[1,2]}}'
+    assert znodes.decode_topic_replica_assignment(old) == {0: znodes.ReplicaAssignment((1, 2))}
 
 
 def test_topic_assignment_decodes_kafka_v2_and_v3() -> None:
@@ -247,6 +272,32 @@ def test_topic_assignment_decodes_kafka_v2_and_v3() -> None:
 def test_topic_assignment_malformed(data: bytes) -> None:
     with pytest.raises(ZkDataError):
         decode_topic_assignment(data)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        b'"adding_replicas":{"0":[9]}',  # not a replica
+        b'"removing_replicas":{"0":[9]}',
+        b'"adding_replicas":{"1":[1]}',  # no such partition
+        b'"adding_replicas":{"x":[1]}',
+        b'"adding_replicas":[]',
+        b'"adding_replicas":{"0":[true]}',
+        b'"adding_replicas":{"0":[2]},"removing_replicas":{"0":[2]}',  # both
+        b'"adding_replicas":{"0":[1,2,3]}',  # no original replica left
+        b'"removing_replicas":{"0":[1,2,3]}',  # no target replica left
+        b'"adding_replicas":{"0":[2,2]}',
+    ],
+)
+def test_topic_assignment_hostile_reassignment_sets_are_refused(changes: bytes) -> None:
+    data = b'{"version":2,"partitions":{"0":[1,2,3]},' + changes + b"}"
+    with pytest.raises(ZkDataError):
+        znodes.decode_topic_replica_assignment(data)
+
+
+def test_topic_assignment_repeating_a_replica_is_refused() -> None:
+    with pytest.raises(ZkDataError, match="repeat"):
+        decode_topic_assignment(b'{"version":2,"partitions":{"0":[1,1]}}')
 
 
 # -- partition state -------------------------------------------------------------------------
@@ -399,12 +450,12 @@ def test_a_malformed_committed_offset_in_either_form_is_an_error(data: bytes) ->
 def test_encoders_write_compact_json_readable_by_any_parser() -> None:
     for data in (
         encode_broker_registration("h", 1, 2),
-        encode_topic_assignment({0: [1]}),
         encode_partition_state(PartitionStateData(1, 0, (1,), 1)),
         encode_isr_change_notification([TP]),
     ):
         assert b" " not in data
         assert json.loads(data)["version"] == 1
+    assert json.loads(encode_topic_assignment({0: [1]}))["version"] == 2
 
 
 @pytest.mark.parametrize("topic", ["../../x", "/abs", "..", "a b", ""])
