@@ -1,0 +1,170 @@
+"""EMFILE, ENFILE and ENOMEM are not a failed disk: the log dir stays online, the operation
+is retried, the error is counted and logged at a bounded rate. The EMFILE cases run in a
+child process whose descriptors are really used up (a lowered RLIMIT_NOFILE filled with
+open files), so nothing of the file system is faked."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from broker.log.resource_limits import (
+    BASE_FDS,
+    FDS_PER_SEGMENT,
+    ResourceErrorReporter,
+    fds_needed,
+    is_resource_exhaustion,
+    nofile_warning,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.ENOMEM])
+def test_running_out_of_a_process_resource_is_transient(code: int) -> None:
+    assert is_resource_exhaustion(OSError(code, os.strerror(code)))
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.EROFS, errno.ENOSPC, None])
+def test_a_bad_disk_is_not_transient(code: int | None) -> None:
+    err = OSError(code, "x") if code is not None else OSError("corrupt checkpoint")
+    assert not is_resource_exhaustion(err)
+    assert not is_resource_exhaustion(MemoryError())
+
+
+def test_the_fd_budget_counts_two_files_per_segment() -> None:
+    assert FDS_PER_SEGMENT == 2
+    assert fds_needed(0) == BASE_FDS
+    assert fds_needed(1000) == BASE_FDS + 2000
+    assert nofile_warning(1000, 1_000_000) is None
+    assert nofile_warning(1000, -1) is None  # RLIM_INFINITY
+    below = nofile_warning(1000, 2048)
+    assert below is not None
+    assert below.startswith("below")
+    near = nofile_warning(1000, fds_needed(1000) + 10)
+    assert near is not None
+    assert near.startswith("near")
+
+
+def test_the_reporter_counts_every_error_and_logs_at_a_bounded_rate(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    counted: list[str] = []
+    now = [0.0]
+    reporter = ResourceErrorReporter(
+        logging.getLogger("test.resource"),
+        "test",
+        counted.append,
+        interval_s=10,
+        clock=lambda: now[0],
+    )
+    emfile = OSError(errno.EMFILE, "Too many open files")
+    with caplog.at_level(logging.WARNING, "test.resource"):
+        assert reporter.report("checkpoint", emfile)
+        assert not reporter.report("checkpoint", emfile)
+        assert not reporter.report("checkpoint", emfile)
+        assert reporter.report("append", emfile)  # another place has its own budget
+        now[0] = 10.0
+        assert reporter.report("checkpoint", emfile)
+    assert counted == ["EMFILE"] * 5
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3
+    assert "event=resource_exhausted" in lines[0]
+    assert "errno=EMFILE" in lines[0]
+    assert "suppressed=2" in lines[2]
+
+
+_CHILD = textwrap.dedent(
+    """
+    import asyncio, errno, os, resource, sys
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+    from typing import cast
+
+    from broker.log.log import Log
+    from broker.log.log_manager import LogManager
+    from broker.metadata_cache import MetadataCache
+    from broker.replication.partition import LeadershipState, Partition
+    from broker.replication.replica_manager import ReplicaManager
+    from broker.zk_client import BrokerZkClient
+    from proto.config.broker_config import BrokerConfig
+    from proto.config.log_config import LogConfig
+    from proto.records.record_batch import Record, encode_batch
+    from proto.topic_partition import TopicPartition
+    from proto.wire.minibroker_pb2 import ErrorCode
+
+    class LeasedZk:
+        async def ensure_session_lease(self) -> bool:
+            return True
+
+    data = Path(sys.argv[1])
+    tp = TopicPartition("t", 0)
+    config = BrokerConfig(broker_id=1, zookeeper_connect="unused:2181", log_dir=data)
+    log_config = LogConfig(segment_bytes=300)
+    log_manager = LogManager(data, log_config, 1)
+    log_manager.startup()
+    executor = ThreadPoolExecutor(1)
+    executor.submit(int).result()  # the worker thread exists before the descriptors run out
+    manager = ReplicaManager(
+        config, log_manager, cast(BrokerZkClient, LeasedZk()), MetadataCache(), executor
+    )
+    partition = Partition(tp, 1, log_manager.get_or_create_log(tp, log_config), clock_ms=int)
+    assert partition.make_leader(LeadershipState(1, 0, (1,), (1,), 0, controller_epoch=1))
+    manager.partitions[tp] = partition
+    loop = asyncio.new_event_loop()  # its self-pipe is open before the descriptors run out
+    batch = encode_batch([Record(None, b"x" * 150, 1)])
+    first = loop.run_until_complete(manager.append_records(1, 1000, {tp: batch}))
+    assert first[tp].error_code == ErrorCode.NONE, first
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    hogs = []
+    try:
+        while True:
+            hogs.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as err:
+        assert err.errno == errno.EMFILE, err
+
+    # The checkpoint write meets EMFILE: reported, not raised, the dir stays online.
+    loop.run_until_complete(manager.checkpoint_high_watermarks())
+    assert manager.log_dir_failure is None, manager.log_dir_failure
+    # A produce that must roll a segment meets EMFILE: a retriable error, dir online.
+    second = loop.run_until_complete(manager.append_records(1, 1000, {tp: batch}))
+    assert second[tp].error_code == ErrorCode.KAFKA_STORAGE_ERROR, second
+    assert "retry" in second[tp].error_message, second
+    assert manager.log_dir_failure is None, manager.log_dir_failure
+    assert len(partition.log.segments) == 1, partition.log.segments
+    counted = manager.metrics.resource_errors.labels("EMFILE")._value.get()
+    assert counted >= 2, counted
+
+    for fd in hogs:
+        os.close(fd)
+    # The next period writes the checkpoint; the client's retry appends.
+    loop.run_until_complete(manager.checkpoint_high_watermarks())
+    assert log_manager.read_high_watermarks() == {tp: partition.high_watermark}
+    third = loop.run_until_complete(manager.append_records(1, 1000, {tp: batch}))
+    assert third[tp].error_code == ErrorCode.NONE, third
+    assert len(partition.log.segments) == 2, partition.log.segments
+    assert manager.log_dir_failure is None
+    print("ok")
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_checkpoint_and_a_roll_meeting_emfile_keep_the_log_dir_online(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(tmp_path / "data")],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.strip() == "ok"
