@@ -168,3 +168,63 @@ def test_a_checkpoint_and_a_roll_meeting_emfile_keep_the_log_dir_online(tmp_path
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.strip() == "ok"
+
+
+_STARTUP_CHILD = textwrap.dedent(
+    """
+    import errno, os, resource, sys
+    from pathlib import Path
+
+    from broker.log.log_manager import LogManager
+    from proto.config.log_config import LogConfig
+    from proto.records.record_batch import Record, decode_batch, encode_batch
+    from proto.topic_partition import TopicPartition
+
+    data = Path(sys.argv[1])
+    tps = [TopicPartition("t", i) for i in range(6)]
+    manager = LogManager(data, LogConfig(), 1)
+    manager.startup()
+    for tp in tps:
+        manager.get_or_create_log(tp).append_as_leader(
+            encode_batch([Record(None, str(tp).encode(), 1)]), leader_epoch=0
+        )
+    manager.shutdown()
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    hogs = []
+    try:
+        while True:
+            hogs.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as err:
+        assert err.errno == errno.EMFILE, err
+    for _ in range(3):  # enough for the dir lock and the checkpoints, not for every log
+        os.close(hogs.pop())
+    manager = LogManager(data, LogConfig(), 1)
+    manager.startup()
+    offline = manager.offline_logs
+    assert offline, "every log opened: the limit was not reached"
+    assert all(e.errno == errno.EMFILE for e in offline.values()), offline
+    for fd in hogs:
+        os.close(fd)
+    for tp in tps:  # asked for again (the next LeaderAndIsr): opened, records intact
+        log_ = manager.get_or_create_log(tp)
+        records = decode_batch(log_.read(0, 1 << 20).records).records
+        assert [r.value for r in records] == [str(tp).encode()], (tp, records)
+    assert manager.offline_logs == {}
+    manager.shutdown()
+    print("ok")
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_log_that_met_emfile_at_startup_opens_when_next_asked_for(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _STARTUP_CHILD, str(tmp_path / "data")],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.strip() == "ok"
