@@ -228,3 +228,76 @@ def test_a_log_that_met_emfile_at_startup_opens_when_next_asked_for(tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.strip() == "ok"
+
+
+_FOLLOWER_CHILD = textwrap.dedent(
+    """
+    import asyncio, errno, os, resource, sys
+    from pathlib import Path
+
+    from broker.log.log import Log
+    from broker.replication.partition import LeadershipState, Partition
+    from broker.replication.replica_fetcher import (
+        FetchPhase, FetcherConfig, ReplicaFetcher, SourceBroker,
+    )
+    from broker.replication.truncation import TruncationMode
+    from proto.config.log_config import LogConfig
+    from proto.records.record_batch import Record, encode_batch
+    from proto.topic_partition import TopicPartition
+
+    tp = TopicPartition("t", 0)
+    log_ = Log.open(Path(sys.argv[1]) / tp.dir_name, LogConfig(segment_bytes=300))
+    partition = Partition(tp, 1, log_, clock_ms=int)
+    partition.make_follower(LeadershipState(2, 0, (1, 2), (1, 2), 0, controller_epoch=1))
+
+    def batch(offset):
+        return encode_batch(
+            [Record(None, b"x" * 150, 1)], base_offset=offset, partition_leader_epoch=0
+        )
+
+    errors = []
+    config = FetcherConfig(local_broker_id=1, truncation_mode=TruncationMode.LEADER_EPOCH)
+    fetcher = ReplicaFetcher(
+        SourceBroker(2, "127.0.0.1", 1), config, executor=None,
+        on_partition_error=lambda tp, err: errors.append(err),
+    )
+    loop = asyncio.new_event_loop()
+    fetcher.add_partitions({tp: partition})
+    state = fetcher._states[tp]
+    state.phase = FetchPhase.FETCHING
+    assert loop.run_until_complete(fetcher._append(tp, state, 0, batch(0)))
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    hogs = []
+    try:
+        while True:
+            hogs.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as err:
+        assert err.errno == errno.EMFILE, err
+    # The append must roll a segment: EMFILE. Reported, and retried, not a failed partition.
+    assert not loop.run_until_complete(fetcher._append(tp, state, 1, batch(1)))
+    assert [e.errno for e in errors] == [errno.EMFILE], errors
+    assert state.phase is FetchPhase.TRUNCATING, state.phase
+    assert state.delay_until > 0
+    for fd in hogs:
+        os.close(fd)
+    state.phase = FetchPhase.FETCHING
+    assert loop.run_until_complete(fetcher._append(tp, state, 1, batch(1)))
+    assert log_.log_end_offset == 2, log_.log_end_offset
+    log_.close()
+    print("ok")
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_a_follower_append_meeting_emfile_is_retried_not_failed(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _FOLLOWER_CHILD, str(tmp_path / "data")],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.strip() == "ok"
