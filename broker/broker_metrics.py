@@ -41,6 +41,13 @@ class ReplicaManagerMetrics:
             "ISR expands written by this broker as leader (Kafka's IsrExpandsPerSec)",
             registry=registry,
         )
+        self.resource_errors = Counter(
+            "minibroker_log_resource_errors",
+            "Checkpoint or segment operations that failed for want of a process resource "
+            "(EMFILE, ENFILE, ENOMEM): retried, the log dir stays online",
+            ["errno"],
+            registry=registry,
+        )
 
 
 class RequestMetrics:

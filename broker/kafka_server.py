@@ -49,6 +49,7 @@ from broker.kafka_listener.quota_apis import QuotaApis
 from broker.kafka_listener.server import KafkaListener
 from broker.kafka_listener.throttling import Throttler
 from broker.log.log_manager import LogManager, LogManagerError
+from broker.log.resource_limits import check_nofile_limit
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
 from broker.quotas.client_quota_manager import ClientQuotas
@@ -203,6 +204,11 @@ class BrokerServer:
         self.cluster_id = await self.zk.get_or_create_cluster_id()
         await loop.run_in_executor(
             self.executor, functools.partial(self.log_manager.startup, cluster_id=self.cluster_id)
+        )
+        check_nofile_limit(
+            sum(len(log_.segments) for log_ in self.log_manager.all_logs().values()),
+            logger,
+            "broker",
         )
         # Dynamic broker configs apply before anything is hosted (Kafka reads them right
         # after connecting to ZooKeeper).

@@ -13,11 +13,12 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,9 @@ class BrokerSpec:
     log_path: Path | None = None
     """Default: ``<data_dir>/../broker-<id>.log``."""
     loop: str = "uvloop"
+    nofile_limit: int | None = None
+    """A soft ``RLIMIT_NOFILE`` for the process (tests run out of descriptors in seconds
+    with a low one); None keeps the harness's."""
 
 
 class BrokerProcess:
@@ -131,6 +135,7 @@ class BrokerProcess:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # a terminal's Ctrl-C is for the harness, not brokers
                 cwd=Path(__file__).resolve().parent.parent,
+                preexec_fn=_nofile_limiter(self.spec.nofile_limit),
             )
         log.info("started broker %d pid=%d", self.broker_id, self._proc.pid)
         if zk is not None:
@@ -216,6 +221,18 @@ class BrokerProcess:
         raise BrokerProcessError(
             f"broker {self.broker_id} {reason}; last lines of {self.log_path}:\n{self.log_tail()}"
         )
+
+
+def _nofile_limiter(limit: int | None) -> Callable[[], None] | None:
+    """What the child runs before exec to lower its soft ``RLIMIT_NOFILE`` to ``limit``."""
+    if limit is None:
+        return None
+
+    def lower() -> None:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+    return lower
 
 
 def start_brokers(brokers: Iterable[BrokerProcess], zk: KazooClient, timeout: float = 30.0) -> None:

@@ -498,9 +498,15 @@ class Log:
         if active.is_empty:
             return active
         segment = create_segment(self._directory, self._config, base_offset)
-        # Kafka snapshots the producer state at every roll: a truncation then replays the
-        # batches of one segment only.
-        self._producer_state.take_snapshot(base_offset)
+        try:
+            # Kafka snapshots the producer state at every roll: a truncation then replays
+            # the batches of one segment only.
+            self._producer_state.take_snapshot(base_offset)
+        except BaseException:
+            # Out of descriptors (EMFILE), say: the roll did not happen and is retried by
+            # the next append; the new segment's files must not stay open meanwhile.
+            segment.delete()
+            raise
         active.on_become_inactive()
         self._segments.append(segment)
         self._bases.append(base_offset)

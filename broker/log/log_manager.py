@@ -16,7 +16,8 @@ Startup (:meth:`LogManager.startup`) reads and *deletes* the clean-shutdown mark
 loading anything (KAFKA-10471), so a crash while loading counts as unclean next time; logs
 are then opened with recovery from their checkpointed recovery point unless the marker was
 there. A log that fails to open with an OSError is reported in :attr:`offline_logs` and does
-not stop the others. Shutdown flushes, checkpoints and closes every log, and only then
+not stop the others; if it failed with EMFILE, ENFILE or ENOMEM it is opened again when next
+asked for. Shutdown flushes, checkpoints and closes every log, and only then
 writes the marker.
 
 Every method is synchronous: the broker calls the slow ones (startup, flushes,
@@ -49,6 +50,7 @@ from broker.log.checkpoints import (
     write_meta_properties,
 )
 from broker.log.log import BackgroundRunner, Log, LogClosedError
+from broker.log.resource_limits import is_resource_exhaustion
 from proto.config.log_config import LogConfig
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -334,7 +336,8 @@ class LogManager:
         """The partition's log, created empty (with ``log_config``, else the default) if
         there is none. An existing log keeps its config (see :meth:`Log.update_config`).
 
-        Raises LogOfflineError for a log that failed to open at startup, and OSError if the
+        Raises LogOfflineError for a log that failed to open at startup (unless it failed
+        for want of descriptors or memory: it is then opened again), and OSError if the
         new log cannot be created.
         """
         with self._lock:
@@ -343,7 +346,7 @@ class LogManager:
             if existing is not None:
                 return existing
             if tp in self._offline:
-                raise LogOfflineError(f"log {tp} is offline: {self._offline[tp]}")
+                return self._reopen_offline_log(tp, log_config)
             created = Log.open(
                 self.partition_dir(tp),
                 log_config or self._default_log_config,
@@ -352,6 +355,31 @@ class LogManager:
             self._logs[tp] = created
         log.info("created log %s in %s", tp, self._data_dir)
         return created
+
+    def _reopen_offline_log(self, tp: TopicPartition, log_config: LogConfig | None) -> Log:
+        """A log that failed to open at startup for want of descriptors or memory (EMFILE,
+        ENFILE, ENOMEM) is opened again when it is next asked for, with a full recovery
+        from its checkpointed recovery point; any other failure keeps it offline until a
+        restart. Under the lock."""
+        error = self._offline[tp]
+        if not is_resource_exhaustion(error):
+            raise LogOfflineError(f"log {tp} is offline: {error}")
+        try:
+            reopened = Log.open(
+                self.partition_dir(tp),
+                log_config or self._default_log_config,
+                recovery_point=self._offline_recovery_points[tp],
+                log_start_offset=self._offline_start_offsets[tp],
+                clean_shutdown=False,
+                background=self._background,
+            )
+        except OSError as e:
+            self._offline[tp] = e
+            raise
+        self._logs[tp] = reopened
+        del self._offline[tp], self._offline_recovery_points[tp], self._offline_start_offsets[tp]
+        log.warning("log %s reopened: at startup it failed to open with %s", tp, error)
+        return reopened
 
     def partition_dir(self, tp: TopicPartition) -> Path:
         """``<data-dir>/<topic>-<partition>``, checked to be a direct child of the data dir

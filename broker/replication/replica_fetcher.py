@@ -41,6 +41,7 @@ import grpc
 import grpc.aio
 
 from broker.log.log import LogAppendInfo, LogClosedError, UnexpectedAppendOffsetError
+from broker.log.resource_limits import is_resource_exhaustion
 from broker.replication.partition import Partition
 from broker.replication.truncation import (
     OffsetTruncationState,
@@ -622,6 +623,15 @@ class ReplicaFetcher:
             self._back_off([state])
             return False
         except (OSError, LogClosedError) as err:
+            if is_resource_exhaustion(err):
+                # Out of descriptors or memory, not a bad disk: report it and fetch again
+                # after the back-off, from a truncation point found anew.
+                if self._on_partition_error is not None:
+                    self._on_partition_error(tp, err)
+                if self._states.get(tp) is state and state.phase is FetchPhase.FETCHING:
+                    state.phase = FetchPhase.TRUNCATING
+                self._back_off([state])
+                return False
             if self._states.get(tp) is state:
                 self._fail(tp, state, err)
             return False

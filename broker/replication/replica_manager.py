@@ -27,6 +27,7 @@ from typing import Any, TypeGuard, TypeVar
 from broker.broker_metrics import ReplicaManagerMetrics
 from broker.log.log import FetchData
 from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
+from broker.log.resource_limits import ResourceErrorReporter, is_resource_exhaustion
 from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.replication.control_request_checks import (
     StopReplicaFacts,
@@ -153,6 +154,9 @@ def _error_of(err: BaseException) -> tuple[int, str]:
         return err.code, str(err.args[0]) if err.args else ""
     if isinstance(err, CorruptRecordError):
         return pb.CORRUPT_MESSAGE, str(err)
+    if is_resource_exhaustion(err):
+        # Retriable for every client (KafkaStorageException): the dir stays online.
+        return pb.KAFKA_STORAGE_ERROR, f"broker out of a resource, retry: {err}"
     if isinstance(err, OSError):
         return pb.KAFKA_STORAGE_ERROR, f"log directory I/O error: {err}"
     raise err
@@ -184,6 +188,11 @@ class ReplicaManager:
         self.tls = tls
         """The broker's certificate, for its fetchers' channels (None: plaintext)."""
         self.metrics = metrics if metrics is not None else ReplicaManagerMetrics()
+        self.resource_errors = ResourceErrorReporter(
+            logger,
+            "replica_manager",
+            lambda name: self.metrics.resource_errors.labels(name).inc(),
+        )
         self.broker_id = config.broker_id
         self.log_manager = log_manager
         self.zk = zk
@@ -281,7 +290,15 @@ class ReplicaManager:
         in-sync replicas and takes this broker out of the ISRs. Acknowledged writes are
         safe: an acks=all write is on the other ISR members, which the controller elects.
         Freeing the disk and restarting the broker brings the dir back (recovery cuts a
-        torn tail). Idempotent; on the event loop."""
+        torn tail). Idempotent; on the event loop.
+
+        EMFILE, ENFILE and ENOMEM do not take the dir offline: the process ran out of
+        something that comes back (a connection flood ends), the disk is fine. They are
+        counted and logged at a bounded rate, and the operation is retried (a checkpoint
+        on its next period, a produce by its client, a follower's append after a back-off)."""
+        if is_resource_exhaustion(error):
+            self.resource_errors.report(where, error, dir=self.log_manager.data_dir)
+            return
         if self.log_dir_failure is not None:
             return
         self.log_dir_failure = error
@@ -710,6 +727,10 @@ class ReplicaManager:
         task.add_done_callback(self._tasks.discard)
 
     def _on_fetch_partition_error(self, tp: TopicPartition, err: BaseException) -> None:
+        if is_resource_exhaustion(err):
+            assert isinstance(err, OSError)
+            self.mark_log_dir_offline(err, "follower_append")  # reported; the fetcher retries
+            return
         self._log(logging.WARNING, "fetching_stopped_until_next_leader_and_isr", tp=tp, error=err)
         if _is_log_dir_failure(err):
             self.mark_log_dir_offline(err, "follower_append")
@@ -1233,6 +1254,8 @@ class ReplicaManager:
             await self._in_executor(self.log_manager.write_high_watermarks, hws)
         except OSError as err:
             self.mark_log_dir_offline(err, "high_watermark_checkpoint")
+            if is_resource_exhaustion(err):
+                return  # reported; written again on the next period
             raise
         self._checkpointed_hws = hws
 
@@ -1249,6 +1272,8 @@ class ReplicaManager:
             await self._in_executor(self.log_manager.checkpoint_recovery_points)
         except OSError as err:
             self.mark_log_dir_offline(err, "checkpoint_recovery_points")
+            if is_resource_exhaustion(err):
+                return  # reported; written again on the next period
             raise
 
     async def _checkpoint_log_start_offsets(self) -> None:
@@ -1258,6 +1283,8 @@ class ReplicaManager:
             await self._in_executor(self.log_manager.checkpoint_log_start_offsets)
         except OSError as err:
             self.mark_log_dir_offline(err, "checkpoint_log_start_offsets")
+            if is_resource_exhaustion(err):
+                return  # reported; written again on the next period
             raise
 
     async def _purge_purgatories(self) -> None:
