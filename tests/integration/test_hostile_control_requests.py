@@ -221,6 +221,32 @@ def test_forged_leader_and_isr_with_huge_leader_epoch_does_not_hijack_leadership
     intact(cluster)
 
 
+def test_forged_controlled_shutdown_at_an_unregistered_epoch_moves_no_leadership(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    # broker_epoch -1 (unknown) used to skip the check: one request per broker moved every
+    # leadership off it. Neither -1 nor a guessed newer epoch is the registration's.
+    state = cluster.state(TP)
+    assert state is not None
+    controller = cluster.wait_for_controller()
+    before = log_of(cluster, controller)
+    forged_epochs = (-1, broker_epoch(zk, state.leader) + 1)
+    for forged_epoch in forged_epochs:
+        answer = cluster.control_stub(controller).ControlledShutdown(
+            pb.ControlledShutdownRequest(broker_id=state.leader, broker_epoch=forged_epoch),
+            timeout=10,
+        )
+        assert answer.error_code == pb.STALE_BROKER_EPOCH, answer
+        assert str(broker_epoch(zk, state.leader)) in answer.error_message
+    now = cluster.state(TP)
+    assert now is not None
+    assert (now.leader, now.leader_epoch) == (state.leader, state.leader_epoch)
+    assert state.leader in now.isr
+    assert cluster.produce(state.leader, TP, [b"still-led"], acks=-1).error_code == pb.NONE
+    new_lines = log_of(cluster, controller)[len(before) :]
+    assert new_lines.count("event=refused_controlled_shutdown") == len(forged_epochs), new_lines
+
+
 def test_undecodable_requests_get_invalid_argument_and_one_log_line(cluster: Cluster) -> None:
     garbage = b"\xff\xff\xff\xff\x0f not a protobuf message"
     before = log_of(cluster, 1)
