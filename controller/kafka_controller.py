@@ -375,7 +375,8 @@ class KafkaController:
         leaderships to other ISR members, take it out of every ISR, stop its replicas.
         Returns the partitions it still leads (no other ISR member could take over); the
         broker retries until none is left. Raises BrokerResponseError NOT_CONTROLLER if
-        this broker is not the controller, STALE_BROKER_EPOCH for an old incarnation,
+        this broker is not the controller, STALE_BROKER_EPOCH for any epoch but the
+        registered one (-1 included),
         BROKER_NOT_AVAILABLE for a broker that is not registered."""
         if not self._active:
             raise BrokerResponseError(
@@ -908,12 +909,24 @@ class KafkaController:
                 )
             )
             return
-        if 0 <= event.broker_epoch < broker.epoch:
+        if event.broker_epoch != broker.epoch:
+            # Kafka 2.8 refuses only an epoch older than the registration and lets -1
+            # (unknown, before KIP-380) through; every broker here names its epoch, and
+            # with -1 or a guessed newer one any sender could move all leaderships off a
+            # broker. So only the registered epoch (the czxid of /brokers/ids/<id>) counts.
+            message = (
+                f"controlled shutdown of broker {event.broker_id} at broker epoch "
+                f"{event.broker_epoch} refused: its registration is at epoch {broker.epoch}"
+            )
+            self.log(
+                logging.WARNING,
+                "refused_controlled_shutdown",
+                shutting_down=event.broker_id,
+                broker_epoch=event.broker_epoch,
+                registered_epoch=broker.epoch,
+            )
             event.reply.set_exception(
-                BrokerResponseError(
-                    f"broker epoch {event.broker_epoch} is older than {broker.epoch}",
-                    code=ErrorCode.STALE_BROKER_EPOCH,
-                )
+                BrokerResponseError(message, code=ErrorCode.STALE_BROKER_EPOCH)
             )
             return
         leaving = event.broker_id

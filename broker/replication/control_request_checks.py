@@ -21,6 +21,13 @@ request field              believed when                                        
                            than ``/controller_epoch``                            LLER_EPOCH
 LeaderAndIsr partition     its state znode exists; leader epoch <= the znode's;  per partition
                            at the znode's epoch, the znode's leader
+UpdateMetadata partition   as LeaderAndIsr (an epoch older than the znode's:     dropped
+                           the znode's leader is cached); ``-2`` (deleting)      per
+                           only for a topic deleted or under                     partition
+                           ``/admin/delete_topics``
+UpdateMetadata broker      its endpoints are its ``/brokers/ids/<id>``           the
+                           registration's                                        registration
+                                                                                 or dropped
 StopReplica partition      leader epoch <= the znode's and not older than this   per partition
                            replica's (KIP-570); ``-2`` (topic deletion) only
                            for a topic deleted or under ``/admin/delete_topics``;
@@ -41,7 +48,7 @@ from dataclasses import dataclass
 
 from proto.topic_partition import TopicPartition
 from proto.wire.minibroker_pb2 import ErrorCode
-from proto.zk.znodes import PartitionState
+from proto.zk.znodes import LEADER_DURING_DELETE, BrokerInfo, BrokerRegistration, PartitionState
 
 __all__ = [
     "EPOCH_DURING_DELETE",
@@ -53,6 +60,8 @@ __all__ = [
     "controller_epoch_refusal",
     "leader_and_isr_refusal",
     "stop_replica_refusal",
+    "update_metadata_endpoint_refusal",
+    "update_metadata_leader_refusal",
 ]
 
 UNKNOWN_BROKER_EPOCH = -1
@@ -205,3 +214,59 @@ def stop_replica_refusal(
                 "deleted",
             )
     return None
+
+
+def update_metadata_leader_refusal(
+    tp: TopicPartition,
+    leader: int,
+    leader_epoch: int,
+    zookeeper_state: PartitionState | None,
+    *,
+    marked_for_deletion: bool,
+) -> Refusal | None:
+    """An UpdateMetadata partition's leader is believed only as ZooKeeper names it: at the
+    state znode's epoch, the znode's leader; never beyond that epoch. (At an older epoch the
+    request is merely late: the caller caches the znode's newer leader instead.) The
+    deletion marker ``-2`` is believed only for a topic that is going."""
+    if leader == LEADER_DURING_DELETE:
+        if zookeeper_state is None or marked_for_deletion:
+            return None
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"{tp}: marked deleted, but ZooKeeper shows topic {tp.topic!r} neither deleted "
+            "nor under /admin/delete_topics",
+        )
+    if zookeeper_state is None:
+        return Refusal(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"{tp}: leader {leader}, but no state znode in ZooKeeper: no controller decided it",
+        )
+    return leader_and_isr_refusal(tp, leader, leader_epoch, zookeeper_state)
+
+
+def update_metadata_endpoint_refusal(
+    endpoint: BrokerInfo, registration: BrokerRegistration | None
+) -> Refusal | None:
+    """An UpdateMetadata broker is believed only at the endpoints it registered in
+    ``/brokers/ids/<id>``: the controller copies them from there, so anything else (or a
+    broker that is not registered) did not come from it."""
+    if registration is None:
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"broker {endpoint.broker_id} at {endpoint.host}:{endpoint.port} is not "
+            "registered in ZooKeeper",
+        )
+    named = (endpoint.host, endpoint.port, endpoint.kafka_endpoint)
+    registered = (registration.host, registration.port, registration.kafka_endpoint)
+    if named != registered:
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"broker {endpoint.broker_id}'s endpoints {_endpoints(*named)} differ from its "
+            f"registration in ZooKeeper, {_endpoints(*registered)}",
+        )
+    return None
+
+
+def _endpoints(host: str, port: int, kafka_endpoint: tuple[str, int] | None) -> str:
+    kafka = "none" if kafka_endpoint is None else f"{kafka_endpoint[0]}:{kafka_endpoint[1]}"
+    return f"gRPC {host}:{port}, Kafka {kafka}"

@@ -35,6 +35,8 @@ from broker.replication.control_request_checks import (
     controller_epoch_refusal,
     leader_and_isr_refusal,
     stop_replica_refusal,
+    update_metadata_endpoint_refusal,
+    update_metadata_leader_refusal,
 )
 from broker.replication.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.replication.delayed_produce import DelayedProduce, ProducePartitionStatus
@@ -51,7 +53,7 @@ from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.transport.tls import TlsConfig
 from proto.wire import minibroker_pb2 as pb
 from proto.wire.minibroker_pb2 import ErrorCode
-from proto.zk.znodes import BrokerInfo, PartitionState, PartitionStateData
+from proto.zk.znodes import LEADER_DURING_DELETE, BrokerInfo, PartitionState, PartitionStateData
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -828,14 +830,7 @@ class ReplicaManager:
                 "UpdateMetadata", request.controller_epoch, request.broker_epoch, tps
             )
             brokers = [_checked_endpoint(b, "live_brokers") for b in request.live_brokers]
-        except errors.BrokerResponseError as err:
-            self._log(logging.WARNING, "refused_update_metadata", reason=err)
-            return pb.UpdateMetadataResponse(error_code=ErrorCode.ValueType(err.code))
-        self.metadata_cache.update(
-            controller_id=request.controller_id,
-            controller_epoch=request.controller_epoch,
-            brokers=brokers,
-            partitions={
+            partitions = {
                 TopicPartition(s.topic_name, s.partition_index): PartitionInfo(
                     s.leader,
                     s.leader_epoch,
@@ -844,9 +839,92 @@ class ReplicaManager:
                     tuple(s.offline_replicas),
                 )
                 for s in request.partition_states
-            },
+            }
+            brokers, partitions = await self._zookeeper(
+                "the leaders and endpoints", self._as_zookeeper_agrees(brokers, partitions)
+            )
+        except errors.BrokerResponseError as err:
+            self._log(logging.WARNING, "refused_update_metadata", reason=err)
+            return pb.UpdateMetadataResponse(error_code=ErrorCode.ValueType(err.code))
+        self.metadata_cache.update(
+            controller_id=request.controller_id,
+            controller_epoch=request.controller_epoch,
+            brokers=brokers,
+            partitions=partitions,
         )
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
+
+    async def _as_zookeeper_agrees(
+        self, brokers: list[BrokerInfo], partitions: dict[TopicPartition, PartitionInfo]
+    ) -> tuple[list[BrokerInfo], dict[TopicPartition, PartitionInfo]]:
+        """An UpdateMetadata's brokers and leaders as far as ZooKeeper agrees
+        (:func:`update_metadata_endpoint_refusal`, :func:`update_metadata_leader_refusal`):
+        a refused broker takes its registration's endpoints (dropped if unregistered), a
+        refused partition is dropped, one log line each. Only what differs from the cache
+        (itself so checked) is read, so a repeat costs no ZooKeeper read."""
+        cache = self.metadata_cache
+        doubtful_brokers = [b for b in brokers if cache.broker(b.broker_id) != b]
+        doubtful_tps = [
+            tp
+            for tp, info in partitions.items()
+            if (cached := cache.partition(tp)) is None
+            or (cached.leader, cached.leader_epoch) != (info.leader, info.leader_epoch)
+        ]
+        if not doubtful_brokers and not doubtful_tps:
+            return brokers, partitions
+        await self.zk.sync()
+        deleting = sorted(
+            {tp.topic for tp in doubtful_tps if partitions[tp].leader == LEADER_DURING_DELETE}
+        )
+        registered, states, marked = await asyncio.gather(
+            self.zk.read_registered_brokers(),
+            self.zk.get_partition_states(doubtful_tps),
+            asyncio.gather(*(self.zk.is_topic_marked_for_deletion(t) for t in deleting)),
+        )
+        marked_topics = {t for t, m in zip(deleting, marked, strict=True) if m}
+        believed_brokers = []
+        for broker in brokers:
+            found = registered.found.get(broker.broker_id)
+            registration = None if found is None else found.registration
+            refusal = (
+                update_metadata_endpoint_refusal(broker, registration)
+                if broker in doubtful_brokers
+                else None
+            )
+            if refusal is None:
+                believed_brokers.append(broker)
+                continue
+            self._log(logging.WARNING, "refused_update_metadata_broker", reason=refusal.message)
+            if registration is not None:
+                believed_brokers.append(
+                    BrokerInfo(
+                        broker.broker_id,
+                        registration.host,
+                        registration.port,
+                        kafka_endpoint=registration.kafka_endpoint,
+                    )
+                )
+        believed = dict(partitions)
+        for tp in doubtful_tps:
+            info, state = partitions[tp], states[tp]
+            refusal = update_metadata_leader_refusal(
+                tp,
+                info.leader,
+                info.leader_epoch,
+                state,
+                marked_for_deletion=tp.topic in marked_topics,
+            )
+            if refusal is not None:
+                self._log(
+                    logging.WARNING, "refused_update_metadata_partition", reason=refusal.message
+                )
+                del believed[tp]
+            elif state is not None and info.leader_epoch < state.leader_epoch:
+                # Late (ZooKeeper moved on since): cache the newer leadership it names.
+                believed[tp] = dataclasses.replace(
+                    info, leader=state.leader, leader_epoch=state.leader_epoch, isr=state.isr
+                )
+        return believed_brokers, believed
 
     # -- produce -----------------------------------------------------------------------------
 

@@ -19,8 +19,10 @@ from deploy.zookeeper import ZooKeeperServer
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.zk import znodes
+from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import chrooted_client, wait_for
+from tests.integration.test_kafka_listener import kafka_call
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +44,8 @@ def cluster(
     """Three brokers under their own controller, laid out as ``cluster up`` lays them out
     (``D/broker-N``), with 500 acknowledged records on every replica of ``precious-0``."""
     root = tmp_path_factory.mktemp("hostile")
-    with running_cluster(zk, zookeeper.connect_string + zk.chroot, root) as c:
+    connect = zookeeper.connect_string + zk.chroot
+    with running_cluster(zk, connect, root, overrides={"kafka.port": "0"}) as c:
         c.create_topic(TP.topic, {0: [1, 2, 3]})
         for start in range(0, len(ACKED), 100):
             response = c.produce(1, TP, ACKED[start : start + 100])
@@ -218,6 +221,119 @@ def test_forged_leader_and_isr_with_huge_leader_epoch_does_not_hijack_leadership
     assert now is not None
     # The ISR may move on its own (same epoch): only the leadership must not have.
     assert (now.leader, now.leader_epoch) == (state.leader, state.leader_epoch)
+    intact(cluster)
+
+
+def test_forged_controlled_shutdown_at_an_unregistered_epoch_moves_no_leadership(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    # broker_epoch -1 (unknown) used to skip the check: one request per broker moved every
+    # leadership off it. Neither -1 nor a guessed newer epoch is the registration's.
+    state = cluster.state(TP)
+    assert state is not None
+    controller = cluster.wait_for_controller()
+    before = log_of(cluster, controller)
+    forged_epochs = (-1, broker_epoch(zk, state.leader) + 1)
+    for forged_epoch in forged_epochs:
+        answer = cluster.control_stub(controller).ControlledShutdown(
+            pb.ControlledShutdownRequest(broker_id=state.leader, broker_epoch=forged_epoch),
+            timeout=10,
+        )
+        assert answer.error_code == pb.STALE_BROKER_EPOCH, answer
+        assert str(broker_epoch(zk, state.leader)) in answer.error_message
+    now = cluster.state(TP)
+    assert now is not None
+    assert (now.leader, now.leader_epoch) == (state.leader, state.leader_epoch)
+    assert state.leader in now.isr
+    assert cluster.produce(state.leader, TP, [b"still-led"], acks=-1).error_code == pb.NONE
+    new_lines = log_of(cluster, controller)[len(before) :]
+    assert new_lines.count("event=refused_controlled_shutdown") == len(forged_epochs), new_lines
+
+
+def registered_endpoints(zk: KazooClient) -> dict[int, tuple[str, int, tuple[str, int] | None]]:
+    endpoints = {}
+    for b in (1, 2, 3):
+        registered = read_registered_broker(zk, b)
+        assert registered is not None
+        endpoints[b] = (registered.host, registered.port, registered.kafka_endpoint)
+    return endpoints
+
+
+def test_forged_update_metadata_with_real_epochs_names_no_leader_or_endpoint_zookeeper_denies(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    # Real epochs (anyone reads them from ZooKeeper), but broker 9 at evil.example:1 as the
+    # leader and every broker moved to the attacker's host: ZooKeeper names neither.
+    from kio.schema.metadata.v9 import request as metadata_v9
+    from kio.schema.types import TopicName
+
+    state = cluster.state(TP)
+    assert state is not None
+    controller = cluster.wait_for_controller()
+    victim = next(b for b in (1, 2, 3) if b != controller)
+    real = registered_endpoints(zk)
+    before = log_of(cluster, victim)
+    forged = pb.UpdateMetadataRequest(
+        controller_id=controller,
+        controller_epoch=cluster.controller_epoch(),
+        broker_epoch=broker_epoch(zk, victim),
+    )
+    forged.live_brokers.add(
+        node_id=9, host="evil.example", port=1, kafka_host="evil.example", kafka_port=1
+    )
+    for b in (1, 2, 3):
+        forged.live_brokers.add(
+            node_id=b,
+            host="evil.example",
+            port=1000 + b,
+            kafka_host="evil.example",
+            kafka_port=2000 + b,
+        )
+    for leader_epoch in (state.leader_epoch, state.leader_epoch + 1):
+        forged.partition_states.add(
+            topic_name=TP.topic,
+            partition_index=0,
+            controller_epoch=cluster.controller_epoch(),
+            leader=9,
+            leader_epoch=leader_epoch,
+            isr=[9],
+            zk_version=state.zk_version,
+            replicas=[9],
+        )
+        answer = cluster.control_stub(victim).UpdateMetadata(forged, timeout=10)
+        assert answer.error_code == pb.NONE  # the parts ZooKeeper agrees with are applied
+        del forged.partition_states[:]
+
+    grpc_metadata = cluster.broker_stub(victim).Metadata(
+        pb.MetadataRequest(topics=[TP.topic]), timeout=5
+    )
+    assert {
+        b.node_id: (b.host, b.port, (b.kafka_host, b.kafka_port)) for b in grpc_metadata.brokers
+    } == real
+    [topic] = grpc_metadata.topics
+    assert topic.partitions[0].leader_id == state.leader
+    victim_kafka = real[victim][2]
+    assert victim_kafka is not None
+    kafka_metadata = kafka_call(
+        f"{victim_kafka[0]}:{victim_kafka[1]}",
+        3,
+        9,
+        metadata_v9.MetadataRequest(
+            topics=(metadata_v9.MetadataRequestTopic(name=TopicName(TP.topic)),),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        ),
+    )
+    assert {b.node_id: (b.host, b.port) for b in kafka_metadata.brokers} == {
+        b: e[2] for b, e in real.items()
+    }
+    assert kafka_metadata.topics[0].partitions[0].leader_id == state.leader
+    new_lines = log_of(cluster, victim)[len(before) :]
+    assert new_lines.count("event=refused_update_metadata_broker") == 4 * 2, new_lines
+    assert new_lines.count("event=refused_update_metadata_partition") == 2, new_lines
+    assert "broker 9" in new_lines
+    assert "evil.example" in new_lines
     intact(cluster)
 
 

@@ -12,10 +12,12 @@ from broker.replication.control_request_checks import (
     controller_epoch_refusal,
     leader_and_isr_refusal,
     stop_replica_refusal,
+    update_metadata_endpoint_refusal,
+    update_metadata_leader_refusal,
 )
 from proto.topic_partition import TopicPartition
 from proto.wire.minibroker_pb2 import ErrorCode
-from proto.zk.znodes import PartitionState
+from proto.zk.znodes import BrokerInfo, BrokerRegistration, PartitionState
 
 TP = TopicPartition("t", 0)
 STATE = PartitionState(leader=1, leader_epoch=5, isr=(1, 2, 3), controller_epoch=2, zk_version=7)
@@ -123,3 +125,55 @@ def test_stop_replica_beyond_the_state_znode_is_refused() -> None:
     refusal = stop_replica_refusal(1, TP, 2**31 - 1, False, facts())
     assert refusal is not None
     assert refusal.code == ErrorCode.INVALID_REQUEST
+
+
+def test_update_metadata_leader_is_believed_only_as_the_state_znode_names_it() -> None:
+    def refused(leader: int, epoch: int, state: PartitionState | None, marked: bool = False) -> int:
+        refusal = update_metadata_leader_refusal(
+            TP, leader, epoch, state, marked_for_deletion=marked
+        )
+        return ErrorCode.NONE if refusal is None else refusal.code
+
+    assert refused(1, 5, STATE) == ErrorCode.NONE
+    assert refused(9, 5, STATE) == ErrorCode.INVALID_REQUEST  # broker 9 at the znode's epoch
+    assert refused(9, 6, STATE) == ErrorCode.INVALID_REQUEST  # beyond the znode
+    assert refused(1, 2**31 - 1, STATE) == ErrorCode.INVALID_REQUEST
+    assert refused(9, 4, STATE) == ErrorCode.NONE  # late: the caller caches the znode's leader
+    assert refused(1, 0, None) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_update_metadata_deletion_marker_needs_zookeeper_to_delete_the_topic() -> None:
+    refusal = update_metadata_leader_refusal(TP, -2, 5, STATE, marked_for_deletion=False)
+    assert refusal is not None
+    assert refusal.code == ErrorCode.INVALID_REQUEST
+    assert "/admin/delete_topics" in refusal.message
+    assert update_metadata_leader_refusal(TP, -2, 5, STATE, marked_for_deletion=True) is None
+    assert update_metadata_leader_refusal(TP, -2, 5, None, marked_for_deletion=False) is None
+
+
+REGISTRATION = BrokerRegistration("b1.local", 9001, 0, kafka_endpoint=("b1.local", 9092))
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        BrokerInfo(1, "evil.example", 1, kafka_endpoint=("b1.local", 9092)),
+        BrokerInfo(1, "b1.local", 9001, kafka_endpoint=("evil.example", 1)),
+        BrokerInfo(1, "b1.local", 9002, kafka_endpoint=("b1.local", 9092)),
+        BrokerInfo(1, "b1.local", 9001),  # the Kafka listener hidden
+    ],
+)
+def test_update_metadata_endpoint_must_be_the_registrations(endpoint: BrokerInfo) -> None:
+    refusal = update_metadata_endpoint_refusal(endpoint, REGISTRATION)
+    assert refusal is not None
+    assert refusal.code == ErrorCode.INVALID_REQUEST
+    assert "b1.local:9001" in refusal.message  # names what ZooKeeper holds
+
+
+def test_update_metadata_endpoint_of_the_registration_or_no_registration() -> None:
+    same = BrokerInfo(1, "b1.local", 9001, kafka_endpoint=("b1.local", 9092))
+    assert update_metadata_endpoint_refusal(same, REGISTRATION) is None
+    unregistered = update_metadata_endpoint_refusal(BrokerInfo(9, "evil.example", 1), None)
+    assert unregistered is not None
+    assert "broker 9" in unregistered.message
+    assert "not registered" in unregistered.message

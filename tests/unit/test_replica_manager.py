@@ -21,7 +21,8 @@ from proto.records.record_batch import Record, decode_batch, encode_batch
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire.minibroker_pb2 import ErrorCode
-from proto.zk.znodes import PartitionState
+from proto.zk.znode_reads import ReadBatch, RegisteredBroker
+from proto.zk.znodes import BrokerRegistration, PartitionState
 from tests.poison_batches import POISONS, Poison
 
 GOOD = TopicPartition("mixed", 0)
@@ -125,8 +126,19 @@ class _ControlZk:
     (as the request says), and topic configs, whose read fails for ``unreadable`` as it does
     when the broker's session expires mid-request."""
 
-    def __init__(self, states: dict[TopicPartition, PartitionState]) -> None:
+    def __init__(
+        self,
+        states: dict[TopicPartition, PartitionState],
+        registrations: dict[int, BrokerRegistration] | None = None,
+    ) -> None:
         self.states = states
+        self.registrations = registrations or {}
+
+    async def read_registered_brokers(self) -> ReadBatch[int, RegisteredBroker]:
+        return ReadBatch({b: RegisteredBroker(r, 100 + b) for b, r in self.registrations.items()})
+
+    async def is_topic_marked_for_deletion(self, topic: str) -> bool:
+        return False
 
     async def sync(self) -> None:
         return None
@@ -222,7 +234,11 @@ def test_update_metadata_carries_kafka_endpoints_and_refuses_half_of_one(
 
     async def scenario() -> None:
         with ThreadPoolExecutor(1) as executor:
-            zk = cast(BrokerZkClient, _ControlZk({}))
+            registered = {
+                1: BrokerRegistration("10.0.0.1", 9091, 0, kafka_endpoint=("10.0.0.1", 19091)),
+                2: BrokerRegistration("10.0.0.2", 9092, 0),
+            }
+            zk = cast(BrokerZkClient, _ControlZk({}, registered))
             manager = ReplicaManager(
                 config, LogManager(tmp_path, LogConfig(), 1), zk, cache, executor
             )
@@ -241,6 +257,58 @@ def test_update_metadata_carries_kafka_endpoints_and_refuses_half_of_one(
             answer = await manager.update_metadata(_update_metadata(one, bad))
             assert answer.error_code == ErrorCode.INVALID_REQUEST
             assert [b.kafka_endpoint for b in cache.brokers()] == [("10.0.0.1", 19091), None]
+
+    asyncio.run(scenario())
+
+
+def test_update_metadata_keeps_only_the_leaders_and_endpoints_zookeeper_agrees_with(
+    tmp_path: Path,
+) -> None:
+    """A forged broker endpoint takes the registration's, an unregistered broker and a leader
+    the state znode does not name are dropped, a late leader gives way to ZooKeeper's."""
+    config = BrokerConfig(broker_id=1, zookeeper_connect="unused:2181", log_dir=tmp_path)
+    cache = MetadataCache()
+    forged_tp, late_tp, good_tp, unknown_tp = (TopicPartition("t", p) for p in range(4))
+    states = {
+        tp: PartitionState(leader=2, leader_epoch=3, isr=(2, 1), controller_epoch=1, zk_version=1)
+        for tp in (forged_tp, late_tp, good_tp)
+    }
+    registered = {1: BrokerRegistration("10.0.0.1", 9091, 0)}
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(1) as executor:
+            zk = cast(BrokerZkClient, _ControlZk(states, registered))
+            manager = ReplicaManager(
+                config, LogManager(tmp_path, LogConfig(), 1), zk, cache, executor
+            )
+            manager.broker_epoch = 5
+            request = _update_metadata(
+                pb.BrokerEndpoint(node_id=1, host="evil.example", port=1),
+                pb.BrokerEndpoint(node_id=9, host="evil.example", port=1),
+            )
+            for tp, leader, epoch in (
+                (forged_tp, 9, 3),
+                (late_tp, 9, 2),
+                (good_tp, 2, 3),
+                (unknown_tp, 2, 0),
+            ):
+                request.partition_states.add(
+                    topic_name=tp.topic, partition_index=tp.partition, controller_epoch=1,
+                    leader=leader, leader_epoch=epoch, isr=[leader], replicas=[2, 1],
+                )  # fmt: skip
+            answer = await manager.update_metadata(request)
+            assert answer.error_code == ErrorCode.NONE
+            assert [(b.broker_id, b.host, b.port) for b in cache.brokers()] == [
+                (1, "10.0.0.1", 9091)
+            ]
+            assert cache.partition(forged_tp) is None
+            assert cache.partition(unknown_tp) is None
+            late = cache.partition(late_tp)
+            assert late is not None
+            assert (late.leader, late.leader_epoch, late.isr) == (2, 3, (2, 1))
+            good = cache.partition(good_tp)
+            assert good is not None
+            assert (good.leader, good.leader_epoch) == (2, 3)
 
     asyncio.run(scenario())
 
