@@ -21,6 +21,7 @@ from kio.serial import entity_reader, entity_writer
 from broker.kafka_listener.messages import Tree, build
 from broker.kafka_listener.wire_request import KafkaRequest
 from proto.errors import MinibrokerError
+from proto.transport.tls import ANONYMOUS_PRINCIPAL
 
 __all__ = [
     "MalformedFrameError",
@@ -64,9 +65,11 @@ def response_schema(api_key: int, api_version: int) -> type[Any] | None:
         return None
 
 
-def decode_request(frame: bytes, schema: type[Any], client_host: str = "") -> KafkaRequest:
+def decode_request(
+    frame: bytes, schema: type[Any], client_host: str = "", principal: str = ANONYMOUS_PRINCIPAL
+) -> KafkaRequest:
     """The request in ``frame``, whose header names ``schema``'s API and version, sent from
-    ``client_host``.
+    ``client_host`` by a connection authenticated as ``principal``.
 
     Bytes after the request's last field are ignored, as Kafka's generated parsers ignore
     them (librdkafka 2.x sends three after its Metadata v12 requests); a frame too short for
@@ -83,6 +86,7 @@ def decode_request(frame: bytes, schema: type[Any], client_host: str = "") -> Ka
         header.client_id,
         body,
         client_host,
+        principal,
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from broker.kafka_listener.messages import Tree
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
+from proto.transport.tls import ANONYMOUS_PRINCIPAL
 
 __all__ = [
     "Answer",
@@ -43,6 +44,9 @@ class KafkaRequest:
     body: Any
     client_host: str = ""
     """The address the request came from, as Kafka prints it (``/127.0.0.1``)."""
+    principal: str = ANONYMOUS_PRINCIPAL
+    """Who the connection authenticated as (``User:alice``); ``User:ANONYMOUS`` on a
+    listener that authenticates no one."""
 
 
 def ms(value: object) -> int:

@@ -32,6 +32,11 @@ class TlsConfigError(MinibrokerError):
     """A TLS file that is missing, unreadable or not the PEM it must be."""
 
 
+ANONYMOUS_PRINCIPAL = "User:ANONYMOUS"
+"""The principal of a client nothing authenticated (a PLAINTEXT listener's), as Kafka's
+``KafkaPrincipal.ANONYMOUS``."""
+
+
 def broker_principal(broker_id: int) -> str:
     """The principal of broker ``broker_id``'s certificate (its subject ``CN=broker-<id>``)."""
     return f"User:CN=broker-{broker_id}"
