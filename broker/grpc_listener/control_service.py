@@ -5,6 +5,9 @@ it translates each request into a call on the :class:`ReplicaManager` or the con
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 import grpc
 
 from broker.grpc_listener.authorizer import ClusterAuthorizer
@@ -17,6 +20,8 @@ from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.wire.minibroker_pb2 import ErrorCode
 
 __all__ = ["ControlService"]
+
+_Response = TypeVar("_Response")
 
 
 class ControlService(pb_grpc.ControlServicer):
@@ -35,27 +40,34 @@ class ControlService(pb_grpc.ControlServicer):
         self.authorizer = authorizer or ClusterAuthorizer(replica_manager.broker_id, enabled=False)
         """Every control request only from a broker (``super.users``)."""
 
+    async def _authorized(
+        self,
+        context: grpc.aio.ServicerContext[object, object],
+        rpc: str,
+        handle: Callable[[], Awaitable[_Response]],
+    ) -> _Response:
+        """A controller's request: only from a broker, then :func:`guarded`."""
+        await self.authorizer.authorize_cluster_action(context, rpc)
+        return await guarded(context, rpc, handle)
+
     async def LeaderAndIsr(
         self, request: pb.LeaderAndIsrRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.LeaderAndIsrResponse:
-        await self.authorizer.authorize_cluster_action(context, "LeaderAndIsr")
-        return await guarded(
+        return await self._authorized(
             context, "LeaderAndIsr", lambda: self.replica_manager.become_leader_or_follower(request)
         )
 
     async def UpdateMetadata(
         self, request: pb.UpdateMetadataRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.UpdateMetadataResponse:
-        await self.authorizer.authorize_cluster_action(context, "UpdateMetadata")
-        return await guarded(
+        return await self._authorized(
             context, "UpdateMetadata", lambda: self.replica_manager.update_metadata(request)
         )
 
     async def StopReplica(
         self, request: pb.StopReplicaRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.StopReplicaResponse:
-        await self.authorizer.authorize_cluster_action(context, "StopReplica")
-        return await guarded(
+        return await self._authorized(
             context, "StopReplica", lambda: self.replica_manager.stop_replicas(request)
         )
 

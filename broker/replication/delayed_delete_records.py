@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.replication.partition import Partition
-from broker.replication.purgatory import DelayedOperation
+from broker.replication.purgatory import DelayedPartitionsOperation
 from proto import errors
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
@@ -27,7 +27,9 @@ class DeleteRecordsPartitionStatus:
     error_message: str = ""
 
 
-class DelayedDeleteRecords(DelayedOperation):
+class DelayedDeleteRecords(
+    DelayedPartitionsOperation[TopicPartition, DeleteRecordsPartitionStatus, Partition]
+):
     """Completes when every partition's low watermark (the smallest log start offset over
     the leader and its replicas on live brokers) reached the offset asked for, or failed.
 
@@ -44,34 +46,24 @@ class DelayedDeleteRecords(DelayedOperation):
         get_partition: Callable[[TopicPartition], Partition | None],
         is_alive: Callable[[int], bool],
     ) -> None:
-        super().__init__(timeout_ms)
-        self.statuses = statuses
-        self._get_partition = get_partition
+        super().__init__(timeout_ms, statuses, get_partition)
         self._is_alive = is_alive
 
-    def try_complete(self) -> bool:
-        pending = False
-        for tp, status in self.statuses.items():
-            if status.error_code is not None:
-                continue
-            partition = self._get_partition(tp)
-            if partition is None:
-                status.error_code = pb.UNKNOWN_TOPIC_OR_PARTITION
-                status.low_watermark = INVALID_LOW_WATERMARK
-                continue
-            try:
-                low = partition.low_watermark_if_leader(self._is_alive)
-            except errors.NotLeaderOrFollowerError as err:
-                status.error_code = err.code
-                status.error_message = str(err)
-                status.low_watermark = INVALID_LOW_WATERMARK
-                continue
-            status.low_watermark = low
-            if low >= status.required_offset:
-                status.error_code = pb.NONE
-            else:
-                pending = True
-        return False if pending else self.force_complete()
+    def partition_gone(self, status: DeleteRecordsPartitionStatus) -> None:
+        super().partition_gone(status)
+        status.low_watermark = INVALID_LOW_WATERMARK
+
+    def check_partition(self, partition: Partition, status: DeleteRecordsPartitionStatus) -> None:
+        try:
+            low = partition.low_watermark_if_leader(self._is_alive)
+        except errors.NotLeaderOrFollowerError as err:
+            status.error_code = err.code
+            status.error_message = str(err)
+            status.low_watermark = INVALID_LOW_WATERMARK
+            return
+        status.low_watermark = low
+        if low >= status.required_offset:
+            status.error_code = pb.NONE
 
     def on_complete(self) -> None:
         """Nothing to build: the caller reads :attr:`statuses`."""

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.replication.partition import Partition
-from broker.replication.purgatory import DelayedOperation
+from broker.replication.purgatory import DelayedPartitionsOperation
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 
@@ -22,7 +21,7 @@ class ProducePartitionStatus:
     """None while waiting; then NONE or the error the partition ended with."""
 
 
-class DelayedProduce(DelayedOperation):
+class DelayedProduce(DelayedPartitionsOperation[TopicPartition, ProducePartitionStatus, Partition]):
     """Completes when every partition's HW passed its ``required_offset`` or failed.
 
     A partition that is gone or no longer led by this broker fails with its error; one whose
@@ -32,28 +31,8 @@ class DelayedProduce(DelayedOperation):
     become committed, so a producer must treat that as unknown, not as failed.
     """
 
-    def __init__(
-        self,
-        timeout_ms: int,
-        statuses: dict[TopicPartition, ProducePartitionStatus],
-        get_partition: Callable[[TopicPartition], Partition | None],
-    ) -> None:
-        super().__init__(timeout_ms)
-        self.statuses = statuses
-        self._get_partition = get_partition
-
-    def try_complete(self) -> bool:
-        pending = False
-        for tp, status in self.statuses.items():
-            if status.error_code is not None:
-                continue
-            partition = self._get_partition(tp)
-            if partition is None:
-                status.error_code = pb.UNKNOWN_TOPIC_OR_PARTITION
-                continue
-            status.error_code = partition.produce_status(status.required_offset)
-            pending = pending or status.error_code is None
-        return False if pending else self.force_complete()
+    def check_partition(self, partition: Partition, status: ProducePartitionStatus) -> None:
+        status.error_code = partition.produce_status(status.required_offset)
 
     def on_complete(self) -> None:
         """Nothing to build: the handler reads :attr:`statuses`."""

@@ -15,12 +15,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Hashable, Iterable
+from typing import Generic, Protocol, TypeVar
+
+from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
+
+
+class PartitionStatus(Protocol):
+    """What :class:`DelayedPartitionsOperation` needs of a partition's status."""
+
+    error_code: int | None
+    """None while waiting; then NONE or the error the partition ended with."""
+
+
+S = TypeVar("S", bound=PartitionStatus)
+P = TypeVar("P")
 
 
 class DelayedOperation(ABC):
@@ -83,6 +96,44 @@ class DelayedOperation(ABC):
                     self._timer.cancel()
                 self._done.cancel()
             raise
+
+
+class DelayedPartitionsOperation(DelayedOperation, Generic[K, S, P]):
+    """An operation over several partitions, each settled on its own (the loop Kafka's
+    ``DelayedProduce.tryComplete`` and ``DelayedDeleteRecords.tryComplete`` share).
+
+    A waiting partition no longer hosted fails with :meth:`partition_gone`; a hosted one is
+    asked :meth:`check_partition`. The operation completes once no partition waits.
+    """
+
+    def __init__(
+        self, timeout_ms: int, statuses: dict[K, S], get_partition: Callable[[K], P | None]
+    ) -> None:
+        super().__init__(timeout_ms)
+        self.statuses = statuses
+        self._get_partition = get_partition
+
+    def try_complete(self) -> bool:
+        pending = False
+        for key, status in self.statuses.items():
+            if status.error_code is not None:
+                continue
+            partition = self._get_partition(key)
+            if partition is None:
+                self.partition_gone(status)
+            else:
+                self.check_partition(partition, status)
+            pending = pending or status.error_code is None
+        return False if pending else self.force_complete()
+
+    def partition_gone(self, status: S) -> None:
+        """The partition is no longer hosted here: UNKNOWN_TOPIC_OR_PARTITION."""
+        status.error_code = pb.UNKNOWN_TOPIC_OR_PARTITION
+
+    @abstractmethod
+    def check_partition(self, partition: P, status: S) -> None:
+        """Settle ``status`` (set its ``error_code``) if the partition is done; leave it
+        None while it still waits."""
 
 
 class DelayedOperationPurgatory(Generic[K]):

@@ -36,6 +36,18 @@ import re
 from collections.abc import Mapping
 
 from proto.config.config_def import (
+    BOOL,
+    CLASS,
+    DOUBLE,
+    DOUBLE_MAX,
+    INT,
+    INT_MAX,
+    LIST,
+    LONG,
+    LONG_MAX,
+    PASSWORD,
+    SHORT,
+    STR,
     ConfigKey,
     ConfigType,
     ConfigValue,
@@ -59,21 +71,6 @@ __all__ = [
     "broker_config_key",
     "validate_broker_config",
 ]
-
-_INT, _LONG, _BOOL, _STR, _LIST, _DOUBLE, _PASSWORD, _CLASS, _SHORT = (
-    ConfigType.INT,
-    ConfigType.LONG,
-    ConfigType.BOOLEAN,
-    ConfigType.STRING,
-    ConfigType.LIST,
-    ConfigType.DOUBLE,
-    ConfigType.PASSWORD,
-    ConfigType.CLASS,
-    ConfigType.SHORT,
-)
-_INT_MAX = str(2**31 - 1)
-_LONG_MAX = str(2**63 - 1)
-_DOUBLE_MAX = "1.7976931348623157E308"
 
 APPLIED_BROKER_CONFIGS = (
     "log.segment.bytes",
@@ -104,120 +101,120 @@ _LOG_KEYS = {
 
 _OTHER_DYNAMIC = (
     # LogCleaner.ReconfigurableConfigs (message.max.bytes is among the log ones).
-    _k("log.cleaner.threads", _INT, "1", "The number of background threads to use for log "
+    _k("log.cleaner.threads", INT, "1", "The number of background threads to use for log "
        "cleaning", at_least(0)),
-    _k("log.cleaner.dedupe.buffer.size", _LONG, str(128 * 1024 * 1024), "The total memory "
+    _k("log.cleaner.dedupe.buffer.size", LONG, str(128 * 1024 * 1024), "The total memory "
        "used for log deduplication across all cleaner threads"),
-    _k("log.cleaner.io.buffer.load.factor", _DOUBLE, "0.9", "Log cleaner dedupe buffer load "
+    _k("log.cleaner.io.buffer.load.factor", DOUBLE, "0.9", "Log cleaner dedupe buffer load "
        "factor. The percentage full the dedupe buffer can become."),
-    _k("log.cleaner.io.buffer.size", _INT, str(512 * 1024), "The total memory used for log "
+    _k("log.cleaner.io.buffer.size", INT, str(512 * 1024), "The total memory used for log "
        "cleaner I/O buffers across all cleaner threads", at_least(0)),
-    _k("log.cleaner.io.max.bytes.per.second", _DOUBLE, _DOUBLE_MAX, "The log cleaner will be "
+    _k("log.cleaner.io.max.bytes.per.second", DOUBLE, DOUBLE_MAX, "The log cleaner will be "
        "throttled so that the sum of its read and write i/o will be less than this value on "
        "average"),
-    _k("log.cleaner.backoff.ms", _LONG, "15000", "The amount of time to sleep when there are "
+    _k("log.cleaner.backoff.ms", LONG, "15000", "The amount of time to sleep when there are "
        "no logs to clean", at_least(0)),
     # DynamicThreadPool.ReconfigurableConfigs.
-    _k("num.io.threads", _INT, "8", "The number of threads that the server uses for "
+    _k("num.io.threads", INT, "8", "The number of threads that the server uses for "
        "processing requests, which may include disk I/O", at_least(1)),
-    _k("num.network.threads", _INT, "3", "The number of threads that the server uses for "
+    _k("num.network.threads", INT, "3", "The number of threads that the server uses for "
        "receiving requests from the network and sending responses to the network",
        at_least(1)),
-    _k("num.replica.fetchers", _INT, "1", "Number of fetcher threads used to replicate "
+    _k("num.replica.fetchers", INT, "1", "Number of fetcher threads used to replicate "
        "messages from a source broker."),
-    _k("num.recovery.threads.per.data.dir", _INT, "1", "The number of threads per data "
+    _k("num.recovery.threads.per.data.dir", INT, "1", "The number of threads per data "
        "directory to be used for log recovery at startup and flushing at shutdown",
        at_least(1)),
-    _k("background.threads", _INT, "10", "The number of threads to use for various "
+    _k("background.threads", INT, "10", "The number of threads to use for various "
        "background processing tasks", at_least(1)),
-    _k("metric.reporters", _LIST, "", "A list of classes to use as metrics reporters."),
+    _k("metric.reporters", LIST, "", "A list of classes to use as metrics reporters."),
     # SocketServer.ReconfigurableConfigs.
-    _k("max.connections.per.ip", _INT, _INT_MAX, "The maximum number of connections we allow "
+    _k("max.connections.per.ip", INT, INT_MAX, "The maximum number of connections we allow "
        "from each ip address.", at_least(0)),
-    _k("max.connections.per.ip.overrides", _STR, "", "A comma-separated list of per-ip or "
+    _k("max.connections.per.ip.overrides", STR, "", "A comma-separated list of per-ip or "
        "hostname overrides to the default maximum number of connections."),
-    _k("max.connections", _INT, _INT_MAX, "The maximum number of connections we allow in the "
+    _k("max.connections", INT, INT_MAX, "The maximum number of connections we allow in the "
        "broker at any time.", at_least(0)),
-    _k("max.connection.creation.rate", _INT, _INT_MAX, "The maximum connection creation rate "
+    _k("max.connection.creation.rate", INT, INT_MAX, "The maximum connection creation rate "
        "we allow in the broker at any time.", at_least(0)),
     # DynamicConfig.Broker: only ever dynamic.
-    _k("leader.replication.throttled.rate", _LONG, _LONG_MAX, "A long representing the upper "
+    _k("leader.replication.throttled.rate", LONG, LONG_MAX, "A long representing the upper "
        "bound (bytes/sec) on replication traffic for leaders enumerated in the property "
        "leader.replication.throttled.replicas (for each topic).", at_least(0)),
-    _k("follower.replication.throttled.rate", _LONG, _LONG_MAX, "A long representing the "
+    _k("follower.replication.throttled.rate", LONG, LONG_MAX, "A long representing the "
        "upper bound (bytes/sec) on replication traffic for followers enumerated in the "
        "property follower.replication.throttled.replicas (for each topic).", at_least(0)),
-    _k("replica.alter.log.dirs.io.max.bytes.per.second", _LONG, _LONG_MAX, "A long "
+    _k("replica.alter.log.dirs.io.max.bytes.per.second", LONG, LONG_MAX, "A long "
        "representing the upper bound (bytes/sec) on disk IO used for moving replica between "
        "log directories on the same broker.", at_least(0)),
 )  # fmt: skip
 
 _SSL_STORES = (
-    _k("ssl.keystore.type", _STR, "JKS", "The file format of the key store file."),
-    _k("ssl.keystore.location", _STR, None, "The location of the key store file."),
-    _k("ssl.keystore.password", _PASSWORD, None, "The store password for the key store file."),
-    _k("ssl.key.password", _PASSWORD, None, "The password of the private key in the key store."),
-    _k("ssl.truststore.type", _STR, "JKS", "The file format of the trust store file."),
-    _k("ssl.truststore.location", _STR, None, "The location of the trust store file."),
-    _k("ssl.truststore.password", _PASSWORD, None, "The password for the trust store file."),
-    _k("ssl.keystore.certificate.chain", _PASSWORD, None, "Certificate chain in PEM format."),
-    _k("ssl.keystore.key", _PASSWORD, None, "Private key in PEM format."),
-    _k("ssl.truststore.certificates", _PASSWORD, None, "Trusted certificates in PEM format."),
+    _k("ssl.keystore.type", STR, "JKS", "The file format of the key store file."),
+    _k("ssl.keystore.location", STR, None, "The location of the key store file."),
+    _k("ssl.keystore.password", PASSWORD, None, "The store password for the key store file."),
+    _k("ssl.key.password", PASSWORD, None, "The password of the private key in the key store."),
+    _k("ssl.truststore.type", STR, "JKS", "The file format of the trust store file."),
+    _k("ssl.truststore.location", STR, None, "The location of the trust store file."),
+    _k("ssl.truststore.password", PASSWORD, None, "The password for the trust store file."),
+    _k("ssl.keystore.certificate.chain", PASSWORD, None, "Certificate chain in PEM format."),
+    _k("ssl.keystore.key", PASSWORD, None, "Private key in PEM format."),
+    _k("ssl.truststore.certificates", PASSWORD, None, "Trusted certificates in PEM format."),
 )
 """``SslConfigs.RECONFIGURABLE_CONFIGS``: dynamic only with a ``listener.name.<l>.`` prefix."""
 
 _LISTENER_FAMILY = (
-    _k("listeners", _STR, None, "Listener List - Comma-separated list of URIs we will listen "
+    _k("listeners", STR, None, "Listener List - Comma-separated list of URIs we will listen "
        "on and the listener names."),
-    _k("advertised.listeners", _STR, None, "Listeners to publish to ZooKeeper for clients to "
+    _k("advertised.listeners", STR, None, "Listeners to publish to ZooKeeper for clients to "
        "use, if different than the listeners config property."),
-    _k("listener.security.protocol.map", _STR, "PLAINTEXT:PLAINTEXT,SSL:SSL,"
+    _k("listener.security.protocol.map", STR, "PLAINTEXT:PLAINTEXT,SSL:SSL,"
        "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", "Map between listener names and "
        "security protocols."),
-    _k("principal.builder.class", _CLASS, None, "The fully qualified name of a class that "
+    _k("principal.builder.class", CLASS, None, "The fully qualified name of a class that "
        "implements the KafkaPrincipalBuilder interface."),
-    _k("ssl.protocol", _STR, "TLSv1.3", "The SSL protocol used to generate the SSLContext."),
-    _k("ssl.provider", _STR, None, "The name of the security provider used for SSL "
+    _k("ssl.protocol", STR, "TLSv1.3", "The SSL protocol used to generate the SSLContext."),
+    _k("ssl.provider", STR, None, "The name of the security provider used for SSL "
        "connections."),
-    _k("ssl.cipher.suites", _LIST, "", "A list of cipher suites."),
-    _k("ssl.enabled.protocols", _LIST, "TLSv1.2,TLSv1.3", "The list of protocols enabled for "
+    _k("ssl.cipher.suites", LIST, "", "A list of cipher suites."),
+    _k("ssl.enabled.protocols", LIST, "TLSv1.2,TLSv1.3", "The list of protocols enabled for "
        "SSL connections."),
-    _k("ssl.keymanager.algorithm", _STR, "SunX509", "The algorithm used by key manager "
+    _k("ssl.keymanager.algorithm", STR, "SunX509", "The algorithm used by key manager "
        "factory for SSL connections."),
-    _k("ssl.trustmanager.algorithm", _STR, "PKIX", "The algorithm used by trust manager "
+    _k("ssl.trustmanager.algorithm", STR, "PKIX", "The algorithm used by trust manager "
        "factory for SSL connections."),
-    _k("ssl.endpoint.identification.algorithm", _STR, "https", "The endpoint identification "
+    _k("ssl.endpoint.identification.algorithm", STR, "https", "The endpoint identification "
        "algorithm to validate server hostname using server certificate."),
-    _k("ssl.secure.random.implementation", _STR, None, "The SecureRandom PRNG implementation "
+    _k("ssl.secure.random.implementation", STR, None, "The SecureRandom PRNG implementation "
        "to use for SSL cryptography operations."),
-    _k("ssl.client.auth", _STR, "none", "Configures kafka broker to request client "
+    _k("ssl.client.auth", STR, "none", "Configures kafka broker to request client "
        "authentication.", one_of("required", "requested", "none")),
-    _k("ssl.engine.factory.class", _CLASS, None, "The class of type "
+    _k("ssl.engine.factory.class", CLASS, None, "The class of type "
        "org.apache.kafka.common.security.auth.SslEngineFactory to provide SSLEngine objects."),
-    _k("sasl.mechanism.inter.broker.protocol", _STR, "GSSAPI", "SASL mechanism used for "
+    _k("sasl.mechanism.inter.broker.protocol", STR, "GSSAPI", "SASL mechanism used for "
        "inter-broker communication."),
-    _k("sasl.jaas.config", _PASSWORD, None, "JAAS login context parameters for SASL "
+    _k("sasl.jaas.config", PASSWORD, None, "JAAS login context parameters for SASL "
        "connections."),
-    _k("sasl.enabled.mechanisms", _LIST, "GSSAPI", "The list of SASL mechanisms enabled in "
+    _k("sasl.enabled.mechanisms", LIST, "GSSAPI", "The list of SASL mechanisms enabled in "
        "the Kafka server."),
-    _k("sasl.kerberos.service.name", _STR, None, "The Kerberos principal name that Kafka runs "
+    _k("sasl.kerberos.service.name", STR, None, "The Kerberos principal name that Kafka runs "
        "as."),
-    _k("sasl.kerberos.kinit.cmd", _STR, "/usr/bin/kinit", "Kerberos kinit command path."),
-    _k("sasl.kerberos.ticket.renew.window.factor", _DOUBLE, "0.8", "Login thread will sleep "
+    _k("sasl.kerberos.kinit.cmd", STR, "/usr/bin/kinit", "Kerberos kinit command path."),
+    _k("sasl.kerberos.ticket.renew.window.factor", DOUBLE, "0.8", "Login thread will sleep "
        "until the specified window factor of time from last refresh to ticket's expiry."),
-    _k("sasl.kerberos.ticket.renew.jitter", _DOUBLE, "0.05", "Percentage of random jitter "
+    _k("sasl.kerberos.ticket.renew.jitter", DOUBLE, "0.05", "Percentage of random jitter "
        "added to the renewal time."),
-    _k("sasl.kerberos.min.time.before.relogin", _LONG, "60000", "Login thread sleep time "
+    _k("sasl.kerberos.min.time.before.relogin", LONG, "60000", "Login thread sleep time "
        "between refresh attempts."),
-    _k("sasl.kerberos.principal.to.local.rules", _LIST, "DEFAULT", "A list of rules for "
+    _k("sasl.kerberos.principal.to.local.rules", LIST, "DEFAULT", "A list of rules for "
        "mapping from principal names to short names."),
-    _k("sasl.login.refresh.window.factor", _DOUBLE, "0.8", "Login refresh thread will sleep "
+    _k("sasl.login.refresh.window.factor", DOUBLE, "0.8", "Login refresh thread will sleep "
        "until the specified window factor relative to the credential's lifetime."),
-    _k("sasl.login.refresh.window.jitter", _DOUBLE, "0.05", "The maximum amount of random "
+    _k("sasl.login.refresh.window.jitter", DOUBLE, "0.05", "The maximum amount of random "
        "jitter relative to the credential's lifetime."),
-    _k("sasl.login.refresh.min.period.seconds", _SHORT, "60", "The desired minimum time for "
+    _k("sasl.login.refresh.min.period.seconds", SHORT, "60", "The desired minimum time for "
        "the login refresh thread to wait before refreshing a credential, in seconds."),
-    _k("sasl.login.refresh.buffer.seconds", _SHORT, "300", "The amount of buffer time before "
+    _k("sasl.login.refresh.buffer.seconds", SHORT, "300", "The amount of buffer time before "
        "credential expiration to maintain when refreshing a credential, in seconds."),
 )  # fmt: skip
 """``DynamicListenerConfig.ReconfigurableConfigs`` (but the connection limits): per broker."""
@@ -238,30 +235,30 @@ ALTERABLE_BROKER_CONFIGS = frozenset(DYNAMIC_BROKER_CONFIG_KEYS) - _REFUSED_FAMI
 STATIC_BROKER_CONFIG_KEYS: Mapping[str, ConfigKey] = {
     k.name: k
     for k in (
-        _k("delete.topic.enable", _BOOL, "true", "Enables delete topic. Delete topic through "
+        _k("delete.topic.enable", BOOL, "true", "Enables delete topic. Delete topic through "
            "the admin tool will have no effect if this config is turned off"),
-        _k("log.cleaner.enable", _BOOL, "false", "Enable the log cleaner process to run on the "
+        _k("log.cleaner.enable", BOOL, "false", "Enable the log cleaner process to run on the "
            "server (minibroker has no log cleaner: always false)."),
-        _k("inter.broker.protocol.version", _STR, "2.8-IV1", "Specify which version of the "
+        _k("inter.broker.protocol.version", STR, "2.8-IV1", "Specify which version of the "
            "inter-broker protocol will be used."),
-        _k("broker.rack", _STR, None, "Rack of the broker. This will be used in rack aware "
+        _k("broker.rack", STR, None, "Rack of the broker. This will be used in rack aware "
            "replication assignment for fault tolerance."),
-        _k("offsets.topic.replication.factor", _SHORT, "3", "The replication factor for the "
+        _k("offsets.topic.replication.factor", SHORT, "3", "The replication factor for the "
            "offsets topic.", at_least(1)),
-        _k("log.dir", _STR, None, "The directory in which the log data is kept (supplemental "
+        _k("log.dir", STR, None, "The directory in which the log data is kept (supplemental "
            "for log.dirs property)"),
-        _k("log.message.format.version", _STR, "2.8-IV1", "Specify the message format version "
+        _k("log.message.format.version", STR, "2.8-IV1", "Specify the message format version "
            "the broker will use to append messages to the logs."),
-        _k("log.retention.minutes", _INT, None, "The number of minutes to keep a log file "
+        _k("log.retention.minutes", INT, None, "The number of minutes to keep a log file "
            "before deleting it (in minutes), secondary to log.retention.ms property"),
-        _k("log.retention.hours", _INT, "168", "The number of hours to keep a log file before "
+        _k("log.retention.hours", INT, "168", "The number of hours to keep a log file before "
            "deleting it (in hours), tertiary to log.retention.ms property"),
-        _k("log.roll.hours", _INT, "168", "The maximum time before a new log segment is rolled "
+        _k("log.roll.hours", INT, "168", "The maximum time before a new log segment is rolled "
            "out (in hours), secondary to log.roll.ms property", at_least(1)),
-        _k("log.roll.jitter.hours", _INT, "0", "The maximum jitter to subtract from "
+        _k("log.roll.jitter.hours", INT, "0", "The maximum jitter to subtract from "
            "logRollTimeMillis (in hours), secondary to log.roll.jitter.ms property",
            at_least(0)),
-        _k("log.flush.scheduler.interval.ms", _LONG, _LONG_MAX, "The frequency in ms that the "
+        _k("log.flush.scheduler.interval.ms", LONG, LONG_MAX, "The frequency in ms that the "
            "log flusher checks whether any log needs to be flushed to disk"),
     )
 }  # fmt: skip

@@ -19,6 +19,18 @@ from typing import Union
 from proto.errors import MinibrokerError
 
 __all__ = [
+    "BOOL",
+    "CLASS",
+    "DOUBLE",
+    "DOUBLE_MAX",
+    "INT",
+    "INT_MAX",
+    "LIST",
+    "LONG",
+    "LONG_MAX",
+    "PASSWORD",
+    "SHORT",
+    "STR",
     "ConfigKey",
     "ConfigType",
     "ConfigValue",
@@ -51,6 +63,16 @@ class ConfigType(enum.IntEnum):
     LIST = 7
     CLASS = 8
     PASSWORD = 9
+
+
+# Short names for the definition tables (broker_config_def, topic_config_def), and the
+# defaults Kafka writes as a type's maximum, as DescribeConfigs shows them.
+INT, LONG, SHORT, DOUBLE = ConfigType.INT, ConfigType.LONG, ConfigType.SHORT, ConfigType.DOUBLE
+BOOL, STR, LIST = ConfigType.BOOLEAN, ConfigType.STRING, ConfigType.LIST
+PASSWORD, CLASS = ConfigType.PASSWORD, ConfigType.CLASS
+INT_MAX = str(INT32[1])
+LONG_MAX = str(INT64[1])
+DOUBLE_MAX = "1.7976931348623157E308"
 
 
 class ConfigValueError(MinibrokerError, ValueError):

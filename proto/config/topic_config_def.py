@@ -20,6 +20,13 @@ from collections.abc import Mapping
 
 from proto.config.broker_config import TOPIC_PROPERTIES, BrokerConfig
 from proto.config.config_def import (
+    BOOL,
+    DOUBLE,
+    INT,
+    LIST,
+    LONG,
+    LONG_MAX,
+    STR,
     ConfigKey,
     ConfigType,
     ConfigValue,
@@ -43,7 +50,6 @@ __all__ = [
     "validate_topic_config",
 ]
 
-_LONG_MAX = str(2**63 - 1)
 _WEEK_MS = str(7 * 24 * 3600 * 1000)
 
 
@@ -128,95 +134,87 @@ def _key(
     return ConfigKey(name, kind, default, doc, validator)  # type: ignore[arg-type]
 
 
-_INT, _LONG, _BOOL, _STR, _LIST, _DOUBLE = (
-    ConfigType.INT,
-    ConfigType.LONG,
-    ConfigType.BOOLEAN,
-    ConfigType.STRING,
-    ConfigType.LIST,
-    ConfigType.DOUBLE,
-)
 _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 TOPIC_CONFIGS: Mapping[str, ConfigKey] = {
     k.name: k
     for k in (
-        _key("cleanup.policy", _LIST, "delete",
+        _key("cleanup.policy", LIST, "delete",
              'A string that is either "delete" or "compact" or both. This string designates '
              "the retention policy to use on old log segments.",
              in_list(("compact", "delete"))),
-        _key("compression.type", _STR, "producer",
+        _key("compression.type", STR, "producer",
              "Specify the final compression type for a given topic. 'uncompressed' is "
              "equivalent to no compression; 'producer' means retain the original compression "
              "codec set by the producer.",
              one_of(*_COMPRESSION_TYPES)),
-        _key("delete.retention.ms", _LONG, "86400000",
+        _key("delete.retention.ms", LONG, "86400000",
              "The amount of time to retain delete tombstone markers for log compacted topics.",
              at_least(0)),
-        _key("file.delete.delay.ms", _LONG, "60000",
+        _key("file.delete.delay.ms", LONG, "60000",
              "The time to wait before deleting a file from the filesystem", at_least(0)),
-        _key("flush.messages", _LONG, _LONG_MAX,
+        _key("flush.messages", LONG, LONG_MAX,
              "This setting allows specifying an interval at which we will force an fsync of "
              "data written to the log.", at_least(0)),
-        _key("flush.ms", _LONG, _LONG_MAX,
+        _key("flush.ms", LONG, LONG_MAX,
              "This setting allows specifying a time interval at which we will force an fsync "
              "of data written to the log.", at_least(0)),
-        _key("follower.replication.throttled.replicas", _LIST, "",
+        _key("follower.replication.throttled.replicas", LIST, "",
              "A list of replicas for which log replication should be throttled on the "
              "follower side.", _check_throttled_replicas),
-        _key("index.interval.bytes", _INT, "4096",
+        _key("index.interval.bytes", INT, "4096",
              "This setting controls how frequently Kafka adds an index entry to its offset "
              "index.", at_least(0)),
-        _key("leader.replication.throttled.replicas", _LIST, "",
+        _key("leader.replication.throttled.replicas", LIST, "",
              "A list of replicas for which log replication should be throttled on the leader "
              "side.", _check_throttled_replicas),
-        _key("max.compaction.lag.ms", _LONG, _LONG_MAX,
+        _key("max.compaction.lag.ms", LONG, LONG_MAX,
              "The maximum time a message will remain ineligible for compaction in the log.",
              at_least(1)),
-        _key("max.message.bytes", _INT, "1048588",
+        _key("max.message.bytes", INT, "1048588",
              "The largest record batch size allowed by Kafka (after compression if "
              "compression is enabled).", at_least(0)),
-        _key("message.downconversion.enable", _BOOL, "true",
+        _key("message.downconversion.enable", BOOL, "true",
              "This configuration controls whether down-conversion of message formats is "
              "enabled to satisfy consume requests."),
-        _key("message.format.version", _STR, "2.8-IV1",
+        _key("message.format.version", STR, "2.8-IV1",
              "Specify the message format version the broker will use to append messages to "
              "the logs. The value should be a valid ApiVersion.", _check_api_version),
-        _key("message.timestamp.difference.max.ms", _LONG, _LONG_MAX,
+        _key("message.timestamp.difference.max.ms", LONG, LONG_MAX,
              "The maximum difference allowed between the timestamp when a broker receives a "
              "message and the timestamp specified in the message.", at_least(0)),
-        _key("message.timestamp.type", _STR, "CreateTime",
+        _key("message.timestamp.type", STR, "CreateTime",
              "Define whether the timestamp in the message is message create time or log "
              "append time.", one_of("CreateTime", "LogAppendTime")),
-        _key("min.cleanable.dirty.ratio", _DOUBLE, "0.5",
+        _key("min.cleanable.dirty.ratio", DOUBLE, "0.5",
              "This configuration controls how frequently the log compactor will attempt to "
              "clean the log.", between(0, 1)),
-        _key("min.compaction.lag.ms", _LONG, "0",
+        _key("min.compaction.lag.ms", LONG, "0",
              "The minimum time a message will remain uncompacted in the log.", at_least(0)),
-        _key("min.insync.replicas", _INT, "1",
+        _key("min.insync.replicas", INT, "1",
              'When a producer sets acks to "all", the minimum number of replicas that must '
              "acknowledge a write for the write to be considered successful.", at_least(1)),
-        _key("preallocate", _BOOL, "false",
+        _key("preallocate", BOOL, "false",
              "True if we should preallocate the file on disk when creating a new log "
              "segment."),
-        _key("retention.bytes", _LONG, "-1",
+        _key("retention.bytes", LONG, "-1",
              "The maximum size a partition can grow to before we will discard old log "
              "segments to free up space."),
-        _key("retention.ms", _LONG, _WEEK_MS,
+        _key("retention.ms", LONG, _WEEK_MS,
              "The maximum time we will retain a log before we will discard old log segments "
              "to free up space. If set to -1, no time limit is applied.", at_least(-1)),
-        _key("segment.bytes", _INT, str(1024**3),
+        _key("segment.bytes", INT, str(1024**3),
              "This configuration controls the segment file size for the log.", at_least(14)),
-        _key("segment.index.bytes", _INT, "10485760",
+        _key("segment.index.bytes", INT, "10485760",
              "This configuration controls the size of the index that maps offsets to file "
              "positions.", at_least(0)),
-        _key("segment.jitter.ms", _LONG, "0",
+        _key("segment.jitter.ms", LONG, "0",
              "The maximum random jitter subtracted from the scheduled segment roll time.",
              at_least(0)),
-        _key("segment.ms", _LONG, _WEEK_MS,
+        _key("segment.ms", LONG, _WEEK_MS,
              "The period of time after which Kafka will force the log to roll even if the "
              "segment file isn't full.", at_least(1)),
-        _key("unclean.leader.election.enable", _BOOL, "false",
+        _key("unclean.leader.election.enable", BOOL, "false",
              "Indicates whether to enable replicas not in the ISR set to be elected as leader "
              "as a last resort, even though doing so may result in data loss."),
     )
@@ -285,26 +283,26 @@ BROKER_LOG_CONFIGS: Mapping[str, ConfigKey] = {
     # Kafka's defaults where the broker name has none and a lower synonym holds it.
     "log.roll.ms": _broker_key("segment.ms", "log.roll.ms", None),
     "log.roll.hours": ConfigKey(
-        "log.roll.hours", _INT, "168", "The maximum time before a new log segment is rolled out "
+        "log.roll.hours", INT, "168", "The maximum time before a new log segment is rolled out "
         "(in hours), secondary to log.roll.ms", at_least(1)
     ),
     "log.roll.jitter.ms": _broker_key("segment.jitter.ms", "log.roll.jitter.ms", None),
     "log.roll.jitter.hours": ConfigKey(
-        "log.roll.jitter.hours", _INT, "0", "The maximum jitter to subtract from logRollTimeMillis "
+        "log.roll.jitter.hours", INT, "0", "The maximum jitter to subtract from logRollTimeMillis "
         "(in hours), secondary to log.roll.jitter.ms", at_least(0)
     ),
     "log.flush.interval.ms": _broker_key("flush.ms", "log.flush.interval.ms", None),
     "log.flush.scheduler.interval.ms": ConfigKey(
-        "log.flush.scheduler.interval.ms", _LONG, _LONG_MAX, "The frequency in ms that the log "
+        "log.flush.scheduler.interval.ms", LONG, LONG_MAX, "The frequency in ms that the log "
         "flusher checks whether any log needs to be flushed to disk"
     ),
     "log.retention.ms": _broker_key("retention.ms", "log.retention.ms", None),
     "log.retention.minutes": ConfigKey(
-        "log.retention.minutes", _INT, None, "The number of minutes to keep a log file before "
+        "log.retention.minutes", INT, None, "The number of minutes to keep a log file before "
         "deleting it (in minutes), secondary to log.retention.ms property"
     ),
     "log.retention.hours": ConfigKey(
-        "log.retention.hours", _INT, "168", "The number of hours to keep a log file before "
+        "log.retention.hours", INT, "168", "The number of hours to keep a log file before "
         "deleting it (in hours), tertiary to log.retention.ms property"
     ),
 }  # fmt: skip

@@ -16,13 +16,19 @@ from broker.kafka_listener.messages import build
 from proto.zk import znodes
 from proto.zk.sync_client import read_registered_broker
 from tests.cluster import running_cluster
+from tests.configs_cli import (
+    DEFAULT,
+    DYNAMIC_BROKER,
+    DYNAMIC_DEFAULT,
+    KAFKA_PORT_FREE,
+    TIMEOUT_S,
+    cli_describe,
+    kafka_error,
+)
 from tests.helpers import minibroker, wait_for
-from tests.integration.test_kafka_configs import KAFKA_PORT_FREE, TIMEOUT_S, kafka_error
 from tests.integration.test_kafka_listener import kafka_bootstrap, kafka_call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-
-DYNAMIC_BROKER, DYNAMIC_DEFAULT, DEFAULT = 2, 3, 5
 
 
 def broker_config(zk: KazooClient, entity: str) -> dict[str, str]:
@@ -118,18 +124,15 @@ def test_confluent_kafka_alters_and_describes_every_kind_of_dynamic_broker_confi
         assert "log.cleanup.policy" not in broker_config(zk_client, "1")
 
         # minibroker configs: --describe --all lists them with the same code.
-        result = minibroker(
-            "configs", "--describe", "--all", "--entity-type", "brokers", "--entity-name", "1",
-            "--zookeeper", zk_connect, timeout=60,
-        )  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        lines = result.stdout.splitlines()
-        assert lines[0] == "All configs for broker 1 are:"
-        assert (
-            "  num.io.threads=16 sensitive=false synonyms={DYNAMIC_BROKER_CONFIG:num.io.threads=16,"
-            " DEFAULT_CONFIG:num.io.threads=8}" in lines
+        header, cli = cli_describe(zk_connect, "brokers", "1", all_configs=True)
+        assert header == "All configs for broker 1 are:"
+        assert cli["num.io.threads"] == (
+            "16",
+            "false",
+            "DYNAMIC_BROKER_CONFIG:num.io.threads=16",
+            "DEFAULT_CONFIG:num.io.threads=8",
         )
-        assert any(line.startswith("  log.cleaner.threads=1 ") for line in lines)
+        assert cli["log.cleaner.threads"][0] == "1"
         del admin
 
 

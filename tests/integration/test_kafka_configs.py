@@ -6,7 +6,6 @@ AlterConfigs and IncrementalAlterConfigs on topics and brokers, and their refusa
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -18,41 +17,25 @@ from broker.kafka_listener.messages import build
 from proto.zk import znodes
 from proto.zk.sync_client import read_registered_broker
 from tests.cluster import running_cluster
-from tests.helpers import minibroker, wait_for
+from tests.configs_cli import (
+    DEFAULT,
+    DYNAMIC_BROKER,
+    DYNAMIC_TOPIC,
+    KAFKA_PORT_FREE,
+    STATIC,
+    TIMEOUT_S,
+    assert_cli_describes_as_describe_configs,
+    cli_describe,
+    kafka_error,
+)
+from tests.helpers import wait_for
 from tests.integration.test_kafka_listener import kafka_bootstrap, kafka_call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-KAFKA_PORT_FREE = {"kafka.port": "0"}
-TIMEOUT_S = 30
-DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT, STATIC, DEFAULT = 1, 2, 3, 4, 5
-
 
 def topic_config(zk: KazooClient, topic: str) -> dict[str, str]:
     return znodes.decode_topic_config(zk.get(f"/config/topics/{topic}")[0])
-
-
-def kafka_error(future: Any) -> confluent_kafka.KafkaError:
-    with pytest.raises(confluent_kafka.KafkaException) as raised:
-        future.result(timeout=TIMEOUT_S)
-    error: confluent_kafka.KafkaError = raised.value.args[0]
-    return error
-
-
-def cli_describe(zk_connect: str, entity_type: str, name: str) -> dict[str, tuple[str, ...]]:
-    """``minibroker configs --describe``: name -> (value, sensitive, synonym, ...)."""
-    result = minibroker(
-        "configs", "--describe", "--entity-type", entity_type, "--entity-name", name,
-        "--zookeeper", zk_connect, timeout=60,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    described = {}
-    for line in result.stdout.splitlines()[1:]:
-        found = re.fullmatch(r"  ([^=]+)=(.*) sensitive=(\w+) synonyms=\{(.*)\}", line)
-        assert found is not None, line
-        name_, value, sensitive, synonyms = found.groups()
-        described[name_] = (value, sensitive, *(s for s in synonyms.split(", ") if s))
-    return described
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -199,24 +182,10 @@ def test_confluent_kafka_creates_describes_and_alters_configs_as_kafka_2_8_does(
             ("topics", "stored", ConfigResource("topic", "stored"), (STATIC, DYNAMIC_BROKER)),
             ("brokers", "1", ConfigResource("broker", "1"), (STATIC,)),
         ):
-            cli = cli_describe(zk_connect, entity_type, name)
+            _, cli = cli_describe(zk_connect, entity_type, name)
             (described,) = admin.describe_configs([resource], request_timeout=TIMEOUT_S).values()
             entries = described.result(timeout=TIMEOUT_S)
-            dynamic = {
-                n
-                for n, e in entries.items()
-                if e.source in (DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT)
-                and e.source not in unseen
-            }
-            assert set(cli) == dynamic
-            assert dynamic  # something to compare
-            for config_name, (value, sensitive, *synonyms) in cli.items():
-                entry = entries[config_name]
-                assert (value, sensitive) == (entry.value, str(entry.is_sensitive).lower())
-                # By name, as confluent-kafka keeps the synonyms.
-                listed = {s.partition(":")[2].partition("=")[0] for s in synonyms}
-                seen = {s.name for s in entry.synonyms.values() if s.source not in unseen}
-                assert listed == seen, config_name
+            assert_cli_describes_as_describe_configs(cli, entries, unseen)
         del admin
 
 

@@ -81,9 +81,42 @@ def test_the_reporter_counts_every_error_and_logs_at_a_bounded_rate(
     assert "suppressed=2" in lines[2]
 
 
+_PRELUDE = textwrap.dedent(
+    """
+    import errno, os, resource
+
+    def use_up_descriptors():
+        \"\"\"Lower RLIMIT_NOFILE to 256 and open files until EMFILE; the files opened.\"\"\"
+        soft_hard = (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        resource.setrlimit(resource.RLIMIT_NOFILE, soft_hard)
+        hogs = []
+        try:
+            while True:
+                hogs.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError as err:
+            assert err.errno == errno.EMFILE, err
+        return hogs
+    """
+)
+
+
+def run_emfile_child(body: str, data: Path) -> None:
+    """Run ``body`` (which calls ``use_up_descriptors()`` where the descriptors are to run
+    out, and prints "ok" at its end) in a child process, with ``data`` as its argv[1]."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PRELUDE + body, str(data)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.strip() == "ok"
+
+
 _CHILD = textwrap.dedent(
     """
-    import asyncio, errno, os, resource, sys
+    import asyncio, errno, os, sys
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
     from typing import cast
@@ -123,13 +156,7 @@ _CHILD = textwrap.dedent(
     first = loop.run_until_complete(manager.append_records(1, 1000, {tp: batch}))
     assert first[tp].error_code == ErrorCode.NONE, first
 
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-    hogs = []
-    try:
-        while True:
-            hogs.append(os.open(os.devnull, os.O_RDONLY))
-    except OSError as err:
-        assert err.errno == errno.EMFILE, err
+    hogs = use_up_descriptors()
 
     # The checkpoint write meets EMFILE: reported, not raised, the dir stays online.
     loop.run_until_complete(manager.checkpoint_high_watermarks())
@@ -159,20 +186,12 @@ _CHILD = textwrap.dedent(
 
 @pytest.mark.timeout(60)
 def test_a_checkpoint_and_a_roll_meeting_emfile_keep_the_log_dir_online(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(tmp_path / "data")],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.strip() == "ok"
+    run_emfile_child(_CHILD, tmp_path / "data")
 
 
 _STARTUP_CHILD = textwrap.dedent(
     """
-    import errno, os, resource, sys
+    import errno, os, sys
     from pathlib import Path
 
     from broker.log.log_manager import LogManager
@@ -190,13 +209,7 @@ _STARTUP_CHILD = textwrap.dedent(
         )
     manager.shutdown()
 
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-    hogs = []
-    try:
-        while True:
-            hogs.append(os.open(os.devnull, os.O_RDONLY))
-    except OSError as err:
-        assert err.errno == errno.EMFILE, err
+    hogs = use_up_descriptors()
     for _ in range(3):  # enough for the dir lock and the checkpoints, not for every log
         os.close(hogs.pop())
     manager = LogManager(data, LogConfig(), 1)
@@ -219,20 +232,12 @@ _STARTUP_CHILD = textwrap.dedent(
 
 @pytest.mark.timeout(60)
 def test_a_log_that_met_emfile_at_startup_opens_when_next_asked_for(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _STARTUP_CHILD, str(tmp_path / "data")],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.strip() == "ok"
+    run_emfile_child(_STARTUP_CHILD, tmp_path / "data")
 
 
 _FOLLOWER_CHILD = textwrap.dedent(
     """
-    import asyncio, errno, os, resource, sys
+    import asyncio, errno, os, sys
     from pathlib import Path
 
     from broker.log.log import Log
@@ -267,13 +272,7 @@ _FOLLOWER_CHILD = textwrap.dedent(
     state.phase = FetchPhase.FETCHING
     assert loop.run_until_complete(fetcher._append(tp, state, 0, batch(0)))
 
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-    hogs = []
-    try:
-        while True:
-            hogs.append(os.open(os.devnull, os.O_RDONLY))
-    except OSError as err:
-        assert err.errno == errno.EMFILE, err
+    hogs = use_up_descriptors()
     # The append must roll a segment: EMFILE. Reported, and retried, not a failed partition.
     assert not loop.run_until_complete(fetcher._append(tp, state, 1, batch(1)))
     assert [e.errno for e in errors] == [errno.EMFILE], errors
@@ -292,12 +291,4 @@ _FOLLOWER_CHILD = textwrap.dedent(
 
 @pytest.mark.timeout(60)
 def test_a_follower_append_meeting_emfile_is_retried_not_failed(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _FOLLOWER_CHILD, str(tmp_path / "data")],
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.strip() == "ok"
+    run_emfile_child(_FOLLOWER_CHILD, tmp_path / "data")
