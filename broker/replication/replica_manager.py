@@ -40,6 +40,7 @@ from broker.replication.control_request_checks import (
 )
 from broker.replication.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.replication.delayed_produce import DelayedProduce, ProducePartitionStatus
+from broker.replication.issued_producer_ids import IssuedProducerIds, producer_ids_of
 from broker.replication.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.replication.purgatory import DelayedOperationPurgatory
 from broker.replication.replica_fetcher import FetcherConfig, ReplicaFetcher, SourceBroker
@@ -229,6 +230,10 @@ class ReplicaManager:
         self.log_dir_failure: OSError | None = None
         """The I/O error that took the log dir offline (see :meth:`mark_log_dir_offline`)."""
         self._log_dir_notified_at = -math.inf
+        self.issued_producer_ids = IssuedProducerIds(
+            self._read_producer_id_bound, config.zookeeper_session_timeout_ms / 1000
+        )
+        """Refuses produced batches with a producer id no broker handed out."""
 
     def _log(self, level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
         """One line per event: ``replica_manager event=<e> broker=<id> key=value ...``."""
@@ -951,13 +956,15 @@ class ReplicaManager:
         append every entry with no await in between, so that requests whose appends are
         awaited one after the other are appended in that order (a produce session's
         promise). Cancelled before it appends, it appends nothing."""
-        results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, ProducePartitionStatus] = {}
+        results = await self._refuse_unissued_producer_ids(entries)
         if not await self.zk.ensure_session_lease():
             for tp in entries:
                 results[tp] = self._zombie_result(tp, "nothing was written")
             return AppendedRecords(results, waiting)
         for tp, records in entries.items():
+            if tp in results:
+                continue
             partition = self.partitions.get(tp)
             if partition is None:
                 results[tp] = ProduceResult(
@@ -996,6 +1003,35 @@ class ReplicaManager:
             if required_acks == ACKS_ALL:
                 waiting[tp] = ProducePartitionStatus(info.last_offset + 1, info.first_offset)
         return AppendedRecords(results, waiting)
+
+    async def _refuse_unissued_producer_ids(
+        self, entries: dict[TopicPartition, bytes]
+    ) -> dict[TopicPartition, ProduceResult]:
+        """The entries for partitions led here whose batches name a producer id no broker
+        handed out (UNKNOWN_PRODUCER_ID), or one above the cached bound that ZooKeeper
+        could not confirm (REQUEST_TIMED_OUT, retriable), with their results: see
+        :mod:`broker.replication.issued_producer_ids`. No await when every id is known."""
+        refused: dict[TopicPartition, ProduceResult] = {}
+        for tp, records in entries.items():
+            partition = self.partitions.get(tp)
+            if partition is None or not partition.is_leader:
+                continue
+            producer_ids = producer_ids_of(records)
+            if not producer_ids:
+                continue
+            try:
+                await self.issued_producer_ids.check(producer_ids)
+            except errors.BrokerResponseError as err:
+                code, message = _error_of(err)
+                if code == pb.UNKNOWN_PRODUCER_ID:
+                    self._log(logging.WARNING, "refused_unknown_producer_id", tp=tp, reason=message)
+                refused[tp] = ProduceResult(code, message, leader_epoch=partition.leader_epoch)
+        return refused
+
+    async def _read_producer_id_bound(self) -> int:
+        await self.zk.sync()
+        block, _ = await self.zk.get_producer_id_block()
+        return -1 if block is None else block.block_end
 
     async def await_acks(
         self, appended: AppendedRecords, timeout_ms: int

@@ -22,7 +22,7 @@ from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire.minibroker_pb2 import ErrorCode
 from proto.zk.znode_reads import ReadBatch, RegisteredBroker
-from proto.zk.znodes import BrokerRegistration, PartitionState
+from proto.zk.znodes import BrokerRegistration, PartitionState, ProducerIdBlock
 from tests.poison_batches import POISONS, Poison
 
 GOOD = TopicPartition("mixed", 0)
@@ -30,10 +30,17 @@ POISONED = TopicPartition("mixed", 1)
 
 
 class _LeasedZk:
-    """The one ZooKeeper call a produce makes: this broker's session is fine."""
+    """The ZooKeeper calls a produce makes: this broker's session is fine, and producer ids
+    up to 999 were handed out."""
 
     async def ensure_session_lease(self) -> bool:
         return True
+
+    async def sync(self) -> None:
+        return None
+
+    async def get_producer_id_block(self) -> tuple[ProducerIdBlock, int]:
+        return ProducerIdBlock(1, 0, 999), 0
 
 
 def replica_manager(tmp_path: Path, executor: ThreadPoolExecutor) -> ReplicaManager:
