@@ -35,8 +35,10 @@ from broker.replication.control_request_checks import (
     controller_epoch_refusal,
     leader_and_isr_refusal,
     stop_replica_refusal,
+    update_metadata_controller_refusal,
     update_metadata_endpoint_refusal,
     update_metadata_leader_refusal,
+    update_metadata_replicas_refusal,
 )
 from broker.replication.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.replication.delayed_produce import DelayedProduce, ProducePartitionStatus
@@ -163,6 +165,16 @@ def _error_of(err: BaseException) -> tuple[int, str]:
     if isinstance(err, OSError):
         return pb.KAFKA_STORAGE_ERROR, f"log directory I/O error: {err}"
     raise err
+
+
+async def _none() -> None:
+    return None
+
+
+def _checked_fields(info: PartitionInfo) -> tuple[object, ...]:
+    """What an UpdateMetadata partition is checked on (the ISR moves at one leader epoch
+    without the controller, so it is not)."""
+    return info.leader, info.leader_epoch, info.replicas, tuple(sorted(info.offline_replicas))
 
 
 def _is_log_dir_failure(err: BaseException) -> TypeGuard[OSError]:
@@ -491,6 +503,9 @@ class ReplicaManager:
                 zookeeper_states = await self._zookeeper(
                     "the partition states", self._synced_partition_states(tps)
                 )
+                endpoints = await self._zookeeper(
+                    "the leaders' endpoints", self._registered_endpoints(endpoints)
+                )
             except errors.BrokerResponseError as err:
                 self._log(logging.WARNING, "refused_leader_and_isr", reason=err)
                 return pb.LeaderAndIsrResponse(error_code=ErrorCode.ValueType(err.code))
@@ -613,6 +628,37 @@ class ReplicaManager:
             self._log(logging.INFO, "became_follower", **partition.log_context())
         self._wake(tp)
         return pb.NONE, ""
+
+    async def _registered_endpoints(
+        self, endpoints: dict[int, BrokerInfo]
+    ) -> dict[int, BrokerInfo]:
+        """A LeaderAndIsr's ``live_leaders`` as registered in ``/brokers/ids`` (a follower
+        fetches from there, so a forged one would have it fetch from anyone): one that
+        differs from the metadata cache's (itself so checked) is read from ZooKeeper
+        (already synced by the partition states' read); refused, it takes its
+        registration's endpoints or is dropped, with one log line."""
+        doubtful = [b for b in endpoints.values() if self.metadata_cache.broker(b.broker_id) != b]
+        if not doubtful:
+            return endpoints
+        registered = await self.zk.read_registered_brokers()
+        believed = dict(endpoints)
+        for broker in doubtful:
+            found = registered.found.get(broker.broker_id)
+            registration = None if found is None else found.registration
+            refusal = update_metadata_endpoint_refusal(broker, registration)
+            if refusal is None:
+                continue
+            self._log(logging.WARNING, "refused_leader_and_isr_endpoint", reason=refusal.message)
+            if registration is None:
+                del believed[broker.broker_id]
+            else:
+                believed[broker.broker_id] = BrokerInfo(
+                    broker.broker_id,
+                    registration.host,
+                    registration.port,
+                    kafka_endpoint=registration.kafka_endpoint,
+                )
+        return believed
 
     async def _synced_partition_states(
         self, tps: list[TopicPartition]
@@ -845,14 +891,15 @@ class ReplicaManager:
                 )
                 for s in request.partition_states
             }
-            brokers, partitions = await self._zookeeper(
-                "the leaders and endpoints", self._as_zookeeper_agrees(brokers, partitions)
+            controller_id, brokers, partitions = await self._zookeeper(
+                "the controller, leaders, replicas and endpoints",
+                self._as_zookeeper_agrees(request.controller_id, brokers, partitions),
             )
         except errors.BrokerResponseError as err:
             self._log(logging.WARNING, "refused_update_metadata", reason=err)
             return pb.UpdateMetadataResponse(error_code=ErrorCode.ValueType(err.code))
         self.metadata_cache.update(
-            controller_id=request.controller_id,
+            controller_id=controller_id,
             controller_epoch=request.controller_epoch,
             brokers=brokers,
             partitions=partitions,
@@ -860,33 +907,48 @@ class ReplicaManager:
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
     async def _as_zookeeper_agrees(
-        self, brokers: list[BrokerInfo], partitions: dict[TopicPartition, PartitionInfo]
-    ) -> tuple[list[BrokerInfo], dict[TopicPartition, PartitionInfo]]:
-        """An UpdateMetadata's brokers and leaders as far as ZooKeeper agrees
-        (:func:`update_metadata_endpoint_refusal`, :func:`update_metadata_leader_refusal`):
-        a refused broker takes its registration's endpoints (dropped if unregistered), a
-        refused partition is dropped, one log line each. Only what differs from the cache
-        (itself so checked) is read, so a repeat costs no ZooKeeper read."""
+        self,
+        controller_id: int,
+        brokers: list[BrokerInfo],
+        partitions: dict[TopicPartition, PartitionInfo],
+    ) -> tuple[int, list[BrokerInfo], dict[TopicPartition, PartitionInfo]]:
+        """An UpdateMetadata's controller, brokers and partitions as far as ZooKeeper agrees
+        (:mod:`broker.replication.control_request_checks`): a refused controller id takes
+        ``/controller``'s, a refused broker its registration's endpoints (dropped if
+        unregistered), a refused leader drops its partition, refused replicas or offline
+        replicas take the assignment's and the registrations'; one log line each. Only
+        what differs from the cache (itself so checked) is read, so a repeat costs no
+        ZooKeeper read."""
         cache = self.metadata_cache
+        doubtful_controller = controller_id != cache.controller_id
         doubtful_brokers = [b for b in brokers if cache.broker(b.broker_id) != b]
         doubtful_tps = [
             tp
             for tp, info in partitions.items()
             if (cached := cache.partition(tp)) is None
-            or (cached.leader, cached.leader_epoch) != (info.leader, info.leader_epoch)
+            or _checked_fields(cached) != _checked_fields(info)
         ]
-        if not doubtful_brokers and not doubtful_tps:
-            return brokers, partitions
+        if not doubtful_controller and not doubtful_brokers and not doubtful_tps:
+            return controller_id, brokers, partitions
         await self.zk.sync()
+        topics = sorted({tp.topic for tp in doubtful_tps})
         deleting = sorted(
             {tp.topic for tp in doubtful_tps if partitions[tp].leader == LEADER_DURING_DELETE}
         )
-        registered, states, marked = await asyncio.gather(
+        registered, states, marked, assignments, zookeeper_controller = await asyncio.gather(
             self.zk.read_registered_brokers(),
             self.zk.get_partition_states(doubtful_tps),
             asyncio.gather(*(self.zk.is_topic_marked_for_deletion(t) for t in deleting)),
+            asyncio.gather(*(self.zk.get_topic_assignment(t) for t in topics)),
+            self.zk.get_controller_id() if doubtful_controller else _none(),
         )
-        marked_topics = {t for t, m in zip(deleting, marked, strict=True) if m}
+        if doubtful_controller:
+            refusal = update_metadata_controller_refusal(controller_id, zookeeper_controller)
+            if refusal is not None:
+                self._log(
+                    logging.WARNING, "refused_update_metadata_controller", reason=refusal.message
+                )
+                controller_id = -1 if zookeeper_controller is None else zookeeper_controller
         believed_brokers = []
         for broker in brokers:
             found = registered.found.get(broker.broker_id)
@@ -909,6 +971,8 @@ class ReplicaManager:
                         kafka_endpoint=registration.kafka_endpoint,
                     )
                 )
+        marked_topics = {t for t, m in zip(deleting, marked, strict=True) if m}
+        assigned = dict(zip(topics, assignments, strict=True))
         believed = dict(partitions)
         for tp in doubtful_tps:
             info, state = partitions[tp], states[tp]
@@ -924,12 +988,40 @@ class ReplicaManager:
                     logging.WARNING, "refused_update_metadata_partition", reason=refusal.message
                 )
                 del believed[tp]
-            elif state is not None and info.leader_epoch < state.leader_epoch:
+                continue
+            if info.leader == LEADER_DURING_DELETE:
+                continue
+            assert state is not None  # update_metadata_leader_refusal refuses a missing one
+            if info.leader_epoch < state.leader_epoch:
                 # Late (ZooKeeper moved on since): cache the newer leadership it names.
-                believed[tp] = dataclasses.replace(
+                info = believed[tp] = dataclasses.replace(
                     info, leader=state.leader, leader_epoch=state.leader_epoch, isr=state.isr
                 )
-        return believed_brokers, believed
+            assignment = (assigned[tp.topic] or {}).get(tp.partition)
+            live = registered.found.keys()
+            refusal = update_metadata_replicas_refusal(
+                tp, info.replicas, info.offline_replicas, assignment, live
+            )
+            if refusal is None:
+                continue
+            if assignment is None:
+                self._log(
+                    logging.WARNING, "refused_update_metadata_partition", reason=refusal.message
+                )
+                del believed[tp]
+                continue
+            if partitions[tp].leader_epoch >= state.leader_epoch:
+                # At the znode's epoch the controller sent what ZooKeeper holds: a request
+                # that differs is not its (an older epoch's replicas are merely late).
+                self._log(
+                    logging.WARNING, "refused_update_metadata_replicas", reason=refusal.message
+                )
+            believed[tp] = dataclasses.replace(
+                info,
+                replicas=tuple(assignment),
+                offline_replicas=tuple(r for r in assignment if r not in live),
+            )
+        return controller_id, believed_brokers, believed
 
     # -- produce -----------------------------------------------------------------------------
 

@@ -12,8 +12,10 @@ from broker.replication.control_request_checks import (
     controller_epoch_refusal,
     leader_and_isr_refusal,
     stop_replica_refusal,
+    update_metadata_controller_refusal,
     update_metadata_endpoint_refusal,
     update_metadata_leader_refusal,
+    update_metadata_replicas_refusal,
 )
 from proto.topic_partition import TopicPartition
 from proto.wire.minibroker_pb2 import ErrorCode
@@ -177,3 +179,40 @@ def test_update_metadata_endpoint_of_the_registration_or_no_registration() -> No
     assert unregistered is not None
     assert "broker 9" in unregistered.message
     assert "not registered" in unregistered.message
+
+
+def test_update_metadata_controller_is_believed_only_as_slash_controller_names_it() -> None:
+    assert update_metadata_controller_refusal(2, 2) is None
+    other = update_metadata_controller_refusal(3, 2)
+    assert other is not None
+    assert "/controller in ZooKeeper names broker 2" in other.message
+    none = update_metadata_controller_refusal(3, None)
+    assert none is not None
+    assert "no controller" in none.message
+
+
+@pytest.mark.parametrize(
+    ("replicas", "offline", "fragment"),
+    [
+        ([1, 2, 3], [], None),
+        ([1, 2, 3], [3], "offline replicas [3]"),
+        ([1, 9], [], "ZooKeeper assigns [1, 2, 3]"),
+        ([3, 2, 1], [], "ZooKeeper assigns [1, 2, 3]"),  # the order is the preference
+    ],
+)
+def test_update_metadata_replicas_are_the_assignment_and_offline_the_unregistered(
+    replicas: list[int], offline: list[int], fragment: str | None
+) -> None:
+    refusal = update_metadata_replicas_refusal(TP, replicas, offline, [1, 2, 3], {1, 2, 3})
+    if fragment is None:
+        assert refusal is None
+    else:
+        assert refusal is not None
+        assert fragment in refusal.message
+    # Broker 3 unregistered: its replica is offline, and saying so is believed.
+    assert update_metadata_replicas_refusal(TP, [1, 2, 3], [3], [1, 2, 3], {1, 2}) is None
+    hidden = update_metadata_replicas_refusal(TP, [1, 2, 3], [], [1, 2, 3], {1, 2})
+    assert hidden is not None
+    unknown = update_metadata_replicas_refusal(TP, [1], [], None, {1})
+    assert unknown is not None
+    assert unknown.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -137,9 +137,19 @@ class _ControlZk:
         self,
         states: dict[TopicPartition, PartitionState],
         registrations: dict[int, BrokerRegistration] | None = None,
+        assignments: dict[str, dict[int, list[int]]] | None = None,
+        controller: int | None = 2,
     ) -> None:
         self.states = states
         self.registrations = registrations or {}
+        self.assignments = assignments or {}
+        self.controller = controller
+
+    async def get_topic_assignment(self, topic: str) -> dict[int, list[int]] | None:
+        return self.assignments.get(topic)
+
+    async def get_controller_id(self) -> int | None:
+        return self.controller
 
     async def read_registered_brokers(self) -> ReadBatch[int, RegisteredBroker]:
         return ReadBatch({b: RegisteredBroker(r, 100 + b) for b, r in self.registrations.items()})
@@ -182,7 +192,9 @@ def test_a_follower_made_before_a_failing_partition_still_fetches_and_a_repeat_r
     LeaderAndIsr created its partitions; the ones already made followers never got a
     fetcher, and the controller's repeat at the same epoch was taken as a no-op."""
     state = PartitionState(leader=2, leader_epoch=3, isr=(2, 1), controller_epoch=1, zk_version=1)
-    zk = _ControlZk({FOLLOWED: state, UNREADABLE: state})
+    zk = _ControlZk(
+        {FOLLOWED: state, UNREADABLE: state}, {2: BrokerRegistration("127.0.0.1", 1, 0)}
+    )
     config = BrokerConfig(
         broker_id=1,
         zookeeper_connect="unused:2181",
@@ -284,7 +296,8 @@ def test_update_metadata_keeps_only_the_leaders_and_endpoints_zookeeper_agrees_w
 
     async def scenario() -> None:
         with ThreadPoolExecutor(1) as executor:
-            zk = cast(BrokerZkClient, _ControlZk(states, registered))
+            assignment = {p: [2, 1] for p in range(4)}
+            zk = cast(BrokerZkClient, _ControlZk(states, registered, {"t": assignment}))
             manager = ReplicaManager(
                 config, LogManager(tmp_path, LogConfig(), 1), zk, cache, executor
             )
