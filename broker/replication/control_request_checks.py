@@ -41,7 +41,9 @@ StopReplica partition      leader epoch <= the znode's and not older than this  
                            replica's (KIP-570); ``-2`` (topic deletion) only
                            for a topic deleted or under ``/admin/delete_topics``;
                            ``delete_partition`` only for a topic going away or a
-                           replica no longer assigned here (reassignment)
+                           replica no longer assigned here (reassignment); without
+                           it, not for a replica the state znode names leader or
+                           in the ISR (of a partition with a leader)
 =========================  ====================================================  ==========
 
 These checks stop forged requests that name impossible epochs. A well-formed request that
@@ -214,6 +216,26 @@ def stop_replica_refusal(
             ErrorCode.FENCED_LEADER_EPOCH,
             f"{tp}: leader epoch {leader_epoch} is older than this replica's "
             f"{facts.local_leader_epoch}",
+        )
+    if (
+        not delete_partition
+        and not topic_going
+        and facts.state is not None
+        and facts.state.leader >= 0
+        and (facts.state.leader == broker_id or broker_id in facts.state.isr)
+        and facts.assignment is not None
+        and broker_id in facts.assignment
+    ):
+        # The controller stops a replica without deleting it only in a controlled shutdown,
+        # after it wrote a state znode in which the broker neither leads nor is in the ISR
+        # (Kafka's OfflineReplica). Stopping one ZooKeeper says serves would take it offline
+        # while every reader of ZooKeeper still sees it leading or in sync.
+        role = "leader" if facts.state.leader == broker_id else "in the ISR"
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"{tp}: refusing to stop the replica: ZooKeeper has broker {broker_id} {role} "
+            f"(leader {facts.state.leader}, ISR {list(facts.state.isr)}, leader epoch "
+            f"{facts.state.leader_epoch}), so it must keep serving it",
         )
     if delete_partition and not topic_going:
         assert facts.assignment is not None

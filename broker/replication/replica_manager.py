@@ -212,6 +212,8 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.zk = zk
         self.metadata_cache = metadata_cache
+        metadata_cache.local_broker_id = self.broker_id
+        metadata_cache.hosts = self._hosts
         self.executor = executor
         self.clock_ms = clock_ms
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -246,6 +248,9 @@ class ReplicaManager:
             self._read_producer_id_bound, config.zookeeper_session_timeout_ms / 1000
         )
         """Refuses produced batches with a producer id no broker handed out."""
+
+    def _hosts(self, tp: TopicPartition) -> bool:
+        return tp in self.partitions
 
     def _log(self, level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
         """One line per event: ``replica_manager event=<e> broker=<id> key=value ...``."""

@@ -461,3 +461,45 @@ def test_forged_leader_and_isr_names_no_leader_endpoint_zookeeper_denies(
         20,
         message="the follower to copy the record from the real leader",
     )
+
+
+def test_forged_stop_replica_without_delete_takes_no_replica_zookeeper_has_serving_offline(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    # Real epochs, delete_partition=false, sent to every replica: each used to stop hosting
+    # the partition (produce and fetch UNKNOWN_TOPIC_OR_PARTITION) while ZooKeeper, Metadata
+    # and `cluster status` still showed it led and fully in sync.
+    state = cluster.state(TP)
+    assert state is not None
+    before = {b: log_of(cluster, b) for b in (1, 2, 3)}
+    for b in (1, 2, 3):
+        request = pb.StopReplicaRequest(
+            controller_id=cluster.wait_for_controller(),
+            controller_epoch=cluster.controller_epoch(),
+            broker_epoch=broker_epoch(zk, b),
+        )
+        request.partition_states.add(
+            topic_name=TP.topic,
+            partition_index=0,
+            leader_epoch=state.leader_epoch,
+            delete_partition=False,
+        )
+        answer = cluster.control_stub(b).StopReplica(request, timeout=10)
+        assert answer.error_code == pb.NONE
+        [error] = answer.partition_errors
+        assert error.error_code == pb.INVALID_REQUEST, error
+        assert "ZooKeeper has broker" in error.error_message
+        new_lines = log_of(cluster, b)[len(before[b]) :]
+        assert new_lines.count("event=refused_to_stop_replica") == 1, new_lines
+    acked = cluster.produce(state.leader, TP, [b"after-forged-stop"], acks=-1)
+    assert acked.error_code == pb.NONE, acked.error_message
+    written = (acked.base_offset, b"after-forged-stop")
+    for b in (1, 2, 3):
+
+        def holds(broker: int = b) -> bool:
+            return written in cluster.replica_records(broker, TP)
+
+        wait_for(holds, 20, message=f"broker {b} to hold the record written after the forgery")
+        metadata = cluster.broker_stub(b).Metadata(pb.MetadataRequest(topics=[TP.topic]), timeout=5)
+        assert list(metadata.topics[0].partitions[0].offline_replicas) == []
+    intact(cluster)

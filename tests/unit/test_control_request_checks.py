@@ -90,8 +90,13 @@ def facts(
     assignment: tuple[int, ...] | None = (1, 2, 3),
     marked: bool = False,
     local: int | None = 5,
+    state: PartitionState = STATE,
 ) -> StopReplicaFacts:
-    return StopReplicaFacts(assignment, marked, STATE if assignment else None, local)
+    return StopReplicaFacts(assignment, marked, state if assignment else None, local)
+
+
+OUT_OF_ISR = PartitionState(leader=2, leader_epoch=5, isr=(2, 3), controller_epoch=2, zk_version=8)
+"""Broker 1 after a controlled shutdown took it out of the ISR."""
 
 
 @pytest.mark.parametrize("delete", [True, False])
@@ -115,12 +120,27 @@ def test_stop_replica_deletes_only_a_replica_zookeeper_no_longer_assigns_here() 
 
 
 def test_stop_replica_without_delete_follows_kip_570() -> None:
-    older = stop_replica_refusal(1, TP, 4, False, facts(local=5))
+    older = stop_replica_refusal(1, TP, 4, False, facts(local=5, state=OUT_OF_ISR))
     assert older is not None
     assert older.code == ErrorCode.FENCED_LEADER_EPOCH
-    assert stop_replica_refusal(1, TP, 5, False, facts(local=5)) is None
-    assert stop_replica_refusal(1, TP, 5, False, facts(local=4)) is None
-    assert stop_replica_refusal(1, TP, NO_EPOCH, False, facts(local=5)) is None
+    assert stop_replica_refusal(1, TP, 5, False, facts(local=5, state=OUT_OF_ISR)) is None
+    assert stop_replica_refusal(1, TP, 5, False, facts(local=4, state=OUT_OF_ISR)) is None
+    assert stop_replica_refusal(1, TP, NO_EPOCH, False, facts(local=5, state=OUT_OF_ISR)) is None
+
+
+@pytest.mark.parametrize(("broker", "role"), [(1, "leader"), (2, "in the ISR")])
+def test_stop_replica_without_delete_of_a_replica_zookeeper_has_serving_is_refused(
+    broker: int, role: str
+) -> None:
+    refusal = stop_replica_refusal(broker, TP, 5, False, facts())
+    assert refusal is not None
+    assert refusal.code == ErrorCode.INVALID_REQUEST
+    assert f"ZooKeeper has broker {broker} {role}" in refusal.message
+    # No leader (offline, its last ISR member kept): stopping harms nothing that serves.
+    offline = PartitionState(leader=-1, leader_epoch=6, isr=(1,), controller_epoch=2, zk_version=9)
+    assert stop_replica_refusal(1, TP, 6, False, facts(state=offline)) is None
+    # Not assigned here (a reassignment moved it away): nothing to keep.
+    assert stop_replica_refusal(2, TP, 5, False, facts(assignment=(1, 3, 4))) is None
 
 
 def test_stop_replica_beyond_the_state_znode_is_refused() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from broker.log.log import Log
 from broker.log.log_manager import LogManager
-from broker.metadata_cache import MetadataCache
+from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.replication.partition import LeadershipState, Partition
 from broker.replication.replica_manager import FetchSpec, ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkSessionExpiredError
@@ -364,3 +364,37 @@ def test_handing_over_leaderships_ends_waiting_writes_and_refuses_new_ones_not_l
         asyncio.run(scenario(manager))
         for partition in manager.partitions.values():
             partition.log.close()
+
+
+def test_an_assigned_replica_this_broker_does_not_host_is_reported_offline(
+    tmp_path: Path,
+) -> None:
+    """Metadata and the offline-replica gauge name a replica the controller assigns here but
+    this broker does not host (it serves nothing), instead of showing it online."""
+    from broker.metrics_server import BrokerStateCollector
+    from controller.kafka_controller import KafkaController
+
+    unhosted = TopicPartition("mixed", 2)
+    elsewhere = TopicPartition("mixed", 3)
+    with ThreadPoolExecutor(1) as executor:
+        manager = replica_manager(tmp_path, executor)
+        cache = manager.metadata_cache
+        for tp, replicas in ((GOOD, (1, 2)), (unhosted, (2, 1)), (elsewhere, (2, 3))):
+            cache.add_partition(tp, PartitionInfo(2, 0, replicas, replicas))
+        infos = cache.partitions_of("mixed")
+        assert infos[GOOD.partition].offline_replicas == ()
+        assert infos[unhosted.partition].offline_replicas == (1,)
+        assert infos[elsewhere.partition].offline_replicas == ()
+        assert cache.unhosted() == [unhosted]
+
+        class _Idle:
+            is_active = False
+            context = None
+
+        collector = BrokerStateCollector(manager, cast(KafkaController, _Idle()))
+        [gauge] = [
+            m
+            for m in collector._replica_manager_gauges()
+            if m.name == "kafka_server_replicamanager_offlinereplicacount"
+        ]
+        assert gauge.samples[0].value == 1
