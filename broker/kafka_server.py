@@ -119,7 +119,10 @@ class BrokerServer:
             metrics=ReplicaManagerMetrics(self.metrics_registry),
             tls=self.tls,
         )
-        self.producer_id_manager = ProducerIdManager(config.broker_id, self.zk)
+        issued = self.replica_manager.issued_producer_ids
+        self.producer_id_manager = ProducerIdManager(
+            config.broker_id, self.zk, on_block_reserved=lambda b: issued.raise_bound(b.block_end)
+        )
         self.controller = KafkaController.from_config(
             config, ControllerMetrics(self.metrics_registry), self.tls
         )

@@ -7,7 +7,8 @@ controller updates it may be stale; clients cope through NOT_LEADER_OR_FOLLOWER 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from proto.topic_partition import TopicPartition
 from proto.zk.znodes import LEADER_DURING_DELETE, BrokerInfo
@@ -32,6 +33,13 @@ class MetadataCache:
         self._partitions: dict[TopicPartition, PartitionInfo] = {}
         self.controller_id = -1
         self.controller_epoch = -1
+        self.local_broker_id = -1
+        self.hosts: Callable[[TopicPartition], bool] | None = None
+        """Whether this broker hosts a replica of a partition (the replica manager's map,
+        set by it). A replica the controller assigns here that this broker does not host
+        (a LeaderAndIsr that failed for it, a stopped replica) serves nothing: it is
+        reported offline (:meth:`partitions_of`, :meth:`unhosted`), as Kafka reports a
+        replica on an offline log dir, not left looking online."""
 
     def update(
         self,
@@ -73,7 +81,31 @@ class MetadataCache:
         return {tp.topic for tp in self._partitions}
 
     def partitions_of(self, topic: str) -> dict[int, PartitionInfo]:
-        return {tp.partition: info for tp, info in self._partitions.items() if tp.topic == topic}
+        """The topic's partitions as clients see them: this broker among the offline
+        replicas of each it is assigned but does not host."""
+        return {
+            tp.partition: self._as_hosted(tp, info)
+            for tp, info in self._partitions.items()
+            if tp.topic == topic
+        }
+
+    def unhosted(self) -> list[TopicPartition]:
+        """The partitions assigned to this broker that it hosts no replica of."""
+        return sorted(tp for tp, info in self._partitions.items() if self._is_unhosted(tp, info))
+
+    def _is_unhosted(self, tp: TopicPartition, info: PartitionInfo) -> bool:
+        return (
+            self.hosts is not None
+            and self.local_broker_id in info.replicas
+            and info.leader != LEADER_DURING_DELETE
+            and not self.hosts(tp)
+        )
+
+    def _as_hosted(self, tp: TopicPartition, info: PartitionInfo) -> PartitionInfo:
+        if self.local_broker_id in info.offline_replicas or not self._is_unhosted(tp, info):
+            return info
+        offline = (*info.offline_replicas, self.local_broker_id)
+        return replace(info, offline_replicas=offline)
 
     def partition(self, tp: TopicPartition) -> PartitionInfo | None:
         return self._partitions.get(tp)

@@ -123,8 +123,9 @@ class BrokerStateCollector(Collector):
         )
         yield _gauge(
             "kafka_server_replicamanager_offlinereplicacount",
-            "Replicas on an offline log dir",
-            len(partitions) if offline else 0,
+            "Replicas on an offline log dir, and replicas assigned here that this broker "
+            "does not host",
+            (len(partitions) if offline else 0) + len(rm.metadata_cache.unhosted()),
         )
         yield _gauge(
             "kafka_log_logmanager_offlinelogdirectorycount",

@@ -32,6 +32,8 @@ client turns a response's code back into the exception with :func:`for_code`.
         ├── UnknownLeaderEpochError          retriable
         ├── UnsupportedCompressionTypeError  (a codec the broker cannot decode)
         ├── InvalidRecordError               (a well-framed batch whose records break a rule)
+        ├── InvalidTimestampError            (a producer set the LogAppendTime attribute)
+        ├── UnknownProducerIdError           (a producer id no broker handed out)
         └── (any other code)                 BrokerResponseError itself, flags from the table
 """
 
@@ -198,6 +200,20 @@ class InvalidRecordError(BrokerResponseError):
     code = ErrorCode.INVALID_RECORD
 
 
+class InvalidTimestampError(BrokerResponseError):
+    """A batch's timestamps break a rule (Kafka's ``InvalidTimestampException``): here, a
+    producer that set the LogAppendTime attribute, which only a broker may set."""
+
+    code = ErrorCode.INVALID_TIMESTAMP
+
+
+class UnknownProducerIdError(BrokerResponseError):
+    """A producer id no broker handed out (above every block reserved in
+    ``/latest_producer_id_block``), or one the partition holds no state for."""
+
+    code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
 _CLASSES: dict[int, type[BrokerResponseError]] = {
     cls.code: cls
     for cls in (
@@ -223,6 +239,8 @@ _CLASSES: dict[int, type[BrokerResponseError]] = {
         UnknownLeaderEpochError,
         UnsupportedCompressionTypeError,
         InvalidRecordError,
+        InvalidTimestampError,
+        UnknownProducerIdError,
     )
 }
 
@@ -249,12 +267,16 @@ _DESCRIPTIONS: dict[int, str] = {
     ErrorCode.OUT_OF_ORDER_SEQUENCE: "the producer's sequence number has a gap",
     ErrorCode.DUPLICATE_SEQUENCE: "the producer's batch was already written",
     ErrorCode.INVALID_PRODUCER_EPOCH: "the producer was fenced by a newer epoch of its producer id",
-    ErrorCode.UNKNOWN_PRODUCER_ID: "the partition holds no state for this producer id",
+    ErrorCode.UNKNOWN_PRODUCER_ID: (
+        "no broker handed out this producer id, or the partition holds no state for it"
+    ),
     ErrorCode.KAFKA_STORAGE_ERROR: "the broker could not read or write its log directory",
     ErrorCode.FENCED_LEADER_EPOCH: "the leader epoch in the request is older than the broker's",
     ErrorCode.UNKNOWN_LEADER_EPOCH: "the leader epoch in the request is newer than the broker's",
     ErrorCode.UNSUPPORTED_COMPRESSION_TYPE: "the broker does not support that compression codec",
     ErrorCode.INVALID_RECORD: "a record of the batch is invalid",
+    ErrorCode.INVALID_TIMESTAMP: "a timestamp of the batch is invalid (or its type is not the "
+    "producer's to set)",
 }
 
 # Kafka's flags for the codes that have no class of their own.

@@ -110,6 +110,12 @@ POISONS = [
         "not allowed to write control records",
     ),
     Poison(
+        "log-append-time-bit",
+        raw_batch(raw_records(2), 2, attributes=0x08),
+        ErrorCode.INVALID_TIMESTAMP,
+        "must not set the timestamp type to logappendtime",
+    ),
+    Poison(
         "transactional-bit",
         raw_batch(raw_records(2), 2, attributes=0x10, producer_id=7, base_sequence=0),
         ErrorCode.INVALID_RECORD,

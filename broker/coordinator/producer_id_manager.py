@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from proto.errors import MinibrokerError
@@ -78,12 +79,16 @@ class ProducerIdManager:
         store: ProducerIdBlockStore,
         *,
         block_size: int = PRODUCER_ID_BLOCK_SIZE,
+        on_block_reserved: Callable[[ProducerIdBlock], None] | None = None,
     ) -> None:
+        """``on_block_reserved`` is told each block before any id of it is handed out (the
+        replica manager's bound of issued ids, broker.replication.issued_producer_ids)."""
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.broker_id = broker_id
         self._store = store
         self._block_size = block_size
+        self._on_block_reserved = on_block_reserved
         self._block: ProducerIdBlock | None = None
         self._next_id = 0
         self._lock = asyncio.Lock()
@@ -108,6 +113,8 @@ class ProducerIdManager:
         async with self._lock:
             if self._block is None or self._next_id > self._block.block_end:
                 self._block = await self._reserve_block()
+                if self._on_block_reserved is not None:
+                    self._on_block_reserved(self._block)
                 self._next_id = self._block.block_start
             producer_id = self._next_id
             self._next_id += 1

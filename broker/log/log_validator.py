@@ -26,6 +26,10 @@ takes its lock:
                                                            UNKNOWN_SERVER_ERROR, no message)
    not a control batch ("Clients are not allowed to        INVALID_RECORD
    write control records")
+   not LogAppendTime (attribute bit 3): "Producer should   INVALID_TIMESTAMP
+   not set timestamp type to LogAppendTime" (Kafka's
+   ``validateTimestamp`` on a CreateTime topic, the only
+   timestamp type here)
    a producer id comes with a sequence (baseSequence >= 0) INVALID_RECORD
    not transactional: there is no transaction             INVALID_RECORD (Kafka accepts
    coordinator here (KIP-98), so no marker would ever      them from a producer its
@@ -59,16 +63,23 @@ takes its lock:
 
 Kafka's checks not reproduced, and why:
 
-- timestamps (``message.timestamp.difference.max.ms``, KIP-937's before/after bounds, a
-  producer setting LogAppendTime: INVALID_TIMESTAMP): this broker has no
-  ``message.timestamp.type`` and keeps the producer's timestamps; no timestamp makes a
-  batch undecodable.
+- timestamp bounds (``message.timestamp.difference.max.ms``, KIP-937's before/after
+  bounds): this broker has no ``message.timestamp.type`` and keeps the producer's
+  timestamps; no timestamp makes a batch undecodable.
 - a key on every record of a compacted topic: there is no log compaction
   (``cleanup.policy=compact``) here.
 - one batch per partition per request (``ProduceRequest.validateRecords``, "Compressed
   outer record has more than one batch"): minibroker's Produce carries "one or more"
   concatenated batches per partition (proto/wire/minibroker.proto), and each is checked alone.
 - message format conversion (magic 0 and 1): only magic 2 exists here.
+- rewriting fields: Kafka's leader sets each batch's baseOffset, lastOffset, partition leader
+  epoch and (for LogAppendTime) its timestamp type. Here the leader overwrites baseOffset and
+  partitionLeaderEpoch, the two fields before the CRC
+  (:func:`proto.records.record_batch.with_offsets`, stamped by the segment's write), whatever
+  the producer sent in them; lastOffset is baseOffset + lastOffsetDelta in format v2; and a
+  LogAppendTime attribute, which lies under the CRC, is refused instead of rewritten.
+- producer ids: the leader's replica manager, not this module, refuses an id no broker
+  handed out (:mod:`broker.replication.issued_producer_ids`); Kafka accepts any id.
 - per-record error details (KIP-467's ``record_errors``): the Produce response has one
   error message per partition, which names the batch and the record.
 
@@ -95,6 +106,7 @@ from proto.records.record_batch import (
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
     RECORDS_OFFSET,
+    TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
     CorruptRecordError,
@@ -104,7 +116,9 @@ from proto.records.record_batch import (
 
 __all__ = ["validate_client_batches"]
 
-_REFUSED_ATTRIBUTES = COMPRESSION_CODEC_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
+_REFUSED_ATTRIBUTES = (
+    COMPRESSION_CODEC_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK | TIMESTAMP_TYPE_MASK
+)
 """Attribute bits of which any one set needs a closer look (most batches have none)."""
 
 
@@ -125,6 +139,7 @@ def validate_client_batches(
       does not exist, or records that do not number recordCount or do not end at the
       batch's end;
     - :class:`proto.errors.UnsupportedCompressionTypeError`: a compressed batch;
+    - :class:`proto.errors.InvalidTimestampError`: a batch with the LogAppendTime attribute;
     - :class:`proto.errors.InvalidRecordError`: a control or transactional batch, a
       producer id without a sequence, or a record that does not parse or whose
       offsetDelta is not its index.
@@ -159,6 +174,11 @@ def _check_attributes(header: BatchHeader, pos: int) -> None:
     if header.is_control:
         raise errors.InvalidRecordError(
             f"{where}: clients are not allowed to write control records"
+        )
+    if header.attributes & TIMESTAMP_TYPE_MASK:
+        raise errors.InvalidTimestampError(
+            f"{where}: invalid timestamp type: a producer must not set the timestamp type to "
+            f"LogAppendTime (attributes 0x{header.attributes & 0xFFFF:04x}); only a broker sets it"
         )
     if header.is_transactional:
         raise errors.InvalidRecordError(

@@ -25,14 +25,25 @@ UpdateMetadata partition   as LeaderAndIsr (an epoch older than the znode's:    
                            the znode's leader is cached); ``-2`` (deleting)      per
                            only for a topic deleted or under                     partition
                            ``/admin/delete_topics``
+UpdateMetadata partition   equal to the assignment in ``/brokers/topics/<t>``;   ZooKeeper's
+``replicas``,              offline: exactly the replicas whose broker is not     (refused at
+``offline_replicas``       registered in ``/brokers/ids``                        the znode's
+                                                                                 epoch only)
 UpdateMetadata broker      its endpoints are its ``/brokers/ids/<id>``           the
                            registration's                                        registration
+                                                                                 or dropped
+UpdateMetadata             the broker ``/controller`` names                      /controller's
+``controller_id``                                                                (or -1)
+LeaderAndIsr               registered at these endpoints in ``/brokers/ids``     the
+``live_leaders``                                                                 registration
                                                                                  or dropped
 StopReplica partition      leader epoch <= the znode's and not older than this   per partition
                            replica's (KIP-570); ``-2`` (topic deletion) only
                            for a topic deleted or under ``/admin/delete_topics``;
                            ``delete_partition`` only for a topic going away or a
-                           replica no longer assigned here (reassignment)
+                           replica no longer assigned here (reassignment); without
+                           it, not for a replica the state znode names leader or
+                           in the ISR (of a partition with a leader)
 =========================  ====================================================  ==========
 
 These checks stop forged requests that name impossible epochs. A well-formed request that
@@ -43,7 +54,7 @@ what authenticated control requests are for (mutual TLS with ``super.users``:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from proto.topic_partition import TopicPartition
@@ -60,8 +71,10 @@ __all__ = [
     "controller_epoch_refusal",
     "leader_and_isr_refusal",
     "stop_replica_refusal",
+    "update_metadata_controller_refusal",
     "update_metadata_endpoint_refusal",
     "update_metadata_leader_refusal",
+    "update_metadata_replicas_refusal",
 ]
 
 UNKNOWN_BROKER_EPOCH = -1
@@ -204,6 +217,26 @@ def stop_replica_refusal(
             f"{tp}: leader epoch {leader_epoch} is older than this replica's "
             f"{facts.local_leader_epoch}",
         )
+    if (
+        not delete_partition
+        and not topic_going
+        and facts.state is not None
+        and facts.state.leader >= 0
+        and (facts.state.leader == broker_id or broker_id in facts.state.isr)
+        and facts.assignment is not None
+        and broker_id in facts.assignment
+    ):
+        # The controller stops a replica without deleting it only in a controlled shutdown,
+        # after it wrote a state znode in which the broker neither leads nor is in the ISR
+        # (Kafka's OfflineReplica). Stopping one ZooKeeper says serves would take it offline
+        # while every reader of ZooKeeper still sees it leading or in sync.
+        role = "leader" if facts.state.leader == broker_id else "in the ISR"
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"{tp}: refusing to stop the replica: ZooKeeper has broker {broker_id} {role} "
+            f"(leader {facts.state.leader}, ISR {list(facts.state.isr)}, leader epoch "
+            f"{facts.state.leader_epoch}), so it must keep serving it",
+        )
     if delete_partition and not topic_going:
         assert facts.assignment is not None
         if broker_id in facts.assignment:
@@ -263,6 +296,52 @@ def update_metadata_endpoint_refusal(
             ErrorCode.INVALID_REQUEST,
             f"broker {endpoint.broker_id}'s endpoints {_endpoints(*named)} differ from its "
             f"registration in ZooKeeper, {_endpoints(*registered)}",
+        )
+    return None
+
+
+def update_metadata_controller_refusal(
+    controller_id: int, zookeeper_controller: int | None
+) -> Refusal | None:
+    """An UpdateMetadata's ``controller_id`` is believed only if ``/controller`` names that
+    broker (None: no controller is elected): a controller sends only while it holds the
+    znode, so a request naming another broker is forged or from a controller that resigned."""
+    if controller_id == zookeeper_controller:
+        return None
+    named = "no controller" if zookeeper_controller is None else f"broker {zookeeper_controller}"
+    return Refusal(
+        ErrorCode.INVALID_REQUEST,
+        f"controller id {controller_id}, but /controller in ZooKeeper names {named}",
+    )
+
+
+def update_metadata_replicas_refusal(
+    tp: TopicPartition,
+    replicas: Sequence[int],
+    offline_replicas: Sequence[int],
+    assignment: Sequence[int] | None,
+    registered: Collection[int],
+) -> Refusal | None:
+    """An UpdateMetadata partition's replicas are believed only as ``/brokers/topics/<t>``
+    assigns them (the controller writes an assignment before it sends it), and its offline
+    replicas only as the registrations say: the controller's offline replicas are exactly
+    the assigned replicas whose broker has no ``/brokers/ids/<id>``."""
+    if assignment is None:
+        return Refusal(
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            f"{tp}: replicas {list(replicas)}, but ZooKeeper assigns no such partition",
+        )
+    if list(replicas) != list(assignment):
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"{tp}: replicas {list(replicas)}, but ZooKeeper assigns {list(assignment)}",
+        )
+    offline = [r for r in assignment if r not in registered]
+    if sorted(offline_replicas) != sorted(offline):
+        return Refusal(
+            ErrorCode.INVALID_REQUEST,
+            f"{tp}: offline replicas {sorted(offline_replicas)}, but the replicas whose broker "
+            f"is not registered in ZooKeeper are {sorted(offline)}",
         )
     return None
 

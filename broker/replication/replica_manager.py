@@ -35,11 +35,14 @@ from broker.replication.control_request_checks import (
     controller_epoch_refusal,
     leader_and_isr_refusal,
     stop_replica_refusal,
+    update_metadata_controller_refusal,
     update_metadata_endpoint_refusal,
     update_metadata_leader_refusal,
+    update_metadata_replicas_refusal,
 )
 from broker.replication.delayed_fetch import DelayedFetch, FetchPartitionStatus
 from broker.replication.delayed_produce import DelayedProduce, ProducePartitionStatus
+from broker.replication.issued_producer_ids import IssuedProducerIds, producer_ids_of
 from broker.replication.partition import ACKS_ALL, LeadershipState, Partition, PartitionConfig
 from broker.replication.purgatory import DelayedOperationPurgatory
 from broker.replication.replica_fetcher import FetcherConfig, ReplicaFetcher, SourceBroker
@@ -164,6 +167,16 @@ def _error_of(err: BaseException) -> tuple[int, str]:
     raise err
 
 
+async def _none() -> None:
+    return None
+
+
+def _checked_fields(info: PartitionInfo) -> tuple[object, ...]:
+    """What an UpdateMetadata partition is checked on (the ISR moves at one leader epoch
+    without the controller, so it is not)."""
+    return info.leader, info.leader_epoch, info.replicas, tuple(sorted(info.offline_replicas))
+
+
 def _is_log_dir_failure(err: BaseException) -> TypeGuard[OSError]:
     """An I/O error of the log dir itself (ENOSPC, EIO, EROFS, ...). Not a log that failed
     to open at startup (already offline on its own), and not a file that vanished: a read
@@ -199,6 +212,8 @@ class ReplicaManager:
         self.log_manager = log_manager
         self.zk = zk
         self.metadata_cache = metadata_cache
+        metadata_cache.local_broker_id = self.broker_id
+        metadata_cache.hosts = self._hosts
         self.executor = executor
         self.clock_ms = clock_ms
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -229,6 +244,13 @@ class ReplicaManager:
         self.log_dir_failure: OSError | None = None
         """The I/O error that took the log dir offline (see :meth:`mark_log_dir_offline`)."""
         self._log_dir_notified_at = -math.inf
+        self.issued_producer_ids = IssuedProducerIds(
+            self._read_producer_id_bound, config.zookeeper_session_timeout_ms / 1000
+        )
+        """Refuses produced batches with a producer id no broker handed out."""
+
+    def _hosts(self, tp: TopicPartition) -> bool:
+        return tp in self.partitions
 
     def _log(self, level: int, event: str, *, exc_info: object = False, **fields: object) -> None:
         """One line per event: ``replica_manager event=<e> broker=<id> key=value ...``."""
@@ -486,6 +508,9 @@ class ReplicaManager:
                 zookeeper_states = await self._zookeeper(
                     "the partition states", self._synced_partition_states(tps)
                 )
+                endpoints = await self._zookeeper(
+                    "the leaders' endpoints", self._registered_endpoints(endpoints)
+                )
             except errors.BrokerResponseError as err:
                 self._log(logging.WARNING, "refused_leader_and_isr", reason=err)
                 return pb.LeaderAndIsrResponse(error_code=ErrorCode.ValueType(err.code))
@@ -608,6 +633,37 @@ class ReplicaManager:
             self._log(logging.INFO, "became_follower", **partition.log_context())
         self._wake(tp)
         return pb.NONE, ""
+
+    async def _registered_endpoints(
+        self, endpoints: dict[int, BrokerInfo]
+    ) -> dict[int, BrokerInfo]:
+        """A LeaderAndIsr's ``live_leaders`` as registered in ``/brokers/ids`` (a follower
+        fetches from there, so a forged one would have it fetch from anyone): one that
+        differs from the metadata cache's (itself so checked) is read from ZooKeeper
+        (already synced by the partition states' read); refused, it takes its
+        registration's endpoints or is dropped, with one log line."""
+        doubtful = [b for b in endpoints.values() if self.metadata_cache.broker(b.broker_id) != b]
+        if not doubtful:
+            return endpoints
+        registered = await self.zk.read_registered_brokers()
+        believed = dict(endpoints)
+        for broker in doubtful:
+            found = registered.found.get(broker.broker_id)
+            registration = None if found is None else found.registration
+            refusal = update_metadata_endpoint_refusal(broker, registration)
+            if refusal is None:
+                continue
+            self._log(logging.WARNING, "refused_leader_and_isr_endpoint", reason=refusal.message)
+            if registration is None:
+                del believed[broker.broker_id]
+            else:
+                believed[broker.broker_id] = BrokerInfo(
+                    broker.broker_id,
+                    registration.host,
+                    registration.port,
+                    kafka_endpoint=registration.kafka_endpoint,
+                )
+        return believed
 
     async def _synced_partition_states(
         self, tps: list[TopicPartition]
@@ -840,14 +896,15 @@ class ReplicaManager:
                 )
                 for s in request.partition_states
             }
-            brokers, partitions = await self._zookeeper(
-                "the leaders and endpoints", self._as_zookeeper_agrees(brokers, partitions)
+            controller_id, brokers, partitions = await self._zookeeper(
+                "the controller, leaders, replicas and endpoints",
+                self._as_zookeeper_agrees(request.controller_id, brokers, partitions),
             )
         except errors.BrokerResponseError as err:
             self._log(logging.WARNING, "refused_update_metadata", reason=err)
             return pb.UpdateMetadataResponse(error_code=ErrorCode.ValueType(err.code))
         self.metadata_cache.update(
-            controller_id=request.controller_id,
+            controller_id=controller_id,
             controller_epoch=request.controller_epoch,
             brokers=brokers,
             partitions=partitions,
@@ -855,33 +912,48 @@ class ReplicaManager:
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
     async def _as_zookeeper_agrees(
-        self, brokers: list[BrokerInfo], partitions: dict[TopicPartition, PartitionInfo]
-    ) -> tuple[list[BrokerInfo], dict[TopicPartition, PartitionInfo]]:
-        """An UpdateMetadata's brokers and leaders as far as ZooKeeper agrees
-        (:func:`update_metadata_endpoint_refusal`, :func:`update_metadata_leader_refusal`):
-        a refused broker takes its registration's endpoints (dropped if unregistered), a
-        refused partition is dropped, one log line each. Only what differs from the cache
-        (itself so checked) is read, so a repeat costs no ZooKeeper read."""
+        self,
+        controller_id: int,
+        brokers: list[BrokerInfo],
+        partitions: dict[TopicPartition, PartitionInfo],
+    ) -> tuple[int, list[BrokerInfo], dict[TopicPartition, PartitionInfo]]:
+        """An UpdateMetadata's controller, brokers and partitions as far as ZooKeeper agrees
+        (:mod:`broker.replication.control_request_checks`): a refused controller id takes
+        ``/controller``'s, a refused broker its registration's endpoints (dropped if
+        unregistered), a refused leader drops its partition, refused replicas or offline
+        replicas take the assignment's and the registrations'; one log line each. Only
+        what differs from the cache (itself so checked) is read, so a repeat costs no
+        ZooKeeper read."""
         cache = self.metadata_cache
+        doubtful_controller = controller_id != cache.controller_id
         doubtful_brokers = [b for b in brokers if cache.broker(b.broker_id) != b]
         doubtful_tps = [
             tp
             for tp, info in partitions.items()
             if (cached := cache.partition(tp)) is None
-            or (cached.leader, cached.leader_epoch) != (info.leader, info.leader_epoch)
+            or _checked_fields(cached) != _checked_fields(info)
         ]
-        if not doubtful_brokers and not doubtful_tps:
-            return brokers, partitions
+        if not doubtful_controller and not doubtful_brokers and not doubtful_tps:
+            return controller_id, brokers, partitions
         await self.zk.sync()
+        topics = sorted({tp.topic for tp in doubtful_tps})
         deleting = sorted(
             {tp.topic for tp in doubtful_tps if partitions[tp].leader == LEADER_DURING_DELETE}
         )
-        registered, states, marked = await asyncio.gather(
+        registered, states, marked, assignments, zookeeper_controller = await asyncio.gather(
             self.zk.read_registered_brokers(),
             self.zk.get_partition_states(doubtful_tps),
             asyncio.gather(*(self.zk.is_topic_marked_for_deletion(t) for t in deleting)),
+            asyncio.gather(*(self.zk.get_topic_assignment(t) for t in topics)),
+            self.zk.get_controller_id() if doubtful_controller else _none(),
         )
-        marked_topics = {t for t, m in zip(deleting, marked, strict=True) if m}
+        if doubtful_controller:
+            refusal = update_metadata_controller_refusal(controller_id, zookeeper_controller)
+            if refusal is not None:
+                self._log(
+                    logging.WARNING, "refused_update_metadata_controller", reason=refusal.message
+                )
+                controller_id = -1 if zookeeper_controller is None else zookeeper_controller
         believed_brokers = []
         for broker in brokers:
             found = registered.found.get(broker.broker_id)
@@ -904,6 +976,8 @@ class ReplicaManager:
                         kafka_endpoint=registration.kafka_endpoint,
                     )
                 )
+        marked_topics = {t for t, m in zip(deleting, marked, strict=True) if m}
+        assigned = dict(zip(topics, assignments, strict=True))
         believed = dict(partitions)
         for tp in doubtful_tps:
             info, state = partitions[tp], states[tp]
@@ -919,12 +993,40 @@ class ReplicaManager:
                     logging.WARNING, "refused_update_metadata_partition", reason=refusal.message
                 )
                 del believed[tp]
-            elif state is not None and info.leader_epoch < state.leader_epoch:
+                continue
+            if info.leader == LEADER_DURING_DELETE:
+                continue
+            assert state is not None  # update_metadata_leader_refusal refuses a missing one
+            if info.leader_epoch < state.leader_epoch:
                 # Late (ZooKeeper moved on since): cache the newer leadership it names.
-                believed[tp] = dataclasses.replace(
+                info = believed[tp] = dataclasses.replace(
                     info, leader=state.leader, leader_epoch=state.leader_epoch, isr=state.isr
                 )
-        return believed_brokers, believed
+            assignment = (assigned[tp.topic] or {}).get(tp.partition)
+            live = registered.found.keys()
+            refusal = update_metadata_replicas_refusal(
+                tp, info.replicas, info.offline_replicas, assignment, live
+            )
+            if refusal is None:
+                continue
+            if assignment is None:
+                self._log(
+                    logging.WARNING, "refused_update_metadata_partition", reason=refusal.message
+                )
+                del believed[tp]
+                continue
+            if partitions[tp].leader_epoch >= state.leader_epoch:
+                # At the znode's epoch the controller sent what ZooKeeper holds: a request
+                # that differs is not its (an older epoch's replicas are merely late).
+                self._log(
+                    logging.WARNING, "refused_update_metadata_replicas", reason=refusal.message
+                )
+            believed[tp] = dataclasses.replace(
+                info,
+                replicas=tuple(assignment),
+                offline_replicas=tuple(r for r in assignment if r not in live),
+            )
+        return controller_id, believed_brokers, believed
 
     # -- produce -----------------------------------------------------------------------------
 
@@ -951,13 +1053,15 @@ class ReplicaManager:
         append every entry with no await in between, so that requests whose appends are
         awaited one after the other are appended in that order (a produce session's
         promise). Cancelled before it appends, it appends nothing."""
-        results: dict[TopicPartition, ProduceResult] = {}
         waiting: dict[TopicPartition, ProducePartitionStatus] = {}
+        results = await self._refuse_unissued_producer_ids(entries)
         if not await self.zk.ensure_session_lease():
             for tp in entries:
                 results[tp] = self._zombie_result(tp, "nothing was written")
             return AppendedRecords(results, waiting)
         for tp, records in entries.items():
+            if tp in results:
+                continue
             partition = self.partitions.get(tp)
             if partition is None:
                 results[tp] = ProduceResult(
@@ -996,6 +1100,35 @@ class ReplicaManager:
             if required_acks == ACKS_ALL:
                 waiting[tp] = ProducePartitionStatus(info.last_offset + 1, info.first_offset)
         return AppendedRecords(results, waiting)
+
+    async def _refuse_unissued_producer_ids(
+        self, entries: dict[TopicPartition, bytes]
+    ) -> dict[TopicPartition, ProduceResult]:
+        """The entries for partitions led here whose batches name a producer id no broker
+        handed out (UNKNOWN_PRODUCER_ID), or one above the cached bound that ZooKeeper
+        could not confirm (REQUEST_TIMED_OUT, retriable), with their results: see
+        :mod:`broker.replication.issued_producer_ids`. No await when every id is known."""
+        refused: dict[TopicPartition, ProduceResult] = {}
+        for tp, records in entries.items():
+            partition = self.partitions.get(tp)
+            if partition is None or not partition.is_leader:
+                continue
+            producer_ids = producer_ids_of(records)
+            if not producer_ids:
+                continue
+            try:
+                await self.issued_producer_ids.check(producer_ids)
+            except errors.BrokerResponseError as err:
+                code, message = _error_of(err)
+                if code == pb.UNKNOWN_PRODUCER_ID:
+                    self._log(logging.WARNING, "refused_unknown_producer_id", tp=tp, reason=message)
+                refused[tp] = ProduceResult(code, message, leader_epoch=partition.leader_epoch)
+        return refused
+
+    async def _read_producer_id_bound(self) -> int:
+        await self.zk.sync()
+        block, _ = await self.zk.get_producer_id_block()
+        return -1 if block is None else block.block_end
 
     async def await_acks(
         self, appended: AppendedRecords, timeout_ms: int

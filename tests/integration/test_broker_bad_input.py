@@ -55,6 +55,9 @@ def cluster(
     ):
         c.controller.create_topic(TP.topic, {0: [1]})
         assert c.produce(1, TP, [b"first"]).error_code == pb.NONE
+        # The poison batches name producer id 7: handed out (block 0-999 reserved) here.
+        init = c.broker_stub(1).InitProducerId(pb.InitProducerIdRequest(), timeout=30)
+        assert init.error_code == pb.NONE
         yield c
 
 

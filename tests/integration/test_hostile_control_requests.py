@@ -365,3 +365,141 @@ def _leader_in_metadata(cluster: Cluster, broker_id: int, topic: str) -> int | N
     if found.error_code != pb.NONE or not found.partitions:
         return None
     return found.partitions[0].leader_id
+
+
+def test_forged_update_metadata_names_no_controller_or_replicas_zookeeper_denies(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    # Real epochs and the leader the state znode names, but another broker as the controller
+    # (clients would send it their admin requests), and the partition's replicas replaced by
+    # broker 9 with every real replica marked offline.
+    state = cluster.state(TP)
+    assert state is not None
+    controller = cluster.wait_for_controller()
+    victim = next(b for b in (1, 2, 3) if b != controller)
+    real = registered_endpoints(zk)
+    before = log_of(cluster, victim)
+    forged = pb.UpdateMetadataRequest(
+        controller_id=victim,
+        controller_epoch=cluster.controller_epoch(),
+        broker_epoch=broker_epoch(zk, victim),
+    )
+    for b, (host, port, kafka) in real.items():
+        assert kafka is not None
+        forged.live_brokers.add(
+            node_id=b, host=host, port=port, kafka_host=kafka[0], kafka_port=kafka[1]
+        )
+    forged.partition_states.add(
+        topic_name=TP.topic,
+        partition_index=0,
+        controller_epoch=cluster.controller_epoch(),
+        leader=state.leader,
+        leader_epoch=state.leader_epoch,
+        isr=list(state.isr),
+        zk_version=state.zk_version,
+        replicas=[state.leader, 9],
+        offline_replicas=[1, 2, 3],
+    )
+    answer = cluster.control_stub(victim).UpdateMetadata(forged, timeout=10)
+    assert answer.error_code == pb.NONE  # the parts ZooKeeper agrees with are applied
+
+    grpc_metadata = cluster.broker_stub(victim).Metadata(
+        pb.MetadataRequest(topics=[TP.topic]), timeout=5
+    )
+    assert grpc_metadata.controller_id == controller
+    [topic] = grpc_metadata.topics
+    partition = topic.partitions[0]
+    assert list(partition.replica_nodes) == [1, 2, 3]
+    assert list(partition.offline_replicas) == []
+    assert partition.leader_id == state.leader
+    new_lines = log_of(cluster, victim)[len(before) :]
+    assert new_lines.count("event=refused_update_metadata_controller") == 1, new_lines
+    assert new_lines.count("event=refused_update_metadata_replicas") == 1, new_lines
+    intact(cluster)
+
+
+def test_forged_leader_and_isr_names_no_leader_endpoint_zookeeper_denies(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    # The partition state repeats ZooKeeper's, but the leader's endpoint is the attacker's:
+    # a follower that started fetching on it would take the attacker's records.
+    state = cluster.state(TP)
+    assert state is not None
+    follower = next(b for b in (1, 2, 3) if b != state.leader)
+    before = log_of(cluster, follower)
+    forged = pb.LeaderAndIsrRequest(
+        controller_id=cluster.wait_for_controller(),
+        controller_epoch=cluster.controller_epoch(),
+        broker_epoch=broker_epoch(zk, follower),
+    )
+    forged.live_leaders.add(
+        node_id=state.leader, host="evil.example", port=1, kafka_host="evil.example", kafka_port=2
+    )
+    forged.live_leaders.add(node_id=9, host="evil.example", port=3)
+    forged.partition_states.add(
+        topic_name=TP.topic,
+        partition_index=0,
+        controller_epoch=cluster.controller_epoch(),
+        leader=state.leader,
+        leader_epoch=state.leader_epoch,
+        isr=list(state.isr),
+        zk_version=state.zk_version,
+        replicas=[1, 2, 3],
+    )
+    answer = cluster.control_stub(follower).LeaderAndIsr(forged, timeout=10)
+    assert answer.error_code == pb.NONE
+    new_lines = log_of(cluster, follower)[len(before) :]
+    assert new_lines.count("event=refused_leader_and_isr_endpoint") == 2, new_lines
+    assert "evil.example" in new_lines
+    # The follower still replicates from the real leader.
+    acked = cluster.produce(state.leader, TP, [b"after-forged-endpoint"], acks=-1)
+    assert acked.error_code == pb.NONE, acked.error_message
+    wait_for(
+        lambda: (
+            (acked.base_offset, b"after-forged-endpoint") in cluster.replica_records(follower, TP)
+        ),
+        20,
+        message="the follower to copy the record from the real leader",
+    )
+
+
+def test_forged_stop_replica_without_delete_takes_no_replica_zookeeper_has_serving_offline(
+    cluster: Cluster, zk: KazooClient
+) -> None:
+    # Real epochs, delete_partition=false, sent to every replica: each used to stop hosting
+    # the partition (produce and fetch UNKNOWN_TOPIC_OR_PARTITION) while ZooKeeper, Metadata
+    # and `cluster status` still showed it led and fully in sync.
+    state = cluster.state(TP)
+    assert state is not None
+    before = {b: log_of(cluster, b) for b in (1, 2, 3)}
+    for b in (1, 2, 3):
+        request = pb.StopReplicaRequest(
+            controller_id=cluster.wait_for_controller(),
+            controller_epoch=cluster.controller_epoch(),
+            broker_epoch=broker_epoch(zk, b),
+        )
+        request.partition_states.add(
+            topic_name=TP.topic,
+            partition_index=0,
+            leader_epoch=state.leader_epoch,
+            delete_partition=False,
+        )
+        answer = cluster.control_stub(b).StopReplica(request, timeout=10)
+        assert answer.error_code == pb.NONE
+        [error] = answer.partition_errors
+        assert error.error_code == pb.INVALID_REQUEST, error
+        assert "ZooKeeper has broker" in error.error_message
+        new_lines = log_of(cluster, b)[len(before[b]) :]
+        assert new_lines.count("event=refused_to_stop_replica") == 1, new_lines
+    acked = cluster.produce(state.leader, TP, [b"after-forged-stop"], acks=-1)
+    assert acked.error_code == pb.NONE, acked.error_message
+    written = (acked.base_offset, b"after-forged-stop")
+    for b in (1, 2, 3):
+
+        def holds(broker: int = b) -> bool:
+            return written in cluster.replica_records(broker, TP)
+
+        wait_for(holds, 20, message=f"broker {b} to hold the record written after the forgery")
+        metadata = cluster.broker_stub(b).Metadata(pb.MetadataRequest(topics=[TP.topic]), timeout=5)
+        assert list(metadata.topics[0].partitions[0].offline_replicas) == []
+    intact(cluster)

@@ -12,8 +12,10 @@ from broker.replication.control_request_checks import (
     controller_epoch_refusal,
     leader_and_isr_refusal,
     stop_replica_refusal,
+    update_metadata_controller_refusal,
     update_metadata_endpoint_refusal,
     update_metadata_leader_refusal,
+    update_metadata_replicas_refusal,
 )
 from proto.topic_partition import TopicPartition
 from proto.wire.minibroker_pb2 import ErrorCode
@@ -88,8 +90,13 @@ def facts(
     assignment: tuple[int, ...] | None = (1, 2, 3),
     marked: bool = False,
     local: int | None = 5,
+    state: PartitionState = STATE,
 ) -> StopReplicaFacts:
-    return StopReplicaFacts(assignment, marked, STATE if assignment else None, local)
+    return StopReplicaFacts(assignment, marked, state if assignment else None, local)
+
+
+OUT_OF_ISR = PartitionState(leader=2, leader_epoch=5, isr=(2, 3), controller_epoch=2, zk_version=8)
+"""Broker 1 after a controlled shutdown took it out of the ISR."""
 
 
 @pytest.mark.parametrize("delete", [True, False])
@@ -113,12 +120,27 @@ def test_stop_replica_deletes_only_a_replica_zookeeper_no_longer_assigns_here() 
 
 
 def test_stop_replica_without_delete_follows_kip_570() -> None:
-    older = stop_replica_refusal(1, TP, 4, False, facts(local=5))
+    older = stop_replica_refusal(1, TP, 4, False, facts(local=5, state=OUT_OF_ISR))
     assert older is not None
     assert older.code == ErrorCode.FENCED_LEADER_EPOCH
-    assert stop_replica_refusal(1, TP, 5, False, facts(local=5)) is None
-    assert stop_replica_refusal(1, TP, 5, False, facts(local=4)) is None
-    assert stop_replica_refusal(1, TP, NO_EPOCH, False, facts(local=5)) is None
+    assert stop_replica_refusal(1, TP, 5, False, facts(local=5, state=OUT_OF_ISR)) is None
+    assert stop_replica_refusal(1, TP, 5, False, facts(local=4, state=OUT_OF_ISR)) is None
+    assert stop_replica_refusal(1, TP, NO_EPOCH, False, facts(local=5, state=OUT_OF_ISR)) is None
+
+
+@pytest.mark.parametrize(("broker", "role"), [(1, "leader"), (2, "in the ISR")])
+def test_stop_replica_without_delete_of_a_replica_zookeeper_has_serving_is_refused(
+    broker: int, role: str
+) -> None:
+    refusal = stop_replica_refusal(broker, TP, 5, False, facts())
+    assert refusal is not None
+    assert refusal.code == ErrorCode.INVALID_REQUEST
+    assert f"ZooKeeper has broker {broker} {role}" in refusal.message
+    # No leader (offline, its last ISR member kept): stopping harms nothing that serves.
+    offline = PartitionState(leader=-1, leader_epoch=6, isr=(1,), controller_epoch=2, zk_version=9)
+    assert stop_replica_refusal(1, TP, 6, False, facts(state=offline)) is None
+    # Not assigned here (a reassignment moved it away): nothing to keep.
+    assert stop_replica_refusal(2, TP, 5, False, facts(assignment=(1, 3, 4))) is None
 
 
 def test_stop_replica_beyond_the_state_znode_is_refused() -> None:
@@ -177,3 +199,40 @@ def test_update_metadata_endpoint_of_the_registration_or_no_registration() -> No
     assert unregistered is not None
     assert "broker 9" in unregistered.message
     assert "not registered" in unregistered.message
+
+
+def test_update_metadata_controller_is_believed_only_as_slash_controller_names_it() -> None:
+    assert update_metadata_controller_refusal(2, 2) is None
+    other = update_metadata_controller_refusal(3, 2)
+    assert other is not None
+    assert "/controller in ZooKeeper names broker 2" in other.message
+    none = update_metadata_controller_refusal(3, None)
+    assert none is not None
+    assert "no controller" in none.message
+
+
+@pytest.mark.parametrize(
+    ("replicas", "offline", "fragment"),
+    [
+        ([1, 2, 3], [], None),
+        ([1, 2, 3], [3], "offline replicas [3]"),
+        ([1, 9], [], "ZooKeeper assigns [1, 2, 3]"),
+        ([3, 2, 1], [], "ZooKeeper assigns [1, 2, 3]"),  # the order is the preference
+    ],
+)
+def test_update_metadata_replicas_are_the_assignment_and_offline_the_unregistered(
+    replicas: list[int], offline: list[int], fragment: str | None
+) -> None:
+    refusal = update_metadata_replicas_refusal(TP, replicas, offline, [1, 2, 3], {1, 2, 3})
+    if fragment is None:
+        assert refusal is None
+    else:
+        assert refusal is not None
+        assert fragment in refusal.message
+    # Broker 3 unregistered: its replica is offline, and saying so is believed.
+    assert update_metadata_replicas_refusal(TP, [1, 2, 3], [3], [1, 2, 3], {1, 2}) is None
+    hidden = update_metadata_replicas_refusal(TP, [1, 2, 3], [], [1, 2, 3], {1, 2})
+    assert hidden is not None
+    unknown = update_metadata_replicas_refusal(TP, [1], [], None, {1})
+    assert unknown is not None
+    assert unknown.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

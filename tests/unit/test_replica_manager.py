@@ -11,7 +11,7 @@ import pytest
 
 from broker.log.log import Log
 from broker.log.log_manager import LogManager
-from broker.metadata_cache import MetadataCache
+from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.replication.partition import LeadershipState, Partition
 from broker.replication.replica_manager import FetchSpec, ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkSessionExpiredError
@@ -22,7 +22,7 @@ from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire.minibroker_pb2 import ErrorCode
 from proto.zk.znode_reads import ReadBatch, RegisteredBroker
-from proto.zk.znodes import BrokerRegistration, PartitionState
+from proto.zk.znodes import BrokerRegistration, PartitionState, ProducerIdBlock
 from tests.poison_batches import POISONS, Poison
 
 GOOD = TopicPartition("mixed", 0)
@@ -30,10 +30,17 @@ POISONED = TopicPartition("mixed", 1)
 
 
 class _LeasedZk:
-    """The one ZooKeeper call a produce makes: this broker's session is fine."""
+    """The ZooKeeper calls a produce makes: this broker's session is fine, and producer ids
+    up to 999 were handed out."""
 
     async def ensure_session_lease(self) -> bool:
         return True
+
+    async def sync(self) -> None:
+        return None
+
+    async def get_producer_id_block(self) -> tuple[ProducerIdBlock, int]:
+        return ProducerIdBlock(1, 0, 999), 0
 
 
 def replica_manager(tmp_path: Path, executor: ThreadPoolExecutor) -> ReplicaManager:
@@ -130,9 +137,19 @@ class _ControlZk:
         self,
         states: dict[TopicPartition, PartitionState],
         registrations: dict[int, BrokerRegistration] | None = None,
+        assignments: dict[str, dict[int, list[int]]] | None = None,
+        controller: int | None = 2,
     ) -> None:
         self.states = states
         self.registrations = registrations or {}
+        self.assignments = assignments or {}
+        self.controller = controller
+
+    async def get_topic_assignment(self, topic: str) -> dict[int, list[int]] | None:
+        return self.assignments.get(topic)
+
+    async def get_controller_id(self) -> int | None:
+        return self.controller
 
     async def read_registered_brokers(self) -> ReadBatch[int, RegisteredBroker]:
         return ReadBatch({b: RegisteredBroker(r, 100 + b) for b, r in self.registrations.items()})
@@ -175,7 +192,9 @@ def test_a_follower_made_before_a_failing_partition_still_fetches_and_a_repeat_r
     LeaderAndIsr created its partitions; the ones already made followers never got a
     fetcher, and the controller's repeat at the same epoch was taken as a no-op."""
     state = PartitionState(leader=2, leader_epoch=3, isr=(2, 1), controller_epoch=1, zk_version=1)
-    zk = _ControlZk({FOLLOWED: state, UNREADABLE: state})
+    zk = _ControlZk(
+        {FOLLOWED: state, UNREADABLE: state}, {2: BrokerRegistration("127.0.0.1", 1, 0)}
+    )
     config = BrokerConfig(
         broker_id=1,
         zookeeper_connect="unused:2181",
@@ -277,7 +296,8 @@ def test_update_metadata_keeps_only_the_leaders_and_endpoints_zookeeper_agrees_w
 
     async def scenario() -> None:
         with ThreadPoolExecutor(1) as executor:
-            zk = cast(BrokerZkClient, _ControlZk(states, registered))
+            assignment = {p: [2, 1] for p in range(4)}
+            zk = cast(BrokerZkClient, _ControlZk(states, registered, {"t": assignment}))
             manager = ReplicaManager(
                 config, LogManager(tmp_path, LogConfig(), 1), zk, cache, executor
             )
@@ -344,3 +364,37 @@ def test_handing_over_leaderships_ends_waiting_writes_and_refuses_new_ones_not_l
         asyncio.run(scenario(manager))
         for partition in manager.partitions.values():
             partition.log.close()
+
+
+def test_an_assigned_replica_this_broker_does_not_host_is_reported_offline(
+    tmp_path: Path,
+) -> None:
+    """Metadata and the offline-replica gauge name a replica the controller assigns here but
+    this broker does not host (it serves nothing), instead of showing it online."""
+    from broker.metrics_server import BrokerStateCollector
+    from controller.kafka_controller import KafkaController
+
+    unhosted = TopicPartition("mixed", 2)
+    elsewhere = TopicPartition("mixed", 3)
+    with ThreadPoolExecutor(1) as executor:
+        manager = replica_manager(tmp_path, executor)
+        cache = manager.metadata_cache
+        for tp, replicas in ((GOOD, (1, 2)), (unhosted, (2, 1)), (elsewhere, (2, 3))):
+            cache.add_partition(tp, PartitionInfo(2, 0, replicas, replicas))
+        infos = cache.partitions_of("mixed")
+        assert infos[GOOD.partition].offline_replicas == ()
+        assert infos[unhosted.partition].offline_replicas == (1,)
+        assert infos[elsewhere.partition].offline_replicas == ()
+        assert cache.unhosted() == [unhosted]
+
+        class _Idle:
+            is_active = False
+            context = None
+
+        collector = BrokerStateCollector(manager, cast(KafkaController, _Idle()))
+        [gauge] = [
+            m
+            for m in collector._replica_manager_gauges()
+            if m.name == "kafka_server_replicamanager_offlinereplicacount"
+        ]
+        assert gauge.samples[0].value == 1
