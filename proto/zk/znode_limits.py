@@ -82,8 +82,21 @@ def _path_of(request: Any) -> str:
     return str(request.path)
 
 
+_SMALL_BYTES = 4096
+"""A write whose data and paths stay this far below the limit is not serialized to be
+measured (its header, ACLs and flags are far smaller): the common small writes (offset
+commits, ISR updates) pay nothing for the check."""
+
+
+def _payload(request: Any) -> int:
+    ops = request.operations if isinstance(request, Transaction) else (request,)
+    return sum(len(getattr(op, "data", None) or b"") + len(op.path) for op in ops)
+
+
 def check_write(request: Any, limit: int) -> None:
     """Raise ZnodeTooLargeError if ``request`` is a write longer than ``limit`` bytes."""
+    if not isinstance(request, _WRITES) or _payload(request) + _SMALL_BYTES < limit:
+        return
     size = write_size(request)
     if size is not None and size > limit:
         raise ZnodeTooLargeError(_path_of(request), size, limit)

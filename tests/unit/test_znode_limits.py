@@ -91,3 +91,12 @@ def test_the_client_fails_a_large_write_before_queueing_it() -> None:
             client.create_async("/t", b"x").get(timeout=1)
     finally:
         client.close()
+
+
+def test_a_write_near_the_limit_is_measured_exactly() -> None:
+    # The payload alone fits; with the header and lengths it does not.
+    limit = 5000
+    data = b"d" * (limit - REQUEST_HEADER_BYTES - 4 - 2 - 4 - 4 + 1)
+    with pytest.raises(ZnodeTooLargeError, match=f"would be {limit + 1} bytes"):
+        check_write(SetData("/a", data, -1), limit)
+    check_write(SetData("/a", data[:-1], -1), limit)
