@@ -49,7 +49,7 @@ from broker.kafka_listener.quota_apis import QuotaApis
 from broker.kafka_listener.server import KafkaListener
 from broker.kafka_listener.throttling import Throttler
 from broker.log.log_manager import LogManager, LogManagerError
-from broker.log.resource_limits import check_nofile_limit
+from broker.log.resource_limits import check_nofile_limit, check_partition_cap_fds
 from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
 from broker.quotas.client_quota_manager import ClientQuotas
@@ -213,6 +213,7 @@ class BrokerServer:
             logger,
             "broker",
         )
+        check_partition_cap_fds(self.config.max_broker_partitions, logger, "broker")
         # Dynamic broker configs apply before anything is hosted (Kafka reads them right
         # after connecting to ZooKeeper).
         await self.dynamic_config.start()

@@ -109,3 +109,7 @@ class MetadataCache:
 
     def partition(self, tp: TopicPartition) -> PartitionInfo | None:
         return self._partitions.get(tp)
+
+    def all_replicas(self) -> list[tuple[int, ...]]:
+        """Every known partition's replicas (what the partition limits count)."""
+        return [info.replicas for info in self._partitions.values()]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from broker.metadata_cache import MetadataCache
+from broker.partition_limits import POLICY_VIOLATION, PartitionBudget
 from broker.zk_client import BrokerZkClient, ZkError
 from proto.config.broker_config import BrokerConfig
 from proto.config.describe_configs import (
@@ -35,6 +36,7 @@ from proto.replica_assignment import assign_replicas, validate_replica_assignmen
 from proto.topic_partition import topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.zk import znodes
+from proto.zk.znode_limits import ZnodeTooLargeError, check_assignment_floor, check_create
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,6 @@ __all__ = ["NewTopic", "TopicAdmin", "TopicOutcome"]
 
 TOPIC_ALREADY_EXISTS = 36
 INVALID_CONFIG = 40
-POLICY_VIOLATION = 44
 _POLL_S = 0.05
 
 
@@ -83,13 +84,20 @@ class TopicAdmin:
         outcomes: dict[str, TopicOutcome] = {}
         created: dict[str, int] = {}
         existing: list[str] | None = None
+        budget = PartitionBudget.of(
+            self.config.max_partitions,
+            self.config.max_broker_partitions,
+            self.cache.all_replicas(),
+        )
         for topic in topics:
             try:
                 if existing is None:  # read once a request; topics it creates are added
                     existing = await self._children(znodes.BROKER_TOPICS_PATH)
-                outcome = await self._create(topic, existing, validate_only)
+                outcome = await self._create(topic, existing, validate_only, budget)
             except BrokerResponseError as err:
                 outcome = TopicOutcome(int(err.code), str(err))
+            except ZnodeTooLargeError as err:  # before ZkError: never "unavailable"
+                outcome = TopicOutcome(POLICY_VIOLATION, str(err))
             except ZkError as err:
                 outcome = TopicOutcome(pb.REQUEST_TIMED_OUT, f"ZooKeeper unavailable: {err}")
             outcomes[topic.name] = outcome
@@ -106,9 +114,12 @@ class TopicAdmin:
         return outcomes
 
     async def _create(
-        self, topic: NewTopic, existing: list[str], validate_only: bool
+        self, topic: NewTopic, existing: list[str], validate_only: bool, budget: PartitionBudget
     ) -> TopicOutcome:
-        """Check and write one topic; ``existing`` (the topics in ZooKeeper) gains it."""
+        """Check and write one topic; ``existing`` (the topics in ZooKeeper) gains it, and
+        ``budget`` (the partition limits) its partitions. A topic past the limits or too
+        large for one znode is refused before its assignment is computed (see
+        :mod:`broker.partition_limits`)."""
         name = topic.name
         problem = topic_name_problem(name)
         if problem is not None:
@@ -136,13 +147,19 @@ class TopicAdmin:
                 )
             assignment = validate_replica_assignment(topic.assignment, live)
         else:
-            partitions = topic.num_partitions
-            factor = topic.replication_factor
-            assignment = assign_replicas(
-                self.config.num_partitions if partitions == -1 else partitions,
-                self.config.default_replication_factor if factor == -1 else factor,
-                live,
+            partitions = (
+                self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
             )
+            factor = (
+                self.config.default_replication_factor
+                if topic.replication_factor == -1
+                else topic.replication_factor
+            )
+            budget.precheck(f"topic '{name}'", partitions, factor, live)
+            check_assignment_floor(
+                znodes.topic_path(name), partitions, factor, self.config.zookeeper_jute_maxbuffer
+            )
+            assignment = assign_replicas(partitions, factor, live)
         for other in existing:
             if other == name:
                 return TopicOutcome(TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
@@ -152,6 +169,9 @@ class TopicAdmin:
                     f"topic '{name}' collides with existing topic '{other}' "
                     "(names that differ only in '.' and '_' are not allowed)",
                 )
+        budget.admit(f"topic '{name}'", assignment)
+        assignment_data = znodes.encode_topic_assignment(assignment)
+        check_create(znodes.topic_path(name), assignment_data, self.config.zookeeper_jute_maxbuffer)
         layers = BrokerLayers(
             dynamic_broker=await self.zk.get_broker_config(self.config.broker_id),
             dynamic_default=await self.zk.get_broker_config(znodes.DEFAULT_BROKER_ENTITY),
@@ -174,12 +194,7 @@ class TopicAdmin:
             except NodeExistsError:
                 await self.zk.request("set", path, data)
         try:
-            await self.zk.request(
-                "create",
-                znodes.topic_path(name),
-                znodes.encode_topic_assignment(assignment),
-                makepath=True,
-            )
+            await self.zk.request("create", znodes.topic_path(name), assignment_data, makepath=True)
         except NodeExistsError:
             return TopicOutcome(TOPIC_ALREADY_EXISTS, f"topic '{name}' already exists")
         existing.append(name)

@@ -58,6 +58,7 @@ from proto.zk.session import (
     ZkState,
     ZkWatch,
 )
+from proto.zk.znode_limits import JUTE_MAXBUFFER
 from proto.zk.znodes import (
     CONFIG_CHANGES_PATH,
     CONTROLLER_EPOCH_PATH,
@@ -151,6 +152,7 @@ class BrokerZkClient(KafkaZkClient):
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int | None = None,
         credentials: ZkCredentials | None = None,
+        jute_maxbuffer: int = JUTE_MAXBUFFER,
     ) -> None:
         """See :class:`ZooKeeperClient`; raises ValueError for a malformed connect string."""
         super().__init__(
@@ -159,6 +161,7 @@ class BrokerZkClient(KafkaZkClient):
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=connection_timeout_ms,
             credentials=credentials,
+            jute_maxbuffer=jute_maxbuffer,
         )
         self._lease_confirmed_at: float | None = None
         """Loop time at which a request was sent that this session later saw answered."""

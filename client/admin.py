@@ -83,6 +83,7 @@ from proto.zk.client_quota_configs import FilterComponent, QuotaEntity, QuotaReq
 from proto.zk.credentials import ZkCredentials
 from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.session import ZkConnectionError, ZkError, ZkNoChrootError
+from proto.zk.znode_limits import JUTE_MAXBUFFER, ZnodeTooLargeError, check_assignment_floor
 from proto.zk.znode_reads import ReadBatch, broker_ids
 
 __all__ = [
@@ -278,6 +279,14 @@ class AdminClient(AsyncClosing):
                     f"topic '{name}' collides with existing topic '{other}' "
                     "(names that differ only in '.' and '_' are not allowed)"
                 )
+        # A topic too large for one znode is refused before it is placed (which takes
+        # seconds for a million partitions) and before its config is written.
+        try:
+            check_assignment_floor(
+                znodes.topic_path(name), partitions, replication_factor, JUTE_MAXBUFFER
+            )
+        except ZnodeTooLargeError as e:
+            raise ClientError(str(e)) from None
         assignment = assign_replicas(partitions, replication_factor, live)
         if overrides:
             await self._create_or_set(
@@ -333,6 +342,8 @@ class AdminClient(AsyncClosing):
         live = await self._live_brokers()
 
         def grow(existing: dict[int, list[int]]) -> dict[int, list[int]]:
+            factor = len(existing.get(0, ()))
+            check_assignment_floor(znodes.topic_path(name), total, factor, JUTE_MAXBUFFER)
             return assign_new_partitions(name, existing, total, live)
 
         try:
@@ -811,6 +822,8 @@ class AdminClient(AsyncClosing):
                 return await operation(zk)
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
+        except ZnodeTooLargeError as e:
+            raise ClientError(str(e)) from None
         except (KazooException, ZkError, TimeoutError) as e:
             raise ClientError(
                 f"ZooKeeper at {self.zookeeper_connect} failed: {type(e).__name__} ({what})"

@@ -94,6 +94,7 @@ from proto.zk.session import (
     ZkSessionExpiredError,
     ZkWatch,
 )
+from proto.zk.znode_limits import JUTE_MAXBUFFER
 from proto.zk.znode_reads import RegisteredBroker
 from proto.zk.znodes import (
     ADMIN_DELETE_TOPICS_PATH,
@@ -283,6 +284,7 @@ class ControllerZkClient(KafkaZkClient):
         session_timeout_ms: int = 6000,
         connection_timeout_ms: int | None = None,
         credentials: ZkCredentials | None = None,
+        jute_maxbuffer: int = JUTE_MAXBUFFER,
     ) -> None:
         """See :class:`ZooKeeperClient`; ``broker_id`` is also the candidate written into
         ``/controller``. Raises ValueError for a malformed connect string."""
@@ -292,6 +294,7 @@ class ControllerZkClient(KafkaZkClient):
             session_timeout_ms=session_timeout_ms,
             connection_timeout_ms=connection_timeout_ms,
             credentials=credentials,
+            jute_maxbuffer=jute_maxbuffer,
         )
         self._epoch: int | None = None
         self._epoch_zk_version: int | None = None

@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from broker.kafka_listener.messages import Tree
 from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms, per_topic
 from broker.metadata_cache import MetadataCache
+from broker.partition_limits import POLICY_VIOLATION, PartitionBudget
 from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkError
 from controller.reassignment import reassign_to, validate_reassignment
@@ -57,6 +58,7 @@ from proto.replica_assignment import assign_new_partitions
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.zk import partition_admin, znodes
+from proto.zk.znode_limits import ZnodeTooLargeError, check_assignment_floor
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +121,10 @@ class PartitionAdminApis:
         names = [t.name for t in body.topics]
         outcomes: dict[str, tuple[int, str | None]] = {}
         grown: dict[str, int] = {}
+        config = self.replica_manager.config
+        budget = PartitionBudget.of(
+            config.max_partitions, config.max_broker_partitions, self.cache.all_replicas()
+        )
         for topic in body.topics:
             name = topic.name
             if names.count(name) > 1:
@@ -130,7 +136,7 @@ class PartitionAdminApis:
                 else [list(a.broker_ids) for a in topic.assignments]
             )
             outcomes[name] = await self._add_partitions(
-                name, topic.count, given, body.validate_only
+                name, topic.count, given, body.validate_only, budget
             )
             if outcomes[name][0] == pb.NONE and not body.validate_only:
                 grown[name] = topic.count
@@ -151,21 +157,39 @@ class PartitionAdminApis:
         }
 
     async def _add_partitions(
-        self, name: str, count: int, given: list[list[int]] | None, validate_only: bool
+        self,
+        name: str,
+        count: int,
+        given: list[list[int]] | None,
+        validate_only: bool,
+        budget: PartitionBudget,
     ) -> tuple[int, str | None]:
+        """Grow one topic, within the partition limits (:mod:`broker.partition_limits`),
+        checked before the new partitions are placed, and ``zookeeper.jute.maxbuffer``."""
         if topic_name_problem(name) is not None:  # no such znode can exist, as Kafka finds
             return pb.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+        limit = self.replica_manager.config.zookeeper_jute_maxbuffer
+        what = f"topic '{name}'"
         try:
             live = sorted(await self.zk.get_live_brokers())
 
             def grow(existing: dict[int, list[int]]) -> dict[int, list[int]]:
-                return assign_new_partitions(name, existing, count, live, given)
+                factor = len(existing.get(0, ()))
+                if given is None and existing and count > len(existing):
+                    budget.precheck(what, count - len(existing), factor, live)
+                    check_assignment_floor(znodes.topic_path(name), count, factor, limit)
+                added = assign_new_partitions(name, existing, count, live, given)
+                budget.check(what, added)
+                return added
 
             added = await partition_admin.add_partitions(
                 self.zk, name, grow, validate_only=validate_only
             )
+            budget.add(added)
         except BrokerResponseError as err:
             return int(err.code), str(err)
+        except ZnodeTooLargeError as err:  # before ZkError: never "unavailable"
+            return POLICY_VIOLATION, str(err)
         except znodes.ZkDataError as err:
             return pb.UNKNOWN_SERVER_ERROR, f"topic {name} has a malformed assignment: {err}"
         except ZkError as err:

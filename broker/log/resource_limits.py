@@ -16,7 +16,9 @@ descriptors open for as long as the log is open, its ``.log`` file and its ``.in
 its directory for the fsync, a producer snapshot, a leader-epoch checkpoint, a ``dup`` for an
 fsync). Sockets (clients, replica fetchers, ZooKeeper, gRPC) and the interpreter's own files
 come on top: :data:`BASE_FDS`. :func:`nofile_warning` compares that budget with the soft
-``RLIMIT_NOFILE`` at start-up.
+``RLIMIT_NOFILE`` at start-up, for the segments the broker hosts and, since every hosted
+partition has at least one segment, for the ``max.broker.partitions`` it may be given
+(:func:`check_partition_cap_fds`; docs/zookeeper.md#partition-limits).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "RESOURCE_ERRNOS",
     "ResourceErrorReporter",
     "check_nofile_limit",
+    "check_partition_cap_fds",
     "fds_needed",
     "is_resource_exhaustion",
     "nofile_warning",
@@ -97,6 +100,29 @@ def check_nofile_limit(segments: int, logger: logging.Logger, component: str) ->
         fds_per_segment=FDS_PER_SEGMENT,
         reason=warning or "ok",
     )
+    return warning
+
+
+def check_partition_cap_fds(
+    max_broker_partitions: int, logger: logging.Logger, component: str
+) -> str | None:
+    """At start-up: warn when the soft ``RLIMIT_NOFILE`` cannot hold ``max.broker.partitions``
+    partitions of one segment each (the cap would let the broker run out of descriptors
+    before it is reached). Returns the warning, None when the limit leaves room."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    warning = nofile_warning(max_broker_partitions, soft)
+    if warning is not None:
+        log_event(
+            logger,
+            logging.WARNING,
+            component,
+            "nofile_limit_below_partition_cap",
+            limit=soft,
+            hard_limit=hard,
+            needed=fds_needed(max_broker_partitions),
+            max_broker_partitions=max_broker_partitions,
+            reason=warning,
+        )
     return warning
 
 

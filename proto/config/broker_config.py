@@ -35,9 +35,11 @@ from proto.config.log_config import LogConfig, check_range
 from proto.transport.tls import TlsConfig
 from proto.zk.credentials import ZkCredentials, read_digest_file
 from proto.zk.session import split_zookeeper_connect
+from proto.zk.znode_limits import JUTE_MAXBUFFER
 
 __all__ = [
     "BROKER_PROPERTIES",
+    "DEFAULT_MAX_BROKER_PARTITIONS",
     "LOG_PROPERTIES",
     "PROPERTY_KINDS",
     "TOPIC_PROPERTIES",
@@ -50,6 +52,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1
+DEFAULT_MAX_BROKER_PARTITIONS = 1000
+"""``max.broker.partitions``' default (docs/zookeeper.md#partition-limits)."""
 
 
 class TruncationMode(enum.StrEnum):
@@ -126,10 +130,13 @@ _PROPERTIES = (
     _Property(
         "zookeeper.connection.timeout.ms", "zookeeper_connection_timeout_ms", "int", 1, _INT32_MAX
     ),
+    _Property("zookeeper.jute.maxbuffer", "zookeeper_jute_maxbuffer", "int", 1024, _INT32_MAX),
     _Property("replica.lag.time.max.ms", "replica_lag_time_max_ms", "int", 1),
     _Property("min.insync.replicas", "min_insync_replicas", "int", 1, _INT32_MAX),
     _Property("default.replication.factor", "default_replication_factor", "int", 1, _INT32_MAX),
     _Property("num.partitions", "num_partitions", "int", 1, _INT32_MAX),
+    _Property("max.partitions", "max_partitions", "int", 1, _INT32_MAX),
+    _Property("max.broker.partitions", "max_broker_partitions", "int", 1, _INT32_MAX),
     _Property("auto.create.topics.enable", "auto_create_topics_enable", "bool"),
     _Property("unclean.leader.election.enable", "unclean_leader_election_enable", "bool"),
     _Property("replication.truncation.mode", "replication_truncation_mode", "mode"),
@@ -281,6 +288,11 @@ class BrokerConfig:
     zookeeper_session_timeout_ms: int = 6000
     zookeeper_connection_timeout_ms: int | None = None
     """How long to wait for the first ZooKeeper connection; None: the session timeout."""
+    zookeeper_jute_maxbuffer: int = JUTE_MAXBUFFER
+    """``zookeeper.jute.maxbuffer``: the longest ZooKeeper write this broker sends, in bytes
+    (ZooKeeper's ``jute.maxbuffer``, default 1048575, which Kafka takes from the JVM system
+    property of that name); a longer one is refused (POLICY_VIOLATION) instead of sent,
+    because the server would drop the session. Never above the servers' own limit."""
     replica_lag_time_max_ms: int = 10_000
     """A follower that has not caught up for this long leaves the ISR (docs/replication.md)."""
     min_insync_replicas: int = 1
@@ -290,6 +302,15 @@ class BrokerConfig:
     num_partitions: int = 1
     """``num.partitions``: the partitions of a topic created without a count or created
     automatically."""
+    max_partitions: int = _INT32_MAX
+    """``max.partitions`` (KIP-578): the most partitions the cluster may hold; CreateTopics,
+    CreatePartitions and auto topic creation that would pass it are refused
+    (POLICY_VIOLATION). The default sets no cluster-wide limit."""
+    max_broker_partitions: int = DEFAULT_MAX_BROKER_PARTITIONS
+    """``max.broker.partitions`` (KIP-578): the most partition replicas one broker may host;
+    a request whose assignment would pass it on any broker is refused (POLICY_VIOLATION).
+    The default is what one broker on two cores serves (docs/zookeeper.md#partition-limits),
+    and its file-descriptor budget is checked at start-up."""
     auto_create_topics_enable: bool = True
     """``auto.create.topics.enable``: a Metadata request that names a missing topic and
     allows it (Kafka clients' producers do; consumers with ``allow.auto.create.topics``)

@@ -35,6 +35,7 @@ import difflib
 import re
 from collections.abc import Mapping
 
+from proto.config.broker_config import DEFAULT_MAX_BROKER_PARTITIONS
 from proto.config.config_def import (
     BOOL,
     CLASS,
@@ -61,6 +62,7 @@ from proto.config.topic_config_def import (
     InvalidConfigError,
     unsupported_reason,
 )
+from proto.zk.znode_limits import JUTE_MAXBUFFER
 
 __all__ = [
     "ALTERABLE_BROKER_CONFIGS",
@@ -260,6 +262,18 @@ STATIC_BROKER_CONFIG_KEYS: Mapping[str, ConfigKey] = {
            at_least(0)),
         _k("log.flush.scheduler.interval.ms", LONG, LONG_MAX, "The frequency in ms that the "
            "log flusher checks whether any log needs to be flushed to disk"),
+        # KIP-578's limits (not in any Kafka release) and ZooKeeper's packet limit, which
+        # Kafka reads from the JVM's jute.maxbuffer: docs/zookeeper.md.
+        _k("max.partitions", INT, INT_MAX, "The maximum number of partitions in the cluster. "
+           "CreateTopics, CreatePartitions and auto topic creation that would exceed it are "
+           "refused with POLICY_VIOLATION.", at_least(1)),
+        _k("max.broker.partitions", INT, str(DEFAULT_MAX_BROKER_PARTITIONS), "The maximum "
+           "number of partition replicas one broker may host. A request whose assignment "
+           "would exceed it on any broker is refused with POLICY_VIOLATION.", at_least(1)),
+        _k("zookeeper.jute.maxbuffer", INT, str(JUTE_MAXBUFFER), "The largest ZooKeeper "
+           "request, in bytes, the broker sends (ZooKeeper's jute.maxbuffer). A larger write "
+           "is refused with POLICY_VIOLATION instead of being sent: the server would drop "
+           "the session.", at_least(1024)),
     )
 }  # fmt: skip
 """Read-only broker configs of Kafka 2.8 that mean something here, beyond minibroker's own

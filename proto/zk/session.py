@@ -50,6 +50,7 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE
 from proto.errors import MinibrokerError
 from proto.process.event_log import log_event
 from proto.zk.credentials import SECURE_ACL, ZkCredentials
+from proto.zk.znode_limits import JUTE_MAXBUFFER, SizeCheckedKazooClient
 from proto.zk.znode_reads import (
     decode_znode,
 )
@@ -306,6 +307,8 @@ class ZkSettings(Protocol):
     def zookeeper_session_timeout_ms(self) -> int: ...
     @property
     def zookeeper_connection_timeout_ms(self) -> int | None: ...
+    @property
+    def zookeeper_jute_maxbuffer(self) -> int: ...
     def zookeeper_credentials(self) -> ZkCredentials | None: ...
 
 
@@ -348,9 +351,12 @@ class ZooKeeperClient:
         connection_timeout_ms: int | None = None,
         create_chroot: bool = True,
         credentials: ZkCredentials | None = None,
+        jute_maxbuffer: int = JUTE_MAXBUFFER,
     ) -> None:
         """``credentials``: the digest to authenticate the session with and whether to
         create znodes with the secure ACL (``zookeeper.set.acl``; see :class:`ZkCredentials`).
+        ``jute_maxbuffer``: a longer write fails with ZnodeTooLargeError before it is sent
+        (``zookeeper.jute.maxbuffer``; :mod:`proto.zk.znode_limits`).
 
         ``connect`` is ``host:port[,host:port...][/chroot]`` (``zookeeper.connect``); a
         chroot that does not exist yet is created on start, as Kafka does, unless
@@ -366,6 +372,7 @@ class ZooKeeperClient:
         )
         self._create_chroot = create_chroot
         self._credentials = credentials
+        self._jute_maxbuffer = jute_maxbuffer
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._closing = False
@@ -389,6 +396,7 @@ class ZooKeeperClient:
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             connection_timeout_ms=config.zookeeper_connection_timeout_ms,
             credentials=config.zookeeper_credentials(),
+            jute_maxbuffer=config.zookeeper_jute_maxbuffer,
         )
 
     def __repr__(self) -> str:
@@ -418,6 +426,7 @@ class ZooKeeperClient:
             listener=self._kazoo_listener,
             create_chroot=self._create_chroot,
             credentials=self._credentials,
+            jute_maxbuffer=self._jute_maxbuffer,
         )
         self._client = client
         if created:
@@ -772,6 +781,7 @@ async def connect_session(
     listener: Callable[[KazooClient, asyncio.AbstractEventLoop], Callable[..., Any]],
     create_chroot: bool = True,
     credentials: ZkCredentials | None = None,
+    jute_maxbuffer: int = JUTE_MAXBUFFER,
 ) -> tuple[KazooClient, bool]:
     """A connected kazoo client for ``connect`` (``hosts[/chroot]``), and whether the
     chroot had to be created first (kazoo cannot create its own root; Kafka creates a
@@ -798,8 +808,9 @@ async def connect_session(
             credentials,
         )
     session_timeout_s = session_timeout_ms / 1000
-    client = KazooClient(
+    client = SizeCheckedKazooClient(
         hosts=connect,
+        jute_maxbuffer=jute_maxbuffer,
         timeout=session_timeout_s,
         auth_data=None if credentials is None else credentials.auth_data,
         default_acl=SECURE_ACL if credentials is not None and credentials.set_acl else None,

@@ -28,6 +28,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from proto.topic_partition import TopicPartition
 from proto.zk.credentials import SECURE_ACL, ZkCredentials
 from proto.zk.session import ZkConnectionError, stop_kazoo
+from proto.zk.znode_limits import SizeCheckedKazooClient
 from proto.zk.znode_reads import (
     GetAnswer,
     ReadBatch,
@@ -92,7 +93,7 @@ def start_kazoo_client(
     is left running. ``credentials`` authenticate the session with their digest and, with
     ``set_acl``, give the znodes it creates the secure ACL, as a broker's session does.
     """
-    client = KazooClient(
+    client = SizeCheckedKazooClient(
         hosts=connect,
         timeout=timeout_s,
         auth_data=None if credentials is None else credentials.auth_data,

@@ -292,3 +292,23 @@ _FOLLOWER_CHILD = textwrap.dedent(
 @pytest.mark.timeout(60)
 def test_a_follower_append_meeting_emfile_is_retried_not_failed(tmp_path: Path) -> None:
     run_emfile_child(_FOLLOWER_CHILD, tmp_path / "data")
+
+
+def test_the_partition_cap_is_checked_against_the_fd_limit(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import resource
+
+    from broker.log.resource_limits import check_partition_cap_fds
+
+    logger = logging.getLogger("test.cap")
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (2048, 4096))
+    with caplog.at_level(logging.WARNING, "test.cap"):
+        warning = check_partition_cap_fds(1000, logger, "broker")
+    assert warning is not None
+    assert warning.startswith("below the 3024 file descriptors")
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "event=nofile_limit_below_partition_cap" in line
+    assert "max_broker_partitions=1000" in line
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (100_000, 100_000))
+    assert check_partition_cap_fds(1000, logger, "broker") is None
