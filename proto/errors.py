@@ -255,6 +255,12 @@ _DESCRIPTIONS: dict[int, str] = {
     ErrorCode.UNKNOWN_LEADER_EPOCH: "the leader epoch in the request is newer than the broker's",
     ErrorCode.UNSUPPORTED_COMPRESSION_TYPE: "the broker does not support that compression codec",
     ErrorCode.INVALID_RECORD: "a record of the batch is invalid",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "no ACL allows this principal that on the topic",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "no ACL allows this principal that on the group",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "no ACL allows this principal that on the cluster",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (
+        "no ACL allows this principal that on the transactional id"
+    ),
 }
 
 # Kafka's flags for the codes that have no class of their own.
