@@ -329,7 +329,11 @@ class BrokerServer:
                     self.config, self.zk, self._listener_configs, self.authorizer
                 ),
                 partition_admin_apis=PartitionAdminApis(
-                    self.replica_manager, self.metadata_cache, self.zk, self._unclean_election
+                    self.replica_manager,
+                    self.metadata_cache,
+                    self.zk,
+                    self._unclean_election,
+                    self.authorizer,
                 ),
                 quota_apis=QuotaApis(self.zk, self.broker_id),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,

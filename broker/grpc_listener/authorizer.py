@@ -17,11 +17,13 @@ speaks for a broker (a replica fetch's ``replica_id``, a ControlledShutdown's
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import Protocol, TypeVar
 
 import grpc
 
 from broker.request_handlers import denied_topics
-from broker.security.acl_authorizer import AclAuthorizer, Session, host_of
+from broker.security.acl_authorizer import ANONYMOUS_SESSION, AclAuthorizer, Session, host_of
 from proto.process.event_log import log_event
 from proto.transport.tls import ANONYMOUS_PRINCIPAL, broker_principal, peer_principal
 from proto.zk.acl_bindings import AclOperation, ResourceType
@@ -30,7 +32,13 @@ __all__ = ["GrpcAuthorizer"]
 
 logger = logging.getLogger(__name__)
 
-_NO_ONE = Session(ANONYMOUS_PRINCIPAL, "")
+
+class _Group(Protocol):
+    @property
+    def group_id(self) -> str: ...
+
+
+G = TypeVar("G", bound=_Group)
 
 
 class GrpcAuthorizer:
@@ -46,7 +54,7 @@ class GrpcAuthorizer:
 
     def session(self, context: grpc.aio.ServicerContext[object, object]) -> Session:
         if not self.acls.enabled:
-            return _NO_ONE  # nothing will ask who it is
+            return ANONYMOUS_SESSION  # nothing will ask who it is
         principal = peer_principal(context.auth_context()) or ANONYMOUS_PRINCIPAL
         return Session(principal, host_of(context.peer() or ""))
 
@@ -62,6 +70,20 @@ class GrpcAuthorizer:
         ):
             return set()
         return self.denied(session, AclOperation.DESCRIBE, topics)
+
+    def describable_groups(self, session: Session, groups: Iterable[G]) -> list[G]:
+        """Kafka's ListGroups: every group with Describe on the Cluster, else those the
+        session may Describe (unlogged: a filter)."""
+        acls = self.acls
+        if acls.authorize(session, AclOperation.DESCRIBE, ResourceType.CLUSTER, log_denied=False):
+            return list(groups)
+        return [
+            g
+            for g in groups
+            if acls.authorize(
+                session, AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False
+            )
+        ]
 
     async def authorize_cluster_action(
         self,

@@ -50,7 +50,7 @@ from broker.request_handlers import (
     new_producer_id,
     partition_problem,
 )
-from broker.security.acl_authorizer import Session
+from broker.security.acl_authorizer import ANONYMOUS_SESSION, Session
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
@@ -126,14 +126,6 @@ def _parse_produce(request: pb.ProduceRequest) -> _ParsedProduce:
     return _ParsedProduce(entries, refused, order)
 
 
-def _refuse_denied(parsed: _ParsedProduce, denied: set[str]) -> _ParsedProduce:
-    """``parsed`` with the partitions of ``denied`` topics refused (no Write ACL)."""
-    for tp in [tp for tp in parsed.entries if tp.topic in denied]:
-        del parsed.entries[tp]
-        parsed.refused[tp] = ProduceResult(pb.TOPIC_AUTHORIZATION_FAILED, "no Write on the topic")
-    return parsed
-
-
 def _produce_response(
     parsed: _ParsedProduce, results: dict[TopicPartition, ProduceResult]
 ) -> pb.ProduceResponse:
@@ -198,7 +190,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         broker coordinates, with their offsets and ZooKeeper members); None: only the
         coordinator's own holdings (a broker without ZooKeeper, in tests)."""
         self.group_rpcs = GroupRpcs(
-            replica_manager.broker_id, metadata_cache, self.group_coordinator, group_admin
+            replica_manager.broker_id,
+            metadata_cache,
+            self.group_coordinator,
+            group_admin,
+            self.authorizer.acls,
         )
         """DescribeGroups, DeleteGroups and DeleteGroupOffsets."""
 
@@ -209,9 +205,14 @@ class BrokerService(pb_grpc.BrokerServicer):
         return await guarded(context, "Produce", lambda: self._produce(request, session))
 
     def _parse_authorized(self, request: pb.ProduceRequest, session: Session) -> _ParsedProduce:
+        """A produce request checked, the partitions of topics without Write refused."""
         parsed = _parse_produce(request)
-        topics = {tp.topic for tp in parsed.entries}
-        return _refuse_denied(parsed, self.authorizer.denied(session, AclOperation.WRITE, topics))
+        written = {tp.topic for tp in parsed.entries}
+        denied = self.authorizer.denied(session, AclOperation.WRITE, written)
+        for tp in [tp for tp in parsed.entries if tp.topic in denied]:
+            del parsed.entries[tp]
+            parsed.refused[tp] = ProduceResult(pb.TOPIC_AUTHORIZATION_FAILED, "no Write ACL")
+        return parsed
 
     async def _produce(self, request: pb.ProduceRequest, session: Session) -> pb.ProduceResponse:
         parsed = self._parse_authorized(request, session)
@@ -338,14 +339,9 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def _fetch(self, request: pb.FetchRequest, session: Session) -> pb.FetchResponse:
         if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
             raise MalformedRequestError("max_wait_ms, min_bytes and max_bytes must be >= 0")
-        # A replica's fetch was authorized as a cluster action; a consumer's needs Read.
-        denied = (
-            set()
-            if request.replica_id >= 0
-            else self.authorizer.denied(
-                session, AclOperation.READ, {t.topic for t in request.topics}
-            )
-        )
+        # A replica's fetch is authorized as a cluster action, a consumer's needs Read.
+        read = {t.topic for t in request.topics if request.replica_id < 0}
+        denied = self.authorizer.denied(session, AclOperation.READ, read)
         specs: dict[TopicPartition, FetchSpec] = {}
         refused: dict[TopicPartition, FetchPartitionResult] = {}
         order: list[TopicPartition] = []
@@ -599,9 +595,12 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ListGroupsResponse:
-        return await guarded(context, "ListGroups", lambda: self._list_groups(request))
+        session = self.authorizer.session(context)
+        return await guarded(context, "ListGroups", lambda: self._list_groups(request, session))
 
-    async def _list_groups(self, request: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
+    async def _list_groups(
+        self, request: pb.ListGroupsRequest, session: Session = ANONYMOUS_SESSION
+    ) -> pb.ListGroupsResponse:
         states = {s.value.lower(): s for s in GroupState if s is not GroupState.DEAD}
         unknown = sorted({f for f in request.states_filter if f.lower() not in states})
         if unknown:
@@ -616,7 +615,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         else:
             code, listed = await self.group_admin.list_groups([s.value for s in wanted])
         response = pb.ListGroupsResponse(error_code=cast(pb.ErrorCode.ValueType, code))
-        for group in listed:
+        for group in self.authorizer.describable_groups(session, listed):
             coordinator = coordinator_of(group.group_id, self.metadata_cache)
             response.groups.add(
                 group_id=group.group_id,
@@ -629,15 +628,17 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def DescribeGroups(
         self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.DescribeGroupsResponse:
+        session = self.authorizer.session(context)
         return await guarded(
-            context, "DescribeGroups", lambda: self.group_rpcs.describe_groups(request)
+            context, "DescribeGroups", lambda: self.group_rpcs.describe_groups(request, session)
         )
 
     async def DeleteGroups(
         self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.DeleteGroupsResponse:
+        session = self.authorizer.session(context)
         return await guarded(
-            context, "DeleteGroups", lambda: self.group_rpcs.delete_groups(request)
+            context, "DeleteGroups", lambda: self.group_rpcs.delete_groups(request, session)
         )
 
     async def DeleteGroupOffsets(
@@ -645,8 +646,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         request: pb.DeleteGroupOffsetsRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> pb.DeleteGroupOffsetsResponse:
+        session = self.authorizer.session(context)
         return await guarded(
-            context, "DeleteGroupOffsets", lambda: self.group_rpcs.delete_group_offsets(request)
+            context,
+            "DeleteGroupOffsets",
+            lambda: self.group_rpcs.delete_group_offsets(request, session),
         )
 
     async def DeleteRecords(

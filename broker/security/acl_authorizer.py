@@ -50,7 +50,7 @@ from proto.zk.acl_store import (
 from proto.zk.session import ZkError, ZkWatch
 from proto.zk.znodes import ZkDataError
 
-__all__ = ["AclAuthorizer", "Session"]
+__all__ = ["ANONYMOUS_SESSION", "AclAuthorizer", "Session", "host_of"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,10 @@ class Session:
     principal: str
     host: str
     """The client's IP address, as ACL hosts name it (``127.0.0.1``)."""
+
+
+ANONYMOUS_SESSION = Session("User:ANONYMOUS", "")
+"""Who a request comes from where nobody asked (in-process callers, tests)."""
 
 
 def host_of(peer: str) -> str:

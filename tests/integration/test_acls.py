@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kio.schema.find_coordinator.v3 import request as find_coordinator_v3
 from kio.schema.produce.v9 import request as produce_v9
-from kio.static.primitive import i16, i32Timedelta
+from kio.static.primitive import i8, i16, i32Timedelta
 
 from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
@@ -35,8 +36,8 @@ ACLS = {
     "allow.everyone.if.no.acl.found": "false",
 }
 ANONYMOUS = "User:ANONYMOUS"
-TOPIC_AUTHORIZATION_FAILED = 29
-PRODUCE = 0
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
+PRODUCE, FIND_COORDINATOR = 0, 10
 
 
 def acls(zk_connect: str, *args: str) -> str:
@@ -82,6 +83,18 @@ def kafka_produce(address: str, topic: str) -> int:
     )
     response = kafka_call(address, PRODUCE, 9, body)
     return int(response.responses[0].partition_responses[0].error_code)
+
+
+def find_coordinator(address: str, group: str) -> int:
+    body = find_coordinator_v3.FindCoordinatorRequest(key=group, key_type=i8(0))
+    return int(kafka_call(address, FIND_COORDINATOR, 3, body).error_code)
+
+
+def grpc_describe_group(cluster: Cluster, broker_id: int, group: str) -> int:
+    request = pb.DescribeGroupsRequest(groups=[group])
+    return int(
+        cluster.broker_stub(broker_id).DescribeGroups(request, timeout=10).groups[0].error_code
+    )
 
 
 def grpc_produce(cluster: Cluster, broker_id: int, topic: str) -> int:
@@ -142,6 +155,16 @@ def test_write_is_refused_without_an_acl_on_both_listeners_granted_by_prefix_and
         wait_for(
             lambda: grpc_produce(cluster, 1, "team-a.y") == pb.NONE, 20, message="deny removed"
         )
+
+        # Groups: Describe (implied by Read) on the group, at either door.
+        assert find_coordinator(address, "billing") == GROUP_AUTHORIZATION_FAILED
+        assert grpc_describe_group(cluster, 1, "billing") == GROUP_AUTHORIZATION_FAILED
+        acls(zk_connect, "--add", "--allow-principal", ANONYMOUS, "--consumer", "--topic",
+             "orders", "--group", "billing")  # fmt: skip
+        wait_for(lambda: find_coordinator(address, "billing") == pb.NONE, 20, message="group ACL")
+        assert grpc_describe_group(cluster, 1, "billing") == pb.NONE
+        assert find_coordinator(address, "shipping") == GROUP_AUTHORIZATION_FAILED
+        assert "resource=Group:shipping" in refusals(cluster, 1)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's own imports
