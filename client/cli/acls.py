@@ -21,8 +21,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
+from pathlib import Path
 
-from client.cli.common import add_zookeeper_option, run_async, zookeeper_credentials
+from kazoo.exceptions import KazooException
+
+from client.cli.common import (
+    COMMAND_CONFIG_ENV,
+    add_zookeeper_option,
+    run_async,
+    zookeeper_credentials,
+)
 from client.metadata import ClientError
 from proto.errors import UsageError
 from proto.zk.acl_bindings import (
@@ -101,6 +109,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=[],
         metavar="zookeeper.connect=HOST:PORT",
         help="as kafka-acls: zookeeper.connect (same as --zookeeper)",
+    )
+    parser.add_argument(
+        "--command-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="properties with zookeeper.auth.digest.file (and zookeeper.set.acl=true): the "
+        f"digest of a cluster whose znodes carry the secure ACL (default: ${COMMAND_CONFIG_ENV})",
     )
     add_zookeeper_option(parser, "the ACLs")
     parser.set_defaults(run=lambda a: run_async(_run(a)))
@@ -262,7 +278,10 @@ async def _run(args: argparse.Namespace) -> int:
         for b in {b: None for group in deleted for b in group}:
             print(f"Removed ACL {b.entry} for resource `{_pattern_text(b.pattern)}`")
         return 0
-    except ZkError as err:
-        raise ClientError(f"ZooKeeper at {args.zookeeper} failed: {err}") from None
+    except (ZkError, KazooException) as err:
+        raise ClientError(
+            f"ZooKeeper at {args.zookeeper} failed: {type(err).__name__} {err} (writing ACLs "
+            "on a cluster with zookeeper.set.acl needs its digest: --command-config)"
+        ) from None
     finally:
         await zk.close()

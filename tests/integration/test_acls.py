@@ -1,8 +1,9 @@
 """ACLs (docs/security.md) on a PLAINTEXT cluster with ``authorizer.class.name`` and
 ``allow.everyone.if.no.acl.found=false``, where every client is ``User:ANONYMOUS``: refusals
 on both listeners, prefixed and deny ACLs, CreateAcls/DescribeAcls/DeleteAcls through
-confluent-kafka (in a subprocess) and kafka-python and ``minibroker acls``, and a change
-made through one broker enforced by another once its notification arrives."""
+confluent-kafka (in a subprocess) and kafka-python and ``minibroker acls``, a change made
+through one broker enforced by another once its notification arrives; and with mutual TLS,
+principals from the certificates."""
 
 from __future__ import annotations
 
@@ -14,19 +15,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from kazoo.client import KazooClient
 from kio.schema.find_coordinator.v3 import request as find_coordinator_v3
 from kio.schema.produce.v9 import request as produce_v9
 from kio.static.primitive import i8, i16, i32Timedelta
 
+from deploy.tls_certs import generate
 from proto.records.record_batch import Record, encode_batch
 from proto.topic_partition import TopicPartition
+from proto.transport.tls import TlsConfig, sync_channel
 from proto.wire import minibroker_pb2 as pb
+from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import minibroker, wait_for
 from tests.integration.test_kafka_listener import kafka_bootstrap, kafka_call
+from tests.integration.test_tls import DIGEST, digest_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -261,3 +267,67 @@ def test_kafka_clients_create_describe_and_delete_acls_and_another_broker_enforc
             message="broker 2 saw the delete",
         )
         assert "resource=Topic:shared" in refusals(cluster, 2)
+
+
+def test_tls_principals_are_their_certificates_and_brokers_need_no_acl_as_super_users(
+    zk_client: KazooClient, zk_connect: str, tmp_path: Path
+) -> None:
+    """mutual TLS (the harness of test_tls.py) with ACLs: the brokers are super users,
+    the test's own client a super user too (the harness reads metadata), ``alice`` gets
+    only what her ACLs give, and the ACLs are written with the brokers' digest."""
+    certs = generate(tmp_path / "tls", (1,), clients=("client", "alice"))
+    digest_file = tmp_path / "zookeeper-digest"
+    digest_file.write_text(DIGEST + "\n")
+    secured = {"zookeeper.set.acl": "true", "zookeeper.auth.digest.file": str(digest_file)}
+    properties = {
+        **certs.broker_properties(1, (1,)),
+        **secured,
+        **{k: v for k, v in ACLS.items() if k != "kafka.port"},
+    }
+    properties["super.users"] += ";User:CN=client"
+    command_config = tmp_path / "admin.properties"
+    command_config.write_text("".join(f"{k}={v}\n" for k, v in secured.items()))
+    connect = zk_connect + "/secure"
+    alice = TlsConfig.from_files(certs.ca, certs.directory / "alice.pem")
+    with (
+        digest_client(connect) as zk,
+        running_cluster(
+            zk,
+            connect,
+            tmp_path,
+            (1,),
+            broker_overrides={1: properties},
+            tls=TlsConfig.from_files(certs.ca, certs.client),
+        ) as cluster,
+    ):
+        cluster.create_topic("ledger", {0: [1]})
+        batch = encode_batch([Record(key=None, value=b"v", timestamp=int(time.time() * 1000))])
+
+        def alice_produces() -> int:
+            request = pb.ProduceRequest(acks=1, timeout_ms=10_000)
+            request.topics.add(name="ledger").partitions.add(index=0, records=batch)
+            with sync_channel(cluster.brokers[1].address, alice) as channel:
+                response = pb_grpc.BrokerStub(channel).Produce(request, timeout=10)
+            return int(response.responses[0].partitions[0].error_code)
+
+        assert alice_produces() == pb.TOPIC_AUTHORIZATION_FAILED
+        assert 'principal="User:CN=alice"' in refusals(cluster, 1)
+        # Without the digest the ACL znodes cannot be written; with it they can.
+        grant = ["--add", "--allow-principal", "User:CN=alice", "--operation", "Write"]
+        without = minibroker("acls", "--zookeeper", connect, *grant, "--topic", "ledger")
+        assert without.returncode == 1
+        assert "NoAuth" in without.stderr, without.stderr
+        acls(connect, "--command-config", str(command_config), "--add", "--allow-principal",
+             "User:CN=alice", "--operation", "Write", "--topic", "ledger")  # fmt: skip
+        wait_for(lambda: alice_produces() == pb.NONE, 20, message="alice's ACL seen")
+
+        # alice may not act as a broker: ClusterAction is the brokers' (super.users).
+        fetch = pb.FetchRequest(replica_id=1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20)
+        fetch.topics.add(topic="ledger").partitions.add(partition=0, partition_max_bytes=1 << 20)
+        with (
+            sync_channel(cluster.brokers[1].address, alice) as channel,
+            pytest.raises(grpc.RpcError) as refused,
+        ):
+            pb_grpc.BrokerStub(channel).Fetch(fetch, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "CLUSTER_AUTHORIZATION_FAILED" in str(refused.value.details())
