@@ -22,12 +22,11 @@ the cluster's digest.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Sequence
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from proto.zk.acl_bindings import (
     AccessControlEntry,
@@ -191,9 +190,6 @@ async def update_acls(
         await zk.request(
             "create", f"{parent}/{ACL_CHANGE_PREFIX}", data, sequence=True, makepath=True
         )
-        if not wanted:
-            with contextlib.suppress(NoNodeError, NotEmptyError):
-                await zk.request("delete", path.rsplit("/", 1)[0])
         return current, wanted
     raise RuntimeError(
         f"ACLs of {pattern} changed under every one of {_CONDITIONAL_WRITE_ATTEMPTS} writes"
