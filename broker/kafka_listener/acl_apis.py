@@ -48,6 +48,7 @@ ACL_VERSIONS: dict[int, tuple[int, int]] = {
 adds only the ``User`` resource type, which is refused here as an unknown one."""
 
 SECURITY_DISABLED = 54
+ALTER_CLIENT_QUOTAS = 49
 UNKNOWN_SERVER_ERROR = -1
 _CLUSTER_OPERATIONS: dict[int, AclOperation] = {
     35: AclOperation.DESCRIBE,  # DescribeLogDirs
@@ -55,7 +56,7 @@ _CLUSTER_OPERATIONS: dict[int, AclOperation] = {
     45: AclOperation.ALTER,  # AlterPartitionReassignments
     46: AclOperation.DESCRIBE,  # ListPartitionReassignments
     48: AclOperation.DESCRIBE_CONFIGS,  # DescribeClientQuotas
-    49: AclOperation.ALTER_CONFIGS,  # AlterClientQuotas
+    ALTER_CLIENT_QUOTAS: AclOperation.ALTER_CONFIGS,
 }
 
 Handler = Callable[[KafkaRequest], Awaitable[Answer]]
@@ -72,12 +73,23 @@ def cluster_checked(
         async def stage(request: KafkaRequest) -> Answer:
             if authorizer.authorize(session_of(request), operation, ResourceType.CLUSTER):
                 return await handler(request)
-            return done(
-                {
-                    "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
-                    "error_message": f"no {operation.title} on the Cluster",
-                }
-            )
+            refusal: Tree = {
+                "error_code": pb.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": f"no {operation.title} on the Cluster",
+            }
+            if api_key == ALTER_CLIENT_QUOTAS:  # its errors are per entry
+                entries = [
+                    {
+                        **refusal,
+                        "entity": [
+                            {"entity_type": d.entity_type, "entity_name": d.entity_name}
+                            for d in e.entity
+                        ],
+                    }
+                    for e in request.body.entries
+                ]
+                return done({"entries": entries})
+            return done(refusal)
 
         return stage
 

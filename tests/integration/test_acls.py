@@ -32,6 +32,8 @@ from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import minibroker, wait_for
 from tests.integration.test_kafka_listener import kafka_bootstrap, kafka_call
+from tests.integration.test_kafka_quotas import alter as alter_quotas
+from tests.integration.test_kafka_quotas import entry as quota_entry
 from tests.integration.test_tls import DIGEST, digest_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -42,7 +44,7 @@ ACLS = {
     "allow.everyone.if.no.acl.found": "false",
 }
 ANONYMOUS = "User:ANONYMOUS"
-TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 29, 30, 31
 PRODUCE, FIND_COORDINATOR = 0, 10
 
 
@@ -161,6 +163,12 @@ def test_write_is_refused_without_an_acl_on_both_listeners_granted_by_prefix_and
         wait_for(
             lambda: grpc_produce(cluster, 1, "team-a.y") == pb.NONE, 20, message="deny removed"
         )
+
+        # A cluster-wide API: AlterConfigs on the Cluster, refused entry by entry.
+        refused = alter_quotas(
+            address, [quota_entry([("client-id", "app")], [("request_percentage", 5.0)])]
+        )
+        assert [e.error_code for e in refused.entries] == [CLUSTER_AUTHORIZATION_FAILED]
 
         # Groups: Describe (implied by Read) on the group, at either door.
         assert find_coordinator(address, "billing") == GROUP_AUTHORIZATION_FAILED
