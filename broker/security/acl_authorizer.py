@@ -117,6 +117,7 @@ class AclAuthorizer:
         """The ACLs in force (replaced whole on each change)."""
         self._last_sequence: dict[str, int] = {}
         self._wake = asyncio.Event()
+        self._refreshing = asyncio.Lock()
         self._watches: list[ZkWatch] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -249,21 +250,24 @@ class AclAuthorizer:
 
     async def refresh(self, patterns: Iterable[ResourcePattern]) -> None:
         """Read ``patterns`` again from ZooKeeper into the cache (after this broker wrote
-        them, and on a notification)."""
-        if self._zk is None:
+        them, and on a notification). Refreshes run one at a time, so a later read is never
+        overwritten by an earlier one (Kafka holds its authorizer's lock likewise)."""
+        if self._zk is None or not self.enabled:
             return
-        acls = dict(self.snapshot.acls)
-        for pattern in set(patterns):
-            try:
-                entries, _ = await read_acls(self._zk, pattern)
-            except ZkDataError as err:
-                log_event(log, logging.WARNING, "authorizer", "malformed_acls", error=str(err))
-                continue
-            if entries:
-                acls[pattern] = entries
-            else:
-                acls.pop(pattern, None)
-        self._install(acls)
+        async with self._refreshing:
+            read: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
+            for pattern in set(patterns):
+                try:
+                    read[pattern], _ = await read_acls(self._zk, pattern)
+                except ZkDataError as err:
+                    log_event(log, logging.WARNING, "authorizer", "malformed_acls", error=str(err))
+            acls = dict(self.snapshot.acls)
+            for pattern, entries in read.items():
+                if entries:
+                    acls[pattern] = entries
+                else:
+                    acls.pop(pattern, None)
+            self._install(acls)
 
     async def _change_names(self, parent: str) -> list[str]:
         assert self._zk is not None
