@@ -35,11 +35,12 @@ from broker.coordinator.group_admin import GroupAdmin
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.dynamic_config import DynamicConfigManager
-from broker.grpc_listener.authorizer import ClusterAuthorizer
+from broker.grpc_listener.authorizer import GrpcAuthorizer
 from broker.grpc_listener.control_service import ControlService
 from broker.grpc_listener.request_timing import RequestTiming
 from broker.grpc_listener.services import BrokerService
 from broker.grpc_listener.undecodable_requests import UndecodableRequests
+from broker.kafka_listener.acl_apis import AclApis
 from broker.kafka_listener.admin_apis import AdminApis
 from broker.kafka_listener.apis import KafkaWireApis
 from broker.kafka_listener.config_apis import ConfigApis
@@ -54,6 +55,7 @@ from broker.metadata_cache import MetadataCache
 from broker.metrics_server import BrokerStateCollector, MetricsServer
 from broker.quotas.client_quota_manager import ClientQuotas
 from broker.replication.replica_manager import ReplicaManager
+from broker.security.acl_authorizer import AclAuthorizer
 from broker.topic_admin import NewTopic, TopicAdmin
 from broker.zk_client import BrokerZkClient, ZkDataError, ZkError
 from controller.controller_metrics import ControllerMetrics
@@ -126,9 +128,16 @@ class BrokerServer:
         self.controller = KafkaController.from_config(
             config, ControllerMetrics(self.metrics_registry), self.tls
         )
-        self._authorizer = ClusterAuthorizer(
-            config.broker_id, enabled=self.tls is not None, super_users=config.super_user_principals
+        self.authorizer = AclAuthorizer(
+            config.broker_id,
+            self.zk,
+            enabled=config.acls_enabled,
+            super_users=config.super_user_principals,
+            allow_everyone_if_no_acl_found=config.allow_everyone_if_no_acl_found,
+            tls_enabled=self.tls is not None,
         )
+        """ACLs on both listeners with ``authorizer.class.name`` (docs/security.md)."""
+        self._authorizer = GrpcAuthorizer(self.authorizer)
         self.metrics_registry.register(BrokerStateCollector(self.replica_manager, self.controller))
         self._request_metrics = RequestMetrics(self.metrics_registry)
         self.client_quotas = ClientQuotas(
@@ -217,6 +226,8 @@ class BrokerServer:
         # Dynamic broker configs apply before anything is hosted (Kafka reads them right
         # after connecting to ZooKeeper).
         await self.dynamic_config.start()
+        # ACLs before either listener serves: no request is decided on an empty cache.
+        await self.authorizer.start()
         await self.replica_manager.start()
         self._replica_manager_started = True
         self._grpc = grpc.aio.server(
@@ -311,17 +322,29 @@ class BrokerServer:
                 self.metadata_cache,
                 self.producer_id_manager,
                 group_apis=GroupApis(
-                    self.group_coordinator, self.metadata_cache, self.zk, self.group_admin
+                    self.group_coordinator,
+                    self.metadata_cache,
+                    self.zk,
+                    self.group_admin,
+                    self.authorizer,
                 ),
-                admin_apis=AdminApis(self.topic_admin, self.broker_id),
-                config_apis=ConfigApis(self.config, self.zk, self._listener_configs),
+                admin_apis=AdminApis(self.topic_admin, self.broker_id, self.authorizer),
+                config_apis=ConfigApis(
+                    self.config, self.zk, self._listener_configs, self.authorizer
+                ),
                 partition_admin_apis=PartitionAdminApis(
-                    self.replica_manager, self.metadata_cache, self.zk, self._unclean_election
+                    self.replica_manager,
+                    self.metadata_cache,
+                    self.zk,
+                    self._unclean_election,
+                    self.authorizer,
                 ),
                 quota_apis=QuotaApis(self.zk, self.broker_id),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 cluster_id=self.cluster_id,
                 auto_topic_creator=self.auto_topic_creator,
+                authorizer=self.authorizer,
+                acl_apis=AclApis(self.authorizer, self.zk),
             ).handlers,
             max_request_bytes=self.config.socket_request_max_bytes,
             observe=self._request_metrics.observe,
@@ -420,6 +443,7 @@ class BrokerServer:
             await self._grpc.stop(SHUTDOWN_GRACE_S)
         await self._stop_metrics()
         await self.dynamic_config.stop()
+        await self.authorizer.stop()
         await self.replica_manager.shutdown()
         await self.controller.stop()
         await asyncio.get_running_loop().run_in_executor(self.executor, self.log_manager.shutdown)
@@ -460,6 +484,7 @@ class BrokerServer:
         if self._controller_started:
             await self.controller.stop()
         await self.dynamic_config.stop()
+        await self.authorizer.stop()
         if self._replica_manager_started:
             await self.replica_manager.shutdown()
         loop = asyncio.get_running_loop()

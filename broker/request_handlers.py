@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from broker.coordinator.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
 from broker.replication.delete_records import delete_records
 from broker.replication.replica_manager import ReplicaManager
+from broker.security.acl_authorizer import AclAuthorizer, Session
 from broker.zk_client import ZkDataError, ZkError
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
+from proto.zk.acl_bindings import AclOperation, ResourceType
 
 logger = logging.getLogger(__name__)
 
@@ -163,3 +165,74 @@ async def delete_partition_records(
                 status.error_code, status.low_watermark, status.error_message
             )
     return {tp: answers[tp] for tp in offsets}
+
+
+# -- authorization (docs/security.md): Kafka's KafkaApis checks, for both front doors ------
+
+
+def denied_topics(
+    authorizer: AclAuthorizer, session: Session, operation: AclOperation, names: Iterable[str]
+) -> set[str]:
+    """The topics among ``names`` that ``session`` may not ``operation`` (their partitions
+    are answered TOPIC_AUTHORIZATION_FAILED, each refusal logged once)."""
+    wanted = set(names)
+    if not authorizer.enabled:
+        return set()
+    return wanted - authorizer.authorized(session, operation, ResourceType.TOPIC, wanted)
+
+
+def metadata_refusals(
+    authorizer: AclAuthorizer,
+    session: Session,
+    names: Sequence[str],
+    *,
+    listing_all: bool,
+    missing: Collection[str],
+    may_create: bool,
+) -> tuple[list[str], set[str]]:
+    """Kafka's ``handleTopicMetadataRequest`` checks: the topics to describe and those
+    answered TOPIC_AUTHORIZATION_FAILED. Listing every topic leaves out, unlogged, those
+    the session may not Describe; a named one it may not Describe is refused, existing or
+    not, so that its existence is not disclosed. A ``missing`` one it would create
+    (``may_create``) needs Create on the Cluster or on the topic."""
+    if not authorizer.enabled:
+        return list(names), set()
+    describable = authorizer.authorized(
+        session, AclOperation.DESCRIBE, ResourceType.TOPIC, names, log_denied=not listing_all
+    )
+    if listing_all:
+        return [n for n in names if n in describable], set()
+    refused = set(names) - describable
+    creating = [n for n in names if n in missing and n in describable]
+    if (
+        creating
+        and may_create
+        and not authorizer.authorize(
+            session, AclOperation.CREATE, ResourceType.CLUSTER, log_denied=False
+        )
+    ):
+        refused |= set(creating) - authorizer.authorized(
+            session, AclOperation.CREATE, ResourceType.TOPIC, creating
+        )
+    return [n for n in names if n not in refused], refused
+
+
+def init_producer_id_refusal(
+    authorizer: AclAuthorizer, session: Session, transactional_id: str | None
+) -> int | None:
+    """Kafka 2.8's InitProducerId checks: Write on the transactional id, else (an
+    idempotent producer) IdempotentWrite on the Cluster or Write on some topic (KIP-679).
+    The error code to answer, None if allowed."""
+    if not authorizer.enabled:
+        return None
+    if transactional_id is not None:
+        allowed = authorizer.authorize(
+            session, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        )
+        return None if allowed else pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    if authorizer.authorize(
+        session, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, log_denied=False
+    ) or authorizer.authorize_any(session, AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    authorizer.authorize(session, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)  # logs
+    return pb.CLUSTER_AUTHORIZATION_FAILED

@@ -47,6 +47,7 @@ from kazoo.exceptions import (
 )
 
 from proto.topic_partition import TopicPartition
+from proto.zk.acl_store import ACL_CHANGE_PATHS
 from proto.zk.credentials import ZkCredentials
 from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.session import (
@@ -558,6 +559,14 @@ class BrokerZkClient(KafkaZkClient):
         return await self._watch(
             "config_changes", WatchKind.CHILDREN, CONFIG_CHANGES_PATH, callback
         )
+
+    async def watch_acl_changes(self, callback: WatchCallback) -> list[ZkWatch]:
+        """Children of ``/kafka-acl-changes`` and ``/kafka-acl-extended-changes`` (an ACL
+        changed, :mod:`proto.zk.acl_store`), with the promise of :meth:`watch_config_changes`."""
+        return [
+            await self._watch("acl_changes", WatchKind.CHILDREN, path, callback)
+            for path in ACL_CHANGE_PATHS
+        ]
 
     async def config_change_names(self) -> list[str]:
         """The names of the ``/config/changes`` notifications, oldest first; other children

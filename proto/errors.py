@@ -277,6 +277,12 @@ _DESCRIPTIONS: dict[int, str] = {
     ErrorCode.INVALID_RECORD: "a record of the batch is invalid",
     ErrorCode.INVALID_TIMESTAMP: "a timestamp of the batch is invalid (or its type is not the "
     "producer's to set)",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "no ACL allows this principal that on the topic",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "no ACL allows this principal that on the group",
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: "no ACL allows this principal that on the cluster",
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (
+        "no ACL allows this principal that on the transactional id"
+    ),
 }
 
 # Kafka's flags for the codes that have no class of their own.

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 import grpc
 
-from broker.grpc_listener.authorizer import ClusterAuthorizer
+from broker.grpc_listener.authorizer import GrpcAuthorizer
 from broker.grpc_listener.guarded_call import guarded
 from broker.replication.replica_manager import ReplicaManager
 from controller.kafka_controller import KafkaController
@@ -32,12 +32,12 @@ class ControlService(pb_grpc.ControlServicer):
         self,
         replica_manager: ReplicaManager,
         controller: KafkaController | None = None,
-        authorizer: ClusterAuthorizer | None = None,
+        authorizer: GrpcAuthorizer | None = None,
     ) -> None:
         self.replica_manager = replica_manager
         self.controller = controller
         """This broker's controller candidate: ControlledShutdown goes to it when active."""
-        self.authorizer = authorizer or ClusterAuthorizer(replica_manager.broker_id, enabled=False)
+        self.authorizer = authorizer or GrpcAuthorizer.open(replica_manager.broker_id)
         """Every control request only from a broker (``super.users``)."""
 
     async def _authorized(

@@ -21,8 +21,10 @@ from broker.coordinator.group_coordinator import (
     coordinator_of,
 )
 from broker.metadata_cache import MetadataCache
+from broker.security.acl_authorizer import ANONYMOUS_SESSION, AclAuthorizer, Session
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
+from proto.zk.acl_bindings import AclOperation, ResourceType
 
 __all__ = ["GroupRpcs"]
 
@@ -40,19 +42,33 @@ class GroupRpcs:
         metadata_cache: MetadataCache,
         coordinator: GroupCoordinator,
         admin: GroupAdmin | None,
+        authorizer: AclAuthorizer | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.metadata_cache = metadata_cache
         self.coordinator = coordinator
         self.admin = admin
+        self.authorizer = authorizer or AclAuthorizer(broker_id, None, enabled=False)
+        """Describe on a group to describe it, Delete to delete it or its offsets (as the
+        Kafka listener's DescribeGroups, DeleteGroups and OffsetDelete)."""
+
+    def _allowed(self, session: Session, operation: AclOperation, group_id: str) -> bool:
+        return self.authorizer.authorize(session, operation, ResourceType.GROUP, group_id)
 
     def _coordinator_id(self, group_id: str) -> int:
         found = coordinator_of(group_id, self.metadata_cache)
         return -1 if found is None else found
 
-    async def describe_groups(self, request: pb.DescribeGroupsRequest) -> pb.DescribeGroupsResponse:
+    async def describe_groups(
+        self, request: pb.DescribeGroupsRequest, session: Session = ANONYMOUS_SESSION
+    ) -> pb.DescribeGroupsResponse:
         response = pb.DescribeGroupsResponse()
         for group_id in request.groups:
+            if not self._allowed(session, AclOperation.DESCRIBE, group_id):
+                response.groups.add(
+                    error_code=pb.GROUP_AUTHORIZATION_FAILED, group_id=group_id, coordinator_id=-1
+                )
+                continue
             if topic_name_problem(group_id, "group") is not None:
                 response.groups.add(
                     error_code=pb.INVALID_REQUEST, group_id=group_id, coordinator_id=-1
@@ -73,18 +89,24 @@ class GroupRpcs:
             _add_described_group(response, found, coordinator)
         return response
 
-    async def delete_groups(self, request: pb.DeleteGroupsRequest) -> pb.DeleteGroupsResponse:
+    async def delete_groups(
+        self, request: pb.DeleteGroupsRequest, session: Session = ANONYMOUS_SESSION
+    ) -> pb.DeleteGroupsResponse:
         response = pb.DeleteGroupsResponse()
         for group_id in dict.fromkeys(request.groups):
             code = COORDINATOR_NOT_AVAILABLE
-            if self.admin is not None:
+            if not self._allowed(session, AclOperation.DELETE, group_id):
+                code = pb.GROUP_AUTHORIZATION_FAILED
+            elif self.admin is not None:
                 code = await self.admin.delete_group(group_id)
             response.results.add(group_id=group_id, error_code=_code(code))
         return response
 
     async def delete_group_offsets(
-        self, request: pb.DeleteGroupOffsetsRequest
+        self, request: pb.DeleteGroupOffsetsRequest, session: Session = ANONYMOUS_SESSION
     ) -> pb.DeleteGroupOffsetsResponse:
+        if not self._allowed(session, AclOperation.DELETE, request.group_id):
+            return pb.DeleteGroupOffsetsResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
         if self.admin is None:
             return pb.DeleteGroupOffsetsResponse(error_code=_code(COORDINATOR_NOT_AVAILABLE))
         asked = [TopicPartition(t.name, p) for t in request.topics for p in t.partitions]

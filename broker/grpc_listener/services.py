@@ -27,7 +27,7 @@ from broker.broker_metrics import RequestMetrics
 from broker.coordinator.group_admin import GroupAdmin
 from broker.coordinator.group_coordinator import GroupCoordinator, GroupState, coordinator_of
 from broker.coordinator.producer_id_manager import ProducerIdManager
-from broker.grpc_listener.authorizer import ClusterAuthorizer
+from broker.grpc_listener.authorizer import GrpcAuthorizer
 from broker.grpc_listener.group_rpcs import GroupRpcs
 from broker.grpc_listener.guarded_call import MalformedRequestError, guarded
 from broker.metadata_cache import MetadataCache
@@ -41,15 +41,20 @@ from broker.replication.replica_manager import (
 )
 from broker.request_handlers import (
     ACKS_VALUES,
+    DeletedRecords,
     delete_partition_records,
     epoch_end_offset,
+    init_producer_id_refusal,
     list_partition_offset,
+    metadata_refusals,
     new_producer_id,
     partition_problem,
 )
+from broker.security.acl_authorizer import ANONYMOUS_SESSION, Session
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
+from proto.zk.acl_bindings import AclOperation
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +161,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         group_coordinator: GroupCoordinator | None = None,
         group_admin: GroupAdmin | None = None,
         producer_id_timeout_ms: int = 6000,
-        authorizer: ClusterAuthorizer | None = None,
+        authorizer: GrpcAuthorizer | None = None,
         request_metrics: RequestMetrics | None = None,
         cluster_id: str = "",
         auto_topic_creator: AutoTopicCreator | None = None,
@@ -172,7 +177,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         self.request_metrics = request_metrics
         """Where the sessions' requests are counted and timed (the unary methods' are by
         the RequestTiming interceptor)."""
-        self.authorizer = authorizer or ClusterAuthorizer(replica_manager.broker_id, enabled=False)
+        self.authorizer = authorizer or GrpcAuthorizer.open(replica_manager.broker_id)
         """Replica fetches (``replica_id`` >= 0) only from the broker they name."""
         self.metadata_cache = metadata_cache
         self.producer_id_manager = producer_id_manager
@@ -185,17 +190,32 @@ class BrokerService(pb_grpc.BrokerServicer):
         broker coordinates, with their offsets and ZooKeeper members); None: only the
         coordinator's own holdings (a broker without ZooKeeper, in tests)."""
         self.group_rpcs = GroupRpcs(
-            replica_manager.broker_id, metadata_cache, self.group_coordinator, group_admin
+            replica_manager.broker_id,
+            metadata_cache,
+            self.group_coordinator,
+            group_admin,
+            self.authorizer.acls,
         )
         """DescribeGroups, DeleteGroups and DeleteGroupOffsets."""
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ProduceResponse:
-        return await guarded(context, "Produce", lambda: self._produce(request))
+        session = self.authorizer.session(context)
+        return await guarded(context, "Produce", lambda: self._produce(request, session))
 
-    async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
+    def _parse_authorized(self, request: pb.ProduceRequest, session: Session) -> _ParsedProduce:
+        """A produce request checked, the partitions of topics without Write refused."""
         parsed = _parse_produce(request)
+        written = {tp.topic for tp in parsed.entries}
+        denied = self.authorizer.denied(session, AclOperation.WRITE, written)
+        for tp in [tp for tp in parsed.entries if tp.topic in denied]:
+            del parsed.entries[tp]
+            parsed.refused[tp] = ProduceResult(pb.TOPIC_AUTHORIZATION_FAILED, "no Write ACL")
+        return parsed
+
+    async def _produce(self, request: pb.ProduceRequest, session: Session) -> pb.ProduceResponse:
+        parsed = self._parse_authorized(request, session)
         results = await self.replica_manager.append_records(
             request.acks, request.timeout_ms, parsed.entries
         )
@@ -236,6 +256,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         the answers to the requests before it; the client half-closing ends it once every
         answer is written. Cancelled (the client went away), what was appended stays."""
         answers: set[asyncio.Task[None]] = set()
+        session = self.authorizer.session(context)
         writing = asyncio.Lock()
         room = asyncio.Semaphore(SESSION_MAX_PENDING_ANSWERS)
 
@@ -276,7 +297,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             async for request in request_iterator:
                 started = time.perf_counter()
                 try:
-                    parsed = _parse_produce(request)
+                    parsed = self._parse_authorized(request, session)
                 except MalformedRequestError as err:
                     await finish_answers()  # owed to the requests before this one
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"ProduceSession: {err}")
@@ -310,13 +331,17 @@ class BrokerService(pb_grpc.BrokerServicer):
             await self.authorizer.authorize_cluster_action(
                 context, "Fetch", as_broker=request.replica_id
             )
-        response = await guarded(context, "Fetch", lambda: self._fetch(request))
+        session = self.authorizer.session(context)
+        response = await guarded(context, "Fetch", lambda: self._fetch(request, session))
         await _delay(response.throttle_time_ms)  # a unary call: its answer is what waits
         return response
 
-    async def _fetch(self, request: pb.FetchRequest) -> pb.FetchResponse:
+    async def _fetch(self, request: pb.FetchRequest, session: Session) -> pb.FetchResponse:
         if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
             raise MalformedRequestError("max_wait_ms, min_bytes and max_bytes must be >= 0")
+        # A replica's fetch is authorized as a cluster action, a consumer's needs Read.
+        read = {t.topic for t in request.topics if request.replica_id < 0}
+        denied = self.authorizer.denied(session, AclOperation.READ, read)
         specs: dict[TopicPartition, FetchSpec] = {}
         refused: dict[TopicPartition, FetchPartitionResult] = {}
         order: list[TopicPartition] = []
@@ -325,6 +350,9 @@ class BrokerService(pb_grpc.BrokerServicer):
                 tp = TopicPartition(topic.topic, part.partition)
                 order.append(tp)
                 problem = partition_problem(tp)
+                if tp.topic in denied:
+                    refused[tp] = FetchPartitionResult(pb.TOPIC_AUTHORIZATION_FAILED, "no Read")
+                    continue
                 if problem is not None:
                     refused[tp] = FetchPartitionResult(problem, f"invalid partition {tp!r}")
                     continue
@@ -378,6 +406,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         replica's session is authorized once, as that broker, and a request naming another
         replica ends the session with INVALID_ARGUMENT."""
         replica_id: int | None = None
+        session = self.authorizer.session(context)
         async for request in request_iterator:
             started = time.perf_counter()
             if replica_id is None:
@@ -392,7 +421,9 @@ class BrokerService(pb_grpc.BrokerServicer):
                     f"FetchSession: a session fetches for one replica_id: it began as "
                     f"{replica_id}, this request says {request.replica_id}",
                 )
-            response = await guarded(context, "FetchSession", partial(self._fetch, request))
+            response = await guarded(
+                context, "FetchSession", partial(self._fetch, request, session)
+            )
             await context.write(response)
             self._observe("Fetch", started)
             await _delay(response.throttle_time_ms)  # the session's next request waits it out
@@ -402,15 +433,24 @@ class BrokerService(pb_grpc.BrokerServicer):
         request: pb.OffsetsForLeaderEpochRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> pb.OffsetsForLeaderEpochResponse:
+        session = self.authorizer.session(context)
+
         async def handle() -> pb.OffsetsForLeaderEpochResponse:
             response = pb.OffsetsForLeaderEpochResponse()
+            denied = self.authorizer.replica_or_denied(session, {t.topic for t in request.topics})
             for topic in request.topics:
                 topic_response = response.topics.add(topic=topic.topic)
                 for part in topic.partitions:
                     tp = TopicPartition(topic.topic, part.partition)
-                    code, epoch, end = epoch_end_offset(
-                        self.replica_manager, tp, _current_leader_epoch(part), part.leader_epoch
-                    )
+                    if topic.topic in denied:
+                        code, epoch, end = int(pb.TOPIC_AUTHORIZATION_FAILED), -1, -1
+                    else:
+                        code, epoch, end = epoch_end_offset(
+                            self.replica_manager,
+                            tp,
+                            _current_leader_epoch(part),
+                            part.leader_epoch,
+                        )
                     topic_response.partitions.add(
                         error_code=code, partition=tp.partition, leader_epoch=epoch, end_offset=end
                     )
@@ -421,12 +461,29 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def ListOffsets(
         self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ListOffsetsResponse:
+        session = self.authorizer.session(context)
+
         async def handle() -> pb.ListOffsetsResponse:
             response = pb.ListOffsetsResponse()
+            topics = {t.name for t in request.topics}
+            denied = (
+                self.authorizer.replica_or_denied(session, topics)
+                if request.replica_id >= 0
+                else self.authorizer.denied(session, AclOperation.DESCRIBE, topics)
+            )
             for topic in request.topics:
                 topic_response = response.topics.add(name=topic.name)
                 for part in topic.partitions:
                     tp = TopicPartition(topic.name, part.partition_index)
+                    if topic.name in denied:
+                        topic_response.partitions.add(
+                            partition_index=tp.partition,
+                            error_code=pb.TOPIC_AUTHORIZATION_FAILED,
+                            offset=-1,
+                            timestamp=-1,
+                            leader_epoch=-1,
+                        )
+                        continue
                     code, offset, timestamp, epoch = await list_partition_offset(
                         self.replica_manager,
                         tp,
@@ -448,6 +505,8 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.MetadataResponse:
+        session = self.authorizer.session(context)
+
         async def handle() -> pb.MetadataResponse:
             cache = self.metadata_cache
             response = pb.MetadataResponse(
@@ -458,6 +517,16 @@ class BrokerService(pb_grpc.BrokerServicer):
                 if b.kafka_endpoint is not None:
                     endpoint.kafka_host, endpoint.kafka_port = b.kafka_endpoint
             names = list(request.topics) or sorted(cache.topics())
+            names, refused = metadata_refusals(
+                self.authorizer.acls,
+                session,
+                names,
+                listing_all=not request.topics,
+                missing=[n for n in names if not cache.partitions_of(n)],
+                may_create=request.allow_auto_topic_creation,
+            )
+            for name in sorted(refused):
+                response.topics.add(name=name, error_code=pb.TOPIC_AUTHORIZATION_FAILED)
             unknown = [
                 n for n in names if topic_name_problem(n) is not None or not cache.partitions_of(n)
             ]
@@ -496,11 +565,19 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.InitProducerIdResponse:
-        return await guarded(context, "InitProducerId", lambda: self._init_producer_id(request))
+        session = self.authorizer.session(context)
+        return await guarded(
+            context, "InitProducerId", lambda: self._init_producer_id(request, session)
+        )
 
     async def _init_producer_id(
-        self, request: pb.InitProducerIdRequest
+        self, request: pb.InitProducerIdRequest, session: Session
     ) -> pb.InitProducerIdResponse:
+        refusal = init_producer_id_refusal(self.authorizer.acls, session, None)
+        if refusal is not None:
+            return pb.InitProducerIdResponse(
+                error_code=cast(pb.ErrorCode.ValueType, refusal), producer_id=-1, producer_epoch=-1
+            )
         if request.transactional_id:
             raise MalformedRequestError(
                 "transactional_id is set, but this broker supports no transactions; "
@@ -518,9 +595,12 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.ListGroupsResponse:
-        return await guarded(context, "ListGroups", lambda: self._list_groups(request))
+        session = self.authorizer.session(context)
+        return await guarded(context, "ListGroups", lambda: self._list_groups(request, session))
 
-    async def _list_groups(self, request: pb.ListGroupsRequest) -> pb.ListGroupsResponse:
+    async def _list_groups(
+        self, request: pb.ListGroupsRequest, session: Session = ANONYMOUS_SESSION
+    ) -> pb.ListGroupsResponse:
         states = {s.value.lower(): s for s in GroupState if s is not GroupState.DEAD}
         unknown = sorted({f for f in request.states_filter if f.lower() not in states})
         if unknown:
@@ -535,7 +615,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         else:
             code, listed = await self.group_admin.list_groups([s.value for s in wanted])
         response = pb.ListGroupsResponse(error_code=cast(pb.ErrorCode.ValueType, code))
-        for group in listed:
+        for group in self.authorizer.describable_groups(session, listed):
             coordinator = coordinator_of(group.group_id, self.metadata_cache)
             response.groups.add(
                 group_id=group.group_id,
@@ -548,15 +628,17 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def DescribeGroups(
         self, request: pb.DescribeGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.DescribeGroupsResponse:
+        session = self.authorizer.session(context)
         return await guarded(
-            context, "DescribeGroups", lambda: self.group_rpcs.describe_groups(request)
+            context, "DescribeGroups", lambda: self.group_rpcs.describe_groups(request, session)
         )
 
     async def DeleteGroups(
         self, request: pb.DeleteGroupsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.DeleteGroupsResponse:
+        session = self.authorizer.session(context)
         return await guarded(
-            context, "DeleteGroups", lambda: self.group_rpcs.delete_groups(request)
+            context, "DeleteGroups", lambda: self.group_rpcs.delete_groups(request, session)
         )
 
     async def DeleteGroupOffsets(
@@ -564,16 +646,24 @@ class BrokerService(pb_grpc.BrokerServicer):
         request: pb.DeleteGroupOffsetsRequest,
         context: grpc.aio.ServicerContext[object, object],
     ) -> pb.DeleteGroupOffsetsResponse:
+        session = self.authorizer.session(context)
         return await guarded(
-            context, "DeleteGroupOffsets", lambda: self.group_rpcs.delete_group_offsets(request)
+            context,
+            "DeleteGroupOffsets",
+            lambda: self.group_rpcs.delete_group_offsets(request, session),
         )
 
     async def DeleteRecords(
         self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.DeleteRecordsResponse:
-        return await guarded(context, "DeleteRecords", lambda: self._delete_records(request))
+        session = self.authorizer.session(context)
+        return await guarded(
+            context, "DeleteRecords", lambda: self._delete_records(request, session)
+        )
 
-    async def _delete_records(self, request: pb.DeleteRecordsRequest) -> pb.DeleteRecordsResponse:
+    async def _delete_records(
+        self, request: pb.DeleteRecordsRequest, session: Session
+    ) -> pb.DeleteRecordsResponse:
         asked = [
             (TopicPartition(topic.name, part.partition_index), part.offset)
             for topic in request.topics
@@ -581,9 +671,15 @@ class BrokerService(pb_grpc.BrokerServicer):
         ]
         _unique("DeleteRecords", [tp for tp, _ in asked])
         offsets = dict(asked)
+        denied = self.authorizer.denied(session, AclOperation.DELETE, {tp.topic for tp, _ in asked})
         results = await delete_partition_records(
-            self.replica_manager, offsets, max(request.timeout_ms, 0)
+            self.replica_manager,
+            {tp: o for tp, o in offsets.items() if tp.topic not in denied},
+            max(request.timeout_ms, 0),
         )
+        for tp in offsets:
+            if tp.topic in denied:
+                results[tp] = DeletedRecords(pb.TOPIC_AUTHORIZATION_FAILED, -1, "no Delete")
         response = pb.DeleteRecordsResponse()
         for topic, tps in _by_topic(list(results)).items():
             entry = response.topics.add(name=topic)

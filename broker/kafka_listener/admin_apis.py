@@ -7,8 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from broker.kafka_listener.messages import Tree
-from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms
+from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms, session_of
+from broker.request_handlers import denied_topics
+from broker.security.acl_authorizer import AclAuthorizer
 from broker.topic_admin import NewTopic, TopicAdmin
+from proto.wire import minibroker_pb2 as pb
+from proto.zk.acl_bindings import AclOperation, ResourceType
 
 __all__ = ["ADMIN_VERSIONS", "AdminApis"]
 
@@ -25,8 +29,12 @@ INVALID_REQUEST = 42
 class AdminApis:
     """The admin handlers, by API key."""
 
-    def __init__(self, admin: TopicAdmin, broker_id: int) -> None:
+    def __init__(
+        self, admin: TopicAdmin, broker_id: int, authorizer: AclAuthorizer | None = None
+    ) -> None:
         self.admin = admin
+        self.authorizer = authorizer or AclAuthorizer(broker_id, None, enabled=False)
+        """CreateTopics needs Create on the Cluster or the topic, DeleteTopics Delete."""
         self.broker_id = broker_id
         self.handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
             CREATE_TOPICS: self.create_topics,
@@ -57,11 +65,25 @@ class AdminApis:
                     for n in dict.fromkeys(names)
                 ]
             }
+        session = session_of(request)
+        denied: set[str] = set()
+        if not self.authorizer.authorize(
+            session, AclOperation.CREATE, ResourceType.CLUSTER, log_denied=False
+        ):
+            denied = denied_topics(self.authorizer, session, AclOperation.CREATE, names)
         outcomes = await self.admin.create_topics(
-            topics, ms(body.timeout), getattr(body, "validate_only", False)
+            [t for t in topics if t.name not in denied],
+            ms(body.timeout),
+            getattr(body, "validate_only", False),
         )
+        refused: list[Tree] = [
+            {"name": n, "error_code": pb.TOPIC_AUTHORIZATION_FAILED, "error_message": None}
+            for n in names
+            if n in denied
+        ]
         return {
-            "topics": [
+            "topics": refused
+            + [
                 {
                     "name": name,
                     "error_code": o.error_code,
@@ -91,7 +113,11 @@ class AdminApis:
     async def _delete_topics(self, request: KafkaRequest) -> Tree:
         body = request.body
         names = list(dict.fromkeys(body.topic_names))
-        codes = await self.admin.delete_topics(names, ms(body.timeout))
+        denied = denied_topics(self.authorizer, session_of(request), AclOperation.DELETE, names)
+        codes: dict[str, int] = {n: pb.TOPIC_AUTHORIZATION_FAILED for n in names if n in denied}
+        codes.update(
+            await self.admin.delete_topics([n for n in names if n not in denied], ms(body.timeout))
+        )
         return {
             "responses": [
                 {"name": name, "error_code": code, "error_message": None}

@@ -20,6 +20,7 @@ from typing import Any
 
 from broker.auto_topic_creation import AutoTopicCreator
 from broker.coordinator.producer_id_manager import ProducerIdManager
+from broker.kafka_listener.acl_apis import ACL_VERSIONS, AclApis, cluster_checked
 from broker.kafka_listener.admin_apis import ADMIN_VERSIONS, AdminApis
 from broker.kafka_listener.config_apis import CONFIG_VERSIONS, ConfigApis
 from broker.kafka_listener.group_apis import GROUP_VERSIONS, GroupApis
@@ -38,19 +39,25 @@ from broker.kafka_listener.wire_request import (
     epoch_or_none,
     ms,
     per_topic,
+    session_of,
 )
 from broker.metadata_cache import MetadataCache
 from broker.replication.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
 from broker.request_handlers import (
     ACKS_VALUES,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    denied_topics,
     epoch_end_offset,
+    init_producer_id_refusal,
     list_partition_offset,
+    metadata_refusals,
     new_producer_id,
     partition_problem,
 )
+from broker.security.acl_authorizer import AclAuthorizer
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
+from proto.zk.acl_bindings import AclOperation
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +85,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     **PARTITION_ADMIN_VERSIONS,
     **QUOTA_VERSIONS,
     **RECORDS_ADMIN_VERSIONS,
+    **ACL_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -115,8 +123,14 @@ class KafkaWireApis:
         producer_id_timeout_ms: int = 6000,
         cluster_id: str = "",
         auto_topic_creator: AutoTopicCreator | None = None,
+        authorizer: AclAuthorizer | None = None,
+        acl_apis: AclApis | None = None,
     ) -> None:
         self.replica_manager = replica_manager
+        self.authorizer = authorizer or AclAuthorizer(
+            replica_manager.broker_id, None, enabled=False
+        )
+        """Who may do what (docs/security.md); everything is allowed without ACLs."""
         self.auto_topic_creator = auto_topic_creator
         """Creates the missing topics a Metadata request allows (None: never)."""
         self.metadata_cache = metadata_cache
@@ -126,7 +140,8 @@ class KafkaWireApis:
         """``/cluster/id``, answered in Metadata and DescribeCluster (librdkafka's
         ``describe_cluster()`` crashed on a null one)."""
         self.broker_id = replica_manager.broker_id
-        self.handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
+        acl_apis = acl_apis or AclApis(self.authorizer, None)
+        handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
             API_VERSIONS: self.api_versions,
             METADATA: self.metadata,
             PRODUCE: self.produce,
@@ -140,8 +155,10 @@ class KafkaWireApis:
             **config_apis.handlers,
             **partition_admin_apis.handlers,
             **quota_apis.handlers,
-            **RecordsAdminApis(replica_manager).handlers,
+            **RecordsAdminApis(replica_manager, self.authorizer).handlers,
+            **acl_apis.handlers,
         }
+        self.handlers = cluster_checked(self.authorizer, handlers)
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 
     async def api_versions(self, request: KafkaRequest) -> Answer:
@@ -203,14 +220,24 @@ class KafkaWireApis:
             brokers.append({"node_id": node, "host": host, "port": port})
             reachable.add(node)
         asked = request.body.topics
-        if asked is None or (request.api_version == 0 and not asked):
+        listing_all = asked is None or (request.api_version == 0 and not asked)
+        if listing_all:
             names = sorted(cache.topics())
         else:
             names = [t.name for t in asked if t.name is not None]
         live = {b.broker_id for b in cache.brokers()}
+        names, refused = metadata_refusals(
+            self.authorizer,
+            session_of(request),
+            names,
+            listing_all=listing_all,
+            missing=[n for n in names if not cache.partitions_of(n)],
+            may_create=request.api_version < 4 or bool(request.body.allow_auto_topic_creation),
+        )
         missing = await self._missing_topics(request, names)
+        missing.update({n: pb.TOPIC_AUTHORIZATION_FAILED for n in refused})
         topics = []
-        for name in names:
+        for name in [*names, *sorted(refused)]:
             if name in missing:
                 topics.append({"name": name, "error_code": missing[name]})
                 continue
@@ -281,6 +308,12 @@ class KafkaWireApis:
         order: list[TopicPartition] = []
         entries: dict[TopicPartition, bytes] = {}
         refused: dict[TopicPartition, tuple[int, str]] = {}
+        denied = denied_topics(
+            self.authorizer,
+            session_of(request),
+            AclOperation.WRITE,
+            {t.name for t in body.topic_data},
+        )
         for topic in body.topic_data:
             for part in topic.partition_data:
                 tp = TopicPartition(topic.name, part.index)
@@ -290,6 +323,8 @@ class KafkaWireApis:
                 problem = partition_problem(tp)
                 if body.transactional_id is not None:
                     refused[tp] = (pb.INVALID_REQUEST, "transactions are not supported")
+                elif tp.topic in denied:
+                    refused[tp] = (pb.TOPIC_AUTHORIZATION_FAILED, "no Write on the topic")
                 elif acks not in ACKS_VALUES:
                     refused[tp] = (pb.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1: {acks}")
                 elif problem is not None:
@@ -358,6 +393,9 @@ class KafkaWireApis:
         specs: dict[TopicPartition, FetchSpec] = {}
         refused: dict[TopicPartition, int] = {}
         diverging: dict[TopicPartition, Tree] = {}
+        denied = denied_topics(
+            self.authorizer, session_of(request), AclOperation.READ, {t.topic for t in body.topics}
+        )
         for topic in body.topics:
             for part in topic.partitions:
                 tp = TopicPartition(topic.topic, part.partition)
@@ -368,6 +406,8 @@ class KafkaWireApis:
                 current = epoch_or_none(getattr(part, "current_leader_epoch", -1))
                 if body.replica_id >= 0:
                     refused[tp] = pb.INVALID_REQUEST
+                elif tp.topic in denied:
+                    refused[tp] = pb.TOPIC_AUTHORIZATION_FAILED
                 elif problem is not None:
                     refused[tp] = problem
                 elif part.fetch_offset < 0:
@@ -452,9 +492,26 @@ class KafkaWireApis:
     async def _list_offsets(self, request: KafkaRequest) -> Tree:
         # Only the gRPC listener serves replicas: a Kafka client is a consumer (-1) here.
         topics = []
+        denied = denied_topics(
+            self.authorizer,
+            session_of(request),
+            AclOperation.DESCRIBE,
+            {t.name for t in request.body.topics},
+        )
         for topic in request.body.topics:
             partitions = []
             for part in topic.partitions:
+                if topic.name in denied:
+                    partitions.append(
+                        {
+                            "partition_index": part.partition_index,
+                            "error_code": pb.TOPIC_AUTHORIZATION_FAILED,
+                            "timestamp": -1,
+                            "offset": -1,
+                            "leader_epoch": -1,
+                        }
+                    )
+                    continue
                 code, offset, timestamp, epoch = await list_partition_offset(
                     self.replica_manager,
                     TopicPartition(topic.name, part.partition_index),
@@ -479,15 +536,24 @@ class KafkaWireApis:
         """KIP-320: a consumer asks where the leader's log ends for the epoch of the last
         record it read, to find out whether its position was truncated away."""
         topics = []
+        denied = denied_topics(
+            self.authorizer,
+            session_of(request),
+            AclOperation.DESCRIBE,
+            {t.topic for t in request.body.topics},
+        )
         for topic in request.body.topics:
             partitions = []
             for part in topic.partitions:
-                code, epoch, end = epoch_end_offset(
-                    self.replica_manager,
-                    TopicPartition(topic.topic, part.partition),
-                    epoch_or_none(part.current_leader_epoch),
-                    part.leader_epoch,
-                )
+                if topic.topic in denied:
+                    code, epoch, end = int(pb.TOPIC_AUTHORIZATION_FAILED), -1, -1
+                else:
+                    code, epoch, end = epoch_end_offset(
+                        self.replica_manager,
+                        TopicPartition(topic.topic, part.partition),
+                        epoch_or_none(part.current_leader_epoch),
+                        part.leader_epoch,
+                    )
                 partitions.append(
                     {
                         "error_code": code,
@@ -507,6 +573,11 @@ class KafkaWireApis:
         to be bumped (KIP-360): a fresh id serves it as well, since its sequences start
         again at 0 either way. Transactional producers are refused with the code their
         clients treat as fatal (see TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+        refusal = init_producer_id_refusal(
+            self.authorizer, session_of(request), request.body.transactional_id
+        )
+        if refusal is not None:
+            return {"error_code": refusal, "producer_id": -1, "producer_epoch": -1}
         if request.body.transactional_id is not None:
             return {
                 "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,

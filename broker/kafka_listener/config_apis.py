@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from broker.kafka_listener.messages import Tree
-from broker.kafka_listener.wire_request import Answer, KafkaRequest
+from broker.kafka_listener.wire_request import Answer, KafkaRequest, session_of
+from broker.security.acl_authorizer import AclAuthorizer
 from broker.zk_client import BrokerZkClient, ZkError
 from proto.config.broker_config import BrokerConfig
 from proto.config.broker_config_def import DYNAMIC_BROKER_CONFIG_KEYS
@@ -39,7 +40,9 @@ from proto.config.topic_config_def import (
     check_topic_config,
 )
 from proto.topic_partition import topic_name_problem
+from proto.wire import minibroker_pb2 as pb
 from proto.zk import znodes
+from proto.zk.acl_bindings import AclOperation, ResourceType
 
 __all__ = ["CONFIG_VERSIONS", "ConfigApis"]
 
@@ -84,12 +87,16 @@ class ConfigApis:
         config: BrokerConfig,
         zk: BrokerZkClient,
         listeners: Callable[[], Mapping[str, str]] = dict,
+        authorizer: AclAuthorizer | None = None,
     ) -> None:
         self.config = config
         """The broker's static config (the dynamic layers are read from ZooKeeper)."""
         self.zk = zk
         self.listeners = listeners
         self.broker_id = config.broker_id
+        self.authorizer = authorizer or AclAuthorizer(config.broker_id, None, enabled=False)
+        """DescribeConfigs and AlterConfigs on the topic, or on the Cluster for a broker's
+        configs (Kafka's ``ConfigResource`` to ACL resource mapping)."""
         self.handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
             DESCRIBE_CONFIGS: self.describe_configs,
             ALTER_CONFIGS: self.alter_configs,
@@ -109,6 +116,12 @@ class ConfigApis:
         for resource in body.resources:
             code, message, entries = NONE, None, []
             try:
+                self._check_acl(
+                    request,
+                    AclOperation.DESCRIBE_CONFIGS,
+                    resource.resource_type,
+                    resource.resource_name,
+                )
                 entries = await self._describe(
                     resource.resource_type, resource.resource_name, resource.configuration_keys
                 )
@@ -145,6 +158,23 @@ class ConfigApis:
             INVALID_REQUEST, f"Unsupported resource type: {_resource_type(resource_type)}"
         )
 
+    def _check_acl(
+        self, request: KafkaRequest, operation: AclOperation, resource_type: int, name: str
+    ) -> None:
+        """_ResourceError with Kafka's AUTHORIZATION_FAILED code if the ACLs refuse."""
+        if resource_type == TOPIC_RESOURCE:
+            kind, code = ResourceType.TOPIC, pb.TOPIC_AUTHORIZATION_FAILED
+        elif resource_type == BROKER_RESOURCE:
+            kind, code, name = ResourceType.CLUSTER, pb.CLUSTER_AUTHORIZATION_FAILED, ""
+        else:
+            return
+        if name:
+            allowed = self.authorizer.authorize(session_of(request), operation, kind, name)
+        else:
+            allowed = self.authorizer.authorize(session_of(request), operation, kind)
+        if not allowed:
+            raise _ResourceError(code, f"no {operation.title} on the {kind.title}")
+
     async def _layers(self) -> BrokerLayers:
         return BrokerLayers(
             dynamic_broker=await self.zk.get_broker_config(self.broker_id),
@@ -169,6 +199,12 @@ class ConfigApis:
             ]
             code, message = NONE, None
             try:
+                self._check_acl(
+                    request,
+                    AclOperation.ALTER_CONFIGS,
+                    resource.resource_type,
+                    resource.resource_name,
+                )
                 await self._alter_one(
                     resource.resource_type,
                     resource.resource_name,

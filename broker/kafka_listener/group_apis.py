@@ -16,18 +16,33 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from broker.coordinator.group_admin import GroupAdmin
-from broker.coordinator.group_coordinator import GroupCoordinator, GroupDescription, coordinator_of
+from broker.coordinator.group_coordinator import (
+    GroupCoordinator,
+    GroupDescription,
+    GroupState,
+    coordinator_of,
+)
 from broker.kafka_listener.messages import Tree
-from broker.kafka_listener.wire_request import Answer, KafkaRequest, done, ms, per_topic
+from broker.kafka_listener.wire_request import (
+    Answer,
+    KafkaRequest,
+    done,
+    ms,
+    per_topic,
+    session_of,
+)
 from broker.metadata_cache import MetadataCache
 from broker.request_handlers import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     TRANSACTIONS_UNSUPPORTED,
+    denied_topics,
     partition_problem,
 )
+from broker.security.acl_authorizer import AclAuthorizer
 from broker.zk_client import BrokerZkClient, ZkError
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
+from proto.zk.acl_bindings import AclOperation, ResourceType
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +92,13 @@ class GroupApis:
         metadata_cache: MetadataCache,
         zk: BrokerZkClient,
         group_admin: GroupAdmin,
+        authorizer: AclAuthorizer | None = None,
     ) -> None:
         self.coordinator = coordinator
+        self.authorizer = authorizer or AclAuthorizer(coordinator.broker_id, None, enabled=False)
+        """Group ACLs (docs/security.md): Read on the group to join, sync, heartbeat,
+        leave and commit; Describe to find its coordinator, describe it and fetch its
+        offsets; Delete to delete it."""
         self.metadata_cache = metadata_cache
         self.zk = zk
         self.group_admin = group_admin
@@ -100,9 +120,21 @@ class GroupApis:
     def _coordinator_of(self, group_id: str) -> int | None:
         return coordinator_of(group_id, self.metadata_cache)
 
-    def _refusal(self, group_id: str) -> int | None:
-        """The error code for a group request this broker must not serve, else None."""
+    def _refusal(
+        self, request: KafkaRequest, group_id: str, operation: AclOperation = AclOperation.READ
+    ) -> int | None:
+        """The error code for a group request this broker must not serve (the group's ACLs
+        refuse it, or another broker coordinates it), else None."""
+        if not self._allowed(request, operation, group_id):
+            return pb.GROUP_AUTHORIZATION_FAILED
         return self.group_admin.refusal(group_id)
+
+    def _allowed(
+        self, request: KafkaRequest, operation: AclOperation, group_id: str, *, log: bool = True
+    ) -> bool:
+        return self.authorizer.authorize(
+            session_of(request), operation, ResourceType.GROUP, group_id, log_denied=log
+        )
 
     async def find_coordinator(self, request: KafkaRequest) -> Answer:
         body = request.body
@@ -128,6 +160,8 @@ class GroupApis:
             return done({"error_code": pb.INVALID_REQUEST, "error_message": message, "node_id": -1})
         if topic_name_problem(body.key, "group") is not None:
             return done({"error_code": INVALID_GROUP_ID, "node_id": -1, "host": "", "port": -1})
+        if not self._allowed(request, AclOperation.DESCRIBE, body.key):
+            return done({"error_code": pb.GROUP_AUTHORIZATION_FAILED, "node_id": -1, "port": -1})
         node = self._coordinator_of(body.key)
         broker = None if node is None else self.metadata_cache.broker(node)
         if broker is None or broker.kafka_endpoint is None:
@@ -140,7 +174,7 @@ class GroupApis:
 
     async def _join_group(self, request: KafkaRequest) -> Tree:
         body = request.body
-        refused = self._refusal(body.group_id)
+        refused = self._refusal(request, body.group_id)
         if refused is not None:
             return {"error_code": refused, "generation_id": -1, "member_id": body.member_id}
         session_ms = ms(body.session_timeout)
@@ -173,7 +207,7 @@ class GroupApis:
 
     async def _sync_group(self, request: KafkaRequest) -> Tree:
         body = request.body
-        refused = self._refusal(body.group_id)
+        refused = self._refusal(request, body.group_id)
         if refused is not None:
             return {"error_code": refused, "assignment": b""}
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
@@ -189,7 +223,7 @@ class GroupApis:
 
     async def heartbeat(self, request: KafkaRequest) -> Answer:
         body = request.body
-        refused = self._refusal(body.group_id)
+        refused = self._refusal(request, body.group_id)
         if refused is not None:
             return done({"error_code": refused})
         code = self.coordinator.heartbeat(body.group_id, body.generation_id, body.member_id)
@@ -197,7 +231,7 @@ class GroupApis:
 
     async def leave_group(self, request: KafkaRequest) -> Answer:
         body = request.body
-        refused = self._refusal(body.group_id)
+        refused = self._refusal(request, body.group_id)
         members = getattr(body, "members", None)
         ids = [m.member_id for m in members] if members is not None else [body.member_id]
         if refused is not None:
@@ -224,13 +258,23 @@ class GroupApis:
         generation: int = getattr(
             body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1)
         )
-        code = self._refusal(body.group_id)
+        code = self._refusal(request, body.group_id)
         if code is None:
             code = self.coordinator.check_commit(body.group_id, generation, body.member_id)
         offsets: dict[TopicPartition, int] = {}
         notes: dict[TopicPartition, str] = {}
         codes: dict[TopicPartition, int] = {}
         order: list[TopicPartition] = []
+        denied = (
+            denied_topics(
+                self.authorizer,
+                session_of(request),
+                AclOperation.READ,
+                {t.name for t in body.topics},
+            )
+            if code == pb.NONE
+            else set()
+        )
         for topic in body.topics:
             for part in topic.partitions:
                 tp = TopicPartition(topic.name, part.partition_index)
@@ -239,6 +283,8 @@ class GroupApis:
                 metadata = part.committed_metadata or ""
                 if code != pb.NONE:
                     codes[tp] = code
+                elif tp.topic in denied:
+                    codes[tp] = pb.TOPIC_AUTHORIZATION_FAILED
                 elif problem is not None or part.committed_offset < 0:
                     codes[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION if problem is None else problem
                 elif self.metadata_cache.partition(tp) is None:
@@ -271,7 +317,7 @@ class GroupApis:
 
     async def _offset_fetch(self, request: KafkaRequest) -> Tree:
         body = request.body
-        refused = self._refusal(body.group_id)
+        refused = self._refusal(request, body.group_id, AclOperation.DESCRIBE)
         if refused is not None:
             return {"error_code": refused, "topics": []}
         asked: list[TopicPartition] | None = None
@@ -297,6 +343,16 @@ class GroupApis:
                 str(error),
             )
         wanted = asked if asked is not None else sorted({*committed, *batch.malformed})
+        # Kafka: offsets of topics the principal may not Describe are refused when named,
+        # left out when the whole group's offsets are asked for.
+        denied = denied_topics(
+            self.authorizer,
+            session_of(request),
+            AclOperation.DESCRIBE,
+            {tp.topic for tp in wanted},
+        )
+        if asked is None:
+            wanted = [tp for tp in wanted if tp.topic not in denied]
         answers = [
             (
                 tp,
@@ -306,6 +362,12 @@ class GroupApis:
                     "committed_leader_epoch": -1,
                     "metadata": committed[tp].metadata if tp in committed else "",
                     "error_code": pb.UNKNOWN_SERVER_ERROR if tp in batch.malformed else pb.NONE,
+                }
+                if tp.topic not in denied
+                else {
+                    "partition_index": tp.partition,
+                    "committed_offset": -1,
+                    "error_code": pb.TOPIC_AUTHORIZATION_FAILED,
                 },
             )
             for tp in wanted
@@ -315,6 +377,15 @@ class GroupApis:
     async def list_groups(self, request: KafkaRequest) -> Answer:
         states = getattr(request.body, "states_filter", None) or ()
         code, groups = await self.group_admin.list_groups(states)
+        session = session_of(request)
+        if not self.authorizer.authorize(
+            session, AclOperation.DESCRIBE, ResourceType.CLUSTER, log_denied=False
+        ):  # Kafka: the groups the principal may Describe, unless it may Describe the cluster
+            groups = [
+                g
+                for g in groups
+                if self._allowed(request, AclOperation.DESCRIBE, g.group_id, log=False)
+            ]
         listed = [
             {"group_id": g.group_id, "protocol_type": g.protocol_type, "group_state": g.state.value}
             for g in groups
@@ -328,6 +399,15 @@ class GroupApis:
         )
         described = []
         for group_id in body.groups:
+            if not self._allowed(request, AclOperation.DESCRIBE, group_id):
+                described.append(
+                    _described_group(
+                        pb.GROUP_AUTHORIZATION_FAILED,
+                        GroupDescription(group_id, GroupState.DEAD, "", "", ()),
+                        None,
+                    )
+                )
+                continue
             code, group = await self.group_admin.describe_group(group_id)
             described.append(_described_group(code, group, operations))
         return done({"groups": described})
@@ -335,6 +415,9 @@ class GroupApis:
     async def delete_groups(self, request: KafkaRequest) -> Answer:
         results = []
         for group_id in dict.fromkeys(request.body.groups_names):
+            if not self._allowed(request, AclOperation.DELETE, group_id):
+                results.append({"group_id": group_id, "error_code": pb.GROUP_AUTHORIZATION_FAILED})
+                continue
             code = await self.group_admin.delete_group(group_id)
             results.append({"group_id": group_id, "error_code": code})
         return done({"results": results})
@@ -347,6 +430,8 @@ class GroupApis:
             for topic in body.topics
             for part in topic.partitions
         ]
+        if not self._allowed(request, AclOperation.DELETE, body.group_id):
+            return done({"error_code": pb.GROUP_AUTHORIZATION_FAILED, "topics": []})
         result = await self.group_admin.offset_delete(body.group_id, asked)
         if result.error_code != pb.NONE:
             return done({"error_code": result.error_code, "topics": []})

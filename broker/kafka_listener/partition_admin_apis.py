@@ -47,10 +47,12 @@ import logging
 from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from broker.kafka_listener.messages import Tree
-from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms, per_topic
+from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms, per_topic, session_of
 from broker.metadata_cache import MetadataCache
 from broker.partition_limits import POLICY_VIOLATION, PartitionBudget
 from broker.replication.replica_manager import ReplicaManager
+from broker.request_handlers import denied_topics
+from broker.security.acl_authorizer import AclAuthorizer
 from broker.zk_client import BrokerZkClient, ZkError
 from controller.reassignment import reassign_to, validate_reassignment
 from proto.errors import BrokerResponseError
@@ -58,6 +60,7 @@ from proto.replica_assignment import assign_new_partitions
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.zk import partition_admin, znodes
+from proto.zk.acl_bindings import AclOperation
 from proto.zk.znode_limits import ZnodeTooLargeError, check_assignment_floor
 
 logger = logging.getLogger(__name__)
@@ -98,8 +101,14 @@ class PartitionAdminApis:
         cache: MetadataCache,
         zk: BrokerZkClient,
         unclean_election: UncleanElection,
+        authorizer: AclAuthorizer | None = None,
     ) -> None:
         self.replica_manager = replica_manager
+        self.authorizer = authorizer or AclAuthorizer(
+            replica_manager.broker_id, None, enabled=False
+        )
+        """CreatePartitions needs Alter on the topic (the Cluster's APIs are checked by
+        :func:`broker.kafka_listener.acl_apis.cluster_checked`)."""
         self.cache = cache
         self.zk = zk
         self.unclean_election = unclean_election
@@ -125,10 +134,14 @@ class PartitionAdminApis:
         budget = PartitionBudget.of(
             config.max_partitions, config.max_broker_partitions, self.cache.all_replicas()
         )
+        denied = denied_topics(self.authorizer, session_of(request), AclOperation.ALTER, names)
         for topic in body.topics:
             name = topic.name
             if names.count(name) > 1:
                 outcomes[name] = (pb.INVALID_REQUEST, "Duplicate topic in request.")
+                continue
+            if name in denied:
+                outcomes[name] = (pb.TOPIC_AUTHORIZATION_FAILED, "no Alter on the topic")
                 continue
             given = (
                 None

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.kafka_listener.messages import Tree
+from broker.security.acl_authorizer import Session, host_of
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 from proto.transport.tls import ANONYMOUS_PRINCIPAL
@@ -20,6 +21,7 @@ __all__ = [
     "epoch_or_none",
     "ms",
     "per_topic",
+    "session_of",
 ]
 
 Answer = Awaitable[Tree | None]
@@ -47,6 +49,11 @@ class KafkaRequest:
     principal: str = ANONYMOUS_PRINCIPAL
     """Who the connection authenticated as (``User:alice``); ``User:ANONYMOUS`` on a
     listener that authenticates no one."""
+
+
+def session_of(request: KafkaRequest) -> Session:
+    """Who sent ``request`` and from where, as the authorizer asks (docs/security.md)."""
+    return Session(request.principal, host_of(request.client_host))
 
 
 def ms(value: object) -> int:

@@ -86,6 +86,9 @@ COMMANDS: dict[str, Command] = {
     "configs": Command(
         "client.cli.configs", "describe and change topic and broker configs without a restart"
     ),
+    "acls": Command(
+        "client.cli.acls", "add, remove and list ACLs (with authorizer.class.name on the brokers)"
+    ),
     "produce": Command("client.cli.produce", "send stdin lines as records"),
     "consume": Command("client.cli.consume", "print records of a topic"),
     "consumer-groups": Command(

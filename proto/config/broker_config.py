@@ -66,6 +66,13 @@ class TruncationMode(enum.StrEnum):
 
 
 _INT64_MAX = 2**63 - 1
+AUTHORIZER_CLASS_NAMES = (
+    "",
+    "kafka.security.authorizer.AclAuthorizer",
+    "kafka.security.auth.SimpleAclAuthorizer",
+)
+"""``authorizer.class.name`` values: none, Kafka 2.8's ACL authorizer, or its predecessor's
+name (the same semantics here)."""
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
@@ -122,6 +129,8 @@ _PROPERTIES = (
     _Property("ssl.truststore.location", "ssl_truststore_location", "optstr"),
     _Property("ssl.client.auth", "ssl_client_auth", "str"),
     _Property("super.users", "super_users", "optstr"),
+    _Property("authorizer.class.name", "authorizer_class_name", "optstr"),
+    _Property("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", "bool"),
     _Property("zookeeper.set.acl", "zookeeper_set_acl", "bool"),
     _Property("zookeeper.auth.digest.file", "zookeeper_auth_digest_file", "optstr"),
     _Property("zookeeper.connect", "zookeeper_connect", "str"),
@@ -276,6 +285,13 @@ class BrokerConfig:
     """``super.users``: ``User:CN=broker-1;User:CN=broker-2;...``, the principals that may
     act as brokers (control requests, replica fetches), as with Kafka's authorizer. With TLS,
     every other principal may produce, fetch and read metadata, not more."""
+    authorizer_class_name: str = ""
+    """``authorizer.class.name``: ``kafka.security.authorizer.AclAuthorizer`` turns on ACLs
+    on both listeners (docs/security.md); empty (the default): no ACL is checked, as in
+    Kafka without an authorizer."""
+    allow_everyone_if_no_acl_found: bool = False
+    """``allow.everyone.if.no.acl.found``: with the authorizer, a resource no ACL covers is
+    open to everyone (Kafka's default: closed to all but ``super.users``)."""
     zookeeper_set_acl: bool = False
     """``zookeeper.set.acl``: create every znode with the secure ACL (the brokers' digest may
     change it, the world may read it; ``/consumers`` stays open), so that nobody without the
@@ -400,6 +416,11 @@ class BrokerConfig:
                 "ssl.keystore.location and ssl.truststore.location go together: a TLS broker "
                 "presents its certificate and checks its peers'"
             )
+        if self.authorizer_class_name not in AUTHORIZER_CLASS_NAMES:
+            raise ValueError(
+                f"invalid value for authorizer.class.name: {self.authorizer_class_name!r} "
+                f"(empty, or {' or '.join(n for n in AUTHORIZER_CLASS_NAMES if n)})"
+            )
         if self.zookeeper_set_acl and not self.zookeeper_auth_digest_file:
             raise ValueError("zookeeper.set.acl=true needs zookeeper.auth.digest.file")
         if self.ssl_client_auth != "none" and not self.ssl_keystore_location:
@@ -423,6 +444,11 @@ class BrokerConfig:
                 {**log_properties, "message.max.bytes": str(self.message_max_bytes)}
             ),
         )
+
+    @property
+    def acls_enabled(self) -> bool:
+        """Whether ``authorizer.class.name`` names the ACL authorizer."""
+        return bool(self.authorizer_class_name)
 
     @property
     def tls_enabled(self) -> bool:

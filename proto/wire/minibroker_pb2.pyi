@@ -62,6 +62,9 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ErrorCode.ValueType  # 20
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 21
     INVALID_GROUP_ID: _ErrorCode.ValueType  # 24
+    TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
+    GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
+    CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 31
     INVALID_TIMESTAMP: _ErrorCode.ValueType  # 32
     TOPIC_ALREADY_EXISTS: _ErrorCode.ValueType  # 36
     INVALID_PARTITIONS: _ErrorCode.ValueType  # 37
@@ -73,6 +76,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     OUT_OF_ORDER_SEQUENCE: _ErrorCode.ValueType  # 45
     DUPLICATE_SEQUENCE: _ErrorCode.ValueType  # 46
     INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 47
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 53
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
     REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 60
@@ -115,6 +119,9 @@ NOT_ENOUGH_REPLICAS: ErrorCode.ValueType  # 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.ValueType  # 20
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 21
 INVALID_GROUP_ID: ErrorCode.ValueType  # 24
+TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
+GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 31
 INVALID_TIMESTAMP: ErrorCode.ValueType  # 32
 TOPIC_ALREADY_EXISTS: ErrorCode.ValueType  # 36
 INVALID_PARTITIONS: ErrorCode.ValueType  # 37
@@ -126,6 +133,7 @@ INVALID_REQUEST: ErrorCode.ValueType  # 42
 OUT_OF_ORDER_SEQUENCE: ErrorCode.ValueType  # 45
 DUPLICATE_SEQUENCE: ErrorCode.ValueType  # 46
 INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 53
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
 REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 60

@@ -17,6 +17,7 @@ from broker.grpc_listener.guarded_call import MalformedRequestError
 from broker.grpc_listener.services import BrokerService
 from broker.metadata_cache import MetadataCache
 from broker.replication.replica_manager import ReplicaManager
+from broker.security.acl_authorizer import Session
 from proto.wire import minibroker_pb2 as pb
 from proto.zk.znodes import BrokerInfo, ProducerIdBlock, ZkDataError
 from tests.unit.test_group_coordinator import consumer_assignment
@@ -51,7 +52,8 @@ def init_producer_id(store: Any) -> pb.InitProducerIdResponse:
         ProducerIdManager(1, store),
         producer_id_timeout_ms=50,
     )
-    return asyncio.run(service._init_producer_id(pb.InitProducerIdRequest()))
+    anonymous = Session("User:ANONYMOUS", "127.0.0.1")
+    return asyncio.run(service._init_producer_id(pb.InitProducerIdRequest(), anonymous))
 
 
 def test_zookeeper_not_answering_is_a_retriable_timeout() -> None:

@@ -41,6 +41,7 @@ from broker.kafka_listener.request_codec import (
 )
 from broker.kafka_listener.server import KafkaListener, api_name
 from broker.kafka_listener.wire_request import Answer, CloseConnection, KafkaRequest
+from broker.security.acl_authorizer import AclAuthorizer
 from broker.zk_client import BrokerZkClient
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
@@ -401,9 +402,14 @@ def test_offset_fetch_answers_a_malformed_offset_with_an_error_never_no_offset(
         _OffsetsInZooKeeper({0: b"7", 1: b"seven", 3: b'{"version":1,"offset":9,"metadata":"m"}'}),
     )
     apis.broker_id = 1
-    apis._refusal = lambda group_id: None  # type: ignore[method-assign]
+    apis._refusal = lambda *_: None  # type: ignore[method-assign]
+    apis.authorizer = AclAuthorizer(1, None, enabled=False)
     topics = [SimpleNamespace(name="t", partition_indexes=[0, 1, 2, 3])] if listed else None
-    request = SimpleNamespace(body=SimpleNamespace(group_id="g", topics=topics))
+    request = SimpleNamespace(
+        body=SimpleNamespace(group_id="g", topics=topics),
+        principal="User:ANONYMOUS",
+        client_host="/127.0.0.1",
+    )
     tree = asyncio.run(apis._offset_fetch(cast(KafkaRequest, request)))
     answers = {p["partition_index"]: p for t in tree["topics"] for p in t["partitions"]}
     assert (answers[0]["committed_offset"], answers[0]["error_code"]) == (7, pb.NONE)
