@@ -30,6 +30,7 @@ from broker.kafka_listener.partition_admin_apis import (
 )
 from broker.kafka_listener.quota_apis import QUOTA_VERSIONS, QuotaApis
 from broker.kafka_listener.records_admin_apis import RECORDS_ADMIN_VERSIONS, RecordsAdminApis
+from broker.kafka_listener.scram_apis import SCRAM_VERSIONS, ScramApis
 from broker.kafka_listener.wire_request import (
     Answer,
     CloseConnection,
@@ -78,6 +79,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     **PARTITION_ADMIN_VERSIONS,
     **QUOTA_VERSIONS,
     **RECORDS_ADMIN_VERSIONS,
+    **SCRAM_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -112,6 +114,7 @@ class KafkaWireApis:
         config_apis: ConfigApis,
         partition_admin_apis: PartitionAdminApis,
         quota_apis: QuotaApis,
+        scram_apis: ScramApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str = "",
         auto_topic_creator: AutoTopicCreator | None = None,
@@ -141,6 +144,7 @@ class KafkaWireApis:
             **partition_admin_apis.handlers,
             **quota_apis.handlers,
             **RecordsAdminApis(replica_manager).handlers,
+            **scram_apis.handlers,
         }
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
 
