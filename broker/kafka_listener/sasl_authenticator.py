@@ -5,8 +5,8 @@ with the broker's ``ssl.keystore.location``); one of a SASL listener then authen
 before the listener reads its first request (:meth:`ListenerAuthenticator.authenticate`).
 Until it succeeds only ApiVersions, SaslHandshake (v0-1) and SaslAuthenticate (v0-2,
 KIP-152) are served; any other request closes the connection, as Kafka's
-``IllegalSaslStateException`` does. The whole (TLS handshake and SASL exchange) has a
-deadline, after which the connection is closed. A failed authentication is answered
+``IllegalSaslStateException`` does. The TLS handshake has a deadline, and the SASL
+exchange another after it; a connection past either is closed. A failed authentication is answered
 SASL_AUTHENTICATION_FAILED, with Kafka's message, and the connection closed.
 
 After a SaslHandshake v0 the SASL tokens travel unwrapped, a size and the bytes, as
@@ -50,6 +50,7 @@ from proto.transport.scram import (
 )
 from proto.transport.ssl_principal import NoMatchingRuleError
 from proto.transport.tls import ANONYMOUS_PRINCIPAL
+from proto.zk.session import ZkError
 
 __all__ = [
     "AUTHENTICATION_TIMEOUT_S",
@@ -351,7 +352,19 @@ class _SaslExchange:
         if scram.username is None:
             user = scram.client_first(token)
             lookup = self.owner._scram_credential
-            credential = None if lookup is None else await lookup(user, scram.mechanism)
+            try:
+                credential = None if lookup is None else await lookup(user, scram.mechanism)
+            except (ZkError, TimeoutError) as err:
+                # Kafka's "Credentials could not be obtained": the client may retry.
+                logger.warning(
+                    "event=scram_credential_unavailable broker=%d user=%r error=%r",
+                    self.owner.broker_id,
+                    user,
+                    str(err),
+                )
+                raise ScramAuthenticationError(
+                    "Authentication failed: Credentials could not be obtained"
+                ) from None
             return scram.server_first(credential)
         final = scram.client_final(token)
         self.principal = f"User:{scram.username}"

@@ -402,3 +402,11 @@ def test_overrides_feed_from_properties() -> None:
 )
 def test_split_zookeeper_connect(connect: str, expected: tuple[str, str | None]) -> None:
     assert split_zookeeper_connect(connect) == expected
+
+
+def test_the_jaas_configs_are_described_as_passwords() -> None:
+    from proto.config.config_def import ConfigType
+    from proto.config.describe_configs import broker_config_type
+
+    assert broker_config_type("sasl.jaas.config") is ConfigType.PASSWORD
+    assert broker_config_type("listener.name.kafka.plain.sasl.jaas.config") is ConfigType.PASSWORD
