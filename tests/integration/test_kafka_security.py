@@ -42,12 +42,15 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i32
 
+from deploy.ports import free_port_block
 from deploy.tls_certs import ClusterCertificates, generate
 from proto.transport.scram import ScramMechanism, salted_password
 from proto.transport.tls import TlsConfig
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import minibroker, wait_for
 from tests.integration.test_kafka_listener import kafka_bootstrap
+from tests.integration.test_kafka_quotas import wait_applied
+from tests.integration.test_metrics import scrape, value
 from tests.integration.test_tls import DIGEST, digest_client
 
 pytestmark = [
@@ -546,6 +549,9 @@ def test_an_ssl_listener_takes_the_principal_from_the_client_certificate(
 def sasl_plaintext(zk_client: KazooClient, zk_connect: str, tmp_path: Path) -> Iterator[Secured]:
     props = {
         "kafka.port": "0",
+        "quota.window.num": "2",
+        "quota.window.size.seconds": "1",
+        "metrics.prometheus.port": str(free_port_block(1)),
         "listener.security.protocol.map": "KAFKA:SASL_PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
         "sasl.jaas.config": JAAS,
@@ -601,3 +607,42 @@ def test_sasl_plaintext_with_kafka_python_kcat_and_the_unwrapped_v0_exchange(
                                                     client_software_version="1")))  # fmt: skip
         assert read_response(sock, 18, 3).error_code.value == 0
     wait_for(lambda: sasl_plaintext.log().count("principal='User:paula' mechanism=PLAIN") >= 2, 10)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_user_quota_applies_to_the_authenticated_user(sasl_plaintext: Secured) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka
+    quota = 50_000
+    done = minibroker(
+        "configs", "--zookeeper", sasl_plaintext.cluster.brokers[1].spec.zookeeper_connect,
+        "--alter", "--entity-type", "users", "--entity-name", "paula",
+        "--add-config", f"producer_byte_rate={quota}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    wait_applied(sasl_plaintext.cluster, "/config/users/paula")
+    throttle_max = 0.0
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=sasl_plaintext.bootstrap,
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="paula",
+        sasl_plain_password="paula-secret",
+        client_id="paulas-app",
+        acks=1,
+        linger_ms=5,
+    )
+    try:
+        for _ in range(200):
+            producer.send("metered", b"x" * 1000, partition=0)
+        producer.flush(timeout=60)
+        for group in producer.metrics().values():
+            throttle_max = max(throttle_max, float(group.get("throttle-time-max", 0.0)))
+    finally:
+        producer.close(timeout=10)
+    assert throttle_max > 0
+    port = int(sasl_plaintext.cluster.brokers[1].spec.overrides["metrics.prometheus.port"])
+    samples = scrape(port)
+    tags = {"user": "paula", "client_id": ""}  # the quota is the user's: its metrics too
+    assert value(samples, "kafka_server_produce_throttle_time", **tags) > 0
