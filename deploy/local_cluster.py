@@ -172,8 +172,9 @@ class _Process:
     port: int
     host: str = "127.0.0.1"
     kafka_port: int | None = None
-    """Its Kafka protocol listener's port; None: it runs none (a ``--tls`` cluster, or a
-    cluster.json written before Kafka listeners)."""
+    """Its Kafka protocol listener's port (SASL_SSL in a ``--tls`` cluster); None: it runs
+    none (a cluster.json written before Kafka listeners, or by a ``--tls`` cluster before
+    they were authenticated)."""
 
 
 @dataclass
@@ -324,8 +325,8 @@ class LocalCluster:
     @property
     def kafka_bootstrap_servers(self) -> str | None:
         """``host:port,...`` of the brokers' Kafka protocol listeners (for kcat, aiokafka,
-        confluent-kafka); None when they run none (a ``--tls`` cluster, or one started
-        before Kafka listeners existed)."""
+        confluent-kafka; SASL_SSL in a ``--tls`` cluster); None when they run none (a
+        cluster started before Kafka listeners existed)."""
         return self._read_state().kafka_bootstrap_servers
 
     def addresses(self) -> tuple[str, str] | None:
