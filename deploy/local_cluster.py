@@ -743,9 +743,11 @@ class LocalCluster:
             client.ensure_path(TLS_CHROOT, acl=SECURE_ACL)
             users = f"{TLS_CHROOT}{znodes.CONFIG_USERS_PATH}"
             client.ensure_path(users, acl=SECURE_ACL)
-            client.create(
-                f"{users}/{KAFKA_ADMIN_USER}", znodes.encode_topic_config(scram), acl=SECURE_ACL
-            )
+            path, data = f"{users}/{KAFKA_ADMIN_USER}", znodes.encode_topic_config(scram)
+            if client.exists(path) is None:
+                client.create(path, data, acl=SECURE_ACL)
+            else:
+                client.set(path, data)
 
     def _broker_process(
         self, broker_id: int, state: _State, port: int, kafka_port: int | None
