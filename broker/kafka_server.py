@@ -47,6 +47,8 @@ from broker.kafka_listener.config_apis import ConfigApis
 from broker.kafka_listener.group_apis import GroupApis
 from broker.kafka_listener.partition_admin_apis import PartitionAdminApis
 from broker.kafka_listener.quota_apis import QuotaApis
+from broker.kafka_listener.sasl_authenticator import ListenerAuthenticator
+from broker.kafka_listener.scram_apis import ScramApis
 from broker.kafka_listener.server import KafkaListener
 from broker.kafka_listener.throttling import Throttler
 from broker.log.log_manager import LogManager, LogManagerError
@@ -62,9 +64,11 @@ from controller.controller_metrics import ControllerMetrics
 from controller.kafka_controller import KafkaController
 from proto.config.broker_config import BrokerConfig
 from proto.config.describe_configs import listener_configs
+from proto.config.scram_credentials import read_scram_credential
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 from proto.transport.keepalive import SERVER_KEEPALIVE_OPTIONS
+from proto.transport.scram import ScramCredential, ScramMechanism
 from proto.transport.tls import TlsConfigError
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk.credentials import ZkCredentialsError
@@ -340,6 +344,7 @@ class BrokerServer:
                     self.authorizer,
                 ),
                 quota_apis=QuotaApis(self.zk, self.broker_id),
+                scram_apis=ScramApis(self.zk, self.broker_id),
                 producer_id_timeout_ms=self.config.zookeeper_session_timeout_ms,
                 cluster_id=self.cluster_id,
                 auto_topic_creator=self.auto_topic_creator,
@@ -349,6 +354,7 @@ class BrokerServer:
             max_request_bytes=self.config.socket_request_max_bytes,
             observe=self._request_metrics.observe,
             throttler=Throttler(self.client_quotas),
+            authenticator=self._kafka_authenticator(),
         )
         try:
             self.kafka_port = await listener.start(self.config.host, port)
@@ -360,12 +366,35 @@ class BrokerServer:
         self._kafka_listener = listener
         self.group_coordinator.start()
 
+    def _kafka_authenticator(self) -> ListenerAuthenticator | None:
+        """The Kafka listener's SSL or SASL (docs/security.md); None for PLAINTEXT."""
+        security = self.config.kafka_listener_security()
+        if security.protocol == "PLAINTEXT":
+            return None
+
+        async def scram_credential(user: str, mechanism: ScramMechanism) -> ScramCredential | None:
+            return await read_scram_credential(self.zk, user, mechanism)
+
+        return ListenerAuthenticator(
+            self.broker_id,
+            security,
+            scram_credential=scram_credential,
+            keystore=self.config.ssl_keystore_location,
+            truststore=self.config.ssl_truststore_location,
+        )
+
     def _listener_configs(self) -> dict[str, str]:
         """``listeners`` and ``advertised.listeners`` as DescribeConfigs shows them: the
         endpoints this broker bound and registers."""
         if self.port is None:
             return {}
-        return listener_configs(self.config.host, self.port, self.kafka_port, self.tls is not None)
+        return listener_configs(
+            self.config.host,
+            self.port,
+            self.kafka_port,
+            self.tls is not None,
+            self.config.kafka_security_protocol,
+        )
 
     async def _stop_kafka(self) -> None:
         if self._kafka_listener is not None:
@@ -405,6 +434,7 @@ class BrokerServer:
             self.port,
             kafka_port=self.kafka_port,
             grpc_security_protocol="PLAINTEXT" if self.tls is None else "SSL",
+            kafka_security_protocol=self.config.kafka_security_protocol,
             wait_for_stale_s=self.config.zookeeper_session_timeout_ms * 2 / 1000,
         )
         self.replica_manager.broker_epoch = epoch

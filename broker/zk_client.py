@@ -257,13 +257,15 @@ class BrokerZkClient(KafkaZkClient):
         *,
         kafka_port: int | None = None,
         grpc_security_protocol: str = "PLAINTEXT",
+        kafka_security_protocol: str = "PLAINTEXT",
         wait_for_stale_s: float = 0.0,
     ) -> int:
         """Create the ephemeral ``/brokers/ids/<id>`` and return the broker epoch (its czxid,
         KIP-380). Parent znodes are created as needed. ``kafka_port``: the bound port of the
         broker's Kafka protocol listener on ``host`` (None: it runs none); with it the
         registration names both listeners and ``grpc_security_protocol`` (``SSL`` for a TLS
-        broker), see :func:`proto.zk.znodes.encode_broker_registration`.
+        broker) and ``kafka_security_protocol`` the Kafka listener's, see
+        :func:`proto.zk.znodes.encode_broker_registration`.
 
         If the znode already belongs to this session (a retry after a lost reply, or a
         second call), it is kept (updated if an endpoint changed) and its czxid returned.
@@ -279,6 +281,7 @@ class BrokerZkClient(KafkaZkClient):
             _now_ms(),
             kafka_port=kafka_port,
             grpc_security_protocol=grpc_security_protocol,
+            kafka_security_protocol=kafka_security_protocol,
         )
         endpoints = (host, port, None if kafka_port is None else (host, kafka_port))
         loop = self._require_loop()

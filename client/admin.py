@@ -67,6 +67,12 @@ from client.reachability import all_refused
 from proto import errors
 from proto.config.broker_config import BrokerConfig
 from proto.config.dynamic_broker_config import check_dynamic_broker_config
+from proto.config.scram_credentials import (
+    ScramAlteration,
+    ScramError,
+    alter_scram_credentials,
+    describe_scram_credentials,
+)
 from proto.config.topic_config_def import check_topic_config
 from proto.replica_assignment import assign_new_partitions, assign_replicas
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -661,6 +667,25 @@ class AdminClient(AsyncClosing):
         return await self._guarded(
             "alter client quotas",
             lambda zk: alter_client_quotas(zk, list(alterations), validate_only),
+        )
+
+    async def alter_scram_credentials(
+        self, alterations: Iterable[ScramAlteration]
+    ) -> dict[str, ScramError | None]:
+        """Set or delete users' SCRAM credentials and notify the brokers: the Kafka
+        listener's AlterUserScramCredentials, the same code; per user None or its error."""
+        return await self._guarded(
+            "alter SCRAM credentials", lambda zk: alter_scram_credentials(zk, list(alterations))
+        )
+
+    async def describe_scram_credentials(
+        self, users: Iterable[str] | None
+    ) -> dict[str, list[tuple[int, int]] | ScramError]:
+        """Per user its SCRAM credentials as (mechanism type, iterations), or its error
+        (DescribeUserScramCredentials' answer); None: every user that has one."""
+        wanted = None if users is None else list(users)
+        return await self._guarded(
+            "describe SCRAM credentials", lambda zk: describe_scram_credentials(zk, wanted)
         )
 
     async def zk_children(self, path: str) -> list[str]:

@@ -70,6 +70,12 @@ from deploy.zookeeper import (
     server_mode,
 )
 from proto.errors import MinibrokerError
+from proto.transport.scram import (
+    DEFAULT_ITERATIONS,
+    ScramCredential,
+    ScramMechanism,
+    format_credential,
+)
 from proto.zk import znodes
 from proto.zk.credentials import SECURE_ACL, read_digest_file
 from proto.zk.session import ZkConnectionError
@@ -101,6 +107,14 @@ machine they buy nothing more to test than 5 do."""
 STATE_FILE = "cluster.json"
 TLS_CHROOT = "/minibroker"
 ADMIN_PROPERTIES = "admin.properties"
+KAFKA_CLIENT_PROPERTIES = "kafka-client.properties"
+"""A ``--tls`` cluster's Kafka client settings (librdkafka's names: ``kcat -F``)."""
+KAFKA_ADMIN_USER = "admin"
+KAFKA_LISTENER_SECURITY = {
+    "listener.security.protocol.map": "GRPC:SSL,KAFKA:SASL_SSL",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+}
+"""A ``--tls`` cluster's Kafka listener: SASL_SSL with SCRAM (docs/security.md)."""
 ZOOKEEPER_DIGEST_FILE = "zookeeper-digest"
 _STOP_TIMEOUT_S = 60.0
 _POLL_S = 0.05
@@ -158,8 +172,9 @@ class _Process:
     port: int
     host: str = "127.0.0.1"
     kafka_port: int | None = None
-    """Its Kafka protocol listener's port; None: it runs none (a ``--tls`` cluster, or a
-    cluster.json written before Kafka listeners)."""
+    """Its Kafka protocol listener's port (SASL_SSL in a ``--tls`` cluster); None: it runs
+    none (a cluster.json written before Kafka listeners, or by a ``--tls`` cluster before
+    they were authenticated)."""
 
 
 @dataclass
@@ -310,8 +325,8 @@ class LocalCluster:
     @property
     def kafka_bootstrap_servers(self) -> str | None:
         """``host:port,...`` of the brokers' Kafka protocol listeners (for kcat, aiokafka,
-        confluent-kafka); None when they run none (a ``--tls`` cluster, or one started
-        before Kafka listeners existed)."""
+        confluent-kafka; SASL_SSL in a ``--tls`` cluster); None when they run none (a
+        cluster started before Kafka listeners existed)."""
         return self._read_state().kafka_bootstrap_servers
 
     def addresses(self) -> tuple[str, str] | None:
@@ -365,8 +380,9 @@ class LocalCluster:
         ``kafka_base_port + 1``, ...; return once every broker is registered and a
         controller is elected. Ports are checked first: a taken one is an error naming it,
         before anything starts. What was started is stopped again if a later step fails.
-        A ``tls`` cluster gets no Kafka listeners: they speak PLAINTEXT, and would let
-        anyone without a certificate produce and fetch.
+        A ``tls`` cluster's Kafka listeners are SASL_SSL with SCRAM-SHA-256 and -512
+        (docs/security.md): the user ``admin``'s credentials are written to ZooKeeper
+        before any broker starts, its password to ``tls/kafka-client.properties``.
 
         ``zookeeper_nodes`` > 1 runs an ensemble (an odd number: 3 tolerates the loss of
         one node, 5 of two) with client ports ``zookeeper_port``, ``zookeeper_port + 1``,
@@ -391,7 +407,7 @@ class LocalCluster:
                     len(state.zookeeper),
                 )
         ports = {f"broker {i}": base_port + i - 1 for i in range(1, brokers + 1)}
-        kafka_ports = {} if tls else {i: kafka_base_port + i - 1 for i in range(1, brokers + 1)}
+        kafka_ports = {i: kafka_base_port + i - 1 for i in range(1, brokers + 1)}
         ports.update({f"broker {i} Kafka": port for i, port in kafka_ports.items()})
         if zookeeper_nodes == 1:
             ports["ZooKeeper"] = zookeeper_port
@@ -704,9 +720,34 @@ class LocalCluster:
         tls_certs.write_file(
             self.tls_dir / ADMIN_PROPERTIES, "".join(f"{k}={v}\n" for k, v in admin.items())
         )
+        password = secrets.token_urlsafe(18)
+        kafka_client = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-256",
+            "sasl.username": KAFKA_ADMIN_USER,
+            "sasl.password": password,
+            "ssl.ca.location": str(certs.ca),
+        }
+        tls_certs.write_file(
+            self.tls_dir / KAFKA_CLIENT_PROPERTIES,
+            "".join(f"{k}={v}\n" for k, v in kafka_client.items()),
+        )
+        scram = {
+            m.mechanism_name: format_credential(
+                ScramCredential.from_password(m, password, DEFAULT_ITERATIONS)
+            )
+            for m in ScramMechanism
+        }
         credentials = read_digest_file(digest, set_acl=True)
         with kazoo_client(state.zookeeper_connect, credentials=credentials) as client:
             client.ensure_path(TLS_CHROOT, acl=SECURE_ACL)
+            users = f"{TLS_CHROOT}{znodes.CONFIG_USERS_PATH}"
+            client.ensure_path(users, acl=SECURE_ACL)
+            path, data = f"{users}/{KAFKA_ADMIN_USER}", znodes.encode_topic_config(scram)
+            if client.exists(path) is None:
+                client.create(path, data, acl=SECURE_ACL)
+            else:
+                client.set(path, data)
 
     def _broker_process(
         self, broker_id: int, state: _State, port: int, kafka_port: int | None
@@ -717,6 +758,8 @@ class LocalCluster:
             overrides.update(certs.broker_properties(broker_id, certs.broker_ids()))
             overrides["zookeeper.set.acl"] = "true"
             overrides["zookeeper.auth.digest.file"] = str(self.tls_dir / ZOOKEEPER_DIGEST_FILE)
+            if kafka_port is not None:
+                overrides.update(KAFKA_LISTENER_SECURITY)
         return BrokerProcess(
             BrokerSpec(
                 broker_id,

@@ -31,6 +31,7 @@ from broker.kafka_listener.partition_admin_apis import (
 )
 from broker.kafka_listener.quota_apis import QUOTA_VERSIONS, QuotaApis
 from broker.kafka_listener.records_admin_apis import RECORDS_ADMIN_VERSIONS, RecordsAdminApis
+from broker.kafka_listener.scram_apis import SCRAM_VERSIONS, ScramApis
 from broker.kafka_listener.wire_request import (
     Answer,
     CloseConnection,
@@ -86,6 +87,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     **QUOTA_VERSIONS,
     **RECORDS_ADMIN_VERSIONS,
     **ACL_VERSIONS,
+    **SCRAM_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -120,6 +122,7 @@ class KafkaWireApis:
         config_apis: ConfigApis,
         partition_admin_apis: PartitionAdminApis,
         quota_apis: QuotaApis,
+        scram_apis: ScramApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str = "",
         auto_topic_creator: AutoTopicCreator | None = None,
@@ -157,6 +160,7 @@ class KafkaWireApis:
             **quota_apis.handlers,
             **RecordsAdminApis(replica_manager, self.authorizer).handlers,
             **acl_apis.handlers,
+            **scram_apis.handlers,
         }
         self.handlers = cluster_checked(self.authorizer, handlers)
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)

@@ -19,6 +19,10 @@ has a top-level error code gets that response with every error code UNSUPPORTED_
 or version Kafka does not have) closes the connection, as Kafka does with a request it
 cannot parse.
 
+Security (:mod:`broker.kafka_listener.sasl_authenticator`): on an SSL or SASL listener the
+TLS handshake, then the SASL exchange, happen before the first request is read, and every
+request carries the principal the connection authenticated as.
+
 Client quotas (:mod:`broker.kafka_listener.throttling`): a response to a client over its
 quota carries its throttle time and is sent at once; the connection then reads no further
 request until that time has passed (KIP-219's muted channel). Requests the reader had
@@ -54,8 +58,10 @@ from broker.kafka_listener.request_codec import (
     request_schema,
     response_schema,
 )
+from broker.kafka_listener.sasl_authenticator import ListenerAuthenticator
 from broker.kafka_listener.throttling import Throttler, TimedAnswer
 from broker.kafka_listener.wire_request import Answer, CloseConnection, KafkaRequest
+from proto.transport.tls import ANONYMOUS_PRINCIPAL
 from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)
@@ -131,10 +137,17 @@ class KafkaListener:
         max_request_bytes: int,
         observe: Callable[[str, float], None] | None = None,
         throttler: Throttler | None = None,
+        authenticator: ListenerAuthenticator | None = None,
     ) -> None:
         self.broker_id = broker_id
-        self.handlers = handlers
-        """By API key, the stage of each API in :data:`SUPPORTED_VERSIONS`."""
+        self._authenticator = authenticator
+        """SSL and SASL (:mod:`broker.kafka_listener.sasl_authenticator`); None: PLAINTEXT."""
+        self.versions = SUPPORTED_VERSIONS if authenticator is None else authenticator.versions
+        """What ApiVersions lists and the listener serves."""
+        self.handlers = (
+            handlers if authenticator is None else {**handlers, **authenticator.handlers}
+        )
+        """By API key, the stage of each API in :attr:`versions`."""
         self.max_request_bytes = max_request_bytes
         """``socket.request.max.bytes``: a larger size field closes the connection."""
         self._observe = observe
@@ -145,8 +158,14 @@ class KafkaListener:
 
     async def start(self, host: str, port: int) -> int:
         """Bind and serve; returns the bound port. Raises OSError when it cannot bind."""
+        tls: dict[str, Any] = {}
+        if self._authenticator is not None and self._authenticator.ssl_context is not None:
+            tls = {
+                "ssl": self._authenticator.ssl_context,
+                "ssl_handshake_timeout": self._authenticator.timeout_s,
+            }
         self._server = await asyncio.start_server(
-            self._connection, host, port, reuse_address=True, reuse_port=False
+            self._connection, host, port, reuse_address=True, reuse_port=False, **tls
         )
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
@@ -175,9 +194,16 @@ class KafkaListener:
         queue: asyncio.Queue[_Queued | None] = asyncio.Queue()
         room = asyncio.Semaphore(MAX_QUEUED_ANSWERS)
         mute = _Mute()
-        reading = asyncio.create_task(self._read_requests(reader, queue, room, peer, mute))
-        writing = asyncio.create_task(self._write_answers(queue, room, writer, peer, mute))
+        reading: asyncio.Task[None] | None = None
+        writing: asyncio.Task[None] | None = None
         try:
+            principal = ANONYMOUS_PRINCIPAL
+            if self._authenticator is not None:
+                principal = await self._authenticator.authenticate(reader, writer, peer)
+            reading = asyncio.create_task(
+                self._read_requests(reader, queue, room, peer, mute, principal)
+            )
+            writing = asyncio.create_task(self._write_answers(queue, room, writer, peer, mute))
             done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
             if reading in done:
                 reading.result()
@@ -193,6 +219,8 @@ class KafkaListener:
             )
         finally:
             for part in (reading, writing):
+                if part is None:
+                    continue
                 part.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await part
@@ -211,9 +239,10 @@ class KafkaListener:
         room: asyncio.Semaphore,
         peer: object,
         mute: _Mute,
+        principal: str = ANONYMOUS_PRINCIPAL,
     ) -> None:
         """Read requests until the client closes; stage each in turn, none while the
-        connection is muted."""
+        connection is muted. Each request carries the connection's ``principal``."""
         client_host = _client_host(peer)
         while True:
             try:
@@ -234,20 +263,26 @@ class KafkaListener:
             started = time.perf_counter()
             await room.acquire()
             try:
-                queued = await self._stage(frame, started, client_host)
+                queued = await self._stage(frame, started, client_host, principal)
             except MalformedFrameError as err:
                 raise CloseConnection(str(err)) from err
             if queued.throttle_ms > 0:
                 mute.hold()
             queue.put_nowait(queued)
 
-    async def _stage(self, frame: bytes, started: float, client_host: str = "") -> _Queued:
+    async def _stage(
+        self,
+        frame: bytes,
+        started: float,
+        client_host: str = "",
+        principal: str = ANONYMOUS_PRINCIPAL,
+    ) -> _Queued:
         api_key, version, correlation_id = peek_header(frame)
-        versions = SUPPORTED_VERSIONS.get(api_key)
+        versions = self.versions.get(api_key)
         schema = request_schema(api_key, version)
         if versions is not None and versions[0] <= version <= versions[1] and schema is not None:
             staging = time.perf_counter_ns()
-            request = decode_request(frame, schema, client_host)
+            request = decode_request(frame, schema, client_host, principal)
             if self._throttler is not None and self._throttler.active:
                 request = self._throttler.adjust(request)
             answer = await self.handlers[api_key](request)
@@ -270,7 +305,11 @@ class KafkaListener:
         if api_key == API_VERSIONS:
             reply = response_schema(API_VERSIONS, 0)
             assert reply is not None
-            answer = _ready(api_versions_tree(UNSUPPORTED_VERSION))
+            answer = _ready(
+                api_versions_tree(UNSUPPORTED_VERSION)
+                if self._authenticator is None
+                else self._authenticator.api_versions_tree(UNSUPPORTED_VERSION)
+            )
             return _Queued(api_key, correlation_id, reply, answer, started)
         reply = response_schema(api_key, version)
         if reply is None or schema is None:

@@ -25,6 +25,7 @@ fetch's long poll), as a percentage of one second per second.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Generator
 from typing import Any
@@ -45,7 +46,13 @@ __all__ = ["Throttler", "TimedAnswer"]
 PRODUCE, FETCH = 0, 1
 THROTTLE_TIME = "throttle_time"
 """kio's name of every response's ``ThrottleTimeMs`` (an int of milliseconds in a tree)."""
-_USER = sanitize(ANONYMOUS)
+
+
+@functools.cache
+def _user(principal: str) -> str:
+    """The quota user of a connection's principal: its name, sanitized (Kafka's
+    ``session.sanitizedUser``); ``ANONYMOUS`` on a listener that authenticates no one."""
+    return sanitize(principal.removeprefix("User:") or ANONYMOUS)
 
 
 class TimedAnswer:
@@ -93,7 +100,8 @@ class Throttler:
         """A fetch's ``max_bytes`` capped by the client's fetch quota over a whole window."""
         if request.api_key != FETCH or not self.quotas.fetch.quotas_enabled:
             return request
-        cap = self.quotas.fetch.max_value_in_window(_USER, request.client_id or "")
+        user = _user(request.principal)
+        cap = self.quotas.fetch.max_value_in_window(user, request.client_id or "")
         max_bytes = getattr(request.body, "max_bytes", None)
         if max_bytes is None or cap >= max_bytes:
             return request
@@ -109,12 +117,13 @@ class Throttler:
         if request.api_key != PRODUCE:
             return 0
         client_id = request.client_id or ""
+        user = _user(request.principal)
         quotas = self.quotas
-        bandwidth = quotas.produce.record(_USER, client_id, request_size)
+        bandwidth = quotas.produce.record(user, client_id, request_size)
         acks = getattr(request.body, "acks", 1)
         share = stage_ns * NANOS_TO_PERCENTAGE_PER_SECOND
-        timing = 0 if acks == 0 else quotas.request.record(_USER, client_id, share)
-        return self._throttle(client_id, (quotas.produce, bandwidth), timing)
+        timing = 0 if acks == 0 else quotas.request.record(user, client_id, share)
+        return self._throttle(user, client_id, (quotas.produce, bandwidth), timing)
 
     def respond(
         self,
@@ -128,27 +137,28 @@ class Throttler:
         connection after it, 0 if not at all. ``staged_throttle_ms`` is what
         :meth:`on_stage` decided."""
         client_id = request.client_id or ""
+        user = _user(request.principal)
         quotas = self.quotas
         share = handler_ns * NANOS_TO_PERCENTAGE_PER_SECOND
         if request.api_key == PRODUCE:
             throttle = staged_throttle_ms
         elif request.api_key == FETCH and tree is not None:
-            timing = quotas.request.record(_USER, client_id, share)
+            timing = quotas.request.record(user, client_id, share)
             frame = encode_response(schema, request.correlation_id, tree)
             size = len(frame) - 4
-            bandwidth = quotas.fetch.record(_USER, client_id, size)
-            throttle = self._throttle(client_id, (quotas.fetch, bandwidth), timing)
+            bandwidth = quotas.fetch.record(user, client_id, size)
+            throttle = self._throttle(user, client_id, (quotas.fetch, bandwidth), timing)
             if throttle <= 0:
                 return frame, 0
-            quotas.fetch.unrecord(_USER, client_id, size)
+            quotas.fetch.unrecord(user, client_id, size)
             tree = {
                 "error_code": 0,
                 "session_id": tree.get("session_id", 0),
                 "responses": [],
             }
         else:
-            timing = quotas.request.record(_USER, client_id, share)
-            throttle = self._throttle(client_id, None, timing)
+            timing = quotas.request.record(user, client_id, share)
+            throttle = self._throttle(user, client_id, None, timing)
         if tree is None:
             return None, throttle
         if throttle > 0:
@@ -157,13 +167,14 @@ class Throttler:
 
     def _throttle(
         self,
+        user: str,
         client_id: str,
         bandwidth: tuple[ClientQuotaManager, int] | None,
         timing: int,
     ) -> int:
         """The larger throttle time, counted in its manager's ``throttle-time``."""
         if bandwidth is not None and bandwidth[1] > timing:
-            bandwidth[0].throttled(_USER, client_id, bandwidth[1])
+            bandwidth[0].throttled(user, client_id, bandwidth[1])
             return bandwidth[1]
-        self.quotas.request.throttled(_USER, client_id, timing)
+        self.quotas.request.throttled(user, client_id, timing)
         return timing

@@ -62,7 +62,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ANONYMOUS = "ANONYMOUS"
-"""The user of every connection of the Kafka listener (Kafka's ``KafkaPrincipal.ANONYMOUS``)."""
+"""The user of an unauthenticated connection (Kafka's ``KafkaPrincipal.ANONYMOUS``); an
+authenticated one's is its principal's name (``alice`` for ``User:alice``)."""
 INACTIVE_SENSOR_EXPIRATION_MS = 3600 * 1000
 """A quota id not recorded for this long is forgotten (Kafka's
 ``InactiveSensorExpirationTimeSeconds``)."""

@@ -82,8 +82,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=int,
         default=DEFAULT_KAFKA_BASE_PORT,
         help="broker n's Kafka protocol listener, for Kafka's own clients (kcat, aiokafka, "
-        f"...), is on kafka-base-port + n - 1 (default {DEFAULT_KAFKA_BASE_PORT}; none with "
-        "--tls: it speaks PLAINTEXT)",
+        f"...), is on kafka-base-port + n - 1 (default {DEFAULT_KAFKA_BASE_PORT}; SASL_SSL "
+        "with --tls, its settings in DATA_DIR/tls/kafka-client.properties)",
     )
     up.add_argument(
         "--zookeeper-port",
@@ -221,6 +221,8 @@ def _up(args: argparse.Namespace) -> int:
     config = cluster.command_config()
     if config is not None:
         print(f"  security:          TLS + ZooKeeper ACLs; client properties {config}")
+        kafka_config = config.with_name("kafka-client.properties")
+        print(f"  kafka security:    SASL_SSL, SCRAM user admin; kcat -F {kafka_config}")
     print(f"  logs:              {cluster.logs_dir}")
     return 0
 

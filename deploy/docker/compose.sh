@@ -34,7 +34,7 @@
 #
 # Environment: MINIBROKER_PROJECT, MINIBROKER_ZOOKEEPER_NODES (1 or 3), MINIBROKER_PORT_1..3
 # (9091..9093), MINIBROKER_KAFKA_PORT_1..3 (the Kafka protocol listeners', 19091..19093;
-# published in the TLS variant too, where no broker listens on them),
+# SASL_SSL in the TLS variant),
 # MINIBROKER_ZOOKEEPER_PORT (2181; with 3 nodes also MINIBROKER_ZOOKEEPER_PORT_2
 # and _3, 2182 and 2183), MINIBROKER_UP_TIMEOUT (seconds to wait for health, 180; a failed
 # health check is not final before it),
@@ -177,8 +177,7 @@ ports() {
     echo "broker-1 ${MINIBROKER_PORT_1:-9091} MINIBROKER_PORT_1"
     echo "broker-2 ${MINIBROKER_PORT_2:-9092} MINIBROKER_PORT_2"
     echo "broker-3 ${MINIBROKER_PORT_3:-9093} MINIBROKER_PORT_3"
-    # Checked in the TLS variant too: its brokers run no Kafka listener, but compose cannot
-    # drop a port the base file publishes, so Docker still binds these on the host.
+    # The Kafka listeners (SASL_SSL in the TLS variant).
     echo "broker-1 ${MINIBROKER_KAFKA_PORT_1:-19091} MINIBROKER_KAFKA_PORT_1"
     echo "broker-2 ${MINIBROKER_KAFKA_PORT_2:-19092} MINIBROKER_KAFKA_PORT_2"
     echo "broker-3 ${MINIBROKER_KAFKA_PORT_3:-19093} MINIBROKER_KAFKA_PORT_3"
@@ -217,6 +216,7 @@ zookeeper_connect() {
 make_tls_files() {
     if [ -f "$tls_dir/ca.pem" ] && [ -f "$tls_dir/admin.properties" ]; then
         echo "make up: reusing the TLS files in $tls_dir" >&2
+        make_kafka_client_properties
         return
     fi
     mkdir -p "$tls_dir"
@@ -241,6 +241,35 @@ zookeeper.set.acl=true
 zookeeper.auth.digest.file=$tls_dir/zookeeper-digest
 EOF
     echo "make up: made a throw-away CA, certificates and the ZooKeeper digest in $tls_dir" >&2
+    make_kafka_client_properties
+}
+
+# The Kafka clients' settings (librdkafka's names, `kcat -F`): SASL_SSL as the SCRAM user
+# admin, whose password is made here once; add_kafka_admin writes its credentials.
+make_kafka_client_properties() {
+    [ -f "$tls_dir/kafka-client.properties" ] && return
+    (
+        umask 077
+        cat >"$tls_dir/kafka-client.properties" <<EOF
+security.protocol=SASL_SSL
+sasl.mechanisms=SCRAM-SHA-256
+sasl.username=admin
+sasl.password=$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')
+ssl.ca.location=$tls_dir/ca.pem
+EOF
+    )
+}
+
+# The SCRAM credentials of the Kafka user admin, in ZooKeeper (docs/security.md), with the
+# host's minibroker command and the cluster's digest: the password never leaves the host.
+add_kafka_admin() {
+    local password
+    password="$(sed -n 's/^sasl.password=//p' "$tls_dir/kafka-client.properties")"
+    .venv/bin/minibroker configs --zookeeper "$(zookeeper_connect)" \
+        --command-config "$tls_dir/admin.properties" --alter --entity-type users \
+        --entity-name admin \
+        --add-config "SCRAM-SHA-256=[password=$password],SCRAM-SHA-512=[password=$password]" \
+        >/dev/null || die "could not write the Kafka user admin's SCRAM credentials"
 }
 
 # A port is taken when something on the host accepts connections on 127.0.0.1:<port> and
@@ -470,10 +499,13 @@ up() {
         what="A ZooKeeper ensemble of 3"
     fi
     if [ "$tls" = 1 ]; then
+        add_kafka_admin
         security="
   security:          TLS + ZooKeeper ACLs; client properties $tls_dir/admin.properties
-  kafka protocol:    none (its listener has no TLS)"
+  kafka bootstrap:   $(kafka_bootstrap) (SASL_SSL, SCRAM user admin: $tls_dir/kafka-client.properties)"
         export_config=" MINIBROKER_COMMAND_CONFIG=$tls_dir/admin.properties"
+        kcat="
+  kcat -b $(kafka_bootstrap) -F $tls_dir/kafka-client.properties -L"
     else
         kafka="
   kafka bootstrap:   $(kafka_bootstrap)"

@@ -31,6 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from proto.config.kafka_listener_security import (
+    KAFKA_LISTENER_PREFIX,
+    KafkaListenerSecurity,
+    listener_protocols,
+)
 from proto.config.log_config import LogConfig, check_range
 from proto.transport.tls import TlsConfig
 from proto.zk.credentials import ZkCredentials, read_digest_file
@@ -128,6 +133,10 @@ _PROPERTIES = (
     _Property("ssl.keystore.location", "ssl_keystore_location", "optstr"),
     _Property("ssl.truststore.location", "ssl_truststore_location", "optstr"),
     _Property("ssl.client.auth", "ssl_client_auth", "str"),
+    _Property("ssl.principal.mapping.rules", "ssl_principal_mapping_rules", "str"),
+    _Property("listener.security.protocol.map", "listener_security_protocol_map", "optstr"),
+    _Property("sasl.enabled.mechanisms", "sasl_enabled_mechanisms", "optstr"),
+    _Property("sasl.jaas.config", "sasl_jaas_config", "optstr"),
     _Property("super.users", "super_users", "optstr"),
     _Property("authorizer.class.name", "authorizer_class_name", "optstr"),
     _Property("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", "bool"),
@@ -281,6 +290,22 @@ class BrokerConfig:
     ssl_client_auth: str = "none"
     """``ssl.client.auth``: ``required`` (a client without a certificate the truststore
     accepts is refused in the handshake), ``requested`` or ``none``."""
+    ssl_principal_mapping_rules: str = "DEFAULT"
+    """``ssl.principal.mapping.rules``: the name a client certificate's subject maps to on
+    an SSL Kafka listener (Kafka's rules, :mod:`proto.transport.ssl_principal`)."""
+    listener_security_protocol_map: str = ""
+    """``listener.security.protocol.map``: ``KAFKA:<protocol>`` sets the Kafka listener's
+    security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL); ``GRPC:`` may only say
+    what ``ssl.keystore.location`` makes it. Empty: ``KAFKA:PLAINTEXT``. See
+    :mod:`proto.config.kafka_listener_security` and docs/security.md."""
+    sasl_enabled_mechanisms: str = ""
+    """``sasl.enabled.mechanisms``: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (a SASL listener
+    needs one; Kafka's default GSSAPI is not served)."""
+    sasl_jaas_config: str = ""
+    """``sasl.jaas.config``: PLAIN's users as ``user_<name>="<password>"`` options of a
+    PlainLoginModule entry, unless ``listener.name.kafka.plain.sasl.jaas.config`` is set."""
+    listener_properties: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """The ``listener.name.kafka.*`` properties as given."""
     super_users: str = ""
     """``super.users``: ``User:CN=broker-1;User:CN=broker-2;...``, the principals that may
     act as brokers (control requests, replica fetches), as with Kafka's authorizer. With TLS,
@@ -398,14 +423,6 @@ class BrokerConfig:
                 f"invalid value for kafka.port: {self.kafka_port} is also the gRPC port "
                 "(both listeners bind host)"
             )
-        if self.kafka_port >= 0 and self.ssl_keystore_location:
-            # The Kafka listener has no TLS yet: on an authenticated broker it would be a
-            # door around every certificate check.
-            raise ValueError(
-                "invalid value for kafka.port: the Kafka listener speaks PLAINTEXT only, "
-                "and this broker is authenticated (ssl.keystore.location is set); leave "
-                "kafka.port at -1"
-            )
         if self.ssl_client_auth not in SSL_CLIENT_AUTH_VALUES:
             raise ValueError(
                 f"invalid value for ssl.client.auth: {self.ssl_client_auth!r} "
@@ -432,6 +449,21 @@ class BrokerConfig:
                 f"invalid value for replica.fetch.wait.max.ms: {self.replica_fetch_wait_max_ms} "
                 f"must not exceed replica.lag.time.max.ms ({self.replica_lag_time_max_ms})"
             )
+        set_(self, "listener_properties", MappingProxyType(dict(self.listener_properties)))
+        protocols = listener_protocols(self.listener_security_protocol_map)
+        grpc = "SSL" if self.ssl_keystore_location else "PLAINTEXT"
+        if protocols.get("GRPC", grpc) != grpc:
+            raise ValueError(
+                f"invalid value for listener.security.protocol.map: GRPC:{protocols['GRPC']}; "
+                f"the gRPC listener is {grpc}, as ssl.keystore.location makes it"
+            )
+        if self.kafka_port >= 0:
+            self.kafka_listener_security()  # checks it
+        elif self.listener_properties:
+            raise ValueError(
+                f"{next(iter(self.listener_properties))} is set but kafka.port is -1 (no "
+                "Kafka listener)"
+            )
         unknown = sorted(set(self.log_properties) - set(LOG_PROPERTIES))
         if unknown:
             raise ValueError(f"unknown log property {unknown[0]!r}{_suggest(unknown[0])}")
@@ -453,6 +485,23 @@ class BrokerConfig:
     @property
     def tls_enabled(self) -> bool:
         return bool(self.ssl_keystore_location)
+
+    @property
+    def kafka_security_protocol(self) -> str:
+        """The Kafka listener's security protocol (``KAFKA`` in the protocol map)."""
+        return listener_protocols(self.listener_security_protocol_map).get("KAFKA", "PLAINTEXT")
+
+    def kafka_listener_security(self) -> KafkaListenerSecurity:
+        """The Kafka listener's protocol, mechanisms and users, checked (ValueError)."""
+        return KafkaListenerSecurity.from_properties(
+            self.kafka_security_protocol,
+            sasl_enabled_mechanisms=self.sasl_enabled_mechanisms,
+            sasl_jaas_config=self.sasl_jaas_config,
+            ssl_client_auth=self.ssl_client_auth,
+            ssl_principal_mapping_rules=self.ssl_principal_mapping_rules,
+            listener_properties=self.listener_properties,
+            tls_enabled=self.tls_enabled,
+        )
 
     @property
     def super_user_principals(self) -> frozenset[str]:
@@ -485,6 +534,7 @@ class BrokerConfig:
         """
         values: dict[str, object] = {}
         log_properties: dict[str, str] = {}
+        listener_properties: dict[str, str] = {}
         for given_name, raw in properties.items():
             name = given_name.strip()
             if name in _ALIASES:
@@ -495,6 +545,14 @@ class BrokerConfig:
             if name in LOG_PROPERTIES:
                 log_properties[name] = text
                 continue
+            if name.startswith("listener.name."):
+                if not name.startswith(KAFKA_LISTENER_PREFIX):
+                    raise ValueError(
+                        f"unknown broker property {name!r}: the Kafka listener's name is "
+                        f"KAFKA, its properties start with {KAFKA_LISTENER_PREFIX!r}"
+                    )
+                listener_properties[name] = text
+                continue
             prop = _BY_NAME.get(name)
             if prop is None:
                 raise ValueError(f"unknown broker property {name!r}{_suggest(name)}")
@@ -502,7 +560,11 @@ class BrokerConfig:
         missing = [name for name in _REQUIRED if _BY_NAME[name].field not in values]
         if missing:
             raise ValueError(f"missing required broker properties: {', '.join(missing)}")
-        return cls(**values, log_properties=log_properties)  # type: ignore[arg-type]
+        return cls(
+            **values,  # type: ignore[arg-type]
+            log_properties=log_properties,
+            listener_properties=listener_properties,
+        )
 
     def to_properties(self) -> dict[str, str]:
         """The config as Kafka properties, every key included (logged at startup, as Kafka
@@ -515,6 +577,7 @@ class BrokerConfig:
             else:
                 result[prop.name] = str(value)
         result.update(self.log_properties)
+        result.update(self.listener_properties)
         return result
 
     def topic_config(self, overrides: Mapping[str, str], *, strict: bool = False) -> TopicConfig:

@@ -198,7 +198,7 @@ def static_broker_properties(
 
 
 def listener_configs(
-    host: str, grpc_port: int, kafka_port: int | None, tls: bool
+    host: str, grpc_port: int, kafka_port: int | None, tls: bool, kafka_protocol: str = "PLAINTEXT"
 ) -> dict[str, str]:
     """``listeners``, ``advertised.listeners`` and ``listener.security.protocol.map`` of a
     broker, under the listener names of its registration (``GRPC``, ``KAFKA``)."""
@@ -206,7 +206,7 @@ def listener_configs(
     protocols = [f"GRPC:{'SSL' if tls else 'PLAINTEXT'}"]
     if kafka_port is not None:
         endpoints.append(f"KAFKA://{host}:{kafka_port}")
-        protocols.append("KAFKA:PLAINTEXT")
+        protocols.append(f"KAFKA:{kafka_protocol}")
     return {
         "listeners": ",".join(endpoints),
         "advertised.listeners": ",".join(endpoints),
@@ -309,7 +309,7 @@ def describe_broker(
 
 def broker_config_type(name: str) -> ConfigType:
     """The ``config_type`` of broker config ``name``."""
-    if "password" in name:
+    if "password" in name or name.endswith("sasl.jaas.config"):
         return ConfigType.PASSWORD
     if name in BROKER_LOG_CONFIGS:
         return BROKER_LOG_CONFIGS[name].type

@@ -143,9 +143,9 @@ ENDPOINT_SCHEME = "GRPC"
 """The listener name in a broker registration's ``endpoints`` (Kafka's ``PLAINTEXT``)."""
 KAFKA_ENDPOINT_SCHEME = "KAFKA"
 """The listener name of a broker's Kafka protocol listener (``kafka.port``)."""
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 """The values of ``listener_security_protocol_map`` a broker here writes (Kafka's
-``SecurityProtocol`` names; SASL is not implemented)."""
+``SecurityProtocol`` names; the gRPC listener's is PLAINTEXT or SSL)."""
 
 BROKER_IDS_PATH = "/brokers/ids"
 BROKER_TOPICS_PATH = "/brokers/topics"
@@ -447,6 +447,7 @@ def encode_broker_registration(
     *,
     kafka_port: int | None = None,
     grpc_security_protocol: str = "PLAINTEXT",
+    kafka_security_protocol: str = "PLAINTEXT",
 ) -> bytes:
     """``{"version":1,"host":..,"port":..,"timestamp":"<ms>","endpoints":["GRPC://host:port"]}``
 
@@ -455,14 +456,16 @@ def encode_broker_registration(
     "KAFKA://host:kafka_port"]`` and ``"listener_security_protocol_map":{"GRPC":
     grpc_security_protocol,"KAFKA":"PLAINTEXT"}``, under version 4, the version that
     introduced that map (Kafka 0.10.2, KIP-103). ``grpc_security_protocol`` is ``SSL`` for
-    a TLS broker; without ``kafka_port`` it is not written. ValueError for a port outside
-    1-65535 or an unknown security protocol.
+    a TLS broker; without ``kafka_port`` it is not written. ``kafka_security_protocol``
+    is the Kafka listener's (``SASL_SSL``...), as Kafka registers its listeners with the
+    protocol map. ValueError for a port outside 1-65535 or an unknown security protocol.
     """
-    if grpc_security_protocol not in SECURITY_PROTOCOLS:
-        raise ValueError(
-            f"unknown security protocol {grpc_security_protocol!r} "
-            f"(one of {', '.join(SECURITY_PROTOCOLS)})"
-        )
+    for protocol, known in (
+        (grpc_security_protocol, SECURITY_PROTOCOLS[:2]),
+        (kafka_security_protocol, SECURITY_PROTOCOLS),
+    ):
+        if protocol not in known:
+            raise ValueError(f"unknown security protocol {protocol!r} (one of {', '.join(known)})")
     registration: dict[str, Any] = {
         "version": 1,
         "host": host,
@@ -477,7 +480,7 @@ def encode_broker_registration(
         registration["endpoints"].append(format_endpoint(host, kafka_port, KAFKA_ENDPOINT_SCHEME))
         registration["listener_security_protocol_map"] = {
             ENDPOINT_SCHEME: grpc_security_protocol,
-            KAFKA_ENDPOINT_SCHEME: "PLAINTEXT",
+            KAFKA_ENDPOINT_SCHEME: kafka_security_protocol,
         }
     return _dumps(registration)
 

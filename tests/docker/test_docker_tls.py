@@ -5,10 +5,10 @@ Its own compose project (``minibroker-test-tls``), image tag, free ports and TLS
 Python, and the brokers come up healthy speaking mutual TLS, with ZooKeeper ACLs under the
 chroot ``/minibroker``. The host's CLI, given the generated ``admin.properties``, creates a
 topic, produces with acks=all and consumes it back; without a certificate it cannot reach
-a broker, and without the digest ZooKeeper refuses its writes. The brokers run without the
-Kafka protocol listener (PLAINTEXT only, so a broker with a keystore refuses it): their
-registrations name none, though compose still publishes the Kafka ports. `make
-down-volumes` removes the cluster at the end.
+a broker, and without the digest ZooKeeper refuses its writes. The Kafka protocol
+listeners are SASL_SSL: kcat lists the cluster with the generated
+``kafka-client.properties`` (the SCRAM user admin). `make down-volumes` removes the cluster
+at the end.
 """
 
 from __future__ import annotations
@@ -83,8 +83,7 @@ def tls_cluster(
                 f"{up.stderr[-6000:]}"
             )
         assert "TLS + ZooKeeper ACLs" in up.stdout, up.stdout
-        assert "kafka protocol:    none" in up.stdout, up.stdout
-        assert "kafka bootstrap" not in up.stdout, up.stdout
+        assert "SASL_SSL, SCRAM user admin" in up.stdout, up.stdout
         assert cluster.zookeeper in up.stdout, up.stdout
         yield cluster
     finally:
@@ -126,6 +125,15 @@ def test_the_host_cli_works_with_the_generated_credentials_and_nothing_works_wit
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(consumed.stdout.split()) == sorted(lines.split())
 
+    kafka_config = Path(tls_cluster.env["MINIBROKER_TLS_DIR"]) / "kafka-client.properties"
+    kafka = f"127.0.0.1:{tls_cluster.kafka_ports[1]}"
+    listed = subprocess.run(
+        ["kcat", "-b", kafka, "-F", str(kafka_config), "-L", "-m", "20"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert "secure" in listed.stdout
+
     plaintext = cli(tls_cluster, "consume", "secure", "--from-beginning", "--timeout-ms", "3000")
     assert plaintext.returncode != 0
     assert "cannot reach" in plaintext.stderr
@@ -136,7 +144,8 @@ def test_the_host_cli_works_with_the_generated_credentials_and_nothing_works_wit
         assert outsider.exists("/controller_epoch") is not None
         for broker_id in (1, 2, 3):
             data, _ = outsider.get(broker_path(broker_id))
-            assert decode_broker_registration(data).kafka_endpoint is None, data
+            assert decode_broker_registration(data).kafka_endpoint is not None, data
+            assert b'"KAFKA":"SASL_SSL"' in data, data
         with pytest.raises(NoAuthError):
             outsider.set("/controller_epoch", b"999")
         with pytest.raises(NoAuthError):

@@ -97,18 +97,33 @@ def test_cluster_up_tls_is_authenticated_and_the_cli_finds_its_credentials(
 ) -> None:
     """`cluster up --tls`: the CLI's defaults (the cluster's admin.properties) work for every
     command; a client without the certificate cannot reach the brokers; the ZooKeeper chroot
-    refuses writes without the digest."""
-    base = free_port_run(4)
+    refuses writes without the digest. The Kafka listeners are SASL_SSL with the generated
+    SCRAM user admin, whose settings kcat reads from tls/kafka-client.properties."""
+    base = free_port_run(7)
     data = ["--data-dir", str(cluster_dir)]
     up = minibroker(
-        "cluster", "up", *data, "--tls", "--base-port", str(base), "--zookeeper-port", str(base + 3)
+        "cluster", "up", *data, "--tls", "--base-port", str(base),
+        "--zookeeper-port", str(base + 3), "--kafka-base-port", str(base + 4),
     )  # fmt: skip
     assert up.returncode == 0, up.stderr
     assert "TLS + ZooKeeper ACLs" in up.stdout
     assert f"127.0.0.1:{base + 3}/minibroker" in up.stdout
-    # No PLAINTEXT Kafka listener beside the authenticated gRPC one.
-    assert "kafka bootstrap" not in up.stdout
-    assert kafka_ports(cluster_dir) == {1: None, 2: None, 3: None}
+    assert "SASL_SSL, SCRAM user admin" in up.stdout
+    assert kafka_ports(cluster_dir) == {1: base + 4, 2: base + 5, 3: base + 6}
+    kafka_config = cluster_dir / "tls" / "kafka-client.properties"
+    assert "security.protocol=SASL_SSL" in kafka_config.read_text()
+    kafka_bootstrap = f"127.0.0.1:{base + 4}"
+    listed = subprocess.run(
+        ["kcat", "-b", kafka_bootstrap, "-F", str(kafka_config), "-L", "-m", "10"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert "3 brokers" in listed.stdout
+    anonymous = subprocess.run(
+        ["kcat", "-b", kafka_bootstrap, "-L", "-m", "5"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert anonymous.returncode != 0
     created = minibroker("topics", "create", "orders", "--replication-factor", "3", *data)
     assert created.returncode == 0, created.stderr
     produced = minibroker("produce", "orders", "--acks", "all", *data, input_text="a\nb\nc\n")
@@ -119,6 +134,13 @@ def test_cluster_up_tls_is_authenticated_and_the_cli_finds_its_credentials(
     )  # fmt: skip
     assert consumed.returncode == 0, consumed.stderr
     assert sorted(consumed.stdout.split()) == ["a", "b", "c"]
+    read = subprocess.run(
+        ["kcat", "-b", kafka_bootstrap, "-F", str(kafka_config), "-C", "-t", "orders", "-e",
+         "-o", "beginning"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert read.returncode == 0, read.stderr
+    assert sorted(read.stdout.split()) == ["a", "b", "c"]
     status = minibroker("cluster", "status", *data)
     assert "Topics: 1" in status.stdout, status.stdout
 

@@ -64,7 +64,7 @@ def test_defaults_are_kafkas_and_design_md() -> None:
 def test_every_field_has_a_property() -> None:
     # to_properties covers every Kafka key; the table and the dataclass stay in step.
     names = set(config().to_properties())
-    derived = {"log_properties", "default_log_config"}
+    derived = {"log_properties", "listener_properties", "default_log_config"}
     assert len(names) == len([f for f in dataclasses.fields(BrokerConfig) if f.name not in derived])
 
 
@@ -98,9 +98,91 @@ def test_kafka_port_is_off_a_free_port_or_a_port() -> None:
 
 def test_an_authenticated_broker_refuses_the_plaintext_kafka_listener() -> None:
     tls = {"ssl.keystore.location": "/k.pem", "ssl.truststore.location": "/t.pem"}
-    with pytest.raises(ValueError, match=r"kafka\.port: the Kafka listener speaks PLAINTEXT"):
+    with pytest.raises(ValueError, match=r"kafka\.port: this broker is authenticated"):
         config(**tls, **{"kafka.port": "0"})
+    with pytest.raises(ValueError, match=r"kafka\.port: this broker is authenticated"):
+        config(**tls, **{"kafka.port": "0", "listener.security.protocol.map": "KAFKA:PLAINTEXT"})
+    with pytest.raises(ValueError, match=r"in the clear"):
+        config(
+            **tls,
+            **{
+                "kafka.port": "0",
+                "listener.security.protocol.map": "KAFKA:SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            },
+        )
     assert config(**tls).kafka_port == -1
+    c = config(**tls, **{"kafka.port": "0", "listener.security.protocol.map": "KAFKA:SSL"})
+    assert c.kafka_security_protocol == "SSL"
+
+
+_JAAS = (
+    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+    'username="admin" password="a-secret" user_admin="a-secret" user_alice="al\\"ice";'
+)
+
+
+def test_the_kafka_listener_security_under_kafka_names() -> None:
+    tls = {"ssl.keystore.location": "/k.pem", "ssl.truststore.location": "/t.pem"}
+    c = config(
+        **tls,
+        **{
+            "kafka.port": "0",
+            "ssl.client.auth": "required",
+            "listener.security.protocol.map": "GRPC:SSL,kafka:SASL_SSL",
+            "sasl.enabled.mechanisms": "PLAIN, SCRAM-SHA-512",
+            "listener.name.kafka.plain.sasl.jaas.config": _JAAS,
+        },
+    )
+    security = c.kafka_listener_security()
+    assert (security.protocol, security.mechanisms) == ("SASL_SSL", ("PLAIN", "SCRAM-SHA-512"))
+    assert dict(security.plain_users) == {"admin": "a-secret", "alice": 'al"ice'}
+    assert security.client_auth == "none"  # Kafka: ssl.client.auth needs the listener prefix
+    assert BrokerConfig.from_properties(c.to_properties()) == c
+    with pytest.raises(ValueError, match=r"sasl\.enabled\.mechanisms"):
+        config(**{"kafka.port": "0", "listener.security.protocol.map": "KAFKA:SASL_PLAINTEXT"})
+    with pytest.raises(ValueError, match=r"GSSAPI"):
+        config(
+            **{
+                "kafka.port": "0",
+                "listener.security.protocol.map": "KAFKA:SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "GSSAPI",
+            }
+        )
+    with pytest.raises(ValueError, match=r"jaas"):
+        config(
+            **{
+                "kafka.port": "0",
+                "listener.security.protocol.map": "KAFKA:SASL_PLAINTEXT",
+                "sasl.enabled.mechanisms": "PLAIN",
+            }
+        )
+    plain = config(
+        **{
+            "kafka.port": "0",
+            "listener.security.protocol.map": "KAFKA:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.jaas.config": _JAAS,
+        }
+    )
+    assert plain.kafka_listener_security().plain_users["admin"] == "a-secret"
+    with pytest.raises(ValueError, match=r"needs the broker's ssl\.keystore"):
+        config(**{"kafka.port": "0", "listener.security.protocol.map": "KAFKA:SSL"})
+    with pytest.raises(ValueError, match=r"GRPC:SSL"):
+        config(**{"kafka.port": "0", "listener.security.protocol.map": "GRPC:SSL"})
+    with pytest.raises(ValueError, match=r"KAFKA"):
+        config(**{"listener.name.sasl_ssl.plain.sasl.jaas.config": _JAAS})
+    with pytest.raises(ValueError, match=r"unknown broker property"):
+        config(**{"kafka.port": "0", "listener.name.kafka.ssl.keystore.location": "/k"})
+    with pytest.raises(ValueError, match=r"ssl\.principal\.mapping\.rules"):
+        config(
+            **tls,
+            **{
+                "kafka.port": "0",
+                "listener.security.protocol.map": "KAFKA:SSL",
+                "ssl.principal.mapping.rules": "RULE:x",
+            },
+        )
 
 
 def test_group_coordinator_properties_have_kafkas_defaults() -> None:
@@ -320,3 +402,11 @@ def test_overrides_feed_from_properties() -> None:
 )
 def test_split_zookeeper_connect(connect: str, expected: tuple[str, str | None]) -> None:
     assert split_zookeeper_connect(connect) == expected
+
+
+def test_the_jaas_configs_are_described_as_passwords() -> None:
+    from proto.config.config_def import ConfigType
+    from proto.config.describe_configs import broker_config_type
+
+    assert broker_config_type("sasl.jaas.config") is ConfigType.PASSWORD
+    assert broker_config_type("listener.name.kafka.plain.sasl.jaas.config") is ConfigType.PASSWORD

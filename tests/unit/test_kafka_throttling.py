@@ -121,3 +121,13 @@ def test_a_produce_throttle_is_decided_when_it_is_staged() -> None:
     assert frame is not None
     answer = _decode(produce_response.ProduceResponse, frame)
     assert answer.throttle_time.total_seconds() * 1000 == staged
+
+
+def test_an_authenticated_connection_is_measured_as_its_principal_s_user() -> None:
+    quotas = ClientQuotas(samples=2, window_ms=1000)
+    quotas.update(QuotaEntity("alice", None), {"producer_byte_rate": "100"})
+    throttler = Throttler(quotas)
+    alice = KafkaRequest(0, 9, 7, "c", None, principal="User:alice")
+    anonymous = KafkaRequest(0, 9, 7, "c", None)
+    assert throttler.on_stage(anonymous, 10_000, 0) == 0
+    assert throttler.on_stage(alice, 10_000, 0) > 0

@@ -137,6 +137,18 @@ def test_broker_registration_of_a_tls_broker_maps_grpc_to_ssl() -> None:
         "GRPC": "SSL",
         "KAFKA": "PLAINTEXT",
     }
+    data = encode_broker_registration(
+        "b1",
+        9091,
+        1,
+        kafka_port=19091,
+        grpc_security_protocol="SSL",
+        kafka_security_protocol="SASL_SSL",
+    )
+    assert json.loads(data)["listener_security_protocol_map"] == {
+        "GRPC": "SSL",
+        "KAFKA": "SASL_SSL",
+    }
     # Without a Kafka listener the map (and the security protocol) is not written at all.
     assert encode_broker_registration(
         "b1", 9091, 1, grpc_security_protocol="SSL"
@@ -157,6 +169,7 @@ def test_broker_registration_with_a_kafka_listener_on_ipv6() -> None:
         ({"kafka_port": 0}, "1-65535"),
         ({"kafka_port": 65536}, "1-65535"),
         ({"kafka_port": 19091, "grpc_security_protocol": "SASL_SSL"}, "security protocol"),
+        ({"kafka_port": 19091, "kafka_security_protocol": "SASL"}, "security protocol"),
     ],
 )
 def test_broker_registration_refuses_what_no_listener_has(
