@@ -77,7 +77,7 @@ from proto.transport.scram import (
     format_credential,
 )
 from proto.zk import znodes
-from proto.zk.credentials import SECURE_ACL, read_digest_file
+from proto.zk.credentials import SECURE_ACL, SENSITIVE_ACL, read_digest_file
 from proto.zk.session import ZkConnectionError
 from proto.zk.sync_client import kazoo_client, start_kazoo_client, stop_kazoo_client
 
@@ -110,6 +110,16 @@ ADMIN_PROPERTIES = "admin.properties"
 KAFKA_CLIENT_PROPERTIES = "kafka-client.properties"
 """A ``--tls`` cluster's Kafka client settings (librdkafka's names: ``kcat -F``)."""
 KAFKA_ADMIN_USER = "admin"
+ADMIN_CERTIFICATE = "admin"
+"""The CLI's client certificate (``tls/admin.pem``, subject ``CN=admin``)."""
+ADMIN_PRINCIPALS = (f"User:CN={ADMIN_CERTIFICATE}", f"User:{KAFKA_ADMIN_USER}")
+"""A ``--tls`` cluster's administrators, super users beside the brokers: the CLI's
+certificate on gRPC and the SCRAM user on the Kafka listeners."""
+ACLS_ON = {
+    "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+    "allow.everyone.if.no.acl.found": "false",
+}
+"""A ``--tls`` cluster's ACLs (docs/security.md): anyone but a super user needs an ACL."""
 KAFKA_LISTENER_SECURITY = {
     "listener.security.protocol.map": "GRPC:SSL,KAFKA:SASL_SSL",
     "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
@@ -382,7 +392,10 @@ class LocalCluster:
         before anything starts. What was started is stopped again if a later step fails.
         A ``tls`` cluster's Kafka listeners are SASL_SSL with SCRAM-SHA-256 and -512
         (docs/security.md): the user ``admin``'s credentials are written to ZooKeeper
-        before any broker starts, its password to ``tls/kafka-client.properties``.
+        before any broker starts, its password to ``tls/kafka-client.properties``. A
+        ``tls`` cluster runs Kafka's ACL authorizer with ``allow.everyone.if.no.acl.found``
+        false: the brokers and :data:`ADMIN_PRINCIPALS` are ``super.users``, anyone else
+        needs ACLs (``minibroker acls``).
 
         ``zookeeper_nodes`` > 1 runs an ensemble (an odd number: 3 tolerates the loss of
         one node, 5 of two) with client ports ``zookeeper_port``, ``zookeeper_port + 1``,
@@ -709,11 +722,13 @@ class LocalCluster:
     def _make_tls(self, brokers: int, state: _State) -> None:
         """The TLS mode's files (see :meth:`up`) and its chroot, created with the secure ACL
         before any broker starts."""
-        certs = tls_certs.generate(self.tls_dir, range(1, brokers + 1), clients=("admin",))
+        certs = tls_certs.generate(
+            self.tls_dir, range(1, brokers + 1), clients=(ADMIN_CERTIFICATE,)
+        )
         digest = self.tls_dir / ZOOKEEPER_DIGEST_FILE
         tls_certs.write_file(digest, f"minibroker:{secrets.token_urlsafe(24)}\n")
         admin = {
-            **certs.client_properties("admin"),
+            **certs.client_properties(ADMIN_CERTIFICATE),
             "zookeeper.set.acl": "true",
             "zookeeper.auth.digest.file": str(digest),
         }
@@ -741,13 +756,17 @@ class LocalCluster:
         credentials = read_digest_file(digest, set_acl=True)
         with kazoo_client(state.zookeeper_connect, credentials=credentials) as client:
             client.ensure_path(TLS_CHROOT, acl=SECURE_ACL)
+            # The SCRAM keys are the brokers' alone to read, as the brokers create them
+            # (proto.zk.znodes.SENSITIVE_ROOT_PATHS); set again over an earlier cluster's.
             users = f"{TLS_CHROOT}{znodes.CONFIG_USERS_PATH}"
-            client.ensure_path(users, acl=SECURE_ACL)
+            client.ensure_path(users, acl=SENSITIVE_ACL)
+            client.set_acls(users, SENSITIVE_ACL)
             path, data = f"{users}/{KAFKA_ADMIN_USER}", znodes.encode_topic_config(scram)
             if client.exists(path) is None:
-                client.create(path, data, acl=SECURE_ACL)
+                client.create(path, data, acl=SENSITIVE_ACL)
             else:
                 client.set(path, data)
+                client.set_acls(path, SENSITIVE_ACL)
 
     def _broker_process(
         self, broker_id: int, state: _State, port: int, kafka_port: int | None
@@ -756,6 +775,8 @@ class LocalCluster:
         if state.tls:
             certs = tls_certs.ClusterCertificates(self.tls_dir)
             overrides.update(certs.broker_properties(broker_id, certs.broker_ids()))
+            overrides["super.users"] = ";".join([overrides["super.users"], *ADMIN_PRINCIPALS])
+            overrides.update(ACLS_ON)
             overrides["zookeeper.set.acl"] = "true"
             overrides["zookeeper.auth.digest.file"] = str(self.tls_dir / ZOOKEEPER_DIGEST_FILE)
             if kafka_port is not None:

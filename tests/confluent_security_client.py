@@ -4,7 +4,9 @@ tests.confluent_security_client '<config json>' <action> [topic]`` prints one JS
 
 Actions: ``roundtrip`` (produce one record to ``topic`` and read it back), ``metadata``
 (list the topics: the authentication error, if any, is printed), ``scram`` (AdminClient's
-alter_user_scram_credentials for alice and bob, then describe_user_scram_credentials)."""
+alter_user_scram_credentials for alice and bob, then describe_user_scram_credentials),
+``produce`` (one record to partition 0 of ``topic``: its delivery error's name or None) and
+``topic_metadata`` (Metadata of ``topic`` alone: the topic's error name or None)."""
 
 from __future__ import annotations
 
@@ -59,6 +61,24 @@ def metadata(config: dict[str, Any]) -> dict[str, Any]:
     return {"topics": topics, "errors": errors}
 
 
+def produce(config: dict[str, Any], topic: str) -> dict[str, Any]:
+    errors: list[str | None] = []
+
+    def delivered(err: confluent_kafka.KafkaError | None, _: Any) -> None:
+        errors.append(None if err is None else err.name())
+
+    producer = confluent_kafka.Producer({**config, "message.timeout.ms": 20000})
+    producer.produce(topic, uuid.uuid4().hex.encode(), partition=0, on_delivery=delivered)
+    left = producer.flush(30)
+    return {"unflushed": left, "error": errors[0] if errors else "NOT_DELIVERED"}
+
+
+def topic_metadata(config: dict[str, Any], topic: str) -> dict[str, Any]:
+    admin = AdminClient(config)
+    found = admin.list_topics(topic=topic, timeout=15).topics[topic]
+    return {"error": None if found.error is None else found.error.name()}
+
+
 def scram(config: dict[str, Any]) -> dict[str, Any]:
     admin = AdminClient(config)
     sha256, sha512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
@@ -97,6 +117,10 @@ def main() -> None:
         result = roundtrip(config, sys.argv[3])
     elif action == "metadata":
         result = metadata(config)
+    elif action == "produce":
+        result = produce(config, sys.argv[3])
+    elif action == "topic_metadata":
+        result = topic_metadata(config, sys.argv[3])
     else:
         result = scram(config)
     print(json.dumps(result), flush=True)

@@ -16,6 +16,10 @@ SECURE_ACL = [*CREATOR_ALL_ACL, *READ_ACL_UNSAFE]
 """Kafka's secure ACL: everything for the identity that created the znode (the brokers'
 shared digest), reading for the world."""
 
+SENSITIVE_ACL = [*CREATOR_ALL_ACL]
+"""Kafka's ACL of a sensitive znode (``ZkData.defaultAcls``): the secure ACL without the
+world's read, for the secrets under :data:`proto.zk.znodes.SENSITIVE_ROOT_PATHS`."""
+
 
 @dataclass(frozen=True)
 class ZkCredentials:

@@ -49,14 +49,12 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 from proto.errors import MinibrokerError
 from proto.process.event_log import log_event
-from proto.zk.credentials import SECURE_ACL, ZkCredentials
+from proto.zk.credentials import SECURE_ACL, SENSITIVE_ACL, ZkCredentials
 from proto.zk.znode_limits import JUTE_MAXBUFFER, SizeCheckedKazooClient
 from proto.zk.znode_reads import (
     decode_znode,
 )
-from proto.zk.znodes import (
-    CONSUMERS_PATH,
-)
+from proto.zk.znodes import CONSUMERS_PATH, is_sensitive_path
 
 T = TypeVar("T")
 
@@ -622,12 +620,16 @@ class ZooKeeperClient:
     def _acl_for(self, path: str) -> list[ACL] | None:
         """Kafka's ``ZkData.defaultAcls``: with ``zookeeper.set.acl`` every znode is the
         credentials' to change and the world's to read, except under ``/consumers``, which
-        the consumers of ZooKeeper groups write without credentials. None: kazoo's default
+        the consumers of ZooKeeper groups write without credentials, and the sensitive
+        paths (``/config/users``: SCRAM keys), which only the credentials may read. A
+        ``makepath`` create gives the missing parents the same ACL. None: kazoo's default
         (the secure ACL with credentials, else open)."""
         if self._credentials is None or not self._credentials.set_acl:
             return None
         if path == CONSUMERS_PATH or path.startswith(CONSUMERS_PATH + "/"):
             return list(OPEN_ACL_UNSAFE)
+        if is_sensitive_path(path):
+            return list(SENSITIVE_ACL)
         return None
 
     async def _call(self, op: str, path: str, start: Callable[[Any], Any]) -> Any:

@@ -72,6 +72,7 @@ __all__ = [
     "PREFERRED_REPLICA_ELECTION_PATH",
     "REASSIGN_PARTITIONS_PATH",
     "SECURITY_PROTOCOLS",
+    "SENSITIVE_ROOT_PATHS",
     "BrokerInfo",
     "BrokerRegistration",
     "CommittedOffset",
@@ -126,6 +127,7 @@ __all__ = [
     "encode_topic_config",
     "format_endpoint",
     "is_cluster_id",
+    "is_sensitive_path",
     "isr_change_notification_path",
     "log_dir_event_notification_path",
     "new_cluster_id",
@@ -190,6 +192,19 @@ PERSISTENT_PATHS = (
 """The parents every broker makes sure of at start-up with ``zookeeper.set.acl`` (Kafka's
 ``ZkData.PersistentZkPaths``), so that each carries the secure ACL before anyone without
 the credentials could create it (``/consumers`` the open one)."""
+SENSITIVE_ROOT_PATHS = (CONFIG_USERS_PATH,)
+"""The subtrees whose znodes hold secrets (Kafka's ``ZkData.SensitiveRootPaths``): a user's
+config entity holds its SCRAM keys, and a stored key lets one pose as a broker to that
+user. With ``zookeeper.set.acl`` they are the brokers' digest's alone, not the world's to
+read (:func:`is_sensitive_path`). Kafka's list also has ``/config/brokers`` (its encrypted
+dynamic passwords) and ``/delegation_token``, which hold no secrets here."""
+
+
+def is_sensitive_path(path: str) -> bool:
+    """``path`` (relative to the chroot) is one of :data:`SENSITIVE_ROOT_PATHS` or below one
+    (Kafka's ``ZkData.sensitivePath``)."""
+    return any(path == root or path.startswith(root + "/") for root in SENSITIVE_ROOT_PATHS)
+
 
 _JSON_SEPARATORS = (",", ":")
 _INTEGER = re.compile(r"-?[0-9]+")

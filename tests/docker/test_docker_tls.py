@@ -150,6 +150,9 @@ def test_the_host_cli_works_with_the_generated_credentials_and_nothing_works_wit
             outsider.set("/controller_epoch", b"999")
         with pytest.raises(NoAuthError):
             outsider.create("/brokers/topics/evil", b"{}")
+        # The SCRAM keys are the brokers' digest's alone to read (ZkData.sensitivePath).
+        with pytest.raises(NoAuthError):
+            outsider.get("/config/users/admin")
     finally:
         outsider.stop()
         outsider.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import cluster_up_on_free_ports, free_port_run, minibroker
+from tests.helpers import cluster_up_on_free_ports, free_port_run, minibroker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -98,7 +98,8 @@ def test_cluster_up_tls_is_authenticated_and_the_cli_finds_its_credentials(
     """`cluster up --tls`: the CLI's defaults (the cluster's admin.properties) work for every
     command; a client without the certificate cannot reach the brokers; the ZooKeeper chroot
     refuses writes without the digest. The Kafka listeners are SASL_SSL with the generated
-    SCRAM user admin, whose settings kcat reads from tls/kafka-client.properties."""
+    SCRAM user admin, whose settings kcat reads from tls/kafka-client.properties. ACLs are
+    on: the admin needs none, another SCRAM user one (``minibroker acls``)."""
     base = free_port_run(7)
     data = ["--data-dir", str(cluster_dir)]
     up = minibroker(
@@ -112,6 +113,7 @@ def test_cluster_up_tls_is_authenticated_and_the_cli_finds_its_credentials(
     assert kafka_ports(cluster_dir) == {1: base + 4, 2: base + 5, 3: base + 6}
     kafka_config = cluster_dir / "tls" / "kafka-client.properties"
     assert "security.protocol=SASL_SSL" in kafka_config.read_text()
+    ca = cluster_dir / "tls" / "ca.pem"
     kafka_bootstrap = f"127.0.0.1:{base + 4}"
     listed = subprocess.run(
         ["kcat", "-b", kafka_bootstrap, "-F", str(kafka_config), "-L", "-m", "10"],
@@ -141,6 +143,29 @@ def test_cluster_up_tls_is_authenticated_and_the_cli_finds_its_credentials(
     )  # fmt: skip
     assert read.returncode == 0, read.stderr
     assert sorted(read.stdout.split()) == ["a", "b", "c"]
+    # ACLs are on: the admins are super users, another SCRAM user needs an ACL.
+    alice_added = minibroker(
+        "configs", "--alter", "--entity-type", "users", "--entity-name", "alice",
+        "--add-config", "SCRAM-SHA-256=[password=alice-secret]", *data,
+    )  # fmt: skip
+    assert alice_added.returncode == 0, alice_added.stderr
+    alice = ["kcat", "-b", kafka_bootstrap, "-X", "security.protocol=SASL_SSL",
+             "-X", "sasl.mechanisms=SCRAM-SHA-256", "-X", "sasl.username=alice",
+             "-X", "sasl.password=alice-secret", "-X", f"ssl.ca.location={ca}",
+             "-C", "-t", "orders", "-e", "-o", "beginning"]  # fmt: skip
+    alice_refused = subprocess.run(alice, capture_output=True, text=True, timeout=60, check=False)
+    assert "Topic authorization failed" in alice_refused.stderr, alice_refused.stderr
+    granted = minibroker(
+        "acls", "--add", "--allow-principal", "User:alice", "--consumer", "--topic", "orders",
+        "--group", "billing", *data,
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+
+    def alice_reads() -> bool:
+        done = subprocess.run(alice, capture_output=True, text=True, timeout=60, check=False)
+        return sorted(done.stdout.split()) == ["a", "b", "c"]
+
+    wait_for(alice_reads, 30, message="alice's ACL seen")
     status = minibroker("cluster", "status", *data)
     assert "Topics: 1" in status.stdout, status.stdout
 

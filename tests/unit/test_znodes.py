@@ -573,3 +573,37 @@ def test_cluster_id_is_kafkas_json_and_a_22_character_url_safe_uuid() -> None:
 def test_a_malformed_cluster_id_is_refused(data: bytes, reason: str) -> None:
     with pytest.raises(znodes.ZkDataError, match=reason):
         znodes.decode_cluster_id(data)
+
+
+@pytest.mark.parametrize(
+    ("path", "sensitive"),
+    [
+        ("/config/users", True),
+        ("/config/users/alice", True),
+        ("/config/users/alice/clients/app", True),
+        ("/config/usersx", False),
+        ("/config/clients/app", False),
+        ("/config/topics/orders", False),
+        ("/brokers/ids/1", False),
+    ],
+)
+def test_the_sensitive_paths_are_kafkas_config_users_subtree(path: str, sensitive: bool) -> None:
+    assert znodes.is_sensitive_path(path) is sensitive
+
+
+def test_with_set_acl_a_sensitive_znode_is_the_digests_alone_and_others_the_worlds_to_read() -> (
+    None
+):
+    from kazoo.security import OPEN_ACL_UNSAFE
+
+    from proto.zk.credentials import SENSITIVE_ACL, ZkCredentials
+    from proto.zk.session import ZooKeeperClient
+
+    secure = ZooKeeperClient("127.0.0.1:2181", broker_id=1, credentials=ZkCredentials("u:p"))
+    assert secure._acl_for("/config/users/alice") == SENSITIVE_ACL
+    assert all(acl.id.scheme == "auth" for acl in SENSITIVE_ACL)
+    assert secure._acl_for("/config/topics/orders") is None  # kazoo's default: SECURE_ACL
+    assert secure._acl_for("/consumers/g") == list(OPEN_ACL_UNSAFE)
+    digest_only = ZkCredentials("u:p", set_acl=False)
+    unset = ZooKeeperClient("127.0.0.1:2181", broker_id=1, credentials=digest_only)
+    assert unset._acl_for("/config/users/alice") is None
