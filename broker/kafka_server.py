@@ -38,11 +38,13 @@ from broker.dynamic_config import DynamicConfigManager
 from broker.grpc_listener.authorizer import ClusterAuthorizer
 from broker.grpc_listener.control_service import ControlService
 from broker.grpc_listener.request_timing import RequestTiming
+from broker.grpc_listener.server_limits import grpc_server_limits
 from broker.grpc_listener.services import BrokerService
 from broker.grpc_listener.undecodable_requests import UndecodableRequests
 from broker.kafka_listener.admin_apis import AdminApis
 from broker.kafka_listener.apis import KafkaWireApis
 from broker.kafka_listener.config_apis import ConfigApis
+from broker.kafka_listener.frame_reader import ListenerLimits
 from broker.kafka_listener.group_apis import GroupApis
 from broker.kafka_listener.partition_admin_apis import PartitionAdminApis
 from broker.kafka_listener.quota_apis import QuotaApis
@@ -226,6 +228,7 @@ class BrokerServer:
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", self.config.socket_request_max_bytes),
                 ("grpc.max_send_message_length", self.config.socket_request_max_bytes),
+                *grpc_server_limits(self.config),
             ],
         )
         pb_grpc.add_BrokerServicer_to_server(
@@ -322,6 +325,7 @@ class BrokerServer:
             max_request_bytes=self.config.socket_request_max_bytes,
             observe=self._request_metrics.observe,
             throttler=Throttler(self.client_quotas),
+            limits=ListenerLimits.from_config(self.config),
         )
         try:
             self.kafka_port = await listener.start(self.config.host, port)

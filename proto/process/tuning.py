@@ -34,14 +34,17 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import gc
 import logging
 import os
+from collections.abc import Callable
 
 __all__ = [
     "GC_GENERATION0_THRESHOLD",
     "MMAP_THRESHOLD_BYTES",
     "TRIM_THRESHOLD_BYTES",
+    "release_free_memory",
     "tune_gc",
     "tune_malloc",
     "tune_process",
@@ -90,6 +93,32 @@ def tune_malloc() -> bool:
     if not done:
         logger.debug("mallopt refused the thresholds; malloc keeps its defaults")
     return done
+
+
+def release_free_memory() -> bool:
+    """Give the free memory malloc keeps back to the kernel (glibc's ``malloc_trim(0)``:
+    every arena's free top above the trim threshold and its free pages inside); True if
+    any was. A broker calls it after a large request, at most once a second: with
+    :data:`TRIM_THRESHOLD_BYTES` kept per arena for speed, a burst of large requests would
+    otherwise leave its heap mapped for good (bench/RESULTS.md, "Memory after a flood")."""
+    trim = _malloc_trim()
+    return trim is not None and bool(trim(0))
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, looked up once; None elsewhere (musl has none)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        function = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    trim: Callable[[int], int] = function
+    return trim
 
 
 def tune_gc() -> None:

@@ -1,0 +1,201 @@
+"""Reading a Kafka connection's frames within the listener's limits (docs/security.md,
+"Resource limits").
+
+A frame is a big-endian int32 size and that many bytes. :class:`FrameReader` reads one:
+
+1. its size, waiting at most until the connection has been idle for
+   ``connections.max.idle.ms`` (nothing read, nothing owed to the client: Kafka's
+   ``Selector`` closes such a connection). A connection with answers still owed is not idle;
+2. refuses a size outside ``0..socket.request.max.bytes`` or larger than the whole memory
+   pool (the connection is closed);
+3. waits for the pool (``queued.max.request.bytes``, :mod:`broker.kafka_listener.memory_pool`)
+   to have room for the size, reading nothing meanwhile;
+4. reads the body within ``socket.request.read.timeout.ms`` (minibroker's own): a frame
+   whose bytes stop coming is closed after it, not held for ever.
+
+The body goes into one buffer of its size, not a buffer grown as the bytes arrive: one
+allocation, which the allocator serves from ``mmap`` and gives back whole when it is large
+(:func:`proto.process.tuning.release_free_memory` returns what the heap kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from broker.kafka_listener.memory_pool import MemoryPool
+from broker.kafka_listener.wire_request import CloseConnection
+from proto.config.broker_config import BrokerConfig, connection_overrides
+from proto.process.tuning import release_free_memory
+
+__all__ = ["LARGE_FRAME_BYTES", "FrameReader", "IdleConnectionError", "ListenerLimits"]
+
+_CHUNK = 1 << 20
+LARGE_FRAME_BYTES = 8 << 20
+"""A frame at least this large asks the allocator to give free memory back once it is
+staged (at most once a second): a burst of large requests leaves no heap behind."""
+_TRIM_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerLimits:
+    """The Kafka listener's resource limits, under Kafka's property names."""
+
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    max_connections_per_ip_overrides: str = ""
+    connections_max_idle_ms: int = 600_000
+    queued_max_request_bytes: int = 209_715_200
+    """-1: unbounded."""
+    socket_request_read_timeout_ms: int = 30_000
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> ListenerLimits:
+        return cls(
+            config.max_connections,
+            config.max_connections_per_ip,
+            config.max_connections_per_ip_overrides,
+            config.connections_max_idle_ms,
+            config.queued_max_request_bytes,
+            config.socket_request_read_timeout_ms,
+        )
+
+    @property
+    def overrides(self) -> dict[str, int]:
+        return connection_overrides(self.max_connections_per_ip_overrides)
+
+    def memory_pool(self) -> MemoryPool:
+        pool_bytes = self.queued_max_request_bytes
+        return MemoryPool(None if pool_bytes < 0 else pool_bytes)
+
+
+class IdleConnectionError(CloseConnection):
+    """Nothing came and nothing was owed for ``connections.max.idle.ms``."""
+
+
+class Activity:
+    """When a connection last did something, and how many answers it is owed."""
+
+    __slots__ = ("last", "owed")
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.owed = 0
+
+    def requested(self) -> None:
+        self.last = time.monotonic()
+        self.owed += 1
+
+    def answered(self) -> None:
+        self.last = time.monotonic()
+        self.owed -= 1
+
+
+class FrameReader:
+    """One connection's frames, within the limits; the pool's bytes of the frame last
+    returned are held until :meth:`staged` (or :meth:`close`)."""
+
+    _last_trim = 0.0
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        limits: ListenerLimits,
+        pool: MemoryPool,
+        max_request_bytes: int,
+        describe_head: Callable[[bytes], str] = lambda head: "",
+    ) -> None:
+        self._reader = reader
+        self._limits = limits
+        self._pool = pool
+        self._max_request_bytes = max_request_bytes
+        self._describe_head = describe_head
+        """What a refused size most likely is, for the log line (" (an HTTP request)")."""
+        self.activity = Activity()
+        self._held = 0
+
+    async def next_frame(self) -> bytes | None:
+        """The next frame's bytes (after its size), or None when the client closed the
+        connection between frames. Raises CloseConnection for a frame to refuse, an idle
+        connection, or a frame not complete in time; asyncio.IncompleteReadError for a
+        connection closed inside a frame."""
+        head = await self._read_head()
+        if head is None:
+            return None
+        size = int.from_bytes(head, "big", signed=True)
+        if size < 0 or size > self._max_request_bytes:
+            raise CloseConnection(
+                f"request size {size} is not in 0..socket.request.max.bytes "
+                f"({self._max_request_bytes}){self._describe_head(head)}"
+            )
+        if not self._pool.fits(size):
+            raise CloseConnection(
+                f"request size {size} is over queued.max.request.bytes ({self._pool.capacity})"
+            )
+        await self._pool.acquire(size)
+        self._held = size
+        timeout_ms = self._limits.socket_request_read_timeout_ms
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                frame = await self._read_body(size)
+        except TimeoutError:
+            raise CloseConnection(
+                f"request of {size} bytes not complete after socket.request.read.timeout.ms "
+                f"({timeout_ms})"
+            ) from None
+        self.activity.requested()
+        return frame
+
+    def staged(self) -> None:
+        """The frame last read is staged: its bytes go back to the pool."""
+        held, self._held = self._held, 0
+        if held:
+            self._pool.release(held)
+        if held >= LARGE_FRAME_BYTES:
+            now = time.monotonic()
+            if now - FrameReader._last_trim >= _TRIM_INTERVAL_S:
+                FrameReader._last_trim = now
+                release_free_memory()
+
+    def close(self) -> None:
+        """The connection is done: give back what the frame being read holds."""
+        self.staged()
+
+    async def _read_head(self) -> bytes | None:
+        idle_s = self._limits.connections_max_idle_ms / 1000
+        while True:
+            left = self.activity.last + idle_s - time.monotonic()
+            if left <= 0:
+                if self.activity.owed == 0:
+                    raise IdleConnectionError(
+                        f"idle for connections.max.idle.ms ({self._limits.connections_max_idle_ms})"
+                    )
+                left = idle_s  # answers still owed: not idle, look again later
+            try:
+                async with asyncio.timeout(left):
+                    return await self._reader.readexactly(4)
+            except TimeoutError:
+                continue
+            except asyncio.IncompleteReadError as err:
+                if err.partial:
+                    raise
+                return None
+
+    async def _read_body(self, size: int) -> bytes:
+        if size <= _CHUNK:
+            return await self._reader.readexactly(size)
+        body = bytearray(size)
+        view = memoryview(body)
+        done = 0
+        try:
+            while done < size:
+                chunk = await self._reader.read(min(size - done, _CHUNK))
+                if not chunk:
+                    raise asyncio.IncompleteReadError(b"", size)
+                view[done : done + len(chunk)] = chunk
+                done += len(chunk)
+        finally:
+            view.release()
+        return bytes(body)
