@@ -158,6 +158,8 @@ class BrokerServer:
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
+            max_size=config.group_max_size,
+            max_protocol_metadata_bytes=config.group_max_protocol_metadata_bytes,
         )
         """The consumer groups of the Kafka listener's clients (``subscribe()``)."""
         self.group_admin = GroupAdmin(self.group_coordinator, self.metadata_cache, self.zk)
