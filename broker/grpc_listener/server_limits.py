@@ -1,5 +1,5 @@
-"""The gRPC listener's resource limits, as gRPC core's channel arguments (docs/security.md,
-"Resource limits").
+"""The gRPC listener's resource limits, as gRPC core's channel arguments
+(docs/resource-limits.md).
 
 - ``connections.handshake.timeout.ms`` -> ``grpc.server_handshake_timeout_ms``: a connection
   must finish its TLS handshake and HTTP/2 preface within it, or gRPC closes it. gRPC's

@@ -1,5 +1,5 @@
-"""Reading a Kafka connection's frames within the listener's limits (docs/security.md,
-"Resource limits").
+"""Reading a Kafka connection's frames within the listener's limits
+(docs/resource-limits.md).
 
 A frame is a big-endian int32 size and that many bytes. :class:`FrameReader` reads one:
 
@@ -15,7 +15,8 @@ A frame is a big-endian int32 size and that many bytes. :class:`FrameReader` rea
 
 The body goes into one buffer of its size, not a buffer grown as the bytes arrive: one
 allocation, which the allocator serves from ``mmap`` and gives back whole when it is large
-(:func:`proto.process.tuning.release_free_memory` returns what the heap kept).
+(:func:`proto.process.tuning.release_free_memory_soon` returns what the heap kept after
+a large one).
 """
 
 from __future__ import annotations
@@ -28,15 +29,11 @@ from dataclasses import dataclass
 from broker.kafka_listener.memory_pool import MemoryPool
 from broker.kafka_listener.wire_request import CloseConnection
 from proto.config.broker_config import BrokerConfig, connection_overrides
-from proto.process.tuning import release_free_memory
+from proto.process.tuning import release_free_memory_soon
 
-__all__ = ["LARGE_FRAME_BYTES", "FrameReader", "IdleConnectionError", "ListenerLimits"]
+__all__ = ["FrameReader", "IdleConnectionError", "ListenerLimits"]
 
 _CHUNK = 1 << 20
-LARGE_FRAME_BYTES = 8 << 20
-"""A frame at least this large asks the allocator to give free memory back once it is
-staged (at most once a second): a burst of large requests leaves no heap behind."""
-_TRIM_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +94,6 @@ class FrameReader:
     """One connection's frames, within the limits; the pool's bytes of the frame last
     returned are held until :meth:`staged` (or :meth:`close`)."""
 
-    _last_trim = 0.0
-
     def __init__(
         self,
         reader: asyncio.StreamReader,
@@ -153,11 +148,7 @@ class FrameReader:
         held, self._held = self._held, 0
         if held:
             self._pool.release(held)
-        if held >= LARGE_FRAME_BYTES:
-            now = time.monotonic()
-            if now - FrameReader._last_trim >= _TRIM_INTERVAL_S:
-                FrameReader._last_trim = now
-                release_free_memory()
+        release_free_memory_soon(held)
 
     def close(self) -> None:
         """The connection is done: give back what the frame being read holds."""
@@ -187,15 +178,19 @@ class FrameReader:
         if size <= _CHUNK:
             return await self._reader.readexactly(size)
         body = bytearray(size)
-        view = memoryview(body)
         done = 0
         try:
-            while done < size:
-                chunk = await self._reader.read(min(size - done, _CHUNK))
-                if not chunk:
-                    raise asyncio.IncompleteReadError(b"", size)
-                view[done : done + len(chunk)] = chunk
-                done += len(chunk)
-        finally:
-            view.release()
+            with memoryview(body) as view:
+                while done < size:
+                    chunk = await self._reader.read(min(size - done, _CHUNK))
+                    if not chunk:
+                        raise asyncio.IncompleteReadError(b"", size)
+                    view[done : done + len(chunk)] = chunk
+                    done += len(chunk)
+        except BaseException:
+            # The exception's traceback keeps this frame, and the exception is in a cycle
+            # with its handler's frames: without this the buffer would wait for the
+            # cyclic collector (rare here, proto/process/tuning.py) however large it is.
+            del body
+            raise
         return bytes(body)

@@ -5,8 +5,7 @@ asks the pool for that many bytes before it reads the body, and gives them back 
 request is staged (decoded and handed to its handler, see :mod:`broker.kafka_listener.server`).
 While the pool has no room the connection reads nothing more: the client's bytes wait in
 the kernel's socket buffers and TCP holds the client back, so many large requests at once
-make requests wait instead of the broker's memory grow (docs/security.md, "Resource
-limits").
+make requests wait instead of the broker's memory grow (docs/resource-limits.md).
 
 Waiting requests are granted as room appears, any that fits first (Kafka's
 ``SimpleMemoryPool`` has no queue either): a flood of large half-sent frames that holds most

@@ -19,10 +19,11 @@ has a top-level error code gets that response with every error code UNSUPPORTED_
 or version Kafka does not have) closes the connection, as Kafka does with a request it
 cannot parse.
 
-Resource limits (docs/security.md): connections are accepted within ``max.connections`` and
-``max.connections.per.ip`` (:mod:`broker.kafka_listener.connection_quotas`); each frame is
-read within ``connections.max.idle.ms``, ``socket.request.read.timeout.ms`` and the memory
-pool of ``queued.max.request.bytes`` (:mod:`broker.kafka_listener.frame_reader`).
+Resource limits (docs/resource-limits.md): connections are accepted within
+``max.connections`` and ``max.connections.per.ip``
+(:mod:`broker.kafka_listener.connection_quotas`); each frame is read within
+``connections.max.idle.ms``, ``socket.request.read.timeout.ms`` and the memory pool of
+``queued.max.request.bytes`` (:mod:`broker.kafka_listener.frame_reader`).
 
 Client quotas (:mod:`broker.kafka_listener.throttling`): a response to a client over its
 quota carries its throttle time and is sent at once; the connection then reads no further
@@ -149,7 +150,7 @@ class KafkaListener:
         self._throttler = throttler
         """Client quotas: None for none (the tests' listeners)."""
         self.limits = limits or ListenerLimits()
-        """Connections, idle time, request reads and their memory (docs/security.md)."""
+        """Connections, idle time, request reads and their memory (docs/resource-limits.md)."""
         self.memory_pool = self.limits.memory_pool()
         self.quotas = ConnectionQuotas(
             self.limits.max_connections,

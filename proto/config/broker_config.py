@@ -338,7 +338,7 @@ class BrokerConfig:
     max_connections: int = _INT32_MAX
     """``max.connections``: the Kafka listener's connections at most; at the limit it
     accepts no more until one closes (the kernel's backlog holds the next), as Kafka's
-    acceptor waits (docs/security.md, "Resource limits")."""
+    acceptor waits (docs/resource-limits.md)."""
     max_connections_per_ip: int = _INT32_MAX
     """``max.connections.per.ip``: connections from one address at most; one more is
     closed as soon as it is accepted."""
@@ -353,7 +353,7 @@ class BrokerConfig:
     all Kafka connections together; a request waits for room before its body is read. -1:
     unbounded (Kafka's default). minibroker's default is two ``socket.request.max.bytes``:
     one largest request can be read while another is handled, and a flood of large frames
-    holds at most this much (docs/security.md)."""
+    holds at most this much (docs/resource-limits.md)."""
     socket_request_read_timeout_ms: int = 30_000
     """``socket.request.read.timeout.ms`` (minibroker's own): how long a Kafka request may
     take to arrive once its size did (and the memory pool had room for it); a half-sent

@@ -263,7 +263,7 @@ STATIC_BROKER_CONFIG_KEYS: Mapping[str, ConfigKey] = {
            at_least(0)),
         _k("log.flush.scheduler.interval.ms", _LONG, _LONG_MAX, "The frequency in ms that the "
            "log flusher checks whether any log needs to be flushed to disk"),
-        # The resource limits of the listeners (docs/security.md, "Resource limits").
+        # The resource limits of the listeners (docs/resource-limits.md).
         _k("connections.max.idle.ms", _LONG, "600000", "Idle connections timeout: the server "
            "socket processor threads close the connections that idle more than this"),
         _k("queued.max.request.bytes", _LONG, "209715200", "The number of queued bytes allowed "

@@ -32,6 +32,7 @@ other than glibc this does nothing.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
 import functools
@@ -93,6 +94,32 @@ def tune_malloc() -> bool:
     if not done:
         logger.debug("mallopt refused the thresholds; malloc keeps its defaults")
     return done
+
+
+LARGE_REQUEST_BYTES = 8 * 1024 * 1024
+"""A request at least this large has the broker give free memory back after it
+(:func:`release_free_memory_soon`)."""
+RELEASE_DELAY_S = 1.0
+"""After a large request, how long before the free memory is given back: by then the
+request's buffers (and the copies gRPC and the decoders made) are freed."""
+_release_pending = False
+
+
+def release_free_memory_soon(size: int) -> None:
+    """After a request of ``size`` bytes: if it is large, give the free memory back to the
+    kernel :data:`RELEASE_DELAY_S` from now, once for all the large requests until then.
+    Call it on the event loop."""
+    global _release_pending
+    if size < LARGE_REQUEST_BYTES or _release_pending:
+        return
+    _release_pending = True
+
+    def release() -> None:
+        global _release_pending
+        _release_pending = False
+        release_free_memory()
+
+    asyncio.get_running_loop().call_later(RELEASE_DELAY_S, release)
 
 
 def release_free_memory() -> bool:

@@ -335,3 +335,55 @@ def test_the_listener_binds_like_asyncio_did() -> None:
         probe.close()
 
     run_limited(answered_handlers(), ListenerLimits(), scenario)
+
+
+def test_grpc_closes_connections_past_max_connections_and_unfinished_handshakes() -> None:
+    """The channel arguments do what docs/resource-limits.md says, on this grpcio."""
+    import grpc
+
+    config = BrokerConfig.from_properties(
+        {
+            "broker.id": "1",
+            "zookeeper.connect": "zk:2181",
+            "log.dirs": "/tmp/x",
+            "max.connections": "3",
+            "connections.handshake.timeout.ms": "600",
+        }
+    )
+
+    async def main() -> None:
+        server = grpc.aio.server(options=grpc_server_limits(config))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(6)]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        closed_at: list[float] = []
+        try:
+            for sock in socks:
+                sock.setblocking(False)
+            async with asyncio.timeout(10):
+                while len(closed_at) < len(socks):
+                    for sock in socks:
+                        if sock.fileno() >= 0 and _peer_closed(sock):
+                            sock.close()
+                            closed_at.append(loop.time() - started)
+                    await asyncio.sleep(0.02)
+        finally:
+            for sock in socks:
+                sock.close()
+            await server.stop(0)
+        closed_at.sort()
+        assert closed_at[2] < 0.4, closed_at  # 3 past max.connections: at once
+        assert 0.4 < closed_at[3] < 3, closed_at  # the others after the handshake timeout
+
+    asyncio.run(main())
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
