@@ -196,9 +196,15 @@ class BrokerService(pb_grpc.BrokerServicer):
         return await guarded(context, "Produce", lambda: self._produce(request))
 
     async def _produce(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
-        # A large request leaves its copies in malloc's heap: given back once it is done
-        # (docs/resource-limits.md, "Memory after a spike").
-        release_free_memory_soon(sum(len(p.records) for t in request.topics for p in t.partitions))
+        try:
+            return await self._produce_request(request)
+        finally:
+            # A large request leaves its copies in malloc's heap: given back a moment
+            # after it is answered (docs/resource-limits.md, "Memory after a spike").
+            size = sum(len(p.records) for t in request.topics for p in t.partitions)
+            release_free_memory_soon(size)
+
+    async def _produce_request(self, request: pb.ProduceRequest) -> pb.ProduceResponse:
         parsed = _parse_produce(request)
         results = await self.replica_manager.append_records(
             request.acks, request.timeout_ms, parsed.entries

@@ -156,8 +156,11 @@ class FrameReader:
 
     async def _read_head(self) -> bytes | None:
         idle_s = self._limits.connections_max_idle_ms / 1000
+        # From when the connection could send again: a muted (throttled) connection or
+        # one whose answer queue was full was not idle meanwhile.
+        since = time.monotonic()
         while True:
-            left = self.activity.last + idle_s - time.monotonic()
+            left = max(self.activity.last, since) + idle_s - time.monotonic()
             if left <= 0:
                 if self.activity.owed == 0:
                     raise IdleConnectionError(

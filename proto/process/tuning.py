@@ -99,27 +99,43 @@ def tune_malloc() -> bool:
 LARGE_REQUEST_BYTES = 8 * 1024 * 1024
 """A request at least this large has the broker give free memory back after it
 (:func:`release_free_memory_soon`)."""
-RELEASE_DELAY_S = 1.0
-"""After a large request, how long before the free memory is given back: by then the
-request's buffers (and the copies gRPC and the decoders made) are freed."""
-_release_pending = False
+RELEASE_DELAYS_S = (1.0, 4.0)
+"""After the last large request, when the free memory is given back (seconds after it, then
+after the first release): its buffers, and the copies gRPC and the decoders made, are freed
+only once its answer is sent, a moment later on a busy broker."""
+
+
+class _Releaser:
+    """The pending releases of :func:`release_free_memory_soon`: one timer per process."""
+
+    timer: asyncio.TimerHandle | None = None
+    left = 0
 
 
 def release_free_memory_soon(size: int) -> None:
     """After a request of ``size`` bytes: if it is large, give the free memory back to the
-    kernel :data:`RELEASE_DELAY_S` from now, once for all the large requests until then.
+    kernel :data:`RELEASE_DELAYS_S` after it (a burst of large requests shares the timer).
     Call it on the event loop."""
-    global _release_pending
-    if size < LARGE_REQUEST_BYTES or _release_pending:
+    if size < LARGE_REQUEST_BYTES:
         return
-    _release_pending = True
+    _Releaser.left = len(RELEASE_DELAYS_S)
+    if _Releaser.timer is None:
+        loop = asyncio.get_running_loop()
+        _Releaser.timer = loop.call_later(RELEASE_DELAYS_S[0], _release_pass, loop)
 
-    def release() -> None:
-        global _release_pending
-        _release_pending = False
-        release_free_memory()
 
-    asyncio.get_running_loop().call_later(RELEASE_DELAY_S, release)
+def _release_pass(loop: asyncio.AbstractEventLoop) -> None:
+    # A request refused by an exception stays in a reference cycle with its traceback,
+    # which the collector (run rarely here, tune_gc) would free at some later time: too late
+    # for the trim. A full collection is a few ms, after a large request only.
+    gc.collect()
+    release_free_memory()
+    _Releaser.left -= 1
+    if _Releaser.left > 0:
+        delay = RELEASE_DELAYS_S[len(RELEASE_DELAYS_S) - _Releaser.left]
+        _Releaser.timer = loop.call_later(delay, _release_pass, loop)
+    else:
+        _Releaser.timer = None
 
 
 def release_free_memory() -> bool:

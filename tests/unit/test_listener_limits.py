@@ -387,3 +387,31 @@ def _peer_closed(sock: socket.socket) -> bool:
         return False
     except OSError:
         return True
+
+
+def test_large_requests_have_the_free_memory_released_twice_after_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from proto.process import tuning
+
+    calls: list[float] = []
+
+    def release() -> bool:
+        calls.append(0.0)
+        return True
+
+    monkeypatch.setattr(tuning, "RELEASE_DELAYS_S", (0.05, 0.1))
+    monkeypatch.setattr(tuning, "release_free_memory", release)
+
+    async def main() -> None:
+        tuning.release_free_memory_soon(tuning.LARGE_REQUEST_BYTES - 1)
+        await asyncio.sleep(0.2)
+        assert calls == []
+        tuning.release_free_memory_soon(tuning.LARGE_REQUEST_BYTES)
+        await asyncio.sleep(0.01)
+        tuning.release_free_memory_soon(tuning.LARGE_REQUEST_BYTES)  # the same burst
+        await wait_until(lambda: len(calls) == 2)
+        await asyncio.sleep(0.2)
+        assert len(calls) == 2
+
+    asyncio.run(main())
