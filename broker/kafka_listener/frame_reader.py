@@ -13,6 +13,10 @@ A frame is a big-endian int32 size and that many bytes. :class:`FrameReader` rea
 4. reads the body within ``socket.request.read.timeout.ms`` (minibroker's own): a frame
    whose bytes stop coming is closed after it, not held for ever.
 
+Both deadlines are kept by one watchdog timer per connection, which looks every quarter
+of the shorter limit and cancels the read that is past its deadline (so a deadline is met
+within a quarter of it late); a request sets two attributes instead of arming two timers.
+
 The body goes into one buffer of its size, not a buffer grown as the bytes arrive: one
 allocation, which the allocator serves from ``mmap`` and gives back whole when it is large
 (:func:`proto.process.tuning.release_free_memory_soon` returns what the heap kept after
@@ -110,15 +114,49 @@ class FrameReader:
         """What a refused size most likely is, for the log line (" (an HTTP request)")."""
         self.activity = Activity()
         self._held = 0
+        self._waiting_since: float | None = None
+        """When the wait for the next request's size began (None: not waiting for one)."""
+        self._body_since: float | None = None
+        """When the read of a request's body began (None: not reading one)."""
+        self._body_size = 0
+        self._expired: CloseConnection | None = None
+        self._task: asyncio.Task[object] | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._tick_s = (
+            min(limits.connections_max_idle_ms, limits.socket_request_read_timeout_ms) / 4000
+        )
+        """How often the deadlines are checked: a quarter of the shorter one. One timer per
+        connection, not one per request: a request costs two attribute writes."""
 
     async def next_frame(self) -> bytes | None:
         """The next frame's bytes (after its size), or None when the client closed the
         connection between frames. Raises CloseConnection for a frame to refuse, an idle
         connection, or a frame not complete in time; asyncio.IncompleteReadError for a
         connection closed inside a frame."""
-        head = await self._read_head()
-        if head is None:
+        self._task = asyncio.current_task()
+        if self._watchdog is None and self._expired is None:
+            self._watchdog = asyncio.get_running_loop().call_later(self._tick_s, self._check)
+        try:
+            return await self._next_frame()
+        except asyncio.CancelledError:
+            if self._expired is None or self._task is None:
+                raise
+            self._task.uncancel()  # our own deadline, not a cancellation from outside
+            raise self._expired from None
+        finally:
+            self._waiting_since = self._body_since = None
+
+    async def _next_frame(self) -> bytes | None:
+        # The idle time counts from when the connection could send again: a muted
+        # (throttled) connection, or one whose answer queue was full, was not idle.
+        self._waiting_since = time.monotonic()
+        try:
+            head = await self._reader.readexactly(4)
+        except asyncio.IncompleteReadError as err:
+            if err.partial:
+                raise
             return None
+        self._waiting_since = None
         size = int.from_bytes(head, "big", signed=True)
         if size < 0 or size > self._max_request_bytes:
             raise CloseConnection(
@@ -131,17 +169,44 @@ class FrameReader:
             )
         await self._pool.acquire(size)
         self._held = size
-        timeout_ms = self._limits.socket_request_read_timeout_ms
-        try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                frame = await self._read_body(size)
-        except TimeoutError:
-            raise CloseConnection(
-                f"request of {size} bytes not complete after socket.request.read.timeout.ms "
-                f"({timeout_ms})"
-            ) from None
+        self._body_size = size
+        self._body_since = time.monotonic()
+        frame = await self._read_body(size)
+        self._body_since = None
         self.activity.requested()
         return frame
+
+    def _check(self) -> None:
+        """The watchdog: close a connection idle for ``connections.max.idle.ms`` (with no
+        answer owed) or a frame not complete ``socket.request.read.timeout.ms`` after its
+        read began, by cancelling the reader (:meth:`next_frame` raises the reason)."""
+        now = time.monotonic()
+        limits = self._limits
+        if self._waiting_since is not None and self.activity.owed == 0:
+            idle_ms = (now - max(self.activity.last, self._waiting_since)) * 1000
+            if idle_ms >= limits.connections_max_idle_ms:
+                self._expire(
+                    IdleConnectionError(
+                        f"idle for connections.max.idle.ms ({limits.connections_max_idle_ms})"
+                    )
+                )
+                return
+        reading_ms = None if self._body_since is None else (now - self._body_since) * 1000
+        if reading_ms is not None and reading_ms >= limits.socket_request_read_timeout_ms:
+            self._expire(
+                CloseConnection(
+                    f"request of {self._body_size} bytes not complete after "
+                    f"socket.request.read.timeout.ms ({limits.socket_request_read_timeout_ms})"
+                )
+            )
+            return
+        self._watchdog = asyncio.get_running_loop().call_later(self._tick_s, self._check)
+
+    def _expire(self, reason: CloseConnection) -> None:
+        self._expired = reason
+        self._watchdog = None
+        if self._task is not None:
+            self._task.cancel()
 
     def staged(self) -> None:
         """The frame last read is staged: its bytes go back to the pool."""
@@ -151,31 +216,12 @@ class FrameReader:
         release_free_memory_soon(held)
 
     def close(self) -> None:
-        """The connection is done: give back what the frame being read holds."""
+        """The connection is done: give back what the frame being read holds, stop the
+        watchdog."""
         self.staged()
-
-    async def _read_head(self) -> bytes | None:
-        idle_s = self._limits.connections_max_idle_ms / 1000
-        # From when the connection could send again: a muted (throttled) connection or
-        # one whose answer queue was full was not idle meanwhile.
-        since = time.monotonic()
-        while True:
-            left = max(self.activity.last, since) + idle_s - time.monotonic()
-            if left <= 0:
-                if self.activity.owed == 0:
-                    raise IdleConnectionError(
-                        f"idle for connections.max.idle.ms ({self._limits.connections_max_idle_ms})"
-                    )
-                left = idle_s  # answers still owed: not idle, look again later
-            try:
-                async with asyncio.timeout(left):
-                    return await self._reader.readexactly(4)
-            except TimeoutError:
-                continue
-            except asyncio.IncompleteReadError as err:
-                if err.partial:
-                    raise
-                return None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     async def _read_body(self, size: int) -> bytes:
         if size <= _CHUNK:
