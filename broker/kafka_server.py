@@ -38,12 +38,14 @@ from broker.dynamic_config import DynamicConfigManager
 from broker.grpc_listener.authorizer import GrpcAuthorizer
 from broker.grpc_listener.control_service import ControlService
 from broker.grpc_listener.request_timing import RequestTiming
+from broker.grpc_listener.server_limits import grpc_server_limits
 from broker.grpc_listener.services import BrokerService
 from broker.grpc_listener.undecodable_requests import UndecodableRequests
 from broker.kafka_listener.acl_apis import AclApis
 from broker.kafka_listener.admin_apis import AdminApis
 from broker.kafka_listener.apis import KafkaWireApis
 from broker.kafka_listener.config_apis import ConfigApis
+from broker.kafka_listener.frame_reader import ListenerLimits
 from broker.kafka_listener.group_apis import GroupApis
 from broker.kafka_listener.partition_admin_apis import PartitionAdminApis
 from broker.kafka_listener.quota_apis import QuotaApis
@@ -172,6 +174,8 @@ class BrokerServer:
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
+            max_size=config.group_max_size,
+            max_protocol_metadata_bytes=config.group_max_protocol_metadata_bytes,
         )
         """The consumer groups of the Kafka listener's clients (``subscribe()``)."""
         self.group_admin = GroupAdmin(self.group_coordinator, self.metadata_cache, self.zk)
@@ -245,6 +249,7 @@ class BrokerServer:
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_receive_message_length", self.config.socket_request_max_bytes),
                 ("grpc.max_send_message_length", self.config.socket_request_max_bytes),
+                *grpc_server_limits(self.config),
             ],
         )
         pb_grpc.add_BrokerServicer_to_server(
@@ -355,6 +360,7 @@ class BrokerServer:
             observe=self._request_metrics.observe,
             throttler=Throttler(self.client_quotas),
             authenticator=self._kafka_authenticator(),
+            limits=ListenerLimits.from_config(self.config),
         )
         try:
             self.kafka_port = await listener.start(self.config.host, port)

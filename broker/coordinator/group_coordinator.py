@@ -26,14 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-import hashlib
 import logging
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TypeVar
 
 from broker.coordinator.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
@@ -41,13 +37,47 @@ from broker.coordinator.consumer_protocol import (
     decode_assignment,
     decode_subscription,
 )
-from broker.metadata_cache import MetadataCache
+from broker.coordinator.group_metadata import (
+    COORDINATOR_NOT_AVAILABLE,
+    GROUP_ID_NOT_FOUND,
+    GROUP_MAX_SIZE_REACHED,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_REQUEST,
+    INVALID_SESSION_TIMEOUT,
+    NON_EMPTY_GROUP,
+    NOT_COORDINATOR,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    GroupDescription,
+    GroupMetadata,
+    GroupOverview,
+    GroupState,
+    JoinResult,
+    MemberDescription,
+    MemberMetadata,
+    SyncResult,
+    cancel_waiter,
+    coordinator_for,
+    coordinator_of,
+)
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
+__all__ = [  # the group's records are re-exported: callers import them from here
+    "COORDINATOR_NOT_AVAILABLE",
+    "GROUP_ID_NOT_FOUND",
+    "GROUP_MAX_SIZE_REACHED",
+    "ILLEGAL_GENERATION",
+    "INCONSISTENT_GROUP_PROTOCOL",
+    "INVALID_REQUEST",
+    "INVALID_SESSION_TIMEOUT",
+    "NON_EMPTY_GROUP",
+    "NOT_COORDINATOR",
+    "REBALANCE_IN_PROGRESS",
+    "UNKNOWN_MEMBER_ID",
     "GroupCoordinator",
     "GroupDescription",
     "GroupOverview",
@@ -59,154 +89,8 @@ __all__ = [
     "coordinator_of",
 ]
 
-UNKNOWN_MEMBER_ID = 25
-ILLEGAL_GENERATION = 22
-REBALANCE_IN_PROGRESS = 27
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_SESSION_TIMEOUT = 26
-NOT_COORDINATOR = 16
-COORDINATOR_NOT_AVAILABLE = 15
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
 EXPIRY_CHECK_S = 0.25
 """How often members' sessions are checked (Kafka schedules a timer per heartbeat)."""
-
-
-def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
-    """The broker that coordinates ``group_id`` among ``broker_ids`` (rendezvous hashing:
-    the highest hash of group and broker wins), None if there is none."""
-    best: tuple[bytes, int] | None = None
-    for broker_id in broker_ids:
-        digest = hashlib.blake2b(f"{group_id}\0{broker_id}".encode(), digest_size=8).digest()
-        if best is None or (digest, broker_id) > best:
-            best = (digest, broker_id)
-    return None if best is None else best[1]
-
-
-def coordinator_of(group_id: str, metadata_cache: MetadataCache) -> int | None:
-    """The coordinator of ``group_id`` by this broker's metadata: :func:`coordinator_for`
-    over the live brokers that run a Kafka listener, or over every live broker where none
-    does (a TLS cluster: its ZooKeeper groups are still deleted at a coordinator)."""
-    brokers = [b.broker_id for b in metadata_cache.brokers() if b.kafka_endpoint]
-    return coordinator_for(group_id, brokers or [b.broker_id for b in metadata_cache.brokers()])
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-    """No such group here (Kafka's answer for an unknown group), or a group being deleted
-    (:meth:`GroupCoordinator.begin_delete`): held Dead until its offsets are gone."""
-
-
-@dataclass(frozen=True)
-class JoinResult:
-    """A JoinGroup's answer: the leader gets every member's metadata, the others none."""
-
-    error_code: int
-    member_id: str
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader: str = ""
-    members: tuple[tuple[str, str | None, bytes], ...] = ()
-    """(member id, group instance id, metadata of the chosen protocol)."""
-
-
-@dataclass(frozen=True)
-class SyncResult:
-    """A SyncGroup's answer: the member's assignment."""
-
-    error_code: int
-    assignment: bytes = b""
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-
-
-@dataclass(frozen=True)
-class GroupOverview:
-    """One group of a ListGroups answer."""
-
-    group_id: str
-    protocol_type: str
-    state: GroupState
-
-
-@dataclass(frozen=True)
-class MemberDescription:
-    """One member of a described group (Kafka's ``DescribedGroupMember``)."""
-
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    """The address its requests come from, as Kafka prints it (``/127.0.0.1``)."""
-    metadata: bytes
-    """Its metadata for the group's protocol; empty unless the group is Stable (Kafka's
-    ``summaryNoMetadata`` while a rebalance is under way)."""
-    assignment: bytes
-    """Its assignment from the leader; empty unless the group is Stable."""
-    partitions: tuple[TopicPartition, ...] | None
-    """``assignment`` decoded, for the consumer protocol; None for another protocol type or
-    bytes that do not decode."""
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    """A group as its coordinator holds it (Kafka's ``DescribedGroup``)."""
-
-    group_id: str
-    state: GroupState
-    protocol_type: str
-    protocol_name: str
-    """The protocol the members chose: for consumers, the assignor (``range``, ...)."""
-    members: tuple[MemberDescription, ...]
-
-
-@dataclass
-class _Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: list[tuple[str, bytes]]
-    last_heard: float
-    """When the coordinator last heard from it (join, sync, heartbeat, commit)."""
-    assignment: bytes = b""
-    joining: asyncio.Future[JoinResult] | None = None
-    """Set while its JoinGroup waits for the join phase to end."""
-    syncing: asyncio.Future[SyncResult] | None = None
-    """Set while its SyncGroup waits for the leader's assignment."""
-
-    def protocol_names(self) -> list[str]:
-        return [name for name, _ in self.protocols]
-
-
-@dataclass
-class _Group:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation_id: int = 0
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str | None = None
-    members: dict[str, _Member] = field(default_factory=dict)
-    join_deadline: asyncio.TimerHandle | None = None
-    delaying: bool = False
-    """In the initial delay of an empty group's first rebalance
-    (``group.initial.rebalance.delay.ms``), which lets more members arrive first."""
-
-
-_T = TypeVar("_T")
-
-
-def _cancel_waiter(future: asyncio.Future[_T] | None, answer: _T) -> None:
-    if future is not None and not future.done():
-        future.set_result(answer)
 
 
 class GroupCoordinator:
@@ -219,6 +103,8 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 3000,
         min_session_timeout_ms: int = 6000,
         max_session_timeout_ms: int = 1_800_000,
+        max_size: int = 2**31 - 1,
+        max_protocol_metadata_bytes: int = 1_048_576,
     ) -> None:
         self.broker_id = broker_id
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
@@ -227,7 +113,14 @@ class GroupCoordinator:
         """Kafka's ``group.min.session.timeout.ms``."""
         self.max_session_timeout_ms = max_session_timeout_ms
         """Kafka's ``group.max.session.timeout.ms``."""
-        self.groups: dict[str, _Group] = {}
+        self.max_size = max_size
+        """Kafka's ``group.max.size`` (KIP-389): members of a group at most."""
+        self.max_protocol_metadata_bytes = max_protocol_metadata_bytes
+        """``group.max.protocol.metadata.bytes`` (minibroker's own): a member's protocol
+        metadata at most, all its protocols together. The coordinator keeps it for the
+        member's life and hands every member's to the leader, so without a bound one
+        JoinGroup as large as a request may be (100 MB) stays in memory."""
+        self.groups: dict[str, GroupMetadata] = {}
         self._expiry: asyncio.Task[None] | None = None
         self._writes: dict[str, set[asyncio.Future[None]]] = {}
         """Group id -> the OffsetCommits being written (:meth:`committing`)."""
@@ -245,7 +138,7 @@ class GroupCoordinator:
         for group_id in list(self.groups):
             self.forget(group_id)
 
-    def _log(self, event: str, group: _Group, **fields: object) -> None:
+    def _log(self, event: str, group: GroupMetadata, **fields: object) -> None:
         text = " ".join(f"{k}={v}" for k, v in fields.items())
         logger.info(
             "event=%s broker=%d group=%s generation=%d state=%s members=%d %s",
@@ -267,8 +160,8 @@ class GroupCoordinator:
         if group.join_deadline is not None:
             group.join_deadline.cancel()
         for member in group.members.values():
-            _cancel_waiter(member.joining, JoinResult(NOT_COORDINATOR, member.member_id))
-            _cancel_waiter(member.syncing, SyncResult(NOT_COORDINATOR))
+            cancel_waiter(member.joining, JoinResult(NOT_COORDINATOR, member.member_id))
+            cancel_waiter(member.syncing, SyncResult(NOT_COORDINATOR))
         self._log("group_moved_away", group)
 
     def begin_delete(self, group_id: str) -> int:
@@ -278,7 +171,7 @@ class GroupCoordinator:
         Kafka's clients retry, so nobody joins or commits into a half-deleted group.
         NON_EMPTY_GROUP if it has members (a JoinGroup got in first), GROUP_ID_NOT_FOUND if
         another deletion holds it Dead."""
-        group = self.groups.setdefault(group_id, _Group(group_id))
+        group = self.groups.setdefault(group_id, GroupMetadata(group_id))
         if group.state is not GroupState.EMPTY:
             return GROUP_ID_NOT_FOUND if group.state is GroupState.DEAD else NON_EMPTY_GROUP
         group.state = GroupState.DEAD
@@ -338,6 +231,17 @@ class GroupCoordinator:
         away), the member stays until its session expires, as in Kafka."""
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return JoinResult(INVALID_SESSION_TIMEOUT, member_id)
+        metadata_bytes = sum(len(metadata) for _, metadata in protocols)
+        if metadata_bytes > self.max_protocol_metadata_bytes:
+            logger.warning(
+                "event=group_metadata_refused broker=%d group=%s client_id=%s bytes=%d limit=%d",
+                self.broker_id,
+                group_id,
+                client_id,
+                metadata_bytes,
+                self.max_protocol_metadata_bytes,
+            )
+            return JoinResult(INVALID_REQUEST, member_id)
         if self.deleting(group_id):
             # Kafka: "some other thread has just removed the group"; the member retries.
             return JoinResult(COORDINATOR_NOT_AVAILABLE, member_id)
@@ -345,7 +249,7 @@ class GroupCoordinator:
         if group is None:
             if member_id:
                 return JoinResult(UNKNOWN_MEMBER_ID, member_id)
-            group = self.groups[group_id] = _Group(group_id)
+            group = self.groups[group_id] = GroupMetadata(group_id)
         if not protocols or (
             group.members
             and (
@@ -355,9 +259,14 @@ class GroupCoordinator:
         ):
             return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id)
         loop = asyncio.get_running_loop()
+        if not member_id and len(group.members) >= self.max_size:
+            # KIP-389 (Kafka's acceptJoiningMember): a new member only while the group is
+            # below group.max.size; its members carry on.
+            self._log("member_refused", group, reason="'group.max.size'", limit=self.max_size)
+            return JoinResult(GROUP_MAX_SIZE_REACHED, member_id)
         if not member_id:
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            member = _Member(
+            member = MemberMetadata(
                 member_id,
                 group_instance_id,
                 client_id,
@@ -398,14 +307,14 @@ class GroupCoordinator:
         self._maybe_complete_join(group)  # may answer it at once: keep our own reference
         return await asyncio.shield(joining)
 
-    def _supported_by_all(self, group: _Group, names: list[str], member_id: str) -> bool:
+    def _supported_by_all(self, group: GroupMetadata, names: list[str], member_id: str) -> bool:
         others = [m for m in group.members.values() if m.member_id != member_id]
         return any(all(n in m.protocol_names() for m in others) for n in names)
 
-    def _prepare_rebalance(self, group: _Group, reason: str) -> None:
+    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         loop = asyncio.get_running_loop()
         for member in group.members.values():
-            _cancel_waiter(member.syncing, SyncResult(REBALANCE_IN_PROGRESS))
+            cancel_waiter(member.syncing, SyncResult(REBALANCE_IN_PROGRESS))
             member.syncing = None
         initial = group.state is GroupState.EMPTY and self.initial_rebalance_delay_ms > 0
         group.state = GroupState.PREPARING_REBALANCE
@@ -422,20 +331,20 @@ class GroupCoordinator:
             )
         self._log("rebalance_started", group, reason=repr(reason))
 
-    def _initial_delay_over(self, group: _Group) -> None:
+    def _initial_delay_over(self, group: GroupMetadata) -> None:
         group.delaying = False
         loop = asyncio.get_running_loop()
         timeout_ms = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
         group.join_deadline = loop.call_later(timeout_ms / 1000, self._complete_join, group, True)
         self._maybe_complete_join(group)
 
-    def _maybe_complete_join(self, group: _Group) -> None:
+    def _maybe_complete_join(self, group: GroupMetadata) -> None:
         if group.state is not GroupState.PREPARING_REBALANCE or group.delaying:
             return
         if all(m.joining is not None for m in group.members.values()):
             self._complete_join(group, False)
 
-    def _complete_join(self, group: _Group, timed_out: bool) -> None:
+    def _complete_join(self, group: GroupMetadata, timed_out: bool) -> None:
         """End the join phase: members that did not rejoin are dropped, a new generation
         begins and every waiting JoinGroup is answered."""
         if self.groups.get(group.group_id) is not group:
@@ -465,9 +374,9 @@ class GroupCoordinator:
         for member in group.members.values():
             member.last_heard = now
             waiter, member.joining = member.joining, None
-            _cancel_waiter(waiter, self._join_answer(group, member))
+            cancel_waiter(waiter, self._join_answer(group, member))
 
-    def _vote(self, group: _Group) -> str:
+    def _vote(self, group: GroupMetadata) -> str:
         """Kafka's ``GroupMetadata.selectProtocol``: each member votes for its first
         protocol that every member supports; the most votes win."""
         members = list(group.members.values())
@@ -477,7 +386,7 @@ class GroupCoordinator:
         votes = Counter(next(n for n in m.protocol_names() if n in common) for m in members)
         return max(common, key=lambda n: (votes[n], -common.index(n)))
 
-    def _join_answer(self, group: _Group, member: _Member) -> JoinResult:
+    def _join_answer(self, group: GroupMetadata, member: MemberMetadata) -> JoinResult:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
         if member.member_id == group.leader_id:
             members = tuple(
@@ -533,10 +442,10 @@ class GroupCoordinator:
             )
             for m in group.members.values():
                 waiter, m.syncing = m.syncing, None
-                _cancel_waiter(waiter, self._sync_answer(group, m))
+                cancel_waiter(waiter, self._sync_answer(group, m))
         return await asyncio.shield(syncing)
 
-    def _sync_answer(self, group: _Group, member: _Member) -> SyncResult:
+    def _sync_answer(self, group: GroupMetadata, member: MemberMetadata) -> SyncResult:
         return SyncResult(pb.NONE, member.assignment, group.protocol_type, group.protocol_name)
 
     # -- Heartbeat, LeaveGroup, commits ------------------------------------------------------
@@ -657,7 +566,7 @@ class GroupCoordinator:
         return topics
 
     def _partitions(
-        self, group: _Group, member: _Member, assignment: bytes
+        self, group: GroupMetadata, member: MemberMetadata, assignment: bytes
     ) -> tuple[TopicPartition, ...] | None:
         if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return None
@@ -669,10 +578,10 @@ class GroupCoordinator:
 
     # -- membership ------------------------------------------------------------------------
 
-    def _remove(self, group: _Group, member_id: str, reason: str) -> None:
+    def _remove(self, group: GroupMetadata, member_id: str, reason: str) -> None:
         member = group.members.pop(member_id)
-        _cancel_waiter(member.joining, JoinResult(UNKNOWN_MEMBER_ID, member_id))
-        _cancel_waiter(member.syncing, SyncResult(UNKNOWN_MEMBER_ID))
+        cancel_waiter(member.joining, JoinResult(UNKNOWN_MEMBER_ID, member_id))
+        cancel_waiter(member.syncing, SyncResult(UNKNOWN_MEMBER_ID))
         self._log("member_removed", group, member=member_id, reason=repr(reason))
         if group.leader_id == member_id:
             group.leader_id = next(iter(group.members), None)

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from functools import partial
 from typing import cast
 
@@ -30,6 +29,14 @@ from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.grpc_listener.authorizer import GrpcAuthorizer
 from broker.grpc_listener.group_rpcs import GroupRpcs
 from broker.grpc_listener.guarded_call import MalformedRequestError, guarded
+from broker.grpc_listener.request_parsing import (
+    ParsedProduce,
+    by_topic,
+    current_leader_epoch,
+    parse_produce,
+    produce_response,
+    unique,
+)
 from broker.metadata_cache import MetadataCache
 from broker.quotas.client_quota_manager import ANONYMOUS, ClientQuotas
 from broker.replication.replica_manager import (
@@ -40,7 +47,6 @@ from broker.replication.replica_manager import (
     ReplicaManager,
 )
 from broker.request_handlers import (
-    ACKS_VALUES,
     DeletedRecords,
     delete_partition_records,
     epoch_end_offset,
@@ -51,6 +57,7 @@ from broker.request_handlers import (
     partition_problem,
 )
 from broker.security.acl_authorizer import ANONYMOUS_SESSION, Session
+from proto.process.tuning import release_free_memory_soon
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
@@ -68,83 +75,6 @@ keeps in flight (``max.in.flight.requests.per.connection``, 5)."""
 async def _delay(throttle_ms: int) -> None:
     if throttle_ms > 0:
         await asyncio.sleep(throttle_ms / 1000)
-
-
-def _unique(kind: str, keys: list[TopicPartition]) -> None:
-    seen: set[TopicPartition] = set()
-    for tp in keys:
-        if tp in seen:
-            raise MalformedRequestError(f"{kind} names partition {tp} twice")
-        seen.add(tp)
-
-
-def _by_topic(order: list[TopicPartition]) -> dict[str, list[TopicPartition]]:
-    """The partitions grouped by topic, topics and partitions in request order."""
-    grouped: dict[str, list[TopicPartition]] = {}
-    for tp in order:
-        grouped.setdefault(tp.topic, []).append(tp)
-    return grouped
-
-
-def _current_leader_epoch(
-    part: pb.FetchPartition | pb.OffsetForLeaderPartition | pb.ListOffsetsPartition,
-) -> int | None:
-    """KIP-320's optional current_leader_epoch: None (no fencing) when the client omits it."""
-    return part.current_leader_epoch if part.HasField("current_leader_epoch") else None
-
-
-@dataclass(frozen=True)
-class _ParsedProduce:
-    """A produce request checked: what to append, what is refused up front, in what order
-    the response lists the partitions."""
-
-    entries: dict[TopicPartition, bytes]
-    refused: dict[TopicPartition, ProduceResult]
-    order: list[TopicPartition]
-
-
-def _parse_produce(request: pb.ProduceRequest) -> _ParsedProduce:
-    if request.acks not in ACKS_VALUES:
-        raise MalformedRequestError(f"acks must be 0, 1 or -1 (all), got {request.acks}")
-    if request.timeout_ms < 0:
-        raise MalformedRequestError(f"timeout_ms must be >= 0, got {request.timeout_ms}")
-    entries: dict[TopicPartition, bytes] = {}
-    refused: dict[TopicPartition, ProduceResult] = {}
-    order: list[TopicPartition] = []
-    for topic in request.topics:
-        for part in topic.partitions:
-            tp = TopicPartition(topic.name, part.index)
-            order.append(tp)
-            problem = partition_problem(tp)
-            if problem is not None:
-                refused[tp] = ProduceResult(problem, f"invalid partition {tp!r}")
-            elif not part.records:
-                refused[tp] = ProduceResult(pb.CORRUPT_MESSAGE, f"{tp}: no record batches")
-            else:
-                entries[tp] = part.records
-    _unique("produce request", order)
-    return _ParsedProduce(entries, refused, order)
-
-
-def _produce_response(
-    parsed: _ParsedProduce, results: dict[TopicPartition, ProduceResult]
-) -> pb.ProduceResponse:
-    results.update(parsed.refused)
-    response = pb.ProduceResponse()
-    for name, tps in _by_topic(parsed.order).items():
-        topic_response = response.responses.add(name=name)
-        for tp in tps:
-            r = results[tp]
-            topic_response.partitions.add(
-                index=tp.partition,
-                error_code=r.error_code,
-                error_message=r.error_message,
-                base_offset=r.base_offset,
-                log_append_time_ms=-1,
-                log_start_offset=r.log_start_offset,
-                leader_epoch=r.leader_epoch,
-            )
-    return response
 
 
 class BrokerService(pb_grpc.BrokerServicer):
@@ -204,9 +134,9 @@ class BrokerService(pb_grpc.BrokerServicer):
         session = self.authorizer.session(context)
         return await guarded(context, "Produce", lambda: self._produce(request, session))
 
-    def _parse_authorized(self, request: pb.ProduceRequest, session: Session) -> _ParsedProduce:
+    def _parse_authorized(self, request: pb.ProduceRequest, session: Session) -> ParsedProduce:
         """A produce request checked, the partitions of topics without Write refused."""
-        parsed = _parse_produce(request)
+        parsed = parse_produce(request)
         written = {tp.topic for tp in parsed.entries}
         denied = self.authorizer.denied(session, AclOperation.WRITE, written)
         for tp in [tp for tp in parsed.entries if tp.topic in denied]:
@@ -215,11 +145,22 @@ class BrokerService(pb_grpc.BrokerServicer):
         return parsed
 
     async def _produce(self, request: pb.ProduceRequest, session: Session) -> pb.ProduceResponse:
+        try:
+            return await self._produce_request(request, session)
+        finally:
+            # A large request leaves its copies in malloc's heap: given back a moment
+            # after it is answered (docs/resource-limits.md, "Memory after a spike").
+            size = sum(len(p.records) for t in request.topics for p in t.partitions)
+            release_free_memory_soon(size)
+
+    async def _produce_request(
+        self, request: pb.ProduceRequest, session: Session
+    ) -> pb.ProduceResponse:
         parsed = self._parse_authorized(request, session)
         results = await self.replica_manager.append_records(
             request.acks, request.timeout_ms, parsed.entries
         )
-        response = _produce_response(parsed, results)
+        response = produce_response(parsed, results)
         response.throttle_time_ms = self._throttle(request, request.client_id)
         await _delay(response.throttle_time_ms)  # a unary call: its answer is what waits
         return response
@@ -262,14 +203,14 @@ class BrokerService(pb_grpc.BrokerServicer):
 
         async def answer(
             request: pb.ProduceRequest,
-            parsed: _ParsedProduce,
+            parsed: ParsedProduce,
             appended: AppendedRecords,
             started: float,
             throttle_ms: int,
         ) -> None:
             try:
                 results = await self.replica_manager.await_acks(appended, request.timeout_ms)
-                response = _produce_response(parsed, results)
+                response = produce_response(parsed, results)
                 response.correlation_id = request.correlation_id
                 response.throttle_time_ms = throttle_ms
                 async with writing:
@@ -363,10 +304,10 @@ class BrokerService(pb_grpc.BrokerServicer):
                 specs[tp] = FetchSpec(
                     fetch_offset=part.fetch_offset,
                     max_bytes=part.partition_max_bytes,
-                    current_leader_epoch=_current_leader_epoch(part),
+                    current_leader_epoch=current_leader_epoch(part),
                     log_start_offset=part.log_start_offset,
                 )
-        _unique("fetch request", order)
+        unique("fetch request", order)
         max_bytes = request.max_bytes or sum(s.max_bytes for s in specs.values())
         quotas = self.client_quotas
         if quotas is not None and request.replica_id < 0 and quotas.fetch.quotas_enabled:
@@ -377,7 +318,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         )
         results.update(refused)
         response = pb.FetchResponse(error_code=pb.NONE)
-        for name, tps in _by_topic(order).items():
+        for name, tps in by_topic(order).items():
             topic_response = response.responses.add(topic=name)
             for tp in tps:
                 r = results[tp]
@@ -448,7 +389,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                         code, epoch, end = epoch_end_offset(
                             self.replica_manager,
                             tp,
-                            _current_leader_epoch(part),
+                            current_leader_epoch(part),
                             part.leader_epoch,
                         )
                     topic_response.partitions.add(
@@ -487,7 +428,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     code, offset, timestamp, epoch = await list_partition_offset(
                         self.replica_manager,
                         tp,
-                        _current_leader_epoch(part),
+                        current_leader_epoch(part),
                         part.timestamp,
                         request.replica_id,
                     )
@@ -669,7 +610,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             for topic in request.topics
             for part in topic.partitions
         ]
-        _unique("DeleteRecords", [tp for tp, _ in asked])
+        unique("DeleteRecords", [tp for tp, _ in asked])
         offsets = dict(asked)
         denied = self.authorizer.denied(session, AclOperation.DELETE, {tp.topic for tp, _ in asked})
         results = await delete_partition_records(
@@ -681,7 +622,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             if tp.topic in denied:
                 results[tp] = DeletedRecords(pb.TOPIC_AUTHORIZATION_FAILED, -1, "no Delete")
         response = pb.DeleteRecordsResponse()
-        for topic, tps in _by_topic(list(results)).items():
+        for topic, tps in by_topic(list(results)).items():
             entry = response.topics.add(name=topic)
             for tp in tps:
                 r = results[tp]

@@ -23,6 +23,12 @@ Security (:mod:`broker.kafka_listener.sasl_authenticator`): on an SSL or SASL li
 TLS handshake, then the SASL exchange, happen before the first request is read, and every
 request carries the principal the connection authenticated as.
 
+Resource limits (docs/resource-limits.md): connections are accepted within
+``max.connections`` and ``max.connections.per.ip``
+(:mod:`broker.kafka_listener.connection_quotas`); each frame is read within
+``connections.max.idle.ms``, ``socket.request.read.timeout.ms`` and the memory pool of
+``queued.max.request.bytes`` (:mod:`broker.kafka_listener.frame_reader`).
+
 Client quotas (:mod:`broker.kafka_listener.throttling`): a response to a client over its
 quota carries its throttle time and is sent at once; the connection then reads no further
 request until that time has passed (KIP-219's muted channel). Requests the reader had
@@ -49,6 +55,8 @@ from broker.kafka_listener.apis import (
     UNSUPPORTED_VERSION,
     api_versions_tree,
 )
+from broker.kafka_listener.connection_quotas import Acceptor, ConnectionQuotas
+from broker.kafka_listener.frame_reader import FrameReader, IdleConnectionError, ListenerLimits
 from broker.kafka_listener.messages import Tree
 from broker.kafka_listener.request_codec import (
     MalformedFrameError,
@@ -138,6 +146,7 @@ class KafkaListener:
         observe: Callable[[str, float], None] | None = None,
         throttler: Throttler | None = None,
         authenticator: ListenerAuthenticator | None = None,
+        limits: ListenerLimits | None = None,
     ) -> None:
         self.broker_id = broker_id
         self._authenticator = authenticator
@@ -153,34 +162,38 @@ class KafkaListener:
         self._observe = observe
         self._throttler = throttler
         """Client quotas: None for none (the tests' listeners)."""
-        self._server: asyncio.Server | None = None
+        self.limits = limits or ListenerLimits()
+        """Connections, idle time, request reads and their memory (docs/resource-limits.md)."""
+        self.memory_pool = self.limits.memory_pool()
+        self.quotas = ConnectionQuotas(
+            self.limits.max_connections,
+            self.limits.max_connections_per_ip,
+            self.limits.overrides,
+        )
+        tls = authenticator.ssl_context if authenticator is not None else None
+        self._acceptor = Acceptor(
+            broker_id,
+            self.quotas,
+            self._connection,
+            ssl=tls,
+            ssl_handshake_timeout_s=None
+            if tls is None or authenticator is None
+            else authenticator.timeout_s,
+        )
         self._connections: set[asyncio.Task[None]] = set()
 
     async def start(self, host: str, port: int) -> int:
         """Bind and serve; returns the bound port. Raises OSError when it cannot bind."""
-        tls: dict[str, Any] = {}
-        if self._authenticator is not None and self._authenticator.ssl_context is not None:
-            tls = {
-                "ssl": self._authenticator.ssl_context,
-                "ssl_handshake_timeout": self._authenticator.timeout_s,
-            }
-        self._server = await asyncio.start_server(
-            self._connection, host, port, reuse_address=True, reuse_port=False, **tls
-        )
-        bound: int = self._server.sockets[0].getsockname()[1]
-        return bound
+        return await self._acceptor.start(host, port)
 
     async def stop(self) -> None:
         """Stop accepting and close every connection (their pending answers are dropped:
         the clients retry elsewhere, as after a broker crash)."""
-        if self._server is not None:
-            self._server.close()
         for task in list(self._connections):
             task.cancel()
         if self._connections:
             await asyncio.wait(list(self._connections))
-        if self._server is not None:
-            await self._server.wait_closed()
+        await self._acceptor.stop()
 
     def _log(self, level: int, event: str, peer: object, **fields: object) -> None:
         text = " ".join(f"{k}={v}" for k, v in fields.items())
@@ -196,14 +209,20 @@ class KafkaListener:
         mute = _Mute()
         reading: asyncio.Task[None] | None = None
         writing: asyncio.Task[None] | None = None
+        frames: FrameReader | None = None
         try:
             principal = ANONYMOUS_PRINCIPAL
             if self._authenticator is not None:
                 principal = await self._authenticator.authenticate(reader, writer, peer)
-            reading = asyncio.create_task(
-                self._read_requests(reader, queue, room, peer, mute, principal)
+            frames = FrameReader(
+                reader, self.limits, self.memory_pool, self.max_request_bytes, _misdirected
             )
-            writing = asyncio.create_task(self._write_answers(queue, room, writer, peer, mute))
+            reading = asyncio.create_task(
+                self._read_requests(frames, queue, room, peer, mute, principal)
+            )
+            writing = asyncio.create_task(
+                self._write_answers(queue, room, writer, peer, mute, frames)
+            )
             done, _ = await asyncio.wait({reading, writing}, return_when=asyncio.FIRST_COMPLETED)
             if reading in done:
                 reading.result()
@@ -211,6 +230,8 @@ class KafkaListener:
             await writing
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except IdleConnectionError as err:
+            self._log(logging.INFO, "kafka_connection_idle", peer, reason=repr(str(err)))
         except CloseConnection as err:
             self._log(logging.WARNING, "kafka_connection_closed", peer, reason=repr(str(err)))
         except Exception:
@@ -224,6 +245,8 @@ class KafkaListener:
                 part.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await part
+            if frames is not None:
+                frames.close()
             while not queue.empty():  # answers never to be written: their coroutines closed
                 if (queued := queue.get_nowait()) is not None:
                     _discard(queued.answer)
@@ -234,7 +257,7 @@ class KafkaListener:
 
     async def _read_requests(
         self,
-        reader: asyncio.StreamReader,
+        frames: FrameReader,
         queue: asyncio.Queue[_Queued | None],
         room: asyncio.Semaphore,
         peer: object,
@@ -242,30 +265,29 @@ class KafkaListener:
         principal: str = ANONYMOUS_PRINCIPAL,
     ) -> None:
         """Read requests until the client closes; stage each in turn, none while the
-        connection is muted. Each request carries the connection's ``principal``."""
+        connection is muted. A request is read only once it could be staged (the
+        connection is not muted, its answer queue has room): its bytes wait in the
+        client's socket meanwhile, not in the memory pool. Each request carries the
+        connection's ``principal``."""
         client_host = _client_host(peer)
         while True:
-            try:
-                head = await reader.readexactly(4)
-            except asyncio.IncompleteReadError as err:
-                if err.partial:
-                    self._log(logging.WARNING, "kafka_truncated_frame", peer)
-                return
-            size = int.from_bytes(head, "big", signed=True)
-            if size < 0 or size > self.max_request_bytes:
-                hint = _misdirected(head)
-                raise CloseConnection(
-                    f"request size {size} is not in 0..socket.request.max.bytes "
-                    f"({self.max_request_bytes}){hint}"
-                )
-            frame = await reader.readexactly(size)
             await mute.wait()
-            started = time.perf_counter()
             await room.acquire()
+            try:
+                frame = await frames.next_frame()
+            except asyncio.IncompleteReadError:
+                self._log(logging.WARNING, "kafka_truncated_frame", peer)
+                return
+            if frame is None:
+                return
+            started = time.perf_counter()
             try:
                 queued = await self._stage(frame, started, client_host, principal)
             except MalformedFrameError as err:
                 raise CloseConnection(str(err)) from err
+            finally:
+                del frame
+                frames.staged()
             if queued.throttle_ms > 0:
                 mute.hold()
             queue.put_nowait(queued)
@@ -329,38 +351,45 @@ class KafkaListener:
         writer: asyncio.StreamWriter,
         peer: object,
         mute: _Mute,
+        frames: FrameReader,
     ) -> None:
         while (queued := await queue.get()) is not None:
             room.release()
-            throttler = self._throttler
-            if throttler is not None and queued.request is not None and throttler.active:
-                try:
-                    await self._write_throttled(throttler, queued, writer, mute)
-                finally:
-                    if queued.throttle_ms > 0:
-                        mute.extend(queued.throttle_ms, held=True)
-                continue
             try:
-                tree = await queued.answer
-                error = queued.error
-            except CloseConnection:
-                raise
-            except Exception:
-                logger.exception(
-                    "request failed event=kafka_request_error broker=%d peer=%s api_key=%d",
-                    self.broker_id,
-                    peer,
-                    queued.api_key,
-                )
-                tree, error = {}, pb.UNKNOWN_SERVER_ERROR
-            if tree is not None:
-                writer.write(
-                    encode_response(queued.schema, queued.correlation_id, tree, error=error)
-                )
-                await writer.drain()
-            if self._observe is not None:
-                name = api_name(queued.api_key)
-                self._observe(name, (time.perf_counter() - queued.started) * 1000)
+                await self._write_answer(queued, writer, peer, mute)
+            finally:
+                frames.activity.answered()
+
+    async def _write_answer(
+        self, queued: _Queued, writer: asyncio.StreamWriter, peer: object, mute: _Mute
+    ) -> None:
+        throttler = self._throttler
+        if throttler is not None and queued.request is not None and throttler.active:
+            try:
+                await self._write_throttled(throttler, queued, writer, mute)
+            finally:
+                if queued.throttle_ms > 0:
+                    mute.extend(queued.throttle_ms, held=True)
+            return
+        try:
+            tree = await queued.answer
+            error = queued.error
+        except CloseConnection:
+            raise
+        except Exception:
+            logger.exception(
+                "request failed event=kafka_request_error broker=%d peer=%s api_key=%d",
+                self.broker_id,
+                peer,
+                queued.api_key,
+            )
+            tree, error = {}, pb.UNKNOWN_SERVER_ERROR
+        if tree is not None:
+            writer.write(encode_response(queued.schema, queued.correlation_id, tree, error=error))
+            await writer.drain()
+        if self._observe is not None:
+            name = api_name(queued.api_key)
+            self._observe(name, (time.perf_counter() - queued.started) * 1000)
 
     async def _write_throttled(
         self, throttler: Throttler, queued: _Queued, writer: asyncio.StreamWriter, mute: _Mute

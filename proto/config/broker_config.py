@@ -51,6 +51,7 @@ __all__ = [
     "BrokerConfig",
     "TopicConfig",
     "TruncationMode",
+    "connection_overrides",
     "parse_overrides",
 ]
 
@@ -188,6 +189,25 @@ _PROPERTIES = (
     _Property("log.retention.check.interval.ms", "log_retention_check_interval_ms", "int", 1),
     _Property("message.max.bytes", "message_max_bytes", "int", 0, _INT32_MAX),
     _Property("socket.request.max.bytes", "socket_request_max_bytes", "int", 1024, _INT32_MAX),
+    _Property("max.connections", "max_connections", "int", 0, _INT32_MAX),
+    _Property("max.connections.per.ip", "max_connections_per_ip", "int", 0, _INT32_MAX),
+    _Property("max.connections.per.ip.overrides", "max_connections_per_ip_overrides", "optstr"),
+    _Property("connections.max.idle.ms", "connections_max_idle_ms", "int", 1),
+    _Property("queued.max.request.bytes", "queued_max_request_bytes", "int", -1),
+    _Property(
+        "socket.request.read.timeout.ms", "socket_request_read_timeout_ms", "int", 1, _INT32_MAX
+    ),
+    _Property(
+        "connections.handshake.timeout.ms", "connections_handshake_timeout_ms", "int", 1, _INT32_MAX
+    ),
+    _Property("group.max.size", "group_max_size", "int", 1, _INT32_MAX),
+    _Property(
+        "group.max.protocol.metadata.bytes",
+        "group_max_protocol_metadata_bytes",
+        "int",
+        0,
+        _INT32_MAX,
+    ),
     _Property("quota.window.num", "quota_window_num", "int", 1),
     _Property("quota.window.size.seconds", "quota_window_size_seconds", "int", 1),
     _Property("auto.leader.rebalance.enable", "auto_leader_rebalance_enable", "bool"),
@@ -377,6 +397,41 @@ class BrokerConfig:
     """The largest request the broker accepts; gRPC refuses larger ones with
     RESOURCE_EXHAUSTED before they reach a handler."""
     """Largest record batch accepted (also the default ``max.message.bytes`` of topics)."""
+    max_connections: int = _INT32_MAX
+    """``max.connections``: the Kafka listener's connections at most; at the limit it
+    accepts no more until one closes (the kernel's backlog holds the next), as Kafka's
+    acceptor waits (docs/resource-limits.md)."""
+    max_connections_per_ip: int = _INT32_MAX
+    """``max.connections.per.ip``: connections from one address at most; one more is
+    closed as soon as it is accepted."""
+    max_connections_per_ip_overrides: str = ""
+    """``max.connections.per.ip.overrides``: ``host:count,...`` (an IP address or a host
+    name, resolved at start-up) over ``max.connections.per.ip``."""
+    connections_max_idle_ms: int = 600_000
+    """``connections.max.idle.ms``: a Kafka connection that sent nothing and is owed
+    nothing for this long is closed; on gRPC, ``grpc.max_connection_idle_ms``."""
+    queued_max_request_bytes: int = 209_715_200
+    """``queued.max.request.bytes`` (KIP-72): the bytes of requests read and not yet staged,
+    all Kafka connections together; a request waits for room before its body is read. -1:
+    unbounded (Kafka's default). minibroker's default is two ``socket.request.max.bytes``:
+    one largest request can be read while another is handled, and a flood of large frames
+    holds at most this much (docs/resource-limits.md)."""
+    socket_request_read_timeout_ms: int = 30_000
+    """``socket.request.read.timeout.ms`` (minibroker's own): how long a Kafka request may
+    take to arrive once its size did (and the memory pool had room for it); a half-sent
+    frame is closed after it. The default is Kafka clients' ``request.timeout.ms``: by then
+    the client has given the request up."""
+    connections_handshake_timeout_ms: int = 10_000
+    """``connections.handshake.timeout.ms`` (minibroker's own): how long a gRPC connection
+    may take to finish its TLS and HTTP/2 handshake (``grpc.server_handshake_timeout_ms``)
+    before it is closed; gRPC's own is 120 s."""
+    group_max_size: int = _INT32_MAX
+    """``group.max.size`` (KIP-389): members of one consumer group at most; a new member
+    past it gets GROUP_MAX_SIZE_REACHED."""
+    group_max_protocol_metadata_bytes: int = 1_048_576
+    """``group.max.protocol.metadata.bytes`` (minibroker's own): the protocol metadata a
+    group member may give in its JoinGroup, all its protocols together; more is refused
+    INVALID_REQUEST. The coordinator keeps it and hands every member's to the leader."""
     quota_window_num: int = 11
     """Samples a client quota's rate is kept over (Kafka's ``quota.window.num``)."""
     quota_window_size_seconds: int = 1
@@ -442,6 +497,17 @@ class BrokerConfig:
             raise ValueError("zookeeper.set.acl=true needs zookeeper.auth.digest.file")
         if self.ssl_client_auth != "none" and not self.ssl_keystore_location:
             raise ValueError(f"ssl.client.auth={self.ssl_client_auth} needs ssl.keystore.location")
+        if self.queued_max_request_bytes == 0:
+            raise ValueError(
+                "invalid value for queued.max.request.bytes: 0 (-1 for unbounded, or a size)"
+            )
+        overrides = connection_overrides(self.max_connections_per_ip_overrides)
+        if self.max_connections_per_ip == 0 and not overrides:
+            # KafkaConfig.validateValues: 0 admits only the hosts the overrides name.
+            raise ValueError(
+                "max.connections.per.ip can be set to zero only if "
+                "max.connections.per.ip.overrides property is set."
+            )
         if self.replica_fetch_wait_max_ms > self.replica_lag_time_max_ms:
             # As Kafka's KafkaConfig.validateValues: a follower whose fetch waits longer than
             # the lag limit would drop out of the ISR while idle.
@@ -635,6 +701,32 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
 
 
 # -- parsing and checking --------------------------------------------------------------------
+
+
+def connection_overrides(text: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides`` (``host:count,host:count``; an IPv6 address
+    keeps its colons: the count is after the last one) as host -> count. Raises ValueError
+    for an item without a count or with a negative or non-integer one."""
+    result: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        host, colon, count = item.rpartition(":")
+        if not colon or not host.strip():
+            raise ValueError(
+                f"invalid value for max.connections.per.ip.overrides: {item!r} is not host:count"
+            )
+        try:
+            number = int(count.strip())
+        except ValueError:
+            number = -1
+        if not 0 <= number <= _INT32_MAX:
+            raise ValueError(
+                f"invalid value for max.connections.per.ip.overrides: {item!r} "
+                "(the count is an integer in 0..2147483647)"
+            )
+        result[host.strip()] = number
+    return result
 
 
 def _suggest(name: str, candidates: Iterable[str] | None = None) -> str:

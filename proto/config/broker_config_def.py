@@ -274,10 +274,27 @@ STATIC_BROKER_CONFIG_KEYS: Mapping[str, ConfigKey] = {
            "request, in bytes, the broker sends (ZooKeeper's jute.maxbuffer). A larger write "
            "is refused with POLICY_VIOLATION instead of being sent: the server would drop "
            "the session.", at_least(1024)),
+        # The resource limits of the listeners (docs/resource-limits.md).
+        _k("connections.max.idle.ms", LONG, "600000", "Idle connections timeout: the server "
+           "socket processor threads close the connections that idle more than this"),
+        _k("queued.max.request.bytes", LONG, "209715200", "The number of queued bytes allowed "
+           "before no more requests are read (minibroker's default: two "
+           "socket.request.max.bytes; -1 for no limit)"),
+        _k("group.max.size", INT, INT_MAX, "The maximum number of consumers that a single "
+           "consumer group can accommodate.", at_least(1)),
+        _k("socket.request.read.timeout.ms", INT, "30000", "minibroker's own: how long a "
+           "request may take to arrive once its size has; a half-sent request's connection is "
+           "closed after it", at_least(1)),
+        _k("connections.handshake.timeout.ms", INT, "10000", "minibroker's own: how long a "
+           "gRPC connection may take to complete its TLS and HTTP/2 handshake", at_least(1)),
+        _k("group.max.protocol.metadata.bytes", INT, "1048576", "minibroker's own: the "
+           "protocol metadata one group member may give in a JoinGroup, all its protocols "
+           "together", at_least(0)),
     )
 }  # fmt: skip
 """Read-only broker configs of Kafka 2.8 that mean something here, beyond minibroker's own
-properties (:data:`proto.config.broker_config.BROKER_PROPERTIES`)."""
+properties (:data:`proto.config.broker_config.BROKER_PROPERTIES`), and the definitions of
+the resource limits (minibroker's own among them, marked so) for their descriptions."""
 
 _LISTENER_PREFIX = re.compile(r"listener\.name\.[^.]*\.(.*)")
 _TOPIC_NAME = {b: t for t, b in TOPIC_CONFIG_SYNONYMS.items()}

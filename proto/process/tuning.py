@@ -32,16 +32,20 @@ other than glibc this does nothing.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
+import functools
 import gc
 import logging
 import os
+from collections.abc import Callable
 
 __all__ = [
     "GC_GENERATION0_THRESHOLD",
     "MMAP_THRESHOLD_BYTES",
     "TRIM_THRESHOLD_BYTES",
+    "release_free_memory",
     "tune_gc",
     "tune_malloc",
     "tune_process",
@@ -90,6 +94,74 @@ def tune_malloc() -> bool:
     if not done:
         logger.debug("mallopt refused the thresholds; malloc keeps its defaults")
     return done
+
+
+LARGE_REQUEST_BYTES = 8 * 1024 * 1024
+"""A request at least this large has the broker give free memory back after it
+(:func:`release_free_memory_soon`)."""
+RELEASE_DELAYS_S = (1.0, 4.0)
+"""After the last large request, when the free memory is given back (seconds after it, then
+after the first release): its buffers, and the copies gRPC and the decoders made, are freed
+only once its answer is sent, a moment later on a busy broker."""
+
+
+class _Releaser:
+    """The pending releases of :func:`release_free_memory_soon`: one timer per process."""
+
+    timer: asyncio.TimerHandle | None = None
+    left = 0
+
+
+def release_free_memory_soon(size: int) -> None:
+    """After a request of ``size`` bytes: if it is large, give the free memory back to the
+    kernel :data:`RELEASE_DELAYS_S` after it (a burst of large requests shares the timer).
+    Call it on the event loop."""
+    if size < LARGE_REQUEST_BYTES:
+        return
+    _Releaser.left = len(RELEASE_DELAYS_S)
+    if _Releaser.timer is None:
+        loop = asyncio.get_running_loop()
+        _Releaser.timer = loop.call_later(RELEASE_DELAYS_S[0], _release_pass, loop)
+
+
+def _release_pass(loop: asyncio.AbstractEventLoop) -> None:
+    # A request refused by an exception stays in a reference cycle with its traceback,
+    # which the collector (run rarely here, tune_gc) would free at some later time: too late
+    # for the trim. A full collection is a few ms, after a large request only.
+    gc.collect()
+    release_free_memory()
+    _Releaser.left -= 1
+    if _Releaser.left > 0:
+        delay = RELEASE_DELAYS_S[len(RELEASE_DELAYS_S) - _Releaser.left]
+        _Releaser.timer = loop.call_later(delay, _release_pass, loop)
+    else:
+        _Releaser.timer = None
+
+
+def release_free_memory() -> bool:
+    """Give the free memory malloc keeps back to the kernel (glibc's ``malloc_trim(0)``:
+    every arena's free top above the trim threshold and its free pages inside); True if
+    any was. A broker calls it after a large request, at most once a second: with
+    :data:`TRIM_THRESHOLD_BYTES` kept per arena for speed, a burst of large requests would
+    otherwise leave its heap mapped for good (bench/RESULTS.md, "Memory after a flood")."""
+    trim = _malloc_trim()
+    return trim is not None and bool(trim(0))
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, looked up once; None elsewhere (musl has none)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        function = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    trim: Callable[[int], int] = function
+    return trim
 
 
 def tune_gc() -> None:

@@ -9,8 +9,10 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from broker.coordinator.group_coordinator import (
+    GROUP_MAX_SIZE_REACHED,
     ILLEGAL_GENERATION,
     INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_REQUEST,
     INVALID_SESSION_TIMEOUT,
     NOT_COORDINATOR,
     REBALANCE_IN_PROGRESS,
@@ -284,5 +286,34 @@ def test_a_group_of_another_protocol_type_has_no_decoded_partitions() -> None:
         )
         [described] = c.describe_groups(["connect-cluster"])
         assert [(m.assignment, m.partitions) for m in described.members] == [(b"x", None)]
+
+    run(main())
+
+
+def test_a_new_member_past_group_max_size_is_refused_and_the_members_carry_on() -> None:
+    async def main() -> None:
+        c = coordinator(max_size=3)
+        members = await join_three(c)
+        assert all(r.error_code == NONE for r in members)
+        extra = await join(c, client="d")
+        assert extra.error_code == GROUP_MAX_SIZE_REACHED
+        assert len(c.groups["g"].members) == 3
+        assert c.groups["g"].state is GroupState.COMPLETING_REBALANCE  # no rebalance for it
+        leader = next(r for r in members if r.member_id == r.leader)
+        again = await join(c, leader.member_id, client="a")  # a member may rejoin
+        assert again.error_code == NONE
+
+    run(main())
+
+
+def test_protocol_metadata_over_the_limit_is_refused_and_not_kept() -> None:
+    async def main() -> None:
+        c = coordinator(max_protocol_metadata_bytes=1000)
+        big = [("range", b"x" * 600), ("roundrobin", b"y" * 600)]
+        refused = await join(c, protocols=big)
+        assert refused.error_code == INVALID_REQUEST
+        assert "g" not in c.groups
+        fits = await join(c, protocols=[("range", b"x" * 1000)])
+        assert fits.error_code == NONE
 
     run(main())
