@@ -67,9 +67,28 @@ class MetadataCache:
         return deleted
 
     def add_partition(self, tp: TopicPartition, info: PartitionInfo) -> None:
-        """Record what a LeaderAndIsr told us, so Metadata is right even before the
-        UpdateMetadata that follows it arrives."""
+        """Record a partition's state outright, as an UpdateMetadata naming it does."""
         self._partitions[tp] = info
+
+    def refresh_partition(self, tp: TopicPartition, info: PartitionInfo) -> bool:
+        """Update a partition this cache already holds with what this broker learnt before
+        the controller's next UpdateMetadata (a LeaderAndIsr, its own ISR change), so that
+        Metadata shows a new leader as soon as it leads; False, and nothing recorded, for a
+        partition the cache does not hold.
+
+        A new partition waits for the UpdateMetadata: it names every partition of a new
+        topic (or every partition CreatePartitions added) at once, a LeaderAndIsr only the
+        ones this broker replicates. Recorded from a LeaderAndIsr, partition 1 of a new
+        two-partition topic led here would be answered alone, and a client counts a
+        topic's partitions from the answer: librdkafka took the topic for one partition and
+        failed a record for partition 1 with _UNKNOWN_PARTITION. Kafka's MetadataCache
+        takes nothing but UpdateMetadata; the topic stays unknown here (Metadata answers
+        LEADER_NOT_AVAILABLE through auto creation, UNKNOWN_TOPIC_OR_PARTITION without)
+        until all its partitions are known."""
+        if tp not in self._partitions:
+            return False
+        self._partitions[tp] = info
+        return True
 
     def brokers(self) -> list[BrokerInfo]:
         return sorted(self._brokers.values(), key=lambda b: b.broker_id)

@@ -66,8 +66,10 @@ def leader_serving(
 ) -> znodes.PartitionState | None:
     """The partition's state if the leader it names is among ``addresses`` (broker id ->
     ``host:port`` of the brokers to ask) and its Metadata shows itself leading at the
-    state's leader epoch (it applies LeaderAndIsr before UpdateMetadata, so it has become
-    the leader); else None."""
+    state's leader epoch, hosting the replica; else None. A broker's Metadata takes a
+    known partition's leader from the LeaderAndIsr it applied, a new partition's from the
+    UpdateMetadata the controller sends it after that LeaderAndIsr was answered (one that
+    failed leaves the replica unhosted, named among the offline replicas)."""
     state = read_partition_state(zk, tp)
     if state is None or state.leader == znodes.LEADER_NONE or state.leader not in addresses:
         return None
@@ -85,6 +87,7 @@ def leader_serving(
                 and part.partition_index == tp.partition
                 and part.leader_id == state.leader
                 and part.leader_epoch == state.leader_epoch
+                and state.leader not in part.offline_replicas
             ):
                 return state
     return None

@@ -617,7 +617,7 @@ class ReplicaManager:
             # the controller sends the state again once the broker is registered anew.
             self._log(logging.WARNING, "cannot_read_topic_config", tp=tp, error=err)
             return pb.REQUEST_TIMED_OUT, f"{tp}: cannot read the topic config: {err}"
-        self.metadata_cache.add_partition(
+        self.metadata_cache.refresh_partition(
             tp, PartitionInfo(state.leader, state.leader_epoch, state.replicas, state.isr)
         )
         # A fetched append still running in the executor must land before the new role
@@ -1407,7 +1407,7 @@ class ReplicaManager:
             self.metrics.isr_shrinks.inc()
         elif len(isr) > len(old):
             self.metrics.isr_expands.inc()
-        self.metadata_cache.add_partition(
+        self.metadata_cache.refresh_partition(
             tp, PartitionInfo(self.broker_id, epoch, partition.replicas, isr)
         )
         self._record_isr_change(tp)

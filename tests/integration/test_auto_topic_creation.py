@@ -111,8 +111,16 @@ def test_confluent_kafka_producer_and_consumer_create_the_topics_they_use(
     assert len(partitions_in_zookeeper(cluster, "made-by-consumer") or {}) == 2
     consumer.subscribe(["made-by-consumer"])
     deadline = time.monotonic() + 60
-    producer.produce("made-by-consumer", b"hello", partition=1)
+    # flush() counts what is still queued, not what failed: the delivery report tells.
+    delivered.clear()
+    producer.produce(
+        "made-by-consumer",
+        b"hello",
+        partition=1,
+        on_delivery=lambda err, msg: delivered.append((str(err) if err else None, msg.offset())),
+    )
     assert producer.flush(60) == 0
+    assert delivered == [(None, 0)]
     got = None
     while got is None:
         assert time.monotonic() < deadline, "the consumer read nothing from its new topic"

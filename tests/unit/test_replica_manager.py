@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -227,6 +228,69 @@ def test_a_follower_made_before_a_failing_partition_still_fetches_and_a_repeat_r
                 assert not manager._is_fetching(FOLLOWED)
                 await manager.become_leader_or_follower(_leader_and_isr(FOLLOWED))
                 assert manager._is_fetching(FOLLOWED)
+            finally:
+                await manager.shutdown()
+                await asyncio.get_running_loop().run_in_executor(executor, log_manager.shutdown)
+
+    asyncio.run(scenario())
+
+
+def test_a_leader_and_isr_shows_no_new_partition_in_metadata_before_the_update_metadata(
+    tmp_path: Path,
+) -> None:
+    """Found flaky under load: a LeaderAndIsr names only the partitions a broker replicates,
+    so a Metadata answered between it and the UpdateMetadata that follows showed partition 1
+    of a new two-partition topic alone, and librdkafka took the topic for one partition
+    (failing a record for partition 1 with _UNKNOWN_PARTITION). A new partition waits for
+    the UpdateMetadata, which names them all; a known one takes its new leader at once."""
+    other = TopicPartition(FOLLOWED.topic, 1)
+    state = PartitionState(leader=2, leader_epoch=3, isr=(2, 1), controller_epoch=1, zk_version=1)
+    zk = _ControlZk(
+        {FOLLOWED: state},
+        {2: BrokerRegistration("127.0.0.1", 1, 0)},
+        {FOLLOWED.topic: {0: [2, 1], 1: [2, 1]}},
+    )
+    config = BrokerConfig(broker_id=1, zookeeper_connect="unused:2181", log_dir=tmp_path)
+
+    async def scenario() -> None:
+        with ThreadPoolExecutor(2) as executor:
+            log_manager = LogManager(tmp_path, LogConfig(), 1)
+            log_manager.startup()
+            cache = MetadataCache()
+            manager = ReplicaManager(config, log_manager, cast(BrokerZkClient, zk), cache, executor)
+            manager.broker_epoch = 5
+            try:
+                answer = await manager.become_leader_or_follower(_leader_and_isr(FOLLOWED))
+                assert [e.error_code for e in answer.partition_errors] == [ErrorCode.NONE]
+                assert FOLLOWED in manager.partitions
+                assert cache.partitions_of(FOLLOWED.topic) == {}
+
+                zk.registrations[1] = BrokerRegistration("127.0.0.1", 2, 0)
+                update = _update_metadata(
+                    pb.BrokerEndpoint(node_id=1, host="127.0.0.1", port=2),
+                    pb.BrokerEndpoint(node_id=2, host="127.0.0.1", port=1),
+                )
+                zk.states[other] = replace(state, leader=1, isr=(1, 2))
+                for tp, leader in ((FOLLOWED, 2), (other, 1)):
+                    update.partition_states.add(
+                        topic_name=tp.topic, partition_index=tp.partition, controller_epoch=1,
+                        leader=leader, leader_epoch=3, isr=[leader], replicas=[2, 1],
+                    )  # fmt: skip
+                assert (await manager.update_metadata(update)).error_code == ErrorCode.NONE
+                assert sorted(cache.partitions_of(FOLLOWED.topic)) == [0, 1]
+
+                # A known partition's new leader is shown before the UpdateMetadata.
+                zk.states[FOLLOWED] = replace(state, leader=1, leader_epoch=4, isr=(1,))
+                moved = _leader_and_isr()
+                moved.partition_states.add(
+                    topic_name=FOLLOWED.topic, partition_index=0, controller_epoch=1, leader=1,
+                    leader_epoch=4, isr=[1], zk_version=1, replicas=[2, 1],
+                )  # fmt: skip
+                answer = await manager.become_leader_or_follower(moved)
+                assert [e.error_code for e in answer.partition_errors] == [ErrorCode.NONE]
+                shown = cache.partition(FOLLOWED)
+                assert shown is not None
+                assert (shown.leader, shown.leader_epoch) == (1, 4)
             finally:
                 await manager.shutdown()
                 await asyncio.get_running_loop().run_in_executor(executor, log_manager.shutdown)
