@@ -56,8 +56,10 @@ from proto.zk.sync_client import (
 from proto.zk.znodes import (
     BROKER_TOPICS_PATH,
     CONTROLLER_EPOCH_PATH,
+    CONTROLLER_PATH,
     PartitionState,
     PartitionStateData,
+    encode_controller,
     encode_topic_assignment,
     topic_path,
 )
@@ -343,6 +345,9 @@ def test_old_controller_epoch_is_refused_and_reported(
         zk_client, zk_connect, tmp_path, broker_ids=(1,), scripted_controller=True
     ) as cluster:
         elected_at(zk_client, 4)
+        # The controller of epoch 4 is broker 2, as /controller says: brokers believe an
+        # UpdateMetadata's controller id only as ZooKeeper names it.
+        zk_client.set(CONTROLLER_PATH, encode_controller(2, 0))
         brokers = live_brokers(zk_client)
         partitions = create_topic(zk_client, "fenced", {0: [1]})
         reported: list[tuple[int, ControlRequest, ControlResponse]] = []
