@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import audit, audit_spark, failover, log_append, replication, side_by_side
+from bench import audit, audit_spark, failover, log_append, replication, scale, side_by_side
 from bench import chaos as chaos_bench
 from bench import tls as tls_bench
 from bench.machine import describe
@@ -45,6 +45,8 @@ class _Run:
     """The log_append no-fsync result, whose plain-file MB/s is the raw-write figure."""
     figures: dict[str, Any] = field(default_factory=dict)
     """Section name -> its figures, for results.json."""
+    scale_sizes: tuple[int, ...] = scale.DEFAULT_SIZES
+    """The partition counts of the scale section (``--scale-partitions``)."""
 
 
 def _log_append_section(run: _Run) -> list[str]:
@@ -676,6 +678,143 @@ def _side_by_side_section(run: _Run) -> list[str]:
     return lines
 
 
+SCALE_PROFILE = [
+    "Profile (py-spy 0.4 `record --nonblocking`, 50 Hz, 40 s of each broker process during "
+    "the 10,000-partition create of the 2026-11-28 run, load average 8-9; the controller ran "
+    "in broker 2), share of samples:",
+    "",
+    "- **per-partition logging of fetch errors**: `ReplicaFetcher._partition_error` -> "
+    "`_log` -> `log_event` took 52-63% of brokers 1 and 2 and 31% of broker 3: followers "
+    "fetch partitions their leader has not created yet and each answer's "
+    "UNKNOWN_TOPIC_OR_PARTITION is logged per partition per fetch (1.0-1.3 million "
+    "`replica_fetcher event=partition-error` lines per broker, 160-200 MB of log each, in "
+    "12 minutes; formatting, `StreamHandler.flush` and `LogRecord` are the top self times);",
+    "- **per-partition truncation**: `ReplicaFetcher._truncate` 24-27% (per partition, as "
+    "each becomes a follower);",
+    "- **serial ZooKeeper writes that lose**: broker 3 (a leader) sent 58,517 conditional ISR "
+    "updates that ZooKeeper rejected (`isr_update_lost_race`, a stale zkVersion after the "
+    "controller's writes), one at a time (`update_partition_state_conditionally` 6%), and "
+    "no ISR ended full; 9,988 `refused_update_metadata_replicas`;",
+    "- **the descriptor limit**: each broker held 19,998 of its 20,000 files (two per replica, "
+    "the segments of every hosted log open at once): at the limit, where any new file or "
+    "socket fails with EMFILE; Kafka opens index files lazily and closes inactive "
+    "segments' handles;",
+    "- per-partition INFO lines at creation (`created log`, `became_follower`, `add`, "
+    "`truncate`: 10,000-27,000 of each per broker) and the serving Metadata (2-3%) follow.",
+    "",
+    "At 1,000 partitions the same paths exist but do not dominate: the create is 20 s (19.5 s "
+    "in the earlier measurement); in the failover the new controller's state load is 0.3 s "
+    "and its `failover_done` still counts the killed broker live (its registration not yet "
+    "expired): the rest is the session timeout (6 s) and the broker change after it.",
+]
+"""What the profile of the scale run showed (bench/scale.py does not run py-spy: attach it
+by hand to the broker pids it prints under its data dir, as that run did)."""
+
+
+def _scale_section(run: _Run) -> list[str]:
+    r = scale.measure(WORK_DIR, run.scale_sizes)
+    steps = {
+        "create": "CreateTopics to every partition led, full ISR",
+        "shutdown_leads_nothing": "controlled shutdown (SIGTERM): until it leads nothing",
+        "shutdown_exited": "controlled shutdown: until its process exited",
+        "rejoin": "restarted: until every ISR is full",
+        "failover_all_led": "SIGKILL of the controller's broker: until every partition is "
+        f"led by a live broker (session timeout {r.session_timeout_ms / 1000:.0f} s)",
+    }
+    settings = ", ".join(f"`{k}` {v}" for k, v in r.broker_overrides.items())
+    header = "| step | " + " | ".join(f"{s.partitions:,} partitions" for s in r.sizes) + " |"
+    lines = [
+        "## Scale: partition count, 3 brokers, RF 3",
+        "",
+        *run.stamp,
+        "",
+        "3 broker processes (each with its controller candidate) and ZooKeeper on this "
+        f"machine, a fresh cluster per size; one topic of N partitions, RF 3, created by "
+        "confluent-kafka's AdminClient through the Kafka listener (plus a 3-partition topic "
+        f"beside it). Brokers: {settings}, `max.broker.partitions` raised to N. Times in "
+        "seconds, each step under a deadline (bench/scale.py). Load average (1 min) at "
+        "the start and the end of each size beside the figures: the machine is shared.",
+        "",
+        header,
+        "|---|" + "---:|" * len(r.sizes),
+    ]
+
+    def row(label: str, cell: Callable[[scale.SizeResult], str]) -> str:
+        return f"| {label} | " + " | ".join(cell(s) for s in r.sizes) + " |"
+
+    def step(name: str) -> Callable[[scale.SizeResult], str]:
+        def cell(s: scale.SizeResult) -> str:
+            if s.not_run is not None:
+                return "not run"
+            seconds = s.steps.get(name)
+            return "did not finish" if seconds is None else f"{seconds:.1f}"
+
+        return cell
+
+    def resources(attr: str, fmt: str) -> Callable[[scale.SizeResult], str]:
+        return lambda s: (
+            " / ".join(format(getattr(s.resources[i], attr), fmt) for i in sorted(s.resources))
+            or "-"
+        )
+
+    lines += [
+        row("load average, start / end", lambda s: f"{s.loadavg_start:.1f} / {s.loadavg_end:.1f}"),
+        row("CreateTopics answered", step("create_accepted")),
+        *(row(label, step(name)) for name, label in steps.items()),
+        row(
+            "new controller's state load (`elected` to `failover_done` in its log)",
+            lambda s: "-" if s.controller_load_s is None else f"{s.controller_load_s:.2f}",
+        ),
+        row(
+            "Metadata, all topics (gRPC, median ms)",
+            lambda s: "-" if s.metadata_ms is None else f"{s.metadata_ms:.1f}",
+        ),
+        row("RSS MiB per broker (1 / 2 / 3)", resources("rss_mib", ".0f")),
+        row("open files per broker", resources("open_files", "d")),
+        row("threads per broker", resources("threads", "d")),
+        row(
+            "`perf produce` records/s (acks=all) to the N-partition topic",
+            lambda s: f"{s.produce[s.partitions]:,.0f}" if s.partitions in s.produce else "-",
+        ),
+        row(
+            "`perf produce` records/s to a 3-partition topic beside it",
+            lambda s: f"{s.produce[3]:,.0f}" if 3 in s.produce else "-",
+        ),
+        row("wall time of the size", lambda s: f"{s.wall_s:.0f}"),
+        "",
+    ]
+    for s in r.sizes:
+        if s.not_run is not None:
+            lines.append(f"- {s.partitions:,} partitions not run: {s.not_run}.")
+        if s.fd_note is not None:
+            lines.append(f"- {s.partitions:,} partitions: {s.fd_note}.")
+        if s.did_not_finish is not None:
+            lines.append(f"- {s.partitions:,} partitions: {s.did_not_finish}.")
+        if s.log_findings:
+            lines.append(
+                f"- {s.partitions:,} partitions, broker log ERROR/CRITICAL/traceback lines (the "
+                f"whole logs, the final stop included): {len(s.log_findings)}, the first: "
+                f"`{s.log_findings[0][:240]}`"
+            )
+    lines += ["", *SCALE_PROFILE]
+    run.figures["scale"] = {
+        str(s.partitions): {
+            "not_run": s.not_run,
+            "did_not_finish": s.did_not_finish,
+            "steps_s": s.steps,
+            "controller_load_s": s.controller_load_s,
+            "metadata_ms": s.metadata_ms,
+            "produce_records_per_s": {str(k): v for k, v in s.produce.items()},
+            "loadavg": [s.loadavg_start, s.loadavg_end],
+        }
+        for s in r.sizes
+    }
+    for line in lines[-len(r.sizes) * 3 :]:
+        if line.startswith("- "):
+            print(f"scale: {line[2:]}")
+    return lines
+
+
 SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "log_append": _log_append_section,
     "replication": _replication_section,
@@ -685,6 +824,7 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "chaos": _chaos_section,
     "tls": _tls_section,
     "side_by_side": _side_by_side_section,
+    "scale": _scale_section,
 }
 """In RESULTS.md order; log_append first, since replication quotes its raw-write figure."""
 
@@ -705,7 +845,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only", choices=list(SECTIONS), help="run one benchmark; keep the others' sections"
     )
+    parser.add_argument(
+        "--scale-partitions",
+        default=",".join(str(n) for n in scale.DEFAULT_SIZES),
+        help="the scale section's partition counts, comma-separated (default %(default)s)",
+    )
     args = parser.parse_args(argv)
+    sizes = tuple(int(n) for n in args.scale_partitions.split(",") if n.strip())
     tune_process()  # as every minibroker process: the benchmarks' own clients measure alike
     WORK_DIR.mkdir(exist_ok=True)
     cli = [
@@ -713,6 +859,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "-m",
         "bench.run",
         *(["--only", args.only] if args.only else []),
+        *(["--scale-partitions", args.scale_partitions] if sizes != scale.DEFAULT_SIZES else []),
     ]
     command = ("make bench  # " if not args.only else "") + shlex.join(cli)
     run = _Run(
@@ -720,7 +867,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"- run: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
             f"- command: `{command}`",
             f"- machine: {describe(WORK_DIR)}",
-        ]
+        ],
+        scale_sizes=sizes,
     )
     previous = _previous_sections(RESULTS.read_text()) if RESULTS.exists() else {}
     sections = []

@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import grpc
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 from broker.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from proto.records.record_batch import decode_batch, scan_batches
@@ -29,11 +30,13 @@ from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk import znodes
 from proto.zk.sync_client import read_partition_state
+from proto.zk.znode_reads import partition_state_read
 
 __all__ = [
     "checkpointed_high_watermark",
     "create_topic",
     "leader_serving",
+    "partition_states",
     "replica_records",
     "wait_until",
 ]
@@ -91,6 +94,26 @@ def leader_serving(
             ):
                 return state
     return None
+
+
+def partition_states(
+    zk: KazooClient, topic: str, partitions: int, timeout: float = 30.0
+) -> list[znodes.PartitionState | None]:
+    """The state znode of each of ``topic``'s partitions 0..``partitions``-1 (None: none
+    yet), read pipelined, one async get each: a topic of thousands of partitions is read in
+    about one round trip's time per batch of the connection's window, not one per
+    partition."""
+    reads = [partition_state_read(TopicPartition(topic, p)) for p in range(partitions)]
+    pending = [zk.get_async(r.path) for r in reads]
+    out: list[znodes.PartitionState | None] = []
+    for read, result in zip(reads, pending, strict=True):
+        try:
+            data, stat = result.get(timeout=timeout)
+        except NoNodeError:
+            out.append(None)
+            continue
+        out.append(read.decode(data, stat))
+    return out
 
 
 def replica_records(partition_dir: Path) -> list[tuple[int, bytes | None]]:
