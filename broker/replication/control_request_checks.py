@@ -54,7 +54,7 @@ what authenticated control requests are for (mutual TLS with ``super.users``:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from proto.topic_partition import TopicPartition
@@ -320,12 +320,14 @@ def update_metadata_replicas_refusal(
     replicas: Sequence[int],
     offline_replicas: Sequence[int],
     assignment: Sequence[int] | None,
-    registered: Collection[int],
 ) -> Refusal | None:
     """An UpdateMetadata partition's replicas are believed only as ``/brokers/topics/<t>``
     assigns them (the controller writes an assignment before it sends it), and its offline
-    replicas only as the registrations say: the controller's offline replicas are exactly
-    the assigned replicas whose broker has no ``/brokers/ids/<id>``."""
+    replicas only among them. Which assigned replicas are offline is the controller's to
+    say, not ZooKeeper's: a replica on a failed log dir of a registered broker is offline
+    (Kafka's controller counts it so), and a broker whose registration just went is still
+    online to a controller that has not yet handled its loss, so comparing with the
+    registrations would refuse the real controller's requests whenever brokers come and go."""
     if assignment is None:
         return Refusal(
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
@@ -336,12 +338,12 @@ def update_metadata_replicas_refusal(
             ErrorCode.INVALID_REQUEST,
             f"{tp}: replicas {list(replicas)}, but ZooKeeper assigns {list(assignment)}",
         )
-    offline = [r for r in assignment if r not in registered]
-    if sorted(offline_replicas) != sorted(offline):
+    strangers = sorted(r for r in offline_replicas if r not in assignment)
+    if strangers:
         return Refusal(
             ErrorCode.INVALID_REQUEST,
-            f"{tp}: offline replicas {sorted(offline_replicas)}, but the replicas whose broker "
-            f"is not registered in ZooKeeper are {sorted(offline)}",
+            f"{tp}: offline replicas {strangers} are not replicas of it "
+            f"(ZooKeeper assigns {list(assignment)})",
         )
     return None
 

@@ -920,8 +920,8 @@ class ReplicaManager:
         """An UpdateMetadata's controller, brokers and partitions as far as ZooKeeper agrees
         (:mod:`broker.replication.control_request_checks`): a refused controller id takes
         ``/controller``'s, a refused broker its registration's endpoints (dropped if
-        unregistered), a refused leader drops its partition, refused replicas or offline
-        replicas take the assignment's and the registrations'; one log line each. Only
+        unregistered), a refused leader drops its partition, refused replicas take the
+        assignment's and offline replicas only those among it; one log line each. Only
         what differs from the cache (itself so checked) is read, so a repeat costs no
         ZooKeeper read."""
         cache = self.metadata_cache
@@ -1003,9 +1003,8 @@ class ReplicaManager:
                     info, leader=state.leader, leader_epoch=state.leader_epoch, isr=state.isr
                 )
             assignment = (assigned[tp.topic] or {}).get(tp.partition)
-            live = registered.found.keys()
             refusal = update_metadata_replicas_refusal(
-                tp, info.replicas, info.offline_replicas, assignment, live
+                tp, info.replicas, info.offline_replicas, assignment
             )
             if refusal is None:
                 continue
@@ -1024,7 +1023,7 @@ class ReplicaManager:
             believed[tp] = dataclasses.replace(
                 info,
                 replicas=tuple(assignment),
-                offline_replicas=tuple(r for r in assignment if r not in live),
+                offline_replicas=tuple(r for r in info.offline_replicas if r in assignment),
             )
         return controller_id, believed_brokers, believed
 

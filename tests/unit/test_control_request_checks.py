@@ -215,24 +215,21 @@ def test_update_metadata_controller_is_believed_only_as_slash_controller_names_i
     ("replicas", "offline", "fragment"),
     [
         ([1, 2, 3], [], None),
-        ([1, 2, 3], [3], "offline replicas [3]"),
+        ([1, 2, 3], [3], None),  # offline: the controller's to say (a failed log dir)
+        ([1, 2, 3], [3, 9], "offline replicas [9] are not replicas of it"),
         ([1, 9], [], "ZooKeeper assigns [1, 2, 3]"),
         ([3, 2, 1], [], "ZooKeeper assigns [1, 2, 3]"),  # the order is the preference
     ],
 )
-def test_update_metadata_replicas_are_the_assignment_and_offline_the_unregistered(
+def test_update_metadata_replicas_are_the_assignment_and_offline_among_them(
     replicas: list[int], offline: list[int], fragment: str | None
 ) -> None:
-    refusal = update_metadata_replicas_refusal(TP, replicas, offline, [1, 2, 3], {1, 2, 3})
+    refusal = update_metadata_replicas_refusal(TP, replicas, offline, [1, 2, 3])
     if fragment is None:
         assert refusal is None
     else:
         assert refusal is not None
         assert fragment in refusal.message
-    # Broker 3 unregistered: its replica is offline, and saying so is believed.
-    assert update_metadata_replicas_refusal(TP, [1, 2, 3], [3], [1, 2, 3], {1, 2}) is None
-    hidden = update_metadata_replicas_refusal(TP, [1, 2, 3], [], [1, 2, 3], {1, 2})
-    assert hidden is not None
-    unknown = update_metadata_replicas_refusal(TP, [1], [], None, {1})
+    unknown = update_metadata_replicas_refusal(TP, [1], [], None)
     assert unknown is not None
     assert unknown.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
