@@ -62,7 +62,8 @@ from client.producer_config import (
 )
 from client.record_accumulator import BufferPool, ProducerBatch, RecordAccumulator, record_size
 from client.sender import IdempotenceState, ProducerMetadata, Sender, init_producer_id
-from proto.records.record_batch import HEADER_SIZE, NO_PRODUCER_ID, Record
+from proto.records.builder import batch_of_one_size, encode_record_tail
+from proto.records.record_batch import HEADER_SIZE, NO_PRODUCER_ID
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 
@@ -108,6 +109,11 @@ class Producer:
         self.connections = connections
         self.config = config or ProducerConfig()
         self.partitioner = partitioner or Partitioner()
+        self._default_partitioner = type(self.partitioner).partition is Partitioner.partition
+        """Keyed records may go straight to ``partition_for_key`` (with its cache of
+        hashes); a subclass that decides otherwise is asked for each record."""
+        self._topic_partitions: dict[str, list[TopicPartition]] = {}
+        """topic -> its TopicPartitions by index, built once rather than per record."""
         self._metadata: ProducerMetadata | None = None
         self._accumulator: RecordAccumulator | None = None
         self._sender: Sender | None = None
@@ -284,6 +290,60 @@ class Producer:
         before it returns queues nothing; cancelling the returned future does not stop the
         record from being sent.
         """
+        accumulator = self._accumulator
+        if accumulator is not None and not accumulator.wakeup.is_set():
+            future = self._enqueue(topic, value, key, partition, headers, timestamp_ms)
+            if future is not None:
+                return future
+        return await self._send_waiting(topic, value, key, partition, headers, timestamp_ms)
+
+    def _enqueue(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        headers: Iterable[tuple[str, bytes | None]],
+        timestamp_ms: int | None,
+    ) -> asyncio.Future[RecordMetadata] | None:
+        """``send`` where it need not wait, the common case: the record's future, or None
+        where ``send`` would wait (the topic's metadata unknown, ``buffer_memory`` full).
+        Raises what ``send`` raises. One encoding of the record (``encode_record_tail``)
+        gives both its bytes and its exact size; no coroutine, no lock, no loop turn."""
+        if self._closing or self._fatal is not None:
+            self._check_open()
+        tail = encode_record_tail(key, value, headers)
+        metadata = self._metadata
+        assert metadata is not None
+        num_partitions = metadata.partitions(topic)
+        if num_partitions is None:
+            return None
+        if partition is not None:
+            _check_partition(topic, partition, num_partitions)
+        size = batch_of_one_size(tail)
+        if size > self.config.max_request_size:
+            raise _too_large(size, self.config.max_request_size)
+        if not self._buffer.try_reserve(size):
+            return None
+        if timestamp_ms is None:
+            timestamp_ms = int(time.time() * 1000)
+        try:
+            return self._append(topic, num_partitions, key, timestamp_ms, tail, size, partition)
+        except BaseException:
+            self._buffer.release(size)
+            raise
+
+    async def _send_waiting(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None,
+        headers: Iterable[tuple[str, bytes | None]],
+        timestamp_ms: int | None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """``send`` where it may wait: to start, for the sender to take the last batch, for
+        the topic's metadata or for room in ``buffer_memory``."""
         self._check_open()
         if self._sender_task is None:
             await self.start()
@@ -295,31 +355,21 @@ class Producer:
             # the first request leaves; with it, the loop turns once per batch.
             await asyncio.sleep(0)
             self._check_open()
-        _check_bytes("value", value)
-        _check_bytes("key", key)
-        header_tuple = tuple(headers)
-        for header_key, header_value in header_tuple:
-            if not isinstance(header_key, str):
-                raise TypeError(f"header keys must be str, got {type(header_key).__name__}")
-            _check_bytes(f"header {header_key!r}", header_value)
+        tail = encode_record_tail(key, value, headers)
         metadata = self._metadata
         known = metadata.partitions(topic) if metadata is not None else None
         num_partitions = known if known is not None else await self._partition_count(topic)
         _check_partition(topic, partition, num_partitions)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
-        record = Record(key, value, timestamp_ms, header_tuple)
-        size = HEADER_SIZE + record_size(0, 0, key, value, header_tuple)
+        size = batch_of_one_size(tail)
         if size > self.config.max_request_size:
-            raise RecordTooLargeError(
-                f"a record of {size} bytes (as a batch of one) is larger than "
-                f"max_request_size ({self.config.max_request_size})"
-            )
+            raise _too_large(size, self.config.max_request_size)
         if not self._buffer.try_reserve(size):
             await self._buffer.reserve(size, self.config.max_block_ms / 1000)
         try:
             self._check_open()
-            future = self._append(topic, num_partitions, record, size, partition)
+            future = self._append(topic, num_partitions, key, timestamp_ms, tail, size, partition)
         except BaseException:
             self._buffer.release(size)
             raise
@@ -429,26 +479,36 @@ class Producer:
         self,
         topic: str,
         num_partitions: int,
-        record: Record,
+        key: bytes | None,
+        timestamp_ms: int,
+        tail: bytes,
         size: int,
         partition: int | None,
     ) -> asyncio.Future[RecordMetadata]:
-        assert self._accumulator is not None
-        assert self._metadata is not None
         accumulator = self._accumulator
-        loop = asyncio.get_running_loop()
-        sticky = partition is None and record.key is None
+        assert accumulator is not None
+        tps = self._topic_partitions.get(topic)
+        if tps is None or len(tps) != num_partitions:
+            tps = self._topic_partitions[topic] = [
+                TopicPartition(topic, p) for p in range(num_partitions)
+            ]
+        if partition is None and key is not None and self._default_partitioner:
+            partition = self.partitioner.partition_for_key(key, num_partitions)
+        if partition is not None:
+            future = accumulator.append_tail(tps[partition], timestamp_ms, tail, reserved=size)
+            assert future is not None, "an append without abort_on_new_batch always succeeds"
+            return future
+        assert self._metadata is not None
+        sticky = key is None
         for _ in range(2):
             chosen = self.partitioner.partition(
                 topic,
-                record.key,
+                key,
                 num_partitions,
                 self._metadata.available(topic) if sticky else (),
-                partition,
             )
-            tp = TopicPartition(topic, chosen)
-            future = accumulator.append(
-                tp, record, loop.time(), reserved=size, abort_on_new_batch=sticky
+            future = accumulator.append_tail(
+                tps[chosen], timestamp_ms, tail, reserved=size, abort_on_new_batch=sticky
             )
             if future is not None:
                 return future
@@ -530,6 +590,13 @@ def _bulk_reservation(count: int, value_bytes: int, largest: int, batch_size: in
     room = batch_size - HEADER_SIZE - _MAX_BULK_RECORD_OVERHEAD - largest
     batches = count if room <= 0 else min(count, records // room + 2)
     return records + batches * HEADER_SIZE
+
+
+def _too_large(size: int, max_request_size: int) -> RecordTooLargeError:
+    return RecordTooLargeError(
+        f"a record of {size} bytes (as a batch of one) is larger than "
+        f"max_request_size ({max_request_size})"
+    )
 
 
 def _check_partition(topic: str, partition: int | None, num_partitions: int) -> None:

@@ -6,6 +6,7 @@ record's future holds) and the errors only the producer raises.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from client.metadata import ClientError
 from proto.records.record_batch import HEADER_SIZE
@@ -175,9 +176,11 @@ class ProducerConfig:
 # -- acknowledgements ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where an acknowledged record was written."""
+class RecordMetadata(NamedTuple):
+    """Where an acknowledged record was written.
+
+    A NamedTuple rather than a frozen dataclass: the producer makes one per record, and a
+    frozen dataclass costs four times as much to build (``object.__setattr__`` per field)."""
 
     topic: str
     partition: int

@@ -8,17 +8,23 @@ makes ``send`` block while too many bytes wait for acknowledgement.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
 from client.metadata import ClientError
 from client.producer_config import RecordMetadata, RecordRange
-from proto.records.builder import RecordsBuilder
+from proto.records.builder import RecordsBuilder, encode_record_tail
 from proto.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Record
 from proto.topic_partition import TopicPartition
 
 __all__ = ["BufferPool", "ProducerBatch", "RecordAccumulator", "record_size"]
+
+
+_new_metadata = functools.partial(tuple.__new__, RecordMetadata)
+"""RecordMetadata from a tuple of its fields, without the Python-level ``__new__`` a
+NamedTuple adds: a call per record spared when a batch completes."""
 
 
 # -- records and batches -----------------------------------------------------------------------
@@ -70,6 +76,7 @@ class ProducerBatch:
         "done",
         "drain_order",
         "last_error",
+        "loop",
         "metadata_wait",
         "payload",
         "producer_epoch",
@@ -82,7 +89,8 @@ class ProducerBatch:
     )
 
     def __init__(self, tp: TopicPartition, created: float, deadline: float) -> None:
-        loop = asyncio.get_running_loop()
+        self.loop = loop = asyncio.get_running_loop()
+        """The loop of the records' futures (looked up once, not per record)."""
         self.tp = tp
         self.builder = RecordsBuilder()
         self.record_futures: list[tuple[int, int, asyncio.Future[RecordMetadata]]] = []
@@ -132,14 +140,19 @@ class ProducerBatch:
 
     def try_append(self, record: Record, batch_size: int) -> asyncio.Future[RecordMetadata] | None:
         """Add ``record`` if it fits (the first record always does); None if it does not."""
+        tail = encode_record_tail(record.key, record.value, record.headers)
+        return self.try_append_tail(record.timestamp, tail, batch_size)
+
+    def try_append_tail(
+        self, timestamp: int, tail: bytes, batch_size: int
+    ) -> asyncio.Future[RecordMetadata] | None:
+        """:meth:`try_append` of a record encoded by :func:`encode_record_tail`."""
         builder = self.builder
         delta = builder.count
-        if not builder.append(
-            record.timestamp, record.key, record.value, record.headers, batch_size
-        ):
+        if not builder.append_tail(timestamp, tail, batch_size):
             return None
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
-        self.record_futures.append((delta, record.timestamp, future))
+        future: asyncio.Future[RecordMetadata] = self.loop.create_future()
+        self.record_futures.append((delta, timestamp, future))
         return future
 
     def append_values(
@@ -168,14 +181,17 @@ class ProducerBatch:
         topic, partition = self.tp
         known = base_offset >= 0
         append_time = log_append_time_ms >= 0
+        new_metadata = _new_metadata
         for delta, timestamp, record_future in self.record_futures:
             if not record_future.done():
                 record_future.set_result(
-                    RecordMetadata(
-                        topic,
-                        partition,
-                        base_offset + delta if known else -1,
-                        log_append_time_ms if append_time else timestamp,
+                    new_metadata(
+                        (
+                            topic,
+                            partition,
+                            base_offset + delta if known else -1,
+                            log_append_time_ms if append_time else timestamp,
+                        )
                     )
                 )
         for first, count, timestamp, range_future in self.range_futures:
@@ -250,22 +266,48 @@ class RecordAccumulator:
         that does not fit the open batch closes it and returns None instead: closing told
         the partitioner to move on, so the caller asks it again (KIP-480).
         """
+        tail = encode_record_tail(record.key, record.value, record.headers)
+        return self.append_tail(
+            tp,
+            record.timestamp,
+            tail,
+            now,
+            reserved=reserved,
+            abort_on_new_batch=abort_on_new_batch,
+        )
+
+    def append_tail(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        tail: bytes,
+        now: float | None = None,
+        *,
+        reserved: int = 0,
+        abort_on_new_batch: bool = False,
+    ) -> asyncio.Future[RecordMetadata] | None:
+        """:meth:`append` of a record already encoded by :func:`encode_record_tail` (the
+        producer's ``send``); ``now`` (None: the loop's time) is only needed to open a
+        new batch."""
         queue = self._queues.get(tp)
         if queue is None:
             queue = self._queues[tp] = deque()
-        elif queue and not queue[-1].closed:
+        elif queue:
             last = queue[-1]
-            future = last.try_append(record, self.batch_size)
-            if future is not None:
-                last.reserved += reserved
-                if last.size >= self.batch_size:
-                    self._close(last)
-                return future
-            self._close(last)
-            if abort_on_new_batch:
-                return None
+            if not last.closed:
+                future = last.try_append_tail(timestamp, tail, self.batch_size)
+                if future is not None:
+                    last.reserved += reserved
+                    if last.builder.size >= self.batch_size:
+                        self._close(last)
+                    return future
+                self._close(last)
+                if abort_on_new_batch:
+                    return None
+        if now is None:
+            now = asyncio.get_running_loop().time()
         batch = ProducerBatch(tp, now, now + self.delivery_timeout_s)
-        future = batch.try_append(record, self.batch_size)
+        future = batch.try_append_tail(timestamp, tail, self.batch_size)
         assert future is not None, "an empty batch takes any record"
         batch.reserved += reserved
         queue.append(batch)

@@ -2,7 +2,10 @@
 
 ``perf produce`` sends ``--num-records`` records of ``--record-size`` bytes as fast as the
 producer takes them (or at ``--throughput`` records/s) and reports records/s, MB/s and the
-latency of each acknowledgement (send to ack): p50, p95, p99 and max. ``perf consume``
+latency of each acknowledgement (send to ack): p50, p95, p99 and max. As Kafka's
+producer-perf-test it calls the producer's ``send`` once per record, what an application
+does; ``--bulk`` hands the records over a batch's worth at a time (``send_many``), the
+producer's ceiling. ``perf consume``
 reads ``--num-records`` records from the beginning and reports records/s and MB/s. Both show
 a progress bar on stderr. Both take the count as ``--num-records`` (kafka-producer-perf-test)
 or ``--messages`` (kafka-consumer-perf-test), and the topic as TOPIC or ``--topic``.
@@ -33,7 +36,7 @@ from client.cli.common import (
 )
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import ClientError
-from client.producer import Producer, ProducerConfig, RecordRange
+from client.producer import Producer, ProducerConfig, RecordMetadata, RecordRange
 from client.producer_config import DEFAULT_BATCH_SIZE
 from proto.errors import UsageError
 
@@ -51,6 +54,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     produce.add_argument("--acks", type=acks_argument, default=-1)
     produce.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     produce.add_argument("--linger-ms", type=int, default=0)
+    produce.add_argument(
+        "--bulk",
+        action="store_true",
+        help="hand the records over a batch's worth at a time (Producer.send_many, keyless) "
+        "instead of one send() per record as an application does (the default, as Kafka's "
+        "producer-perf-test measures its send)",
+    )
     produce.set_defaults(run=lambda a: run_async(perf_produce(a)))
     consume = kinds.add_parser("consume", help="consume records from the beginning and measure")
     add_topic_argument(consume)
@@ -164,6 +174,16 @@ class _Acks:
         self.acknowledged = 0
         self.first_error: BaseException | None = None
 
+    def on_record(self, sent_at: float, future: asyncio.Future[RecordMetadata]) -> None:
+        """One record's outcome (the per-record path): its latency from ``send``."""
+        if future.cancelled():
+            self.first_error = self.first_error or asyncio.CancelledError()
+        elif future.exception() is not None:
+            self.first_error = self.first_error or future.exception()
+        else:
+            self.acknowledged += 1
+            self.latencies.append(((time.monotonic() - sent_at) * 1000, 1))
+
     def on_ack(self, sent_at: float, future: asyncio.Future[RecordRange]) -> None:
         """A run of records' outcome: their latency from ``send_many`` (as Kafka's
         ProducerPerformance measures it, from the call), or their error."""
@@ -209,10 +229,13 @@ async def perf_produce(args: argparse.Namespace) -> int:
                                 continue
                             count = min(count, due)
                         sent_at = time.monotonic()
-                        futures = await producer.send_many(args.topic, values[:count])
-                        on_ack = functools.partial(acks.on_ack, sent_at)
-                        for future in futures:
-                            future.add_done_callback(on_ack)
+                        if args.bulk:
+                            futures = await producer.send_many(args.topic, values[:count])
+                            on_ack = functools.partial(acks.on_ack, sent_at)
+                            for future in futures:
+                                future.add_done_callback(on_ack)
+                        else:
+                            await _send_each(producer, args.topic, values[0], count, acks)
                         sent += count
                     await producer.flush()
                     elapsed = time.monotonic() - started
@@ -225,6 +248,19 @@ async def perf_produce(args: argparse.Namespace) -> int:
     value_bytes = args.num_records * args.record_size
     print(PerfResult(args.num_records, elapsed, value_bytes, acks.latencies).report(args.json))
     return 0
+
+
+async def _send_each(producer: Producer, topic: str, value: bytes, count: int, acks: _Acks) -> None:
+    """``count`` records, one ``send`` each, as an application produces; the latency of
+    each is from its own ``send``."""
+    send = producer.send
+    on_record = acks.on_record
+    monotonic = time.monotonic
+    partial = functools.partial
+    for _ in range(count):
+        sent_at = monotonic()
+        future = await send(topic, value)
+        future.add_done_callback(partial(on_record, sent_at))
 
 
 def _due(started: float, sent: int, throughput: int) -> int:

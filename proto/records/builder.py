@@ -17,7 +17,7 @@ records (``tests/unit/test_records_builder.py`` checks it).
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import chain, repeat
 
 import crc32c
@@ -29,18 +29,18 @@ from proto.records.record_batch import (
     MAGIC,
     NO_PARTITION_LEADER_EPOCH,
     NO_TIMESTAMP,
-    encode_record,
     encode_varint,
     encode_varlong,
 )
 
-__all__ = ["RecordsBuilder"]
+__all__ = ["RecordsBuilder", "batch_of_one_size", "encode_record_tail"]
 
 _crc32c = crc32c.crc32c  # (data, crc) continues a CRC: the header's, then the records'
 
 _PREFIX = struct.Struct(">qiibI")  # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
 _COVERED_HEADER = struct.Struct(">hiqqqhii")  # attributes .. recordCount
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 _NULL = b"\x01"  # zig-zag -1: a null key or value
 _NO_HEADERS = b"\x00"
 _ZERO_ATTRIBUTES = b"\x00"
@@ -50,8 +50,76 @@ _VARINTS = [encode_varint(n) for n in range(1 << 14)]
 bulk path instead of encoded (a list index costs a twentieth of a call)."""
 
 
+_TIMESTAMP_DELTAS = [_ZERO_ATTRIBUTES + encode_varlong(n) for n in range(1 << 14)]
+"""The attributes byte and the timestamp delta of 0..16383 ms, as a record starts: a
+producer's records arrive within a few seconds of their batch's first one."""
+
+
 def _varint(n: int) -> bytes:
     return _VARINTS[n] if 0 <= n < 16384 else encode_varint(n)
+
+
+def encode_record_tail(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Iterable[tuple[str, bytes | None]] = (),
+) -> bytes:
+    """A record's key, value and headers as a v2 batch holds them: everything after its
+    offset delta, and all of it that does not depend on the batch the record goes into.
+    :meth:`RecordsBuilder.append_tail` adds the rest (length, attributes, the deltas).
+
+    The producer's ``send`` encodes a record once, here, and knows its exact size from
+    the result. Raises TypeError for a key or value that is not bytes or None, a header
+    key that is not str, or a header value that is not bytes or None.
+    """
+    # ``type(x) is bytes`` and the table first: the common case costs no call but len().
+    if type(value) is bytes and len(value) < 16384:
+        value_length = _VARINTS[len(value)]
+    elif value is None:
+        value_length = _NULL
+        value = b""
+    elif isinstance(value, bytes):
+        value_length = encode_varint(len(value))
+    else:
+        raise TypeError(f"value must be bytes or None, got {type(value).__name__}")
+    if type(key) is bytes and len(key) < 16384:
+        key_length = _VARINTS[len(key)]
+    elif key is None:
+        key_length = _NULL
+        key = b""
+    elif isinstance(key, bytes):
+        key_length = encode_varint(len(key))
+    else:
+        raise TypeError(f"key must be bytes or None, got {type(key).__name__}")
+    if not headers:  # () or []: a generator is truthy and takes the loop below
+        return b"".join((key_length, key, value_length, value, _NO_HEADERS))
+    parts = [key_length, key, value_length, value, _NO_HEADERS]
+    count = 0
+    for header_key, header_value in headers:
+        if type(header_key) is not str and not isinstance(header_key, str):
+            raise TypeError(f"header keys must be str, got {type(header_key).__name__}")
+        encoded_key = header_key.encode()
+        n = len(encoded_key)
+        parts += (_VARINTS[n] if n < 16384 else encode_varint(n), encoded_key)
+        if type(header_value) is bytes or isinstance(header_value, bytes):
+            n = len(header_value)
+            parts += (_VARINTS[n] if n < 16384 else encode_varint(n), header_value)
+        elif header_value is None:
+            parts.append(_NULL)
+        else:
+            raise TypeError(
+                f"header {header_key!r} must be bytes or None, got {type(header_value).__name__}"
+            )
+        count += 1
+    parts[4] = _VARINTS[count] if count < 16384 else encode_varint(count)
+    return b"".join(parts)
+
+
+def batch_of_one_size(tail: bytes) -> int:
+    """The exact size of a batch holding only the record of ``tail``
+    (:func:`encode_record_tail`): its deltas are 0, one byte each."""
+    body = 3 + len(tail)  # attributes, timestamp delta 0, offset delta 0, the tail
+    return HEADER_SIZE + len(_varint(body)) + body
 
 
 class RecordsBuilder:
@@ -86,18 +154,37 @@ class RecordsBuilder:
     ) -> bool:
         """Append one record, unless the batch would then exceed ``limit`` bytes (the first
         record is always taken). Returns whether it was."""
-        base = timestamp if self.count == 0 else self.base_timestamp
-        encoded = encode_record(self.count, timestamp - base, key, value, headers)
-        if limit is not None and self.count and self.size + len(encoded) > limit:
-            return False
-        if self.count == 0:
+        tail = encode_record_tail(key, value, headers)
+        return self.append_tail(timestamp, tail, _INT64_MAX if limit is None else limit) > 0
+
+    def append_tail(self, timestamp: int, tail: bytes, limit: int) -> int:
+        """Append the record of ``tail`` (:func:`encode_record_tail`) at ``timestamp``
+        unless the batch would then exceed ``limit`` bytes (the first record is always
+        taken). Returns the bytes it added, 0 if it did not fit. The record's first bytes
+        (length, attributes, timestamp and offset deltas) mostly come from tables."""
+        count = self.count
+        if count:
+            delta = timestamp - self.base_timestamp
+            head = (
+                _TIMESTAMP_DELTAS[delta]
+                if 0 <= delta < 16384
+                else _ZERO_ATTRIBUTES + encode_varlong(delta)
+            )
+            head += _VARINTS[count] if count < 16384 else encode_varint(count)
+        else:
             self.base_timestamp = timestamp
+            head = b"\x00\x00\x00"  # attributes, timestamp delta 0, offset delta 0
+        length = len(head) + len(tail)
+        head = (_VARINTS[length] if length < 16384 else encode_varint(length)) + head
+        total = len(head) + len(tail)
+        if count and self.size + total > limit:
+            return 0
         if timestamp > self.max_timestamp:
             self.max_timestamp = timestamp
-        self._parts.append(encoded)
-        self.count += 1
-        self.size += len(encoded)
-        return True
+        self._parts += (head, tail)
+        self.count = count + 1
+        self.size += total
+        return total
 
     def append_values(
         self, values: Sequence[bytes | None], start: int, timestamp: int, limit: int

@@ -384,12 +384,14 @@ def test_kafka_habits_topic_option_properties_and_perf_count_names(cluster: Loca
     assert out.splitlines() == ["0:0\tk1=v1", "0:1\tk2=v2"]
     produced = cluster.ok("perf", "produce", "--topic", "habits", "--messages", "50")
     assert produced.startswith("50 records in ")
-    consumed = cluster.ok("perf", "consume", "habits", "--num-records", "52")
-    assert consumed.startswith("52 records in ")
+    bulk = cluster.ok("perf", "produce", "--topic", "habits", "--messages", "30", "--bulk")
+    assert bulk.startswith("30 records in ")
+    consumed = cluster.ok("perf", "consume", "habits", "--num-records", "82")
+    assert consumed.startswith("82 records in ")
     # --json: one object per run, so runs can be compared.
     as_json = json.loads(cluster.ok("perf", "produce", "habits", "--messages", "20", "--json"))
     assert as_json["records"] == 20
     assert as_json["records_per_s"] > 0
     assert set(as_json["latency_ms"]) == {"p50", "p95", "p99", "max"}
-    read = json.loads(cluster.ok("perf", "consume", "habits", "--num-records", "72", "--json"))
-    assert (read["records"], "latency_ms" in read) == (72, False)
+    read = json.loads(cluster.ok("perf", "consume", "habits", "--num-records", "102", "--json"))
+    assert (read["records"], "latency_ms" in read) == (102, False)

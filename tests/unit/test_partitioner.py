@@ -166,3 +166,24 @@ def test_batches_taken_before_they_fill_move_the_sticky_partition_on_after_batch
     assert moved != sticky
     partitioner.on_batch_closed(TopicPartition("t", moved), 1000, FULL)  # counted afresh
     assert partitioner.partition("t", None, 6, range(6)) == moved
+
+
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=50), st.integers(1, 100))
+def test_remembered_key_hashes_give_partition_for_key(keys: list[bytes], n: int) -> None:
+    partitioner = Partitioner()
+    for _ in range(2):  # the second pass answers from the remembered hashes
+        for key in keys:
+            assert partitioner.partition("t", key, n, []) == partition_for_key(key, n)
+
+
+def test_the_key_hash_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import client.partitioner as module
+
+    monkeypatch.setattr(module, "KEY_HASH_CACHE_SIZE", 4)
+    partitioner = Partitioner()
+    for i in range(10):
+        key = b"key-%d" % i
+        assert partitioner.partition_for_key(key, 7) == partition_for_key(key, 7)
+        assert len(partitioner._key_hashes) <= 4
+    with pytest.raises(ValueError, match="num_partitions must be >= 1"):
+        partitioner.partition_for_key(b"key-9", 0)

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from client.record_accumulator import record_size
-from proto.records.builder import RecordsBuilder
+from proto.records.builder import RecordsBuilder, batch_of_one_size, encode_record_tail
 from proto.records.record_batch import (
     HEADER_SIZE,
     NO_TIMESTAMP,
@@ -170,3 +170,30 @@ def test_a_call_that_appends_nothing_leaves_the_max_timestamp() -> None:
     assert builder.append_values([bytes(100)], 0, BASE + 50, builder.size) == 0
     assert builder.max_timestamp == BASE
     assert builder.build(-1, -1, -1) == encode_batch([Record(None, bytes(100), BASE)])
+
+
+@settings(max_examples=200)
+@given(record_strategy)
+def test_a_record_tail_gives_the_exact_size_of_a_batch_of_one(record: OneRecord) -> None:
+    key, value, _, headers = record
+    tail = encode_record_tail(key, value, headers)
+    assert batch_of_one_size(tail) == HEADER_SIZE + record_size(0, 0, key, value, headers)
+    builder = RecordsBuilder()
+    assert builder.append_tail(BASE, tail, 0) == batch_of_one_size(tail) - HEADER_SIZE
+    assert builder.size == batch_of_one_size(tail)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "headers", "message"),
+    [
+        (None, "text", [], "value must be bytes or None, got str"),
+        (bytearray(b"k"), b"v", [], "key must be bytes or None, got bytearray"),
+        (None, b"v", [(1, b"x")], "header keys must be str, got int"),
+        (None, b"v", [("h", "x")], "header 'h' must be bytes or None, got str"),
+    ],
+)
+def test_a_record_tail_refuses_what_is_not_bytes(
+    key: object, value: object, headers: list[tuple[object, object]], message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        encode_record_tail(key, value, headers)  # type: ignore[arg-type]
