@@ -387,6 +387,7 @@ class BrokerServer:
             scram_credential=scram_credential,
             keystore=self.config.ssl_keystore_location,
             truststore=self.config.ssl_truststore_location,
+            timeout_s=self.config.connections_handshake_timeout_ms / 1000,
         )
 
     def _listener_configs(self) -> dict[str, str]:
