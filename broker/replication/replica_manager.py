@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
 from broker.broker_metrics import ReplicaManagerMetrics
-from broker.log.log import FetchData
+from broker.log.log import FetchData, LogClosedError
 from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
 from broker.log.resource_limits import ResourceErrorReporter, is_resource_exhaustion
 from broker.metadata_cache import MetadataCache, PartitionInfo
@@ -731,6 +731,7 @@ class ReplicaManager:
                     leader=leader_id,
                     partitions=sorted(map(str, partitions)),
                 )
+                self._truncate_to_high_watermarks(partitions)
                 continue
             fetcher = self.fetchers.get(leader_id)
             if fetcher is not None and (fetcher.source.host, fetcher.source.port) != (
@@ -751,6 +752,28 @@ class ReplicaManager:
                 self.fetchers[leader_id] = fetcher
                 fetcher.start()
             fetcher.add_partitions(partitions)
+
+    def _truncate_to_high_watermarks(self, partitions: dict[TopicPartition, Partition]) -> None:
+        """In ``high-watermark`` mode a new follower cuts its log to its high watermark, a
+        local step that needs nothing from the leader (pre-0.11 Kafka's ``makeFollowers``
+        does it before it adds a fetcher): done here where no fetcher can start, because
+        the leader has no endpoint ZooKeeper vouches for (it is not registered)."""
+        if self.config.replication_truncation_mode != TruncationMode.HIGH_WATERMARK.value:
+            return
+        for tp, partition in sorted(partitions.items()):
+            before, hw = partition.log_end_offset, partition.high_watermark
+            try:
+                partition.truncate_to(hw)
+            except (OSError, LogClosedError) as err:
+                self._log(logging.WARNING, "truncate_failed", tp=tp, error=repr(err))
+                continue
+            self._log(
+                logging.INFO,
+                "truncate",
+                tp=tp,
+                mode=TruncationMode.HIGH_WATERMARK.value,
+                **{"from": before, "to": partition.log_end_offset, "hw": hw},
+            )
 
     def _fetcher_config(self) -> FetcherConfig:
         c = self.config
