@@ -22,10 +22,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 PROMPT_S = 15
 """A refusal is prompt: well under the clients' own request timeouts (30 s and more)."""
-UNSUPPORTED_BY_LIBRDKAFKA = {
-    "describe_user_scram_credentials",
-    "alter_user_scram_credentials",
-}
+SERVED_SCRAM_CALLS = {"describe_user_scram_credentials", "alter_user_scram_credentials"}
+"""KIP-554's APIs, served since SCRAM credentials live in ZooKeeper (docs/security.md)."""
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # kafka-python's own imports
@@ -50,11 +48,11 @@ def test_admin_calls_beyond_the_served_apis_fail_at_once_and_commits_need_a_part
         )
         assert swept.returncode == 0, f"librdkafka's sweep ended {swept.returncode}: {swept.stderr}"
         results = {r["call"]: r for r in map(json.loads, swept.stdout.splitlines())}
-        assert set(results) >= UNSUPPORTED_BY_LIBRDKAFKA | {"alter_consumer_group_offsets"}
+        assert set(results) >= SERVED_SCRAM_CALLS | {"alter_consumer_group_offsets"}
         slow = {name: r["seconds"] for name, r in results.items() if r["seconds"] > PROMPT_S}
         assert slow == {}
-        for name in UNSUPPORTED_BY_LIBRDKAFKA:
-            assert results[name]["outcome"] == "_UNSUPPORTED_FEATURE", results[name]
+        for name in SERVED_SCRAM_CALLS:
+            assert results[name]["outcome"] == "ok", results[name]
         for name in ("create_acls", "delete_acls"):
             # Served, as by Kafka's brokers without authorizer.class.name (docs/security.md).
             assert results[name]["outcome"] == "SECURITY_DISABLED", results[name]
@@ -80,7 +78,6 @@ def test_admin_calls_beyond_the_served_apis_fail_at_once_and_commits_need_a_part
                     )
                 )
             refused: dict[str, Callable[[], object]] = {
-                "describe_user_scram_credentials": admin.describe_user_scram_credentials,
                 "list_transactions": admin.list_transactions,
                 "describe_metadata_quorum": admin.describe_metadata_quorum,
             }
