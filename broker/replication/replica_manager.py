@@ -943,8 +943,9 @@ class ReplicaManager:
         """An UpdateMetadata's controller, brokers and partitions as far as ZooKeeper agrees
         (:mod:`broker.replication.control_request_checks`): a refused controller id takes
         ``/controller``'s, a refused broker its registration's endpoints (dropped if
-        unregistered), a refused leader drops its partition, refused replicas take the
-        assignment's and offline replicas only those among it; one log line each. Only
+        unregistered), a refused leader drops its partition, refused replicas (or offline
+        replicas not among them) take the assignment's and the registrations'; one log line
+        each. Only
         what differs from the cache (itself so checked) is read, so a repeat costs no
         ZooKeeper read."""
         cache = self.metadata_cache
@@ -1043,10 +1044,13 @@ class ReplicaManager:
                 self._log(
                     logging.WARNING, "refused_update_metadata_replicas", reason=refusal.message
                 )
+            # A refused request's offline replicas are not believed either: the assigned
+            # replicas whose broker is not registered stand in for them.
+            live = registered.found.keys()
             believed[tp] = dataclasses.replace(
                 info,
                 replicas=tuple(assignment),
-                offline_replicas=tuple(r for r in info.offline_replicas if r in assignment),
+                offline_replicas=tuple(r for r in assignment if r not in live),
             )
         return controller_id, believed_brokers, believed
 
