@@ -25,8 +25,8 @@ class _Znode:
 
     async def read(self) -> int:
         self.reads += 1
-        if self.hang:
-            await asyncio.sleep(3600)
+        if self.hang:  # a read ZooKeeper never answers: only the caller's timeout ends it
+            await asyncio.Event().wait()
         if self.down:
             raise ZkConnectionError("get /latest_producer_id_block: connection lost")
         return self.block_end
