@@ -273,12 +273,14 @@ class Log:
             log_start_offset=loaded_dir.log_start_offset,
             background=background,
         )
+        loaded._dir_dirty = not loaded_dir.directory_synced
         try:
             loaded._replay_producer_state(0)
         except BaseException:
             loaded.close()
             raise
-        log.info("loaded %r", loaded)
+        # A new empty log is announced by its creator (one line per batch of new logs).
+        log.log(logging.INFO if loaded_dir.directory_synced else logging.DEBUG, "loaded %r", loaded)
         return loaded
 
     # -- properties ------------------------------------------------------------------------

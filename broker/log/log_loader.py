@@ -49,6 +49,9 @@ class LoadedLog(NamedTuple):
     """Contiguous, recovered where needed, never empty."""
     epoch_cache: LeaderEpochFileCache
     log_start_offset: int
+    directory_synced: bool
+    """False for a directory this load created: its new files' entries are not yet durable
+    (the log's first flush fsyncs the directory before it moves the recovery point)."""
 
 
 def load_log(
@@ -63,6 +66,10 @@ def load_log(
     :meth:`broker.log.log.Log.open`. Never raises on corrupt data, only on I/O errors
     (OSError), and ValueError when the directory name is not ``<topic>-<partition>``."""
     topic_partition = TopicPartition.from_dir_name(directory.name)
+    # A directory made here holds nothing to recover or lose, so its fsync waits for the
+    # log's first flush: one fsync per new partition was most of the cost of creating
+    # thousands of them (a LeaderAndIsr for a new topic, docs/storage.md).
+    fresh = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
     _remove_stray_files(directory)
     epoch_cache, cache_lost = _open_epoch_cache(directory / LEADER_EPOCH_CHECKPOINT_FILE)
@@ -101,14 +108,15 @@ def load_log(
             for segment in segments:
                 if segment.base_offset >= recovered_from:
                     segment.flush()
-        fsync_directory(directory)
+        if not fresh:
+            fsync_directory(directory)
         epoch_cache.truncate_from_end(log_end_offset)
         epoch_cache.truncate_from_start(start)
     except BaseException:
         for segment in segments:
             segment.close()
         raise
-    return LoadedLog(topic_partition, segments, epoch_cache, start)
+    return LoadedLog(topic_partition, segments, epoch_cache, start, directory_synced=not fresh)
 
 
 def create_segment(directory: Path, config: LogConfig, base_offset: int) -> LogSegment:

@@ -353,8 +353,29 @@ class LogManager:
                 background=self._background,
             )
             self._logs[tp] = created
-        log.info("created log %s in %s", tp, self._data_dir)
+        log.debug("created log %s in %s", tp, self._data_dir)
         return created
+
+    def get_or_create_logs(
+        self, wanted: Mapping[TopicPartition, LogConfig | None]
+    ) -> dict[TopicPartition, Log | Exception]:
+        """:meth:`get_or_create_log` for many partitions in one call (a LeaderAndIsr for a
+        new topic names thousands): each partition's log, or the exception its creation
+        raised, so that one bad partition does not fail the others. One log line for the
+        logs created, not one per partition."""
+        out: dict[TopicPartition, Log | Exception] = {}
+        created = 0
+        for tp, log_config in wanted.items():
+            existed = tp in self._logs
+            try:
+                out[tp] = self.get_or_create_log(tp, log_config)
+            except Exception as err:  # reported per partition to the caller
+                out[tp] = err
+                continue
+            created += not existed
+        if created:
+            log.info("created %d logs in %s", created, self._data_dir)
+        return out
 
     def _reopen_offline_log(self, tp: TopicPartition, log_config: LogConfig | None) -> Log:
         """A log that failed to open at startup for want of descriptors or memory (EMFILE,

@@ -234,10 +234,12 @@ class Partition:
         """
         if state.leader_epoch < self.leader_epoch:
             return False
+        # First, as the one step that can fail (a checkpoint write): a failure then leaves
+        # the partition in its old role, not a leader without its epoch recorded.
+        self.log.epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
         now = self._clock_ms()
         self._adopt(state)
         self.fenced = False
-        self.log.epoch_cache.assign(state.leader_epoch, self.log.log_end_offset)
         self.leader_epoch_start_offset = self.log.log_end_offset
         self.remote_replicas = {
             b: ReplicaState(b) for b in state.replicas if b != self.local_broker_id

@@ -132,7 +132,14 @@ class _PartitionState:
     response to a request sent for an older object is recognised and dropped.
     """
 
-    __slots__ = ("current_leader_epoch", "delay_until", "hw_snapshot", "partition", "phase")
+    __slots__ = (
+        "current_leader_epoch",
+        "delay_until",
+        "hw_snapshot",
+        "last_error",
+        "partition",
+        "phase",
+    )
 
     def __init__(self, partition: Partition) -> None:
         self.partition = partition
@@ -143,6 +150,8 @@ class _PartitionState:
         self.phase = FetchPhase.TRUNCATING
         self.delay_until = 0.0
         """Loop time before which the partition is not part of a request (backoff)."""
+        self.last_error: int | None = None
+        """The error code the leader last answered for it, logged once, not per retry."""
 
 
 class ReplicaFetcher:
@@ -208,8 +217,8 @@ class ReplicaFetcher:
                 continue
             state = _PartitionState(partition)
             self._states[tp] = state
-            self._log(
-                logging.INFO,
+            self._log(  # the replica manager's became_follower line says it at INFO
+                logging.DEBUG,
                 "add",
                 tp,
                 epoch=state.current_leader_epoch,
@@ -228,7 +237,7 @@ class ReplicaFetcher:
         """
         for tp in tps:
             if self._states.pop(tp, None) is not None:
-                self._log(logging.INFO, "remove", tp)
+                self._log(logging.DEBUG, "remove", tp)
         self._wake.set()
 
     async def wait_for_appends(self, tps: Iterable[TopicPartition] | None = None) -> None:
@@ -500,7 +509,8 @@ class ReplicaFetcher:
             self._fail(tp, state, err)
             return
         after = partition.log_end_offset
-        level = logging.INFO
+        # A cut that removed nothing (every new replica's first step) is not an event.
+        level = logging.INFO if after != before else logging.DEBUG
         if after < hw:
             level = logging.WARNING  # below the HW: expected only after an unclean election
         self._log(
@@ -581,6 +591,7 @@ class ReplicaFetcher:
     ) -> None:
         code = data.error_code
         if code == ErrorCode.NONE:
+            state.last_error = None
             if data.records and not await self._append(tp, state, fetch_offset, data.records):
                 return
             if self._current(tp, state, FetchPhase.FETCHING):
@@ -780,8 +791,13 @@ class ReplicaFetcher:
             # the newer one to re-add the partition rather than fetch as a zombie follower.
             self._fail(tp, state, err)
             return
+        # Logged when the answer changes, not at every retry: a leader that has not yet
+        # made the partitions of a new topic answers UNKNOWN_TOPIC_OR_PARTITION for each at
+        # every fetch, and that logging had taken most of the brokers' time at 10,000.
+        repeat = state.last_error == code
+        state.last_error = code
         self._log(
-            logging.INFO,
+            logging.DEBUG if repeat else logging.INFO,
             "partition-error",
             tp,
             request=request,

@@ -19,13 +19,13 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
 from broker.broker_metrics import ReplicaManagerMetrics
-from broker.log.log import FetchData, LogClosedError
+from broker.log.log import FetchData, Log, LogClosedError
 from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
 from broker.log.resource_limits import ResourceErrorReporter, is_resource_exhaustion
 from broker.metadata_cache import MetadataCache, PartitionInfo
@@ -75,6 +75,9 @@ ISR_CHANGE_MAX_DELAY_MS = 60_000
 
 LOG_DIR_RENOTIFY_S = 5.0
 """Least time between two log-dir failure notifications of one broker."""
+_EPOCH_WRITE_THREADS = 4
+"""Executor threads that write new leaders' epoch checkpoints at once (the broker's pool
+has 4): the fsyncs of separate files overlap in the disk's queue."""
 LOOP_READ_MAX_BYTES = 1024 * 1024
 """A fetch of at most this many recently appended bytes (the partition remembers how many
 it appended lately, so this is known without I/O) is read on the loop: the tail of the
@@ -177,6 +180,13 @@ def _checked_fields(info: PartitionInfo) -> tuple[object, ...]:
     return info.leader, info.leader_epoch, info.replicas, tuple(sorted(info.offline_replicas))
 
 
+def _record_epochs(todo: Sequence[tuple[Partition, int]]) -> None:
+    """On an executor thread: each partition's leader epoch recorded at its LEO."""
+    for partition, epoch in todo:
+        with contextlib.suppress(OSError, LogClosedError):
+            partition.log.epoch_cache.assign(epoch, partition.log.log_end_offset)
+
+
 def _is_log_dir_failure(err: BaseException) -> TypeGuard[OSError]:
     """An I/O error of the log dir itself (ENOSPC, EIO, EROFS, ...). Not a log that failed
     to open at startup (already offline on its own), and not a file that vanished: a read
@@ -232,6 +242,9 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._checkpointed_hws: dict[TopicPartition, int] = {}
         self._pending_isr_changes: set[TopicPartition] = set()
+        self._states_read: dict[TopicPartition, PartitionState] = {}
+        """The state znodes last read for a LeaderAndIsr: they vouch for the UpdateMetadata
+        that follows (a topic's deletion forgets its partitions')."""
         self._last_isr_change_ms = 0
         self._last_isr_propagation_ms = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -495,6 +508,7 @@ class ReplicaManager:
         partition (FENCED_LEADER_EPOCH); an equal epoch is a harmless repeat.
         """
         async with self._lock:
+            started = time.monotonic()
             tps = [
                 TopicPartition(ps.topic_name, ps.partition_index) for ps in request.partition_states
             ]
@@ -516,6 +530,7 @@ class ReplicaManager:
                 return pb.LeaderAndIsrResponse(error_code=ErrorCode.ValueType(err.code))
             response = pb.LeaderAndIsrResponse(error_code=pb.NONE)
             new_followers: dict[int, dict[TopicPartition, Partition]] = {}
+            checked = time.monotonic()
             try:
                 await self._apply_partition_states(
                     request, tps, zookeeper_states, new_followers, response
@@ -525,6 +540,16 @@ class ReplicaManager:
                 # follower fetches: a follower without a fetcher never catches up.
                 self._start_fetchers(new_followers, endpoints)
             self._hw_checkpointing_started()
+            done = time.monotonic()
+            self._log(
+                logging.INFO,
+                "leader_and_isr_handled",
+                controller_epoch=request.controller_epoch,
+                partitions=len(tps),
+                errors=sum(1 for e in response.partition_errors if e.error_code != pb.NONE),
+                check_ms=round((checked - started) * 1000),
+                apply_ms=round((done - checked) * 1000),
+            )
             return response
 
     async def _apply_partition_states(
@@ -535,7 +560,21 @@ class ReplicaManager:
         new_followers: dict[int, dict[TopicPartition, Partition]],
         response: pb.LeaderAndIsrResponse,
     ) -> None:
+        """Judge each partition state alone, then do for all the accepted ones at once what
+        costs a round trip or a thread hop: the topic configs, the new logs, giving up
+        their fetchers, the new leaders' epoch checkpoints. A LeaderAndIsr for a new topic
+        names every partition a broker hosts, and one await per partition had made 3,000
+        partitions take 20 s (docs/replication.md, "Many partitions").
+
+        A partition named twice is applied once, as its last state says (Kafka's request
+        is a map too); each of its entries is answered with that result.
+        """
+        states: dict[TopicPartition, pb.LeaderAndIsrPartitionState] = {}
         for ps, tp in zip(request.partition_states, tps, strict=True):
+            states[tp] = ps
+        results: dict[TopicPartition, tuple[int, str]] = {}
+        accepted: dict[TopicPartition, LeadershipState] = {}
+        for tp, ps in states.items():
             refusal = leader_and_isr_refusal(tp, ps.leader, ps.leader_epoch, zookeeper_states[tp])
             if refusal is not None:
                 self._log(
@@ -546,9 +585,45 @@ class ReplicaManager:
                     leader_epoch=ps.leader_epoch,
                     reason=refusal.message,
                 )
-                code, message = refusal.code, refusal.message
+                results[tp] = refusal.code, refusal.message
+                continue
+            verdict = self._judge_partition_state(tp, ps, new_followers)
+            if isinstance(verdict, LeadershipState):
+                accepted[tp] = verdict
             else:
-                code, message = await self._apply_partition_state(tp, ps, new_followers)
+                results[tp] = verdict
+        results.update(
+            await self._create_partitions([tp for tp in accepted if tp not in self.partitions])
+        )
+        for tp in results.keys() & accepted.keys():
+            del accepted[tp]
+        for tp, state in accepted.items():
+            self.metadata_cache.refresh_partition(
+                tp, PartitionInfo(state.leader, state.leader_epoch, state.replicas, state.isr)
+            )
+        # A fetched append still running in the executor must land before the new role
+        # records its epoch, or it would be written after the epoch cache moved on.
+        await self._remove_from_fetchers_and_wait(list(accepted))
+        await self._write_new_leader_epochs(accepted)
+        for tp, state in accepted.items():
+            partition = self.partitions[tp]
+            if state.leader == self.broker_id:
+                try:
+                    partition.make_leader(state)
+                except OSError as err:  # the epoch checkpoint: the partition keeps its role
+                    self._log(logging.ERROR, "cannot_become_leader", tp=tp, error=err)
+                    results[tp] = self._error_of_storage(err, "make_leader")
+                    continue
+                self._log(logging.INFO, "became_leader", **partition.log_context())
+            else:
+                partition.make_follower(state)
+                if state.leader >= 0:
+                    new_followers.setdefault(state.leader, {})[tp] = partition
+                self._log(logging.INFO, "became_follower", **partition.log_context())
+            self._wake(tp)
+            results[tp] = pb.NONE, ""
+        for tp in tps:
+            code, message = results[tp]
             response.partition_errors.add(
                 topic_name=tp.topic,
                 partition_index=tp.partition,
@@ -556,12 +631,16 @@ class ReplicaManager:
                 error_message=message,
             )
 
-    async def _apply_partition_state(
+    def _judge_partition_state(
         self,
         tp: TopicPartition,
         ps: pb.LeaderAndIsrPartitionState,
         new_followers: dict[int, dict[TopicPartition, Partition]],
-    ) -> tuple[int, str]:
+    ) -> LeadershipState | tuple[int, str]:
+        """The state to apply to ``tp``, or the answer for it when there is nothing to
+        apply: not a replica here, an offline log dir, an older epoch (FENCED_LEADER_EPOCH),
+        or a repeat of the epoch it has (a follower that fetches from nobody then starts
+        fetching again)."""
         state = LeadershipState(
             leader=ps.leader,
             leader_epoch=ps.leader_epoch,
@@ -603,36 +682,90 @@ class ReplicaManager:
             new_followers.setdefault(state.leader, {})[tp] = existing
             self._log(logging.INFO, "follower_fetches_again", **existing.log_context())
             return pb.NONE, ""
-        try:
-            partition = existing or await self._create_partition(tp)
-        except IllegalPartitionPathError as err:
-            return pb.INVALID_TOPIC, str(err)
-        except OSError as err:
-            self._log(logging.ERROR, "cannot_open_log", tp=tp, error=err)
-            if _is_log_dir_failure(err):
-                self.mark_log_dir_offline(err, "open_log")
-            return pb.KAFKA_STORAGE_ERROR, f"cannot open the log of {tp}: {err}"
-        except ZkError as err:
-            # The topic's config could not be read (this broker's session ended meanwhile):
-            # the controller sends the state again once the broker is registered anew.
-            self._log(logging.WARNING, "cannot_read_topic_config", tp=tp, error=err)
-            return pb.REQUEST_TIMED_OUT, f"{tp}: cannot read the topic config: {err}"
-        self.metadata_cache.refresh_partition(
-            tp, PartitionInfo(state.leader, state.leader_epoch, state.replicas, state.isr)
+        return state
+
+    async def _create_partitions(
+        self, tps: list[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, str]]:
+        """Host ``tps`` (not hosted yet): each topic's config read once, every log created
+        in one executor call. Returns the answers of those that could not be created."""
+        failed: dict[TopicPartition, tuple[int, str]] = {}
+        if not tps:
+            return failed
+        topics = sorted({tp.topic for tp in tps})
+        read = await asyncio.gather(
+            *(self.zk.get_topic_config(topic) for topic in topics), return_exceptions=True
         )
-        # A fetched append still running in the executor must land before the new role
-        # records its epoch, or it would be written after the epoch cache moved on.
-        await self._remove_from_fetchers_and_wait([tp])
-        if state.leader == self.broker_id:
-            partition.make_leader(state)
-            self._log(logging.INFO, "became_leader", **partition.log_context())
-        else:
-            partition.make_follower(state)
-            if state.leader >= 0:
-                new_followers.setdefault(state.leader, {})[tp] = partition
-            self._log(logging.INFO, "became_follower", **partition.log_context())
-        self._wake(tp)
-        return pb.NONE, ""
+        topic_configs: dict[str, TopicConfig] = {}
+        for topic, overrides in zip(topics, read, strict=True):
+            if isinstance(overrides, ZkError):
+                # This broker's session ended meanwhile: the controller sends the state
+                # again once the broker is registered anew.
+                self._log(logging.WARNING, "cannot_read_topic_config", topic=topic, error=overrides)
+            elif isinstance(overrides, BaseException):
+                raise overrides
+            else:
+                topic_configs[topic] = self.config.topic_config(overrides)
+        for tp in tps:
+            if tp.topic not in topic_configs:
+                failed[tp] = pb.REQUEST_TIMED_OUT, f"{tp}: cannot read the topic config"
+        wanted = {tp: topic_configs[tp.topic].log_config for tp in tps if tp not in failed}
+        logs = await self._in_executor(self.log_manager.get_or_create_logs, wanted)
+        for tp, log in logs.items():
+            if isinstance(log, IllegalPartitionPathError):
+                failed[tp] = pb.INVALID_TOPIC, str(log)
+            elif isinstance(log, OSError):
+                self._log(logging.ERROR, "cannot_open_log", tp=tp, error=log)
+                if _is_log_dir_failure(log):
+                    self.mark_log_dir_offline(log, "open_log")
+                failed[tp] = pb.KAFKA_STORAGE_ERROR, f"cannot open the log of {tp}: {log}"
+            elif isinstance(log, Exception):
+                raise log
+            else:
+                self.partitions[tp] = self._new_partition(tp, log, topic_configs[tp.topic])
+        return failed
+
+    def _new_partition(self, tp: TopicPartition, log: Log, topic_config: TopicConfig) -> Partition:
+        # A log loaded at startup got the broker defaults (the topic configs are read from
+        # ZooKeeper only now): apply the topic's overrides to it too.
+        log.update_config(topic_config.log_config)
+        return Partition(
+            tp,
+            self.broker_id,
+            log,
+            high_watermark=self._checkpointed_hws.get(tp, 0),
+            config=PartitionConfig(
+                min_insync_replicas=topic_config.min_insync_replicas,
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            ),
+            clock_ms=self.clock_ms,
+        )
+
+    async def _write_new_leader_epochs(
+        self, accepted: Mapping[TopicPartition, LeadershipState]
+    ) -> None:
+        """Record the new leaders' epochs in their epoch caches, on executor threads.
+
+        ``make_leader`` records its epoch at the LEO (KAFKA-7415), a checkpoint write with
+        two fsyncs; done on the loop for each of thousands of new leaders it held the loop
+        for seconds. Done here first, ``make_leader`` finds the entry recorded and writes
+        nothing. Only for partitions that are not leading now: their fetchers are gone, so
+        nothing moves their LEO before ``make_leader`` (a leader's produce could). A write
+        that fails here is left to ``make_leader``, which fails as it always did.
+        """
+        todo = [
+            (self.partitions[tp], state.leader_epoch)
+            for tp, state in accepted.items()
+            if state.leader == self.broker_id
+            and not self.partitions[tp].is_leader
+            and state.leader_epoch >= self.partitions[tp].leader_epoch
+        ]
+        if not todo:
+            return
+        chunks = [todo[i::_EPOCH_WRITE_THREADS] for i in range(_EPOCH_WRITE_THREADS)]
+        await asyncio.gather(
+            *(self._in_executor(_record_epochs, chunk) for chunk in chunks if chunk)
+        )
 
     async def _registered_endpoints(
         self, endpoints: dict[int, BrokerInfo]
@@ -669,29 +802,13 @@ class ReplicaManager:
         self, tps: list[TopicPartition]
     ) -> dict[TopicPartition, PartitionState | None]:
         await self.zk.sync()
-        return await self.zk.get_partition_states(tps)
-
-    async def _create_partition(self, tp: TopicPartition) -> Partition:
-        topic_config = self.config.topic_config(await self.zk.get_topic_config(tp.topic))
-        log = await self._in_executor(
-            self.log_manager.get_or_create_log, tp, topic_config.log_config
-        )
-        # A log loaded at startup got the broker defaults (the topic configs are read from
-        # ZooKeeper only now): apply the topic's overrides to it too.
-        log.update_config(topic_config.log_config)
-        partition = Partition(
-            tp,
-            self.broker_id,
-            log,
-            high_watermark=self._checkpointed_hws.get(tp, 0),
-            config=PartitionConfig(
-                min_insync_replicas=topic_config.min_insync_replicas,
-                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
-            ),
-            clock_ms=self.clock_ms,
-        )
-        self.partitions[tp] = partition
-        return partition
+        states = await self.zk.get_partition_states(tps)
+        for tp, state in states.items():
+            if state is None:
+                self._states_read.pop(tp, None)
+            else:
+                self._states_read[tp] = state
+        return states
 
     def reconfigure(self, config: BrokerConfig) -> None:
         """Take the broker's config with its dynamic changes (only the dynamic settings of
@@ -862,6 +979,7 @@ class ReplicaManager:
                 self._checkpointed_hws.pop(tp, None)
                 self._wake(tp)
                 if s.delete_partition:
+                    self._states_read.pop(tp, None)  # a topic made again starts at epoch 0
                     try:
                         await self._in_executor(self.log_manager.delete_log, tp)
                     except IllegalPartitionPathError as err:
@@ -903,6 +1021,7 @@ class ReplicaManager:
         return facts
 
     async def update_metadata(self, request: pb.UpdateMetadataRequest) -> pb.UpdateMetadataResponse:
+        started = time.monotonic()
         tps = [TopicPartition(s.topic_name, s.partition_index) for s in request.partition_states]
         try:
             await self._check_control_request(
@@ -932,6 +1051,14 @@ class ReplicaManager:
             brokers=brokers,
             partitions=partitions,
         )
+        if tps:
+            self._log(
+                logging.INFO,
+                "update_metadata_handled",
+                controller_epoch=request.controller_epoch,
+                partitions=len(tps),
+                took_ms=round((time.monotonic() - started) * 1000),
+            )
         return pb.UpdateMetadataResponse(error_code=pb.NONE)
 
     async def _as_zookeeper_agrees(
@@ -964,9 +1091,20 @@ class ReplicaManager:
         deleting = sorted(
             {tp.topic for tp in doubtful_tps if partitions[tp].leader == LEADER_DURING_DELETE}
         )
-        registered, states, marked, assignments, zookeeper_controller = await asyncio.gather(
+        # A leader at the epoch this broker read in the state znode for a LeaderAndIsr is
+        # what ZooKeeper held: not read again (the UpdateMetadata for a new topic follows its
+        # LeaderAndIsr at once, and reading every state znode twice doubled its cost).
+        vouched = {
+            tp: state
+            for tp in doubtful_tps
+            if (state := self._states_read.get(tp)) is not None
+            and state.leader == partitions[tp].leader
+            and state.leader_epoch == partitions[tp].leader_epoch
+        }
+        to_read = [tp for tp in doubtful_tps if tp not in vouched]
+        registered, read, marked, assignments, zookeeper_controller = await asyncio.gather(
             self.zk.read_registered_brokers(),
-            self.zk.get_partition_states(doubtful_tps),
+            self.zk.get_partition_states(to_read),
             asyncio.gather(*(self.zk.is_topic_marked_for_deletion(t) for t in deleting)),
             asyncio.gather(*(self.zk.get_topic_assignment(t) for t in topics)),
             self.zk.get_controller_id() if doubtful_controller else _none(),
@@ -1000,6 +1138,7 @@ class ReplicaManager:
                         kafka_endpoint=registration.kafka_endpoint,
                     )
                 )
+        states = {**read, **vouched}
         marked_topics = {t for t, m in zip(deleting, marked, strict=True) if m}
         assigned = dict(zip(topics, assignments, strict=True))
         believed = dict(partitions)

@@ -177,7 +177,7 @@ def test_a_cascade_loses_acknowledged_writes_only_without_leader_epochs(
     leader, successor, follower = cascade[0]["target"]
     assert [e["target"] for e in events if e["f"] == "kill"] == [leader, successor]
     tp = cascade[0]["tp"]
-    followed = f"event=add broker={follower} source={successor} tp={tp} "
+    followed = f"event=became_follower broker={follower} tp={tp} leader={successor} "
     log = (run_dir / "logs" / f"broker-{follower}.log").read_text()
     assert followed in log, f"broker {follower} never followed {successor} for {tp}"
     kinds = {

@@ -23,7 +23,12 @@ import uvloop
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
-from controller.controller_zk import ControllerMovedError, ControllerZkClient, LiveBroker
+from controller.controller_zk import (
+    MULTI_GROUP,
+    ControllerMovedError,
+    ControllerZkClient,
+    LiveBroker,
+)
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
 from proto.topic_partition import TopicPartition
 from proto.zk.znodes import (
@@ -470,6 +475,56 @@ def test_partition_state_writes_are_conditional_and_never_overwrite_a_newer_stat
             # Our own write sent again at its old version (a lost reply): done, same version.
             assert await controller.update_partition_states({TP0: (new0, 0)}) == {TP0: 1}
             assert await controller.update_partition_states({}) == {}
+
+    run(scenario())
+
+
+def test_grouped_state_writes_give_each_partition_its_own_result(
+    zk_connect: str, zk_client: KazooClient
+) -> None:
+    """Hundreds of state znodes go as one multi per MULTI_GROUP partitions; a conflict in a
+    group (an existing state of other content, a state that moved on) fails that multi, and
+    its partitions are sent again one by one: only the conflicting one is refused."""
+    n = 2 * MULTI_GROUP + 50
+
+    async def scenario() -> None:
+        async with candidate(zk_connect, 1) as controller:
+            await create_topic(zk_client, "wide", {p: [1, 2] for p in range(n)})
+            assert await controller.try_elect() == 1
+            tps = [TopicPartition("wide", p) for p in range(n)]
+            clash = tps[MULTI_GROUP + 7]  # in the second group
+            await zk(
+                zk_client,
+                "create",
+                f"/brokers/topics/wide/partitions/{clash.partition}/state",
+                encode_partition_state(STATE1),
+                makepath=True,
+            )
+            created = await controller.create_partition_states({tp: STATE0 for tp in tps})
+            assert created == {tp: None if tp == clash else 0 for tp in tps}
+            states = await controller.partition_states(tps)
+            assert states[clash] == PartitionState.from_data(STATE1, 0)
+            assert all(
+                states[tp] == PartitionState.from_data(STATE0, 0) for tp in tps if tp != clash
+            )
+
+            moved = tps[2 * MULTI_GROUP + 3]  # in the last group
+            shrunk = PartitionStateData(leader=1, leader_epoch=0, isr=(1,), controller_epoch=1)
+            await zk(
+                zk_client,
+                "set",
+                f"/brokers/topics/wide/partitions/{moved.partition}/state",
+                encode_partition_state(shrunk),
+                0,
+            )
+            newer = PartitionStateData(leader=2, leader_epoch=1, isr=(2,), controller_epoch=1)
+            written = await controller.update_partition_states(
+                {tp: (newer, 0) for tp in tps if tp != clash}
+            )
+            assert written == {tp: None if tp == moved else 1 for tp in tps if tp != clash}
+            after = await controller.partition_states(tps)
+            assert after[moved] == PartitionState.from_data(shrunk, 1)
+            assert after[tps[0]] == PartitionState.from_data(newer, 1)
 
     run(scenario())
 

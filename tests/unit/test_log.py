@@ -745,22 +745,27 @@ def test_flush_fsyncs_the_index_only_when_it_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = open_log(tmp_path, index_interval_bytes=2 * BATCH_SIZE)
-    log.flush()
     synced: list[int] = []
     real_fsync = os.fsync
 
     log_inode = (log.directory / f"{0:020d}.log").stat().st_ino
     index_inode = index_file(log).stat().st_ino
+    dir_inode = log.directory.stat().st_ino
+    counted = {log_inode, index_inode, dir_inode}
 
     def counting_fsync(fd: int) -> None:
-        if os.fstat(fd).st_ino in (log_inode, index_inode):  # not the epoch checkpoint
+        if os.fstat(fd).st_ino in counted:  # not the epoch checkpoint
             synced.append(os.fstat(fd).st_ino)
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", counting_fsync)
+    log.flush()  # a new log's files and directory are made durable by its first flush
+    assert synced == [log_inode, index_inode, dir_inode]
+    synced.clear()
+    counted.remove(dir_inode)  # the epoch checkpoint's writes fsync the directory too
     log.append_as_leader(client_batch(), 0)
-    log.flush()  # the first sync of the index since it was opened
-    assert synced == [log_inode, index_inode]
+    log.flush()  # no index entry yet: the index has not changed since
+    assert synced == [log_inode]
     # An entry for a batch more than 2 batches after position 0: the fourth.
     for expected in ([log_inode], [log_inode], [log_inode, index_inode]):
         synced.clear()
@@ -1075,3 +1080,27 @@ def test_concurrent_reads_see_whole_contiguous_batches(tmp_path: Path) -> None:
     assert not errors, errors
     assert reads[0] > 0
     log.close()
+
+
+def test_a_new_log_defers_its_directory_fsync_to_its_first_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Creating thousands of partitions at once paid one directory fsync each: a directory
+    made by the open holds nothing to lose, so only a reopened one is synced at open."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    log = open_log(tmp_path)
+    directory = str(log.directory)
+    assert directory not in synced
+    log.flush()
+    assert synced.count(directory) == 1
+    log.close()
+    synced.clear()
+    open_log(tmp_path).close()
+    assert directory in synced  # an existing log's recovery syncs its directory at open

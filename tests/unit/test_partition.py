@@ -62,6 +62,25 @@ def test_becoming_leader_records_the_epoch_at_the_leo(leader: Partition) -> None
     assert leader.leader_epoch_start_offset == 3
 
 
+def test_a_failed_epoch_checkpoint_leaves_the_partition_in_its_old_role(
+    tmp_path: Path, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of descriptors, the epoch checkpoint cannot be written: the partition must not
+    lead without its epoch recorded (it stays a follower at its old epoch)."""
+    log = Log.open(tmp_path / "t-0", LogConfig())
+    p = Partition(TP, 2, log, config=PartitionConfig(min_insync_replicas=1), clock_ms=clock)
+    assert p.make_follower(state(leader=1, epoch=3))
+
+    def no_descriptors(epoch: int, start_offset: int) -> None:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(log.epoch_cache, "assign", no_descriptors)
+    with pytest.raises(OSError, match="Too many open files"):
+        p.make_leader(state(leader=2, epoch=4))
+    assert not p.is_leader
+    assert (p.leader_id, p.leader_epoch) == (1, 3)
+
+
 def test_hw_is_the_minimum_leo_of_the_isr(leader: Partition) -> None:
     leader.append_records_to_leader(batch(5), ACKS_ALL)
     assert leader.high_watermark == 0  # followers' LEOs unknown after becoming leader
