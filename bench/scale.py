@@ -71,6 +71,9 @@ BROKER_OVERRIDES = {
     "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
     # A preferred-replica rebalance mid-step would move leaders the step is counting.
     "auto.leader.rebalance.enable": "false",
+    # Kafka's default is 1 thread; a broker of thousands of partitions restarts on more
+    # (docs/storage.md), as Kafka's operators set it.
+    "num.recovery.threads.per.data.dir": "4",
 }
 METADATA_ROUNDS = 5
 PRODUCE_RECORDS = 200_000

@@ -113,6 +113,7 @@ class BrokerServer:
             config.default_log_config,
             config.broker_id,
             background=self.executor.submit,
+            recovery_threads=config.num_recovery_threads_per_data_dir,
         )
         self.zk = BrokerZkClient.from_config(config)
         self.metadata_cache = MetadataCache()

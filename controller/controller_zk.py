@@ -635,7 +635,7 @@ class ControllerZkClient(KafkaZkClient):
         """Read the znodes of ``keys`` in one pipeline and decode them (data, stat). Missing
         znodes are left out, and so are malformed ones (logged as ``bad_event``): one bad
         znode must not stop the controller from loading the rest."""
-        results = await self._pipeline("get", [_get(path_of(key)) for key in keys])
+        results = await self.read_data("get", [path_of(key) for key in keys])
         decoded: dict[K, V] = {}
         for key, result in zip(keys, results, strict=True):
             if isinstance(result, NoNodeError):

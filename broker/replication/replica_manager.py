@@ -748,18 +748,24 @@ class ReplicaManager:
 
         ``make_leader`` records its epoch at the LEO (KAFKA-7415), a checkpoint write with
         two fsyncs; done on the loop for each of thousands of new leaders it held the loop
-        for seconds. Done here first, ``make_leader`` finds the entry recorded and writes
-        nothing. Only for partitions that are not leading now: their fetchers are gone, so
-        nothing moves their LEO before ``make_leader`` (a leader's produce could). A write
+        for seconds (a controlled shutdown bumps the epoch of every partition the stopping
+        broker replicates). Done here first, ``make_leader`` finds the entry recorded and
+        writes nothing. The LEO must not move in between: a follower's fetcher is gone
+        already, and a partition that leads now is fenced first, so that it takes no
+        produce at its old epoch meanwhile (appends run on the loop; a producer retries
+        the NOT_LEADER_OR_FOLLOWER, as it would wait for Kafka's partition lock). A write
         that fails here is left to ``make_leader``, which fails as it always did.
         """
-        todo = [
-            (self.partitions[tp], state.leader_epoch)
-            for tp, state in accepted.items()
-            if state.leader == self.broker_id
-            and not self.partitions[tp].is_leader
-            and state.leader_epoch >= self.partitions[tp].leader_epoch
-        ]
+        todo: list[tuple[Partition, int]] = []
+        for tp, state in accepted.items():
+            partition = self.partitions[tp]
+            if state.leader != self.broker_id or state.leader_epoch < partition.leader_epoch:
+                continue
+            if partition.is_leader:
+                if state.leader_epoch == partition.leader_epoch:
+                    continue  # a repeat (fenced before): nothing new to record
+                partition.fence(f"becoming leader at epoch {state.leader_epoch}")
+            todo.append((partition, state.leader_epoch))
         if not todo:
             return
         chunks = [todo[i::_EPOCH_WRITE_THREADS] for i in range(_EPOCH_WRITE_THREADS)]
@@ -1535,7 +1541,9 @@ class ReplicaManager:
         """Write the new ISR to the state znode, conditional on the version we hold.
 
         Kafka's ZK-mode rule: the leader never overwrites a state it has not seen. On a
-        version conflict it keeps its ISR and waits for the controller's next LeaderAndIsr.
+        version conflict it reads the znode (:meth:`_after_lost_isr_race`) rather than try
+        again with the version it holds, which fails at every fetch until the controller's
+        next LeaderAndIsr (KAFKA-2729: 58,517 such writes in a 10,000-partition run).
         """
         tp = partition.topic_partition
         epoch = partition.leader_epoch
@@ -1564,6 +1572,7 @@ class ReplicaManager:
                 **partition.log_context(),
                 wanted=list(isr),
             )
+            await self._after_lost_isr_race(partition, epoch)
             return
         old = list(partition.isr)
         if partition.apply_isr(isr, version):
@@ -1584,6 +1593,47 @@ class ReplicaManager:
             zk_version=version,
             reason=repr(reason),
         )
+
+    async def _after_lost_isr_race(self, partition: Partition, epoch: int) -> None:
+        """The state znode moved on under a conditional ISR write: take what it says. If it
+        still names this broker leader at this epoch, its ISR and version are the truth to
+        start from (what Kafka's AlterIsr answers a leader with); the next fetch or lag
+        check decides again from there. If it names another leader or a newer epoch, this
+        broker no longer leads: it is fenced (no produce at its old epoch) until the
+        controller's LeaderAndIsr tells it its role."""
+        tp = partition.topic_partition
+        try:
+            current = await self.zk.read_partition_state(tp)
+        except ZkError as err:
+            self._log(logging.WARNING, "isr_state_unreadable", tp=tp, error=err)
+            return
+        if current is None or partition.leader_epoch != epoch or not partition.is_leader:
+            return
+        if current.leader == self.broker_id and current.leader_epoch == epoch:
+            old = list(partition.isr)
+            if partition.apply_isr(current.isr, current.zk_version):
+                self._wake(tp)
+            self.metadata_cache.refresh_partition(
+                tp, PartitionInfo(self.broker_id, epoch, partition.replicas, current.isr)
+            )
+            self._log(
+                logging.INFO,
+                "isr_adopted",
+                **partition.log_context(),
+                old_isr=old,
+                zk_version=current.zk_version,
+            )
+        elif current.leader_epoch >= epoch:
+            partition.fence(
+                f"ZooKeeper names leader {current.leader} at epoch {current.leader_epoch}"
+            )
+            self._log(
+                logging.WARNING,
+                "fenced_by_zookeeper_state",
+                **partition.log_context(),
+                zookeeper_leader=current.leader,
+                zookeeper_leader_epoch=current.leader_epoch,
+            )
 
     def _record_isr_change(self, tp: TopicPartition) -> None:
         self._pending_isr_changes.add(tp)

@@ -13,12 +13,20 @@ with the same reads, is :mod:`proto.zk.sync_client`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    UnimplementedError,
+)
 
 from proto.topic_partition import TopicPartition
+from proto.zk.multi_read import MULTI_READ_MAX_PATHS, multi_read_async
 from proto.zk.session import ZooKeeperClient
 from proto.zk.znode_reads import (
     ReadBatch,
@@ -62,6 +70,33 @@ V = TypeVar("V")
 class KafkaZkClient(ZooKeeperClient):
     """A ZooKeeper session with typed reads and writes of the cluster's znodes."""
 
+    _multi_read: bool = True
+    """False once the server answered that it has no multiRead (ZooKeeper < 3.6)."""
+
+    async def read_data(self, what: str, paths: Sequence[str]) -> list[Any]:
+        """What ``get_async`` answers for each of ``paths``, in order: ``(data, stat)`` or
+        the ZooKeeper error (NoNodeError, ...). Many paths go as multiReads of
+        :data:`MULTI_READ_MAX_PATHS` each (:mod:`proto.zk.multi_read`); one path, or a
+        server without multiRead, one ``getData`` each, pipelined."""
+        if len(paths) > 1 and self._multi_read:
+            chunks = [
+                list(paths[i : i + MULTI_READ_MAX_PATHS])
+                for i in range(0, len(paths), MULTI_READ_MAX_PATHS)
+            ]
+            outcomes = await self._pipeline(
+                what, [partial(multi_read_async, paths=chunk) for chunk in chunks]
+            )
+            if all(
+                isinstance(o, list) and len(o) == len(c)
+                for o, c in zip(outcomes, chunks, strict=True)
+            ):
+                return [answer for outcome in outcomes for answer in outcome]
+            if any(isinstance(o, UnimplementedError) for o in outcomes):
+                self._multi_read = False
+                self._log(logging.INFO, "multi_read_unsupported", what=what)
+            # Any other refusal of a whole multiRead: the reads one by one say what it was.
+        return await self._pipeline(what, [_get(path) for path in paths])
+
     async def read_znode(self, read: ZnodeRead[T]) -> T | None:
         """One typed znode (None if absent); ZkDataError naming it if malformed."""
         [answer] = await self._pipeline(f"get {read.path}", [_get(read.path)])
@@ -72,7 +107,7 @@ class KafkaZkClient(ZooKeeperClient):
     ) -> ReadBatch[K, V]:
         """Many typed znodes in one pipeline (one round trip); ``ignored`` is carried into
         the batch (what a listing left out)."""
-        answers = await self._pipeline(what, [_get(read.path) for read in reads.values()])
+        answers = await self.read_data(what, [read.path for read in reads.values()])
         return read_batch(reads, answers, ignored)
 
     async def get_data_or_none(self, path: str) -> bytes | None:

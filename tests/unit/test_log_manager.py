@@ -411,6 +411,41 @@ def test_a_partition_that_fails_to_open_does_not_stop_the_others(tmp_path: Path)
     assert "orders 1 3" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
 
 
+def test_recovery_threads_load_and_close_every_log_and_keep_a_bad_one_offline(
+    tmp_path: Path,
+) -> None:
+    """num.recovery.threads.per.data.dir: logs loaded, flushed and closed on several
+    threads are what one thread makes of them, a bad one included."""
+    tps = [TopicPartition("wide", p) for p in range(120)]
+    m = LogManager(tmp_path, LogConfig(), 1, recovery_threads=4)
+    m.startup()
+    created = m.get_or_create_logs(dict.fromkeys(tps))
+    assert all(isinstance(log_, Log) for log_ in created.values())
+    for p, tp in enumerate(tps):
+        m.get_log(tp).append_as_leader(batch(1 + p % 3), 0)  # type: ignore[union-attr]
+    m.shutdown()
+    bad = tps[17]
+    checkpoint = tmp_path / "wide-17" / "leader-epoch-checkpoint"
+    checkpoint.unlink()
+    checkpoint.mkdir()
+
+    m = LogManager(tmp_path, LogConfig(), 1, recovery_threads=4)
+    m.startup()
+    assert m.had_clean_shutdown
+    assert set(m.all_logs()) == set(tps) - {bad}
+    assert set(m.offline_logs) == {bad}
+    assert {tp: log_.log_end_offset for tp, log_ in m.all_logs().items()} == {
+        tp: 1 + p % 3 for p, tp in enumerate(tps) if tp != bad
+    }
+    m.shutdown()
+    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def test_recovery_threads_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        LogManager(tmp_path, LogConfig(), 1, recovery_threads=0)
+
+
 # -- hostile partition names (path traversal) ------------------------------------------------
 
 

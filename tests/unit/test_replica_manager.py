@@ -462,3 +462,70 @@ def test_an_assigned_replica_this_broker_does_not_host_is_reported_offline(
             if m.name == "kafka_server_replicamanager_offlinereplicacount"
         ]
         assert gauge.samples[0].value == 1
+
+
+class _MovedStateZk(_LeasedZk):
+    """A state znode that moved on under the leader's conditional ISR write."""
+
+    def __init__(self, current: PartitionState) -> None:
+        self.current = current
+        self.writes = 0
+
+    async def update_partition_state_conditionally(
+        self, tp: TopicPartition, new_state: object, expected_version: int
+    ) -> int | None:
+        self.writes += 1
+        return None
+
+    async def read_partition_state(self, tp: TopicPartition) -> PartitionState:
+        return self.current
+
+
+def _isr_race(tmp_path: Path, current: PartitionState) -> tuple[Partition, _MovedStateZk]:
+    zk = _MovedStateZk(current)
+    config = BrokerConfig(broker_id=1, zookeeper_connect="unused:2181", log_dir=tmp_path)
+
+    async def scenario() -> Partition:
+        with ThreadPoolExecutor(1) as executor:
+            manager = ReplicaManager(
+                config,
+                LogManager(tmp_path, LogConfig(), 1),
+                cast(BrokerZkClient, zk),
+                MetadataCache(),
+                executor,
+            )
+            partition = Partition(
+                GOOD, 1, Log.open(tmp_path / GOOD.dir_name, LogConfig()), clock_ms=int
+            )
+            assert partition.make_leader(
+                LeadershipState(1, 4, (1, 2), (1, 2), 3, controller_epoch=1)
+            )
+            manager.partitions[GOOD] = partition
+            await manager._update_isr(partition, (1,), reason="test")
+            return partition
+
+    return asyncio.run(scenario()), zk
+
+
+def test_a_leader_that_lost_an_isr_race_takes_the_znode_it_still_leads_in(
+    tmp_path: Path,
+) -> None:
+    """KAFKA-2729: retrying with the stale zkVersion fails at every fetch. The znode names
+    this broker leader at its epoch, with another ISR and version: the leader starts from
+    them, so its next write can succeed."""
+    current = PartitionState(leader=1, leader_epoch=4, isr=(1, 2), controller_epoch=1, zk_version=7)
+    partition, zk = _isr_race(tmp_path, current)
+    assert zk.writes == 1
+    assert (partition.isr, partition.zk_version) == ((1, 2), 7)
+    assert not partition.fenced
+    assert not partition.isr_update_in_flight
+
+
+def test_a_leader_that_lost_an_isr_race_to_a_new_leader_is_fenced(tmp_path: Path) -> None:
+    """The znode names another leader at a newer epoch: this broker stops taking writes at
+    its old epoch until the controller's LeaderAndIsr."""
+    current = PartitionState(leader=2, leader_epoch=5, isr=(2,), controller_epoch=2, zk_version=9)
+    partition, _ = _isr_race(tmp_path, current)
+    assert partition.fenced
+    assert "leader 2 at epoch 5" in partition.fenced_because
+    assert (partition.isr, partition.zk_version) == ((1, 2), 3)
