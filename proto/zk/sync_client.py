@@ -23,10 +23,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError, UnimplementedError
 
 from proto.topic_partition import TopicPartition
 from proto.zk.credentials import SECURE_ACL, ZkCredentials
+from proto.zk.multi_read import MULTI_READ_MAX_PATHS, multi_read_async
 from proto.zk.session import ZkConnectionError, stop_kazoo
 from proto.zk.znode_limits import SizeCheckedKazooClient
 from proto.zk.znode_reads import (
@@ -233,8 +234,22 @@ def set_partition_state(
 
 
 def _get_all(zk: KazooClient, paths: Sequence[str]) -> list[GetAnswer]:
-    """Each path's ``get`` answer, the requests sent back to back before any is awaited;
+    """Each path's ``get`` answer, as multiReads of many paths when there are several
+    (:mod:`proto.zk.multi_read`), else the requests sent back to back before any is awaited;
     ZooKeeper's error answers (NoNode, ...) are returned as exceptions."""
+    if len(paths) > 1:
+        chunks = [
+            list(paths[i : i + MULTI_READ_MAX_PATHS])
+            for i in range(0, len(paths), MULTI_READ_MAX_PATHS)
+        ]
+        batched: list[GetAnswer] = []
+        try:
+            for result in [multi_read_async(zk, chunk) for chunk in chunks]:
+                batched.extend(result.get())
+        except UnimplementedError:
+            pass  # ZooKeeper < 3.6: one read per path below
+        else:
+            return batched
     pending = [zk.get_async(path) for path in paths]
     answers: list[GetAnswer] = []
     for result in pending:

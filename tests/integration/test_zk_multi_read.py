@@ -15,7 +15,7 @@ from kazoo.exceptions import NoNodeError
 
 from broker.zk_client import BrokerZkClient
 from proto.topic_partition import TopicPartition
-from proto.zk import kafka_zk_client
+from proto.zk import kafka_zk_client, sync_client
 from proto.zk.multi_read import MULTI_READ_MAX_PATHS
 from proto.zk.znodes import PartitionStateData, encode_partition_state, partition_state_path
 
@@ -104,3 +104,17 @@ async def _state_read_matches(client: BrokerZkClient) -> bool:
     states = await client.get_partition_states(tps)
     one = await asyncio.gather(*(client.read_partition_state(tp) for tp in tps))
     return list(states.values()) == list(one) and sum(s is None for s in one) > 0
+
+
+def test_the_blocking_reads_of_tools_use_multi_read_alike(zk_client: KazooClient) -> None:
+    """bench, chaos and the tests poll every state znode through proto/zk/sync_client."""
+    _populate(zk_client)
+    tps = [TopicPartition("wide", p) for p in range(COUNT)]
+    batch = sync_client.read_partition_states(zk_client, tps)
+    assert set(batch.found) == {tp for tp in tps if tp.partition % 97 != 5} - {
+        TopicPartition("wide", 7),  # "changed": not a state
+        TopicPartition("wide", 11),  # empty
+        TopicPartition("wide", 12),  # 50 KB of x
+    }
+    assert set(batch.malformed) == {TopicPartition("wide", p) for p in (7, 11, 12)}
+    assert batch.found[TopicPartition("wide", 40)].leader_epoch == 40
