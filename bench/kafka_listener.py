@@ -15,22 +15,33 @@ brokers: confluent-kafka's ``produce()`` + ``poll(0)`` loop against no broker (r
 only queued), and confluent-kafka's Consumer with ``fetch.queue.backoff.ms`` 10 (its
 default, 1000, idles a second each time its prefetch passes ``queued.min.messages``).
 
+The listener's own cost, apart (:func:`door`): a KafkaListener in a subprocess whose
+Produce handler answers at once, fed pre-built Produce v9 requests of one 256 KiB batch
+by a raw client keeping 5 in flight; the server's CPU per request is what the door
+itself (framing, kio's decoding, the answer's encoding, the socket) costs. And the time
+to encode one Produce answer.
+
 Each confluent-kafka run is a subprocess of this Python (``python -m bench.kafka_listener
 produce|consume|loop BOOTSTRAP COUNT [name=value ...]``) printing its figure as JSON.
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import os
 import resource
 import shutil
+import struct
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import uvloop
 
 from bench.cli_runner import REPO
 from bench.side_by_side import (
@@ -43,6 +54,7 @@ from bench.side_by_side import (
 )
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
+from proto.records.builder import RecordsBuilder
 
 ROUNDS = 2
 CLIENT_TIMEOUT_S = 300
@@ -229,6 +241,147 @@ def measure(work_dir: Path, rounds: int = ROUNDS) -> KafkaListenerBench:
     return KafkaListenerBench(best, runs, loop, commands)
 
 
+DOOR_REQUESTS = 3000
+DOOR_IN_FLIGHT = 5
+DOOR_BATCH_BYTES = 256 * 1024
+
+
+@dataclass
+class DoorCost:
+    """What the Kafka listener itself spends on a Produce request."""
+
+    server_cpu_us_per_request: float
+    requests_per_s: float
+    encode_answer_us: float
+    request_bytes: int
+
+
+def _produce_frame(version: int = 9) -> bytes:
+    """A Produce request of one 256 KiB batch of 100-byte records, size first."""
+    from kio.serial import entity_writer
+
+    from broker.kafka_listener.messages import build
+    from broker.kafka_listener.request_codec import request_schema
+
+    builder = RecordsBuilder()
+    value = os.urandom(RECORD_BYTES)
+    limit = DOOR_BATCH_BYTES
+    builder.append_values([value] * (limit // RECORD_BYTES), 0, int(time.time() * 1000), limit)
+    schema = request_schema(0, version)
+    assert schema is not None
+    header = schema.__header_schema__
+    out = io.BytesIO()
+    fields = {"request_api_key": 0, "request_api_version": version, "correlation_id": 0}
+    entity_writer(header)(out, build(header, {**fields, "client_id": "bench"}))
+    partition = {"index": 0, "records": builder.build(-1, -1, -1)}
+    body = {
+        "acks": -1,
+        "timeout": 30_000,
+        "topic_data": [{"name": TOPIC, "partition_data": [partition]}],
+    }
+    entity_writer(schema)(out, build(schema, body))
+    return struct.pack(">i", out.tell()) + out.getvalue()
+
+
+_ANSWER = {
+    "index": 0,
+    "error_code": 0,
+    "base_offset": 1_000_000,
+    "log_append_time": None,
+    "log_start_offset": 0,
+    "error_message": None,
+}
+
+
+async def _door_serve() -> None:
+    """A real KafkaListener whose Produce stage answers at once (after taking the records'
+    bytes, as the real one does); its port on stdout, until stdin closes. The process is
+    tuned as a broker's is (malloc's thresholds, the collector)."""
+    from proto.process.tuning import tune_process
+
+    tune_process()
+    from broker.kafka_listener.server import KafkaListener
+    from broker.kafka_listener.wire_request import Answer, KafkaRequest, done
+
+    async def produce(request: KafkaRequest) -> Answer:
+        answers = []
+        for topic in request.body.topic_data:
+            for part in topic.partition_data:
+                bytes(part.records)
+                answers.append({**_ANSWER, "index": part.index})
+        return done({"responses": [{"name": TOPIC, "partition_responses": answers}]})
+
+    listener = KafkaListener(1, {0: produce}, max_request_bytes=100 << 20)
+    print(await listener.start("127.0.0.1", 0), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    await listener.stop()
+
+
+async def _door_client(port: int, count: int, frame: bytes) -> float:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    window = asyncio.Semaphore(DOOR_IN_FLIGHT)
+
+    async def answers() -> None:
+        for _ in range(count):
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            await reader.readexactly(size)
+            window.release()
+
+    reading = asyncio.create_task(answers())
+    started = time.perf_counter()
+    for correlation_id in range(count):
+        await window.acquire()
+        writer.write(frame[:8] + struct.pack(">i", correlation_id) + frame[12:])
+    await reading
+    elapsed = time.perf_counter() - started
+    writer.close()
+    return elapsed
+
+
+def _encode_answer_us(rounds: int = 5000) -> float:
+    from broker.kafka_listener.request_codec import encode_response, response_schema
+
+    schema = response_schema(0, 9)
+    assert schema is not None
+    tree = {"responses": [{"name": TOPIC, "partition_responses": [_ANSWER]}]}
+    started = time.process_time()  # CPU time: the machine's other load does not count
+    for _ in range(rounds):
+        encode_response(schema, 1, tree)
+    return (time.process_time() - started) / rounds * 1e6
+
+
+def door(count: int = DOOR_REQUESTS) -> DoorCost:
+    """The Kafka listener's own cost per Produce request (see the module's docstring)."""
+    frame = _produce_frame()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.kafka_listener", "door-serve", "-", "0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert server.stdout is not None
+        assert server.stdin is not None
+        port = int(server.stdout.readline())
+        uvloop.run(_door_client(port, count // 10, frame))  # warm-up
+        cpu = _process_cpu_s(server.pid)
+        elapsed = uvloop.run(_door_client(port, count, frame))
+        cpu = _process_cpu_s(server.pid) - cpu
+        server.stdin.close()
+        server.wait(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    return DoorCost(
+        round(cpu / count * 1e6, 1),
+        round(count / elapsed),
+        round(_encode_answer_us(), 2),
+        len(frame),
+    )
+
+
 def _loop(bootstrap: str, count: int, config: dict[str, str]) -> float:
     import confluent_kafka
 
@@ -299,6 +452,12 @@ def _consume(bootstrap: str, count: int, config: dict[str, str]) -> float:
 
 
 def main(argv: list[str]) -> None:
+    if argv[0] == "door-serve":
+        uvloop.run(_door_serve())
+        return
+    if argv[0] == "door":
+        print(json.dumps(asdict(door())))
+        return
     kind, bootstrap, count = argv[0], argv[1], int(argv[2])
     config = dict(a.split("=", 1) for a in argv[3:])
     elapsed = {"produce": _produce, "consume": _consume, "loop": _loop}[kind](
