@@ -75,12 +75,23 @@ class Run:
 
 
 @dataclass
+class DoorCost:
+    """What the Kafka listener itself spends on a Produce request."""
+
+    server_cpu_us_per_request: float
+    requests_per_s: float
+    encode_answer_us: float
+    request_bytes: int
+
+
+@dataclass
 class KafkaListenerBench:
     """Best of the rounds of each way in, and every round, for results.json."""
 
     best: dict[str, Run]
     rounds: dict[str, list[Run]]
     client_loop: Rate
+    door: DoorCost
     commands: list[str]
 
     def figures(self) -> dict[str, Any]:
@@ -88,6 +99,7 @@ class KafkaListenerBench:
             "best": {k: asdict(v) for k, v in self.best.items()},
             "rounds": {k: [asdict(r) for r in v] for k, v in self.rounds.items()},
             "confluent_produce_loop_without_broker": asdict(self.client_loop),
+            "door": asdict(self.door),
             "ratios": self.ratios(),
         }
 
@@ -222,6 +234,7 @@ def measure(work_dir: Path, rounds: int = ROUNDS) -> KafkaListenerBench:
     finally:
         cluster.down()
     loop = client_loop()
+    cost = door()
     commands = [
         f"minibroker cluster up --override min.insync.replicas=2; minibroker topics create "
         f"{TOPIC} --partitions 3 --replication-factor 3",
@@ -238,22 +251,12 @@ def measure(work_dir: Path, rounds: int = ROUNDS) -> KafkaListenerBench:
         f"alternating, {rounds} rounds, best of each",
     ]
     best = {k: max(v, key=lambda r: r.rate.per_s) for k, v in runs.items()}
-    return KafkaListenerBench(best, runs, loop, commands)
+    return KafkaListenerBench(best, runs, loop, cost, commands)
 
 
 DOOR_REQUESTS = 3000
 DOOR_IN_FLIGHT = 5
 DOOR_BATCH_BYTES = 256 * 1024
-
-
-@dataclass
-class DoorCost:
-    """What the Kafka listener itself spends on a Produce request."""
-
-    server_cpu_us_per_request: float
-    requests_per_s: float
-    encode_answer_us: float
-    request_bytes: int
 
 
 def _produce_frame(version: int = 9) -> bytes:

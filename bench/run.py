@@ -856,6 +856,10 @@ def _kafka_listener_section(run: _Run) -> list[str]:
         "",
         f"- confluent-kafka's produce() + poll(0) loop with no broker: "
         f"{r.client_loop.per_s:,.0f} records/s (the client's own ceiling on this machine)",
+        f"- the listener's own cost (bench/kafka_listener.py `door`: a KafkaListener "
+        f"answering at once, {r.door.request_bytes:,}-byte Produce v9 requests, 5 in flight): "
+        f"{r.door.server_cpu_us_per_request:,.0f} µs of server CPU per request; encoding one "
+        f"Produce answer: {r.door.encode_answer_us:.1f} µs",
         f"- confluent-kafka producer against `perf produce`: "
         f"{ratios['confluent_produce_over_perf_produce']:.2f}, against `perf produce --bulk`: "
         f"{ratios['confluent_produce_over_perf_produce_bulk']:.2f} (goal >= 1)",
