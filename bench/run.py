@@ -17,11 +17,20 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import audit, audit_spark, failover, log_append, replication, scale, side_by_side
+from bench import (
+    audit,
+    audit_spark,
+    failover,
+    kafka_listener,
+    log_append,
+    replication,
+    scale,
+    side_by_side,
+)
 from bench import chaos as chaos_bench
 from bench import tls as tls_bench
 from bench.machine import describe
@@ -817,6 +826,52 @@ def _scale_section(run: _Run) -> list[str]:
     return lines
 
 
+def _kafka_listener_section(run: _Run) -> list[str]:
+    r = kafka_listener.measure(WORK_DIR / "kafka_listener")
+    run.figures["kafka_listener"] = r.figures()
+    records = side_by_side.PERF_RECORDS / 1e6
+    lines = [
+        "## Kafka listener against gRPC: confluent-kafka and perf on one cluster",
+        "",
+        *run.stamp,
+        "",
+        "One run (bench/kafka_listener.py), 100-byte records, a local `cluster up` (3 "
+        "brokers, RF 3, `min.insync.replicas` 2, 3 partitions):",
+        "",
+        *(f"- `{c}`" for c in r.commands),
+        "",
+        "| what | best records/s | MB/s | rounds records/s | client CPU s | brokers' CPU s "
+        "| brokers' CPU s per M records |",
+        "|---|---:|---:|---|---:|---:|---:|",
+    ]
+    for name, best in r.best.items():
+        rounds = ", ".join(f"{x.rate.per_s:,.0f}" for x in r.rounds[name])
+        lines.append(
+            f"| {name} | {best.rate.per_s:,.0f} | {best.rate.mb_per_s:,.1f} | {rounds} "
+            f"| {best.client_cpu_s:.2f} | {best.broker_cpu_s:.2f} "
+            f"| {best.broker_cpu_s / records:.2f} |"
+        )
+    ratios = r.ratios()
+    lines += [
+        "",
+        f"- confluent-kafka's produce() + poll(0) loop with no broker: "
+        f"{r.client_loop.per_s:,.0f} records/s (the client's own ceiling on this machine)",
+        f"- the listener's own cost (bench/kafka_listener.py `door`: a KafkaListener "
+        f"answering at once, {r.door.request_bytes:,}-byte Produce v9 requests, 5 in flight): "
+        f"{r.door.server_cpu_us_per_request:,.0f} µs of server CPU per request; encoding one "
+        f"Produce answer: {r.door.encode_answer_us:.1f} µs",
+        f"- confluent-kafka producer against `perf produce`: "
+        f"{ratios['confluent_produce_over_perf_produce']:.2f}, against `perf produce --bulk`: "
+        f"{ratios['confluent_produce_over_perf_produce_bulk']:.2f} (goal >= 1)",
+        f"- confluent-kafka consumer against `perf consume`: "
+        f"{ratios['confluent_consume_over_perf_consume']:.2f} (goal >= 1)",
+    ]
+    for name, best in r.best.items():
+        print(f"kafka listener: {name}: {best.rate.per_s:,.0f}/s {asdict(best)}")
+    print(f"kafka listener: client loop {r.client_loop.per_s:,.0f}/s; ratios {ratios}")
+    return lines
+
+
 SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "log_append": _log_append_section,
     "replication": _replication_section,
@@ -826,6 +881,7 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "chaos": _chaos_section,
     "tls": _tls_section,
     "side_by_side": _side_by_side_section,
+    "kafka_listener": _kafka_listener_section,
     "scale": _scale_section,
 }
 """In RESULTS.md order; log_append first, since replication quotes its raw-write figure."""
