@@ -261,6 +261,11 @@ class ReplicaFetcher:
     def partition_count(self) -> int:
         return len(self._states)
 
+    def follows(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` is followed here (failed included until removed); O(1), unlike
+        :meth:`partitions`, which copies."""
+        return tp in self._states
+
     def partitions(self) -> set[TopicPartition]:
         """The partitions followed here (failed ones included until removed)."""
         return set(self._states)

@@ -838,7 +838,7 @@ class ReplicaManager:
         return updated
 
     def _is_fetching(self, tp: TopicPartition) -> bool:
-        return any(tp in fetcher.partitions() for fetcher in self.fetchers.values())
+        return any(fetcher.follows(tp) for fetcher in self.fetchers.values())
 
     def _start_fetchers(
         self,
@@ -916,8 +916,9 @@ class ReplicaManager:
 
     async def _remove_from_fetchers_and_wait(self, tps: list[TopicPartition]) -> None:
         """Stop fetching ``tps`` and wait until no fetched append of theirs is in flight."""
+        wanted = set(tps)
         for leader_id, fetcher in list(self.fetchers.items()):
-            if not fetcher.partitions() & set(tps):
+            if not any(fetcher.follows(tp) for tp in wanted):
                 continue
             fetcher.remove_partitions(tps)
             await fetcher.wait_for_appends(tps)
