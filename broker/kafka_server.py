@@ -225,12 +225,19 @@ class BrokerServer:
         await loop.run_in_executor(
             self.executor, functools.partial(self.log_manager.startup, cluster_id=self.cluster_id)
         )
+        segment_files = self.log_manager.segment_files.max_open
         check_nofile_limit(
             sum(len(log_.segments) for log_ in self.log_manager.all_logs().values()),
             logger,
             "broker",
+            max_open_segment_files=segment_files,
         )
-        check_partition_cap_fds(self.config.max_broker_partitions, logger, "broker")
+        check_partition_cap_fds(
+            self.config.max_broker_partitions,
+            logger,
+            "broker",
+            max_open_segment_files=segment_files,
+        )
         # Dynamic broker configs apply before anything is hosted (Kafka reads them right
         # after connecting to ZooKeeper).
         await self.dynamic_config.start()

@@ -50,7 +50,8 @@ from broker.log.checkpoints import (
     write_meta_properties,
 )
 from broker.log.log import BackgroundRunner, Log, LogClosedError
-from broker.log.resource_limits import is_resource_exhaustion
+from broker.log.resource_limits import default_max_open_segment_files, is_resource_exhaustion
+from broker.log.segment_files import SegmentFilePool
 from proto.config.log_config import LogConfig
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -114,10 +115,18 @@ class LogManager:
         broker_id: int,
         *,
         background: BackgroundRunner | None = None,
+        max_open_segment_files: int | None = None,
     ) -> None:
         """Nothing touches the disk before :meth:`startup`. ``background`` is given to every
-        log for the flushes its rolls schedule (see :meth:`Log.open`)."""
+        log for the flushes its rolls schedule (see :meth:`Log.open`). Every log draws its
+        segment files from one pool of at most ``max_open_segment_files`` open descriptors
+        (default: half the soft ``RLIMIT_NOFILE``; docs/storage.md#file-descriptors)."""
         self._data_dir = data_dir
+        self._files = SegmentFilePool(
+            default_max_open_segment_files()
+            if max_open_segment_files is None
+            else max_open_segment_files
+        )
         self._background = background
         self._default_log_config = default_log_config
         self._broker_id = broker_id
@@ -315,6 +324,7 @@ class LogManager:
                 log_start_offset=log_start_offset,
                 clean_shutdown=clean_shutdown,
                 background=self._background,
+                files=self._files,
             )
         except OSError as e:
             # Kafka takes the whole log dir offline; with one dir per broker that would stop
@@ -351,6 +361,7 @@ class LogManager:
                 self.partition_dir(tp),
                 log_config or self._default_log_config,
                 background=self._background,
+                files=self._files,
             )
             self._logs[tp] = created
         log.info("created log %s in %s", tp, self._data_dir)
@@ -372,6 +383,7 @@ class LogManager:
                 log_start_offset=self._offline_start_offsets[tp],
                 clean_shutdown=False,
                 background=self._background,
+                files=self._files,
             )
         except OSError as e:
             self._offline[tp] = e
@@ -404,6 +416,11 @@ class LogManager:
                 f"outside the data dir {root}"
             )
         return directory
+
+    @property
+    def segment_files(self) -> SegmentFilePool:
+        """The pool every log's segment files are opened from."""
+        return self._files
 
     def all_logs(self) -> dict[TopicPartition, Log]:
         """Every online log (a snapshot)."""
