@@ -38,6 +38,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -65,8 +66,9 @@ class SegmentFilePool:
             raise ValueError(f"max_open must be at least 1, not {max_open}")
         self._max_open = max_open
         self._lock = threading.Lock()
-        self._open: dict[SegmentFile, None] = {}
-        """The files holding a descriptor, oldest round first (a dict keeps insertion order)."""
+        self._open: OrderedDict[SegmentFile, None] = OrderedDict()
+        """The files holding a descriptor, oldest round first (OrderedDict: taking the
+        oldest is O(1), where a dict's iteration would skip every slot deleted before)."""
         self._evictions = 0
 
     def __repr__(self) -> str:
@@ -95,8 +97,7 @@ class SegmentFilePool:
             sweep = 2 * len(self._open)  # two rounds clear every mark: always enough
             while len(self._open) > self._max_open and sweep:
                 sweep -= 1
-                oldest = next(iter(self._open))
-                del self._open[oldest]
+                oldest, _ = self._open.popitem(last=False)
                 if oldest._referenced:
                     oldest._referenced = False
                     self._open[oldest] = None
