@@ -371,7 +371,7 @@ class BrokerConfig:
     """``max.broker.partitions`` (KIP-578): the most partition replicas one broker may host;
     a request whose assignment would pass it on any broker is refused (POLICY_VIOLATION).
     The default is what one broker on two cores serves (docs/zookeeper.md#partition-limits),
-    and its file-descriptor budget is checked at start-up."""
+    not a descriptor budget: partitions share a bounded pool of open segment files."""
     auto_create_topics_enable: bool = True
     """``auto.create.topics.enable``: a Metadata request that names a missing topic and
     allows it (Kafka clients' producers do; consumers with ``allow.auto.create.topics``)
