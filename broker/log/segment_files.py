@@ -106,6 +106,18 @@ class SegmentFilePool:
             self._evictions += len(victims)
         return victims
 
+    def _shed_one(self) -> bool:
+        """Close the oldest idle descriptor whatever the bound (the process ran out of
+        them); False when there was none to close."""
+        with self._lock:
+            candidates = list(self._open)
+        for file in candidates:
+            if file._evict_idle():
+                with self._lock:
+                    self._evictions += 1
+                return True
+        return False
+
     def _readd(self, file: SegmentFile) -> None:
         """Put back a file picked for eviction that turned out to be in use."""
         with self._lock:
@@ -178,6 +190,17 @@ class SegmentFile:
         return self._fd >= 0
 
     def _acquire(self) -> int:
+        try:
+            return self._try_acquire()
+        except OSError as e:
+            # Out of descriptors (a connection flood, say): give one of the pool's idle ones
+            # up for this file and try once more; EMFILE again goes to the caller, which
+            # retries (docs/storage.md#file-descriptors).
+            if e.errno != errno.EMFILE or not self._pool._shed_one():
+                raise
+        return self._try_acquire()
+
+    def _try_acquire(self) -> int:
         victims: list[SegmentFile] | None = None
         with self._lock:
             if self._closed:
@@ -219,6 +242,16 @@ class SegmentFile:
                 return
             fd, self._fd = self._fd, -1
             os.close(fd)
+
+    def _evict_idle(self) -> bool:
+        """Close the descriptor if it is open and has no user; whether it did."""
+        with self._lock:
+            if self._fd < 0 or self._closed or self._users:
+                return False
+            fd, self._fd = self._fd, -1
+            self._pool._forget(self)
+            os.close(fd)
+            return True
 
     def pread(self, size: int, position: int) -> bytes:
         fd = self._acquire()

@@ -21,6 +21,7 @@ from broker.log.log_segment import LogSegment, SegmentClosedError
 from broker.log.offset_index import OffsetIndex
 from broker.log.segment_files import SegmentFile, SegmentFilePool
 from proto.records.record_batch import Record, encode_batch, validate_batches
+from tests.unit.test_resource_exhaustion import run_emfile_child
 
 REPO = Path(__file__).resolve().parents[2]
 INTERVAL = 200
@@ -314,3 +315,49 @@ def test_a_thousand_logs_live_within_an_fd_limit_of_256(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.strip() == "ok"
+
+
+_SHED_CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    from broker.log.log_segment import LogSegment
+    from broker.log.segment_files import SegmentFilePool
+    from proto.records.record_batch import Record, encode_batch, validate_batches
+
+    data = Path(sys.argv[1])
+    pool = SegmentFilePool(1)
+    segments = []
+    for name in ("a", "b"):
+        (data / name).mkdir(parents=True)
+        segment = LogSegment.create(data / name, 0, index_interval_bytes=200, files=pool)
+        batch = encode_batch([Record(None, name.encode() * 100, 0)])
+        segment.append(batch, validate_batches(batch))
+        segments.append((segment, batch))
+    (a, a_batch), (b, b_batch) = segments
+    assert not a._file.is_open and b._file.is_open
+    hogs = use_up_descriptors()
+    # a's reopen meets EMFILE and takes b's idle descriptor instead; then the other way.
+    assert a.read(0, 10_000, max_position=a.size).records == a_batch
+    assert a._file.is_open and not b._file.is_open
+    assert b.read(0, 10_000, max_position=b.size).records == b_batch
+    assert b._file.is_open and not a._file.is_open
+    # With b in use, nothing can be given up: EMFILE reaches the caller, retried later.
+    b._file._acquire()
+    try:
+        a.read(0, 10_000, max_position=a.size)
+    except OSError as err:
+        assert err.errno == errno.EMFILE, err
+    else:
+        raise AssertionError("read without a descriptor")
+    b._file._release()
+    assert a.read(0, 10_000, max_position=a.size).records == a_batch
+    print("ok")
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_out_of_descriptors_a_reopen_takes_an_idle_one_of_the_pool(tmp_path: Path) -> None:
+    run_emfile_child(_SHED_CHILD, tmp_path / "data")
