@@ -113,6 +113,9 @@ class BrokerServer:
             config.default_log_config,
             config.broker_id,
             background=self.executor.submit,
+            max_open_segment_files=(
+                config.log_segment_open_files_max if config.log_segment_open_files_max > 0 else None
+            ),
         )
         self.zk = BrokerZkClient.from_config(config)
         self.metadata_cache = MetadataCache()

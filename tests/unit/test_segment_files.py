@@ -361,3 +361,14 @@ _SHED_CHILD = textwrap.dedent(
 @pytest.mark.timeout(60)
 def test_out_of_descriptors_a_reopen_takes_an_idle_one_of_the_pool(tmp_path: Path) -> None:
     run_emfile_child(_SHED_CHILD, tmp_path / "data")
+
+
+def test_the_pool_bound_is_a_broker_property() -> None:
+    from proto.config.broker_config import BrokerConfig
+
+    base = {"broker.id": "1", "zookeeper.connect": "localhost:2181", "log.dirs": "/tmp/x"}
+    assert BrokerConfig.from_properties(base).log_segment_open_files_max == -1
+    config = BrokerConfig.from_properties({**base, "log.segment.open.files.max": "64"})
+    assert config.log_segment_open_files_max == 64
+    with pytest.raises(ValueError, match=r"log\.segment\.open\.files\.max"):
+        BrokerConfig.from_properties({**base, "log.segment.open.files.max": "-2"})
