@@ -13,7 +13,8 @@ follower's append after its fetch back-off).
 The file-descriptor budget (:func:`fds_needed`, docs/storage.md#file-descriptors): a fixed
 pool, not a count per replica. A segment's ``.log`` file holds a descriptor only while it is
 in the broker's pool of open segment files (broker.log.segment_files), at most
-:func:`default_max_open_segment_files` of them, half the soft ``RLIMIT_NOFILE``; its
+``log.segment.open.files.max`` of them (by default :func:`default_max_open_segment_files`,
+half the soft ``RLIMIT_NOFILE``); its
 ``.index`` file holds one only while pending entries are written or fsynced (no
 ``.timeindex`` is written). Writes open a few more for a moment (an index write, a
 checkpoint's ``.tmp`` and its directory for the fsync, a producer snapshot, a leader-epoch
@@ -21,7 +22,7 @@ checkpoint). Sockets (clients, replica fetchers, ZooKeeper, gRPC) and the interp
 files come on top: :data:`BASE_FDS`. :func:`nofile_warning` compares that budget with the
 soft ``RLIMIT_NOFILE`` at start-up (:func:`check_nofile_limit`); :func:`check_partition_cap_fds`
 says when ``max.broker.partitions`` active segments would not all fit the pool (appends to
-partitions beyond it then reopen their file: slower, never EMFILE;
+partitions beyond it then reopen their file: slower, not out of descriptors;
 docs/zookeeper.md#partition-limits).
 """
 
