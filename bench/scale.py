@@ -52,7 +52,7 @@ import grpc
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from broker.log.resource_limits import fds_needed
+from broker.log.resource_limits import default_max_open_segment_files, fds_needed
 from deploy.broker_process import BrokerProcess, BrokerSpec, start_brokers, stop_brokers
 from deploy.cluster_probe import partition_states, wait_until
 from deploy.zookeeper import ZooKeeperConfig, ZooKeeperServer
@@ -327,11 +327,12 @@ def _log_findings(procs: Iterable[BrokerProcess]) -> list[str]:
 def _measure_size(work_dir: Path, partitions: int, keep: bool) -> SizeResult:
     result = SizeResult(partitions=partitions, loadavg_start=_loadavg())
     per_broker = partitions * RF // len(BROKER_IDS)
-    needed = fds_needed(per_broker)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # At most one open segment file per replica, and never more than the pool's bound.
+    needed = fds_needed(min(per_broker, default_max_open_segment_files(hard)))
     if 0 <= hard < needed:
         result.fd_note = (
-            f"each broker's descriptor budget is {needed:,} (2 per replica + "
+            f"each broker's descriptor budget is {needed:,} (open segment files + "
             f"{fds_needed(0):,}), over the hard RLIMIT_NOFILE of {hard:,} here (it cannot "
             "be raised in this container): run at that limit, see the open files measured"
         )

@@ -114,6 +114,9 @@ class BrokerServer:
             config.broker_id,
             background=self.executor.submit,
             recovery_threads=config.num_recovery_threads_per_data_dir,
+            max_open_segment_files=(
+                config.log_segment_open_files_max if config.log_segment_open_files_max > 0 else None
+            ),
         )
         self.zk = BrokerZkClient.from_config(config)
         self.metadata_cache = MetadataCache()
@@ -226,12 +229,19 @@ class BrokerServer:
         await loop.run_in_executor(
             self.executor, functools.partial(self.log_manager.startup, cluster_id=self.cluster_id)
         )
+        segment_files = self.log_manager.segment_files.max_open
         check_nofile_limit(
             sum(len(log_.segments) for log_ in self.log_manager.all_logs().values()),
             logger,
             "broker",
+            max_open_segment_files=segment_files,
         )
-        check_partition_cap_fds(self.config.max_broker_partitions, logger, "broker")
+        check_partition_cap_fds(
+            self.config.max_broker_partitions,
+            logger,
+            "broker",
+            max_open_segment_files=segment_files,
+        )
         # Dynamic broker configs apply before anything is hosted (Kafka reads them right
         # after connecting to ZooKeeper).
         await self.dynamic_config.start()

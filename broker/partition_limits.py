@@ -16,6 +16,11 @@ on the counts alone (the busiest broker carries at least the average of the live
 replicas), then :meth:`PartitionBudget.check` on the assignment itself; what passes is
 counted (:meth:`PartitionBudget.add`) against the topics that follow in the same request.
 
+``max.broker.partitions`` defaults to 1000 for the CPU a broker spends on its replicas
+(docs/zookeeper.md#partition-limits), not for descriptors: a hosted partition keeps none of
+its own, its segment files coming from a bounded pool (broker.log.segment_files), so the
+cap may be raised to 30,000 and more within a ``ulimit -n`` of 20,000.
+
 The existing counts are this broker's metadata (the controller's last UpdateMetadata), so
 two requests on two brokers at the same moment may both pass: the limits are a guard
 against mistakes, not a quota.

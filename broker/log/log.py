@@ -50,6 +50,7 @@ from broker.log.log_segment import (
 )
 from broker.log.log_validator import validate_client_batches
 from broker.log.producer_state import BatchMetadata, ProducerStateManager
+from broker.log.segment_files import SegmentFilePool
 from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, MinibrokerError, OffsetOutOfRangeError
 from proto.records.record_batch import (
@@ -186,9 +187,11 @@ class Log:
         *,
         log_start_offset: int,
         background: BackgroundRunner | None = None,
+        files: SegmentFilePool | None = None,
     ) -> None:
         """Use :meth:`open`, which loads and recovers the segments."""
         self._background = background
+        self._files = files
         self._directory = directory
         self._config = config
         self._topic_partition = topic_partition
@@ -224,6 +227,7 @@ class Log:
         log_start_offset: int = 0,
         clean_shutdown: bool = False,
         background: BackgroundRunner | None = None,
+        files: SegmentFilePool | None = None,
     ) -> Log:
         """Load the log in ``directory`` (created if missing), recovering it if needed.
 
@@ -254,6 +258,9 @@ class Log:
         follows the log for leaders and followers alike. Without one, nothing is flushed
         until :meth:`flush` is called (tests, tools).
 
+        ``files`` is the broker's pool of open segment files (broker.log.segment_files);
+        without one, the process's default pool.
+
         Never raises on corrupt data, only on I/O errors (OSError), and ValueError when the
         directory name is not ``<topic>-<partition>``.
         """
@@ -263,6 +270,7 @@ class Log:
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
             clean_shutdown=clean_shutdown,
+            files=files,
         )
         loaded = cls(
             directory,
@@ -272,6 +280,7 @@ class Log:
             loaded_dir.epoch_cache,
             log_start_offset=loaded_dir.log_start_offset,
             background=background,
+            files=files,
         )
         loaded._dir_dirty = not loaded_dir.directory_synced
         try:
@@ -499,17 +508,17 @@ class Log:
         active = self._segments[-1]
         if active.is_empty:
             return active
-        segment = create_segment(self._directory, self._config, base_offset)
+        segment = create_segment(self._directory, self._config, base_offset, self._files)
         try:
             # Kafka snapshots the producer state at every roll: a truncation then replays
             # the batches of one segment only.
             self._producer_state.take_snapshot(base_offset)
+            active.on_become_inactive()
         except BaseException:
             # Out of descriptors (EMFILE), say: the roll did not happen and is retried by
             # the next append; the new segment's files must not stay open meanwhile.
             segment.delete()
             raise
-        active.on_become_inactive()
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._dir_dirty = True
@@ -725,7 +734,7 @@ class Log:
             for segment in self._segments:
                 segment.delete()
             self._truncations += 1
-            self._segments = [create_segment(self._directory, self._config, offset)]
+            self._segments = [create_segment(self._directory, self._config, offset, self._files)]
             self._bases = [offset]
             self._dir_dirty = True
             self._log_end_offset = offset
@@ -846,8 +855,14 @@ class Log:
             if self._closed:
                 return
             self._closed = True
+            failure: OSError | None = None
             for segment in self._segments:
-                segment.close()
+                try:
+                    segment.close()
+                except OSError as e:  # writing an index (EMFILE opening it): close the rest
+                    failure = failure or e
+            if failure is not None:
+                raise failure
 
     def delete(self) -> None:
         """Close the log and remove its directory (topic deletion, replica removal)."""

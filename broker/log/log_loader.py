@@ -20,6 +20,7 @@ from broker.log.checkpoints import fsync_directory
 from broker.log.epoch_entry import EpochEntry
 from broker.log.leader_epoch_cache import CheckpointError, LeaderEpochFileCache
 from broker.log.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
+from broker.log.segment_files import SegmentFilePool
 from proto.config.log_config import LogConfig
 from proto.records.record_batch import CorruptRecordError
 from proto.topic_partition import TopicPartition
@@ -61,10 +62,12 @@ def load_log(
     recovery_point: int,
     log_start_offset: int,
     clean_shutdown: bool,
+    files: SegmentFilePool | None = None,
 ) -> LoadedLog:
-    """Load and recover the log in ``directory`` (created if missing); see
-    :meth:`broker.log.log.Log.open`. Never raises on corrupt data, only on I/O errors
-    (OSError), and ValueError when the directory name is not ``<topic>-<partition>``."""
+    """Load and recover the log in ``directory`` (created if missing), its segment files
+    drawn from ``files``; see :meth:`broker.log.log.Log.open`. Never raises on corrupt data,
+    only on I/O errors (OSError), and ValueError when the directory name is not
+    ``<topic>-<partition>``."""
     topic_partition = TopicPartition.from_dir_name(directory.name)
     # A directory made here holds nothing to recover or lose, so its fsync waits for the
     # log's first flush: one fsync per new partition was most of the cost of creating
@@ -77,14 +80,16 @@ def load_log(
     try:
         for base in _segment_base_offsets(directory):
             segments.append(
-                LogSegment.open(directory, base, index_interval_bytes=config.index_interval_bytes)
+                LogSegment.open(
+                    directory, base, index_interval_bytes=config.index_interval_bytes, files=files
+                )
             )
         segments, recovered_from, epoch_starts = _recover(
             segments,
             start=_recovery_start(segments, recovery_point, clean_shutdown, cache_lost),
         )
         if not segments:
-            segments = [create_segment(directory, config, log_start_offset)]
+            segments = [create_segment(directory, config, log_start_offset, files)]
         elif segments[-1].next_offset < log_start_offset:
             # As Kafka's recoverLog: segment files were deleted from the file system
             # under the checkpointed log start offset; start over there.
@@ -96,7 +101,7 @@ def load_log(
             )
             for segment in segments:
                 segment.delete()
-            segments = [create_segment(directory, config, log_start_offset)]
+            segments = [create_segment(directory, config, log_start_offset, files)]
             recovered_from, epoch_starts = None, []
             epoch_cache.clear_and_flush()
         log_end_offset = segments[-1].next_offset
@@ -119,10 +124,12 @@ def load_log(
     return LoadedLog(topic_partition, segments, epoch_cache, start, directory_synced=not fresh)
 
 
-def create_segment(directory: Path, config: LogConfig, base_offset: int) -> LogSegment:
+def create_segment(
+    directory: Path, config: LogConfig, base_offset: int, files: SegmentFilePool | None = None
+) -> LogSegment:
     """A new, empty segment file (and index) starting at ``base_offset``."""
     return LogSegment.create(
-        directory, base_offset, index_interval_bytes=config.index_interval_bytes
+        directory, base_offset, index_interval_bytes=config.index_interval_bytes, files=files
     )
 
 

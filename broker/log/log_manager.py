@@ -51,7 +51,8 @@ from broker.log.checkpoints import (
     write_meta_properties,
 )
 from broker.log.log import BackgroundRunner, Log, LogClosedError
-from broker.log.resource_limits import is_resource_exhaustion
+from broker.log.resource_limits import default_max_open_segment_files, is_resource_exhaustion
+from broker.log.segment_files import SegmentFilePool
 from proto.config.log_config import LogConfig
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -118,9 +119,12 @@ class LogManager:
         *,
         background: BackgroundRunner | None = None,
         recovery_threads: int = 1,
+        max_open_segment_files: int | None = None,
     ) -> None:
         """Nothing touches the disk before :meth:`startup`. ``background`` is given to every
-        log for the flushes its rolls schedule (see :meth:`Log.open`).
+        log for the flushes its rolls schedule (see :meth:`Log.open`). Every log draws its
+        segment files from one pool of at most ``max_open_segment_files`` open descriptors
+        (default: half the soft ``RLIMIT_NOFILE``; docs/storage.md#file-descriptors).
         ``recovery_threads`` (``num.recovery.threads.per.data.dir``) load the logs at startup
         and flush and close them at shutdown: each log's own steps are mostly fsyncs (a
         leader's empty epoch entry dropped at load is a checkpoint rewrite), which overlap
@@ -128,6 +132,11 @@ class LogManager:
         if recovery_threads < 1:
             raise ValueError(f"recovery_threads must be at least 1, not {recovery_threads}")
         self._data_dir = data_dir
+        self._files = SegmentFilePool(
+            default_max_open_segment_files()
+            if max_open_segment_files is None
+            else max_open_segment_files
+        )
         self._background = background
         self._recovery_threads = recovery_threads
         self._default_log_config = default_log_config
@@ -332,6 +341,7 @@ class LogManager:
                 log_start_offset=log_start_offset,
                 clean_shutdown=clean_shutdown,
                 background=self._background,
+                files=self._files,
             )
         except OSError as e:
             # Kafka takes the whole log dir offline; with one dir per broker that would stop
@@ -385,6 +395,7 @@ class LogManager:
                 self.partition_dir(tp),
                 log_config or self._default_log_config,
                 background=self._background,
+                files=self._files,
             )
             self._logs[tp] = created
         log.debug("created log %s in %s", tp, self._data_dir)
@@ -427,6 +438,7 @@ class LogManager:
                 log_start_offset=self._offline_start_offsets[tp],
                 clean_shutdown=False,
                 background=self._background,
+                files=self._files,
             )
         except OSError as e:
             self._offline[tp] = e
@@ -459,6 +471,11 @@ class LogManager:
                 f"outside the data dir {root}"
             )
         return directory
+
+    @property
+    def segment_files(self) -> SegmentFilePool:
+        """The pool every log's segment files are opened from."""
+        return self._files
 
     def all_logs(self) -> dict[TopicPartition, Log]:
         """Every online log (a snapshot)."""

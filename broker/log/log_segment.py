@@ -11,14 +11,18 @@ recovering, and otherwise found once by scanning the batch headers of the file.
 Concurrency: the owning Log serialises appends, truncation, recovery, closing and deletion;
 reads, timestamp lookups and flushes may run at the same time on other threads. Every file
 access goes through ``os.pread``/``os.pwritev`` on a descriptor that is closed only when its
-last reader is done, so a read racing a deletion gets :class:`SegmentClosedError`, never
+last user is done, so a read racing a deletion gets :class:`SegmentClosedError`, never
 bytes of some other file that reused the descriptor number.
+
+Descriptors: the ``.log`` file is opened on demand from the broker's pool of open segment
+files, which closes idle ones to stay within its bound (broker.log.segment_files); the
+``.index`` file is open only while entries are written (broker.log.offset_index). A segment
+costs no descriptor while it is not used.
 """
 
 from __future__ import annotations
 
 import bisect
-import errno
 import logging
 import os
 import threading
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from broker.log.offset_index import CorruptIndexError, OffsetIndex
-from proto.errors import MinibrokerError
+from broker.log.segment_files import SegmentClosedError, SegmentFile, SegmentFilePool, default_pool
 from proto.records.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -69,8 +73,6 @@ batches reads and parses up to a few dozen headers per fetch (one index entry pe
 state), unless the batches are larger: then each read takes one header only."""
 _RECOVERY_CHUNK = 4 * 1024 * 1024
 """Bytes read at a time when validating whole batches during recovery."""
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
-"""Most buffers one ``pwritev`` takes (1024 on Linux); 16 is POSIX's minimum."""
 
 
 def log_file_name(base_offset: int) -> str:
@@ -80,10 +82,6 @@ def log_file_name(base_offset: int) -> str:
 
 def index_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}{INDEX_SUFFIX}"
-
-
-class SegmentClosedError(MinibrokerError):
-    """The segment was closed (deleted by retention or truncation) while being used."""
 
 
 class TimestampOffset(NamedTuple):
@@ -127,113 +125,6 @@ class SegmentRecovery(NamedTuple):
     """Why recovery stopped before the end of the file; None when everything was valid."""
 
 
-class _SegmentFile:
-    """A file descriptor shared by the writer and concurrent readers.
-
-    ``close`` marks the file closed at once (new users get SegmentClosedError) but releases the
-    descriptor only when the last user is done with it.
-    """
-
-    def __init__(self, path: Path, fd: int) -> None:
-        self.path = path
-        self._fd = fd
-        self._users = 0
-        self._closed = False
-        self._lock = threading.Lock()
-
-    def _acquire(self) -> int:
-        with self._lock:
-            if self._closed:
-                raise SegmentClosedError(f"{self.path} is closed")
-            self._users += 1
-            return self._fd
-
-    def _release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            if self._closed and self._users == 0:
-                self._close_fd()
-
-    def _close_fd(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def pread(self, size: int, position: int) -> bytes:
-        fd = self._acquire()
-        try:
-            return os.pread(fd, size, position)
-        finally:
-            self._release()
-
-    def write_at(
-        self, buffers: Sequence[bytes | bytearray | memoryview], position: int, size: int
-    ) -> None:
-        """Write ``buffers`` (``size`` bytes in all) one after the other from ``position``.
-
-        Only for the segment's owner, which never closes the file during a write (see the
-        module docstring); so unlike readers it does not count itself as a user, which
-        would take a lock twice per append.
-        """
-        if self._closed:
-            raise SegmentClosedError(f"{self.path} is closed")
-        written = os.pwritev(self._fd, buffers, position) if len(buffers) <= _IOV_MAX else 0
-        if written != size:  # rare: pwritev wrote less than asked, or there are too many buffers
-            _pwritev_rest(self._fd, buffers, position, written)
-
-    def truncate(self, size: int) -> None:
-        fd = self._acquire()
-        try:
-            os.ftruncate(fd, size)
-        finally:
-            self._release()
-
-    def fsync(self) -> None:
-        fd = self._acquire()
-        try:
-            os.fsync(fd)
-        finally:
-            self._release()
-
-    def size(self) -> int:
-        fd = self._acquire()
-        try:
-            return os.fstat(fd).st_size
-        finally:
-            self._release()
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._users == 0:
-                self._close_fd()
-
-
-def _pwritev_rest(
-    fd: int, buffers: Sequence[bytes | bytearray | memoryview], position: int, written: int
-) -> None:
-    """Write what is left of ``buffers`` after ``written`` bytes of them went to ``position``.
-
-    pwritev may write less than asked (interrupted by a signal, or a disk that fills up
-    without failing the call) and takes at most IOV_MAX buffers at a time.
-    """
-    views = [memoryview(buffer) for buffer in buffers]
-    first = 0  # views[first] is the first buffer not wholly written
-    while True:
-        position += written
-        while first < len(views) and written >= len(views[first]):
-            written -= len(views[first])
-            first += 1
-        if first == len(views):
-            return
-        views[first] = views[first][written:]
-        written = os.pwritev(fd, views[first : first + _IOV_MAX], position)
-        if written <= 0:
-            raise OSError(errno.EIO, f"pwritev wrote nothing at position {position}")
-
-
 class LogSegment:
     """A ``.log`` file of record batches and its offset index.
 
@@ -249,7 +140,7 @@ class LogSegment:
         self,
         directory: Path,
         base_offset: int,
-        log_file: _SegmentFile,
+        log_file: SegmentFile,
         index: OffsetIndex,
         *,
         index_interval_bytes: int,
@@ -283,19 +174,28 @@ class LogSegment:
     # -- creation --------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, *, index_interval_bytes: int) -> LogSegment:
-        """A new empty segment; existing files of that name are replaced."""
-        log_path = directory / log_file_name(base_offset)
-        fd = os.open(log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    def create(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        files: SegmentFilePool | None = None,
+    ) -> LogSegment:
+        """A new empty segment; existing files of that name are replaced. Its ``.log`` file
+        is left open in ``files`` (default: the process's pool), as it is about to be
+        written; its index is not."""
+        pool = default_pool() if files is None else files
+        log_file = SegmentFile.create(directory / log_file_name(base_offset), pool)
         try:
             index = OffsetIndex.create(directory / index_file_name(base_offset), base_offset)
         except BaseException:
-            os.close(fd)
+            log_file.close()
             raise
         return cls(
             directory,
             base_offset,
-            _SegmentFile(log_path, fd),
+            log_file,
             index,
             index_interval_bytes=index_interval_bytes,
             size=0,
@@ -303,29 +203,33 @@ class LogSegment:
         )
 
     @classmethod
-    def open(cls, directory: Path, base_offset: int, *, index_interval_bytes: int) -> LogSegment:
+    def open(
+        cls,
+        directory: Path,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        files: SegmentFilePool | None = None,
+    ) -> LogSegment:
         """Open an existing segment. A missing or corrupt index is replaced by an empty one
         and :attr:`index_valid` is False: the caller must :meth:`recover` the segment, which
-        rebuilds it (Kafka does the same in ``loadSegmentFiles``)."""
+        rebuilds it (Kafka does the same in ``loadSegmentFiles``). No descriptor is left
+        open: the ``.log`` file is opened from ``files`` (default: the process's pool) when
+        first read."""
         log_path = directory / log_file_name(base_offset)
         index_path = directory / index_file_name(base_offset)
-        fd = os.open(log_path, os.O_RDWR)
+        size = os.stat(log_path).st_size
+        index_valid = True
         try:
-            size = os.fstat(fd).st_size
-            index_valid = True
-            try:
-                index = OffsetIndex.load(index_path, base_offset, size)
-            except CorruptIndexError as e:
-                log.warning("rebuilding index of %s: %s", log_path, e)
-                index = OffsetIndex.create(index_path, base_offset)
-                index_valid = False
-        except BaseException:
-            os.close(fd)
-            raise
+            index = OffsetIndex.load(index_path, base_offset, size)
+        except CorruptIndexError as e:
+            log.warning("rebuilding index of %s: %s", log_path, e)
+            index = OffsetIndex.create(index_path, base_offset)
+            index_valid = False
         return cls(
             directory,
             base_offset,
-            _SegmentFile(log_path, fd),
+            SegmentFile.open(log_path, default_pool() if files is None else files),
             index,
             index_interval_bytes=index_interval_bytes,
             size=size,
@@ -473,7 +377,9 @@ class LogSegment:
 
     def close(self) -> None:
         """Close both files, writing the pending index entries without fsync (a concurrent
-        reader finishes first). Idempotent."""
+        reader finishes first). Idempotent. The ``.log`` file is closed even if writing the
+        index fails (EMFILE opening it, say: the index file then lacks those entries, which
+        makes it sparser, never wrong)."""
         self._file.close()
         self._index.close()
 

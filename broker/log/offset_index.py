@@ -12,6 +12,13 @@ them) and new ones are *pending* until :meth:`OffsetIndex.write` (called by ``fl
 append costs no system call, and the file holds only whole entries, with no trailing zeros
 to trim on roll or close.
 
+The index holds no descriptor between writes (Kafka's ``LazyIndex`` opens the file at its
+first use; here the entries are in memory, so only writing needs the file): :meth:`write`,
+:meth:`flush` and a truncation of written entries open it, do their system calls and close
+it. A broker's open descriptors therefore do not grow with the indexes it hosts
+(docs/storage.md#file-descriptors); a write costs an ``open`` and a ``close`` more, and
+writes are rare (a roll, a flush, a close).
+
 After a crash the file may therefore lack the latest entries. That index is still correct,
 only sparser (a lookup scans forward from an earlier entry), and :meth:`OffsetIndex.load`
 accepts it; and the entries are only missing from segments past the recovery point (a flush
@@ -64,11 +71,11 @@ class OffsetIndex:
     other and with the number of entries in the file.
     """
 
-    def __init__(self, path: Path, base_offset: int, fd: int) -> None:
+    def __init__(self, path: Path, base_offset: int) -> None:
         """Use :meth:`create` or :meth:`load`."""
         self._path = path
         self._base_offset = base_offset
-        self._fd = fd
+        self._closed = False
         self._offsets = array("q")
         self._positions = array("q")
         self._written = 0
@@ -84,9 +91,10 @@ class OffsetIndex:
 
     @classmethod
     def create(cls, path: Path, base_offset: int) -> OffsetIndex:
-        """A new empty index at ``path``, replacing any file there."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        return cls(path, base_offset, fd)
+        """A new empty index at ``path``, replacing any file there. The file is created
+        now (a missing index makes the next start rebuild it) and not kept open."""
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        return cls(path, base_offset)
 
     @classmethod
     def load(cls, path: Path, base_offset: int, log_size: int) -> OffsetIndex:
@@ -98,22 +106,21 @@ class OffsetIndex:
         and the last entry; checking every entry is cheap with the entries in memory.
         """
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             raise CorruptIndexError(f"{path}: missing") from None
-        index = cls(path, base_offset, fd)
+        index = cls(path, base_offset)
         try:
-            index._read_entries(log_size)
-        except BaseException:
+            index._read_entries(fd, log_size)
+        finally:
             os.close(fd)
-            raise
         return index
 
-    def _read_entries(self, log_size: int) -> None:
-        size = os.fstat(self._fd).st_size
+    def _read_entries(self, fd: int, log_size: int) -> None:
+        size = os.fstat(fd).st_size
         if size % ENTRY_SIZE:
             raise CorruptIndexError(f"{self._path}: size {size} is not a multiple of {ENTRY_SIZE}")
-        data = os.pread(self._fd, size, 0)
+        data = os.pread(fd, size, 0)
         if len(data) != size:
             raise CorruptIndexError(f"{self._path}: short read ({len(data)} of {size} bytes)")
         last_offset, last_position = self._base_offset - 1, -1
@@ -224,7 +231,8 @@ class OffsetIndex:
         if keep >= len(self._offsets):
             return
         if keep < self._written:
-            os.ftruncate(self._fd, keep * ENTRY_SIZE)
+            if not self._closed:
+                os.truncate(self._path, keep * ENTRY_SIZE)
             self._written = keep
             self._changes += 1
         del self._offsets[keep:]
@@ -235,11 +243,17 @@ class OffsetIndex:
     def write(self) -> None:
         """Append the pending entries to the file (no fsync). Nothing to do once closed."""
         with self._lock:
-            self._write_pending()
+            if self._closed or self._written == len(self._offsets):
+                return
+            fd = os.open(self._path, os.O_WRONLY)
+            try:
+                self._write_pending(fd)
+            finally:
+                os.close(fd)
 
-    def _write_pending(self) -> None:
+    def _write_pending(self, fd: int) -> None:
         start, end = self._written, len(self._offsets)
-        if start == end or self._fd < 0:
+        if start == end:
             return
         base = self._base_offset
         data = b"".join(
@@ -251,7 +265,7 @@ class OffsetIndex:
         with memoryview(data) as view:
             done = 0
             while done < len(view):
-                done += os.pwrite(self._fd, view[done:], start * ENTRY_SIZE + done)
+                done += os.pwrite(fd, view[done:], start * ENTRY_SIZE + done)
         self._written = end
         self._changes += 1
 
@@ -261,14 +275,20 @@ class OffsetIndex:
         fsync, not two). Nothing to do once closed.
 
         The fsync runs outside the lock, so that lookups and appends need not wait for the
-        disk, on a duplicate of the descriptor, so that a concurrent close cannot pull it away.
+        disk, on a descriptor of its own, which a concurrent close cannot pull away.
         """
         with self._lock:
-            self._write_pending()
-            if self._fd < 0 or self._synced == self._changes:
+            if self._closed or (
+                self._synced == self._changes and self._written == len(self._offsets)
+            ):
                 return
+            fd = os.open(self._path, os.O_WRONLY)
+            try:
+                self._write_pending(fd)
+            except BaseException:
+                os.close(fd)
+                raise
             changes = self._changes
-            fd = os.dup(self._fd)
         try:
             os.fsync(fd)
         finally:
@@ -277,20 +297,22 @@ class OffsetIndex:
             self._synced = max(self._synced, changes)
 
     def close(self) -> None:
-        """Write the pending entries (no fsync) and close the file; the object must not be
-        used afterwards. Idempotent."""
+        """Write the pending entries (no fsync); the object must not be used afterwards.
+        Idempotent."""
         with self._lock:
-            if self._fd >= 0:
-                try:
-                    self._write_pending()
-                finally:
-                    os.close(self._fd)
-                    self._fd = -1
+            if self._closed:
+                return
+            self._closed = True
+            if self._written == len(self._offsets):
+                return
+            fd = os.open(self._path, os.O_WRONLY)
+            try:
+                self._write_pending(fd)
+            finally:
+                os.close(fd)
 
     def delete(self) -> None:
         """Close and remove the file (pending entries are dropped, not written)."""
         with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-                self._fd = -1
+            self._closed = True
         self._path.unlink(missing_ok=True)

@@ -159,6 +159,7 @@ _PROPERTIES = (
     ),
     _Property("max.partitions", "max_partitions", "int", 1, _INT32_MAX),
     _Property("max.broker.partitions", "max_broker_partitions", "int", 1, _INT32_MAX),
+    _Property("log.segment.open.files.max", "log_segment_open_files_max", "int", -1, _INT32_MAX),
     _Property("auto.create.topics.enable", "auto_create_topics_enable", "bool"),
     _Property("unclean.leader.election.enable", "unclean_leader_election_enable", "bool"),
     _Property("replication.truncation.mode", "replication_truncation_mode", "mode"),
@@ -374,11 +375,16 @@ class BrokerConfig:
     """``max.partitions`` (KIP-578): the most partitions the cluster may hold; CreateTopics,
     CreatePartitions and auto topic creation that would pass it are refused
     (POLICY_VIOLATION). The default sets no cluster-wide limit."""
+    log_segment_open_files_max: int = -1
+    """``log.segment.open.files.max`` (minibroker's own: Kafka keeps every segment file
+    open): the most segment ``.log`` files the broker keeps open at once, the least
+    recently used idle one being closed to open another (docs/storage.md#file-descriptors).
+    -1 (or 0): half the soft ``RLIMIT_NOFILE``, the other half left to sockets."""
     max_broker_partitions: int = DEFAULT_MAX_BROKER_PARTITIONS
     """``max.broker.partitions`` (KIP-578): the most partition replicas one broker may host;
     a request whose assignment would pass it on any broker is refused (POLICY_VIOLATION).
     The default is what one broker on two cores serves (docs/zookeeper.md#partition-limits),
-    and its file-descriptor budget is checked at start-up."""
+    not a descriptor budget: partitions share a bounded pool of open segment files."""
     auto_create_topics_enable: bool = True
     """``auto.create.topics.enable``: a Metadata request that names a missing topic and
     allows it (Kafka clients' producers do; consumers with ``allow.auto.create.topics``)

@@ -6,8 +6,8 @@ partition led by a live broker under a new controller; and nothing acknowledged 
 to a sample of partitions before each step) is lost.
 
 ``max.broker.partitions`` (default 1,000) is raised past the replicas each broker hosts, and
-the descriptor budget (2 per replica, broker/log/resource_limits.py) fits the harness's
-``RLIMIT_NOFILE``."""
+the descriptor budget (a pool of open segment files plus sockets, not a number per replica:
+broker/log/resource_limits.py) fits the harness's ``RLIMIT_NOFILE``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from broker.log.resource_limits import fds_needed
+from broker.log.resource_limits import default_max_open_segment_files, fds_needed
 from deploy.cluster_probe import create_topic, partition_states
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
@@ -129,8 +129,10 @@ def _controller_load_lines(log: Path) -> list[str]:
 
 
 @pytest.mark.skipif(
-    0 <= resource.getrlimit(resource.RLIMIT_NOFILE)[0] < fds_needed(PARTITIONS + 100),
-    reason="RLIMIT_NOFILE below the descriptor budget of the partitions each broker hosts",
+    0
+    <= resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    < fds_needed(min(PARTITIONS + 100, default_max_open_segment_files())),
+    reason="RLIMIT_NOFILE below the descriptor budget of the segment files each broker opens",
 )
 def test_thousands_of_partitions_survive_a_controlled_shutdown_and_a_controller_failover(
     zk_client: KazooClient, zk_connect: str, tmp_path: Path

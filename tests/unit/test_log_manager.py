@@ -494,3 +494,21 @@ def test_a_partition_directory_symlinked_out_of_the_data_dir_is_never_deleted(
         m.get_or_create_log(ORDERS_0)
     m.shutdown()
     assert (outside / "keep").read_text() == "mine"
+
+
+def test_every_log_draws_its_segment_files_from_the_managers_pool(tmp_path: Path) -> None:
+    m = LogManager(tmp_path / "data", LogConfig(), 1, max_open_segment_files=3)
+    m.startup()
+    for p in range(6):
+        m.get_or_create_log(TopicPartition("orders", p)).append_as_leader(batch(), leader_epoch=0)
+    assert m.segment_files.max_open == 3
+    assert m.segment_files.open_count == 3
+    for p in range(6):  # each reopens its file, closing another's
+        log_ = m.get_log(TopicPartition("orders", p))
+        assert log_ is not None
+        records = log_.read(0, 10_000).records
+        assert len(records) == len(batch())
+        assert records.endswith(b"value-2\x00")
+        assert m.segment_files.open_count <= 3
+    m.shutdown()
+    assert m.segment_files.open_count == 0

@@ -17,8 +17,10 @@ import pytest
 
 from broker.log.resource_limits import (
     BASE_FDS,
-    FDS_PER_SEGMENT,
+    MIN_OPEN_SEGMENT_FILES,
+    UNLIMITED_NOFILE,
     ResourceErrorReporter,
+    default_max_open_segment_files,
     fds_needed,
     is_resource_exhaustion,
     nofile_warning,
@@ -39,18 +41,27 @@ def test_a_bad_disk_is_not_transient(code: int | None) -> None:
     assert not is_resource_exhaustion(MemoryError())
 
 
-def test_the_fd_budget_counts_two_files_per_segment() -> None:
-    assert FDS_PER_SEGMENT == 2
+def test_the_fd_budget_is_a_fixed_pool_of_segment_files_plus_sockets() -> None:
     assert fds_needed(0) == BASE_FDS
-    assert fds_needed(1000) == BASE_FDS + 2000
+    assert fds_needed(1000) == BASE_FDS + 1000  # one per open .log file, no .index
     assert nofile_warning(1000, 1_000_000) is None
     assert nofile_warning(1000, -1) is None  # RLIM_INFINITY
-    below = nofile_warning(1000, 2048)
+    below = nofile_warning(1000, 2000)
     assert below is not None
     assert below.startswith("below")
     near = nofile_warning(1000, fds_needed(1000) + 10)
     assert near is not None
     assert near.startswith("near")
+
+
+def test_the_pool_takes_half_the_limit_whatever_the_replicas() -> None:
+    assert default_max_open_segment_files(20_000) == 10_000
+    assert default_max_open_segment_files(1024) == 512
+    assert default_max_open_segment_files(10) == MIN_OPEN_SEGMENT_FILES
+    assert default_max_open_segment_files(-1) == UNLIMITED_NOFILE // 2
+    # The hard limit of this project's container: the default pool and the sockets fit it
+    # with room to spare, however many replicas are hosted.
+    assert nofile_warning(default_max_open_segment_files(20_000), 20_000) is None
 
 
 def test_the_reporter_counts_every_error_and_logs_at_a_bounded_rate(
@@ -294,7 +305,7 @@ def test_a_follower_append_meeting_emfile_is_retried_not_failed(tmp_path: Path) 
     run_emfile_child(_FOLLOWER_CHILD, tmp_path / "data")
 
 
-def test_the_partition_cap_is_checked_against_the_fd_limit(
+def test_the_partition_cap_is_checked_against_the_pool_of_open_segment_files(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import resource
@@ -302,13 +313,34 @@ def test_the_partition_cap_is_checked_against_the_fd_limit(
     from broker.log.resource_limits import check_partition_cap_fds
 
     logger = logging.getLogger("test.cap")
-    monkeypatch.setattr(resource, "getrlimit", lambda _: (2048, 4096))
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 4096))
     with caplog.at_level(logging.WARNING, "test.cap"):
         warning = check_partition_cap_fds(1000, logger, "broker")
     assert warning is not None
-    assert warning.startswith("below the 3024 file descriptors")
+    assert warning.startswith("the pool of 512 open segment files")
     (line,) = [r.getMessage() for r in caplog.records]
     assert "event=nofile_limit_below_partition_cap" in line
     assert "max_broker_partitions=1000" in line
-    monkeypatch.setattr(resource, "getrlimit", lambda _: (100_000, 100_000))
+    assert "max_open_segment_files=512" in line
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (2048, 4096))
     assert check_partition_cap_fds(1000, logger, "broker") is None
+    assert check_partition_cap_fds(1000, logger, "broker", max_open_segment_files=999) is not None
+
+
+def test_the_start_up_budget_counts_open_segment_files_not_replicas(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import resource
+
+    from broker.log.resource_limits import check_nofile_limit
+
+    logger = logging.getLogger("test.nofile")
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (20_000, 20_000))
+    with caplog.at_level(logging.INFO, "test.nofile"):
+        assert check_nofile_limit(30_000, logger, "broker") is None  # 30,000 segments fit
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "event=nofile_limit " in line + " "
+    assert f"needed={BASE_FDS + 10_000}" in line
+    assert "max_open_segment_files=10000" in line
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (400, 20_000))
+    assert check_nofile_limit(5, logger, "broker") is not None  # the sockets' share alone
