@@ -23,7 +23,6 @@ Run: ``python -m bench.send_path [--records N] [--rounds R] [--variants send,sen
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
 import statistics
@@ -36,7 +35,7 @@ import uvloop
 
 from bench.cli_runner import run_minibroker
 from client.metadata import BrokerConnections
-from client.producer import Producer, ProducerConfig, RecordMetadata
+from client.producer import FutureRecordMetadata, Producer, ProducerConfig
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
 from proto.process.tuning import tune_process
@@ -55,7 +54,7 @@ async def _send(producer: Producer, records: int, headers: bool) -> None:
     value = os.urandom(RECORD_BYTES)
     keys = _keys()
     header = [("trace", b"0123456789abcdef")] if headers else []
-    futures: list[asyncio.Future[RecordMetadata]] = []
+    futures: list[FutureRecordMetadata] = []
     append = futures.append
     send = producer.send
     for i in range(records):
@@ -77,7 +76,7 @@ async def _send_many(producer: Producer, records: int) -> None:
         raise RuntimeError("send_many: not every record was acknowledged")
 
 
-def _check(futures: list[asyncio.Future[RecordMetadata]]) -> None:
+def _check(futures: list[FutureRecordMetadata]) -> None:
     failed = [f for f in futures if f.exception() is not None]
     if failed:
         raise RuntimeError(f"{len(failed)} records failed: {failed[0].exception()}")

@@ -7,22 +7,23 @@ Split as aiokafka (and Kafka's Java client) split it, each piece with one job:
   batch per partition, up to ``batch_size`` bytes or ``linger_ms`` of waiting;
 - :class:`Sender` (``client.sender``, one asyncio task) drains ready batches, groups them per
   leader into one ``Produce`` request, retries what failed with a retriable error, refreshes
-  metadata when the error says the leadership it knew is stale, and completes the records'
-  futures;
+  metadata when the error says the leadership it knew is stale, and completes the batches;
 - :class:`IdempotenceState` (``client.sender``) holds the producer id from ``InitProducerId``
   and the next sequence number of every partition;
 - :class:`ProducerConfig` and :class:`RecordMetadata` (``client.producer_config``) are the
-  settings and what an acknowledged record's future holds;
+  settings and what an acknowledged record's handle holds;
+- :class:`FutureRecordMetadata` (``client.future_record_metadata``) is that handle: light,
+  one per record, reading its batch's one outcome (Kafka's);
 - :class:`Producer` (this module) is the user's face: ``send``, ``flush``, ``close``.
 
 Example::
 
     async with BrokerConnections.from_bootstrap("localhost:9091") as connections:
         async with Producer(connections, ProducerConfig(linger_ms=10)) as producer:
-            future = await producer.send("orders", b"hello", key=b"customer-7")
-            metadata = await future          # RecordMetadata(topic, partition, offset, ...)
+            handle = await producer.send("orders", b"hello", key=b"customer-7")
+            metadata = await handle          # RecordMetadata(topic, partition, offset, ...)
 
-What the ``acks`` setting guarantees once a record's future has a result:
+What the ``acks`` setting guarantees once a record's handle has a result:
 
 - ``acks=-1`` (all, the default): every replica in the ISR has the record, so it survives
   the loss of all but one of them; with fewer in-sync replicas than the topic's
@@ -48,6 +49,7 @@ from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
+from client.future_record_metadata import FutureRecordMetadata
 from client.metadata import BrokerConnections, BrokerUnreachableError, ClientError
 from client.partitioner import Partitioner
 from client.producer_config import (
@@ -70,6 +72,7 @@ from proto.wire import minibroker_pb2 as pb
 __all__ = [
     "ACKS_ALL",
     "DeliveryTimeoutError",
+    "FutureRecordMetadata",
     "IdempotenceState",
     "Producer",
     "ProducerBatch",
@@ -278,17 +281,20 @@ class Producer:
         partition: int | None = None,
         headers: Iterable[tuple[str, bytes | None]] = (),
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
-        """Queue one record; returns the future of its :class:`RecordMetadata`.
+    ) -> FutureRecordMetadata:
+        """Queue one record; returns its :class:`FutureRecordMetadata`, the handle that
+        ``await`` (or ``result()`` once ``done()``) turns into its :class:`RecordMetadata`.
 
         Waits (up to ``max_block_ms``) only for what it cannot do without: the topic's
         metadata and room in ``buffer_memory``. Raises ClientError for an unknown topic
         (after a few metadata refreshes, ~3 s), a partition out of range, a record larger
-        than ``max_request_size``, or a closed producer. The future fails with a
-        ``proto.errors`` exception (or a ClientError) if delivery fails; see the module
-        docstring for what its result guarantees for each ``acks``. Cancelling ``send``
-        before it returns queues nothing; cancelling the returned future does not stop the
-        record from being sent.
+        than ``max_request_size``, or a closed producer. The handle fails with a
+        ``proto.errors`` exception (or a ClientError) if delivery fails, the same one for
+        every record of the batch; see the module docstring for what its result guarantees
+        for each ``acks``. Cancelling ``send`` before it returns queues nothing; a handle
+        cannot be cancelled (the record goes with its batch). A handle nobody looks at
+        does not warn when dropped, failed or not (as Kafka's future without a callback:
+        the outcome is for whoever asks).
         """
         accumulator = self._accumulator
         if accumulator is not None and not accumulator.wakeup.is_set():
@@ -305,7 +311,7 @@ class Producer:
         partition: int | None,
         headers: Iterable[tuple[str, bytes | None]],
         timestamp_ms: int | None,
-    ) -> asyncio.Future[RecordMetadata] | None:
+    ) -> FutureRecordMetadata | None:
         """``send`` where it need not wait, the common case: the record's future, or None
         where ``send`` would wait (the topic's metadata unknown, ``buffer_memory`` full).
         Raises what ``send`` raises. One encoding of the record (``encode_record_tail``)
@@ -341,7 +347,7 @@ class Producer:
         partition: int | None,
         headers: Iterable[tuple[str, bytes | None]],
         timestamp_ms: int | None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> FutureRecordMetadata:
         """``send`` where it may wait: to start, for the sender to take the last batch, for
         the topic's metadata or for room in ``buffer_memory``."""
         self._check_open()
@@ -484,7 +490,7 @@ class Producer:
         tail: bytes,
         size: int,
         partition: int | None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> FutureRecordMetadata:
         accumulator = self._accumulator
         assert accumulator is not None
         tps = self._topic_partitions.get(topic)
