@@ -45,7 +45,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -119,6 +119,9 @@ class Producer:
         """topic -> its TopicPartitions by index, built once rather than per record."""
         self._metadata: ProducerMetadata | None = None
         self._accumulator: RecordAccumulator | None = None
+        self._accumulator_append: Callable[..., FutureRecordMetadata | None] = _not_started
+        """``self._accumulator.append_tail``, bound once (an attribute lookup less per record)."""
+        self._max_request_size = self.config.max_request_size
         self._sender: Sender | None = None
         self._sender_task: asyncio.Task[None] | None = None
         self._idempotence = IdempotenceState() if self.config.idempotent else None
@@ -155,6 +158,7 @@ class Producer:
             metadata.on_update = accumulator.wakeup.set
             self._metadata = metadata
             self._accumulator = accumulator
+            self._accumulator_append = accumulator.append_tail
             self._sender = Sender(
                 self.connections, config, accumulator, metadata, self._idempotence, self._done
             )
@@ -312,10 +316,12 @@ class Producer:
         headers: Iterable[tuple[str, bytes | None]],
         timestamp_ms: int | None,
     ) -> FutureRecordMetadata | None:
-        """``send`` where it need not wait, the common case: the record's future, or None
+        """``send`` where it need not wait, the common case: the record's handle, or None
         where ``send`` would wait (the topic's metadata unknown, ``buffer_memory`` full).
         Raises what ``send`` raises. One encoding of the record (``encode_record_tail``)
-        gives both its bytes and its exact size; no coroutine, no lock, no loop turn."""
+        gives both its bytes and its exact size; no coroutine, no lock, no loop turn, and
+        a keyed record goes from here to its batch in two calls (the per-record cost is
+        mostly calls: ``bench/RESULTS.md``)."""
         if self._closing or self._fatal is not None:
             self._check_open()
         tail = encode_record_tail(key, value, headers)
@@ -327,13 +333,22 @@ class Producer:
         if partition is not None:
             _check_partition(topic, partition, num_partitions)
         size = batch_of_one_size(tail)
-        if size > self.config.max_request_size:
-            raise _too_large(size, self.config.max_request_size)
+        if size > self._max_request_size:
+            raise _too_large(size, self._max_request_size)
         if not self._buffer.try_reserve(size):
             return None
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         try:
+            if partition is None and key is not None and self._default_partitioner:
+                partition = self.partitioner.partition_for_key(key, num_partitions)
+            if partition is not None:
+                tps = self._topic_partitions.get(topic)
+                if tps is None or len(tps) != num_partitions:
+                    tps = self._partitions_of(topic, num_partitions)
+                handle = self._accumulator_append(tps[partition], timestamp_ms, tail, reserved=size)
+                assert handle is not None, "an append without abort_on_new_batch succeeds"
+                return handle
             return self._append(topic, num_partitions, key, timestamp_ms, tail, size, partition)
         except BaseException:
             self._buffer.release(size)
@@ -495,9 +510,7 @@ class Producer:
         assert accumulator is not None
         tps = self._topic_partitions.get(topic)
         if tps is None or len(tps) != num_partitions:
-            tps = self._topic_partitions[topic] = [
-                TopicPartition(topic, p) for p in range(num_partitions)
-            ]
+            tps = self._partitions_of(topic, num_partitions)
         if partition is None and key is not None and self._default_partitioner:
             partition = self.partitioner.partition_for_key(key, num_partitions)
         if partition is not None:
@@ -520,6 +533,12 @@ class Producer:
                 return future
             sticky = False  # the partitioner moved on; the second attempt takes a new batch
         raise AssertionError("an append without abort_on_new_batch always succeeds")
+
+    def _partitions_of(self, topic: str, num_partitions: int) -> list[TopicPartition]:
+        tps = self._topic_partitions[topic] = [
+            TopicPartition(topic, p) for p in range(num_partitions)
+        ]
+        return tps
 
     async def _partition_count(self, topic: str) -> int:
         if self._metadata is None:
@@ -558,6 +577,10 @@ class Producer:
                     raise ClientError(f"unknown topic '{topic}'{_why_not_created(metadata, topic)}")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+def _not_started(*args: object, **kwargs: object) -> FutureRecordMetadata | None:
+    raise AssertionError("the producer's accumulator is made by start()")
 
 
 def _being_created(metadata: ProducerMetadata, topic: str) -> bool:

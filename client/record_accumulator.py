@@ -272,12 +272,14 @@ class RecordAccumulator:
         elif queue:
             last = queue[-1]
             if not last.closed:
-                future = last.try_append_tail(timestamp, tail, self.batch_size)
-                if future is not None:
+                # try_append_tail, inlined: this is the per-record path of every send.
+                builder = last.builder
+                delta = builder.count
+                if builder.append_tail(timestamp, tail, self.batch_size):
                     last.reserved += reserved
-                    if last.builder.size >= self.batch_size:
+                    if builder.size >= self.batch_size:
                         self._close(last)
-                    return future
+                    return FutureRecordMetadata(last.result, delta, timestamp)
                 self._close(last)
                 if abort_on_new_batch:
                     return None
