@@ -300,28 +300,13 @@ class Producer:
         does not warn when dropped, failed or not (as Kafka's future without a callback:
         the outcome is for whoever asks).
         """
+        # The common case, in this one frame: no wait, no lock, no loop turn. One encoding
+        # of the record gives both its bytes and its exact size, and a keyed record goes
+        # from here to its batch in two calls (a call is much of the per-record cost:
+        # bench/RESULTS.md). Anything that would wait goes to _send_waiting.
         accumulator = self._accumulator
-        if accumulator is not None and not accumulator.wakeup.is_set():
-            future = self._enqueue(topic, value, key, partition, headers, timestamp_ms)
-            if future is not None:
-                return future
-        return await self._send_waiting(topic, value, key, partition, headers, timestamp_ms)
-
-    def _enqueue(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int | None,
-        headers: Iterable[tuple[str, bytes | None]],
-        timestamp_ms: int | None,
-    ) -> FutureRecordMetadata | None:
-        """``send`` where it need not wait, the common case: the record's handle, or None
-        where ``send`` would wait (the topic's metadata unknown, ``buffer_memory`` full).
-        Raises what ``send`` raises. One encoding of the record (``encode_record_tail``)
-        gives both its bytes and its exact size; no coroutine, no lock, no loop turn, and
-        a keyed record goes from here to its batch in two calls (the per-record cost is
-        mostly calls: ``bench/RESULTS.md``)."""
+        if accumulator is None or accumulator.wakeup.is_set():
+            return await self._send_waiting(topic, value, key, partition, headers, timestamp_ms)
         if self._closing or self._fatal is not None:
             self._check_open()
         tail = encode_record_tail(key, value, headers)
@@ -329,14 +314,17 @@ class Producer:
         assert metadata is not None
         num_partitions = metadata.partitions(topic)
         if num_partitions is None:
-            return None
+            return await self._send_waiting(topic, value, key, partition, headers, timestamp_ms)
         if partition is not None:
             _check_partition(topic, partition, num_partitions)
-        size = batch_of_one_size(tail)
+        body = len(tail) + 3  # batch_of_one_size(tail), its varint inline for < 8 KiB
+        size = HEADER_SIZE + body + (1 if body < 64 else 2 if body < 8192 else 3)
+        if body >= 8192:
+            size = batch_of_one_size(tail)
         if size > self._max_request_size:
             raise _too_large(size, self._max_request_size)
         if not self._buffer.try_reserve(size):
-            return None
+            return await self._send_waiting(topic, value, key, partition, headers, timestamp_ms)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         try:
