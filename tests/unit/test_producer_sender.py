@@ -1170,6 +1170,31 @@ def test_close_waits_for_every_outstanding_handle() -> None:
     run(scenario)
 
 
+def test_a_send_past_buffer_memory_waits_for_acknowledgements_of_unawaited_handles() -> None:
+    """Back-pressure with handles nobody awaits: the records they stand for hold
+    buffer_memory until their batches are acknowledged, and the send that does not fit
+    waits for that (not for its own handle), then every handle has its offset."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            broker = cluster.brokers[1]
+            broker.hold = asyncio.Event()
+            config = fast(buffer_memory=2_000, max_block_ms=10_000, linger_ms=0)
+            async with Producer(connections, config) as producer:
+                handles = [await producer.send("t", bytes(100)) for _ in range(10)]
+                blocked = asyncio.create_task(producer.send("t", bytes(900)))
+                await asyncio.sleep(0.05)
+                assert not blocked.done(), "the buffer is full: send must wait"
+                broker.hold.set()
+                async with asyncio.timeout(10):
+                    last = await blocked
+                    assert (await last).offset == 10
+                assert [h.result().offset for h in handles] == list(range(10))
+
+    run(scenario)
+
+
 def test_send_reserves_exactly_a_batch_of_one_of_each_record_in_buffer_memory() -> None:
     """The size ``send`` reserves is :func:`batch_of_one_size` of the record, whose varint
     it computes inline: checked at each width of the record's length (1, 2, 3 bytes)."""
