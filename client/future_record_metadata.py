@@ -6,9 +6,9 @@ and the record's place in the batch, its offset computed only when asked for
 (base offset + index). Here likewise: :class:`ProduceRequestResult` is the outcome of one
 :class:`~client.record_accumulator.ProducerBatch` (its asyncio future is the batch's
 ``done``), and :class:`FutureRecordMetadata` is three slots per record. Creating it costs a
-tenth of an asyncio future, and the batch's completion costs nothing per record: an
-asyncio future per record had been a third of the client's CPU per ``send``
-(``bench/RESULTS.md``).
+quarter of an asyncio future, and the batch's completion costs nothing per record: an
+asyncio future per record, created and then completed, had been about 40% of the client's
+CPU per ``send`` (``bench/RESULTS.md``).
 
 A handle behaves as a future of :class:`RecordMetadata` for what callers of ``send`` do
 with one: ``await``, ``done``, ``result``, ``exception``, ``cancelled``,
