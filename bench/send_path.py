@@ -18,6 +18,13 @@ murmur2, as Kafka's partitioner does). A round's rate is records over the time f
 first call to the end of the flush.
 
 Run: ``python -m bench.send_path [--records N] [--rounds R] [--variants send,send_many]``.
+
+``--cpu`` measures the client alone instead: the same variants against a sender that takes
+nothing (it drains the full batches, encodes them and completes them at once, in this
+process: no network, no broker), the producer's CPU per record by ``time.process_time``
+from the first call to the end of the flush. Each round is a fresh process (tuned as the
+cluster rounds are: ``tune_process``), so that a round does not inherit the garbage
+collector's state of the one before.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import asyncio
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -36,10 +44,12 @@ import uvloop
 
 from bench.cli_runner import run_minibroker
 from client.metadata import BrokerConnections
-from client.producer import Producer, ProducerConfig, RecordMetadata
+from client.producer import FutureRecordMetadata, Producer, ProducerConfig
+from client.record_accumulator import RecordAccumulator
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
 from proto.process.tuning import tune_process
+from proto.topic_partition import TopicPartition
 
 TOPIC = "send-path"
 RECORD_BYTES = 100
@@ -55,7 +65,7 @@ async def _send(producer: Producer, records: int, headers: bool) -> None:
     value = os.urandom(RECORD_BYTES)
     keys = _keys()
     header = [("trace", b"0123456789abcdef")] if headers else []
-    futures: list[asyncio.Future[RecordMetadata]] = []
+    futures: list[FutureRecordMetadata] = []
     append = futures.append
     send = producer.send
     for i in range(records):
@@ -77,7 +87,7 @@ async def _send_many(producer: Producer, records: int) -> None:
         raise RuntimeError("send_many: not every record was acknowledged")
 
 
-def _check(futures: list[asyncio.Future[RecordMetadata]]) -> None:
+def _check(futures: list[FutureRecordMetadata]) -> None:
     failed = [f for f in futures if f.exception() is not None]
     if failed:
         raise RuntimeError(f"{len(failed)} records failed: {failed[0].exception()}")
@@ -103,17 +113,103 @@ async def _round(bootstrap: str, variant: str, records: int) -> float:
         return records / (time.perf_counter() - started)
 
 
+# -- the client alone -------------------------------------------------------------------------
+
+_PARTITIONS = 3
+
+
+class _KnownTopic:
+    """The producer's metadata, reduced to what ``send`` asks: one topic of 3 partitions."""
+
+    refreshes_done = 0
+    on_update = None
+    last_error = None
+
+    def partitions(self, topic: str) -> int | None:
+        return _PARTITIONS if topic == TOPIC else None
+
+    def available(self, topic: str) -> list[int]:
+        return list(range(_PARTITIONS))
+
+    async def close(self) -> None:
+        pass
+
+
+async def _take_nothing(producer: Producer, accumulator: RecordAccumulator) -> None:
+    """A sender without a network: full batches (every partition counts as busy, as under
+    load) are encoded and completed at once; a flush takes the rest."""
+    busy = {TopicPartition(TOPIC, p) for p in range(_PARTITIONS)}
+    offsets = [0] * _PARTITIONS
+    while True:
+        accumulator.wakeup.clear()
+        while True:
+            ready, _ = accumulator.ready(0.0, (), busy)
+            if not ready:
+                break
+            for batch in ready:
+                accumulator.drain(batch)
+                batch.encode(-1, -1, -1)
+                batch.complete(offsets[batch.tp.partition])
+                offsets[batch.tp.partition] += batch.record_count
+                producer._done(batch)
+        await accumulator.wakeup.wait()
+
+
+async def _cpu_round(variant: str, records: int) -> float:
+    """The client's CPU per record, in microseconds, for ``variant`` without a network."""
+    config = ProducerConfig(acks=1)
+    producer = Producer(None, config)  # type: ignore[arg-type]  # never connects
+    accumulator = RecordAccumulator(
+        config.batch_size,
+        config.linger_ms,
+        config.delivery_timeout_ms,
+        producer.partitioner.on_batch_closed,
+    )
+    producer._metadata = _KnownTopic()  # type: ignore[assignment]
+    producer._accumulator = accumulator
+    producer._accumulator_append = accumulator.append_tail
+    sender = asyncio.create_task(_take_nothing(producer, accumulator))
+    producer._sender_task = sender
+    started = time.process_time()
+    await VARIANTS[variant](producer, records)
+    used = time.process_time() - started
+    sender.cancel()
+    return used / records * 1e6
+
+
+def _cpu(variants: list[str], records: int, rounds: int) -> None:
+    for r in range(rounds):
+        for variant in variants:
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.send_path", "--cpu-round", variant,
+                 "--records", str(records)],
+                check=True, capture_output=True, text=True,
+            ).stdout.strip()  # fmt: skip
+            load = os.getloadavg()[0]
+            print(f"round {r + 1} {variant}: {float(out):.2f} us of client CPU per record "
+                  f"(load {load:.1f})")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.send_path", description=__doc__)
     parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", default="send,send_many")
     parser.add_argument("--bootstrap", help="an already running cluster (else one is started)")
+    parser.add_argument("--cpu", action="store_true", help="the client alone, without network")
+    parser.add_argument("--cpu-round", metavar="VARIANT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.cpu_round:
+        tune_process()  # as the rounds on a cluster (and the CLI) run
+        print(uvloop.run(_cpu_round(args.cpu_round, args.records)))
+        return 0
     variants = args.variants.split(",")
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants {sorted(unknown)}; known: {sorted(VARIANTS)}")
+    if args.cpu:
+        _cpu(variants, args.records, args.rounds)
+        return 0
     tune_process()
     cluster = None
     bootstrap = args.bootstrap

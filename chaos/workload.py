@@ -38,7 +38,7 @@ from pathlib import Path
 from chaos.history_recorder import HistoryRecorder
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
-from client.producer import Producer, ProducerConfig, RecordMetadata
+from client.producer import FutureRecordMetadata, Producer, ProducerConfig
 from proto.topic_partition import TopicPartition
 
 __all__ = ["Workload", "WorkloadSpec"]
@@ -168,10 +168,10 @@ async def _produce(args: argparse.Namespace) -> None:
         delivery_timeout_ms=args.delivery_timeout_ms,
         max_block_ms=args.delivery_timeout_ms,
     )
-    pending: set[asyncio.Future[RecordMetadata]] = set()
+    pending: set[FutureRecordMetadata] = set()
     with HistoryRecorder(Path(args.history), args.process) as history:
 
-        def outcome(tp: TopicPartition, value: str, future: asyncio.Future[RecordMetadata]) -> None:
+        def outcome(tp: TopicPartition, value: str, future: FutureRecordMetadata) -> None:
             pending.discard(future)
             if future.cancelled() or future.exception() is not None:
                 history.info(tp.topic, tp.partition, value)  # sent: it may have been written
@@ -204,8 +204,10 @@ async def _produce(args: argparse.Namespace) -> None:
                             await stopping.wait()
                 else:
                     next_at = time.monotonic()  # behind: do not burst to catch up
-            if pending:
-                await asyncio.wait(pending, timeout=args.delivery_timeout_ms / 1000 + 5)
+            if pending:  # every record's outcome in the history before it closes
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(args.delivery_timeout_ms / 1000 + 5):
+                        await producer.flush()
 
 
 async def _consume(args: argparse.Namespace) -> None:

@@ -7,22 +7,23 @@ Split as aiokafka (and Kafka's Java client) split it, each piece with one job:
   batch per partition, up to ``batch_size`` bytes or ``linger_ms`` of waiting;
 - :class:`Sender` (``client.sender``, one asyncio task) drains ready batches, groups them per
   leader into one ``Produce`` request, retries what failed with a retriable error, refreshes
-  metadata when the error says the leadership it knew is stale, and completes the records'
-  futures;
+  metadata when the error says the leadership it knew is stale, and completes the batches;
 - :class:`IdempotenceState` (``client.sender``) holds the producer id from ``InitProducerId``
   and the next sequence number of every partition;
 - :class:`ProducerConfig` and :class:`RecordMetadata` (``client.producer_config``) are the
-  settings and what an acknowledged record's future holds;
+  settings and what an acknowledged record's handle holds;
+- :class:`FutureRecordMetadata` (``client.future_record_metadata``) is that handle: light,
+  one per record, reading its batch's one outcome (Kafka's);
 - :class:`Producer` (this module) is the user's face: ``send``, ``flush``, ``close``.
 
 Example::
 
     async with BrokerConnections.from_bootstrap("localhost:9091") as connections:
         async with Producer(connections, ProducerConfig(linger_ms=10)) as producer:
-            future = await producer.send("orders", b"hello", key=b"customer-7")
-            metadata = await future          # RecordMetadata(topic, partition, offset, ...)
+            handle = await producer.send("orders", b"hello", key=b"customer-7")
+            metadata = await handle          # RecordMetadata(topic, partition, offset, ...)
 
-What the ``acks`` setting guarantees once a record's future has a result:
+What the ``acks`` setting guarantees once a record's handle has a result:
 
 - ``acks=-1`` (all, the default): every replica in the ISR has the record, so it survives
   the loss of all but one of them; with fewer in-sync replicas than the topic's
@@ -44,10 +45,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
+from client.future_record_metadata import FutureRecordMetadata
 from client.metadata import BrokerConnections, BrokerUnreachableError, ClientError
 from client.partitioner import Partitioner
 from client.producer_config import (
@@ -70,6 +72,7 @@ from proto.wire import minibroker_pb2 as pb
 __all__ = [
     "ACKS_ALL",
     "DeliveryTimeoutError",
+    "FutureRecordMetadata",
     "IdempotenceState",
     "Producer",
     "ProducerBatch",
@@ -116,6 +119,9 @@ class Producer:
         """topic -> its TopicPartitions by index, built once rather than per record."""
         self._metadata: ProducerMetadata | None = None
         self._accumulator: RecordAccumulator | None = None
+        self._accumulator_append: Callable[..., FutureRecordMetadata | None] = _not_started
+        """``self._accumulator.append_tail``, bound once (an attribute lookup less per record)."""
+        self._max_request_size = self.config.max_request_size
         self._sender: Sender | None = None
         self._sender_task: asyncio.Task[None] | None = None
         self._idempotence = IdempotenceState() if self.config.idempotent else None
@@ -152,6 +158,7 @@ class Producer:
             metadata.on_update = accumulator.wakeup.set
             self._metadata = metadata
             self._accumulator = accumulator
+            self._accumulator_append = accumulator.append_tail
             self._sender = Sender(
                 self.connections, config, accumulator, metadata, self._idempotence, self._done
             )
@@ -278,38 +285,28 @@ class Producer:
         partition: int | None = None,
         headers: Iterable[tuple[str, bytes | None]] = (),
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
-        """Queue one record; returns the future of its :class:`RecordMetadata`.
+    ) -> FutureRecordMetadata:
+        """Queue one record; returns its :class:`FutureRecordMetadata`, the handle that
+        ``await`` (or ``result()`` once ``done()``) turns into its :class:`RecordMetadata`.
 
         Waits (up to ``max_block_ms``) only for what it cannot do without: the topic's
         metadata and room in ``buffer_memory``. Raises ClientError for an unknown topic
         (after a few metadata refreshes, ~3 s), a partition out of range, a record larger
-        than ``max_request_size``, or a closed producer. The future fails with a
-        ``proto.errors`` exception (or a ClientError) if delivery fails; see the module
-        docstring for what its result guarantees for each ``acks``. Cancelling ``send``
-        before it returns queues nothing; cancelling the returned future does not stop the
-        record from being sent.
+        than ``max_request_size``, or a closed producer. The handle fails with a
+        ``proto.errors`` exception (or a ClientError) if delivery fails, the same one for
+        every record of the batch; see the module docstring for what its result guarantees
+        for each ``acks``. Cancelling ``send`` before it returns queues nothing; a handle
+        cannot be cancelled (the record goes with its batch). A handle nobody looks at
+        does not warn when dropped, failed or not (as Kafka's future without a callback:
+        the outcome is for whoever asks).
         """
+        # The common case, in this one frame: no wait, no lock, no loop turn. One encoding
+        # of the record gives both its bytes and its exact size, and a keyed record goes
+        # from here to its batch in two calls (a call is much of the per-record cost:
+        # bench/RESULTS.md). Anything that would wait goes to _send_waiting.
         accumulator = self._accumulator
-        if accumulator is not None and not accumulator.wakeup.is_set():
-            future = self._enqueue(topic, value, key, partition, headers, timestamp_ms)
-            if future is not None:
-                return future
-        return await self._send_waiting(topic, value, key, partition, headers, timestamp_ms)
-
-    def _enqueue(
-        self,
-        topic: str,
-        value: bytes | None,
-        key: bytes | None,
-        partition: int | None,
-        headers: Iterable[tuple[str, bytes | None]],
-        timestamp_ms: int | None,
-    ) -> asyncio.Future[RecordMetadata] | None:
-        """``send`` where it need not wait, the common case: the record's future, or None
-        where ``send`` would wait (the topic's metadata unknown, ``buffer_memory`` full).
-        Raises what ``send`` raises. One encoding of the record (``encode_record_tail``)
-        gives both its bytes and its exact size; no coroutine, no lock, no loop turn."""
+        if accumulator is None or accumulator.wakeup.is_set():
+            return await self._send_waiting(topic, value, key, partition, headers, timestamp_ms)
         if self._closing or self._fatal is not None:
             self._check_open()
         tail = encode_record_tail(key, value, headers)
@@ -317,17 +314,29 @@ class Producer:
         assert metadata is not None
         num_partitions = metadata.partitions(topic)
         if num_partitions is None:
-            return None
+            return await self._send_waiting(topic, value, key, partition, headers, timestamp_ms)
         if partition is not None:
             _check_partition(topic, partition, num_partitions)
-        size = batch_of_one_size(tail)
-        if size > self.config.max_request_size:
-            raise _too_large(size, self.config.max_request_size)
+        body = len(tail) + 3  # batch_of_one_size(tail), its varint inline for < 8 KiB
+        size = HEADER_SIZE + body + (1 if body < 64 else 2 if body < 8192 else 3)
+        if body >= 8192:
+            size = batch_of_one_size(tail)
+        if size > self._max_request_size:
+            raise _too_large(size, self._max_request_size)
         if not self._buffer.try_reserve(size):
-            return None
+            return await self._send_waiting(topic, value, key, partition, headers, timestamp_ms)
         if timestamp_ms is None:
             timestamp_ms = int(time.time() * 1000)
         try:
+            if partition is None and key is not None and self._default_partitioner:
+                partition = self.partitioner.partition_for_key(key, num_partitions)
+            if partition is not None:
+                tps = self._topic_partitions.get(topic)
+                if tps is None or len(tps) != num_partitions:
+                    tps = self._partitions_of(topic, num_partitions)
+                handle = self._accumulator_append(tps[partition], timestamp_ms, tail, reserved=size)
+                assert handle is not None, "an append without abort_on_new_batch succeeds"
+                return handle
             return self._append(topic, num_partitions, key, timestamp_ms, tail, size, partition)
         except BaseException:
             self._buffer.release(size)
@@ -341,7 +350,7 @@ class Producer:
         partition: int | None,
         headers: Iterable[tuple[str, bytes | None]],
         timestamp_ms: int | None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> FutureRecordMetadata:
         """``send`` where it may wait: to start, for the sender to take the last batch, for
         the topic's metadata or for room in ``buffer_memory``."""
         self._check_open()
@@ -484,14 +493,12 @@ class Producer:
         tail: bytes,
         size: int,
         partition: int | None,
-    ) -> asyncio.Future[RecordMetadata]:
+    ) -> FutureRecordMetadata:
         accumulator = self._accumulator
         assert accumulator is not None
         tps = self._topic_partitions.get(topic)
         if tps is None or len(tps) != num_partitions:
-            tps = self._topic_partitions[topic] = [
-                TopicPartition(topic, p) for p in range(num_partitions)
-            ]
+            tps = self._partitions_of(topic, num_partitions)
         if partition is None and key is not None and self._default_partitioner:
             partition = self.partitioner.partition_for_key(key, num_partitions)
         if partition is not None:
@@ -514,6 +521,12 @@ class Producer:
                 return future
             sticky = False  # the partitioner moved on; the second attempt takes a new batch
         raise AssertionError("an append without abort_on_new_batch always succeeds")
+
+    def _partitions_of(self, topic: str, num_partitions: int) -> list[TopicPartition]:
+        tps = self._topic_partitions[topic] = [
+            TopicPartition(topic, p) for p in range(num_partitions)
+        ]
+        return tps
 
     async def _partition_count(self, topic: str) -> int:
         if self._metadata is None:
@@ -552,6 +565,10 @@ class Producer:
                     raise ClientError(f"unknown topic '{topic}'{_why_not_created(metadata, topic)}")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+
+def _not_started(*args: object, **kwargs: object) -> FutureRecordMetadata | None:
+    raise AssertionError("the producer's accumulator is made by start()")
 
 
 def _being_created(metadata: ProducerMetadata, topic: str) -> bool:

@@ -8,23 +8,18 @@ makes ``send`` block while too many bytes wait for acknowledgement.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 
+from client.future_record_metadata import FutureRecordMetadata, ProduceRequestResult
 from client.metadata import ClientError
-from client.producer_config import RecordMetadata, RecordRange
+from client.producer_config import RecordRange
 from proto.records.builder import RecordsBuilder, encode_record_tail
 from proto.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, Record
 from proto.topic_partition import TopicPartition
 
 __all__ = ["BufferPool", "ProducerBatch", "RecordAccumulator", "record_size"]
-
-
-_new_metadata = functools.partial(tuple.__new__, RecordMetadata)
-"""RecordMetadata from a tuple of its fields, without the Python-level ``__new__`` a
-NamedTuple adds: a call per record spared when a batch completes."""
 
 
 # -- records and batches -----------------------------------------------------------------------
@@ -63,8 +58,9 @@ def record_size(
 
 class ProducerBatch:
     """The records of one partition that travel together, encoded as they are appended
-    (:class:`RecordsBuilder`), and who waits for them: a future per record given to
-    ``send``, one per run of records given to ``send_many``."""
+    (:class:`RecordsBuilder`), and who waits for them: one :class:`ProduceRequestResult`
+    for the records given to ``send`` (each with a handle that reads it), a future per run
+    of records given to ``send_many``."""
 
     __slots__ = (
         "attempts",
@@ -76,25 +72,22 @@ class ProducerBatch:
         "done",
         "drain_order",
         "last_error",
-        "loop",
         "metadata_wait",
         "payload",
         "producer_epoch",
         "producer_id",
         "range_futures",
-        "record_futures",
         "reserved",
+        "result",
         "retry_at",
         "tp",
     )
 
     def __init__(self, tp: TopicPartition, created: float, deadline: float) -> None:
-        self.loop = loop = asyncio.get_running_loop()
-        """The loop of the records' futures (looked up once, not per record)."""
         self.tp = tp
         self.builder = RecordsBuilder()
-        self.record_futures: list[tuple[int, int, asyncio.Future[RecordMetadata]]] = []
-        """(offset delta, timestamp, future) of each record given to ``send``."""
+        self.result = ProduceRequestResult(tp.topic, tp.partition, asyncio.get_running_loop())
+        """The outcome the handles of the records given to ``send`` read theirs from."""
         self.range_futures: list[tuple[int, int, int, asyncio.Future[RecordRange]]] = []
         """(first offset delta, count, timestamp, future) of each run of ``send_many``."""
         self.reserved = 0
@@ -120,8 +113,9 @@ class ProducerBatch:
         """The metadata refresh (:attr:`ProducerMetadata.refreshes_done` numbering) a retry
         waits for: the last error said the leader it was sent to is stale or unreachable,
         and the same metadata would send it there again."""
-        self.done: asyncio.Future[None] = loop.create_future()
-        """Settled when every record's future is (flush and close wait for it)."""
+        self.done: asyncio.Future[None] = self.result.future
+        """Settled (with None) when every record has its outcome (flush and close wait
+        for it)."""
 
     def __repr__(self) -> str:
         return (
@@ -138,22 +132,20 @@ class ProducerBatch:
     def record_count(self) -> int:
         return self.builder.count
 
-    def try_append(self, record: Record, batch_size: int) -> asyncio.Future[RecordMetadata] | None:
+    def try_append(self, record: Record, batch_size: int) -> FutureRecordMetadata | None:
         """Add ``record`` if it fits (the first record always does); None if it does not."""
         tail = encode_record_tail(record.key, record.value, record.headers)
         return self.try_append_tail(record.timestamp, tail, batch_size)
 
     def try_append_tail(
         self, timestamp: int, tail: bytes, batch_size: int
-    ) -> asyncio.Future[RecordMetadata] | None:
+    ) -> FutureRecordMetadata | None:
         """:meth:`try_append` of a record encoded by :func:`encode_record_tail`."""
         builder = self.builder
         delta = builder.count
         if not builder.append_tail(timestamp, tail, batch_size):
             return None
-        future: asyncio.Future[RecordMetadata] = self.loop.create_future()
-        self.record_futures.append((delta, timestamp, future))
-        return future
+        return FutureRecordMetadata(self.result, delta, timestamp)
 
     def append_values(
         self, values: Sequence[bytes | None], start: int, timestamp: int, batch_size: int
@@ -181,19 +173,6 @@ class ProducerBatch:
         topic, partition = self.tp
         known = base_offset >= 0
         append_time = log_append_time_ms >= 0
-        new_metadata = _new_metadata
-        for delta, timestamp, record_future in self.record_futures:
-            if not record_future.done():
-                record_future.set_result(
-                    new_metadata(
-                        (
-                            topic,
-                            partition,
-                            base_offset + delta if known else -1,
-                            log_append_time_ms if append_time else timestamp,
-                        )
-                    )
-                )
         for first, count, timestamp, range_future in self.range_futures:
             if not range_future.done():
                 range_future.set_result(
@@ -205,18 +184,16 @@ class ProducerBatch:
                         log_append_time_ms if append_time else timestamp,
                     )
                 )
-        if not self.done.done():
-            self.done.set_result(None)
+        self.result.complete(base_offset, log_append_time_ms)
 
     def fail(self, error: Exception) -> None:
-        for _, _, record_future in self.record_futures:
-            if not record_future.done():
-                record_future.set_exception(error)
+        """Every record failed with ``error`` (the sender logs it, at DEBUG)."""
+        if self.result.done():
+            return
         for _, _, _, range_future in self.range_futures:
             if not range_future.done():
                 range_future.set_exception(error)
-        if not self.done.done():
-            self.done.set_result(None)
+        self.result.fail(error)
 
 
 # -- accumulator -------------------------------------------------------------------------------
@@ -258,7 +235,7 @@ class RecordAccumulator:
         *,
         reserved: int = 0,
         abort_on_new_batch: bool = False,
-    ) -> asyncio.Future[RecordMetadata] | None:
+    ) -> FutureRecordMetadata | None:
         """Add ``record`` to the open batch of ``tp`` or to a new one; the batch holds
         ``reserved`` more bytes of buffer memory until it is done.
 
@@ -285,7 +262,7 @@ class RecordAccumulator:
         *,
         reserved: int = 0,
         abort_on_new_batch: bool = False,
-    ) -> asyncio.Future[RecordMetadata] | None:
+    ) -> FutureRecordMetadata | None:
         """:meth:`append` of a record already encoded by :func:`encode_record_tail` (the
         producer's ``send``); ``now`` (None: the loop's time) is only needed to open a
         new batch."""
@@ -295,12 +272,14 @@ class RecordAccumulator:
         elif queue:
             last = queue[-1]
             if not last.closed:
-                future = last.try_append_tail(timestamp, tail, self.batch_size)
-                if future is not None:
+                # try_append_tail, inlined: this is the per-record path of every send.
+                builder = last.builder
+                delta = builder.count
+                if builder.append_tail(timestamp, tail, self.batch_size):
                     last.reserved += reserved
-                    if last.builder.size >= self.batch_size:
+                    if builder.size >= self.batch_size:
                         self._close(last)
-                    return future
+                    return FutureRecordMetadata(last.result, delta, timestamp)
                 self._close(last)
                 if abort_on_new_batch:
                     return None

@@ -184,6 +184,8 @@ class ProducerMetadata:
         self._update_requested = False
         self._updater: asyncio.Task[None] | None = None
         self._available: dict[str, list[int]] = {}
+        self._partition_counts: dict[str, int] = {}
+        """topic -> its partition count in the current metadata: ``send`` asks per record."""
 
     @property
     def current(self) -> ClusterMetadata | None:
@@ -210,6 +212,7 @@ class ProducerMetadata:
                     self.on_update()
             self.last_error = None
             self._available.clear()
+            self._partition_counts.clear()
             return result
 
     def request_update(self) -> int:
@@ -235,11 +238,15 @@ class ProducerMetadata:
 
     def partitions(self, topic: str) -> int | None:
         """How many partitions ``topic`` has, or None while the metadata does not know it."""
+        count = self._partition_counts.get(topic)
+        if count is not None:
+            return count
         cluster = self.client.current
         found = cluster.topics.get(topic) if cluster is not None else None
         if found is None or found.error_code != _NONE or not found.partitions:
             return None
-        return len(found.partitions)
+        count = self._partition_counts[topic] = len(found.partitions)
+        return count
 
     def available(self, topic: str) -> list[int]:
         """The partitions of ``topic`` with a live leader."""

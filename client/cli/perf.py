@@ -36,7 +36,12 @@ from client.cli.common import (
 )
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import ClientError
-from client.producer import Producer, ProducerConfig, RecordMetadata, RecordRange
+from client.producer import (
+    FutureRecordMetadata,
+    Producer,
+    ProducerConfig,
+    RecordRange,
+)
 from client.producer_config import DEFAULT_BATCH_SIZE
 from proto.errors import UsageError
 
@@ -174,7 +179,7 @@ class _Acks:
         self.acknowledged = 0
         self.first_error: BaseException | None = None
 
-    def on_record(self, sent_at: float, future: asyncio.Future[RecordMetadata]) -> None:
+    def on_record(self, sent_at: float, future: FutureRecordMetadata) -> None:
         """One record's outcome (the per-record path): its latency from ``send``."""
         if future.cancelled():
             self.first_error = self.first_error or asyncio.CancelledError()

@@ -26,7 +26,7 @@ from client.cli.common import (
     run_async,
 )
 from client.metadata import ClientError
-from client.producer import Producer, ProducerConfig, RecordMetadata
+from client.producer import FutureRecordMetadata, Producer, ProducerConfig
 from client.producer_config import DEFAULT_BATCH_SIZE
 from proto.errors import UsageError
 
@@ -77,14 +77,14 @@ class _Outcome:
         self.acked = 0
         self.failed = 0
         self.first_error: BaseException | None = None
-        self.pending: set[asyncio.Future[RecordMetadata]] = set()
+        self.pending: set[FutureRecordMetadata] = set()
 
-    def track(self, future: asyncio.Future[RecordMetadata]) -> None:
+    def track(self, future: FutureRecordMetadata) -> None:
         self.sent += 1
         self.pending.add(future)
         future.add_done_callback(self._done)
 
-    def _done(self, future: asyncio.Future[RecordMetadata]) -> None:
+    def _done(self, future: FutureRecordMetadata) -> None:
         self.pending.discard(future)
         if future.cancelled():
             self.failed += 1

@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 
 from client.metadata import BrokerConnections, ClientError
 from client.partitioner import partition_for_key
-from client.producer import Producer, ProducerConfig, RecordMetadata
+from client.producer import FutureRecordMetadata, Producer, ProducerConfig, RecordMetadata
 from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import wait_for
@@ -236,7 +236,7 @@ def test_a_clean_bounce_of_the_leader_costs_the_producer_one_not_leader_per_batc
                 BrokerConnections.from_bootstrap(bootstrap(cluster)) as connections,
                 Producer(connections, config) as producer,
             ):
-                futures: list[asyncio.Future[RecordMetadata]] = []
+                futures: list[FutureRecordMetadata] = []
                 stop = asyncio.Event()
 
                 async def steady() -> None:

@@ -244,7 +244,7 @@ def test_batches_past_their_delivery_deadline_expire_oldest_first() -> None:
     run(scenario)
 
 
-def test_completing_a_batch_resolves_every_record_future_in_order() -> None:
+def test_completing_a_batch_resolves_every_record_handle_in_order() -> None:
     async def scenario() -> None:
         acc = RecordAccumulator(16384, 0, 120_000)
         futures = [acc.append(TP0, rec(bytes([i]), ts=1000 + i), now=0.0) for i in range(3)]

@@ -30,6 +30,7 @@ from client.producer import (
     RecordTooLargeError,
 )
 from proto import errors
+from proto.records.builder import batch_of_one_size, encode_record_tail
 from proto.records.record_batch import decode_batch, parse_header
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
@@ -1119,6 +1120,98 @@ def test_buffer_memory_blocks_send_until_records_are_acknowledged() -> None:
                 await first
                 second = await producer.send("t", bytes(150))
                 assert (await second).offset == 1
+
+    run(scenario)
+
+
+def test_handles_never_awaited_get_their_records_offsets_across_batches_and_partitions() -> None:
+    """Handles kept without awaiting any (as a caller that fires and checks later): after
+    flush every one is done, and its offset is where its record is in its partition's
+    log, over several batches (a 2,000-byte batch_size) and several requests."""
+
+    async def scenario() -> None:
+        async with fake_cluster(2) as cluster, connected(cluster) as connections:
+            cluster.create("t", 3)
+            async with Producer(connections, fast(batch_size=2_000, linger_ms=0)) as producer:
+                handles = [
+                    await producer.send("t", b"%d" % i, key=b"k%d" % (i % 7), headers=[("h", b"x")])
+                    for i in range(300)
+                ]
+                await producer.flush()
+                assert all(h.done() for h in handles)
+            for p in range(3):
+                tp = TopicPartition("t", p)
+                assert len(cluster.logs[tp]) > 1, "the test needs several batches"
+                by_offset = {
+                    h.result().offset: i for i, h in enumerate(handles) if h.result().partition == p
+                }
+                assert [b"%d" % by_offset[o] for o in sorted(by_offset)] == cluster.records(tp)
+
+    run(scenario)
+
+
+def test_close_waits_for_every_outstanding_handle() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 2)
+            broker = cluster.brokers[1]
+            broker.hold = asyncio.Event()
+            producer = Producer(connections, fast(batch_size=500, linger_ms=0))
+            handles = [await producer.send("t", bytes(50), partition=i % 2) for i in range(40)]
+            closing = asyncio.create_task(producer.close())
+            await asyncio.sleep(0.05)
+            assert not closing.done()
+            assert not any(h.done() for h in handles)
+            broker.hold.set()
+            async with asyncio.timeout(10):
+                await closing
+            assert all(h.done() and h.exception() is None for h in handles)
+
+    run(scenario)
+
+
+def test_a_send_past_buffer_memory_waits_for_acknowledgements_of_unawaited_handles() -> None:
+    """Back-pressure with handles nobody awaits: the records they stand for hold
+    buffer_memory until their batches are acknowledged, and the send that does not fit
+    waits for that (not for its own handle), then every handle has its offset."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            broker = cluster.brokers[1]
+            broker.hold = asyncio.Event()
+            config = fast(buffer_memory=2_000, max_block_ms=10_000, linger_ms=0)
+            async with Producer(connections, config) as producer:
+                handles = [await producer.send("t", bytes(100)) for _ in range(10)]
+                blocked = asyncio.create_task(producer.send("t", bytes(900)))
+                await asyncio.sleep(0.05)
+                assert not blocked.done(), "the buffer is full: send must wait"
+                broker.hold.set()
+                async with asyncio.timeout(10):
+                    last = await blocked
+                    assert (await last).offset == 10
+                assert [h.result().offset for h in handles] == list(range(10))
+
+    run(scenario)
+
+
+def test_send_reserves_exactly_a_batch_of_one_of_each_record_in_buffer_memory() -> None:
+    """The size ``send`` reserves is :func:`batch_of_one_size` of the record, whose varint
+    it computes inline: checked at each width of the record's length (1, 2, 3 bytes)."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 1)
+            cluster.brokers[1].hold = asyncio.Event()
+            config = fast(max_request_size=100_000)
+            async with Producer(connections, config) as producer:
+                expected = 0
+                for n in [0, *range(40, 70), *range(8_150, 8_200), 20_000]:
+                    await producer.send("t", bytes(n), key=b"k", headers=[("h", b"v")])
+                    tail = encode_record_tail(b"k", bytes(n), [("h", b"v")])
+                    expected += batch_of_one_size(tail)
+                    assert producer._buffer.used == expected, n
+                cluster.brokers[1].hold.set()
 
     run(scenario)
 
