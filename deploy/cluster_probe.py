@@ -20,7 +20,6 @@ from typing import TypeVar
 
 import grpc
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from broker.log.checkpoints import REPLICATION_OFFSET_CHECKPOINT, OffsetCheckpointFile
 from proto.records.record_batch import decode_batch, scan_batches
@@ -29,8 +28,7 @@ from proto.transport.tls import TlsConfig, sync_channel
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk import znodes
-from proto.zk.sync_client import read_partition_state
-from proto.zk.znode_reads import partition_state_read
+from proto.zk.sync_client import read_partition_state, read_partition_states
 
 __all__ = [
     "checkpointed_high_watermark",
@@ -100,20 +98,12 @@ def partition_states(
     zk: KazooClient, topic: str, partitions: int, timeout: float = 30.0
 ) -> list[znodes.PartitionState | None]:
     """The state znode of each of ``topic``'s partitions 0..``partitions``-1 (None: none
-    yet), read pipelined, one async get each: a topic of thousands of partitions is read in
-    about one round trip's time per batch of the connection's window, not one per
-    partition."""
-    reads = [partition_state_read(TopicPartition(topic, p)) for p in range(partitions)]
-    pending = [zk.get_async(r.path) for r in reads]
-    out: list[znodes.PartitionState | None] = []
-    for read, result in zip(reads, pending, strict=True):
-        try:
-            data, stat = result.get(timeout=timeout)
-        except NoNodeError:
-            out.append(None)
-            continue
-        out.append(read.decode(data, stat))
-    return out
+    yet), read by multiReads of hundreds of paths each (proto/zk/multi_read.py): a topic of
+    30,000 partitions is read in a few requests, not 30,000. ``timeout`` is kept for the
+    callers; kazoo's session timeout bounds each request."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    found = read_partition_states(zk, tps).require()
+    return [found.get(tp) for tp in tps]
 
 
 def replica_records(partition_dir: Path) -> list[tuple[int, bytes | None]]:

@@ -247,7 +247,7 @@ class ReplicaManager:
         that follows (a topic's deletion forgets its partitions')."""
         self._last_isr_change_ms = 0
         self._last_isr_propagation_ms = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._hw_checkpointing = False
         self._lock = asyncio.Lock()
         """Serialises control requests (LeaderAndIsr, StopReplica) against each other."""
@@ -506,7 +506,21 @@ class ReplicaManager:
         A request from an older controller epoch is refused as a whole; a partition state
         with an older leader epoch than the one this broker has is refused for that
         partition (FENCED_LEADER_EPOCH); an equal epoch is a harmless repeat.
+
+        Once started it runs to its end even if the caller goes away: the controller's
+        deadline (``request.timeout.ms``) cancels the call, not the work, which the
+        controller's resend then finds done (a repeat at the same epochs). Cancelled half
+        way, the 30,000 new logs of a first attempt had been made for nothing and the
+        resend waited behind them. Broker shutdown still cancels it (``self._tasks``).
         """
+        task = asyncio.ensure_future(self._become_leader_or_follower(request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _become_leader_or_follower(
+        self, request: pb.LeaderAndIsrRequest
+    ) -> pb.LeaderAndIsrResponse:
         async with self._lock:
             started = time.monotonic()
             tps = [
