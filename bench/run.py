@@ -690,33 +690,52 @@ def _side_by_side_section(run: _Run) -> list[str]:
 
 
 SCALE_PROFILE = [
-    "Profile (py-spy 0.4 `record --nonblocking`, 50 Hz, 40 s of each broker process during "
-    "the 10,000-partition create of the 2026-11-28 run, load average 8-9; the controller ran "
-    "in broker 2), share of samples:",
+    "What the first round's profile found (py-spy 0.4 `record --nonblocking`, 50 Hz, 40 s of "
+    "each broker during the 10,000-partition create of 2026-11-28, which did not finish in "
+    '720 s) and what answers each now (docs/replication.md, "Many partitions"; '
+    "docs/zookeeper.md; docs/storage.md):",
     "",
-    "- **per-partition logging of fetch errors**: `ReplicaFetcher._partition_error` -> "
-    "`_log` -> `log_event` took 52-63% of brokers 1 and 2 and 31% of broker 3: followers "
-    "fetch partitions their leader has not created yet and each answer's "
-    "UNKNOWN_TOPIC_OR_PARTITION is logged per partition per fetch (1.0-1.3 million "
-    "`replica_fetcher event=partition-error` lines per broker, 160-200 MB of log each, in "
-    "12 minutes; formatting, `StreamHandler.flush` and `LogRecord` are the top self times);",
-    "- **per-partition truncation**: `ReplicaFetcher._truncate` 24-27% (per partition, as "
-    "each becomes a follower);",
-    "- **serial ZooKeeper writes that lose**: broker 3 (a leader) sent 58,517 conditional ISR "
-    "updates that ZooKeeper rejected (`isr_update_lost_race`, a stale zkVersion after the "
-    "controller's writes), one at a time (`update_partition_state_conditionally` 6%), and "
-    "no ISR ended full; 9,988 `refused_update_metadata_replicas`;",
-    "- **the descriptor limit**: each broker held 19,998 of its 20,000 files (two per replica, "
-    "the segments of every hosted log open at once): at the limit, where any new file or "
-    "socket fails with EMFILE; Kafka opens index files lazily and closes inactive "
-    "segments' handles;",
-    "- per-partition INFO lines at creation (`created log`, `became_follower`, `add`, "
-    "`truncate`: 10,000-27,000 of each per broker) and the serving Metadata (2-3%) follow.",
+    "- **per-partition logging of fetch errors** (52-63% of two brokers: 1.0-1.3 million "
+    "`partition-error` lines each): a follower logs a partition's fetch error when the "
+    "leader's answer changes, not at every retry;",
+    "- **one await per partition in a LeaderAndIsr** (a ZooKeeper read of the topic config and "
+    "an executor hop per new log, the new leader's epoch checkpoint written on the loop, a "
+    "fetcher wait each; 3,000 partitions took 20 s): each state judged alone, then for all at "
+    "once the topic configs read once, the logs made in one executor call, one fetcher wait, "
+    "the epoch checkpoints written on 4 executor threads first (a leader staying leader "
+    "fenced meanwhile); a call the controller's deadline cancels still runs to its end;",
+    "- **one ZooKeeper request per znode**: kazoo hands the GIL between its two threads per "
+    "request (6,000 reads 2.4 s, 2.2 s of it the loop blocked waking kazoo's connection "
+    "thread); many znodes are now read with ZooKeeper's `multiRead`, 500 per request (0.13 s "
+    "for the same 6,000), and the controller writes state znodes 100 per fenced multi "
+    "(20,000 multis to create 10,000 partitions before); the `UpdateMetadata` after a "
+    "`LeaderAndIsr` is vouched for by the states that `LeaderAndIsr` read;",
+    "- **serial ISR writes that lose** (58,517 rejected conditional updates, KAFKA-2729): a "
+    "leader that loses an ISR race reads the znode and starts from it if it still names it "
+    "leader at its epoch, or is fenced by it if not, instead of retrying its stale version "
+    "at every fetch;",
+    "- **the descriptor limit** (19,998 of 20,000 files at 10,000 partitions: two per "
+    "replica): segment files come from a pool of half of `RLIMIT_NOFILE` (10,036-10,040 "
+    "open files per broker at 10,000 and at 30,000 replicas), indexes open their file only "
+    "to write;",
+    "- **restart**: a partition that led with nothing written rewrites its epoch checkpoint "
+    "at load (Kafka's `truncateFromEnd`), two fsyncs each; `num.recovery.threads.per.data.dir` "
+    "(4 here, Kafka's default 1) overlaps them; a new partition's directory is fsynced at "
+    "its log's first flush, not when it is made.",
     "",
-    "At 1,000 partitions the same paths exist but do not dominate: the create is 20 s (19.5 s "
-    "in the earlier measurement); in the failover the new controller's state load is 0.3 s "
-    "and its `failover_done` still counts the killed broker live (its registration not yet "
-    "expired): the rest is the session timeout (6 s) and the broker change after it.",
+    "Before, on this machine (3 brokers, RF 3, load 5-14 while other work shared it): 3,000 "
+    "partitions created in 31.3 s, controlled shutdown 4.4 s to lead nothing and 9.2 s to "
+    "exit, rejoin 12.7 s, failover 14.1 s; 6,000 (load 4-14): created in 51.2 s, 17.6 / 41.3 "
+    "s, rejoin 91.5 s, failover 71.4 s, state load 11.6 s; 10,000 did not finish creating.",
+    "",
+    "What is left at 30,000 (the issue's goals: created within 60 s, 3 s to move 10,000 "
+    "leaderships, failover within the session timeout + 5 s, a state load within 10 s, back in "
+    "every ISR within 60 s): the brokers' `LeaderAndIsr` for 30,000 partitions is still "
+    "10-20 s of Python per broker (30,000 `Partition` objects, logs and role changes, one "
+    "`became_*` line each), and the three brokers and ZooKeeper share 2 cores; a controlled "
+    "shutdown's 30,003 state writes and the survivors' `LeaderAndIsr` are the same work "
+    "again; a SIGKILLed controller's broker is seen dead only when its own registration "
+    "session expires, after the controller session.",
 ]
 """What the profile of the scale run showed (bench/scale.py does not run py-spy: attach it
 by hand to the broker pids it prints under its data dir, as that run did)."""
