@@ -51,6 +51,7 @@ from bench.side_by_side import (
     Rate,
     _cli,
     _settle_page_cache,
+    confluent_produce_seconds,
 )
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
@@ -400,29 +401,7 @@ def _loop(bootstrap: str, count: int, config: dict[str, str]) -> float:
 
 
 def _produce(bootstrap: str, count: int, config: dict[str, str]) -> float:
-    import confluent_kafka
-
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all", **config})
-    failed: list[str] = []
-
-    def delivered(err: confluent_kafka.KafkaError | None, _: confluent_kafka.Message) -> None:
-        if err is not None:
-            failed.append(str(err))
-
-    value = b"x" * RECORD_BYTES
-    producer.list_topics(TOPIC, timeout=10)  # metadata first, as perf produce has it
-    started = time.perf_counter()
-    for _ in range(count):
-        while True:
-            try:
-                producer.produce(TOPIC, value, on_delivery=delivered)
-                break
-            except BufferError:  # queue.buffering.max.messages: let deliveries drain
-                producer.poll(0.01)
-        producer.poll(0)
-    if producer.flush(120) != 0 or failed:
-        raise RuntimeError(f"confluent-kafka: {len(failed)} records failed: {failed[:3]}")
-    return time.perf_counter() - started
+    return confluent_produce_seconds(bootstrap, count, config)
 
 
 def _consume(bootstrap: str, count: int, config: dict[str, str]) -> float:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -175,6 +177,26 @@ class _ControlZk:
         return {}
 
 
+@contextlib.asynccontextmanager
+async def _controlled_manager(
+    tmp_path: Path, zk: _ControlZk, config: BrokerConfig
+) -> AsyncIterator[ReplicaManager]:
+    """A ReplicaManager (broker 1, epoch 5) over real logs and the stand-in ZooKeeper reads
+    of a LeaderAndIsr, shut down with its logs afterwards."""
+    with ThreadPoolExecutor(2) as executor:
+        log_manager = LogManager(tmp_path, LogConfig(), 1)
+        log_manager.startup()
+        manager = ReplicaManager(
+            config, log_manager, cast(BrokerZkClient, zk), MetadataCache(), executor
+        )
+        manager.broker_epoch = 5
+        try:
+            yield manager
+        finally:
+            await manager.shutdown()
+            await asyncio.get_running_loop().run_in_executor(executor, log_manager.shutdown)
+
+
 def _leader_and_isr(*tps: TopicPartition) -> pb.LeaderAndIsrRequest:
     request = pb.LeaderAndIsrRequest(controller_id=2, controller_epoch=1, broker_epoch=5)
     request.live_leaders.add(node_id=2, host="127.0.0.1", port=1)
@@ -205,32 +227,20 @@ def test_a_follower_made_before_a_failing_partition_still_fetches_and_a_repeat_r
     )
 
     async def scenario() -> None:
-        with ThreadPoolExecutor(2) as executor:
-            log_manager = LogManager(tmp_path, LogConfig(), 1)
-            log_manager.startup()
-            manager = ReplicaManager(
-                config, log_manager, cast(BrokerZkClient, zk), MetadataCache(), executor
-            )
-            manager.broker_epoch = 5
-            try:
-                answer = await manager.become_leader_or_follower(
-                    _leader_and_isr(FOLLOWED, UNREADABLE)
-                )
-                codes = {e.topic_name: e.error_code for e in answer.partition_errors}
-                assert codes == {
-                    "followed": ErrorCode.NONE,
-                    "unreadable": ErrorCode.REQUEST_TIMED_OUT,
-                }
-                assert manager._is_fetching(FOLLOWED)
-                # A fetcher that stopped on an error: the controller's repeat starts it again.
-                for fetcher in manager.fetchers.values():
-                    fetcher.remove_partitions([FOLLOWED])
-                assert not manager._is_fetching(FOLLOWED)
-                await manager.become_leader_or_follower(_leader_and_isr(FOLLOWED))
-                assert manager._is_fetching(FOLLOWED)
-            finally:
-                await manager.shutdown()
-                await asyncio.get_running_loop().run_in_executor(executor, log_manager.shutdown)
+        async with _controlled_manager(tmp_path, zk, config) as manager:
+            answer = await manager.become_leader_or_follower(_leader_and_isr(FOLLOWED, UNREADABLE))
+            codes = {e.topic_name: e.error_code for e in answer.partition_errors}
+            assert codes == {
+                "followed": ErrorCode.NONE,
+                "unreadable": ErrorCode.REQUEST_TIMED_OUT,
+            }
+            assert manager._is_fetching(FOLLOWED)
+            # A fetcher that stopped on an error: the controller's repeat starts it again.
+            for fetcher in manager.fetchers.values():
+                fetcher.remove_partitions([FOLLOWED])
+            assert not manager._is_fetching(FOLLOWED)
+            await manager.become_leader_or_follower(_leader_and_isr(FOLLOWED))
+            assert manager._is_fetching(FOLLOWED)
 
     asyncio.run(scenario())
 
@@ -540,28 +550,18 @@ def test_a_leader_and_isr_whose_caller_went_away_is_applied_to_its_end(tmp_path:
     config = BrokerConfig(broker_id=1, zookeeper_connect="unused:2181", log_dir=tmp_path)
 
     async def scenario() -> None:
-        with ThreadPoolExecutor(2) as executor:
-            log_manager = LogManager(tmp_path, LogConfig(), 1)
-            log_manager.startup()
-            manager = ReplicaManager(
-                config, log_manager, cast(BrokerZkClient, zk), MetadataCache(), executor
+        async with _controlled_manager(tmp_path, zk, config) as manager:
+            call = asyncio.ensure_future(
+                manager.become_leader_or_follower(_leader_and_isr(FOLLOWED))
             )
-            manager.broker_epoch = 5
-            try:
-                call = asyncio.ensure_future(
-                    manager.become_leader_or_follower(_leader_and_isr(FOLLOWED))
-                )
-                await asyncio.sleep(0)  # started: the check awaits ZooKeeper
-                call.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await call
-                async with manager._lock:  # the applying task holds it to its end
-                    pass
-                partition = manager.partitions[FOLLOWED]
-                assert (partition.leader_id, partition.leader_epoch) == (2, 3)
-                assert manager._is_fetching(FOLLOWED)
-            finally:
-                await manager.shutdown()
-                await asyncio.get_running_loop().run_in_executor(executor, log_manager.shutdown)
+            await asyncio.sleep(0)  # started: the check awaits ZooKeeper
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            async with manager._lock:  # the applying task holds it to its end
+                pass
+            partition = manager.partitions[FOLLOWED]
+            assert (partition.leader_id, partition.leader_epoch) == (2, 3)
+            assert manager._is_fetching(FOLLOWED)
 
     asyncio.run(scenario())
