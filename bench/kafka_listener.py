@@ -32,7 +32,6 @@ import io
 import json
 import os
 import resource
-import shutil
 import struct
 import subprocess
 import sys
@@ -49,12 +48,10 @@ from bench.side_by_side import (
     RECORD_BYTES,
     TOPIC,
     Rate,
-    _cli,
     _settle_page_cache,
     confluent_produce_seconds,
+    start_perf_cluster,
 )
-from deploy.local_cluster import LocalCluster
-from deploy.ports import free_port_block
 from proto.records.builder import RecordsBuilder
 
 ROUNDS = 2
@@ -117,23 +114,6 @@ class KafkaListenerBench:
                 b["confluent-kafka consumer"].per_s / b["perf consume"].per_s, 3
             ),
         }
-
-
-def start_cluster(work_dir: Path) -> LocalCluster:
-    """A fresh 3-broker cluster with the Kafka listener and the ``perf`` topic."""
-    data_dir = work_dir / "cluster"
-    shutil.rmtree(data_dir, ignore_errors=True)
-    base = free_port_block(7)
-    cluster = LocalCluster(data_dir)
-    cluster.up(
-        3,
-        base_port=base,
-        zookeeper_port=base + 3,
-        kafka_base_port=base + 4,
-        overrides={"min.insync.replicas": "2"},
-    )
-    _cli(data_dir, "topics", "create", TOPIC, "--partitions", "3", "--replication-factor", "3")
-    return cluster
 
 
 def _process_cpu_s(pid: int) -> float:
@@ -204,7 +184,7 @@ def client_loop() -> Rate:
 
 def measure(work_dir: Path, rounds: int = ROUNDS) -> KafkaListenerBench:
     work_dir.mkdir(parents=True, exist_ok=True)
-    cluster = start_cluster(work_dir)
+    cluster = start_perf_cluster(work_dir)
     data_dir = work_dir / "cluster"
     n, size = str(PERF_RECORDS), str(RECORD_BYTES)
     produce = ["produce", TOPIC, "--num-records", n, "--record-size", size, "--acks", "all"]

@@ -266,7 +266,10 @@ def _perf(data_dir: Path, *args: str) -> Rate:
     return Rate(out["records_per_s"], out["mb_per_s"], out.get("latency_ms", {}))
 
 
-def minibroker_perf(work_dir: Path) -> tuple[dict[str, Rate], Rate, list[str]]:
+def start_perf_cluster(work_dir: Path) -> LocalCluster:
+    """A fresh 3-broker cluster (``min.insync.replicas`` 2, the Kafka listener on) in
+    ``work_dir/cluster`` with the 3-partition RF 3 ``perf`` topic; brought down again if
+    the topic cannot be made."""
     data_dir = work_dir / "cluster"
     shutil.rmtree(data_dir, ignore_errors=True)
     base = free_port_block(7)
@@ -278,11 +281,21 @@ def minibroker_perf(work_dir: Path) -> tuple[dict[str, Rate], Rate, list[str]]:
         kafka_base_port=base + 4,
         overrides={"min.insync.replicas": "2"},
     )
+    try:
+        _cli(data_dir, "topics", "create", TOPIC, "--partitions", "3", "--replication-factor", "3")
+    except BaseException:
+        cluster.down()
+        raise
+    return cluster
+
+
+def minibroker_perf(work_dir: Path) -> tuple[dict[str, Rate], Rate, list[str]]:
+    data_dir = work_dir / "cluster"
+    cluster = start_perf_cluster(work_dir)
     n = str(PERF_RECORDS)
     size = str(RECORD_BYTES)
     produce = ["produce", TOPIC, "--num-records", n, "--record-size", size]
     try:
-        _cli(data_dir, "topics", "create", TOPIC, "--partitions", "3", "--replication-factor", "3")
         # The ceiling first, on logs as empty as perf produce's first run finds them, and
         # every run after the page cache settled (_settle_page_cache).
         _settle_page_cache()

@@ -1032,20 +1032,19 @@ class ControllerZkClient(KafkaZkClient):
         grouped = await self._fenced_pipeline(
             what, [[op for item in group for op in item] for group in groups]
         )
-        failed = [
-            group
-            for group, results in zip(groups, grouped, strict=True)
+        failed = {
+            i
+            for i, results in enumerate(grouped)
             if any(isinstance(r, BaseException) for r in results)
-        ]
+        }
         retried = iter(
-            await self._fenced_pipeline(what, [item for group in failed for item in group])
+            await self._fenced_pipeline(what, [item for i in sorted(failed) for item in groups[i]])
             if failed
             else []
         )
         out: list[list[Any]] = []
-        failed_ids = {id(group) for group in failed}
-        for group, results in zip(groups, grouped, strict=True):
-            if id(group) in failed_ids:
+        for i, (group, results) in enumerate(zip(groups, grouped, strict=True)):
+            if i in failed:
                 out.extend(next(retried) for _ in group)
                 continue
             position = 0

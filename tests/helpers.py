@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -143,3 +144,13 @@ async def broker_methods_served(
             yield channel
     finally:
         await server.stop(None)
+
+
+def recv_exactly(sock: socket.socket, count: int) -> bytes:
+    """``count`` bytes from ``sock``, failing the test if the peer closes first."""
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data

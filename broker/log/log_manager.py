@@ -597,17 +597,10 @@ class LogManager:
                 error = e
         with self._lock:
             logs, self._logs = self._logs, {}
-        close_errors: list[OSError] = []
-
-        def close(log_: Log) -> None:
-            try:
-                log_.close()
-            except OSError as e:
-                log.error("failed to close log %s: %s", log_.topic_partition, e)
-                close_errors.append(e)
-
-        self._on_recovery_threads(close, list(logs.values()))
-        error = error or (close_errors[0] if close_errors else None)
+        try:
+            self._for_each(logs, "close", Log.close)
+        except OSError as e:
+            error = error or e
         if error is None:
             atomic_write_text(self._data_dir / CLEAN_SHUTDOWN_FILE, "")
         self._release_dir_lock()

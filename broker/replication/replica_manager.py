@@ -1589,16 +1589,11 @@ class ReplicaManager:
             )
             await self._after_lost_isr_race(partition, epoch)
             return
-        old = list(partition.isr)
-        if partition.apply_isr(isr, version):
-            self._wake(tp)
+        old = self._take_isr(partition, isr, version)
         if len(isr) < len(old):
             self.metrics.isr_shrinks.inc()
         elif len(isr) > len(old):
             self.metrics.isr_expands.inc()
-        self.metadata_cache.refresh_partition(
-            tp, PartitionInfo(self.broker_id, epoch, partition.replicas, isr)
-        )
         self._record_isr_change(tp)
         self._log(
             logging.INFO,
@@ -1608,6 +1603,18 @@ class ReplicaManager:
             zk_version=version,
             reason=repr(reason),
         )
+
+    def _take_isr(self, partition: Partition, isr: tuple[int, ...], zk_version: int) -> list[int]:
+        """The ISR as the state znode holds it at ``zk_version`` becomes the partition's
+        (and the metadata cache's); returns the ISR it had."""
+        tp = partition.topic_partition
+        old = list(partition.isr)
+        if partition.apply_isr(isr, zk_version):
+            self._wake(tp)
+        self.metadata_cache.refresh_partition(
+            tp, PartitionInfo(self.broker_id, partition.leader_epoch, partition.replicas, isr)
+        )
+        return old
 
     async def _after_lost_isr_race(self, partition: Partition, epoch: int) -> None:
         """The state znode moved on under a conditional ISR write: take what it says. If it
@@ -1625,12 +1632,7 @@ class ReplicaManager:
         if current is None or partition.leader_epoch != epoch or not partition.is_leader:
             return
         if current.leader == self.broker_id and current.leader_epoch == epoch:
-            old = list(partition.isr)
-            if partition.apply_isr(current.isr, current.zk_version):
-                self._wake(tp)
-            self.metadata_cache.refresh_partition(
-                tp, PartitionInfo(self.broker_id, epoch, partition.replicas, current.isr)
-            )
+            old = self._take_isr(partition, current.isr, current.zk_version)
             self._log(
                 logging.INFO,
                 "isr_adopted",

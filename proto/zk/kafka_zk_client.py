@@ -26,7 +26,7 @@ from kazoo.exceptions import (
 )
 
 from proto.topic_partition import TopicPartition
-from proto.zk.multi_read import MULTI_READ_MAX_PATHS, multi_read_async
+from proto.zk.multi_read import multi_read_async, multi_read_chunks
 from proto.zk.session import ZooKeeperClient
 from proto.zk.znode_reads import (
     ReadBatch,
@@ -79,10 +79,7 @@ class KafkaZkClient(ZooKeeperClient):
         :data:`MULTI_READ_MAX_PATHS` each (:mod:`proto.zk.multi_read`); one path, or a
         server without multiRead, one ``getData`` each, pipelined."""
         if len(paths) > 1 and self._multi_read:
-            chunks = [
-                list(paths[i : i + MULTI_READ_MAX_PATHS])
-                for i in range(0, len(paths), MULTI_READ_MAX_PATHS)
-            ]
+            chunks = multi_read_chunks(paths)
             outcomes = await self._pipeline(
                 what, [partial(multi_read_async, paths=chunk) for chunk in chunks]
             )

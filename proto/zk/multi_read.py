@@ -25,6 +25,7 @@ code, and the same end header.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kazoo.exceptions import EXCEPTIONS
@@ -38,7 +39,7 @@ from kazoo.protocol.serialization import (
 )
 from kazoo.protocol.states import ZnodeStat
 
-__all__ = ["MULTI_READ_MAX_PATHS", "MultiRead", "multi_read_async"]
+__all__ = ["MULTI_READ_MAX_PATHS", "MultiRead", "multi_read_async", "multi_read_chunks"]
 
 MULTI_READ_MAX_PATHS = 500
 """Paths per request: an answer of 500 partition states is about 100 KB, well inside
@@ -90,6 +91,14 @@ class MultiRead:
                 raise ValueError(f"multiRead answered an op of type {header.type}")
             header, offset = MultiHeader.deserialize(data, offset)
         return results
+
+
+def multi_read_chunks(paths: Sequence[str]) -> list[list[str]]:
+    """``paths`` cut into the requests of :data:`MULTI_READ_MAX_PATHS` each, in order."""
+    return [
+        list(paths[i : i + MULTI_READ_MAX_PATHS])
+        for i in range(0, len(paths), MULTI_READ_MAX_PATHS)
+    ]
 
 
 def multi_read_async(client: Any, paths: list[str]) -> Any:

@@ -27,7 +27,7 @@ from kazoo.exceptions import KazooException, NoNodeError, UnimplementedError
 
 from proto.topic_partition import TopicPartition
 from proto.zk.credentials import SECURE_ACL, ZkCredentials
-from proto.zk.multi_read import MULTI_READ_MAX_PATHS, multi_read_async
+from proto.zk.multi_read import multi_read_async, multi_read_chunks
 from proto.zk.session import ZkConnectionError, stop_kazoo
 from proto.zk.znode_limits import SizeCheckedKazooClient
 from proto.zk.znode_reads import (
@@ -238,10 +238,7 @@ def _get_all(zk: KazooClient, paths: Sequence[str]) -> list[GetAnswer]:
     (:mod:`proto.zk.multi_read`), else the requests sent back to back before any is awaited;
     ZooKeeper's error answers (NoNode, ...) are returned as exceptions."""
     if len(paths) > 1:
-        chunks = [
-            list(paths[i : i + MULTI_READ_MAX_PATHS])
-            for i in range(0, len(paths), MULTI_READ_MAX_PATHS)
-        ]
+        chunks = multi_read_chunks(paths)
         batched: list[GetAnswer] = []
         try:
             for result in [multi_read_async(zk, chunk) for chunk in chunks]:

@@ -33,6 +33,7 @@ from tests.helpers import (
     assert_keyed_lines_read_in_order,
     free_port_run,
     minibroker,
+    recv_exactly,
     wait_for,
 )
 from tests.kafka_group_member import GroupMember
@@ -469,15 +470,6 @@ def kafka_call(address: str, api_key: int, version: int, body: Any) -> Any:
     _, header_size = entity_reader(response_schema.__header_schema__)(frame, 0)
     response, _ = entity_reader(response_schema)(frame, header_size)
     return response
-
-
-def recv_exactly(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data
 
 
 def test_fetch_names_the_diverging_epoch_when_the_leaders_log_ends_before_the_fetch_offset(

@@ -23,6 +23,7 @@ from broker.kafka_listener.request_codec import request_schema, response_schema
 from proto.records.builder import RecordsBuilder
 from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
+from tests.helpers import recv_exactly
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -37,15 +38,6 @@ def kafka_address(cluster: Cluster, broker_id: int) -> tuple[str, int]:
     assert registered is not None
     assert registered.kafka_endpoint is not None
     return registered.kafka_endpoint
-
-
-def recv_exactly(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        assert chunk, "the broker closed the connection"
-        data += chunk
-    return data
 
 
 def batch(count: int) -> bytes:
