@@ -365,12 +365,12 @@ class BrokerConfig:
     """``default.replication.factor``: the replicas of a topic created without a factor
     (CreateTopics with -1, KIP-464) or created automatically."""
     num_partitions: int = 1
-    num_recovery_threads_per_data_dir: int = 1
-    """Threads that load the logs at startup and flush and close them at shutdown (Kafka's
-    default, 1; a broker hosting thousands of partitions restarts faster with more:
-    docs/storage.md)."""
     """``num.partitions``: the partitions of a topic created without a count or created
     automatically."""
+    num_recovery_threads_per_data_dir: int = 1
+    """``num.recovery.threads.per.data.dir``: threads that load the logs at startup and
+    flush and close them at shutdown (Kafka's default, 1; a broker hosting thousands of
+    partitions restarts faster with more: docs/storage.md)."""
     max_partitions: int = _INT32_MAX
     """``max.partitions`` (KIP-578): the most partitions the cluster may hold; CreateTopics,
     CreatePartitions and auto topic creation that would pass it are refused
