@@ -26,6 +26,7 @@ from bench import (
     audit_spark,
     failover,
     kafka_listener,
+    latency,
     log_append,
     replication,
     scale,
@@ -894,6 +895,42 @@ def _kafka_listener_section(run: _Run) -> list[str]:
     return lines
 
 
+def _latency_section(run: _Run) -> list[str]:
+    r = latency.measure(WORK_DIR / "latency")
+    run.figures["latency"] = {row.what: asdict(row) for row in r.rows}
+    lines = [
+        "## Latency at 1,000 records/s, in parts",
+        "",
+        *run.stamp,
+        "",
+        "One run (bench/latency.py), 100-byte records, a local `cluster up` (3 brokers, "
+        "`min.insync.replicas` 2), one-partition topics:",
+        "",
+        *(f"- `{c}`" for c in r.commands),
+        "",
+        "| what | p50 ms | p99 ms | max ms | samples |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in r.rows:
+        lines.append(
+            f"| {row.what} | {row.p50:.2f} | {row.p99:.2f} | {row.max:.2f} | {row.count:,} |"
+        )
+        print(f"latency: {row}")
+    by = {row.what: row for row in r.rows}
+    rf3, rf1 = by["perf produce acks=all, RF 3"], by["perf produce acks=all, RF 1"]
+    echo = by["gRPC unary echo, 100 B, one in flight"]
+    lines += [
+        "",
+        f"- the followers' round trip (acks=all RF 3 less RF 1): p50 "
+        f"{rf3.p50 - rf1.p50:.2f} ms, p99 {rf3.p99 - rf1.p99:.2f} ms",
+        f"- one gRPC request and answer between two Python processes: p50 {echo.p50:.2f} ms; "
+        f"an acks=all acknowledgement is at least four such hops (producer to leader, the "
+        f"leader's answer to a waiting follower fetch, the follower's next fetch, the answer "
+        f"to the producer): {4 * echo.p50:.2f} ms at p50 before any work",
+    ]
+    return lines
+
+
 SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "log_append": _log_append_section,
     "replication": _replication_section,
@@ -904,6 +941,7 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "tls": _tls_section,
     "side_by_side": _side_by_side_section,
     "kafka_listener": _kafka_listener_section,
+    "latency": _latency_section,
     "scale": _scale_section,
 }
 """In RESULTS.md order; log_append first, since replication quotes its raw-write figure."""

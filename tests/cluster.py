@@ -318,10 +318,25 @@ class Cluster:
 
     def consume_all(self, broker_id: int, tp: TopicPartition) -> list[tuple[int, bytes | None]]:
         """Every (offset, value) a consumer can read from the leader, up to the HW."""
+        records = self.try_consume_all(broker_id, tp, retry=frozenset())
+        assert records is not None
+        return records
+
+    def try_consume_all(
+        self,
+        broker_id: int,
+        tp: TopicPartition,
+        retry: frozenset[int] = frozenset({pb.NOT_LEADER_OR_FOLLOWER}),
+    ) -> list[tuple[int, bytes | None]] | None:
+        """:meth:`consume_all`, or None when a fetch answers an error in ``retry`` (a
+        client retries it: a leader applying a LeaderAndIsr is fenced until its new
+        epoch is recorded, while its Metadata already shows that epoch)."""
         out: list[tuple[int, bytes | None]] = []
         offset = 0
         while True:
             part = self.fetch(broker_id, tp, offset)
+            if part.error_code in retry:
+                return None
             assert part.error_code == pb.NONE, part.error_message
             if not part.records:
                 return out

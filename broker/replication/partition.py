@@ -290,7 +290,7 @@ class Partition:
         self.fenced = True
         self.fenced_because = because
 
-    def _require_leader(self) -> None:
+    def require_leader(self) -> None:
         if not self.is_leader or self.fenced:
             raise errors.NotLeaderOrFollowerError(
                 f"broker {self.local_broker_id} is not the leader of {self.topic_partition} "
@@ -311,7 +311,7 @@ class Partition:
         for acks=all, waits on like a fresh append: the first attempt may not be
         replicated yet.
         """
-        self._require_leader()
+        self.require_leader()
         min_isr = self.config.min_insync_replicas
         if required_acks == ACKS_ALL and len(self.isr) < min_isr:
             raise errors.NotEnoughReplicasError(
@@ -328,7 +328,7 @@ class Partition:
         """For the produce purgatory: None while an acks=all write at offsets below
         ``required_offset`` is still waiting for the ISR, else its error code."""
         try:
-            self._require_leader()
+            self.require_leader()
         except errors.NotLeaderOrFollowerError as err:
             return err.code
         if self._high_watermark < required_offset:
@@ -436,7 +436,7 @@ class Partition:
         offset reaches the disk with the next ``log-start-offset-checkpoint``; whole
         segments below it go with the next retention pass.
         """
-        self._require_leader()
+        self.require_leader()
         wanted = self._high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset
         if wanted < 0:
             raise errors.OffsetOutOfRangeError(
@@ -456,7 +456,7 @@ class Partition:
         (Kafka's ``lowWatermarkIfLeader``): DeleteRecords is answered once it reaches the
         offset asked for. A follower's log start offset is what its latest fetch said, -1
         before it fetched, which keeps the answer waiting until it has."""
-        self._require_leader()
+        self.require_leader()
         low = self.log.log_start_offset
         for broker_id, replica in self.remote_replicas.items():
             if is_alive(broker_id) and replica.log_start_offset < low:

@@ -50,7 +50,7 @@ from broker.replication.truncation import TruncationMode
 from broker.zk_client import BrokerZkClient, ZkError
 from proto import errors
 from proto.config.broker_config import BrokerConfig, TopicConfig
-from proto.process.event_log import log_event
+from proto.process.event_log import capped, log_event
 from proto.records.record_batch import CorruptRecordError
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.transport.tls import TlsConfig
@@ -423,7 +423,8 @@ class ReplicaManager:
         self._log(
             logging.INFO,
             "leaderships_handed_over",
-            fenced=fenced,
+            fenced_count=len(fenced),
+            fenced=capped(fenced),
             stopped_fetching_from=fetching_from,
         )
 
@@ -1416,11 +1417,7 @@ class ReplicaManager:
                 results[tp] = FetchPartitionResult(*self._storage_error())
                 continue
             try:
-                if not partition.is_leader or partition.fenced:
-                    raise errors.NotLeaderOrFollowerError(
-                        f"broker {self.broker_id} is not the leader of {tp} "
-                        f"(leader {partition.leader_id})"
-                    )
+                partition.require_leader()
                 partition.check_leader_epoch(spec.current_leader_epoch)
                 # KIP-74: the first partition with data gets at least one whole batch, even
                 # one larger than the limits, so that a fetch can always make progress.
@@ -1744,4 +1741,9 @@ class ReplicaManager:
                 partition.fence("ZooKeeper session lost")
                 fenced.append(str(tp))
                 self._wake(tp)
-        self._log(logging.WARNING, "session_lost_fenced_leaders", partitions=fenced)
+        self._log(
+            logging.WARNING,
+            "session_lost_fenced_leaders",
+            count=len(fenced),
+            partitions=capped(fenced),
+        )

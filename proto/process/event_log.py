@@ -15,9 +15,9 @@ Example::
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-__all__ = ["event_line", "format_value", "log_event"]
+__all__ = ["capped", "event_line", "format_value", "log_event"]
 
 _QUOTE_IF = frozenset(' \t\n"=')
 
@@ -35,6 +35,14 @@ def format_value(value: object) -> str:
     if not text or not _QUOTE_IF.isdisjoint(text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     return text
+
+
+def capped(items: Sequence[object], limit: int = 50) -> list[object]:
+    """The first ``limit`` of ``items``, then ``"+N"`` for the N left out: a field naming
+    every partition of a broker holding 10,000 made one line of 150 KB."""
+    if len(items) <= limit:
+        return list(items)
+    return [*items[:limit], f"+{len(items) - limit}"]
 
 
 def event_line(component: str, event: str, fields: Mapping[str, object]) -> str:

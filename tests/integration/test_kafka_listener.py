@@ -4,6 +4,7 @@ kcat (librdkafka, from Debian), aiokafka and confluent-kafka."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import socket
@@ -19,6 +20,7 @@ import pytest
 import uvloop
 from kazoo.client import KazooClient
 from kio.index import load_response_schema
+from kio.schema.metadata.v1 import request as metadata_v1
 from kio.serial import entity_reader, entity_writer
 
 from broker.kafka_listener.messages import build
@@ -45,14 +47,42 @@ T = TypeVar("T")
 
 
 def kafka_bootstrap(cluster: Cluster) -> str:
-    """Every live broker's Kafka listener, as its registration advertises it."""
-    addresses = []
+    """Every live broker's Kafka listener, as its registration advertises it, once each
+    plaintext one's Metadata names every live broker.
+
+    A broker's Metadata lists the brokers of its last UpdateMetadata (as Kafka's does), and
+    right after start-up, under load, that can still be fewer than are registered. A client
+    told of no broker 1 waits for it: librdkafka's admin request for broker 1's configs
+    waited out its 30 s timeout in a CI run (it refreshes metadata on no such wait)."""
+    endpoints: dict[int, tuple[str, int]] = {}
     for broker_id in cluster.live():
         registered = read_registered_broker(cluster.zk, broker_id)
         endpoint = None if registered is None else registered.kafka_endpoint
         assert endpoint is not None, f"broker {broker_id} registered no Kafka listener"
-        addresses.append(f"{endpoint[0]}:{endpoint[1]}")
-    return ",".join(addresses)
+        endpoints[broker_id] = endpoint
+    for broker_id, (host, port) in endpoints.items():
+        if _kafka_plaintext(cluster, broker_id):
+            address = f"{host}:{port}"
+            wait_for(
+                functools.partial(_names_brokers, address, set(endpoints)),
+                timeout=30,
+                message=f"broker {broker_id}'s Metadata naming brokers {sorted(endpoints)}",
+            )
+    return ",".join(f"{host}:{port}" for host, port in endpoints.values())
+
+
+def _kafka_plaintext(cluster: Cluster, broker_id: int) -> bool:
+    protocols = cluster.brokers[broker_id].spec.overrides.get("listener.security.protocol.map", "")
+    return not any(
+        entry.strip().startswith("KAFKA:") and entry.strip() != "KAFKA:PLAINTEXT"
+        for entry in protocols.split(",")
+    )
+
+
+def _names_brokers(address: str, brokers: set[int]) -> bool:
+    """A Metadata v1 request for no topics names every one of ``brokers``."""
+    answer = kafka_call(address, 3, 1, metadata_v1.MetadataRequest(topics=()))
+    return {int(b.node_id) for b in answer.brokers} >= brokers
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
