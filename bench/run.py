@@ -807,6 +807,10 @@ def _scale_section(run: _Run) -> list[str]:
         row("open files per broker", resources("open_files", "d")),
         row("threads per broker", resources("threads", "d")),
         row(
+            f"CPU % of a core per broker, idle ({scale.IDLE_SECONDS:.0f} s after the create)",
+            resources("idle_cpu_pct", ".0f"),
+        ),
+        row(
             "`perf produce` records/s (acks=all) to the N-partition topic",
             lambda s: f"{s.produce[s.partitions]:,.0f}" if s.partitions in s.produce else "-",
         ),

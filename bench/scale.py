@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -76,6 +76,7 @@ BROKER_OVERRIDES = {
     "num.recovery.threads.per.data.dir": "4",
 }
 METADATA_ROUNDS = 5
+IDLE_SECONDS = 5.0
 PRODUCE_RECORDS = 200_000
 _POLL_S = 0.25
 """Between polls (each reads every state znode and asks every live broker)."""
@@ -92,6 +93,9 @@ class Resources:
     rss_mib: float
     open_files: int
     threads: int
+    idle_cpu_pct: float | None = None
+    """% of one core over :data:`IDLE_SECONDS` with nothing produced or changed: what
+    keeping N partitions replicated costs by itself (the followers' fetches)."""
 
 
 @dataclass
@@ -236,6 +240,22 @@ def _resources(pid: int) -> Resources:
         open_files=len(os.listdir(f"/proc/{pid}/fd")),
         threads=int(fields["Threads"]),
     )
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from ``/proc/<pid>/stat`` (fields 14 and 15, after the
+    parenthesised command name)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _idle_cpu_pct(pids: Mapping[int, int]) -> dict[int, float]:
+    """Each broker's CPU over :data:`IDLE_SECONDS` of an idle cluster, % of one core."""
+    before = {i: _cpu_seconds(pid) for i, pid in pids.items()}
+    t0 = time.monotonic()
+    time.sleep(IDLE_SECONDS)  # a measurement window, not a wait for a condition
+    elapsed = time.monotonic() - t0
+    return {i: (_cpu_seconds(pid) - before[i]) / elapsed * 100 for i, pid in pids.items()}
 
 
 def _metadata_ms(procs: Mapping[int, BrokerProcess]) -> float:
@@ -402,7 +422,11 @@ def _steps(
     note("create_accepted", time.monotonic() - t0)
     note("create", _poll("create", lambda: _all_led_full(zk, procs, n, every), deadline, t0))
 
-    result.resources = {i: _resources(b.pid) for i, b in procs.items() if b.pid is not None}
+    pids = {i: b.pid for i, b in procs.items() if b.pid is not None}
+    idle = _idle_cpu_pct(pids)
+    result.resources = {
+        i: replace(_resources(pid), idle_cpu_pct=idle[i]) for i, pid in pids.items()
+    }
     result.metadata_ms = _metadata_ms(procs)
     print(f"scale {n}: metadata {result.metadata_ms:.1f} ms, {result.resources}", flush=True)
     result.produce[n] = _perf_produce(grpc_bootstrap, TOPIC, deadline)
