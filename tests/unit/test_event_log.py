@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from proto.process.event_log import event_line, format_value, log_event
+from proto.process.event_log import capped, event_line, format_value, log_event
 from proto.topic_partition import TopicPartition
 
 
@@ -65,3 +65,10 @@ def test_log_event_attaches_the_exception_being_handled(caplog: pytest.LogCaptur
     [record] = caplog.records
     assert record.exc_info is not None
     assert record.exc_info[0] is RuntimeError
+
+
+def test_a_long_list_is_capped_with_a_count_of_what_was_left_out() -> None:
+    names = [f"t-{i}" for i in range(120)]
+    assert capped(names[:50]) == names[:50]
+    assert capped(names) == [*names[:50], "+70"]
+    assert format_value(capped(names, limit=2)) == "[t-0,t-1,+118]"
