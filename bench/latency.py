@@ -1,5 +1,5 @@
 """Latency at a low rate, in parts: what an acks=all acknowledgement and an end-to-end
-delivery cost on this machine, hop by hop (issue 29, item 5).
+delivery cost on this machine, hop by hop.
 
 One 3-broker cluster (``cluster up``, ``min.insync.replicas`` 2), two topics of one
 partition (RF 3, and RF 1 for the path without followers), and:
