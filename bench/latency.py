@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +27,11 @@ from pathlib import Path
 import grpc
 import uvloop
 
-from bench.cli_runner import REPO
 from bench.echo_server import CHANNEL_OPTIONS, SERVICE
-from bench.side_by_side import _cli, _settle_page_cache, start_perf_cluster
+from bench.side_by_side import _cli, _settle_page_cache, echo_server, start_perf_cluster
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections, parse_bootstrap
 from client.producer import Producer, ProducerConfig
-from deploy.ports import free_port_block
 from proto.topic_partition import TopicPartition
 
 RATE = 1000
@@ -103,21 +99,8 @@ async def _echo_latency(port: int) -> list[float]:
 
 
 def grpc_echo_latency() -> list[float]:
-    port = free_port_block(1)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.echo_server", str(port)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        if server.stdout.readline().strip() != "ready":
-            raise RuntimeError("the echo server did not start")
+    with echo_server() as port:
         return uvloop.run(_echo_latency(port))
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 async def _end_to_end(bootstrap: str, topic: str) -> list[float]:

@@ -23,6 +23,7 @@ Every figure goes to ``bench/results.json`` too (:func:`SideBySide.figures`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -31,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,9 @@ async def _echo(port: int, size: int, streaming: bool, in_flight: int = 4) -> Ra
     return Rate(done / elapsed, done * size / elapsed / 1e6, note="messages/s")
 
 
-def grpc_echo() -> dict[str, Rate]:
+@contextlib.contextmanager
+def echo_server() -> Iterator[int]:
+    """bench/echo_server.py in its own process, ready; yields its port."""
     port = free_port_block(1)
     server = subprocess.Popen(
         [sys.executable, "-m", "bench.echo_server", str(port)],
@@ -188,15 +191,20 @@ def grpc_echo() -> dict[str, Rate]:
         assert server.stdout is not None
         if server.stdout.readline().strip() != "ready":
             raise RuntimeError("the echo server did not start")
+        yield port
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def grpc_echo() -> dict[str, Rate]:
+    with echo_server() as port:
         results = {}
         for size, label in ((16 * 1024, "16 KiB"), (1024 * 1024, "1 MiB")):
             for streaming in (False, True):
                 kind = "stream" if streaming else "unary"
                 results[f"grpc echo {kind} {label}"] = uvloop.run(_echo(port, size, streaming))
         return results
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 async def _raw_batches(bootstrap: str, partitions: int) -> Rate:
