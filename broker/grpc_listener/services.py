@@ -39,10 +39,10 @@ from broker.grpc_listener.request_parsing import (
 )
 from broker.metadata_cache import MetadataCache
 from broker.quotas.client_quota_manager import ANONYMOUS, ClientQuotas
+from broker.replication.fetch_session import FetchSessionState, FetchSpec
 from broker.replication.replica_manager import (
     AppendedRecords,
     FetchPartitionResult,
-    FetchSpec,
     ProduceResult,
     ReplicaManager,
 )
@@ -277,9 +277,16 @@ class BrokerService(pb_grpc.BrokerServicer):
         await _delay(response.throttle_time_ms)  # a unary call: its answer is what waits
         return response
 
-    async def _fetch(self, request: pb.FetchRequest, session: Session) -> pb.FetchResponse:
+    async def _fetch(
+        self,
+        request: pb.FetchRequest,
+        session: Session,
+        fetch_session: FetchSessionState | None = None,
+    ) -> pb.FetchResponse:
         if request.max_wait_ms < 0 or request.min_bytes < 0 or request.max_bytes < 0:
             raise MalformedRequestError("max_wait_ms, min_bytes and max_bytes must be >= 0")
+        if request.incremental and fetch_session is None:
+            raise MalformedRequestError("an incremental fetch needs a FetchSession stream")
         # A replica's fetch is authorized as a cluster action, a consumer's needs Read.
         read = {t.topic for t in request.topics if request.replica_id < 0}
         denied = self.authorizer.denied(session, AclOperation.READ, read)
@@ -313,9 +320,18 @@ class BrokerService(pb_grpc.BrokerServicer):
         if quotas is not None and request.replica_id < 0 and quotas.fetch.quotas_enabled:
             cap = quotas.fetch.max_value_in_window(ANONYMOUS, request.client_id)
             max_bytes = max(min(max_bytes, int(min(cap, 2**31 - 1))), 1)
-        results = await self.replica_manager.fetch_messages(
-            request.replica_id, request.max_wait_ms, request.min_bytes, max_bytes, specs
-        )
+        if fetch_session is None:
+            results = await self.replica_manager.fetch_messages(
+                request.replica_id, request.max_wait_ms, request.min_bytes, max_bytes, specs
+            )
+        else:
+            forgotten = [
+                TopicPartition(t.topic, p) for t in request.forgotten_topics for p in t.partitions
+            ]
+            results = await self.replica_manager.fetch_in_session(
+                fetch_session, request.max_wait_ms, request.min_bytes, max_bytes, specs, forgotten
+            )
+            order = [tp for tp in order if tp in refused] + list(results)
         results.update(refused)
         response = pb.FetchResponse(error_code=pb.NONE)
         for name, tps in by_topic(order).items():
@@ -345,29 +361,40 @@ class BrokerService(pb_grpc.BrokerServicer):
         """Fetch requests as a stream (see the proto), each answered in turn exactly as
         :meth:`Fetch` answers it. The first request's ``replica_id`` is the session's: a
         replica's session is authorized once, as that broker, and a request naming another
-        replica ends the session with INVALID_ARGUMENT."""
+        replica ends the session with INVALID_ARGUMENT. Incremental requests make the stream
+        an incremental fetch session (KIP-227, broker/replication/fetch_session.py)."""
         replica_id: int | None = None
         session = self.authorizer.session(context)
-        async for request in request_iterator:
-            started = time.perf_counter()
-            if replica_id is None:
-                replica_id = request.replica_id
-                if replica_id >= 0:
-                    await self.authorizer.authorize_cluster_action(
-                        context, "FetchSession", as_broker=replica_id
+        fetch_session: FetchSessionState | None = None
+        try:
+            async for request in request_iterator:
+                started = time.perf_counter()
+                if replica_id is None:
+                    replica_id = request.replica_id
+                    if replica_id >= 0:
+                        await self.authorizer.authorize_cluster_action(
+                            context, "FetchSession", as_broker=replica_id
+                        )
+                elif request.replica_id != replica_id:
+                    await context.abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"FetchSession: a session fetches for one replica_id: it began as "
+                        f"{replica_id}, this request says {request.replica_id}",
                     )
-            elif request.replica_id != replica_id:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"FetchSession: a session fetches for one replica_id: it began as "
-                    f"{replica_id}, this request says {request.replica_id}",
+                if request.incremental and fetch_session is None:
+                    fetch_session = self.replica_manager.open_fetch_session(replica_id)
+                elif not request.incremental and fetch_session is not None:
+                    self.replica_manager.close_fetch_session(fetch_session)
+                    fetch_session = None
+                response = await guarded(
+                    context, "FetchSession", partial(self._fetch, request, session, fetch_session)
                 )
-            response = await guarded(
-                context, "FetchSession", partial(self._fetch, request, session)
-            )
-            await context.write(response)
-            self._observe("Fetch", started)
-            await _delay(response.throttle_time_ms)  # the session's next request waits it out
+                await context.write(response)
+                self._observe("Fetch", started)
+                await _delay(response.throttle_time_ms)  # the next request waits it out
+        finally:
+            if fetch_session is not None:
+                self.replica_manager.close_fetch_session(fetch_session)
 
     async def OffsetsForLeaderEpoch(
         self,

@@ -43,7 +43,8 @@ from broker.kafka_listener.wire_request import (
     session_of,
 )
 from broker.metadata_cache import MetadataCache
-from broker.replication.replica_manager import AppendedRecords, FetchSpec, ReplicaManager
+from broker.replication.fetch_session import FetchSpec
+from broker.replication.replica_manager import AppendedRecords, ReplicaManager
 from broker.request_handlers import (
     ACKS_VALUES,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,

@@ -354,6 +354,20 @@ class Partition:
         )
         return self.maybe_increment_high_watermark()
 
+    def touch_follower(
+        self, replica_id: int, fetch_offset: int, log_start_offset: int, now_ms: int
+    ) -> None:
+        """Record a fetch that did not read this partition (a fetch session's, with nothing
+        new here since the last read): the follower's fetch state as of ``now_ms``, without
+        the HW check, as an unchanged partition cannot move the HW."""
+        if not self.is_leader:
+            return
+        replica = self.remote_replicas.get(replica_id)
+        if replica is not None:
+            replica.update_fetch_state(
+                fetch_offset, log_start_offset, self.log.log_end_offset, now_ms
+            )
+
     def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
         """The ISR with ``replica_id`` added, if that follower may rejoin now.
 

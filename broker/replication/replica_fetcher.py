@@ -12,7 +12,10 @@ state per partition it follows on that broker and loops:
    batches are appended with the leader's offsets and epochs, then the follower's HW
    becomes ``min(leader HW, own LEO)``. The fetches travel over one ``FetchSession``
    stream to the leader (:class:`proto.transport.fetch_session.FetchSession`), a request and its
-   answer at a time, as unary Fetch calls would, at about half the CPU per fetch.
+   answer at a time, as unary Fetch calls would, at about half the CPU per fetch. The stream
+   is an incremental fetch session (KIP-227): a request names only the partitions whose
+   fetch changed, and the leader answers only the partitions with something new; the others
+   keep the state of their last answer.
 
 A partition whose leader says FENCED_LEADER_EPOCH is **failed**: it is not fetched until a
 newer LeaderAndIsr re-adds it. Any other error (per partition, or the leader being down)
@@ -53,7 +56,7 @@ from proto import errors
 from proto.process.event_log import log_event
 from proto.records.record_batch import CorruptRecordError, parse_header
 from proto.topic_partition import TopicPartition
-from proto.transport.fetch_session import FetchSession
+from proto.transport.fetch_session import FetchSession, PartitionFetch
 from proto.transport.keepalive import CLIENT_KEEPALIVE_OPTIONS
 from proto.transport.tls import TlsConfig, aio_channel
 from proto.wire import minibroker_pb2 as pb
@@ -544,24 +547,17 @@ class ReplicaFetcher:
             replica_epoch=config.broker_epoch,
         )
         sent: dict[TopicPartition, tuple[_PartitionState, int]] = {}
-        for topic, parts in _by_topic(states).items():
-            entry = request.topics.add(topic=topic)
-            for tp in parts:
-                state = states[tp]
-                log = state.partition.log
-                fetch_offset = log.log_end_offset
-                sent[tp] = (state, fetch_offset)
-                entry.partitions.add(
-                    partition=tp.partition,
-                    current_leader_epoch=state.current_leader_epoch,
-                    fetch_offset=fetch_offset,
-                    log_start_offset=log.log_start_offset,
-                    partition_max_bytes=config.fetch_max_bytes,
-                )
+        wanted: dict[TopicPartition, PartitionFetch] = {}
+        max_bytes = config.fetch_max_bytes
+        for tp, state in states.items():
+            log = state.partition.log
+            fetch_offset = log.log_end_offset
+            sent[tp] = (state, fetch_offset)
+            wanted[tp] = (state.current_leader_epoch, fetch_offset, log.log_start_offset, max_bytes)
         assert self._session is not None
         try:
-            response = await self._session.fetch(
-                request, (config.fetch_wait_max_ms + config.request_timeout_ms) / 1000
+            response = await self._session.fetch_partitions(
+                request, wanted, (config.fetch_wait_max_ms + config.request_timeout_ms) / 1000
             )
         except asyncio.CancelledError:
             raise

@@ -333,6 +333,8 @@ class FetchRequest(_message.Message):
     TOPICS_FIELD_NUMBER: _builtins.int
     CLIENT_ID_FIELD_NUMBER: _builtins.int
     REPLICA_EPOCH_FIELD_NUMBER: _builtins.int
+    INCREMENTAL_FIELD_NUMBER: _builtins.int
+    FORGOTTEN_TOPICS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """-1 for a consumer, the follower's broker id for replication."""
     max_wait_ms: _builtins.int
@@ -342,8 +344,21 @@ class FetchRequest(_message.Message):
     client_id: _builtins.str
     replica_epoch: _builtins.int
     """The follower's registration epoch (czxid of /brokers/ids/<id>, KIP-380); -1 for consumers."""
+    incremental: _builtins.bool
+    """KIP-227, on a FetchSession stream only (a unary Fetch with it is INVALID_ARGUMENT). The
+    first incremental request of a stream names every partition the session fetches and is
+    answered for all of them. Each later one names only the partitions added or changed
+    (fetch offset, log start offset, leader epoch, max bytes) since the previous request,
+    and `forgotten_topics` the ones to drop; the others are fetched again at the offsets last
+    named. Its answer holds the partitions named in the request and those with records, an
+    error, or a high watermark, log start offset, log end offset or leader epoch other than
+    the session's last answer for them. A partition answered with an error leaves the
+    session (named again, it is fetched again). A request without it ends the session.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopic]: ...
+    @_builtins.property
+    def forgotten_topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ForgottenTopic]: ...
     def __init__(
         self,
         *,
@@ -354,14 +369,39 @@ class FetchRequest(_message.Message):
         topics: _abc.Iterable[Global___FetchTopic] | None = ...,
         client_id: _builtins.str = ...,
         replica_epoch: _builtins.int = ...,
+        incremental: _builtins.bool = ...,
+        forgotten_topics: _abc.Iterable[Global___ForgottenTopic] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "forgotten_topics", b"forgotten_topics", "incremental", b"incremental", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
+
+@_typing.final
+class ForgottenTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partitions: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ForgottenTopic: _TypeAlias = ForgottenTopic  # noqa: Y015
 
 @_typing.final
 class FetchTopic(_message.Message):

@@ -143,6 +143,9 @@ class BrokerServicer:
         answered by one FetchResponse, in order, exactly as Fetch answers it (long poll, the
         follower's fetch offset moving the HW); the next request is sent after the answer. A
         session speaks for one replica_id throughout. Cheaper than a unary call per fetch.
+        With `incremental` set (KIP-227) the stream is also a fetch session: the broker
+        remembers its partitions, a request names only what changed and an answer only the
+        partitions with something new (see FetchRequest.incremental).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -68,6 +68,9 @@ class BrokerStub:
     answered by one FetchResponse, in order, exactly as Fetch answers it (long poll, the
     follower's fetch offset moving the HW); the next request is sent after the answer. A
     session speaks for one replica_id throughout. Cheaper than a unary call per fetch.
+    With `incremental` set (KIP-227) the stream is also a fetch session: the broker
+    remembers its partitions, a request names only what changed and an answer only the
+    partitions with something new (see FetchRequest.incremental).
     """
     OffsetsForLeaderEpoch: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.OffsetsForLeaderEpochRequest, _minibroker_pb2.OffsetsForLeaderEpochResponse]
     """KIP-101/KIP-279: the end offset of the largest leader epoch <= the one asked."""
@@ -129,6 +132,9 @@ class BrokerAsyncStub(BrokerStub):
     answered by one FetchResponse, in order, exactly as Fetch answers it (long poll, the
     follower's fetch offset moving the HW); the next request is sent after the answer. A
     session speaks for one replica_id throughout. Cheaper than a unary call per fetch.
+    With `incremental` set (KIP-227) the stream is also a fetch session: the broker
+    remembers its partitions, a request names only what changed and an answer only the
+    partitions with something new (see FetchRequest.incremental).
     """
     OffsetsForLeaderEpoch: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.OffsetsForLeaderEpochRequest, _minibroker_pb2.OffsetsForLeaderEpochResponse]  # type: ignore[assignment]
     """KIP-101/KIP-279: the end offset of the largest leader epoch <= the one asked."""
@@ -211,6 +217,9 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         answered by one FetchResponse, in order, exactly as Fetch answers it (long poll, the
         follower's fetch offset moving the HW); the next request is sent after the answer. A
         session speaks for one replica_id throughout. Cheaper than a unary call per fetch.
+        With `incremental` set (KIP-227) the stream is also a fetch session: the broker
+        remembers its partitions, a request names only what changed and an answer only the
+        partitions with something new (see FetchRequest.incremental).
         """
 
     @_abc_1.abstractmethod

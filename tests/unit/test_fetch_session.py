@@ -1,5 +1,6 @@
 """proto.transport.fetch_session against a real grpc.aio server: one stream, abandoned fetches,
-timeouts, and brokers without the method."""
+timeouts, brokers without the method, and what the requests of an incremental fetch session
+name."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import grpc
 import grpc.aio
 import pytest
 
-from proto.transport.fetch_session import FetchSession
+from proto.topic_partition import TopicPartition
+from proto.transport.fetch_session import FetchSession, PartitionFetch
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from tests.helpers import broker_methods_served
@@ -138,3 +140,110 @@ def test_a_broker_without_fetch_sessions_gets_unary_fetches() -> None:
 
     run(broker, scenario)
     assert (broker.sessions, broker.unary) == (0, 3)
+
+
+# -- incremental fetch sessions (KIP-227): what each request names --------------------------
+
+
+class SessionBroker(Broker):
+    """Records each request's named partitions and forgotten ones; answers every named
+    partition, with UNKNOWN_TOPIC_OR_PARTITION for partition 9; a fetch offset of -1
+    is never answered."""
+
+    def __init__(self, *, sessions: bool = True) -> None:
+        super().__init__(sessions=sessions)
+        self.requests: list[tuple[bool, dict[int, int], list[int]]] = []
+        """(incremental, {partition: fetch offset}, forgotten partitions) per request."""
+
+    def answer(self, request: pb.FetchRequest) -> pb.FetchResponse:  # type: ignore[override]
+        named = {p.partition: p.fetch_offset for t in request.topics for p in t.partitions}
+        forgotten = [p for t in request.forgotten_topics for p in t.partitions]
+        self.requests.append((request.incremental, named, forgotten))
+        response = pb.FetchResponse()
+        topic = response.responses.add(topic="t")
+        for partition, offset in named.items():
+            code = pb.UNKNOWN_TOPIC_OR_PARTITION if partition == 9 else pb.NONE
+            topic.partitions.add(partition_index=partition, error_code=code, high_watermark=offset)
+        return response
+
+    async def FetchSession(
+        self,
+        request_iterator: AsyncIterator[pb.FetchRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        if not self.with_sessions:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        self.sessions += 1
+        async for request in request_iterator:
+            if any(p.fetch_offset < 0 for t in request.topics for p in t.partitions):
+                await asyncio.Event().wait()
+            await context.write(self.answer(request))
+
+
+def wanted(**offsets: int) -> dict[TopicPartition, PartitionFetch]:
+    return {TopicPartition("t", int(p[1:])): (3, o, 0, 1024) for p, o in offsets.items()}
+
+
+HEADER = pb.FetchRequest(replica_id=2, max_wait_ms=0)
+
+
+def test_a_session_names_everything_first_then_only_changes_and_what_it_drops() -> None:
+    broker = SessionBroker()
+
+    async def scenario(session: FetchSession) -> None:
+        await session.fetch_partitions(HEADER, wanted(p0=0, p1=0, p2=0), 5)
+        await session.fetch_partitions(HEADER, wanted(p0=0, p1=0, p2=0), 5)
+        await session.fetch_partitions(HEADER, wanted(p0=5, p1=0, p2=0), 5)
+        await session.fetch_partitions(HEADER, wanted(p0=5, p2=0), 5)
+        await session.fetch_partitions(HEADER, wanted(p0=5, p1=7, p2=0), 5)
+
+    run(broker, scenario)
+    assert broker.requests == [
+        (True, {0: 0, 1: 0, 2: 0}, []),
+        (True, {}, []),
+        (True, {0: 5}, []),
+        (True, {}, [1]),
+        (True, {1: 7}, []),
+    ]
+    assert broker.sessions == 1
+
+
+def test_a_new_stream_starts_a_new_session_named_in_full() -> None:
+    broker = SessionBroker()
+
+    async def scenario(session: FetchSession) -> None:
+        await session.fetch_partitions(HEADER, wanted(p0=0, p1=0), 5)
+        with pytest.raises(TimeoutError):  # the stream is abandoned with its session
+            await session.fetch_partitions(HEADER, wanted(p0=-1, p1=0), 0.2)
+        await session.fetch_partitions(HEADER, wanted(p0=1, p1=0), 5)
+
+    run(broker, scenario)
+    assert broker.requests == [(True, {0: 0, 1: 0}, []), (True, {0: 1, 1: 0}, [])]
+    assert broker.sessions == 2
+
+
+def test_a_partition_answered_with_an_error_is_named_again() -> None:
+    broker = SessionBroker()
+
+    async def scenario(session: FetchSession) -> None:
+        for _ in range(3):
+            await session.fetch_partitions(HEADER, wanted(p0=0, p9=0), 5)
+
+    run(broker, scenario)
+    assert broker.requests == [
+        (True, {0: 0, 9: 0}, []),
+        (True, {9: 0}, []),
+        (True, {9: 0}, []),
+    ]
+
+
+def test_a_broker_without_fetch_sessions_is_asked_in_full_every_time() -> None:
+    broker = SessionBroker(sessions=False)
+
+    async def scenario(session: FetchSession) -> None:
+        await session.fetch_partitions(HEADER, wanted(p0=0, p1=0), 5)
+        await session.fetch_partitions(HEADER, wanted(p0=1, p1=0), 5)
+
+    run(broker, scenario)
+    assert broker.requests == [(False, {0: 0, 1: 0}, []), (False, {0: 1, 1: 0}, [])]
+    assert broker.unary == 2

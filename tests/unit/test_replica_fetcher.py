@@ -56,6 +56,31 @@ FETCHER_LOGGER = "broker.replication.replica_fetcher"
 # -- the stand-in leader ---------------------------------------------------------------------
 
 
+def _session_request(
+    request: pb.FetchRequest, session: dict[TopicPartition, pb.FetchPartition]
+) -> pb.FetchRequest:
+    """An incremental request applied to ``session`` (the partitions the stream's session
+    holds), as the full request of every partition in it. Answering all of them, not only
+    what changed, is more than an incremental answer must hold, never less."""
+    for topic in request.forgotten_topics:
+        for partition in topic.partitions:
+            session.pop(TopicPartition(topic.topic, partition), None)
+    for topic in request.topics:
+        for part in topic.partitions:
+            session[TopicPartition(topic.topic, part.partition)] = part
+    full = pb.FetchRequest()
+    full.CopyFrom(request)
+    full.ClearField("topics")
+    full.ClearField("forgotten_topics")
+    full.incremental = False
+    topics: dict[str, pb.FetchTopic] = {}
+    for tp, part in session.items():
+        if tp.topic not in topics:
+            topics[tp.topic] = full.topics.add(topic=tp.topic)
+        topics[tp.topic].partitions.append(part)
+    return full
+
+
 class LeaderServicer(pb_grpc.BrokerServicer):
     """Fetch and OffsetsForLeaderEpoch, answered from real leader-side partitions."""
 
@@ -86,8 +111,18 @@ class LeaderServicer(pb_grpc.BrokerServicer):
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> None:
         self.sessions += 1
+        session: dict[TopicPartition, pb.FetchPartition] = {}
         async for request in request_iterator:
-            await context.write(await self._fetch(request))
+            if request.incremental:  # KIP-227: fetch the whole session, answer all of it
+                request = _session_request(request, session)
+            response = await self._fetch(request)
+            for topic_response in response.responses:
+                for data in topic_response.partitions:
+                    if data.error_code != ErrorCode.NONE:
+                        session.pop(
+                            TopicPartition(topic_response.topic, data.partition_index), None
+                        )
+            await context.write(response)
 
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -15,8 +15,9 @@ import pytest
 from broker.log.log import Log
 from broker.log.log_manager import LogManager
 from broker.metadata_cache import MetadataCache, PartitionInfo
+from broker.replication.fetch_session import FetchSpec
 from broker.replication.partition import LeadershipState, Partition
-from broker.replication.replica_manager import FetchSpec, ReplicaManager
+from broker.replication.replica_manager import ReplicaManager
 from broker.zk_client import BrokerZkClient, ZkSessionExpiredError
 from proto.config.broker_config import BrokerConfig
 from proto.config.log_config import LogConfig
