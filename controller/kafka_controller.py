@@ -698,7 +698,13 @@ class KafkaController:
     ) -> set[TopicPartition]:
         """Elect new leaders for the partitions the dead brokers led and take them out of
         the ISR of the others (Kafka's ``onBrokerFailure``: OfflinePartition then
-        OfflineReplica transitions, written here as one state change per partition)."""
+        OfflineReplica transitions, written here as one state change per partition).
+
+        The partitions without a live leader come first: their states are written and
+        their requests sent (in a batch of their own) before the ISRs of the others are
+        written, which at RF 3 are twice as many, as Kafka elects the offline partitions
+        before it takes the dead replicas offline. ``batch`` gets the requests of the
+        others."""
         ctx = self._ctx
         gone = set(dead)
         affected = sorted(
@@ -711,7 +717,20 @@ class KafkaController:
         def decide(tp: TopicPartition, current: PartitionState) -> PartitionStateData | None:
             return self._after_failure(tp, current, gone, tp.topic in unclean)
 
-        return await self._change_states(affected, decide, batch)
+        leaderless = [
+            tp
+            for tp in affected
+            if ctx.partition_states[tp].leader in gone
+            or ctx.partition_states[tp].leader == LEADER_NONE
+        ]
+        first = ControllerBrokerRequestBatch()
+        changed = await self._change_states(leaderless, decide, first)
+        if changed:
+            first.add_update_metadata(ALL_LIVE_BROKERS, self.leaderships(changed))
+            self.send(first)
+        first_step = set(leaderless)
+        rest = [tp for tp in affected if tp not in first_step]
+        return changed | await self._change_states(rest, decide, batch)
 
     def _after_failure(
         self, tp: TopicPartition, current: PartitionState, gone: set[int], unclean: bool

@@ -79,6 +79,7 @@ def _delete_on_leader(
     except OSError as err:
         replica_manager.mark_log_dir_offline(err, "delete_records")
         return _failed(pb.KAFKA_STORAGE_ERROR, f"log directory I/O error: {err}")
+    replica_manager.partition_changed(tp)  # the followers' fetch sessions answer it
     log_event(
         logger,
         logging.INFO,

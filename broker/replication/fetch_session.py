@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.replication.partition import SessionClock
 from proto.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ class FetchSessionState:
         """False until the first request (the full one) has been answered."""
         self.last_full_read = 0.0
         """Loop time of the last fetch that read every partition of the session."""
+        self.clock = SessionClock()
+        """When the session last fetched: a follower's fetch state, for the partitions not
+        read since (``ReplicaState.session_clock``)."""
         self._answered: dict[TopicPartition, AnsweredState] = {}
         self._watched: dict[TopicPartition, tuple[int, bool]] = {}
         """Per partition, (leader epoch, is leader) at its last read: a change ends the wait."""
@@ -114,6 +118,8 @@ class FetchSessionState:
     def partition_changed(self, tp: TopicPartition, partition: Partition | None) -> None:
         if tp not in self.specs:
             return
+        if partition is not None and self.replica_id >= 0:
+            partition.settle_follower(self.replica_id)
         self._dirty.add(tp)
         if self._armed and not self._woken.is_set() and self._ends_wait(tp, partition):
             self._woken.set()

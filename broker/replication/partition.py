@@ -55,6 +55,15 @@ class LeadershipState:
     """Epoch of the controller that made this leadership decision."""
 
 
+class SessionClock:
+    """When an incremental fetch session last fetched (see ``ReplicaState.session_clock``)."""
+
+    __slots__ = ("last_fetch_ms",)
+
+    def __init__(self) -> None:
+        self.last_fetch_ms = 0
+
+
 @dataclass
 class ReplicaState:
     """A follower as its leader sees it, from that follower's fetches (Kafka's ``Replica``)."""
@@ -68,6 +77,38 @@ class ReplicaState:
     """When the follower last had everything the leader had (KAFKA-4485)."""
     last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
     last_fetch_time_ms: int = 0
+    session_clock: SessionClock | None = None
+    """Set while the partition is unchanged since the last fetch of this follower's
+    incremental fetch session that read it: each later fetch of the session fetched it too,
+    at the same offsets, and the clock says when the last one was. Kept this way, not
+    recorded per partition at every fetch, as that had been most of an idle leader's work
+    at 10,000 partitions. :meth:`settle` records those fetches when the partition changes."""
+
+    def caught_up_time_ms(self) -> int:
+        """When the follower last had everything the leader had, its session's fetches
+        included (``last_caught_up_time_ms`` once settled)."""
+        clock = self.session_clock
+        if clock is None:
+            return self.last_caught_up_time_ms
+        return self._caught_up_as_of(clock.last_fetch_ms)
+
+    def settle(self) -> None:
+        """Record the session's fetches since the last one that read the partition (as
+        :meth:`update_fetch_state` would have at the last of them), and stop counting them."""
+        clock = self.session_clock
+        if clock is None:
+            return
+        self.session_clock = None
+        if clock.last_fetch_ms > self.last_fetch_time_ms:
+            self.last_caught_up_time_ms = self._caught_up_as_of(clock.last_fetch_ms)
+            self.last_fetch_time_ms = clock.last_fetch_ms
+
+    def _caught_up_as_of(self, fetch_ms: int) -> int:
+        """A fetch at ``fetch_ms`` from the same offset as the last one, the leader's LEO
+        unchanged since: caught up then if it was caught up at the last one."""
+        if self.log_end_offset >= self.last_fetch_leader_log_end_offset:
+            return max(self.last_caught_up_time_ms, fetch_ms)
+        return self.last_caught_up_time_ms
 
     def update_fetch_state(
         self, fetch_offset: int, log_start_offset: int, leader_log_end_offset: int, now_ms: int
@@ -79,6 +120,7 @@ class ReplicaState:
         keeps a follower that fetches continuously under a steady write load in sync even
         though it is never exactly at the LEO.
         """
+        self.settle()
         if fetch_offset >= leader_log_end_offset:
             self.last_caught_up_time_ms = max(self.last_caught_up_time_ms, now_ms)
         elif fetch_offset >= self.last_fetch_leader_log_end_offset:
@@ -89,6 +131,7 @@ class ReplicaState:
         self.last_fetch_time_ms = now_ms
 
     def reset(self, caught_up_time_ms: int) -> None:
+        self.session_clock = None
         self.log_end_offset = UNKNOWN_OFFSET
         self.log_start_offset = UNKNOWN_OFFSET
         self.last_caught_up_time_ms = caught_up_time_ms
@@ -354,19 +397,19 @@ class Partition:
         )
         return self.maybe_increment_high_watermark()
 
-    def touch_follower(
-        self, replica_id: int, fetch_offset: int, log_start_offset: int, now_ms: int
-    ) -> None:
-        """Record a fetch that did not read this partition (a fetch session's, with nothing
-        new here since the last read): the follower's fetch state as of ``now_ms``, without
-        the HW check, as an unchanged partition cannot move the HW."""
-        if not self.is_leader:
-            return
+    def follow_in_session(self, replica_id: int, clock: SessionClock) -> None:
+        """The follower's fetch was just recorded by a fetch of its incremental session: its
+        session's later fetches count as fetching this partition again until it changes
+        (see ``ReplicaState.session_clock``)."""
         replica = self.remote_replicas.get(replica_id)
         if replica is not None:
-            replica.update_fetch_state(
-                fetch_offset, log_start_offset, self.log.log_end_offset, now_ms
-            )
+            replica.session_clock = clock
+
+    def settle_follower(self, replica_id: int) -> None:
+        """The partition changed: record the session fetches that did not read it."""
+        replica = self.remote_replicas.get(replica_id)
+        if replica is not None:
+            replica.settle()
 
     def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
         """The ISR with ``replica_id`` added, if that follower may rejoin now.
@@ -403,7 +446,7 @@ class Partition:
             if b != self.local_broker_id
             and (replica := self.remote_replicas.get(b)) is not None
             and replica.log_end_offset != leo
-            and now - replica.last_caught_up_time_ms > lag
+            and now - replica.caught_up_time_ms() > lag
         }
         if not out_of_sync:
             return None
@@ -429,7 +472,7 @@ class Partition:
         lag = self.config.replica_lag_time_max_ms
         new_hw = self.log.log_end_offset
         for broker_id, replica in self.remote_replicas.items():
-            if broker_id in self.isr or now - replica.last_caught_up_time_ms <= lag:
+            if broker_id in self.isr or now - replica.caught_up_time_ms() <= lag:
                 new_hw = min(new_hw, replica.log_end_offset)
         if new_hw > self._high_watermark:
             old = self._high_watermark

@@ -177,14 +177,40 @@ def test_an_idle_follower_stays_caught_up_without_being_read(tmp_path: Path) -> 
                 clock.now_ms += LAG_MS * 3 // 5
                 assert await fetch(manager, session) == {}
             partition = manager.partitions[TPS[0]]
-            assert partition.remote_replicas[FOLLOWER].last_caught_up_time_ms == clock.now_ms
+            replica = partition.remote_replicas[FOLLOWER]
+            assert replica.caught_up_time_ms() == clock.now_ms
+            last_fetch = clock.now_ms
+            clock.now_ms += 100
             await append(manager, TPS[0], b"after a long quiet")
-            clock.now_ms += 1
+            assert (replica.session_clock, replica.last_caught_up_time_ms) == (None, last_fetch)
             assert partition.isr_to_shrink() is None
             assert partition.high_watermark == 0
             answer = await fetch(manager, session)
             assert values(answer[TPS[0]]) == [b"after a long quiet"]
             await fetch(manager, session, {TPS[0]: spec(1)})
             assert partition.high_watermark == 1
+
+    asyncio.run(main())
+
+
+def test_a_follower_behind_is_not_caught_up_by_its_sessions_fetches(tmp_path: Path) -> None:
+    """The fetches that do not read a partition count as fetches from the offset last named:
+    a follower that named an offset below the leader's log end and then nothing new stays
+    behind, and leaves the ISR after the lag time."""
+
+    async def main() -> None:
+        clock = _Clock()
+        with leader(tmp_path, clock) as manager:
+            await append(manager, TPS[0], b"never taken")
+            session = manager.open_fetch_session(FOLLOWER)
+            await fetch(manager, session, {tp: spec(0) for tp in TPS})
+            partition = manager.partitions[TPS[0]]
+            behind_since = partition.remote_replicas[FOLLOWER].caught_up_time_ms()
+            for _ in range(3):
+                clock.now_ms += LAG_MS // 2
+                await fetch(manager, session)
+            assert partition.remote_replicas[FOLLOWER].caught_up_time_ms() == behind_since
+            assert partition.isr_to_shrink() == (1,)
+            assert manager.partitions[TPS[1]].isr_to_shrink() is None  # caught up, at its end
 
     asyncio.run(main())

@@ -62,12 +62,12 @@ def _session_request(
     """An incremental request applied to ``session`` (the partitions the stream's session
     holds), as the full request of every partition in it. Answering all of them, not only
     what changed, is more than an incremental answer must hold, never less."""
-    for topic in request.forgotten_topics:
-        for partition in topic.partitions:
-            session.pop(TopicPartition(topic.topic, partition), None)
+    for forgotten in request.forgotten_topics:
+        for index in forgotten.partitions:
+            session.pop(TopicPartition(forgotten.topic, index), None)
     for topic in request.topics:
-        for part in topic.partitions:
-            session[TopicPartition(topic.topic, part.partition)] = part
+        for named in topic.partitions:
+            session[TopicPartition(topic.topic, named.partition)] = named
     full = pb.FetchRequest()
     full.CopyFrom(request)
     full.ClearField("topics")
