@@ -79,20 +79,22 @@ class FetchSessionState:
 
     # -- the fetcher's requests --------------------------------------------------------------
 
-    def update(
-        self, changed: Mapping[TopicPartition, FetchSpec], forgotten: Iterable[TopicPartition]
-    ) -> tuple[list[TopicPartition], list[TopicPartition]]:
-        """Apply a request: (partitions new to the session, partitions that left it)."""
+    def name(self, changed: Mapping[TopicPartition, FetchSpec]) -> list[TopicPartition]:
+        """Apply a request's named partitions; returns those new to the session."""
+        joined = [tp for tp in changed if tp not in self.specs]
+        self.specs.update(changed)
+        return joined
+
+    def forget(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Drop partitions from the session; returns those it held."""
         left = []
-        for tp in forgotten:
+        for tp in tps:
             if self.specs.pop(tp, None) is not None:
                 left.append(tp)
                 self._answered.pop(tp, None)
                 self._watched.pop(tp, None)
                 self._dirty.discard(tp)
-        joined = [tp for tp in changed if tp not in self.specs]
-        self.specs.update(changed)
-        return joined, left
+        return left
 
     def take_dirty(self) -> set[TopicPartition]:
         """The partitions changed since the last call (those still in the session)."""

@@ -546,14 +546,16 @@ class ReplicaFetcher:
             client_id=f"replica-fetcher-{config.local_broker_id}",
             replica_epoch=config.broker_epoch,
         )
-        sent: dict[TopicPartition, tuple[_PartitionState, int]] = {}
-        wanted: dict[TopicPartition, PartitionFetch] = {}
         max_bytes = config.fetch_max_bytes
-        for tp, state in states.items():
-            log = state.partition.log
-            fetch_offset = log.log_end_offset
-            sent[tp] = (state, fetch_offset)
-            wanted[tp] = (state.current_leader_epoch, fetch_offset, log.log_start_offset, max_bytes)
+        wanted: dict[TopicPartition, PartitionFetch] = {
+            tp: (
+                state.current_leader_epoch,
+                state.partition.log.log_end_offset,
+                state.partition.log.log_start_offset,
+                max_bytes,
+            )
+            for tp, state in states.items()
+        }
         assert self._session is not None
         try:
             response = await self._session.fetch_partitions(
@@ -562,20 +564,20 @@ class ReplicaFetcher:
         except asyncio.CancelledError:
             raise
         except Exception as err:
-            self._rpc_failed("Fetch", err, (s for s, _ in sent.values()))
+            self._rpc_failed("Fetch", err, states.values())
             return
         self._rpc_succeeded()
         if response.error_code != ErrorCode.NONE:
             self._log(logging.WARNING, "fetch-error", code=_code_name(response.error_code))
-            self._back_off(s for s, _ in sent.values())
+            self._back_off(states.values())
             return
         for topic_response in response.responses:
             for data in topic_response.partitions:
                 tp = TopicPartition(topic_response.topic, data.partition_index)
-                entry_sent = sent.pop(tp, None)
-                if entry_sent is None:
+                state = states.pop(tp, None)  # each partition once, whatever the answer says
+                if state is None:
                     continue
-                state, fetch_offset = entry_sent
+                fetch_offset = wanted[tp][1]
                 if (
                     not self._current(tp, state, FetchPhase.FETCHING)
                     or state.partition.log_end_offset != fetch_offset

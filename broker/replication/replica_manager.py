@@ -1435,13 +1435,11 @@ class ReplicaManager:
         self._forget_in_session(session, list(session.specs))
 
     def _forget_in_session(self, session: FetchSessionState, tps: list[TopicPartition]) -> None:
-        session.update({}, tps)
-        for tp in tps:
-            sessions = self._fetch_sessions.get(tp)
-            if sessions is not None and session in sessions:
-                sessions.remove(session)
-                if not sessions:
-                    del self._fetch_sessions[tp]
+        for tp in session.forget(tps):
+            sessions = self._fetch_sessions[tp]
+            sessions.remove(session)
+            if not sessions:
+                del self._fetch_sessions[tp]
 
     async def fetch_in_session(
         self,
@@ -1462,8 +1460,7 @@ class ReplicaManager:
         with records, an error, or offsets or an epoch other than the last answer (all of
         them in the first answer)."""
         self._forget_in_session(session, forgotten)
-        joined, _ = session.update(changed, ())
-        for tp in joined:
+        for tp in session.name(changed):
             self._fetch_sessions.setdefault(tp, []).append(session)
         first = not session.started
         fetch_ms = self.clock_ms()
@@ -1508,7 +1505,7 @@ class ReplicaManager:
         if read_all:
             wanted = specs
         else:
-            wanted = {tp: named[tp] for tp in named}
+            wanted = dict(named)
             for tp in dirty:
                 spec = specs.get(tp)
                 if spec is not None:

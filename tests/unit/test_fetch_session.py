@@ -45,9 +45,13 @@ class Broker:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         self.sessions += 1
         async for request in request_iterator:
-            if request.topics[0].partitions[0].fetch_offset < 0:
+            if self.never_answered(request):
                 await asyncio.Event().wait()
             await context.write(self.answer(request))
+
+    @staticmethod
+    def never_answered(request: pb.FetchRequest) -> bool:
+        return request.topics[0].partitions[0].fetch_offset < 0
 
     async def Fetch(
         self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -166,18 +170,9 @@ class SessionBroker(Broker):
             topic.partitions.add(partition_index=partition, error_code=code, high_watermark=offset)
         return response
 
-    async def FetchSession(
-        self,
-        request_iterator: AsyncIterator[pb.FetchRequest],
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> None:
-        if not self.with_sessions:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
-        self.sessions += 1
-        async for request in request_iterator:
-            if any(p.fetch_offset < 0 for t in request.topics for p in t.partitions):
-                await asyncio.Event().wait()
-            await context.write(self.answer(request))
+    @staticmethod
+    def never_answered(request: pb.FetchRequest) -> bool:
+        return any(p.fetch_offset < 0 for t in request.topics for p in t.partitions)
 
 
 def wanted(**offsets: int) -> dict[TopicPartition, PartitionFetch]:

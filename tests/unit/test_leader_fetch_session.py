@@ -14,21 +14,16 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import cast
 
 from broker.log.log import Log
-from broker.log.log_manager import LogManager
-from broker.metadata_cache import MetadataCache
 from broker.replication.fetch_session import FetchSessionState, FetchSpec
 from broker.replication.partition import LeadershipState, Partition, PartitionConfig
 from broker.replication.replica_manager import FetchPartitionResult, ReplicaManager
-from broker.zk_client import BrokerZkClient
-from proto.config.broker_config import BrokerConfig
 from proto.config.log_config import LogConfig
 from proto.records.record_batch import Record, decode_batch, encode_batch
 from proto.topic_partition import TopicPartition
 from proto.wire.minibroker_pb2 import ErrorCode
-from tests.unit.test_replica_manager import _LeasedZk
+from tests.unit.test_replica_manager import empty_replica_manager
 
 TPS = [TopicPartition("session", i) for i in range(3)]
 FOLLOWER = 2
@@ -46,16 +41,8 @@ class _Clock:
 @contextmanager
 def leader(tmp_path: Path, clock: _Clock) -> Iterator[ReplicaManager]:
     """Broker 1 leading TPS with broker 2 in every ISR."""
-    config = BrokerConfig(broker_id=1, zookeeper_connect="unused:2181", log_dir=tmp_path)
     with ThreadPoolExecutor(1) as executor:
-        manager = ReplicaManager(
-            config,
-            LogManager(tmp_path, LogConfig(), 1),
-            cast(BrokerZkClient, _LeasedZk()),
-            MetadataCache(),
-            executor,
-            clock_ms=clock,
-        )
+        manager = empty_replica_manager(tmp_path, executor, clock)
         for tp in TPS:
             partition = Partition(
                 tp,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +17,7 @@ from broker.log.log_manager import LogManager
 from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.replication.fetch_session import FetchSpec
 from broker.replication.partition import LeadershipState, Partition
-from broker.replication.replica_manager import ReplicaManager
+from broker.replication.replica_manager import ReplicaManager, now_ms
 from broker.zk_client import BrokerZkClient, ZkSessionExpiredError
 from proto.config.broker_config import BrokerConfig
 from proto.config.log_config import LogConfig
@@ -47,15 +47,23 @@ class _LeasedZk:
         return ProducerIdBlock(1, 0, 999), 0
 
 
-def replica_manager(tmp_path: Path, executor: ThreadPoolExecutor) -> ReplicaManager:
+def empty_replica_manager(
+    tmp_path: Path, executor: ThreadPoolExecutor, clock_ms: Callable[[], int] = now_ms
+) -> ReplicaManager:
+    """Broker 1's replica manager over ``tmp_path``, hosting nothing yet."""
     config = BrokerConfig(broker_id=1, zookeeper_connect="unused:2181", log_dir=tmp_path)
-    manager = ReplicaManager(
+    return ReplicaManager(
         config,
         LogManager(tmp_path, LogConfig(), 1),
         cast(BrokerZkClient, _LeasedZk()),
         MetadataCache(),
         executor,
+        clock_ms=clock_ms,
     )
+
+
+def replica_manager(tmp_path: Path, executor: ThreadPoolExecutor) -> ReplicaManager:
+    manager = empty_replica_manager(tmp_path, executor)
     for tp in (GOOD, POISONED):
         partition = Partition(tp, 1, Log.open(tmp_path / tp.dir_name, LogConfig()), clock_ms=int)
         assert partition.make_leader(LeadershipState(1, 0, (1,), (1,), 0, controller_epoch=1))
