@@ -44,7 +44,7 @@ from typing import Any
 import cramjam
 import lz4.frame
 
-from proto.records.record_batch import CorruptRecordError
+from proto.records.corruption import CorruptRecordError
 
 __all__ = [
     "Codec",

@@ -43,7 +43,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import crc32c
 
-from proto.errors import MinibrokerError
+from proto.records.compression import CompressedRecordsError, compress, decompress
+from proto.records.corruption import CorruptRecordError
 from proto.records.layout import same_layout_run
 
 __all__ = [
@@ -154,19 +155,6 @@ _INT32 = struct.Struct(">i")
 assert _HEADER.size == HEADER_SIZE
 assert _PREFIX.size == ATTRIBUTES_OFFSET
 assert _STAMPED_PREFIX.size == MAGIC_OFFSET
-
-
-class CorruptRecordError(MinibrokerError, ValueError):
-    """A record batch (or a buffer of them) that is not a valid v2 batch.
-
-    The message says exactly what is wrong and where, e.g. ``batch at position 0: CRC
-    mismatch (stored 0x1234abcd, computed 0x89ef0123)``. Kafka's CORRUPT_MESSAGE.
-    """
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        """What is wrong, for a person."""
 
 
 _crc32c = crc32c.crc32c  # called directly by the validation of every produced batch
@@ -703,8 +691,10 @@ def encode_batch(
     producer_epoch: int = NO_PRODUCER_EPOCH,
     base_sequence: int = NO_SEQUENCE,
     base_timestamp: int | None = None,
+    compression: int = 0,
 ) -> bytes:
-    """Encode ``records`` as one uncompressed v2 batch (CreateTime timestamps).
+    """Encode ``records`` as one v2 batch (CreateTime timestamps), its records compressed
+    with the codec id ``compression`` (0: none; proto.records.compression).
 
     ``base_timestamp`` defaults to the first record's timestamp, as Kafka's builder does;
     maxTimestamp is the largest record timestamp. Raises ValueError for an empty batch or
@@ -724,11 +714,13 @@ def encode_batch(
             delta, timestamp - base_timestamp, record.key, record.value, record.headers
         )
     count = len(records)
+    if compression:
+        body = bytearray(compress(compression, body))
     if HEADER_SIZE + len(body) - LOG_OVERHEAD > _INT32_MAX:
         raise ValueError(f"batch of {len(body)} bytes of records is too large for the format")
     covered = bytearray(
         _CRC_COVERED_HEADER.pack(
-            0,  # attributes: no compression, CreateTime, not transactional, not control
+            compression,  # attributes: the codec, CreateTime, not transactional, not control
             count - 1,
             base_timestamp,
             max_timestamp,
@@ -749,25 +741,58 @@ def encode_batch(
     return prefix + covered
 
 
+MAX_RECORDS_BYTES = 64 * 1024 * 1024
+"""The most a compressed batch's records may inflate to: the leader refuses a batch that
+holds more (docs/storage.md, "Compressed records"), so every reader can inflate what a
+leader stored. Kafka has no such bound; a producer's batch is far smaller (batch.size is
+16 KiB for Kafka's Java producer and 1 MB for librdkafka, before compression)."""
+
+
+def inflated(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
+) -> tuple[bytes | bytearray, BatchHeader]:
+    """The compressed batch at ``pos`` (``header``, already checked) as the uncompressed
+    batch it holds: the same header fields with codec 0 and the batch length of the
+    inflated records, and its bytes from position 0. Its CRC is not recomputed: it is only
+    for decoding the records, never for storing. Raises CorruptRecordError
+    (CompressedRecordsError) for records that do not inflate within MAX_RECORDS_BYTES."""
+    start = pos + RECORDS_OFFSET
+    try:
+        records = decompress(header.compression, buf[start : pos + header.size], MAX_RECORDS_BYTES)
+    except CompressedRecordsError as e:
+        raise type(e)(f"batch at position {pos}: {e.reason}") from None
+    plain = header._replace(
+        attributes=header.attributes & ~COMPRESSION_CODEC_MASK,
+        batch_length=RECORDS_OFFSET - LOG_OVERHEAD + len(records),
+    )
+    data = bytearray(buf[pos:start])
+    data += records
+    return data, plain
+
+
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> DecodedBatch:
-    """Validate (as check_batch) and decode the batch at ``pos``.
+    """Validate (as check_batch) and decode the batch at ``pos``, compressed or not.
 
     Records get absolute offsets (baseOffset + offsetDelta) and timestamps (baseTimestamp +
     timestampDelta, or maxTimestamp for LogAppendTime batches, as Kafka's consumer does).
-    Raises CorruptRecordError for an invalid batch, a compressed one (no codec is
-    supported), or records that do not parse to exactly the batch's end.
+    Raises CorruptRecordError for an invalid batch, compressed records that do not inflate,
+    or records that do not parse to exactly the batch's end. The header returned is the
+    batch's as stored (its codec included).
     """
     header = check_batch(buf, pos)
     where = f"batch at position {pos}"
     if header.compression != 0:
-        raise CorruptRecordError(
-            f"{where}: compression codec {header.compression_name} not supported"
+        inflated_data, plain = inflated(buf, pos, header)
+        records = _decode_records(
+            bytes(inflated_data), 0, plain, f"{where} ({header.compression_name})"
         )
+        return DecodedBatch(header, records)
+    data = bytes(buf[pos : pos + header.size]) if not isinstance(buf, bytes) else buf
+    return DecodedBatch(header, _decode_records(data, pos if data is buf else 0, header, where))
+
+
+def _decode_records(data: bytes, pos: int, header: BatchHeader, where: str) -> list[Record]:
     end = pos + header.size
-    data = bytes(buf[pos:end]) if not isinstance(buf, bytes) else buf
-    if data is not buf:
-        end -= pos
-        pos = 0
     p = pos + RECORDS_OFFSET
     append_time = header.max_timestamp if header.is_log_append_time else None
     records: list[Record] = []
@@ -779,7 +804,7 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> DecodedBa
         records.append(record)
     if p != end:
         raise CorruptRecordError(f"{where}: {end - p} bytes after the last record")
-    return DecodedBatch(header, records)
+    return records
 
 
 _RowT = TypeVar("_RowT", bound=tuple[Any, ...])
@@ -792,6 +817,7 @@ def decode_rows(
     row_type: type[_RowT],
     prefix: tuple[Any, ...] = (),
     min_offset: int = 0,
+    where: str | None = None,
 ) -> list[_RowT]:
     """The records of a batch already checked (``check_batch`` or a clean ``scan_batches``
     entry at ``pos`` with ``header``) as rows ``row_type(*prefix, offset, key, value,
@@ -801,13 +827,14 @@ def decode_rows(
     decodes short varints inline, builds one object per record, not two (a ``row_type``
     NamedTuple is made with ``tuple.__new__``), and cuts runs of records of one layout
     (fixed-size records: :mod:`proto.records.layout`) out at their stride once their
-    columns are checked, without walking each. Raises CorruptRecordError.
+    columns are checked, without walking each. A compressed batch is inflated first
+    (:func:`inflated`). Raises CorruptRecordError.
     """
-    where = f"batch at position {pos}"
+    where = where or f"batch at position {pos}"
     if header.compression != 0:
-        raise CorruptRecordError(
-            f"{where}: compression codec {header.compression_name} not supported"
-        )
+        inflated_data, plain = inflated(data, pos, header)
+        named = f"{where} ({header.compression_name})"
+        return decode_rows(bytes(inflated_data), 0, plain, row_type, prefix, min_offset, named)
     end = pos + header.size
     p = pos + RECORDS_OFFSET
     base_offset = header.base_offset

@@ -11,6 +11,7 @@ import resource
 import struct
 import warnings
 import zlib
+from typing import NamedTuple
 
 import cramjam
 import lz4.frame
@@ -30,6 +31,20 @@ from proto.records.compression import (
     codec_named,
     compress,
     decompress,
+)
+from proto.records.corruption import CorruptRecordError
+from proto.records.record_batch import (
+    ATTRIBUTES_OFFSET,
+    LOG_OVERHEAD,
+    MAX_RECORDS_BYTES,
+    RECORDS_OFFSET,
+    Record,
+    check_batch,
+    compute_crc,
+    decode_batch,
+    decode_rows,
+    encode_batch,
+    validate_batches,
 )
 
 CODECS = [Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD]
@@ -199,3 +214,87 @@ def test_none_is_not_a_compressing_codec() -> None:
         compress(Codec.NONE, b"x")
     with pytest.raises(ValueError, match="not a compressing codec"):
         decompress(7, b"x", 10)
+
+
+# -- compressed batches: the format's decoders inflate them -----------------------------------
+
+
+class _Row(NamedTuple):
+    topic: str
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def _records(n: int) -> list[Record]:
+    base = 1_700_000_000_000
+    return [
+        Record(f"key-{i % 7}".encode(), records_like(i % 5 + 1), base + i, (("h", b"v"),))
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
+def test_a_compressed_batch_decodes_to_its_records(codec: Codec) -> None:
+    records = _records(500)
+    plain = encode_batch(records, base_offset=40)
+    packed = encode_batch(records, base_offset=40, compression=codec)
+    assert len(packed) < len(plain)
+    header = check_batch(packed)
+    assert header.compression == codec
+    assert validate_batches(packed) == [header]
+    decoded = decode_batch(b"x" * 9 + packed, 9)
+    assert decoded.header == header
+    assert decoded.records == decode_batch(plain).records
+    rows = decode_rows(packed, 0, header, _Row, ("t",), min_offset=300)
+    expected = [
+        _Row("t", r.offset, r.key, r.value, r.timestamp, r.headers)
+        for r in decode_batch(plain).records
+        if r.offset >= 300
+    ]
+    assert rows == expected
+
+
+def _with_records_payload(batch: bytes, payload: bytes, record_count: int | None = None) -> bytes:
+    """``batch`` with its records replaced by ``payload`` (and its count), CRC and length
+    recomputed: a batch whose framing is right and whose records are what a test says."""
+    covered = bytearray(batch[ATTRIBUTES_OFFSET:RECORDS_OFFSET]) + payload
+    if record_count is not None:  # and lastOffsetDelta, which must agree with it
+        struct.pack_into(">i", covered, RECORDS_OFFSET - 4 - ATTRIBUTES_OFFSET, record_count)
+        struct.pack_into(">i", covered, 2, record_count - 1)
+    prefix = bytearray(batch[:ATTRIBUTES_OFFSET])
+    struct.pack_into(">i", prefix, 8, len(covered) + ATTRIBUTES_OFFSET - LOG_OVERHEAD)
+    struct.pack_into(">I", prefix, ATTRIBUTES_OFFSET - 4, compute_crc(covered))
+    return bytes(prefix + covered)
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
+def test_a_compressed_batch_whose_records_do_not_inflate_is_corrupt(codec: Codec) -> None:
+    batch = encode_batch(_records(3), compression=codec)
+    damaged = _with_records_payload(batch, b"\x00garbage, not a compressed stream" * 4)
+    check_batch(damaged)  # the framing and the CRC are right
+    name = codec.name.lower()
+    with pytest.raises(CompressedRecordsError, match=f"batch at position 0: {name} payload"):
+        decode_batch(damaged)
+    with pytest.raises(CompressedRecordsError, match=f"batch at position 0: {name} payload"):
+        decode_rows(damaged, 0, check_batch(damaged), _Row, ("t",))
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
+def test_a_compressed_batch_with_fewer_records_than_its_count_is_corrupt(codec: Codec) -> None:
+    batch = encode_batch(_records(3), compression=codec)
+    lying = _with_records_payload(batch, batch[RECORDS_OFFSET:], record_count=4)
+    name = codec.name.lower()
+    with pytest.raises(CorruptRecordError, match=rf"batch at position 0 \({name}\): record 3"):
+        decode_batch(lying)
+    with pytest.raises(CorruptRecordError, match=rf"batch at position 0 \({name}\)"):
+        decode_rows(lying, 0, check_batch(lying), _Row, ("t",))
+
+
+def test_a_batch_inflating_past_the_readers_limit_is_refused() -> None:
+    batch = encode_batch(_records(1), compression=Codec.ZSTD)
+    huge = _with_records_payload(batch, bomb(Codec.ZSTD, MAX_RECORDS_BYTES // 2**20 + 1))
+    with pytest.raises(DecompressedTooLargeError, match=f"more than {MAX_RECORDS_BYTES} bytes"):
+        decode_batch(huge)

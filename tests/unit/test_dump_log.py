@@ -13,6 +13,7 @@ import pytest
 from broker.log.log import Log
 from client.cli.main import main
 from proto.config.log_config import LogConfig
+from proto.records.compression import codec_named
 from proto.records.record_batch import Record, encode_batch
 
 
@@ -68,6 +69,21 @@ def test_print_data_shows_records_as_text_or_base64(
         {"offset": 0, "timestamp": 5, "key": None, "value": "hello", "headers": [["h", "v"]]},
         {"offset": 1, "timestamp": 6, "key": {"base64": "//4="}, "value": None, "headers": []},
     ]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_compressed_batch_shows_its_codec_and_its_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], codec: str
+) -> None:
+    segment = tmp_path / "c-0" / "00000000000000000000.log"
+    segment.parent.mkdir()
+    records = [Record(key=b"k", value=f"value {i}".encode() * 20, timestamp=i) for i in range(50)]
+    segment.write_bytes(encode_batch(records, compression=codec_named(codec)))
+    (line,) = _dump_json(segment, capsys, "--print-data")
+    assert line["compression"] == codec
+    assert line["count"] == 50
+    assert [r["value"] for r in line["records"]] == [f"value {i}" * 20 for i in range(50)]
+    assert [r["offset"] for r in line["records"]] == list(range(50))
 
 
 def test_bad_crc_is_reported_and_the_walk_goes_on(
