@@ -225,7 +225,7 @@ def test_decode_rejects_a_batch_marked_gzip_whose_records_are_not() -> None:
     struct.pack_into(">h", data, 21, 1)  # gzip
     data = recrc(data)
     check_batch(data)  # framing and CRC are fine ...
-    with pytest.raises(CorruptRecordError, match="gzip payload of .* does not decompress"):
+    with pytest.raises(CorruptRecordError, match=r"gzip payload of .* does not decompress"):
         decode_batch(data)  # ... but the records cannot be read
 
 
