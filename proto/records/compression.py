@@ -47,6 +47,7 @@ import lz4.frame
 from proto.records.corruption import CorruptRecordError
 
 __all__ = [
+    "CODEC_NAMES",
     "Codec",
     "CompressedRecordsError",
     "DecompressedTooLargeError",
@@ -66,7 +67,9 @@ class Codec(IntEnum):
     ZSTD = 4
 
 
-_NAMES = {c.name.lower(): c for c in Codec}
+CODEC_NAMES = {c.value: c.name.lower() for c in Codec}
+"""Codec id -> its ``compression.type`` name."""
+_BY_NAME = {name: Codec(value) for value, name in CODEC_NAMES.items()}
 
 
 def codec_named(name: str) -> Codec:
@@ -76,10 +79,10 @@ def codec_named(name: str) -> Codec:
     if key == "uncompressed":
         return Codec.NONE
     try:
-        return _NAMES[key]
+        return _BY_NAME[key]
     except KeyError:
         raise ValueError(
-            f"unknown compression type {name!r}: one of none, gzip, snappy, lz4, zstd"
+            f"unknown compression type {name!r}: one of {', '.join(_BY_NAME)}"
         ) from None
 
 
@@ -143,7 +146,7 @@ def decompress(
     Raises :class:`DecompressedTooLargeError` for a payload that holds more than ``limit``
     bytes, and :class:`CompressedRecordsError` for one the codec cannot decode.
     """
-    name = Codec(codec).name.lower() if codec in Codec._value2member_map_ else str(codec)
+    name = CODEC_NAMES.get(codec, str(codec))
     try:
         if codec == Codec.GZIP:
             return _gzip(payload, limit)

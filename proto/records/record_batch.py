@@ -43,7 +43,12 @@ from typing import Any, NamedTuple, TypeVar
 
 import crc32c
 
-from proto.records.compression import CompressedRecordsError, compress, decompress
+from proto.records.compression import (
+    CODEC_NAMES,
+    CompressedRecordsError,
+    compress,
+    decompress,
+)
 from proto.records.corruption import CorruptRecordError
 from proto.records.layout import same_layout_run
 
@@ -141,7 +146,7 @@ COMPRESSION_CODEC_MASK = 0x07
 TIMESTAMP_TYPE_MASK = 0x08
 TRANSACTIONAL_FLAG_MASK = 0x10
 CONTROL_FLAG_MASK = 0x20
-COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+COMPRESSION_NAMES = CODEC_NAMES
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -750,7 +755,7 @@ leader stored. Kafka has no such bound; a producer's batch is far smaller (batch
 
 def inflated(
     buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader
-) -> tuple[bytes | bytearray, BatchHeader]:
+) -> tuple[bytes, BatchHeader]:
     """The compressed batch at ``pos`` (``header``, already checked) as the uncompressed
     batch it holds: the same header fields with codec 0 and the batch length of the
     inflated records, and its bytes from position 0. Its CRC is not recomputed: it is only
@@ -765,9 +770,7 @@ def inflated(
         attributes=header.attributes & ~COMPRESSION_CODEC_MASK,
         batch_length=RECORDS_OFFSET - LOG_OVERHEAD + len(records),
     )
-    data = bytearray(buf[pos:start])
-    data += records
-    return data, plain
+    return bytes(buf[pos:start]) + records, plain
 
 
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> DecodedBatch:
@@ -783,9 +786,7 @@ def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> DecodedBa
     where = f"batch at position {pos}"
     if header.compression != 0:
         inflated_data, plain = inflated(buf, pos, header)
-        records = _decode_records(
-            bytes(inflated_data), 0, plain, f"{where} ({header.compression_name})"
-        )
+        records = _decode_records(inflated_data, 0, plain, f"{where} ({header.compression_name})")
         return DecodedBatch(header, records)
     data = bytes(buf[pos : pos + header.size]) if not isinstance(buf, bytes) else buf
     return DecodedBatch(header, _decode_records(data, pos if data is buf else 0, header, where))
@@ -834,7 +835,7 @@ def decode_rows(
     if header.compression != 0:
         inflated_data, plain = inflated(data, pos, header)
         named = f"{where} ({header.compression_name})"
-        return decode_rows(bytes(inflated_data), 0, plain, row_type, prefix, min_offset, named)
+        return decode_rows(inflated_data, 0, plain, row_type, prefix, min_offset, named)
     end = pos + header.size
     p = pos + RECORDS_OFFSET
     base_offset = header.base_offset

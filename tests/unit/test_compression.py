@@ -11,7 +11,6 @@ import resource
 import struct
 import warnings
 import zlib
-from typing import NamedTuple
 
 import cramjam
 import lz4.frame
@@ -46,6 +45,7 @@ from proto.records.record_batch import (
     encode_batch,
     validate_batches,
 )
+from tests.unit.test_record_batch import _Row
 
 CODECS = [Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD]
 LIMIT = 8 * 1024 * 1024
@@ -217,15 +217,6 @@ def test_none_is_not_a_compressing_codec() -> None:
 
 
 # -- compressed batches: the format's decoders inflate them -----------------------------------
-
-
-class _Row(NamedTuple):
-    topic: str
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-    headers: tuple[tuple[str, bytes | None], ...]
 
 
 def _records(n: int) -> list[Record]:
