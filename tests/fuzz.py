@@ -25,6 +25,7 @@ from google.protobuf.message import Message
 from google.protobuf.message_factory import GetMessageClass
 from hypothesis import strategies as st
 
+from proto.records.compression import Codec
 from proto.records.record_batch import CRC_OFFSET, Record, compute_crc, encode_batch
 from tests.poison_batches import POISONS
 
@@ -51,6 +52,10 @@ def good_batches() -> list[bytes]:
         encode_batch([Record(key=b"k", value=b"v", timestamp=1)]),
         encode_batch([Record(None, b"x" * 40, 2, (("h", b"1"),)), Record(b"k2", None, 3)]),
         encode_batch([Record(b"k", b"v", 5)], producer_id=7, producer_epoch=0, base_sequence=0),
+        *(
+            encode_batch([Record(b"k", b"v" * 30, 6), Record(None, b"w", 7)], compression=codec)
+            for codec in (Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD)
+        ),
     ]
 
 

@@ -9,9 +9,17 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+import cramjam
 import crc32c
 
-from proto.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, encode_varint
+from proto.records.compression import Codec, compress
+from proto.records.record_batch import (
+    MAX_RECORDS_BYTES,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    encode_varint,
+)
 from proto.wire.minibroker_pb2 import ErrorCode
 
 _CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")  # attributes .. recordCount
@@ -90,12 +98,68 @@ def gzip_batch_claiming_2_31_records() -> bytes:
     return batch
 
 
+def zstd_bomb(*, content_size: bool) -> bytes:
+    """A zstd batch of 2 KiB whose records inflate to one byte more than MAX_RECORDS_BYTES
+    of zeros; with ``content_size`` its frame header says so (one-shot compression writes
+    the size), without it (a streaming compressor's frame) only inflating finds out."""
+    zeros = bytes(MAX_RECORDS_BYTES + 1)
+    if content_size:
+        payload = compress(Codec.ZSTD, zeros)
+    else:
+        compressor = cramjam.zstd.Compressor(3)
+        compressor.compress(zeros)
+        payload = bytes(compressor.finish())
+    return raw_batch(payload, 3, attributes=Codec.ZSTD)
+
+
 POISONS = [
     Poison(
         "gzip-bits-over-plain-records",
-        raw_batch(raw_records(3), 3, attributes=1),
-        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-        "compression codec gzip is not supported",
+        raw_batch(raw_records(3), 3, attributes=Codec.GZIP),
+        ErrorCode.CORRUPT_MESSAGE,
+        "gzip payload of 48 bytes does not decompress",
+    ),
+    Poison(
+        "zstd-bomb-with-content-size",
+        zstd_bomb(content_size=True),
+        ErrorCode.CORRUPT_MESSAGE,
+        "decompresses to more than 67108864 bytes",
+    ),
+    Poison(
+        "zstd-bomb-without-content-size",
+        zstd_bomb(content_size=False),
+        ErrorCode.CORRUPT_MESSAGE,
+        "decompresses to more than 67108864 bytes",
+    ),
+    Poison(
+        "lz4-fewer-records-than-record-count",
+        raw_batch(compress(Codec.LZ4, raw_records(2)), 3, attributes=Codec.LZ4),
+        ErrorCode.CORRUPT_MESSAGE,
+        "(lz4): its records end after 2 of the 3 its recordcount says",
+    ),
+    Poison(
+        "zstd-more-records-than-record-count",
+        raw_batch(compress(Codec.ZSTD, raw_records(3)), 2, attributes=Codec.ZSTD),
+        ErrorCode.CORRUPT_MESSAGE,
+        "(zstd): ",
+    ),
+    Poison(
+        "gzip-wrong-offset-delta",
+        raw_batch(compress(Codec.GZIP, raw_record(0) + raw_record(2)), 2, attributes=Codec.GZIP),
+        ErrorCode.INVALID_RECORD,
+        "(gzip): record 1: its offsetdelta is 2, not its index 1",
+    ),
+    Poison(
+        "snappy-truncated-payload",
+        raw_batch(compress(Codec.SNAPPY, raw_records(300))[:-3], 300, attributes=Codec.SNAPPY),
+        ErrorCode.CORRUPT_MESSAGE,
+        "snappy-java block at byte 16",
+    ),
+    Poison(
+        "lz4-key-length-past-the-record",
+        raw_batch(compress(Codec.LZ4, raw_record(0, b"abc", key_length=50)), 1, attributes=3),
+        ErrorCode.INVALID_RECORD,
+        "(lz4): record 0: its key length 50 does not fit in the record",
     ),
     Poison(
         "codec-7",
@@ -196,7 +260,7 @@ POISONS = [
     Poison(
         "gzip-batch-claiming-2^31-1-records",
         gzip_batch_claiming_2_31_records(),
-        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
-        "compression codec gzip is not supported",
+        ErrorCode.CORRUPT_MESSAGE,
+        "gzip payload of 30 bytes does not decompress",
     ),
 ]

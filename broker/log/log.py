@@ -367,8 +367,8 @@ class Log:
         (CorruptRecordError, as for empty input) and fit ``message.max.bytes``, and all of
         them ``segment.bytes`` (MessageTooLargeError); then
         :func:`broker.log.log_validator.validate_client_batches` checks their attributes and
-        every record (CorruptRecordError, :class:`proto.errors.InvalidRecordError`,
-        :class:`proto.errors.UnsupportedCompressionTypeError`), so that no follower,
+        every record, compressed ones inflated (CorruptRecordError,
+        :class:`proto.errors.InvalidRecordError`), so that no follower,
         consumer or audit ever meets a batch here that it cannot decode. Nothing is
         re-encoded or copied: the segment writes each batch's stamped first 16 bytes and
         the rest of ``records`` with one vectored write, leaving ``records`` unchanged

@@ -682,19 +682,14 @@ class LogSegment:
         with that record's own timestamp (Kafka's ``LogSegment.findOffsetByTimestamp``).
 
         Batch headers find the first batch with maxTimestamp >= ``timestamp``; that batch is
-        decoded for the exact record (a compressed one answers its first offset and its max
-        timestamp: minibroker stores none yet). None when no record below ``max_position``
-        qualifies.
+        decoded (inflated, when compressed) for the exact record. None when no record below
+        ``max_position`` qualifies.
         """
         start = self._index.lookup(start_offset).position
         for position, header in self._iter_headers(start, max_position):
             if header.last_offset < start_offset or header.max_timestamp < timestamp:
                 continue
             epoch = header.partition_leader_epoch
-            if header.compression != 0:
-                return TimestampOffset(
-                    header.max_timestamp, max(header.base_offset, start_offset), epoch
-                )
             batch = decode_batch(self._file.pread(header.size, position))
             for record in batch.records:
                 if record.offset >= start_offset and record.timestamp >= timestamp:
@@ -717,8 +712,6 @@ class LogSegment:
             return None
         position, header = best
         epoch = header.partition_leader_epoch
-        if header.compression != 0:
-            return TimestampOffset(header.max_timestamp, header.last_offset, epoch)
         found: TimestampOffset | None = None
         for record in decode_batch(self._file.pread(header.size, position)).records:
             if record.offset >= start_offset and (found is None or record.timestamp > found[0]):

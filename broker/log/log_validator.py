@@ -34,9 +34,12 @@ takes its lock:
    not transactional: there is no transaction             INVALID_RECORD (Kafka accepts
    coordinator here (KIP-98), so no marker would ever      them from a producer its
    end the transaction                                     coordinator knows)
-   uncompressed: codec 1-4 (gzip, snappy, lz4, zstd)       UNSUPPORTED_COMPRESSION_TYPE
-   are not decoded here (Kafka decompresses every record   (Kafka: accepted)
-   to check it)
+   compressed (codec 1-4: gzip, snappy, lz4, zstd): the    CORRUPT_MESSAGE (Kafka:
+   records inflate whole, within ``MAX_RECORDS_BYTES``     CORRUPT_MESSAGE for a payload
+   (64 MiB: a bomb is refused without inflating past       its codec cannot read; it has
+   it), and the checks below run on the inflated           no bound)
+   records, as Kafka decompresses every record to check
+   it
    every record parses as ``DefaultRecord.readFrom``       INVALID_RECORD
    reads it: its length varint and every field's
    varint/varlong whole and in range; length >= 0 and
@@ -112,6 +115,7 @@ from proto.records.record_batch import (
     CorruptRecordError,
     decode_varint,
     decode_varlong,
+    inflated,
 )
 
 __all__ = ["validate_client_batches"]
@@ -138,13 +142,15 @@ def validate_client_batches(
     - :class:`proto.records.record_batch.CorruptRecordError` (CORRUPT_MESSAGE): a codec id that
       does not exist, or records that do not number recordCount or do not end at the
       batch's end;
-    - :class:`proto.errors.UnsupportedCompressionTypeError`: a compressed batch;
+    - :class:`proto.records.compression.CompressedRecordsError` (a CorruptRecordError): a
+      compressed batch whose records do not inflate, or inflate past MAX_RECORDS_BYTES;
     - :class:`proto.errors.InvalidTimestampError`: a batch with the LogAppendTime attribute;
     - :class:`proto.errors.InvalidRecordError`: a control or transactional batch, a
       producer id without a sequence, or a record that does not parse or whose
       offsetDelta is not its index.
 
-    Each message names the batch's position in ``records`` and, for a record, its index.
+    Each message names the batch's position in ``records`` (and its codec) and, for a
+    record, its index.
     """
     data = records if not isinstance(records, memoryview) else records.tobytes()
     pos = 0
@@ -157,8 +163,19 @@ def validate_client_batches(
                 f"batch at position {pos}: invalid sequence number {header.base_sequence} "
                 f"in a batch with producer id {header.producer_id}"
             )
-        _walk_records(data, pos, pos + size, header.record_count)
+        if header.compression:
+            _walk_compressed(data, pos, header)
+        else:
+            _walk_records(data, pos, pos + size, header.record_count)
         pos += size
+
+
+def _walk_compressed(data: bytes | bytearray, pos: int, header: BatchHeader) -> None:
+    """Inflate the compressed batch at ``pos`` and walk its records, as Kafka's
+    ``validateMessagesAndAssignOffsetsCompressed`` reads every inner record."""
+    batch, plain = inflated(data, pos, header)
+    where = f"batch at position {pos} ({header.compression_name})"
+    _walk_records(batch, 0, plain.size, plain.record_count, where)
 
 
 def _check_attributes(header: BatchHeader, pos: int) -> None:
@@ -185,19 +202,18 @@ def _check_attributes(header: BatchHeader, pos: int) -> None:
             f"{where}: transactional batches are not supported: this broker has no "
             "transaction coordinator (produce without transactional.id)"
         )
-    if codec:
-        raise errors.UnsupportedCompressionTypeError(
-            f"{where}: compression codec {COMPRESSION_NAMES[codec]} is not supported: this "
-            "broker stores only uncompressed batches (produce with compression.type=none)"
-        )
 
 
 # -- the record walk -------------------------------------------------------------------------
 
 
-def _walk_records(data: bytes | bytearray, batch_pos: int, end: int, count: int) -> None:
+def _walk_records(
+    data: bytes | bytearray, batch_pos: int, end: int, count: int, where: str = ""
+) -> None:
     """Check that the records of the batch at ``batch_pos`` (ending at ``end``) are exactly
     ``count`` well-formed records with offset deltas 0, 1, 2, ...
+
+    ``where`` names the batch in errors (by default "batch at position ``batch_pos``").
 
     Varints are handled raw (zig-zag encoded, ``u``): a length n >= 0 is ``2n``, -1 is
     ``1``, any other odd value is negative; an offsetDelta equal to the index i is ``2i``.
@@ -205,6 +221,7 @@ def _walk_records(data: bytes | bytearray, batch_pos: int, end: int, count: int)
     reaching past the record (or past ``end``, into the next batch of ``data``) fails that
     comparison. Anything amiss goes to :func:`_record_problem`, which says what it is.
     """
+    where = where or f"batch at position {batch_pos}"
     p = start = batch_pos + RECORDS_OFFSET
     index = 0
     try:
@@ -287,12 +304,11 @@ def _walk_records(data: bytes | bytearray, batch_pos: int, end: int, count: int)
             if p == end:
                 return
             raise CorruptRecordError(
-                f"batch at position {batch_pos}: {end - p} bytes follow its last record "
-                f"(recordCount is {count})"
+                f"{where}: {end - p} bytes follow its last record (recordCount is {count})"
             )
     except (IndexError, _Malformed):
         pass
-    _record_problem(data, batch_pos, start, end, index, count)
+    _record_problem(data, where, start, end, index, count)
 
 
 def _varint(data: bytes | bytearray, p: int, max_bytes: int) -> tuple[int, int]:
@@ -339,13 +355,13 @@ def _skip_headers(data: bytes | bytearray, p: int, record_end: int) -> int:
 
 
 def _record_problem(
-    data: bytes | bytearray, batch_pos: int, start: int, end: int, index: int, count: int
+    data: bytes | bytearray, where: str, start: int, end: int, index: int, count: int
 ) -> NoReturn:
-    """Raise the error for record ``index`` at ``start``, which the fast walk refused.
+    """Raise the error for record ``index`` at ``start`` of the batch ``where`` names,
+    which the fast walk refused.
 
     The slow, careful parse of one record, field by field, each bounded by the record.
     """
-    where = f"batch at position {batch_pos}"
     if start >= end:
         raise CorruptRecordError(
             f"{where}: its records end after {index} of the {count} its recordCount says"

@@ -760,7 +760,13 @@ def inflated(
     batch it holds: the same header fields with codec 0 and the batch length of the
     inflated records, and its bytes from position 0. Its CRC is not recomputed: it is only
     for decoding the records, never for storing. Raises CorruptRecordError
-    (CompressedRecordsError) for records that do not inflate within MAX_RECORDS_BYTES."""
+    (CompressedRecordsError) for records that do not inflate within MAX_RECORDS_BYTES, or
+    a codec id that names no codec (5-7)."""
+    if header.compression not in COMPRESSION_NAMES:
+        raise CompressedRecordsError(
+            f"batch at position {pos}: compression codec id {header.compression} does not "
+            "exist (codec ids are 0-4)"
+        )
     start = pos + RECORDS_OFFSET
     try:
         records = decompress(header.compression, buf[start : pos + header.size], MAX_RECORDS_BYTES)

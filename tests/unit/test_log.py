@@ -23,7 +23,9 @@ from broker.replication.replica_manager import _error_of
 from proto import errors
 from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, OffsetOutOfRangeError
+from proto.records.compression import Codec
 from proto.records.record_batch import (
+    RECORDS_OFFSET,
     CorruptRecordError,
     Record,
     decode_batch,
@@ -536,6 +538,31 @@ def test_max_timestamp_offset_is_the_first_record_with_the_largest_timestamp(
         6,
     )
     assert log.max_timestamp_offset() == TimestampOffset(9000, 18, 6)  # the first of a tie
+    log.close()
+
+
+@pytest.mark.parametrize("codec", [Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
+def test_compressed_batches_are_stored_as_sent_and_searched_record_by_record(
+    tmp_path: Path, codec: Codec
+) -> None:
+    """The leader keeps the producer's codec and bytes (only baseOffset and the epoch are
+    stamped), readers inflate them, and a timestamp finds the exact record inside one."""
+    log = open_log(tmp_path)
+    records = [Record(b"k%d" % i, b"v" * (i % 13), 100 + i * (-1) ** i) for i in range(50)]
+    batch = encode_batch(records, compression=codec)
+    log.append_as_leader(client_batch(2, ts=0), 0)
+    info = log.append_as_leader(batch, 3)
+    assert (info.first_offset, info.last_offset) == (2, 51)
+    stored = log.read(2, 10**6).records
+    assert stored[RECORDS_OFFSET:] == batch[RECORDS_OFFSET:]
+    decoded = decode_batch(stored)
+    assert decoded.header.compression == codec
+    assert [(r.offset, r.key, r.value) for r in decoded.records] == [
+        (2 + i, r.key, r.value) for i, r in enumerate(records)
+    ]
+    assert log.offset_for_timestamp(140) == TimestampOffset(140, 42, 3)  # 100 + 40
+    assert log.offset_for_timestamp(141) == TimestampOffset(142, 44, 3)  # odd ones go back
+    assert log.max_timestamp_offset() == TimestampOffset(148, 50, 3)
     log.close()
 
 
