@@ -57,6 +57,8 @@ from broker.request_handlers import (
     partition_problem,
 )
 from broker.security.acl_authorizer import AclAuthorizer
+from proto.records.compression import Codec
+from proto.records.record_batch import holds_codec
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.zk.acl_bindings import AclOperation
@@ -73,7 +75,7 @@ API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS = 18, 3, 0, 1, 2
 OFFSET_FOR_LEADER_EPOCH, INIT_PRODUCER_ID, DESCRIBE_CLUSTER = 23, 22, 60
 
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    PRODUCE: (3, 9),
+    PRODUCE: (0, 9),
     FETCH: (4, 12),
     LIST_OFFSETS: (1, 7),
     METADATA: (1, 12),
@@ -92,11 +94,16 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
-ones); the highs stop before versions whose semantics minibroker lacks: Fetch 13 and
+ones), except Produce's, which are Kafka 2.8's (:mod:`broker.kafka_listener.legacy_produce`:
+librdkafka before 2.11.1 compresses only for a broker that lists Produce 0); the highs
+stop before versions whose semantics minibroker lacks: Fetch 13 and
 Produce 13 name topics by id (ZooKeeper-era topics have none here), ListOffsets 8 asks for
 tiered storage's offsets (KIP-405), Produce 10 reports the new leader (KIP-951),
 DescribeCluster 2 lists fenced brokers (KRaft's)."""
 
+ZSTD_PRODUCE_VERSION, ZSTD_FETCH_VERSION = 7, 10
+"""The first Produce and Fetch versions that may carry zstd batches (KIP-110): Kafka refuses
+older ones UNSUPPORTED_COMPRESSION_TYPE, and so does this listener."""
 INVALID_SESSION_ID = 0
 UNSUPPORTED_VERSION = 35
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -336,6 +343,14 @@ class KafkaWireApis:
                     refused[tp] = (problem, f"invalid partition {tp!r}")
                 elif not part.records:
                     refused[tp] = (pb.CORRUPT_MESSAGE, f"{tp}: no record batches")
+                elif request.api_version < ZSTD_PRODUCE_VERSION and holds_codec(
+                    part.records, Codec.ZSTD
+                ):
+                    refused[tp] = (
+                        pb.UNSUPPORTED_COMPRESSION_TYPE,
+                        f"Produce requests with version {request.api_version} are not "
+                        "allowed to use ZStandard compression",
+                    )
                 else:
                     entries[tp] = bytes(part.records)
         appended = (
@@ -450,6 +465,18 @@ class KafkaWireApis:
                 }
             elif tp in diverging:
                 partition = diverging[tp]
+            elif request.api_version < ZSTD_FETCH_VERSION and holds_codec(
+                results[tp].records, Codec.ZSTD
+            ):
+                # Kafka's answer to a consumer too old to read zstd (KIP-110).
+                partition = {
+                    "partition_index": tp.partition,
+                    "error_code": pb.UNSUPPORTED_COMPRESSION_TYPE,
+                    "high_watermark": -1,
+                    "last_stable_offset": -1,
+                    "log_start_offset": -1,
+                    "records": None,
+                }
             else:
                 r = results[tp]
                 partition = {

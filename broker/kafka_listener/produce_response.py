@@ -4,18 +4,18 @@ Every produce request gets one answer, and the general encoder
 (:func:`broker.kafka_listener.request_codec.encode_response`: a kio dataclass per message
 built from the tree, then kio's writer walking it) spends about 20-40 µs on those few
 dozen bytes, more than decoding a 500 KB request takes. This module writes the same bytes
-with :mod:`struct` for the versions the listener serves (3-9), in the layout of Kafka's
-``ProduceResponse.json``:
+with :mod:`struct` for the versions the listener serves (0-9), in the layout of Kafka's
+``ProduceResponse.json`` (for 0-2, which kio lacks, it is the only encoder):
 
 - header: correlation id; in v9 (flexible, KIP-482) also an empty tagged-field section;
 - responses: per topic its name and its partitions; per partition index (int32),
-  error code (int16), base offset, log append time (int64, -1 for CreateTime), log start
-  offset (v5+, int64), record errors (v8+, always empty here) and error message (v8+,
-  nullable); v9 uses compact arrays and strings and ends each struct with its tags;
-- throttle time (int32 ms).
+  error code (int16), base offset, log append time (v2+, int64, -1 for CreateTime), log
+  start offset (v5+, int64), record errors (v8+, always empty here) and error message
+  (v8+, nullable); v9 uses compact arrays and strings and ends each struct with its tags;
+- throttle time (v1+, int32 ms).
 
 It packs only what the listener's produce answers hold; for anything else (record errors,
-fields it does not know, a version outside 3-9) it returns None and the caller takes the
+fields it does not know, a version outside 0-9) it returns None and the caller takes the
 general encoder, so the two can only differ where a test compares them
 (tests/unit/test_produce_response.py checks them byte for byte).
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 __all__ = ["encode_produce_response"]
 
-_MIN_VERSION, _MAX_VERSION = 3, 9
+_MIN_VERSION, _MAX_VERSION = 0, 9
 _FLEXIBLE = 9
 _PARTITION_KEYS = frozenset(
     {"index", "error_code", "base_offset", "log_append_time", "log_start_offset", "error_message"}
@@ -37,8 +37,10 @@ _PARTITION_KEYS = frozenset(
 _TOPIC_KEYS = frozenset({"name", "partition_responses"})
 _BODY_KEYS = frozenset({"responses", "throttle_time"})
 _INT32 = struct.Struct(">i")
+_PARTITION_V0 = struct.Struct(">ihq")
+"""index, error code, base offset (v0-v1)."""
 _PARTITION_V3 = struct.Struct(">ihqq")
-"""index, error code, base offset, log append time (v2-v4)."""
+"""... and the log append time (v2-v4)."""
 _PARTITION_V5 = struct.Struct(">ihqqq")
 """... and the log start offset (v5+)."""
 _NULL_STRING = b"\xff\xff"
@@ -77,7 +79,8 @@ def encode_produce_response(
     throttle = tree.get("throttle_time", 0)
     if isinstance(throttle, datetime.timedelta):
         throttle = int(throttle.total_seconds() * 1000)
-    out.append(_INT32.pack(throttle))
+    if version >= 1:
+        out.append(_INT32.pack(throttle))
     if flexible:
         out.append(_NO_TAGS)
     size = sum(len(part) for part in out)
@@ -97,6 +100,8 @@ def _partition(partition: Mapping[str, Any], version: int, flexible: bool) -> by
     start = partition.get("log_start_offset", -1)
     if version >= 5:
         head = _PARTITION_V5.pack(index, int(code), base, -1, start)
+    elif version < 2:
+        head = _PARTITION_V0.pack(index, int(code), base)
     else:
         head = _PARTITION_V3.pack(index, int(code), base, -1)
     if version < 8:

@@ -18,6 +18,12 @@ from typing import Any
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from broker.kafka_listener.legacy_produce import (
+    LEGACY_VERSIONS,
+    legacy_request_body,
+    legacy_request_schema,
+    legacy_response_schema,
+)
 from broker.kafka_listener.messages import Tree, build
 from broker.kafka_listener.produce_response import encode_produce_response
 from broker.kafka_listener.wire_request import KafkaRequest
@@ -52,7 +58,10 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 
 @functools.cache
 def request_schema(api_key: int, api_version: int) -> type[Any] | None:
-    """kio's class for this request version, or None if Kafka has no such version."""
+    """kio's class for this request version, or None if Kafka has no such version
+    (Produce 0-2: :mod:`broker.kafka_listener.legacy_produce`'s stand-ins)."""
+    if api_key == _PRODUCE and api_version in LEGACY_VERSIONS:
+        return legacy_request_schema(api_version)
     try:
         return load_request_schema(api_key, api_version)
     except KioIndexError:
@@ -62,6 +71,8 @@ def request_schema(api_key: int, api_version: int) -> type[Any] | None:
 @functools.cache
 def response_schema(api_key: int, api_version: int) -> type[Any] | None:
     """kio's class for this response version, or None if Kafka has no such version."""
+    if api_key == _PRODUCE and api_version in LEGACY_VERSIONS:
+        return legacy_response_schema(api_version)
     try:
         return load_response_schema(api_key, api_version)
     except KioIndexError:
@@ -79,7 +90,11 @@ def decode_request(
     its fields, or holding values its types cannot have, is a MalformedFrameError."""
     try:
         header, size = entity_reader(schema.__header_schema__)(frame, 0)
-        body, _ = entity_reader(schema)(frame, size)
+        if hasattr(schema, "__body_schema__"):  # Produce 0-2
+            body_schema, data = legacy_request_body(schema, frame[size:])
+            body, _ = entity_reader(body_schema)(data, 0)
+        else:
+            body, _ = entity_reader(schema)(frame, size)
     except Exception as err:  # kio's native reader: ValueError, UnicodeDecodeError, ...
         raise MalformedFrameError(f"undecodable {schema.__name__}: {err!r}") from err
     return KafkaRequest(
@@ -98,6 +113,11 @@ def encode_response(schema: type[Any], correlation_id: int, tree: Tree, *, error
 
     A Produce answer is packed directly (:mod:`broker.kafka_listener.produce_response`:
     the same bytes, a tenth of the time); everything else goes through kio."""
+    if schema.__api_key__ == _PRODUCE and schema.__version__ in LEGACY_VERSIONS:
+        frame = encode_produce_response(schema.__version__, correlation_id, tree)
+        if frame is None:
+            raise ValueError(f"Produce v{schema.__version__} cannot answer {tree!r}")
+        return frame
     if schema.__api_key__ == _PRODUCE and not error:
         frame = encode_produce_response(schema.__version__, correlation_id, tree)
         if frame is not None:

@@ -48,7 +48,7 @@ from broker.log.log_segment import (
     SegmentRead,
     TimestampOffset,
 )
-from broker.log.log_validator import validate_client_batches
+from broker.log.log_validator import recompressed_batches, validate_client_batches
 from broker.log.producer_state import BatchMetadata, ProducerStateManager
 from broker.log.segment_files import SegmentFilePool
 from proto.config.log_config import LogConfig
@@ -369,9 +369,11 @@ class Log:
         :func:`broker.log.log_validator.validate_client_batches` checks their attributes and
         every record, compressed ones inflated (CorruptRecordError,
         :class:`proto.errors.InvalidRecordError`), so that no follower,
-        consumer or audit ever meets a batch here that it cannot decode. Nothing is
-        re-encoded or copied: the segment writes each batch's stamped first 16 bytes and
-        the rest of ``records`` with one vectored write, leaving ``records`` unchanged
+        consumer or audit ever meets a batch here that it cannot decode. A batch is stored
+        as sent (its codec kept) unless the log's ``compression.type`` names another codec,
+        which recompresses it (:func:`broker.log.log_validator.recompressed_batches`).
+        Nothing else is re-encoded or copied: the segment writes each batch's stamped first
+        16 bytes and the rest of ``records`` with one vectored write, leaving ``records`` unchanged
         (which must not change during the call).
 
         Batches of idempotent producers must continue their producers' sequences
@@ -389,6 +391,11 @@ class Log:
             raise CorruptRecordError("no record batches to append")
         self._check_sizes(headers, len(records))
         validate_client_batches(records, headers)
+        stored = recompressed_batches(records, headers, self._config.compression_type)
+        if stored is not None:  # Kafka re-checks the sizes of batches it recompressed
+            records = stored
+            headers = validate_batches(records)
+            self._check_sizes(headers, len(records))
         with self._lock:
             self._check_open()
             headers = with_offsets(headers, self._log_end_offset, leader_epoch)

@@ -101,6 +101,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from proto import errors
+from proto.records.compression import codec_named
 from proto.records.layout import same_layout_run
 from proto.records.record_batch import (
     COMPRESSION_CODEC_MASK,
@@ -116,9 +117,10 @@ from proto.records.record_batch import (
     decode_varint,
     decode_varlong,
     inflated,
+    recompressed,
 )
 
-__all__ = ["validate_client_batches"]
+__all__ = ["recompressed_batches", "validate_client_batches"]
 
 _REFUSED_ATTRIBUTES = (
     COMPRESSION_CODEC_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK | TIMESTAMP_TYPE_MASK
@@ -202,6 +204,31 @@ def _check_attributes(header: BatchHeader, pos: int) -> None:
             f"{where}: transactional batches are not supported: this broker has no "
             "transaction coordinator (produce without transactional.id)"
         )
+
+
+def recompressed_batches(
+    records: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], compression_type: str
+) -> bytes | None:
+    """The batches of ``records`` (checked by :func:`validate_client_batches`) as the leader
+    stores them under the topic's ``compression.type``, or None when that is every batch as
+    sent: ``producer``, or every batch already in the named codec. Otherwise each batch in
+    another codec is recompressed (``uncompressed``: inflated) and the others kept, as
+    Kafka's ``LogValidator`` recompresses when the target codec differs from the source's."""
+    if compression_type == "producer":
+        return None
+    codec = codec_named(compression_type)
+    if all(header.compression == codec for header in headers):
+        return None
+    out = bytearray()
+    pos = 0
+    for header in headers:
+        end = pos + header.size
+        if header.compression == codec:
+            out += records[pos:end]
+        else:
+            out += recompressed(records, pos, header, codec)
+        pos = end
+    return bytes(out)
 
 
 # -- the record walk -------------------------------------------------------------------------

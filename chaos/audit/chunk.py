@@ -18,7 +18,7 @@ offset found (:mod:`chaos.audit.versions`); then, with numpy:
 - inconsistent_read: reads whose value is not the version at their offset;
 - nonmonotonic_poll, poll_skip: a consumer session's reads that go back, repeat or jump
   over committed records (:func:`poll_items`);
-- crc: batches whose records do not parse.
+- crc: batches whose records do not parse (or, compressed, do not inflate).
 
 A range is usually the whole partition (``whole``): then everything is settled here but
 what needs the rest of the history (:class:`Pending` phantoms when lines without a
@@ -46,6 +46,7 @@ from chaos.audit.log_checks import BatchTable, held_ranges
 from chaos.audit.polls import SKIP, WHAT, steps
 from chaos.audit.runs import Run, item, merge
 from chaos.audit.versions import Offsets, Records, bits, decode_copies, top_versions
+from proto.records.compression import CODEC_NAMES
 
 __all__ = [
     "SHOWN_BYTES",
@@ -290,8 +291,17 @@ class _Chunk:
     def _crc(self) -> list[Run]:
         found = []
         for c, b, reason in self.errors:
-            h = self.copies[c].batches[b][1]
-            for r in bits(self.copies[c].holders[b]):
+            copy = self.copies[c]
+            h = copy.batches[b][1]
+            if b in copy.errors:
+                problem = f"its CRC holds but its records do not inflate: {reason}"
+            elif copy.codecs and copy.codecs[b]:
+                codec = CODEC_NAMES[copy.codecs[b]]
+                problem = f"its CRC holds but its records, inflated ({codec}), do not parse: "
+                problem += reason
+            else:
+                problem = f"its CRC holds but its records do not parse: {reason}"
+            for r in bits(copy.holders[b]):
                 found.append(
                     item(
                         "crc",
@@ -301,7 +311,7 @@ class _Chunk:
                         h.base_offset,
                         h.last_offset,
                         h.last_offset - h.base_offset + 1,
-                        {"problem": f"its CRC holds but its records do not parse: {reason}"},
+                        {"problem": problem},
                     )
                 )
         return found

@@ -9,34 +9,59 @@ batch. A batch identical to the reference's adds a holder to that copy; any othe
 a copy of its own. Only distinct copies are decoded (:mod:`chaos.audit.versions`), so
 replicas in agreement cost one decode, not one per replica; where they differ, every
 version is decoded and compared record by record.
+
+Byte identity is judged on the batches as stored, compressed ones included (a follower
+copies the leader's compressed bytes as they are). Only then is a copy holding compressed
+batches read into a buffer of its own, its batches in file order, each as an uncompressed
+batch: the compressed ones inflated once (:func:`~proto.records.record_batch.inflated`),
+the others copied. Decoding then reads every copy the same way, by positions in its buffer.
+A compressed batch that does not inflate keeps its stored bytes there and is named in the
+copy's ``errors``: it has no records, and the chunk reports it as a batch whose records do
+not parse.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from chaos.audit.log_checks import BatchTable
 from chaos.audit.segments import Buffer, map_file
-from proto.records.record_batch import HEADER_SIZE, BatchHeader, parse_header
+from proto.records.record_batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    CorruptRecordError,
+    inflated,
+    parse_header,
+)
 
 __all__ = ["Copy", "read_copies"]
 
 
 @dataclass(slots=True)
 class Copy:
-    """Batches of one mapped segment file that one set of replicas holds, identically."""
+    """Batches of one segment file, each held byte for byte by the replicas of its
+    ``holders``."""
 
     data: Buffer
+    """The mapped segment file; for a copy holding compressed batches, the buffer they were
+    read into (see the module's docstring)."""
     batches: list[tuple[int, BatchHeader]]
-    """(position in ``data``, header), in file order; uncompressed and valid."""
+    """(position in ``data``, header), in file order; valid, and uncompressed in ``data``
+    (an inflated batch's header says no codec) but those of ``errors``."""
     holders: list[int]
     """Per batch: bit r set when replica r of the range holds it."""
     owned: list[bool]
     """Per batch: its base offset lies in the range, so its errors and records are counted
     here and not by the range before."""
+    codecs: list[int] = field(default_factory=list)
+    """Per batch of a copy read into its own buffer: the codec the replicas store it with
+    (0: none), so that its errors can name it; empty for a mapped segment file."""
+    errors: dict[int, str] = field(default_factory=dict)
+    """Batch index -> why its records cannot be read: a compressed batch that does not
+    inflate (kept as stored). Decoding skips these batches."""
 
 
 @dataclass(slots=True)
@@ -131,8 +156,7 @@ def read_copies(
 ) -> list[Copy]:
     """The distinct copies of the batches of the replicas (``paths[r]``: replica r's segment
     files, ``batches[r]``: its valid batches holding offsets of the range, which starts at
-    ``low``). Compressed batches are left out: the audit cannot decode them (the replicas'
-    summaries count them)."""
+    ``low``), compressed batches read inflated (see the module's docstring)."""
     sources = [_sources(p, b) for p, b in zip(paths, batches, strict=True)]
     if not sources:
         return []
@@ -153,16 +177,31 @@ def read_copies(
                     copies[target[0]].holders[target[1]] |= 1 << r
             if rest:
                 copies.append(Copy(source.data, rest, [1 << r] * len(rest), []))
-    decodable = []
     for c in copies:
-        keep = [i for i, (_, h) in enumerate(c.batches) if h.compression == 0]
-        batches_kept = [c.batches[i] for i in keep]
-        decodable.append(
-            Copy(
-                c.data,
-                batches_kept,
-                [c.holders[i] for i in keep],
-                [h.base_offset >= low for _, h in batches_kept],
-            )
-        )
-    return decodable
+        c.owned = [h.base_offset >= low for _, h in c.batches]
+    return [_inflated(c) for c in copies]
+
+
+def _inflated(copy: Copy) -> Copy:
+    """The copy as decoding reads it: itself when none of its batches is compressed, else
+    its batches read into a buffer of their own, in order (one buffer, so that its records
+    stay in offset order and are decoded in one pass), each inflated once or copied."""
+    if not any(h.compression for _, h in copy.batches):
+        return copy
+    data = bytearray()
+    batches: list[tuple[int, BatchHeader]] = []
+    codecs: list[int] = []
+    errors: dict[int, str] = {}
+    view = memoryview(copy.data)
+    for i, (at, header) in enumerate(copy.batches):
+        codecs.append(header.compression)
+        position = len(data)
+        piece: bytes | memoryview = view[at : at + header.size]
+        if header.compression:
+            try:
+                piece, header = inflated(view, at, header)
+            except CorruptRecordError as e:
+                errors[i] = e.reason
+        data += piece
+        batches.append((position, header))
+    return Copy(data, batches, copy.holders, copy.owned, codecs, errors)

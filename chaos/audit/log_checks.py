@@ -188,7 +188,7 @@ def summarize(log: ReplicaLog) -> ReplicaSummary:
         high_watermark=r.high_watermark,
         batches=len(b),
         records=0,
-        undecoded_batches=int((b.compressed & b.valid).sum()),
+        compressed_batches=int((b.compressed & b.valid).sum()),
         epoch_starts=_epoch_starts(b),
         checkpoint_epochs=[(e.epoch, e.start_offset) for e in r.epoch_entries],
         first_batch_offset=int(b.base_offset.min()) if len(b) else None,

@@ -100,8 +100,9 @@ class ReplicaSummary:
     first_batch_offset: int | None = None
     """Base offset of the first batch in the replica's files; None when it holds none."""
     torn_tail: TornTail | None = None
-    undecoded_batches: int = 0
-    """Compressed batches, whose records the audit cannot decode and so does not check."""
+    compressed_batches: int = 0
+    """Batches stored compressed that passed their CRC: their records are inflated and
+    checked as any others' (one that does not inflate is a ``crc`` violation)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,7 +122,7 @@ class ReplicaSummary:
                 "remaining_bytes": self.torn_tail.remaining_bytes,
                 "reason": self.torn_tail.reason,
             },
-            "undecoded_batches": self.undecoded_batches,
+            "compressed_batches": self.compressed_batches,
         }
 
 

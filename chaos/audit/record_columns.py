@@ -21,7 +21,7 @@ first failure sends the batch to decode_rows, which names it).
 from __future__ import annotations
 
 import mmap
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -117,10 +117,10 @@ def _walk(
     entries: list[_Entry],
     headers_of: list[tuple[int, Headers]],
 ) -> None:
-    """Add the records of one checked, uncompressed batch (``data`` holds exactly its bytes;
-    ``base`` is where they start in the caller's buffer) to ``entries`` (and the headers
-    of records with some to ``headers_of``, by entry index): decode_rows's walk,
-    with its checks, recording positions instead of building rows. Raises
+    """Add the records of one checked, uncompressed (or inflated) batch (``data`` holds
+    exactly its bytes; ``base`` is where they start in the caller's buffer) to ``entries``
+    (and the headers of records with some to ``headers_of``, by entry index): decode_rows's
+    walk, with its checks, recording positions instead of building rows. Raises
     CorruptRecordError or IndexError where decode_rows fails."""
     end = len(data)
     p = RECORDS_OFFSET
@@ -213,11 +213,15 @@ def _varlong_column(buffer: npt.NDArray[np.uint8], at: I64, width: int) -> I64:
 
 
 def decode_columns(
-    buffer: bytes | bytearray | mmap.mmap, batches: Sequence[tuple[int, BatchHeader]]
+    buffer: bytes | bytearray | mmap.mmap,
+    batches: Sequence[tuple[int, BatchHeader]],
+    skip: Container[int] = (),
 ) -> RecordColumns:
     """The records of ``batches`` as columns: each ``(position, header)`` a batch in
-    ``buffer`` that passed check_batch and is not compressed (the caller skips compressed
-    ones, as decode_rows would reject them).
+    ``buffer`` that passed check_batch and is uncompressed there (a compressed batch is
+    handed over inflated, :func:`~proto.records.record_batch.inflated`), but the batches
+    of ``skip`` (indices), which are not read and contribute no record: the caller knows
+    why (a compressed batch that does not inflate).
 
     A batch whose records do not parse is in ``errors`` with decode_rows's message and
     contributes no record.
@@ -227,6 +231,8 @@ def decode_columns(
     headers_of: list[tuple[int, Headers]] = []
     errors: dict[int, str] = {}
     for batch, (position, header) in enumerate(batches):
+        if batch in skip:
+            continue
         size = len(entries)
         piece = buffer[position : position + header.size]
         try:

@@ -127,12 +127,6 @@ def print_summary(result: AuditResult, out: IO[str], *, report_dir: Path | None 
                     f"({r.torn_tail.remaining_bytes} bytes, {r.torn_tail.reason}); recovery "
                     "truncates it"
                 )
-            if r.undecoded_batches:
-                console.print(
-                    f"note: {part.topic}-{part.partition} broker {r.broker}: "
-                    f"{r.undecoded_batches} compressed batches not decoded, their records "
-                    "not checked"
-                )
     if result.history is None:
         console.print(
             "note: no --history given: lost_ack, phantom and what consumers read were not checked"
@@ -475,8 +469,8 @@ def render_html(result: AuditResult) -> str:
                     f"torn tail in {r.torn_tail.segment} at {r.torn_tail.position} "
                     f"({r.torn_tail.remaining_bytes} bytes): {r.torn_tail.reason}"
                 )
-            if r.undecoded_batches:
-                notes.append(f"{r.undecoded_batches} compressed batches not decoded")
+            if r.compressed_batches:
+                notes.append(f"{r.compressed_batches:,} compressed batches, read inflated")
             parts.append(
                 f"<tr><td>{r.broker}</td><td>{r.log_start_offset:,}</td>"
                 f"<td>{r.log_end_offset:,}</td>"

@@ -95,13 +95,17 @@ class BrokerDataDir:
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = 0,
         first_sequence: int = 0,
+        compression: int | Sequence[int] = 0,
     ) -> int:
         """Append ``values`` as the leader in ``epoch``, ``per_batch`` records per batch;
         return the offset of the first one. With a ``producer_id`` the batches are an
-        idempotent producer's, sequences from ``first_sequence`` (the leader checks them)."""
+        idempotent producer's, sequences from ``first_sequence`` (the leader checks them).
+        ``compression`` is the codec of every batch (as the producer sends it, and the log
+        stores it), or one per batch in turn (the first batch the first codec, ...)."""
         log = self.log(tp)
         first = log.log_end_offset
-        for i in range(0, len(values), per_batch):
+        codecs = [compression] if isinstance(compression, int) else list(compression)
+        for n, i in enumerate(range(0, len(values), per_batch)):
             chunk = values[i : i + per_batch]
             records = [
                 Record(
@@ -118,7 +122,8 @@ class BrokerDataDir:
                     "producer_epoch": producer_epoch,
                     "base_sequence": (first_sequence + i) % 2**31,
                 }
-            log.append_as_leader(encode_batch(records, **producer), epoch)
+            codec = codecs[n % len(codecs)]
+            log.append_as_leader(encode_batch(records, **producer, compression=codec), epoch)
         return first
 
     def append_again(self, tp: TopicPartition, offset: int, *, epoch: int) -> int:

@@ -92,7 +92,8 @@ class Decoded:
     counts: list[int]
     """Per replica of the range: its records decoded (those of batches owned by the range)."""
     errors: list[tuple[int, int, str]]
-    """(copy, batch, reason) of owned batches whose records do not parse."""
+    """(copy, batch, reason) of owned batches whose records do not parse or, compressed, do
+    not inflate (:attr:`Copy.errors <chaos.audit.copies.Copy.errors>`)."""
 
 
 def _headers_hash(headers: Headers) -> int:
@@ -114,8 +115,9 @@ def decode_copies(copies: Sequence[Copy], replicas: int, low: int, high: int) ->
     for c, copy in enumerate(copies):
         if not copy.batches:
             continue
-        cols = decode_columns(copy.data, copy.batches)
-        errors += [(c, b, reason) for b, reason in cols.errors.items() if copy.owned[b]]
+        cols = decode_columns(copy.data, copy.batches, skip=copy.errors)
+        problems = sorted({**copy.errors, **cols.errors}.items())
+        errors += [(c, b, reason) for b, reason in problems if copy.owned[b]]
         keep = np.flatnonzero((cols.offset >= low) & (cols.offset < high))
         if not len(keep):
             continue

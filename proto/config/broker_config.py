@@ -90,6 +90,7 @@ LOG_PROPERTIES = (
     "log.retention.bytes",
     "log.index.interval.bytes",
     "log.flush.interval.messages",
+    "compression.type",
 )
 """Broker-level defaults of the per-log settings, handed to :meth:`LogConfig.from_properties`
 (``message.max.bytes`` is a :class:`BrokerConfig` field and also feeds the LogConfig)."""
@@ -103,6 +104,7 @@ TOPIC_PROPERTIES = (
     "max.message.bytes",
     "min.insync.replicas",
     "unclean.leader.election.enable",
+    "compression.type",
 )
 """The topic-level overrides (``/config/topics/<t>``) this broker applies."""
 
@@ -678,10 +680,7 @@ class BrokerConfig:
                 )
             else:
                 log.info("ignoring unsupported topic config %s=%s", name, value)
-        log_config = LogConfig.from_properties(
-            {k: v for k, v in known.items() if k in LogConfig.PROPERTIES},
-            defaults=self.default_log_config,
-        )
+        log_config = LogConfig.from_properties(known, defaults=self.default_log_config)
         min_isr = self.min_insync_replicas
         if "min.insync.replicas" in known:
             min_isr = _parse_int("min.insync.replicas", known["min.insync.replicas"].strip())

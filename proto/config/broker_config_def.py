@@ -13,7 +13,6 @@ threads, timing or machinery minibroker does not have, and change nothing a clie
 Refused, with what is missing (INVALID_CONFIG, as the topic side refuses the same values):
 
 - a value asking for behaviour minibroker lacks: ``log.cleanup.policy`` with ``compact``,
-  ``compression.type`` other than ``producer``/``uncompressed``,
   ``log.message.timestamp.type=LogAppendTime`` (the topic configs' rules,
   :func:`proto.config.topic_config_def.unsupported_reason`);
 - the listener and security family (``listeners``, ``advertised.listeners``, ``ssl.*``,
@@ -83,6 +82,7 @@ APPLIED_BROKER_CONFIGS = (
     "message.max.bytes",
     "min.insync.replicas",
     "unclean.leader.election.enable",
+    "compression.type",
 )
 """The dynamic broker configs a running broker re-applies (the log defaults it implements)."""
 

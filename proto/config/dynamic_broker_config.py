@@ -10,7 +10,7 @@ dynamic broker config of Kafka 2.8 is accepted and typed
 
     log.segment.bytes  log.retention.ms  log.retention.bytes  log.index.interval.bytes
     log.flush.interval.messages  message.max.bytes  min.insync.replicas
-    unclean.leader.election.enable
+    unclean.leader.election.enable  compression.type
 
 and keeps the others stored and described, not applied. Every other broker property
 (``broker.id``, ``port``, ``zookeeper.connect``, ``log.dirs``, ``replica.*``,
@@ -61,6 +61,7 @@ TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {
     "max.message.bytes": "message.max.bytes",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "compression.type": "compression.type",
 }
 """The topic configs this broker applies -> the broker config that is their default (the part
 of Kafka's ``TopicConfigSynonyms`` minibroker implements; :mod:`proto.config.topic_config_def`

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -18,6 +18,21 @@ _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
 
 _INTEGER = re.compile(r"-?[0-9]+")
+
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+"""``compression.type``'s values: keep the producer's codec, or store every batch in one."""
+
+
+def _one_of(*allowed: str) -> Callable[[str, str], str]:
+    def parse(name: str, text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise ValueError(
+                f"invalid value for {name}: {text!r} (must be one of {', '.join(allowed)})"
+            )
+        return value
+
+    return parse
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +55,11 @@ class LogConfig:
     records; None (Kafka's default, Long.MAX_VALUE) leaves flushing to the OS."""
     max_message_bytes: int = 1048588
     """``max.message.bytes`` / ``message.max.bytes``: largest batch accepted."""
+    compression_type: str = "producer"
+    """``compression.type`` (the broker's default has the same name): ``producer`` stores each
+    batch with the producer's codec, as sent; a codec name (or ``uncompressed``) makes the
+    leader store every batch in that codec, recompressing the others (Kafka's
+    ``LogValidator``; docs/storage.md, "Compressed records")."""
 
     # Kafka property -> (field, unit multiplier). Broker-level names come first so that a
     # topic-level name in the same mapping overrides them; ms beats minutes beats hours.
@@ -58,6 +78,12 @@ class LogConfig:
         "retention.bytes": ("retention_bytes", 1),
         "flush.messages": ("flush_interval_messages", 1),
         "max.message.bytes": ("max_message_bytes", 1),
+    }
+
+    # Kafka property -> (field, parser(name, text)) for the values that are not integers; the
+    # broker-level names first, as above.
+    TEXT_PROPERTIES: ClassVar[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
+        "compression.type": ("compression_type", _one_of(*COMPRESSION_TYPES)),
     }
 
     # Field -> (Kafka topic-level name, lowest, highest value).
@@ -84,7 +110,8 @@ class LogConfig:
 
         Properties this class does not know are ignored (a topic config also holds
         ``min.insync.replicas`` and the like). Raises ValueError naming the property for a
-        value that is not an integer or out of range.
+        value that is not an integer or out of range, or not one of a text property's
+        values.
         """
         values: dict[str, Any] = {}
         for name, (field, unit) in cls.PROPERTIES.items():
@@ -105,6 +132,10 @@ class LogConfig:
                 check_range(name, value, -(-low // unit), high // unit)
                 value *= unit
             values[field] = value
+        for name, (field, parse) in cls.TEXT_PROPERTIES.items():
+            text = properties.get(name)
+            if text is not None:
+                values[field] = parse(name, text)
         return dataclasses.replace(cls() if defaults is None else defaults, **values)
 
 

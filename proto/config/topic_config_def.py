@@ -6,8 +6,7 @@ Every name of Kafka 2.8 is accepted, stored in ``/config/topics/<t>`` and descri
 those minibroker does not apply (``segment.ms``, ``flush.ms``, ``preallocate``, ...: they
 change nothing a client can see, or only timing). A value that asks for behaviour
 minibroker lacks is refused INVALID_CONFIG with what is missing, rather than accepted and
-silently not done: a compression codec (the broker stores batches as producers sent them,
-uncompressed), ``cleanup.policy`` with ``compact``, ``message.timestamp.type=LogAppendTime``,
+silently not done: ``cleanup.policy`` with ``compact``, ``message.timestamp.type=LogAppendTime``,
 and a ``message.format.version`` older than record format v2 (0.11.0). A name Kafka does not
 know is refused as Kafka refuses it, ``Unknown topic config name: <name>``, with the closest
 known name when there is one.
@@ -345,12 +344,6 @@ def unsupported_reason(parsed: Mapping[str, ConfigValue]) -> str | None:
     policy = parsed.get("cleanup.policy")
     if isinstance(policy, list) and "compact" in (p.lower() for p in policy):
         return "minibroker does not compact logs yet: cleanup.policy must be delete"
-    codec = parsed.get("compression.type")
-    if codec not in (None, "producer", "uncompressed"):
-        return (
-            f"minibroker does not compress record batches yet: compression.type={codec} "
-            "(producer or uncompressed)"
-        )
     if parsed.get("message.timestamp.type") == "LogAppendTime":
         return (
             "minibroker does not stamp LogAppendTime yet: message.timestamp.type must be CreateTime"

@@ -157,6 +157,7 @@ _STAMPED_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLea
 _CRC_COVERED_HEADER = struct.Struct(">hiqqqhii")  # attributes .. recordCount
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
 assert _HEADER.size == HEADER_SIZE
 assert _PREFIX.size == ATTRIBUTES_OFFSET
 assert _STAMPED_PREFIX.size == MAGIC_OFFSET
@@ -719,23 +720,26 @@ def encode_batch(
             delta, timestamp - base_timestamp, record.key, record.value, record.headers
         )
     count = len(records)
+    producer = (producer_id, producer_epoch, base_sequence)
     if compression:
         body = bytearray(compress(compression, body))
     if HEADER_SIZE + len(body) - LOG_OVERHEAD > _INT32_MAX:
         raise ValueError(f"batch of {len(body)} bytes of records is too large for the format")
-    covered = bytearray(
-        _CRC_COVERED_HEADER.pack(
-            compression,  # attributes: the codec, CreateTime, not transactional, not control
-            count - 1,
-            base_timestamp,
-            max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            count,
-        )
-    )
-    covered += body
+    # attributes: the codec, CreateTime, not transactional, not control
+    fields = (compression, count - 1, base_timestamp, max_timestamp)
+    return _framed(base_offset, partition_leader_epoch, (*fields, *producer), count, body)
+
+
+def _framed(
+    base_offset: int,
+    partition_leader_epoch: int,
+    fields: tuple[int, ...],
+    count: int,
+    body: bytes | bytearray,
+) -> bytes:
+    """A batch of ``body`` (its records, as stored): ``fields`` are attributes ..
+    baseSequence, the batch length and CRC are computed."""
+    covered = _CRC_COVERED_HEADER.pack(*fields, count) + body
     prefix = _PREFIX.pack(
         base_offset,
         len(covered) + ATTRIBUTES_OFFSET - LOG_OVERHEAD,
@@ -777,6 +781,47 @@ def inflated(
         batch_length=RECORDS_OFFSET - LOG_OVERHEAD + len(records),
     )
     return bytes(buf[pos:start]) + records, plain
+
+
+def recompressed(
+    buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader, codec: int
+) -> bytes:
+    """The batch at ``pos`` (``header``, already checked) with its records stored in ``codec``
+    (0: uncompressed): every header field kept but the codec bits, the batch length and the
+    CRC, which the new bytes get. Records are codec-independent bytes, so they are inflated
+    and compressed again, never re-encoded (Kafka's leader rebuilds them record by record
+    when a topic's ``compression.type`` names another codec). Raises as :func:`inflated`."""
+    if header.compression:
+        records: bytes | bytearray | memoryview = inflated(buf, pos, header)[0][RECORDS_OFFSET:]
+    else:
+        records = buf[pos + RECORDS_OFFSET : pos + header.size]
+    body = compress(codec, records) if codec else bytes(records)
+    attributes = (header.attributes & ~COMPRESSION_CODEC_MASK) | codec
+    fields = (attributes, header.last_offset_delta, header.base_timestamp, header.max_timestamp)
+    producer = (header.producer_id, header.producer_epoch, header.base_sequence)
+    return _framed(
+        header.base_offset,
+        header.partition_leader_epoch,
+        (*fields, *producer),
+        header.record_count,
+        body,
+    )
+
+
+def holds_codec(buf: bytes | bytearray | memoryview, codec: int) -> bool:
+    """Whether any whole batch header of ``buf`` (concatenated batches, a fetch's records
+    possibly ending in part of one) names ``codec``. Headers only: nothing is checked."""
+    pos = 0
+    end = len(buf) - RECORDS_OFFSET
+    while pos <= end:
+        (length,) = _INT32.unpack_from(buf, pos + BATCH_LENGTH_OFFSET)
+        (attributes,) = _INT16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)
+        if attributes & COMPRESSION_CODEC_MASK == codec:
+            return True
+        if length < MIN_BATCH_LENGTH:
+            return False
+        pos += LOG_OVERHEAD + length
+    return False
 
 
 def decode_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> DecodedBatch:

@@ -12,6 +12,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from chaos.audit.record_columns import RecordColumns, decode_columns
+from proto.records.compression import Codec
 from proto.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
@@ -23,6 +24,7 @@ from proto.records.record_batch import (
     decode_batch,
     decode_rows,
     encode_batch,
+    inflated,
     parse_header,
     stamp_batch,
 )
@@ -63,8 +65,14 @@ def uniform_records(draw: st.DrawFn) -> list[Record]:
     ]
 
 
-def _batch(records: list[Record], base_offset: int = 1000, epoch: int = 3) -> bytes:
-    data = bytearray(encode_batch(records, producer_id=7, producer_epoch=1, base_sequence=5))
+def _batch(
+    records: list[Record], base_offset: int = 1000, epoch: int = 3, compression: int = 0
+) -> bytes:
+    data = bytearray(
+        encode_batch(
+            records, producer_id=7, producer_epoch=1, base_sequence=5, compression=compression
+        )
+    )
     stamp_batch(data, 0, base_offset, epoch)
     return bytes(data)
 
@@ -111,6 +119,57 @@ def test_columns_hold_the_records_decode_batch_decodes(batches: list[list[Record
     cols = _decode(data, positions)
     assert not cols.errors
     assert _rows(cols, data) == _expected(data, positions)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.one_of(records, uniform_records()), st.sampled_from(list(Codec))),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_inflated_batches_hold_the_records_decode_batch_finds_compressed(
+    batches: list[tuple[list[Record], Codec]],
+) -> None:
+    """The audit reads compressed batches inflated, one after another in one buffer (and
+    uncompressed ones copied there): the records are those decode_batch finds in the
+    batches as stored."""
+    stored = b""
+    positions = []
+    offset = 0
+    for batch, codec in batches:
+        positions.append(len(stored))
+        stored += _batch(batch, base_offset=offset, compression=codec)
+        offset += len(batch)
+    buffer = bytearray()
+    read = []
+    for at in positions:
+        header = parse_header(stored, at)
+        piece = stored[at : at + header.size]
+        if header.compression:
+            piece, header = inflated(stored, at, header)
+        read.append((len(buffer), header))
+        buffer += piece
+    cols = decode_columns(buffer, read)
+    assert not cols.errors
+    assert _rows(cols, bytes(buffer)) == _expected(stored, positions)
+
+
+def test_batches_to_skip_are_not_read_and_give_no_record_nor_error() -> None:
+    first = _batch([Record(None, b"a", BASE_TIMESTAMP)], base_offset=0)
+    junk = bytes(len(first))  # not a batch at all: never read
+    last = _batch([Record(None, b"c", BASE_TIMESTAMP)], base_offset=2)
+    data = first + junk + last
+    batches = [
+        (0, parse_header(first)),
+        (len(first), parse_header(first)),
+        (2 * len(first), parse_header(last)),
+    ]
+    cols = decode_columns(data, batches, skip={1})
+    assert not cols.errors
+    assert cols.batch.tolist() == [0, 2]
+    assert cols.offset.tolist() == [0, 2]
 
 
 def test_a_batch_of_fixed_size_records_is_cut_into_runs_of_its_layouts() -> None:

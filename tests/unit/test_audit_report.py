@@ -124,6 +124,22 @@ def test_html_is_self_contained_and_escapes_every_piece_of_data() -> None:
     assert "torn tail in 00000000000000000000.log at 140" in page
 
 
+def test_a_replicas_compressed_batches_are_counted_in_the_reports_not_noted_as_unchecked(
+    tmp_path: Path,
+) -> None:
+    """Their records are checked as any others': report.json counts them, the HTML notes
+    them, and stdout (a summary of what was not checked) says nothing."""
+    result = sample_result()
+    result.partitions[0].replicas[1].compressed_batches = 1200
+    json_path, _ = write_reports(result, tmp_path / "out")
+    replicas = json.loads(json_path.read_text())["summary"]["partitions"][0]["replicas"]
+    assert [r["compressed_batches"] for r in replicas] == [0, 1200]
+    assert "1,200 compressed batches, read inflated" in render_html(result)
+    out = io.StringIO()
+    print_summary(result, out)
+    assert "compressed" not in out.getvalue()
+
+
 def test_html_without_a_timeline_draws_no_time_axis() -> None:
     result = sample_result()
     result.timeline = []

@@ -325,8 +325,10 @@ def test_topic_overrides_apply_over_broker_defaults() -> None:
             "min.insync.replicas": "2",
             "unclean.leader.election.enable": "true",
             "max.message.bytes": "500",
+            "compression.type": "zstd",
         }
     )
+    assert topic.log_config.compression_type == "zstd"
     assert topic.log_config.segment_bytes == 2048
     assert topic.log_config.retention_ms == 1000
     assert topic.log_config.retention_bytes == 100000  # the broker default stays
@@ -353,6 +355,7 @@ def test_topic_config_ignores_unsupported_keys_unless_strict() -> None:
         ("min.insync.replicas", "two"),
         ("unclean.leader.election.enable", "1"),
         ("segment.bytes", "-5"),
+        ("compression.type", "brotli"),
     ],
 )
 def test_topic_config_bad_values_raise(key: str, value: str) -> None:

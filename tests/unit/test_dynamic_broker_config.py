@@ -23,7 +23,7 @@ def static(**properties: str) -> BrokerConfig:
     )
 
 
-def test_every_kafka_dynamic_broker_config_is_dynamic_and_eight_are_applied() -> None:
+def test_every_kafka_dynamic_broker_config_is_dynamic_and_nine_are_applied() -> None:
     assert set(APPLIED_BROKER_CONFIGS) == {
         "log.segment.bytes",
         "log.retention.ms",
@@ -33,6 +33,7 @@ def test_every_kafka_dynamic_broker_config_is_dynamic_and_eight_are_applied() ->
         "message.max.bytes",
         "min.insync.replicas",
         "unclean.leader.election.enable",
+        "compression.type",
     }
     # A sample of each of Kafka 2.8's groups (AllDynamicConfigs, DynamicConfig.Broker).
     for name in (
@@ -82,6 +83,10 @@ def test_a_dynamic_retention_ms_hides_a_static_retention_hours() -> None:
     base = static(**{"log.retention.hours": "1"})
     config = effective_broker_config(base, {"log.retention.ms": "5000"}, {})
     assert config.default_log_config.retention_ms == 5000
+    assert config.default_log_config.compression_type == "producer"
+    zstd = effective_broker_config(static(), {"compression.type": "zstd"}, {})
+    assert zstd.default_log_config.compression_type == "zstd"
+    assert static(**{"compression.type": "lz4"}).default_log_config.compression_type == "lz4"
     assert "log.retention.hours" not in config.log_properties
 
 
@@ -143,7 +148,6 @@ def test_configs_minibroker_does_not_apply_are_accepted_and_not_applied() -> Non
         "metric.reporters": "a.B,c.D",
         "follower.replication.throttled.rate": "1048576",
         "log.cleanup.policy": "delete",
-        "compression.type": "uncompressed",
     }
     assert check_dynamic_broker_config(stored) == stored
     assert check_dynamic_broker_config(stored, per_broker=False) == stored
@@ -160,7 +164,6 @@ def test_configs_minibroker_does_not_apply_are_accepted_and_not_applied() -> Non
     ("configs", "missing"),
     [
         ({"log.cleanup.policy": "compact,delete"}, "does not compact logs yet"),
-        ({"compression.type": "gzip"}, "does not compress record batches yet"),
         ({"log.message.timestamp.type": "LogAppendTime"}, "does not stamp LogAppendTime"),
         ({"listeners": "PLAINTEXT://:9092"}, "does not reconfigure its listeners, TLS or SASL"),
         ({"listener.name.kafka.ssl.keystore.location": "/k"}, "listeners, TLS or SASL"),

@@ -46,7 +46,7 @@ def client_batch(n: int = 3, *, ts: int = 1000, size: int = 20) -> bytes:
 BATCH_SIZE = len(client_batch())
 
 
-def open_log(tmp_path: Path, **config: int | None) -> Log:
+def open_log(tmp_path: Path, **config: int | str | None) -> Log:
     return Log.open(tmp_path / "orders-0", LogConfig(**config))  # type: ignore[arg-type]
 
 
@@ -563,6 +563,48 @@ def test_compressed_batches_are_stored_as_sent_and_searched_record_by_record(
     assert log.offset_for_timestamp(140) == TimestampOffset(140, 42, 3)  # 100 + 40
     assert log.offset_for_timestamp(141) == TimestampOffset(142, 44, 3)  # odd ones go back
     assert log.max_timestamp_offset() == TimestampOffset(148, 50, 3)
+    log.close()
+
+
+@pytest.mark.parametrize("target", ["uncompressed", "gzip", "snappy", "lz4", "zstd"])
+def test_a_topic_compression_type_stores_every_batch_in_its_codec(
+    tmp_path: Path, target: str
+) -> None:
+    """Batches in another codec are recompressed (producer fields, timestamps and records
+    kept; the new CRC valid), those already in it stored as sent."""
+    codec = Codec.NONE if target == "uncompressed" else Codec[target.upper()]
+    log = open_log(tmp_path, compression_type=target)
+    sent = [
+        encode_batch(
+            [Record(b"k%d" % i, b"value %d" % i * 5, 10 + i) for i in range(20)],
+            producer_id=3,
+            producer_epoch=0,
+            base_sequence=20 * n,
+            compression=n,
+        )
+        for n in Codec
+    ]
+    for batch in sent:
+        log.append_as_leader(batch, 1)
+    stored = log.read(0, 10**7).records
+    headers = validate_batches(stored)  # the CRCs are right
+    assert [h.compression for h in headers] == [codec] * len(sent)
+    assert [(h.base_sequence, h.producer_id, h.max_timestamp) for h in headers] == [
+        (20 * n, 3, 29) for n in range(len(sent))
+    ]
+    assert [(r.offset, r.key, r.value, r.timestamp) for r in decode_all(stored)] == [
+        (20 * n + i, b"k%d" % i, b"value %d" % i * 5, 10 + i)
+        for n in range(len(sent))
+        for i in range(20)
+    ]
+    position = 0
+    for header, batch in zip(headers, sent, strict=True):
+        if header.compression == validate_batches(batch)[0].compression:
+            assert (
+                stored[position + RECORDS_OFFSET : position + header.size]
+                == (batch[RECORDS_OFFSET:])
+            )
+        position += header.size
     log.close()
 
 

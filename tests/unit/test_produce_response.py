@@ -4,12 +4,14 @@ of answer the listener's produce handler builds."""
 from __future__ import annotations
 
 import datetime
+import struct
 from typing import Any
 
 import pytest
 from kio.serial import entity_reader
 
 from broker.kafka_listener.apis import SUPPORTED_VERSIONS
+from broker.kafka_listener.legacy_produce import legacy_response_schema
 from broker.kafka_listener.produce_response import encode_produce_response
 from broker.kafka_listener.request_codec import encode_response, encode_with_kio, response_schema
 
@@ -22,7 +24,9 @@ def schema_of(version: int) -> type[Any]:
     return schema
 
 
-VERSIONS = range(SUPPORTED_VERSIONS[PRODUCE][0], SUPPORTED_VERSIONS[PRODUCE][1] + 1)
+VERSIONS = range(3, SUPPORTED_VERSIONS[PRODUCE][1] + 1)
+"""The versions kio has classes for; 0-2 are Kafka 2.8's oldest (broker.kafka_listener.
+legacy_produce), packed here only."""
 
 APPENDED = {
     "index": 2,
@@ -105,7 +109,7 @@ def test_what_it_does_not_pack_goes_to_kio(tree: dict[str, Any]) -> None:
     assert encode_produce_response(9, 1, tree) is None
 
 
-@pytest.mark.parametrize("version", [2, 10, 11])
+@pytest.mark.parametrize("version", [-1, 10, 11])
 def test_versions_outside_those_served_go_to_kio(version: int) -> None:
     assert encode_produce_response(version, 1, TREES[0]) is None
 
@@ -114,3 +118,20 @@ def test_an_error_response_is_kios() -> None:
     """The listener's error stubs (every error code the given error) stay kio's."""
     schema = schema_of(9)
     assert encode_response(schema, 7, {}, error=35) == encode_with_kio(schema, 7, {}, error=35)
+
+
+@pytest.mark.parametrize("tree", TREES)
+def test_versions_0_to_2_are_version_3_less_their_newer_fields(tree: dict[str, Any]) -> None:
+    """Version 2's layout is version 3's (only the request changed); 1 lacks each
+    partition's log append time, 0 also the throttle time at the end."""
+    v3 = encode_with_kio(schema_of(3), 9, tree)
+    assert encode_produce_response(2, 9, tree) == v3
+    assert SUPPORTED_VERSIONS[PRODUCE][0] == 0
+    v1 = encode_produce_response(1, 9, tree)
+    v0 = encode_produce_response(0, 9, tree)
+    assert v1 is not None
+    assert v0 is not None
+    partitions = sum(len(t["partition_responses"]) for t in tree["responses"])
+    assert len(v1) == len(v3) - 8 * partitions
+    assert v0 == struct.pack(">i", len(v1) - 8) + v1[4:-4]
+    assert encode_response(legacy_response_schema(0), 9, tree) == v0

@@ -187,7 +187,7 @@ def test_several_batches_of_one_entry_are_checked_in_order() -> None:
 
 
 def open_log(path: Path, **config: int) -> Log:
-    return Log.open(path / "orders-0", LogConfig(**config))
+    return Log.open(path / "orders-0", LogConfig(**config))  # type: ignore[arg-type]
 
 
 def replayed(log: Log) -> dict[int, ProducerEntry]:
