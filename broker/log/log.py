@@ -51,6 +51,7 @@ from broker.log.log_segment import (
 from broker.log.log_validator import recompressed_batches, validate_client_batches
 from broker.log.producer_state import BatchMetadata, ProducerStateManager
 from broker.log.segment_files import SegmentFilePool
+from broker.log.segment_swap import CleanedSegment, commit_swap, discard_cleaned, finish_swap
 from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, MinibrokerError, OffsetOutOfRangeError
 from proto.records.record_batch import (
@@ -349,6 +350,64 @@ class Log:
     @property
     def active_segment(self) -> LogSegment:
         return self._segments[-1]
+
+    def cleaning_view(self) -> tuple[tuple[LogSegment, ...], int, int]:
+        """For the log cleaner: the segments, the log start offset and the generation the
+        log is at (bumped by every truncation and swap), which
+        :meth:`replace_segments` compares, all taken at once."""
+        with self._lock:
+            self._check_open()
+            return tuple(self._segments), self._log_start_offset, self._truncations
+
+    def producer_last_offsets(self) -> frozenset[tuple[int, int]]:
+        """(producer id, last offset) of the last batch of every producer the log tracks:
+        the batches the cleaner keeps, emptied if need be (docs/storage.md, "Compacted
+        logs")."""
+        with self._lock:
+            return frozenset(
+                (producer_id, entry.last_offset)
+                for producer_id, entry in self._producer_state.producers.items()
+            )
+
+    def replace_segments(
+        self, old: Sequence[LogSegment], cleaned: CleanedSegment, generation: int
+    ) -> bool:
+        """Swap ``old`` (consecutive segments, not the active one) for their cleaned copy,
+        written as ``.cleaned`` files (:mod:`broker.log.segment_swap`, whose steps make it
+        crash-safe). False, and the copy discarded, when the log moved on since
+        ``generation`` (:meth:`cleaning_view`): a truncation or another swap."""
+        directory = self._directory
+        with self._lock:
+            self._check_open()
+            at = next((i for i, s in enumerate(self._segments) if s is old[0]), None)
+            current = None if at is None else self._segments[at : at + len(old)]
+            if (
+                generation != self._truncations
+                or current is None
+                or len(current) != len(old)
+                or any(a is not b for a, b in zip(current, old, strict=True))
+                or old[-1] is self._segments[-1]
+                or cleaned.base_offset != old[0].base_offset
+                or cleaned.next_offset != old[-1].next_offset
+            ):
+                discard_cleaned(directory, cleaned.base_offset)
+                return False
+            assert at is not None
+            commit_swap(directory, cleaned.base_offset)
+            for segment in old:
+                segment.delete()
+            finish_swap(directory, cleaned.base_offset)
+            replacement = LogSegment.open(
+                directory,
+                cleaned.base_offset,
+                index_interval_bytes=self._config.index_interval_bytes,
+                files=self._files,
+            )
+            replacement.load_next_offset()
+            self._segments[at : at + len(old)] = [replacement]
+            self._bases[at : at + len(old)] = [cleaned.base_offset]
+            self._truncations += 1
+        return True
 
     @property
     def size_in_bytes(self) -> int:

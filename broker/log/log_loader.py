@@ -21,6 +21,7 @@ from broker.log.epoch_entry import EpochEntry
 from broker.log.leader_epoch_cache import CheckpointError, LeaderEpochFileCache
 from broker.log.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
 from broker.log.segment_files import SegmentFilePool
+from broker.log.segment_swap import recover_swaps
 from proto.config.log_config import LogConfig
 from proto.records.record_batch import CorruptRecordError
 from proto.topic_partition import TopicPartition
@@ -37,7 +38,9 @@ log = logging.getLogger(__name__)
 
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
 STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
-"""Leftovers of interrupted writes, deleted on load (Kafka's swap, cleaned, deleted files)."""
+"""Leftovers of interrupted writes, deleted on load (Kafka's cleaned and deleted files).
+A cleaner's committed swap is finished first (:func:`broker.log.segment_swap.recover_swaps`),
+so none of its files is left to delete here."""
 
 _SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index)")
 
@@ -74,6 +77,7 @@ def load_log(
     # thousands of them (a LeaderAndIsr for a new topic, docs/storage.md).
     fresh = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
+    recover_swaps(directory)
     _remove_stray_files(directory)
     epoch_cache, cache_lost = _open_epoch_cache(directory / LEADER_EPOCH_CHECKPOINT_FILE)
     segments: list[LogSegment] = []

@@ -544,6 +544,11 @@ class LogSegment:
                 )
             position += offset
 
+    def read_all(self) -> bytes:
+        """The whole ``.log`` file as it is now (the log cleaner's read of an inactive
+        segment, which nothing appends to)."""
+        return self._file.pread(self._size, 0)
+
     def batch_headers(
         self, start_position: int = 0, end_position: int | None = None
     ) -> Iterator[tuple[int, BatchHeader]]:

@@ -10,8 +10,9 @@ gets. Both steps are pure over the bytes, so :class:`broker.log.log.Log` runs th
 takes its lock:
 
 1. :func:`proto.records.record_batch.validate_batches` (Kafka's ``Log.analyzeAndValidateRecords``):
-   every batch whole, batchLength >= 49, magic 2, the CRC-32C, and recordCount ==
-   lastOffsetDelta + 1 >= 1 (plus, uncompressed, room for that many records).
+   every batch whole, batchLength >= 49, magic 2, the CRC-32C, and 0 <= recordCount <=
+   lastOffsetDelta + 1 (plus, uncompressed, room for that many records): what any stored
+   batch satisfies, a cleaned one included.
    CORRUPT_MESSAGE (Kafka: INVALID_RECORD for the count against lastOffsetDelta, and for
    a magic other than 2 in a Produce request).
 2. :func:`validate_client_batches` (``LogValidator`` with origin ``Client``), per batch:
@@ -19,6 +20,10 @@ takes its lock:
    ======================================================= ===============================
    check                                                   error (Kafka's, where it differs)
    ======================================================= ===============================
+   recordCount == lastOffsetDelta + 1 >= 1 (a cleaned      CORRUPT_MESSAGE (Kafka:
+   batch may hold fewer; a produced one may not)           INVALID_RECORD, "Inconsistent
+                                                           batch offset range and record
+                                                           count")
    compression codec id is one of Kafka's (0-4)            CORRUPT_MESSAGE (Kafka: an
                                                            IllegalArgumentException from
                                                            ``CompressionType.forId``, which
@@ -114,6 +119,7 @@ from proto.records.record_batch import (
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
     CorruptRecordError,
+    client_count_problem,
     decode_varint,
     decode_varlong,
     inflated,
@@ -158,6 +164,8 @@ def validate_client_batches(
     pos = 0
     for header in headers:
         size = header.batch_length + LOG_OVERHEAD
+        if header.record_count != header.last_offset_delta + 1 or header.record_count < 1:
+            raise CorruptRecordError(f"batch at position {pos}: {client_count_problem(header)}")
         if header.attributes & _REFUSED_ATTRIBUTES:
             _check_attributes(header, pos)
         if header.producer_id != NO_PRODUCER_ID and header.base_sequence < 0:

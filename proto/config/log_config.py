@@ -55,6 +55,12 @@ class LogConfig:
     records; None (Kafka's default, Long.MAX_VALUE) leaves flushing to the OS."""
     max_message_bytes: int = 1048588
     """``max.message.bytes`` / ``message.max.bytes``: largest batch accepted."""
+    min_compaction_lag_ms: int = 0
+    """``min.compaction.lag.ms`` / ``log.cleaner.min.compaction.lag.ms``: a record stays
+    uncompacted at least this long."""
+    delete_retention_ms: int = 24 * 3600 * 1000
+    """``delete.retention.ms`` / ``log.cleaner.delete.retention.ms``: how long a tombstone
+    outlives the cleaning that reached it."""
     compression_type: str = "producer"
     """``compression.type`` (the broker's default has the same name): ``producer`` stores each
     batch with the producer's codec, as sent; a codec name (or ``uncompressed``) makes the
@@ -72,12 +78,16 @@ class LogConfig:
         "log.retention.bytes": ("retention_bytes", 1),
         "log.flush.interval.messages": ("flush_interval_messages", 1),
         "message.max.bytes": ("max_message_bytes", 1),
+        "log.cleaner.min.compaction.lag.ms": ("min_compaction_lag_ms", 1),
+        "log.cleaner.delete.retention.ms": ("delete_retention_ms", 1),
         "segment.bytes": ("segment_bytes", 1),
         "index.interval.bytes": ("index_interval_bytes", 1),
         "retention.ms": ("retention_ms", 1),
         "retention.bytes": ("retention_bytes", 1),
         "flush.messages": ("flush_interval_messages", 1),
         "max.message.bytes": ("max_message_bytes", 1),
+        "min.compaction.lag.ms": ("min_compaction_lag_ms", 1),
+        "delete.retention.ms": ("delete_retention_ms", 1),
     }
 
     # Kafka property -> (field, parser(name, text)) for the values that are not integers; the
@@ -94,6 +104,8 @@ class LogConfig:
         "retention_bytes": ("retention.bytes", -1, _INT64_MAX),
         "flush_interval_messages": ("flush.messages", 1, _INT64_MAX),
         "max_message_bytes": ("max.message.bytes", 0, _INT32_MAX),
+        "min_compaction_lag_ms": ("min.compaction.lag.ms", 0, _INT64_MAX),
+        "delete_retention_ms": ("delete.retention.ms", 0, _INT64_MAX),
     }
 
     def __post_init__(self) -> None:

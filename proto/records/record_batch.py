@@ -312,11 +312,33 @@ def _crc_problem(buf: bytes | bytearray | memoryview, pos: int, header: BatchHea
 def _count_problem(header: BatchHeader) -> str | None:
     """Record count against the offset range and the space the records occupy.
 
-    Kafka's LogValidator rejects a v2 batch whose count is not ``lastOffsetDelta + 1``
-    ("Inconsistent batch offset range and record count"); with it a client could not make
-    the leader skip offsets. The size bound catches a count too large for the bytes
-    without decoding the records (only for uncompressed batches).
+    A stored batch holds at most ``lastOffsetDelta + 1`` records: fewer once the log
+    cleaner removed some (it keeps the batch's offsets, so its last offset stays), none in
+    the empty batch it keeps for a producer's last sequence (docs/storage.md, "Compacted
+    logs"). A produced batch must hold exactly that many (:func:`client_count_problem`).
+    The size bound catches a count too large for the bytes without decoding the records
+    (only for uncompressed batches).
     """
+    count = header.record_count
+    if header.last_offset_delta < 0:
+        return f"lastOffsetDelta is {header.last_offset_delta}: a batch spans one offset or more"
+    if count < 0:
+        return f"record count is {count}"
+    if count > header.last_offset_delta + 1:
+        return (
+            f"record count {count} exceeds the {header.last_offset_delta + 1} offsets its "
+            f"lastOffsetDelta {header.last_offset_delta} spans"
+        )
+    records_size = header.size - HEADER_SIZE
+    if header.compression == 0 and count * MIN_RECORD_SIZE > records_size:
+        return f"record count {count} cannot fit in {records_size} bytes of records"
+    return None
+
+
+def client_count_problem(header: BatchHeader) -> str | None:
+    """What is wrong with a produced batch's record count, or None: Kafka's LogValidator
+    refuses a v2 batch whose count is not ``lastOffsetDelta + 1`` ("Inconsistent batch
+    offset range and record count"), so no client can make the leader skip offsets."""
     count = header.record_count
     if count < 1:
         return f"record count is {count}, a batch holds at least one record"
@@ -325,9 +347,6 @@ def _count_problem(header: BatchHeader) -> str | None:
             f"record count {count} does not match lastOffsetDelta {header.last_offset_delta} "
             f"(which implies {header.last_offset_delta + 1} records)"
         )
-    records_size = header.size - HEADER_SIZE
-    if header.compression == 0 and count * MIN_RECORD_SIZE > records_size:
-        return f"record count {count} cannot fit in {records_size} bytes of records"
     return None
 
 
@@ -335,7 +354,7 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeade
     """Validate the batch at ``pos`` without decoding its records; return its header.
 
     Checks, in order: a whole header is present, batchLength >= 49, the whole batch is
-    present, magic == 2, the CRC-32C, and recordCount == lastOffsetDelta + 1 >= 1 (plus,
+    present, magic == 2, the CRC-32C, and 0 <= recordCount <= lastOffsetDelta + 1 (plus,
     uncompressed, that many records fit in the bytes). The broker runs it on every produced
     and fetched batch (the leader then checks the records: broker.log.log_validator). Raises
     CorruptRecordError naming the problem.
@@ -360,7 +379,8 @@ def _checked_fields(view: memoryview, pos: int) -> tuple[int, ...]:
         and size <= available
         and magic == MAGIC
         and _crc32c(view[pos + ATTRIBUTES_OFFSET : pos + size]) == crc
-        and 1 <= count == last_offset_delta + 1
+        and 0 <= count <= last_offset_delta + 1
+        and last_offset_delta >= 0
         and (attributes & COMPRESSION_CODEC_MASK or count * MIN_RECORD_SIZE <= size - HEADER_SIZE)
     ):
         return fields
@@ -808,6 +828,46 @@ def recompressed(
     )
 
 
+def retained_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
+    """The batch ``header`` heads holding only ``records`` (some of its own, in order, with
+    their offsets and timestamps): what the log cleaner writes for a batch it removed
+    records from. Its base offset, lastOffsetDelta (so its last offset and, for an
+    idempotent producer, its last sequence), partition leader epoch, producer fields and
+    codec stay; maxTimestamp is the retained records' (Kafka's ``buildRetainedRecordsInto``).
+    An empty ``records`` gives the empty batch Kafka keeps for a producer's last batch."""
+    base = header.base_offset
+    body = bytearray()
+    max_timestamp = NO_TIMESTAMP if records else header.max_timestamp
+    for record in records:
+        if record.timestamp > max_timestamp:
+            max_timestamp = record.timestamp
+        body += encode_record(
+            record.offset - base,
+            record.timestamp - header.base_timestamp,
+            record.key,
+            record.value,
+            record.headers,
+        )
+    if header.is_log_append_time:
+        max_timestamp = header.max_timestamp
+    if header.compression and records:
+        body = bytearray(compress(header.compression, body))
+    fields = (header.attributes, header.last_offset_delta, header.base_timestamp, max_timestamp)
+    producer = (header.producer_id, header.producer_epoch, header.base_sequence)
+    return _framed(base, header.partition_leader_epoch, (*fields, *producer), len(records), body)
+
+
+def offsets_placeholder(
+    base_offset: int, last_offset: int, partition_leader_epoch: int, max_timestamp: int
+) -> bytes:
+    """An empty batch (no records, no producer) spanning ``base_offset`` .. ``last_offset``:
+    it stands for batches the log cleaner removed whole, so that a log's batches still
+    cover every offset from its start to its end (docs/storage.md, "Compacted logs")."""
+    fields = (0, last_offset - base_offset, max_timestamp, max_timestamp)
+    producer = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
+    return _framed(base_offset, partition_leader_epoch, (*fields, *producer), 0, b"")
+
+
 def holds_codec(buf: bytes | bytearray | memoryview, codec: int) -> bool:
     """Whether any whole batch header of ``buf`` (concatenated batches, a fetch's records
     possibly ending in part of one) names ``codec``. Headers only: nothing is checked."""
@@ -848,11 +908,14 @@ def _decode_records(data: bytes, pos: int, header: BatchHeader, where: str) -> l
     p = pos + RECORDS_OFFSET
     append_time = header.max_timestamp if header.is_log_append_time else None
     records: list[Record] = []
+    previous = header.base_offset - 1
     for index in range(header.record_count):
         try:
             record, p = _decode_record(data, p, end, header, append_time)
+            _check_offset(record.offset - header.base_offset, previous - header.base_offset, header)
         except CorruptRecordError as e:
             raise CorruptRecordError(f"{where}: record {index}: {e.reason}") from None
+        previous = record.offset
         records.append(record)
     if p != end:
         raise CorruptRecordError(f"{where}: {end - p} bytes after the last record")
@@ -896,6 +959,8 @@ def decode_rows(
     rows: list[_RowT] = []
     append = rows.append
     count = header.record_count
+    last_delta = header.last_offset_delta
+    previous = -1
     index = 0
     try:
         while index < count:
@@ -934,6 +999,9 @@ def decode_rows(
                 p += 2
             else:
                 offset_delta, p = decode_varint(data, p)
+            if not previous < offset_delta <= last_delta:
+                _check_offset(offset_delta, previous, header)
+            previous = offset_delta
             if data[p] == 1:  # the common null key
                 key = None
                 p += 1
@@ -993,6 +1061,7 @@ def decode_rows(
                         row_type, prefix, min_offset,
                     )  # fmt: skip
                     index += run - 1
+                    previous = offset_delta + run - 1
                     p = start + run * size
     except CorruptRecordError as e:
         raise CorruptRecordError(f"{where}: record {index}: {e.reason}") from None
@@ -1094,6 +1163,17 @@ def _decode_headers(
             f"length is {length} bytes but its fields take {p - record_end + length}"
         )
     return tuple(headers), p
+
+
+def _check_offset(delta: int, previous: int, header: BatchHeader) -> None:
+    """A record's offsetDelta must follow the one before it (``previous``, -1 for the first)
+    and stay in the batch's offset range: equal to its index in a produced batch, with gaps
+    where the log cleaner removed records."""
+    if not previous < delta <= header.last_offset_delta:
+        raise CorruptRecordError(
+            f"offsetDelta {delta} does not follow {previous} within lastOffsetDelta "
+            f"{header.last_offset_delta}"
+        )
 
 
 def _decode_record(

@@ -20,6 +20,7 @@ from proto.records.record_batch import (
     Record,
     assign_offsets,
     check_batch,
+    client_count_problem,
     compute_crc,
     decode_batch,
     decode_rows,
@@ -377,19 +378,33 @@ def test_check_batch_rejects_truncated_buffer() -> None:
         check_batch(GOLDEN[:80])
 
 
-def test_check_batch_rejects_count_not_matching_last_offset_delta() -> None:
+def test_check_batch_rejects_more_records_than_offsets() -> None:
     data = bytearray(GOLDEN)
     struct.pack_into(">i", data, 57, 3)
-    with pytest.raises(CorruptRecordError, match="record count 3 does not match lastOffsetDelta 1"):
+    with pytest.raises(CorruptRecordError, match="record count 3 exceeds the 2 offsets"):
         check_batch(recrc(data))
 
 
-def test_check_batch_rejects_zero_records() -> None:
+def test_check_batch_rejects_a_batch_of_no_offsets() -> None:
     data = bytearray(GOLDEN)
     struct.pack_into(">i", data, 23, -1)
     struct.pack_into(">i", data, 57, 0)
-    with pytest.raises(CorruptRecordError, match="record count is 0"):
+    with pytest.raises(CorruptRecordError, match="lastOffsetDelta is -1"):
         check_batch(recrc(data))
+
+
+def test_a_stored_batch_may_hold_fewer_records_than_offsets_but_not_a_produced_one() -> None:
+    """The cleaner's batches keep their offset range with fewer records (or none)."""
+    header = check_batch(GOLDEN)
+    assert header.record_count == header.last_offset_delta + 1 == 2
+    assert client_count_problem(header) is None
+    fewer = header._replace(record_count=1)
+    assert client_count_problem(fewer) == (
+        "record count 1 does not match lastOffsetDelta 1 (which implies 2 records)"
+    )
+    assert client_count_problem(header._replace(record_count=0)) == (
+        "record count is 0, a batch holds at least one record"
+    )
 
 
 def test_check_batch_rejects_count_too_large_for_bytes() -> None:
@@ -433,8 +448,8 @@ def spec_valid(data: bytes) -> bool:
         and size <= len(data)
         and magic == 2
         and crc32c.crc32c(data[21:size]) == crc
-        and count >= 1
-        and count == last_delta + 1
+        and last_delta >= 0
+        and 0 <= count <= last_delta + 1
         and (attributes & 7 != 0 or count * 7 <= size - 61)
     )
 

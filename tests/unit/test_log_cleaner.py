@@ -1,0 +1,284 @@
+"""The log cleaner on real logs on disk: what it keeps, what it removes, and that a kill at
+any step of a swap recovers to a valid log (the old segments or the cleaned one)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.log.compaction import CleanStats, build_offset_map, clean_batches
+from broker.log.log import Log
+from broker.log.log_cleaner import _batches, clean_log, dirty_ratio
+from broker.log.segment_swap import commit_swap, finish_swap, write_cleaned_segment
+from proto.config.log_config import LogConfig
+from proto.records.compression import Codec
+from proto.records.record_batch import Record, decode_batch, encode_batch, validate_batches
+
+SEGMENT_BYTES = 300
+CAPACITY = 10_000
+
+
+def open_log(path: Path, **config: int) -> Log:
+    return Log.open(path / "table-0", LogConfig(segment_bytes=SEGMENT_BYTES, **config))  # type: ignore[arg-type]
+
+
+def write(log: Log, rows: Sequence[tuple[bytes, bytes | None]], codec: int = 0, **kw: int) -> None:
+    records = [Record(k, v, 1000 + i) for i, (k, v) in enumerate(rows)]
+    log.append_as_leader(encode_batch(records, compression=codec, **kw), 0)
+
+
+def batches(log: Log) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, record count) of every batch."""
+    data = log.read(log.log_start_offset, 10**8, min_one_batch=True).records
+    return [(h.base_offset, h.last_offset, h.record_count) for h in validate_batches(data)]
+
+
+def contents(log: Log) -> list[tuple[int, bytes | None, bytes | None]]:
+    data = log.read(log.log_start_offset, 10**8).records
+    out = []
+    position = 0
+    while position < len(data):
+        decoded = decode_batch(data, position)
+        out += [(r.offset, r.key, r.value) for r in decoded.records]
+        position += decoded.header.size
+    return out
+
+
+def covers_every_offset(log: Log) -> bool:
+    spans = batches(log)
+    return all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans)) and (
+        spans[-1][1] + 1 == log.log_end_offset
+    )
+
+
+Row = tuple[int, bytes | None, bytes | None]
+
+
+def latest(rows: list[Row]) -> dict[bytes | None, tuple[int, bytes | None]]:
+    return {key: (offset, value) for offset, key, value in rows}
+
+
+def fill(log: Log, rounds: int = 12) -> None:
+    """Keys k0..k4 written over and over, in batches of 1-3 records, some compressed."""
+    n = 0
+    for i in range(rounds):
+        rows = [(b"k%d" % ((n + j) % 5), b"v%d" % (n + j)) for j in range(1 + i % 3)]
+        n += len(rows)
+        write(log, rows, codec=(Codec.NONE, Codec.LZ4, Codec.ZSTD)[i % 3])
+    log.roll()
+
+
+def test_cleaning_keeps_the_latest_value_of_each_key_at_its_offset(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill(log)
+    before = contents(log)
+    assert len(log.segments) > 3
+    result = clean_log(
+        log, first_dirty=0, limit_offset=log.log_end_offset, now_ms=0, capacity=CAPACITY
+    )
+    assert result is not None
+    assert result.end_offset == log.segments[-1].base_offset
+    after = contents(log)
+    assert latest(after) == latest(before)
+    assert len(after) == 5  # one record per key survives, the rest were superseded
+    assert set(after) <= set(before)  # offsets and values unchanged
+    assert covers_every_offset(log)  # removed batches left placeholders
+    assert log.log_end_offset == before[-1][0] + 1
+    log.close()
+    reopened = open_log(tmp_path)  # recovery accepts what the cleaner wrote
+    assert contents(reopened) == after
+    assert covers_every_offset(reopened)
+    reopened.close()
+
+
+def test_the_active_segment_and_records_above_the_high_watermark_stay(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill(log)
+    write(log, [(b"k0", b"newest")])  # the active segment
+    hw = log.segments[2].base_offset
+    before = contents(log)
+    clean_log(log, first_dirty=0, limit_offset=hw, now_ms=0, capacity=CAPACITY)
+    after = contents(log)
+    assert [r for r in after if r[0] >= hw] == [r for r in before if r[0] >= hw]
+    assert covers_every_offset(log)
+    log.close()
+
+
+def test_tombstones_stay_until_delete_retention_has_passed(tmp_path: Path) -> None:
+    log = open_log(tmp_path, delete_retention_ms=1000)
+    fill(log)
+    write(log, [(b"k1", None), (b"k2", None)])
+    tombstones = log.log_end_offset - 2
+    log.roll()
+    for i in range(6):
+        write(log, [(b"k3", b"later %d " % i * 8)])
+        log.roll()
+    end = log.segments[-1].base_offset
+    clean_log(log, first_dirty=0, limit_offset=end, now_ms=0, capacity=CAPACITY)
+    kept = latest(contents(log))
+    assert kept[b"k1"][1] is None  # a first cleaning keeps every tombstone
+    assert kept[b"k2"][1] is None
+    # Now clean, the tombstones go once their segment is older than the horizon (the
+    # newest clean segment's modification time) less delete.retention.ms.
+    for segment in log.segments[:-1]:
+        held = segment.base_offset <= tombstones < segment.next_offset
+        os.utime(segment.log_path, (100, 100) if held else (200, 200))
+    write(log, [(b"k4", b"dirty")])
+    log.roll()
+    result = clean_log(
+        log, first_dirty=end, limit_offset=log.log_end_offset, now_ms=0, capacity=CAPACITY
+    )
+    assert result is not None
+    assert result.stats.tombstones_removed == 2
+    kept = latest(contents(log))
+    assert b"k1" not in kept
+    assert b"k2" not in kept
+    assert kept[b"k4"][1] == b"dirty"
+    assert covers_every_offset(log)
+    log.close()
+
+
+def test_a_producers_last_batch_stays_as_an_empty_batch(tmp_path: Path) -> None:
+    """Its records superseded, the batch keeps its producer id and sequence, so the
+    producer's next batch still continues its sequence after a restart."""
+    log = open_log(tmp_path)
+    write(log, [(b"k0", b"1"), (b"k1", b"2")], producer_id=7, producer_epoch=0, base_sequence=0)
+    fill(log)  # supersedes both
+    result = clean_log(
+        log, first_dirty=0, limit_offset=log.log_end_offset, now_ms=0, capacity=CAPACITY
+    )
+    assert result is not None
+    first = batches(log)[0]
+    assert first == (0, 1, 0)  # empty, its offsets kept
+    log.close()
+    reopened = open_log(tmp_path)
+    entry = reopened.producer_state.entry(7)
+    assert entry is not None
+    assert entry.last_sequence == 1
+    write(reopened, [(b"k0", b"3")], producer_id=7, producer_epoch=0, base_sequence=2)
+    reopened.close()
+
+
+def test_the_dirty_ratio_counts_whole_segments(tmp_path: Path) -> None:
+    log = open_log(tmp_path)
+    fill(log)
+    segments = log.segments
+    end = segments[-1].base_offset
+    assert dirty_ratio(segments, 0, end) == 1.0
+    middle = segments[2].base_offset
+    clean = sum(s.size for s in segments[:2])
+    total = sum(s.size for s in segments[:-1])
+    assert dirty_ratio(segments, middle, end) == pytest.approx((total - clean) / total)
+    log.close()
+
+
+def _cleaned_copy(
+    tmp_path: Path,
+) -> tuple[Path, int, list[int], list[tuple[int, bytes | None, bytes | None]]]:
+    """A closed log whose first two segments have their cleaned copy written as
+    ``.cleaned`` files (step 1 done): its directory, the copy's base, the old bases, and
+    the log's records before."""
+    log = open_log(tmp_path)
+    fill(log)
+    original = contents(log)
+    group = list(log.segments[:2])
+    offset_map, _ = build_offset_map(
+        _batches(log.segments[:-1], lambda _: None), 0, log.segments[-1].base_offset, CAPACITY
+    )
+    out = clean_batches(
+        _batches(group, lambda _: None),
+        offset_map,
+        retain_tombstones=True,
+        producer_last_offsets=frozenset(),
+        stats=CleanStats(),
+    )
+    write_cleaned_segment(
+        log.directory, group[0].base_offset, out, index_interval_bytes=4096, modified_ms=0
+    )
+    log.close()
+    return log.directory, group[0].base_offset, [s.base_offset for s in group], original
+
+
+def _delete_old(directory: Path, bases: list[int], count: int) -> None:
+    for base in bases[:count]:
+        (directory / f"{base:020d}.log").unlink()
+        (directory / f"{base:020d}.index").unlink()
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        "cleaned written",
+        "index renamed to swap",
+        "swap committed",
+        "first old segment deleted",
+        "old segments deleted",
+        "index renamed to its final name",
+        "swap finished",
+    ],
+)
+def test_a_kill_at_any_step_of_a_swap_recovers_a_valid_log(tmp_path: Path, step: str) -> None:
+    pristine = tmp_path / "pristine"
+    directory, base, old, original = _cleaned_copy(pristine)
+    name = f"{base:020d}"
+    if step == "index renamed to swap":
+        os.replace(directory / f"{name}.index.cleaned", directory / f"{name}.index.swap")
+    elif step != "cleaned written":
+        commit_swap(directory, base)
+    if step in ("first old segment deleted",):
+        _delete_old(directory, old, 1)
+    if step in ("old segments deleted", "index renamed to its final name", "swap finished"):
+        _delete_old(directory, old, len(old))
+    if step == "index renamed to its final name":
+        os.replace(directory / f"{name}.index.swap", directory / f"{name}.index")
+    if step == "swap finished":
+        finish_swap(directory, base)
+    recovered = open_log(pristine)
+    got = contents(recovered)
+    assert covers_every_offset(recovered)
+    assert latest(got) == latest(original)
+    if step in ("cleaned written", "index renamed to swap"):
+        assert got == original  # not committed: the old segments stay
+    else:
+        assert len(got) < len(original)  # committed: the cleaned copy replaced them
+    assert not [p for p in directory.iterdir() if p.suffix in (".cleaned", ".swap")]
+    recovered.close()
+    shutil.rmtree(pristine)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 6), st.booleans()), min_size=1, max_size=4),
+        min_size=2,
+        max_size=25,
+    )
+)
+def test_any_history_keeps_each_keys_latest_record(
+    tmp_path_factory: pytest.TempPathFactory, history: list[list[tuple[int, bool]]]
+) -> None:
+    log = open_log(tmp_path_factory.mktemp("any"))
+    n = 0
+    for rows in history:
+        write(
+            log,
+            [(b"k%d" % k, None if dead else b"v%d" % (n + i)) for i, (k, dead) in enumerate(rows)],
+        )
+        n += len(rows)
+    log.roll()
+    before = contents(log)
+    clean_log(log, first_dirty=0, limit_offset=log.log_end_offset, now_ms=0, capacity=CAPACITY)
+    after = contents(log)
+    assert latest(after) == latest(before)  # tombstones included (a first cleaning)
+    assert len(after) == len(latest(before))
+    assert covers_every_offset(log)
+    log.close()
