@@ -18,6 +18,7 @@ from chaos.nemesis import NEMESES
 from chaos.run_dir import EXIT_CANNOT_RUN, RunDirError
 from chaos.scenario import cli as scenario_cli
 from chaos.schedule import ScheduleError
+from client.cli.common import compression_type_argument
 from deploy.local_cluster import LocalClusterError
 
 __all__ = ["add_parser", "default_out"]
@@ -95,6 +96,13 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     run.add_argument(
         "--rate", type=float, default=100.0, help="records/s per producer (default 100)"
     )
+    run.add_argument(
+        "--compression-type",
+        type=compression_type_argument,
+        default="none",
+        metavar="CODEC",
+        help="the producers' compression.type: none (default), gzip, snappy, lz4 or zstd",
+    )
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: time)")
     run.add_argument(
         "--truncation-mode", choices=["leader-epoch", "high-watermark"], default="leader-epoch"
@@ -136,6 +144,7 @@ def _run(args: argparse.Namespace) -> int:
         interval_s=args.interval,
         producers=args.producers,
         rate=args.rate,
+        compression_type=args.compression_type,
         seed=args.seed if args.seed is not None else int(time.time()),
         truncation_mode=args.truncation_mode,
         unclean=args.unclean,

@@ -96,6 +96,8 @@ class RunSettings:
     interval_s: float = 10.0
     producers: int = 3
     rate: float = 100.0
+    compression_type: str = "none"
+    """The workload producers' ``compression.type``."""
     seed: int = 0
     truncation_mode: str = "leader-epoch"
     unclean: bool = False
@@ -507,6 +509,7 @@ class _Run:
             partitions=settings.partitions,
             producers=settings.producers,
             rate=settings.rate,
+            compression_type=settings.compression_type,
             group_consumers=settings.consumers,
             zookeeper_session_timeout_ms=max(settings.session_timeout_ms, 4000),
         )

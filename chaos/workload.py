@@ -4,8 +4,9 @@ Each runs as its own process (``python -m chaos.workload producer|consumer ...``
 :class:`Workload`), as a client on another machine would, and writes its own history file
 (:class:`~chaos.history_recorder.HistoryRecorder`):
 
-- a **producer** (acks=all, the idempotent producer) writes unique values ``p<process>-<n>``
-  at a bounded rate, round-robin over the topics' partitions, and records each outcome:
+- a **producer** (acks=all, the idempotent producer, ``compression.type`` as
+  ``--compression-type`` says) writes unique values ``p<process>-<n>`` at a bounded rate,
+  round-robin over the topics' partitions, and records each outcome:
   ``ok`` with the offset the broker acknowledged; ``fail`` only when the record was never
   queued (``send`` itself refused it); ``info`` for every other failure (a delivery timeout
   or an error after a send may hide a write: never guessed either way).
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaos.history_recorder import HistoryRecorder
+from client.cli.common import compression_type_argument
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
 from client.producer import FutureRecordMetadata, Producer, ProducerConfig
@@ -65,6 +67,9 @@ class WorkloadSpec:
     delivery_timeout_ms: int = 30_000
     zookeeper_session_timeout_ms: int = 6000
     """The consumer group members' sessions."""
+    compression_type: str = "none"
+    """The producers' ``compression.type`` (none, gzip, snappy, lz4, zstd): the audit then
+    reads compressed batches from the replica logs."""
 
 
 @dataclass
@@ -91,6 +96,7 @@ class Workload:
                 [
                     "producer", *common, "--process", str(process), "--rate", str(spec.rate),
                     "--delivery-timeout-ms", str(spec.delivery_timeout_ms),
+                    "--compression-type", spec.compression_type,
                 ],
                 process,
             )  # fmt: skip
@@ -167,6 +173,7 @@ async def _produce(args: argparse.Namespace) -> None:
         request_timeout_ms=min(10_000, args.delivery_timeout_ms - 5),
         delivery_timeout_ms=args.delivery_timeout_ms,
         max_block_ms=args.delivery_timeout_ms,
+        compression_type=args.compression_type,
     )
     pending: set[FutureRecordMetadata] = set()
     with HistoryRecorder(Path(args.history), args.process) as history:
@@ -257,6 +264,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--history", required=True)
     parser.add_argument("--rate", type=float, default=100.0)
     parser.add_argument("--delivery-timeout-ms", type=int, default=30_000)
+    parser.add_argument(
+        "--compression-type",
+        type=compression_type_argument,
+        default="none",
+        help="the producers' compression.type: none (default), gzip, snappy, lz4, zstd",
+    )
     parser.add_argument("--group", default=None)
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
     args = parser.parse_args(argv)

@@ -4,7 +4,8 @@ Split as aiokafka (and Kafka's Java client) split it, each piece with one job:
 
 - :class:`Partitioner` (``client.partitioner``) picks the partition of each record;
 - :class:`RecordAccumulator` (``client.record_accumulator``) collects records into one open
-  batch per partition, up to ``batch_size`` bytes or ``linger_ms`` of waiting;
+  batch per partition, up to ``batch_size`` bytes or ``linger_ms`` of waiting, and
+  compresses each batch once when it is sealed to be sent (``compression_type``);
 - :class:`Sender` (``client.sender``, one asyncio task) drains ready batches, groups them per
   leader into one ``Produce`` request, retries what failed with a retriable error, refreshes
   metadata when the error says the leadership it knew is stale, and completes the batches;
@@ -154,6 +155,7 @@ class Producer:
                 config.linger_ms,
                 config.delivery_timeout_ms,
                 self.partitioner.on_batch_closed,
+                config.compression_codec,
             )
             metadata.on_update = accumulator.wakeup.set
             self._metadata = metadata

@@ -1,8 +1,10 @@
-"""Batching, the producer's accumulator (aiokafka's and Kafka's ``RecordAccumulator``):
-records collect into one open :class:`ProducerBatch` per partition, up to ``batch_size`` bytes
-or ``linger_ms`` of waiting, until the sender drains them. :func:`record_size` is the exact
-arithmetic behind ``batch_size``; :class:`BufferPool` is ``buffer_memory``, the bound that
-makes ``send`` block while too many bytes wait for acknowledgement.
+"""Batching, the producer's accumulator (aiokafka's and Kafka's ``RecordAccumulator``): records
+collect into one open :class:`ProducerBatch` per partition, up to ``batch_size`` bytes or
+``linger_ms`` of waiting, until the sender drains them; with ``compression.type`` a batch is
+compressed once, when it is sealed for its first drain (:meth:`RecordAccumulator.seal`).
+:func:`record_size` is the exact arithmetic behind ``batch_size`` (uncompressed bytes);
+:class:`BufferPool` is ``buffer_memory``, the bound that makes ``send`` block while too many
+bytes wait for acknowledgement.
 """
 
 from __future__ import annotations
@@ -83,9 +85,12 @@ class ProducerBatch:
         "tp",
     )
 
-    def __init__(self, tp: TopicPartition, created: float, deadline: float) -> None:
+    def __init__(
+        self, tp: TopicPartition, created: float, deadline: float, compression: int = 0
+    ) -> None:
         self.tp = tp
-        self.builder = RecordsBuilder()
+        self.builder = RecordsBuilder(compression)
+        """Its records; with a codec (``compression``), compressed when sealed."""
         self.result = ProduceRequestResult(tp.topic, tp.partition, asyncio.get_running_loop())
         """The outcome the handles of the records given to ``send`` read theirs from."""
         self.range_futures: list[tuple[int, int, int, asyncio.Future[RecordRange]]] = []
@@ -125,8 +130,13 @@ class ProducerBatch:
 
     @property
     def size(self) -> int:
-        """Encoded size of the batch so far."""
+        """Encoded size of the batch so far, uncompressed (what ``batch_size`` bounds)."""
         return self.builder.size
+
+    def seal(self) -> int:
+        """Compress the records now if the batch has a codec (once; no record may be
+        appended after); the size its payload will have (:meth:`RecordsBuilder.seal`)."""
+        return self.builder.seal()
 
     @property
     def record_count(self) -> int:
@@ -162,6 +172,9 @@ class ProducerBatch:
         return end, future
 
     def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """The batch's bytes under this producer id and sequence (its payload from now on);
+        a compressed batch is sealed first if it was not, and a second call only
+        re-encodes the header."""
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
@@ -212,8 +225,11 @@ class RecordAccumulator:
         linger_ms: int,
         delivery_timeout_ms: int,
         on_batch_closed: Callable[[TopicPartition, int, int], None] | None = None,
+        compression: int = 0,
     ) -> None:
         self.batch_size = batch_size
+        self.compression = compression
+        """The codec id of every new batch (``compression.type``; 0: none)."""
         self.linger_s = linger_ms / 1000
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self._on_batch_closed = on_batch_closed
@@ -285,7 +301,7 @@ class RecordAccumulator:
                     return None
         if now is None:
             now = asyncio.get_running_loop().time()
-        batch = ProducerBatch(tp, now, now + self.delivery_timeout_s)
+        batch = ProducerBatch(tp, now, now + self.delivery_timeout_s, self.compression)
         future = batch.try_append_tail(timestamp, tail, self.batch_size)
         assert future is not None, "an empty batch takes any record"
         batch.reserved += reserved
@@ -330,7 +346,7 @@ class RecordAccumulator:
                 self._close(last)
             if future is not None or abort_on_new_batch:
                 return end, future, added
-        batch = ProducerBatch(tp, now, now + self.delivery_timeout_s)
+        batch = ProducerBatch(tp, now, now + self.delivery_timeout_s, self.compression)
         end, future = batch.append_values(values, start, timestamp, batch_size)
         assert future is not None, "an empty batch takes a record"
         batch.reserved += batch.size
@@ -340,6 +356,15 @@ class RecordAccumulator:
             self._close(batch)
         self.wakeup.set()
         return end, future, batch.size
+
+    def seal(self, batch: ProducerBatch) -> int:
+        """Close ``batch`` (a head returned by :meth:`ready`) and compress its records, so
+        that the sender can count its compressed size against ``max_request_size`` before
+        it drains it; returns that size. Once per batch: a retry's seal returns the size
+        at once. Only for a compressing accumulator: an uncompressed batch's ``size`` is
+        already exact."""
+        self._close(batch)
+        return batch.seal()
 
     def _close(self, batch: ProducerBatch) -> None:
         if not batch.closed:

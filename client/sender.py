@@ -33,7 +33,9 @@ offset instead of being written twice. If a batch that carries a sequence number
 good (non-retriable error, or ``delivery_timeout_ms`` expired), the broker's expected
 sequence for that partition is unknown; as Kafka does (KIP-360 in spirit), the producer
 waits for its in-flight requests, asks for a new producer id and restarts every sequence
-at 0. Batches still queued then are sent under the new id (re-encoded), so a record that
+at 0. Batches still queued then are sent under the new id (re-encoded: the header only, a
+compressed batch keeps its compressed records, so its CRC covers the new header and the
+same records), so a record that
 was in doubt at that moment may be written twice: exactly-once holds only within one
 producer id.
 """
@@ -415,8 +417,12 @@ class Sender:
         drained: list[ProducerBatch] = []
         total = 0
         idempotence = self.idempotence
+        compressing = self.accumulator.compression != 0
         for batch in batches:
-            if drained and total + batch.size > self.config.max_request_size:
+            # A compressed batch counts as what it sends: compressed on its first drain
+            # (once: a retry's seal is its cached size). An uncompressed size is exact.
+            size = self.accumulator.seal(batch) if compressing else batch.size
+            if drained and total + size > self.config.max_request_size:
                 return drained, True
             self.accumulator.drain(batch)
             if batch.drain_order < 0:

@@ -32,7 +32,7 @@ from client.metadata import (
     ClientError,
     MetadataClient,
 )
-from client.producer import parse_acks
+from client.producer import ProducerConfig, parse_acks
 from proto.errors import UsageError
 from proto.transport.tls import TlsConfig
 from proto.zk.credentials import ZkCredentials, read_digest_file
@@ -301,6 +301,27 @@ def acks_argument(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def compression_type_argument(text: str) -> str:
+    """``--compression-type``: the producer's ``compression.type`` (none, gzip, snappy, lz4,
+    zstd), lower-cased; argparse reports another value, naming the valid ones."""
+    try:
+        return ProducerConfig(compression_type=text).compression_type
+    except ClientError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_compression_type_option(parser: argparse.ArgumentParser) -> None:
+    """``--compression-type CODEC``, the producer's ``compression.type`` (default none)."""
+    parser.add_argument(
+        "--compression-type",
+        type=compression_type_argument,
+        default="none",
+        metavar="CODEC",
+        help="the producer's compression.type: none (default), gzip, snappy, lz4 or zstd; "
+        "each batch is compressed once when it is sent",
+    )
+
+
 def run_async(coroutine: Coroutine[Any, Any, int]) -> int:
     """Run a command's coroutine on uvloop; a ClientError propagates to the CLI's one-line
     error handler."""
@@ -317,10 +338,12 @@ __all__ = [
     "UsageError",
     "acks_argument",
     "add_bootstrap_option",
+    "add_compression_type_option",
     "add_topic_argument",
     "add_zookeeper_option",
     "boolean_property",
     "check_reachable",
+    "compression_type_argument",
     "connections",
     "default_zookeeper",
     "finish_args",

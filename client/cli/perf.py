@@ -5,7 +5,15 @@ producer takes them (or at ``--throughput`` records/s) and reports records/s, MB
 latency of each acknowledgement (send to ack): p50, p95, p99 and max. As Kafka's
 producer-perf-test it calls the producer's ``send`` once per record, what an application
 does; ``--bulk`` hands the records over a batch's worth at a time (``send_many``), the
-producer's ceiling. ``perf consume``
+producer's ceiling. ``--compression-type`` is the producer's ``compression.type``.
+
+What the values hold (``--payload``): ``random``, one value of random bytes sent as every
+record (Kafka's producer-perf-test also repeats one value), what the uncompressed figures
+have always measured; ``json``, JSON-like event text whose fields vary from record to record
+(an id, a timestamp, a user, an event type, a path, a country, an amount, a session token,
+then words), each value ``--record-size`` bytes, no two alike within a batch. With a codec
+the default is ``json``: one repeated value would compress to almost nothing and random
+bytes not at all, so neither says what compression costs or saves. ``perf consume``
 reads ``--num-records`` records from the beginning and reports records/s and MB/s. Both show
 a progress bar on stderr. Both take the count as ``--num-records`` (kafka-producer-perf-test)
 or ``--messages`` (kafka-consumer-perf-test), and the topic as TOPIC or ``--topic``.
@@ -18,6 +26,7 @@ import asyncio
 import functools
 import json
 import os
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -29,6 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeE
 from client.cli.common import (
     acks_argument,
     add_bootstrap_option,
+    add_compression_type_option,
     add_topic_argument,
     check_reachable,
     connections,
@@ -59,6 +69,15 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     produce.add_argument("--acks", type=acks_argument, default=-1)
     produce.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
     produce.add_argument("--linger-ms", type=int, default=0)
+    add_compression_type_option(produce)
+    produce.add_argument(
+        "--payload",
+        choices=PAYLOADS,
+        default=None,
+        help="random: one value of random bytes for every record; json: JSON-like event text "
+        "with varying fields, --record-size bytes each (default: json with a "
+        "--compression-type, else random)",
+    )
     produce.add_argument(
         "--bulk",
         action="store_true",
@@ -205,10 +224,17 @@ class _Acks:
 async def perf_produce(args: argparse.Namespace) -> int:
     if args.num_records < 1 or args.record_size < 0:
         raise UsageError("--num-records must be >= 1 and --record-size >= 0")
-    config = ProducerConfig(acks=args.acks, batch_size=args.batch_size, linger_ms=args.linger_ms)
+    config = ProducerConfig(
+        acks=args.acks,
+        batch_size=args.batch_size,
+        linger_ms=args.linger_ms,
+        compression_type=args.compression_type,
+    )
     # Records go to the producer a batch's worth per send_many call when unthrottled, and
     # as they fall due (at most a millisecond's worth at a time) with --throughput.
-    values = [os.urandom(args.record_size)] * max(1, args.batch_size // (args.record_size + 8))
+    values = perf_values(
+        payload_of(args), args.record_size, max(1, args.batch_size // (args.record_size + 8))
+    )
     acks = _Acks()
     async with connections(args) as conns:
         await check_reachable(conns, [args.topic])
@@ -234,13 +260,14 @@ async def perf_produce(args: argparse.Namespace) -> int:
                                 continue
                             count = min(count, due)
                         sent_at = time.monotonic()
+                        chunk = _window(values, sent, count)
                         if args.bulk:
-                            futures = await producer.send_many(args.topic, values[:count])
+                            futures = await producer.send_many(args.topic, chunk)
                             on_ack = functools.partial(acks.on_ack, sent_at)
                             for future in futures:
                                 future.add_done_callback(on_ack)
                         else:
-                            await _send_each(producer, args.topic, values[0], count, acks)
+                            await _send_each(producer, args.topic, chunk, acks)
                         sent += count
                     await producer.flush()
                     elapsed = time.monotonic() - started
@@ -255,17 +282,89 @@ async def perf_produce(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _send_each(producer: Producer, topic: str, value: bytes, count: int, acks: _Acks) -> None:
-    """``count`` records, one ``send`` each, as an application produces; the latency of
+async def _send_each(producer: Producer, topic: str, values: list[bytes], acks: _Acks) -> None:
+    """One record per value, one ``send`` each, as an application produces; the latency of
     each is from its own ``send``."""
     send = producer.send
     on_record = acks.on_record
     monotonic = time.monotonic
     partial = functools.partial
-    for _ in range(count):
+    for value in values:
         sent_at = monotonic()
         future = await send(topic, value)
         future.add_done_callback(partial(on_record, sent_at))
+
+
+def _window(values: list[bytes], start: int, count: int) -> list[bytes]:
+    """``count`` (at most ``len(values)``) values from ``start`` on, cyclically: the run
+    goes on through the pool where the last call stopped, so that small calls
+    (``--throughput``) do not send its first values again and again."""
+    start %= len(values)
+    chunk = values[start : start + count]
+    if len(chunk) < count:
+        chunk += values[: count - len(chunk)]
+    return chunk
+
+
+PAYLOADS = ("random", "json")
+"""``--payload``'s choices (the module docstring says what each holds)."""
+
+
+def payload_of(args: argparse.Namespace) -> str:
+    """``--payload``, or its default: ``json`` when the producer compresses, else ``random``."""
+    if args.payload is not None:
+        return str(args.payload)
+    return "random" if args.compression_type == "none" else "json"
+
+
+def perf_values(payload: str, size: int, count: int, seed: int = 0) -> list[bytes]:
+    """The ``count`` values ``perf produce`` cycles through, ``size`` bytes each (see the
+    module docstring): ``random`` is one random value ``count`` times, ``json`` as many
+    different ones, drawn from ``seed`` so that runs compare."""
+    if payload == "random":
+        return [os.urandom(size)] * count
+    if payload != "json":
+        raise ValueError(f"unknown payload {payload!r}: one of {', '.join(PAYLOADS)}")
+    rng = random.Random(seed)
+    timestamp = 1_700_000_000_000
+    values = []
+    for n in range(count):
+        timestamp += rng.randrange(5)
+        text = (
+            f'{{"id":{n},"ts":{timestamp},"user":"user-{rng.randrange(10_000)}",'
+            f'"event":"{rng.choice(_EVENTS)}","path":"/{rng.choice(_SECTIONS)}/'
+            f'{rng.randrange(5000)}","country":"{rng.choice(_COUNTRIES)}",'
+            f'"amount":{rng.randrange(100, 50_000) / 100},"session":"{rng.getrandbits(64):016x}"'
+        )
+        room = size - len(text) - len(',"note":""}')
+        if room > 0:  # a note of words fills the value to its size: exactly JSON
+            note = rng.choice(_WORDS)[:room]
+            while True:
+                word = rng.choice(_WORDS)
+                if len(note) + 1 + len(word) > room:
+                    break
+                note += " " + word
+            text += ',"note":"' + note.ljust(room) + '"'
+        values.append((text + "}").encode()[:size].ljust(size, b" "))  # smaller: cut
+    return values
+
+
+_EVENTS = ("page_view", "search", "add_to_cart", "remove_from_cart", "checkout", "purchase",
+           "login", "logout", "click", "scroll")  # fmt: skip
+_SECTIONS = ("products", "category", "cart", "account", "search", "help", "orders")
+_COUNTRIES = ("DE", "US", "FR", "GB", "JP", "BR", "IN", "NL", "SE", "ES", "IT", "CA")
+_WORDS = (
+    "the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "by", "at", "from",
+    "that", "this", "be", "are", "was", "it", "or", "an", "not", "order", "customer",
+    "payment", "shipping", "delivery", "item", "product", "price", "total", "discount",
+    "coupon", "account", "user", "session", "request", "response", "error", "warning", "retry",
+    "timeout", "latency", "cache", "server", "client", "service", "queue", "message", "event",
+    "stream", "topic", "partition", "offset", "record", "batch", "replica", "leader",
+    "follower", "commit", "write", "read", "fetch", "produce", "consume", "group", "member",
+    "red", "green", "blue", "small", "medium", "large", "new", "used", "express", "standard",
+    "returned", "cancelled", "pending", "confirmed", "shipped", "delivered", "refunded",
+    "Monday", "Tuesday", "Friday", "morning", "evening",
+)  # fmt: skip
 
 
 def _due(started: float, sent: int, throughput: int) -> int:

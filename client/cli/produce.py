@@ -18,6 +18,7 @@ from typing import BinaryIO
 from client.cli.common import (
     acks_argument,
     add_bootstrap_option,
+    add_compression_type_option,
     add_topic_argument,
     boolean_property,
     check_reachable,
@@ -60,6 +61,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--partition", type=int, default=None, help="send every record here")
     parser.add_argument("--linger-ms", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    add_compression_type_option(parser)
     parser.add_argument(
         "--delivery-timeout-ms",
         type=int,
@@ -121,6 +123,7 @@ async def produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
         acks=args.acks,
         linger_ms=args.linger_ms,
         batch_size=args.batch_size,
+        compression_type=args.compression_type,
         delivery_timeout_ms=args.delivery_timeout_ms,
         request_timeout_ms=min(30_000, max(1, args.delivery_timeout_ms - args.linger_ms)),
     )
