@@ -52,12 +52,14 @@ from broker.log.log_validator import recompressed_batches, validate_client_batch
 from broker.log.producer_state import BatchMetadata, ProducerStateManager
 from broker.log.segment_files import SegmentFilePool
 from broker.log.segment_swap import CleanedSegment, commit_swap, discard_cleaned, finish_swap
+from proto import errors
 from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, MinibrokerError, OffsetOutOfRangeError
 from proto.records.record_batch import (
     NO_TIMESTAMP,
     BatchHeader,
     CorruptRecordError,
+    decode_batch,
     validate_batches,
     with_offsets,
 )
@@ -450,6 +452,8 @@ class Log:
             raise CorruptRecordError("no record batches to append")
         self._check_sizes(headers, len(records))
         validate_client_batches(records, headers)
+        if self._config.compact:
+            _require_keys(records, headers, self._topic_partition)
         stored = recompressed_batches(records, headers, self._config.compression_type)
         if stored is not None:  # Kafka re-checks the sizes of batches it recompressed
             records = stored
@@ -816,7 +820,8 @@ class Log:
     def delete_old_segments(self, high_watermark: int, now_ms: int) -> int:
         """Apply retention; return the number of segments deleted.
 
-        Kafka's ``deleteOldSegments``: a prefix of segments goes when they are older than
+        Kafka's ``deleteOldSegments``: unless ``cleanup.policy`` lacks ``delete``, a prefix of
+        segments goes when they are older than
         ``retention.ms`` (by their largest record timestamp, or file mtime if they carry
         none), when the log exceeds ``retention.bytes`` (oldest first, while the rest still
         exceeds it), or when they lie wholly below the log start offset. Only segments
@@ -831,13 +836,15 @@ class Log:
             self._check_open()
             deleted = 0
             retention_ms = self._config.retention_ms
+            retention_bytes = self._config.retention_bytes
+            if not self._config.delete:  # cleanup.policy=compact: the cleaner's, not retention's
+                retention_ms = retention_bytes = -1
             if retention_ms >= 0:
                 deleted += self._delete_prefix(
                     high_watermark,
                     lambda segment, _: now_ms - _largest_timestamp(segment) > retention_ms,
                     "retention.ms",
                 )
-            retention_bytes = self._config.retention_bytes
             excess = self.size_in_bytes - retention_bytes
             if retention_bytes >= 0 and excess > 0:
 
@@ -972,6 +979,19 @@ class Log:
     def _floor_index(self, offset: int) -> int:
         """Index of the segment holding ``offset`` (the first one for offsets below it)."""
         return max(bisect_right(self._bases, offset) - 1, 0)
+
+
+def _require_keys(
+    records: bytes | bytearray | memoryview, headers: Sequence[BatchHeader], tp: TopicPartition
+) -> None:
+    """Kafka's LogValidator on a compacted topic: every record needs a key."""
+    position = 0
+    for header in headers:
+        if any(r.key is None for r in decode_batch(records, position).records):
+            raise errors.InvalidRecordError(
+                f"Compacted topic cannot accept message without key in topic partition {tp}."
+            )
+        position += header.size
 
 
 def _read_segments(

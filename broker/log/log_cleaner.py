@@ -26,6 +26,7 @@ from broker.log.log import Log
 from broker.log.log_segment import LogSegment
 from broker.log.segment_swap import write_cleaned_segment
 from proto.records.record_batch import BatchHeader
+from proto.topic_partition import TopicPartition
 
 __all__ = ["CleanResult", "clean_log", "cleanable_range", "dirty_ratio"]
 
@@ -38,6 +39,7 @@ _INT32_MAX = 2**31 - 1
 class CleanResult:
     """What :func:`clean_log` did."""
 
+    topic_partition: TopicPartition
     first_dirty: int
     end_offset: int
     """Where the next cleaning's dirty section starts (the cleaner offset checkpoint)."""
@@ -138,7 +140,7 @@ def clean_log(
         else:
             abandoned += 1
             break
-    log.info(
+    log.debug(
         "%s: cleaned offsets %d..%d: %d segments in %d groups (%d abandoned), records %d -> "
         "%d, %d tombstones removed, bytes %d -> %d",
         target.topic_partition,
@@ -153,7 +155,9 @@ def clean_log(
         stats.bytes_read,
         stats.bytes_written,
     )
-    return CleanResult(first_dirty, end, len(to_clean), swapped, abandoned, stats)
+    return CleanResult(
+        target.topic_partition, first_dirty, end, len(to_clean), swapped, abandoned, stats
+    )
 
 
 def _batches(

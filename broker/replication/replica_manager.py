@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 
 from broker.broker_metrics import ReplicaManagerMetrics
+from broker.log.cleaner_manager import LogCleanerManager
 from broker.log.log import FetchData, Log, LogClosedError
 from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
 from broker.log.resource_limits import ResourceErrorReporter, is_resource_exhaustion
@@ -242,6 +243,9 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._epoch_writer: ThreadPoolExecutor | None = None
         """The pool of ``_EPOCH_WRITE_THREADS`` for new leaders' epoch checkpoints."""
+        self.log_cleaner: LogCleanerManager | None = None
+        """The log cleaner (``log.cleaner.enable``), started with the replica manager."""
+        self._cleaner_thread: ThreadPoolExecutor | None = None
         self._fetch_sessions: dict[TopicPartition, list[FetchSessionState]] = {}
         """The incremental fetch sessions each partition is in (woken by :meth:`_wake`)."""
         self._checkpointed_hws: dict[TopicPartition, int] = {}
@@ -289,6 +293,15 @@ class ReplicaManager:
             "log-retention",
         )
         self._spawn(self._every(1000, self._purge_purgatories), "purgatory-purge")
+        if self.config.log_cleaner_enable:
+            self.log_cleaner = LogCleanerManager(
+                self.log_manager.data_dir,
+                dedupe_buffer_size=self.config.log_cleaner_dedupe_buffer_size,
+                io_max_bytes_per_second=self.config.log_cleaner_io_max_bytes_per_second,
+                clock_ms=self.clock_ms,
+            )
+            self._cleaner_thread = ThreadPoolExecutor(1, thread_name_prefix="log-cleaner")
+            self._spawn(self._clean_logs(self.log_cleaner, self._cleaner_thread), "log-cleaner")
         self._spawn(
             self._every(
                 self.config.log_flush_offset_checkpoint_interval_ms,
@@ -434,6 +447,8 @@ class ReplicaManager:
 
     async def shutdown(self) -> None:
         """Stop fetchers and background tasks, then checkpoint the high watermarks."""
+        if self.log_cleaner is not None:
+            self.log_cleaner.stop()  # a cleaning in progress gives up at its next chunk
         tasks = list(self._tasks)  # finishing tasks remove themselves from the set
         for task in tasks:
             task.cancel()
@@ -446,6 +461,8 @@ class ReplicaManager:
         await self.checkpoint_high_watermarks()
         if self._epoch_writer is not None:
             self._epoch_writer.shutdown(wait=False)  # idle: control requests hold _lock
+        if self._cleaner_thread is not None:
+            self._cleaner_thread.shutdown(wait=False)
 
     async def _in_executor(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
@@ -1820,6 +1837,46 @@ class ReplicaManager:
                 return  # reported; written again on the next period
             raise
         self._checkpointed_hws = hws
+
+    async def _clean_logs(self, cleaner: LogCleanerManager, thread: ThreadPoolExecutor) -> None:
+        """The log cleaner's loop (docs/storage.md, "Compacted logs"): on its own thread,
+        the dirtiest compacted log is cleaned below its high watermark; when none needs it,
+        the loop sleeps ``log.cleaner.backoff.ms``."""
+        loop = asyncio.get_running_loop()
+        backoff = self.config.log_cleaner_backoff_ms / 1000
+        while True:
+            if self.log_dir_failure is not None:
+                await asyncio.sleep(backoff)
+                continue
+            logs = {tp: p.log for tp, p in self.partitions.items() if p.log.config.compact}
+            hws = {tp: self.partitions[tp].high_watermark for tp in logs}
+            try:
+                result = await loop.run_in_executor(thread, cleaner.clean_dirtiest, logs, hws)
+            except OSError as err:
+                self.mark_log_dir_offline(err, "log_cleaner")
+                continue
+            except Exception:
+                self._log(logging.ERROR, "log_cleaner_failed", exc_info=True)
+                result = None
+            if result is None:
+                await asyncio.sleep(backoff)
+            else:
+                stats = result.stats
+                self._log(
+                    logging.INFO,
+                    "log_cleaned",
+                    tp=result.topic_partition,
+                    first_dirty=result.first_dirty,
+                    end_offset=result.end_offset,
+                    segments=result.segments_cleaned,
+                    groups=result.groups_swapped,
+                    abandoned=result.groups_abandoned,
+                    records_before=stats.records_read,
+                    records_after=stats.records_kept,
+                    tombstones_removed=stats.tombstones_removed,
+                    bytes_before=stats.bytes_read,
+                    bytes_after=stats.bytes_written,
+                )
 
     async def _cleanup_logs(self) -> None:
         if self.log_dir_failure is not None:

@@ -128,6 +128,7 @@ def _walk(
     base_timestamp = header.base_timestamp
     append_time = header.max_timestamp if header.is_log_append_time else None
     count = header.record_count
+    previous = -1
     index = 0
     while index < count:
         start = p
@@ -140,6 +141,9 @@ def _walk(
         timestamp_delta, p = decode_varlong(data, p)
         timestamp_width = p - timestamp_at
         offset_delta, p = decode_varint(data, p)
+        if not previous < offset_delta <= header.last_offset_delta:
+            raise CorruptRecordError("offsetDelta out of order")  # decode_rows says more
+        previous = offset_delta
         key_at, key_length, p = _bytes_field(data, p, record_end)
         value_at, value_length, p = _bytes_field(data, p, record_end)
         if data[p] == 0 and p + 1 == record_end:
@@ -198,6 +202,7 @@ def _walk(
                     )
                 )
                 index += run - 1
+                previous = offset_delta + run - 1
                 p = start + run * size
     if p != end:
         raise CorruptRecordError("bytes after the last record")

@@ -27,6 +27,7 @@ from proto.records.record_batch import (
     decode_batch,
     scan_batches,
 )
+from proto.topic_partition import TopicPartition
 
 
 class DumpLogError(MinibrokerError):
@@ -43,7 +44,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("path", type=Path, help="a .log segment file or a partition directory")
-    parser.add_argument("--json", action="store_true", help="one JSON object per batch")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per batch (and one for the cleaner, once it cleaned the partition)",
+    )
     parser.add_argument(
         "--print-data", action="store_true", help="also print every record (key, value, headers)"
     )
@@ -75,6 +80,45 @@ def dump(path: Path, *, out: IO[str], as_json: bool, print_data: bool) -> None:
             out.write(f"Dumping {segment}\n")
         with _mapped(segment) as buf:
             _dump_segment(segment, buf, out=out, as_json=as_json, print_data=print_data)
+    if path.is_dir():
+        _dump_cleaner_state(path, out=out, as_json=as_json)
+
+
+def _checkpointed_offset(path: Path, tp: TopicPartition) -> int | None:
+    """``tp``'s offset in an offset checkpoint file (version, count, then ``topic partition
+    offset`` lines: docs/storage.md, "Checkpoint files"); None if it has none."""
+    try:
+        lines = path.read_text().splitlines()[2:]
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 3 and fields[0] == tp.topic and fields[1] == str(tp.partition):
+            return int(fields[2]) if fields[2].isdigit() else None
+    return None
+
+
+def _dump_cleaner_state(directory: Path, *, out: IO[str], as_json: bool) -> None:
+    """Where the log cleaner's last cleaning of this partition ended (the data dir's
+    ``cleaner-offset-checkpoint``) and the files of a cleaning under way, if any."""
+    try:
+        tp = TopicPartition.from_dir_name(directory.name)
+    except ValueError:
+        return
+    checkpoint = directory.parent / "cleaner-offset-checkpoint"
+    cleaned = _checkpointed_offset(checkpoint, tp)
+    in_progress = sorted(
+        p.name for p in directory.iterdir() if p.name.endswith((".cleaned", ".swap"))
+    )
+    if as_json:
+        if cleaned is None and not in_progress:
+            return  # one object per batch, and one for the cleaner only once it has a state
+        state = {"cleaner": {"first_dirty_offset": cleaned, "in_progress": in_progress}}
+        out.write(json.dumps(state) + "\n")
+        return
+    where = "never cleaned" if cleaned is None else f"cleaned up to offset {cleaned}"
+    out.write(f"Cleaner: {where} ({checkpoint.name})")
+    out.write(f"; cleaning under way: {', '.join(in_progress)}\n" if in_progress else "\n")
 
 
 @contextmanager

@@ -91,6 +91,11 @@ LOG_PROPERTIES = (
     "log.index.interval.bytes",
     "log.flush.interval.messages",
     "compression.type",
+    "log.cleanup.policy",
+    "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms",
 )
 """Broker-level defaults of the per-log settings, handed to :meth:`LogConfig.from_properties`
 (``message.max.bytes`` is a :class:`BrokerConfig` field and also feeds the LogConfig)."""
@@ -105,6 +110,11 @@ TOPIC_PROPERTIES = (
     "min.insync.replicas",
     "unclean.leader.election.enable",
     "compression.type",
+    "cleanup.policy",
+    "min.cleanable.dirty.ratio",
+    "delete.retention.ms",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
 )
 """The topic-level overrides (``/config/topics/<t>``) this broker applies."""
 
@@ -116,7 +126,7 @@ class _Property:
     field: str
     """The BrokerConfig field."""
     kind: str
-    """int, bool, str, optstr (may be empty), path or mode."""
+    """int, float, bool, str, optstr (may be empty), path or mode."""
     low: int = 0
     high: int = _INT64_MAX
 
@@ -193,6 +203,12 @@ _PROPERTIES = (
         _INT32_MAX,
     ),
     _Property("log.retention.check.interval.ms", "log_retention_check_interval_ms", "int", 1),
+    _Property("log.cleaner.enable", "log_cleaner_enable", "bool"),
+    _Property("log.cleaner.backoff.ms", "log_cleaner_backoff_ms", "int", 0),
+    _Property("log.cleaner.dedupe.buffer.size", "log_cleaner_dedupe_buffer_size", "int", 1024),
+    _Property(
+        "log.cleaner.io.max.bytes.per.second", "log_cleaner_io_max_bytes_per_second", "float"
+    ),
     _Property("message.max.bytes", "message_max_bytes", "int", 0, _INT32_MAX),
     _Property("socket.request.max.bytes", "socket_request_max_bytes", "int", 1024, _INT32_MAX),
     _Property("max.connections", "max_connections", "int", 0, _INT32_MAX),
@@ -407,6 +423,15 @@ class BrokerConfig:
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     log_flush_start_offset_checkpoint_interval_ms: int = 60_000
     log_retention_check_interval_ms: int = 300_000
+    log_cleaner_enable: bool = True
+    """``log.cleaner.enable``: run the log cleaner for the logs whose ``cleanup.policy``
+    includes ``compact`` (Kafka's default, true)."""
+    log_cleaner_backoff_ms: int = 15_000
+    """``log.cleaner.backoff.ms``: how long the cleaner sleeps when no log needs cleaning."""
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024
+    """``log.cleaner.dedupe.buffer.size``: the offset map's memory, 24 bytes a key."""
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
+    """``log.cleaner.io.max.bytes.per.second``: the cleaner's reads and writes together."""
     message_max_bytes: int = 1_048_588
     socket_request_max_bytes: int = 104_857_600
     """The largest request the broker accepts; gRPC refuses larger ones with
@@ -771,6 +796,11 @@ def _parse_mode(name: str, text: str) -> TruncationMode:
 def _parse_value(prop: _Property, text: str) -> object:
     if prop.kind == "int":
         return _parse_int(prop.name, text)
+    if prop.kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"invalid value for {prop.name}: {text!r} is not a number") from None
     if prop.kind == "bool":
         return _parse_bool(prop.name, text)
     if prop.kind == "mode":
@@ -790,6 +820,9 @@ def _check_value(prop: _Property, value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"invalid value for {prop.name}: {value!r} is not an integer")
         check_range(prop.name, value, prop.low, prop.high)
+    elif prop.kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ValueError(f"invalid value for {prop.name}: {value!r} (must be above 0)")
     elif prop.kind == "bool":
         if not isinstance(value, bool):
             raise ValueError(f"invalid value for {prop.name}: {value!r} is not true or false")

@@ -12,9 +12,8 @@ threads, timing or machinery minibroker does not have, and change nothing a clie
 
 Refused, with what is missing (INVALID_CONFIG, as the topic side refuses the same values):
 
-- a value asking for behaviour minibroker lacks: ``log.cleanup.policy`` with ``compact``,
-  ``log.message.timestamp.type=LogAppendTime`` (the topic configs' rules,
-  :func:`proto.config.topic_config_def.unsupported_reason`);
+- a value asking for behaviour minibroker lacks: ``log.message.timestamp.type=LogAppendTime``
+  (the topic configs' rules, :func:`proto.config.topic_config_def.unsupported_reason`);
 - the listener and security family (``listeners``, ``advertised.listeners``, ``ssl.*``,
   ``sasl.*``, ``listener.name.<l>.*``): minibroker does not rebind or re-key its listeners
   at run time; storing them would claim a TLS or listener change that never happens.
@@ -83,6 +82,11 @@ APPLIED_BROKER_CONFIGS = (
     "min.insync.replicas",
     "unclean.leader.election.enable",
     "compression.type",
+    "log.cleanup.policy",
+    "log.cleaner.min.cleanable.ratio",
+    "log.cleaner.delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms",
 )
 """The dynamic broker configs a running broker re-applies (the log defaults it implements)."""
 
@@ -239,8 +243,9 @@ STATIC_BROKER_CONFIG_KEYS: Mapping[str, ConfigKey] = {
     for k in (
         _k("delete.topic.enable", BOOL, "true", "Enables delete topic. Delete topic through "
            "the admin tool will have no effect if this config is turned off"),
-        _k("log.cleaner.enable", BOOL, "false", "Enable the log cleaner process to run on the "
-           "server (minibroker has no log cleaner: always false)."),
+        _k("log.cleaner.enable", BOOL, "true", "Enable the log cleaner process to run on the "
+           "server. Should be enabled if using any topics with a cleanup.policy=compact "
+           "including the internal offsets topic."),
         _k("inter.broker.protocol.version", STR, "2.8-IV1", "Specify which version of the "
            "inter-broker protocol will be used."),
         _k("broker.rack", STR, None, "Rack of the broker. This will be used in rack aware "

@@ -321,6 +321,8 @@ def broker_config_type(name: str) -> ConfigType:
             return ConfigType.BOOLEAN
         if kind == "int":
             return ConfigType.INT if high < 2**31 else ConfigType.LONG
+        if kind == "float":
+            return ConfigType.DOUBLE
         return ConfigType.STRING
     key = broker_config_key(name)
     if key is not None:

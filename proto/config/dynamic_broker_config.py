@@ -10,7 +10,9 @@ dynamic broker config of Kafka 2.8 is accepted and typed
 
     log.segment.bytes  log.retention.ms  log.retention.bytes  log.index.interval.bytes
     log.flush.interval.messages  message.max.bytes  min.insync.replicas
-    unclean.leader.election.enable  compression.type
+    unclean.leader.election.enable  compression.type  log.cleanup.policy
+    log.cleaner.min.cleanable.ratio  log.cleaner.delete.retention.ms
+    log.cleaner.min.compaction.lag.ms  log.cleaner.max.compaction.lag.ms
 
 and keeps the others stored and described, not applied. Every other broker property
 (``broker.id``, ``port``, ``zookeeper.connect``, ``log.dirs``, ``replica.*``,
@@ -62,6 +64,11 @@ TOPIC_CONFIG_SYNONYMS: Mapping[str, str] = {
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "compression.type": "compression.type",
+    "cleanup.policy": "log.cleanup.policy",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
 }
 """The topic configs this broker applies -> the broker config that is their default (the part
 of Kafka's ``TopicConfigSynonyms`` minibroker implements; :mod:`proto.config.topic_config_def`

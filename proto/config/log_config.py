@@ -35,6 +35,29 @@ def _one_of(*allowed: str) -> Callable[[str, str], str]:
     return parse
 
 
+CLEANUP_POLICIES = ("delete", "compact")
+
+
+def _policies(name: str, text: str) -> tuple[str, ...]:
+    """``cleanup.policy``: ``delete``, ``compact`` or both, comma-separated."""
+    parts = tuple(dict.fromkeys(p.strip().lower() for p in text.split(",") if p.strip()))
+    if not parts or any(p not in CLEANUP_POLICIES for p in parts):
+        raise ValueError(
+            f"invalid value for {name}: {text!r} (delete, compact, or both comma-separated)"
+        )
+    return parts
+
+
+def _ratio(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"invalid value for {name}: {text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"invalid value for {name}: {value} (must be in [0, 1])")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """The per-log settings, under Kafka's names (topic-level name / broker-level name).
@@ -61,6 +84,15 @@ class LogConfig:
     delete_retention_ms: int = 24 * 3600 * 1000
     """``delete.retention.ms`` / ``log.cleaner.delete.retention.ms``: how long a tombstone
     outlives the cleaning that reached it."""
+    max_compaction_lag_ms: int = _INT64_MAX
+    """``max.compaction.lag.ms`` / ``log.cleaner.max.compaction.lag.ms``: a log whose
+    oldest dirty record is older than this is cleaned whatever its dirty ratio."""
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    """``cleanup.policy`` / ``log.cleanup.policy``: ``delete`` (retention deletes old
+    segments), ``compact`` (the log cleaner keeps the latest record of each key), or both."""
+    min_cleanable_dirty_ratio: float = 0.5
+    """``min.cleanable.dirty.ratio`` / ``log.cleaner.min.cleanable.ratio``: the share of a
+    log's cleanable bytes that must be dirty before the cleaner takes it."""
     compression_type: str = "producer"
     """``compression.type`` (the broker's default has the same name): ``producer`` stores each
     batch with the producer's codec, as sent; a codec name (or ``uncompressed``) makes the
@@ -80,6 +112,7 @@ class LogConfig:
         "message.max.bytes": ("max_message_bytes", 1),
         "log.cleaner.min.compaction.lag.ms": ("min_compaction_lag_ms", 1),
         "log.cleaner.delete.retention.ms": ("delete_retention_ms", 1),
+        "log.cleaner.max.compaction.lag.ms": ("max_compaction_lag_ms", 1),
         "segment.bytes": ("segment_bytes", 1),
         "index.interval.bytes": ("index_interval_bytes", 1),
         "retention.ms": ("retention_ms", 1),
@@ -88,12 +121,17 @@ class LogConfig:
         "max.message.bytes": ("max_message_bytes", 1),
         "min.compaction.lag.ms": ("min_compaction_lag_ms", 1),
         "delete.retention.ms": ("delete_retention_ms", 1),
+        "max.compaction.lag.ms": ("max_compaction_lag_ms", 1),
     }
 
     # Kafka property -> (field, parser(name, text)) for the values that are not integers; the
     # broker-level names first, as above.
     TEXT_PROPERTIES: ClassVar[dict[str, tuple[str, Callable[[str, str], Any]]]] = {
+        "log.cleanup.policy": ("cleanup_policy", _policies),
+        "log.cleaner.min.cleanable.ratio": ("min_cleanable_dirty_ratio", _ratio),
         "compression.type": ("compression_type", _one_of(*COMPRESSION_TYPES)),
+        "cleanup.policy": ("cleanup_policy", _policies),
+        "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
     }
 
     # Field -> (Kafka topic-level name, lowest, highest value).
@@ -106,7 +144,18 @@ class LogConfig:
         "max_message_bytes": ("max.message.bytes", 0, _INT32_MAX),
         "min_compaction_lag_ms": ("min.compaction.lag.ms", 0, _INT64_MAX),
         "delete_retention_ms": ("delete.retention.ms", 0, _INT64_MAX),
+        "max_compaction_lag_ms": ("max.compaction.lag.ms", 1, _INT64_MAX),
     }
+
+    @property
+    def compact(self) -> bool:
+        """Whether the log cleaner compacts this log."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention deletes this log's old segments."""
+        return "delete" in self.cleanup_policy
 
     def __post_init__(self) -> None:
         for field, (name, low, high) in self.BOUNDS.items():

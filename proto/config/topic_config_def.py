@@ -6,7 +6,7 @@ Every name of Kafka 2.8 is accepted, stored in ``/config/topics/<t>`` and descri
 those minibroker does not apply (``segment.ms``, ``flush.ms``, ``preallocate``, ...: they
 change nothing a client can see, or only timing). A value that asks for behaviour
 minibroker lacks is refused INVALID_CONFIG with what is missing, rather than accepted and
-silently not done: ``cleanup.policy`` with ``compact``, ``message.timestamp.type=LogAppendTime``,
+silently not done: ``message.timestamp.type=LogAppendTime``,
 and a ``message.format.version`` older than record format v2 (0.11.0). A name Kafka does not
 know is refused as Kafka refuses it, ``Unknown topic config name: <name>``, with the closest
 known name when there is one.
@@ -341,9 +341,6 @@ def validate_topic_config(configs: Mapping[str, str]) -> dict[str, ConfigValue]:
 
 def unsupported_reason(parsed: Mapping[str, ConfigValue]) -> str | None:
     """What behaviour the parsed ``parsed`` ask for that this broker lacks, or None."""
-    policy = parsed.get("cleanup.policy")
-    if isinstance(policy, list) and "compact" in (p.lower() for p in policy):
-        return "minibroker does not compact logs yet: cleanup.policy must be delete"
     if parsed.get("message.timestamp.type") == "LogAppendTime":
         return (
             "minibroker does not stamp LogAppendTime yet: message.timestamp.type must be CreateTime"

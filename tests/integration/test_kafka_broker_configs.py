@@ -103,7 +103,10 @@ def test_confluent_kafka_alters_and_describes_every_kind_of_dynamic_broker_confi
 
         # Refused with what is missing (INVALID_CONFIG), and Kafka's own refusals.
         refusals = {
-            ("1", "log.cleanup.policy", "compact"): ("INVALID_CONFIG", "does not compact logs"),
+            ("1", "log.message.timestamp.type", "LogAppendTime"): (
+                "INVALID_CONFIG",
+                "does not stamp LogAppendTime",
+            ),
             ("1", "listeners", "PLAINTEXT://:1"): ("INVALID_CONFIG", "listeners, TLS or SASL"),
             ("1", "log.dirs", "/elsewhere"): (
                 "INVALID_REQUEST",
@@ -120,7 +123,7 @@ def test_confluent_kafka_alters_and_describes_every_kind_of_dynamic_broker_confi
             assert error.name() == code, (key, error)
             assert message in error.str(), (key, error)
         assert broker_config(zk_client, "1")["num.io.threads"] == "16"
-        assert "log.cleanup.policy" not in broker_config(zk_client, "1")
+        assert "log.message.timestamp.type" not in broker_config(zk_client, "1")
 
         # minibroker configs: --describe --all lists them with the same code.
         header, cli = cli_describe(zk_connect, "brokers", "1", all_configs=True)

@@ -63,18 +63,21 @@ def test_confluent_kafka_creates_describes_and_alters_configs_as_kafka_2_8_does(
         wanted = [
             NewTopic("stored", 2, 3, config=stored),
             NewTopic("compacted", 1, 1, config={"cleanup.policy": "compact"}),
+            NewTopic("appended", 1, 1, config={"message.timestamp.type": "LogAppendTime"}),
             NewTopic("odd-name", 1, 1, config={"no.such.config": "1"}),
             NewTopic("odd-value", 1, 1, config={"retention.ms": "soon"}),
         ]
         futures = admin.create_topics(wanted, operation_timeout=20, request_timeout=TIMEOUT_S)
         futures["stored"].result(timeout=TIMEOUT_S)
+        futures["compacted"].result(timeout=TIMEOUT_S)
+        assert topic_config(zk_client, "compacted") == {"cleanup.policy": "compact"}
         refusals = {
-            name: kafka_error(futures[name]) for name in ("compacted", "odd-name", "odd-value")
+            name: kafka_error(futures[name]) for name in ("appended", "odd-name", "odd-value")
         }
         assert {n: e.name() for n, e in refusals.items()} == dict.fromkeys(
             refusals, "INVALID_CONFIG"
         )
-        assert "minibroker does not compact logs yet" in refusals["compacted"].str()
+        assert "does not stamp LogAppendTime yet" in refusals["appended"].str()
         assert "Unknown topic config name: no.such.config" in refusals["odd-name"].str()
         assert "Not a number of type LONG" in refusals["odd-value"].str()
         assert topic_config(zk_client, "stored") == stored
@@ -127,9 +130,9 @@ def test_confluent_kafka_creates_describes_and_alters_configs_as_kafka_2_8_does(
                 client.alter_configs([resource], request_timeout=TIMEOUT_S)[resource]
             )
 
-        compact = refused({"cleanup.policy": "compact"})
-        assert compact.name() == "INVALID_CONFIG"
-        assert "minibroker does not compact logs yet" in compact.str()
+        appended = refused({"message.timestamp.type": "LogAppendTime"})
+        assert appended.name() == "INVALID_CONFIG"
+        assert "does not stamp LogAppendTime yet" in appended.str()
         assert refused({"compression.type": "brotli"}).name() == "INVALID_REQUEST"
         assert refused({"no.such.config": "1"}).name() == "INVALID_CONFIG"
         bad = refused({"retention.ms": "-5"})  # Kafka wraps ConfigException: INVALID_REQUEST
@@ -211,9 +214,16 @@ def test_kafka_python_admin_creates_describes_and_alters_configs(
                 timeout_ms=20_000,
             )
             assert topic_config(zk_client, "kp") == {"retention.ms": "60000", "preallocate": "true"}
-            with pytest.raises(InvalidConfigurationError, match="does not compact logs yet"):
+            with pytest.raises(InvalidConfigurationError, match="does not stamp LogAppendTime"):
                 admin.create_topics(
-                    [NewTopic("kp-compact", 1, 1, topic_configs={"cleanup.policy": "compact"})],
+                    [
+                        NewTopic(
+                            "kp-appended",
+                            1,
+                            1,
+                            topic_configs={"message.timestamp.type": "LogAppendTime"},
+                        )
+                    ],
                     timeout_ms=20_000,
                 )
             with pytest.raises(InvalidConfigurationError, match="Unknown topic config name"):

@@ -339,10 +339,14 @@ def test_topic_overrides_apply_over_broker_defaults() -> None:
 
 def test_topic_config_ignores_unsupported_keys_unless_strict() -> None:
     c = config()
-    overrides = {"cleanup.policy": "compact", "log.segment.bytes": "20"}
+    overrides = {"segment.ms": "1000", "log.segment.bytes": "20"}
     assert c.topic_config(overrides) == c.topic_config({})  # broker-level names do not apply
-    with pytest.raises(ValueError, match=r"unknown topic property 'cleanup.policy'"):
+    with pytest.raises(ValueError, match=r"unknown topic property 'segment.ms'"):
         c.topic_config(overrides, strict=True)
+    compacted = c.topic_config({"cleanup.policy": "compact,delete"}).log_config
+    assert compacted.cleanup_policy == ("compact", "delete")
+    assert compacted.compact
+    assert compacted.delete
     with pytest.raises(ValueError, match=r"did you mean 'retention\.ms'\?"):
         c.topic_config({"retention.msx": "1"}, strict=True)
     assert "min.insync.replicas" in TOPIC_PROPERTIES

@@ -169,7 +169,7 @@ def test_read_only_kafka_broker_configs_users_look_for_are_described() -> None:
     configs = by_name(describe_broker(BrokerLayers(), per_broker=True))
     for name, value in {
         "delete.topic.enable": "true",
-        "log.cleaner.enable": "false",
+        "log.cleaner.enable": "true",
         "inter.broker.protocol.version": "2.8-IV1",
         "log.message.format.version": "2.8-IV1",
         "log.retention.hours": "168",

@@ -23,7 +23,7 @@ def static(**properties: str) -> BrokerConfig:
     )
 
 
-def test_every_kafka_dynamic_broker_config_is_dynamic_and_nine_are_applied() -> None:
+def test_every_kafka_dynamic_broker_config_is_dynamic_and_fourteen_are_applied() -> None:
     assert set(APPLIED_BROKER_CONFIGS) == {
         "log.segment.bytes",
         "log.retention.ms",
@@ -34,6 +34,11 @@ def test_every_kafka_dynamic_broker_config_is_dynamic_and_nine_are_applied() -> 
         "min.insync.replicas",
         "unclean.leader.election.enable",
         "compression.type",
+        "log.cleanup.policy",
+        "log.cleaner.min.cleanable.ratio",
+        "log.cleaner.delete.retention.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
     }
     # A sample of each of Kafka 2.8's groups (AllDynamicConfigs, DynamicConfig.Broker).
     for name in (
@@ -147,7 +152,6 @@ def test_configs_minibroker_does_not_apply_are_accepted_and_not_applied() -> Non
         "log.cleaner.threads": "2",
         "metric.reporters": "a.B,c.D",
         "follower.replication.throttled.rate": "1048576",
-        "log.cleanup.policy": "delete",
     }
     assert check_dynamic_broker_config(stored) == stored
     assert check_dynamic_broker_config(stored, per_broker=False) == stored
@@ -163,7 +167,6 @@ def test_configs_minibroker_does_not_apply_are_accepted_and_not_applied() -> Non
 @pytest.mark.parametrize(
     ("configs", "missing"),
     [
-        ({"log.cleanup.policy": "compact,delete"}, "does not compact logs yet"),
         ({"log.message.timestamp.type": "LogAppendTime"}, "does not stamp LogAppendTime"),
         ({"listeners": "PLAINTEXT://:9092"}, "does not reconfigure its listeners, TLS or SASL"),
         ({"listener.name.kafka.ssl.keystore.location": "/k"}, "listeners, TLS or SASL"),

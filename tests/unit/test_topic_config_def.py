@@ -83,8 +83,6 @@ def test_bad_values_get_kafkas_message(configs: dict[str, str], message: str) ->
     ("configs", "message"),
     [
         ({"no.such.config": "1"}, "Unknown topic config name: no.such.config"),
-        ({"cleanup.policy": "compact"}, "minibroker does not compact logs yet"),
-        ({"cleanup.policy": "delete,compact"}, "minibroker does not compact logs yet"),
         ({"message.timestamp.type": "LogAppendTime"}, "does not stamp LogAppendTime yet"),
         ({"message.format.version": "0.10.2"}, "writes only record format v2"),
         ({"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"}, "conflict topic config"),
