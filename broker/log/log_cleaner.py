@@ -33,6 +33,9 @@ __all__ = ["CleanResult", "clean_log", "cleanable_range", "dirty_ratio"]
 log = logging.getLogger(__name__)
 
 _INT32_MAX = 2**31 - 1
+READ_CHUNK = 4 * 1024 * 1024
+"""Bytes of a segment the cleaner reads at a time (Kafka's ``log.cleaner.io.buffer.size``
+plays this part there)."""
 
 
 @dataclass
@@ -163,12 +166,19 @@ def clean_log(
 def _batches(
     segments: Sequence[LogSegment], throttle: Callable[[int], None]
 ) -> Iterator[tuple[BatchHeader, bytes]]:
-    """Every batch of the segments, with its bytes, read a segment at a time."""
+    """Every batch of the segments, with its bytes, read READ_CHUNK bytes at a time (or one
+    larger batch whole), so that a cleaning holds a few MiB of a segment, not all of it."""
     for segment in segments:
-        data = segment.read_all()
-        throttle(len(data))
+        window = b""
+        window_start = 0
         for position, header in segment.batch_headers():
-            yield header, data[position : position + header.size]
+            end = position + header.size
+            if position < window_start or end > window_start + len(window):
+                size = min(max(READ_CHUNK, header.size), segment.size - position)
+                window = segment.read_at(position, size)
+                window_start = position
+                throttle(len(window))
+            yield header, window[position - window_start : end - window_start]
 
 
 def _cleaned(

@@ -545,9 +545,13 @@ class LogSegment:
             position += offset
 
     def read_all(self) -> bytes:
-        """The whole ``.log`` file as it is now (the log cleaner's read of an inactive
-        segment, which nothing appends to)."""
+        """The whole ``.log`` file as it is now (tools and tests)."""
         return self._file.pread(self._size, 0)
+
+    def read_at(self, position: int, size: int) -> bytes:
+        """``size`` bytes of the ``.log`` file from ``position`` (the log cleaner's reads of
+        an inactive segment, which nothing appends to)."""
+        return self._file.pread(size, position)
 
     def batch_headers(
         self, start_position: int = 0, end_position: int | None = None
