@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import shutil
 from collections.abc import Iterator, Sequence
 
 import confluent_kafka
@@ -141,6 +142,12 @@ def test_a_compacted_topic_keeps_the_latest_value_of_each_key_on_every_replica(
     assert set(consumed) <= set(written)
     assert latest(consumed) == want
     assert latest(read_aiokafka(bootstrap, topic, len(written))) == want
+    listed = kcat(bootstrap, "-C", "-t", topic, "-o", "beginning", "-e", "-Z", "-f", "%o\t%k\t%S\n")
+    by_kcat = {}
+    for line in listed.splitlines():
+        offset, key, size = line.split("\t")
+        by_kcat[key.encode()] = int(offset), int(size)
+    assert by_kcat == {k: (o, -1 if v is None else len(v)) for k, (o, _, v) in want.items()}
 
 
 def test_a_record_without_a_key_is_refused_on_a_compacted_topic(
@@ -235,3 +242,37 @@ def read_aiokafka(bootstrap: str, topic: str, end: int) -> list[Row]:
             await consumer.stop()
 
     return run(read())
+
+
+def test_a_replica_rebuilt_from_nothing_copies_the_leaders_cleaned_log(
+    cluster: Cluster, bootstrap: str
+) -> None:
+    """A follower whose log is gone fetches the leader's cleaned batches (fewer records than
+    offsets, placeholders) from offset 0 and appends them: its log covers every offset and
+    holds the latest record of every key."""
+    topic = "rebuilt"
+    create(bootstrap, topic, COMPACTED)
+    rows: list[tuple[bytes, bytes | None]] = [
+        (b"k%d" % (i % 11), b"value %d, long enough to fill a few segments" % i) for i in range(600)
+    ]
+    produce(bootstrap, topic, rows)
+    tp = TopicPartition(topic, 0)
+    wait_for(
+        lambda: all(len(replica_rows(cluster, b, tp)) < 150 for b in cluster.brokers),
+        timeout=TIMEOUT_S,
+        message=f"every replica of {tp} cleaned",
+    )
+    state = cluster.state(tp)
+    assert state is not None
+    victim = next(b for b in cluster.brokers if b != state.leader)
+    cluster.brokers[victim].kill()
+    shutil.rmtree(cluster.partition_dir(victim, tp))
+    cluster.start(victim)
+    cluster.wait_for_isr(tp, {1, 2, 3}, timeout=TIMEOUT_S)
+    want = latest([(i, k, v) for i, (k, v) in enumerate(rows)])
+    wait_for(
+        lambda: latest(replica_rows(cluster, victim, tp)) == want,
+        timeout=TIMEOUT_S,
+        message=f"broker {victim}'s rebuilt replica of {tp} holding every key's latest record",
+    )
+    assert len(replica_rows(cluster, victim, tp)) < len(rows)  # it copied cleaned batches
