@@ -73,6 +73,15 @@ class ClusterBackend(abc.ABC):
         """The broker's registration session (id, password), if the broker exports it
         (``test.zookeeper.session.export.enable``); None if it does not (yet)."""
 
+    def broker_data_dir(self, broker_id: int) -> Path:
+        """The broker's data dir as this machine sees it while the broker runs (the
+        ``cleaner-crash`` nemesis watches its partition directories). Raises
+        BackendUnavailableError where the backend cannot show it."""
+        raise BackendUnavailableError(
+            f"the {self.name} backend cannot watch a broker's data dir while it runs: "
+            "cleaner-crash runs on the local backend"
+        )
+
     # -- network ---------------------------------------------------------------------------
 
     def isolate(self, groups: list[list[int]]) -> None:

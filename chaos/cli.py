@@ -103,6 +103,20 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="CODEC",
         help="the producers' compression.type: none (default), gzip, snappy, lz4 or zstd",
     )
+    run.add_argument(
+        "--compacted",
+        action="store_true",
+        help="compacted topics (cleanup.policy=compact, small segments, a low dirty ratio): "
+        "the producers write keys from a small set and tombstones, a cluster the run starts "
+        "cleans often, and the audit judges what the cleanings kept; cleaner-crash needs it",
+    )
+    run.add_argument(
+        "--keys",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --compacted: the keys the producers draw from (default 20)",
+    )
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: time)")
     run.add_argument(
         "--truncation-mode", choices=["leader-epoch", "high-watermark"], default="leader-epoch"
@@ -128,13 +142,16 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _run(args: argparse.Namespace) -> int:
-    from chaos.runner import RunSettings, run_chaos
+    from chaos.runner import COMPACTED_KEYS, RunSettings, run_chaos
 
     if args.producers < 1 or args.rate <= 0 or args.duration <= 0 or args.interval <= 0:
         print(
             "minibroker chaos run: --producers, --rate, --duration and --interval must be > 0",
             file=sys.stderr,
         )
+        return EXIT_CANNOT_RUN
+    if args.keys is not None and (args.keys < 1 or not args.compacted):
+        print("minibroker chaos run: --keys takes a number > 0, with --compacted", file=sys.stderr)
         return EXIT_CANNOT_RUN
     settings = RunSettings(
         out=args.out or default_out("run"),
@@ -145,6 +162,8 @@ def _run(args: argparse.Namespace) -> int:
         producers=args.producers,
         rate=args.rate,
         compression_type=args.compression_type,
+        compacted=args.compacted,
+        keys=args.keys if args.keys is not None else COMPACTED_KEYS,
         seed=args.seed if args.seed is not None else int(time.time()),
         truncation_mode=args.truncation_mode,
         unclean=args.unclean,

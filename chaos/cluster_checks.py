@@ -102,7 +102,7 @@ async def final_read(
         remaining = dict(targets)
         while remaining and loop.time() < deadline:
             for r in await consumer.poll(timeout_ms=500):
-                value = "" if r.value is None else r.value.decode("utf-8", "replace")
+                value = None if r.value is None else r.value.decode("utf-8", "replace")
                 history.read(r.topic, r.partition, r.offset, value)
                 read += 1
             for tp in list(remaining):

@@ -8,7 +8,8 @@ file keeps the lines whole without locks between processes.
 
 The vocabulary is Jepsen's: ``ok`` (acknowledged, with its offset), ``fail`` (certainly not
 written), ``info`` (unknown: a timeout, a lost connection; never guessed ``ok``), ``read``
-(a consumer polled this record), and the nemesis's own lines in the timeline.
+(a consumer polled this record), and the nemesis's own lines in the timeline. A write to a
+compacted topic names its record's ``key``; a null ``value`` is a tombstone.
 """
 
 from __future__ import annotations
@@ -62,39 +63,49 @@ class HistoryRecorder(_JsonLines):
         kind: str,
         topic: str,
         partition: int | None,
-        value: str,
+        value: str | None,
         offset: int | None,
+        key: str | None = None,
         **extra: object,
     ) -> None:
-        self.write(
-            {
-                "time": time.time(),
-                "process": self.process,
-                "type": kind,
-                "topic": topic,
-                "partition": partition,
-                "value": value,
-                "offset": offset,
-                **extra,
-            }
-        )
+        entry: dict[str, object] = {
+            "time": time.time(),
+            "process": self.process,
+            "type": kind,
+            "topic": topic,
+            "partition": partition,
+            "value": value,
+            "offset": offset,
+        }
+        if key is not None:  # a compacted topic's write; other lines stay as they were
+            entry["key"] = key
+        self.write({**entry, **extra})
 
-    def ok(self, topic: str, partition: int, value: str, offset: int) -> None:
-        """``value`` was acknowledged at ``offset`` (acks=all)."""
-        self._op("ok", topic, partition, value, offset)
+    def ok(
+        self, topic: str, partition: int, value: str | None, offset: int, key: str | None = None
+    ) -> None:
+        """``value`` (None: a tombstone of ``key``) was acknowledged at ``offset``
+        (acks=all)."""
+        self._op("ok", topic, partition, value, offset, key)
 
-    def fail(self, topic: str, partition: int | None, value: str) -> None:
+    def fail(
+        self, topic: str, partition: int | None, value: str | None, key: str | None = None
+    ) -> None:
         """``value`` was certainly not written (the broker refused it before appending)."""
-        self._op("fail", topic, partition, value, None)
+        self._op("fail", topic, partition, value, None, key)
 
-    def info(self, topic: str, partition: int | None, value: str) -> None:
+    def info(
+        self, topic: str, partition: int | None, value: str | None, key: str | None = None
+    ) -> None:
         """Whether ``value`` was written is unknown (a timeout, a lost connection)."""
-        self._op("info", topic, partition, value, None)
+        self._op("info", topic, partition, value, None, key)
 
-    def read(self, topic: str, partition: int, offset: int, value: str, session: int = 0) -> None:
-        """A consumer polled ``value`` at ``offset``. ``session`` changes whenever the
-        consumer's position may legitimately jump (a rebalance, a seek, a reset): the
-        audit compares the offsets of one session only."""
+    def read(
+        self, topic: str, partition: int, offset: int, value: str | None, session: int = 0
+    ) -> None:
+        """A consumer polled ``value`` (None: a null one) at ``offset``. ``session`` changes
+        whenever the consumer's position may legitimately jump (a rebalance, a seek, a
+        reset): the audit compares the offsets of one session only."""
         self._op("read", topic, partition, value, offset, session=session)
 
 

@@ -71,6 +71,9 @@ class LocalBackend(ClusterBackend):
             return None
         return int(session_hex, 16), bytes.fromhex(password_hex)
 
+    def broker_data_dir(self, broker_id: int) -> Path:
+        return self.cluster.broker_dir(broker_id)
+
     @property
     def can_fill_log_dir(self) -> bool:
         return self.cluster.log_dir_size() is not None

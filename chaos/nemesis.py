@@ -28,6 +28,10 @@ nemesis           fault                                       heal
                   is elected) the successor's: the last ISR
                   member follows a dead leader, then leads
                   (KIP-101's first case, under real faults)
+``cleaner-crash`` SIGKILL a broker while its log cleaner swaps   start it (its load finishes or
+                  a cleaned segment in (``.cleaned`` or         drops the swap)
+                  ``.swap`` files in a compacted partition's
+                  directory), else once it has cleaned
 ``zk-kill``       SIGKILL one node of a 3-node ensemble        start it
 ``zk-quorum-loss``  SIGKILL two nodes of a 3-node ensemble    start them
 ``clean-shutdown-leader`` ... ``hard-bounce-controller``: Kafka's replication-test failure
@@ -41,10 +45,12 @@ of their own, so a replayed schedule makes the same choices on the same cluster 
 from __future__ import annotations
 
 import abc
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
@@ -66,6 +72,7 @@ __all__ = [
     "NemesisContext",
     "NoTargetError",
     "nemesis_named",
+    "swap_file",
 ]
 
 
@@ -87,6 +94,8 @@ class NemesisContext:
     session_timeout_s: float
     paused: set[int]
     """Brokers paused now: whatever happens, the run resumes them."""
+    compacted: frozenset[str] = frozenset()
+    """The workload's compacted topics (``cleaner-crash`` watches their partitions)."""
 
 
 @dataclass
@@ -96,9 +105,13 @@ class Fault:
     nemesis: str
     target: object
     heal: Callable[[], None]
+    detail: str = ""
+    """How it struck, when that varies (``cleaner-crash``: during a swap or after a
+    cleaning); in the timeline's ``fault`` line and the run's."""
 
     def __str__(self) -> str:
-        return f"{self.nemesis} {self.target}"
+        text = f"{self.nemesis} {self.target}"
+        return f"{text} ({self.detail})" if self.detail else text
 
 
 def _choose(candidates: Sequence[int], pick: float) -> int:
@@ -127,6 +140,8 @@ class Nemesis(abc.ABC):
     name: str
     min_hold_s: float = 0.0
     """The shortest hold that makes sense (``pause`` must outlast the session timeout)."""
+    needs_compacted: bool = False
+    """It breaks what only a compacted topic has: a run without one cannot use it."""
 
     def check(self, backend: ClusterBackend) -> None:  # noqa: B027 - most need nothing
         """Raise BackendUnavailableError if ``backend`` cannot do this (before a run)."""
@@ -443,6 +458,99 @@ def _assignment(zk: KazooClient, tp: TopicPartition) -> list[int] | None:
     return znodes.decode_topic_assignment(data).get(tp.partition)
 
 
+SWAP_SUFFIXES = (".cleaned", ".swap")
+"""What a cleaning's files are called until its swap is done (broker/log/segment_swap.py)."""
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+"""Rewritten in the data dir after every cleaning (broker/log/cleaner_manager.py)."""
+
+
+def swap_file(directory: Path) -> str | None:
+    """A file of a cleaning in progress in a partition directory, if one is there."""
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(SWAP_SUFFIXES):
+                    return entry.name
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def _checkpoint_mark(data_dir: Path) -> tuple[int, int] | None:
+    """The cleaner offset checkpoint's (modification time, size): it changes with every
+    cleaning."""
+    try:
+        stat = (data_dir / CLEANER_CHECKPOINT).stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+class _CleanerCrash(Nemesis):
+    """A broker SIGKILLed while its log cleaner swaps a cleaned segment in: what a crash at
+    any step of a swap leaves (``.cleaned`` files, ``.swap`` files, old segments half
+    deleted), which the broker's load must finish or drop, and the audit then checks what
+    the cleaning kept.
+
+    The strike watches the compacted partitions' directories of every running broker, a
+    directory listing every :data:`POLL_S`, and kills the first broker in which a
+    cleaning's files appear (``mid-swap``). A swap lasts milliseconds, so the watch may
+    miss every one: after :data:`WAIT_S` it kills a broker that finished a cleaning
+    meanwhile (its cleaner offset checkpoint changed: ``after-cleaning``), else the
+    broker the schedule's pick names (``no-cleaning-seen``). Which it was is the fault's
+    detail, in the timeline and on the console."""
+
+    name = "cleaner-crash"
+    needs_compacted = True
+    WAIT_S = 20.0
+    POLL_S = 0.002
+
+    def check(self, backend: ClusterBackend) -> None:
+        ids = backend.broker_ids()
+        if ids:
+            backend.broker_data_dir(ids[0])  # raises where the backend cannot show it
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        running = _running(ctx)
+        if not running:
+            raise BackendUnavailableError("no broker to strike: none is running")
+        watched = [tp for tp in ctx.partitions if tp.topic in ctx.compacted]
+        if not watched:
+            raise NoTargetError("the workload has no compacted topic (chaos run --compacted)")
+        data_dirs = {b: ctx.backend.broker_data_dir(b) for b in running}
+        directories = [(b, d / tp.dir_name) for b, d in data_dirs.items() for tp in watched]
+        marks = {b: _checkpoint_mark(d) for b, d in data_dirs.items()}
+        cleaned: list[int] = []
+        deadline = time.monotonic() + self.WAIT_S
+        while True:
+            for broker, directory in directories:
+                found = swap_file(directory)
+                if found is not None:
+                    where = f"{directory.name}/{found}"
+                    return self._kill(ctx, broker, "mid-swap", f"mid-swap: {where} seen")
+            for broker, data_dir in data_dirs.items():
+                if broker not in cleaned and _checkpoint_mark(data_dir) != marks[broker]:
+                    cleaned.append(broker)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(self.POLL_S)
+        if cleaned:
+            broker = _choose(cleaned, pick)
+            return self._kill(
+                ctx,
+                broker,
+                "after-cleaning",
+                f"after a cleaning: no swap seen in {self.WAIT_S:g} s",
+            )
+        broker = _choose(running, pick)
+        return self._kill(ctx, broker, "no-cleaning-seen", f"no cleaning seen in {self.WAIT_S:g} s")
+
+    def _kill(self, ctx: NemesisContext, broker: int, moment: str, detail: str) -> Fault:
+        ctx.backend.kill(broker)
+        ctx.timeline.event("kill", broker, nemesis=self.name, moment=moment, detail=detail)
+        return Fault(self.name, broker, _restart(ctx, broker), detail)
+
+
 class _ZkKill(Nemesis):
     name = "zk-kill"
     count = 1
@@ -535,6 +643,7 @@ NEMESES: dict[str, Nemesis] = {
         _TornWrite(),
         _DiskFull(),
         _Cascade(),
+        _CleanerCrash(),
         _Partition(),
         _Split(),
         _ZkKill(),

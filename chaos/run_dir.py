@@ -6,6 +6,8 @@ Layout (``--out DIR``)::
     history.d/           one file per workload process, merged into history.jsonl
     timeline.jsonl       the faults, injected and healed
     schedule.json        the nemesis schedule (``chaos run --replay DIR/schedule.json``)
+    topics.json          the configs the run created its topics with: which are compacted
+                         (the audit's ``--topic-config``, chaos.audit.topic_configs)
     logs/                the brokers' (and ZooKeeper's) logs
     data/broker-N/       each broker's data dir: copied after the clean stop of a cluster
                          the run started, after the final read of one it was given
@@ -19,6 +21,7 @@ could not be judged), except that a run in which no fault struck is 3, nothing t
 from __future__ import annotations
 
 import io
+import json
 import shutil
 import sys
 from collections.abc import Iterable, Mapping
@@ -87,6 +90,16 @@ class RunDir:
         return self.path / "schedule.json"
 
     @property
+    def topics(self) -> Path:
+        return self.path / "topics.json"
+
+    def record_topics(self, configs: Mapping[str, Mapping[str, str]]) -> None:
+        """Write the configs the run's topics were created with (``topics.json``: the
+        audit judges the compacted ones by the compaction rules)."""
+        data = {"version": 1, "topics": {t: dict(c) for t, c in sorted(configs.items())}}
+        self.topics.write_text(json.dumps(data, indent=2) + "\n")
+
+    @property
     def logs(self) -> Path:
         return self.path / "logs"
 
@@ -125,8 +138,9 @@ class RunDir:
     def audit(
         self, *, master: str | None = None, with_history: bool = True, spark: Any = None
     ) -> int:
-        """Run the Spark audit on the collected data dirs, the history and the timeline;
-        its table goes to stdout and to ``audit/summary.txt``. Returns its exit status.
+        """Run the Spark audit on the collected data dirs, the history, the timeline and
+        the topics' configs; its table goes to stdout and to ``audit/summary.txt``. Returns
+        its exit status.
         ``spark``: a running SparkSession to use (left running), else one is started."""
         from chaos.audit.cli import audit_command  # Spark-free until it runs
 
@@ -136,6 +150,7 @@ class RunDir:
             report=self.audit_dir,
             history=self.history if with_history and self.history.exists() else None,
             timeline=self.timeline if self.timeline.exists() else None,
+            topic_config=self.topics if self.topics.exists() else None,
             master=master,
             spark=spark,
             out=table,

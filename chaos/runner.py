@@ -6,8 +6,11 @@ One run, in order:
 1. the run directory (:mod:`chaos.run_dir`) and the schedule (new from ``--seed``, or
    ``--replay``); every nemesis is checked against the backend first (exit 2, one line);
 2. the cluster: its own (3 brokers, RF 3, ``min.insync.replicas`` 2, the chosen truncation
-   mode, unclean election if asked), or the running one ``--data-dir``/``--project`` names;
-3. the workload's topics, producers and consumers (:mod:`chaos.workload`);
+   mode, unclean election if asked, a busy log cleaner for a compacted workload), or the
+   running one ``--data-dir``/``--project`` names;
+3. the workload's topics (their configs recorded in ``topics.json`` for the audit; with
+   ``--compacted``, compacted topics written with keys and tombstones), producers and
+   consumers (:mod:`chaos.workload`);
 4. the faults, one at a time: each strikes at its time in the schedule (or, if the one
    before it is not over yet, as soon as it is), is held ``hold_s`` from the moment the
    strike is complete, is healed, and the next one waits until every ISR is whole again
@@ -83,6 +86,23 @@ class Interrupted(MinibrokerError):
 
 LOG_DIR_BYTES = 256 << 20
 """Each broker's tmpfs in a run with ``disk-full`` on a cluster it starts itself."""
+COMPACTED_KEYS = 20
+"""Keys the producers of a compacted workload draw from: few, so that most records are
+superseded soon and every cleaning has work."""
+TOMBSTONE_EVERY = 10
+"""Every so many records of a compacted workload's producer is a tombstone."""
+COMPACTED_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.bytes": str(16 << 10),
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "5000",
+}
+"""A compacted workload topic: segments that roll every few hundred records, cleaned as
+soon as anything in them is dirty, tombstones that may go 5 s after they are clean (so a
+run sees them go, and the audit judges that too)."""
+CLEANER_BACKOFF_MS = 200
+"""``log.cleaner.backoff.ms`` of a cluster the run starts for a compacted workload (15 s
+by default): the cleaner looks for work five times a second."""
 
 
 @dataclass
@@ -98,6 +118,11 @@ class RunSettings:
     rate: float = 100.0
     compression_type: str = "none"
     """The workload producers' ``compression.type``."""
+    compacted: bool = False
+    """The workload's topics are compacted (``cleanup.policy=compact``, small segments, a
+    low dirty ratio): the producers write keys from a small set, and tombstones."""
+    keys: int = COMPACTED_KEYS
+    """With ``compacted``: how many keys the producers draw from."""
     seed: int = 0
     truncation_mode: str = "leader-epoch"
     unclean: bool = False
@@ -127,16 +152,22 @@ def cluster_overrides(settings: RunSettings) -> dict[str, str]:
         "unclean.leader.election.enable": str(settings.unclean).lower(),
         "min.insync.replicas": str(MIN_INSYNC_REPLICAS),
         "test.zookeeper.session.export.enable": "true",
+        **({"log.cleaner.backoff.ms": str(CLEANER_BACKOFF_MS)} if settings.compacted else {}),
         **settings.extra_overrides,
     }
 
 
-def resolve_nemeses(names: Sequence[str], backend: ClusterBackend) -> list[str]:
-    """``all`` is every nemesis this backend and cluster can do; named ones must all be
-    possible here (BackendUnavailableError otherwise)."""
+def resolve_nemeses(
+    names: Sequence[str], backend: ClusterBackend, *, compacted: bool = False
+) -> list[str]:
+    """``all`` is every nemesis this backend, cluster and workload can do (those of
+    compacted topics only with a ``compacted`` workload); named ones must all be possible
+    here (BackendUnavailableError otherwise)."""
     if list(names) == ["all"]:
         possible = []
         for name, nemesis in NEMESES.items():
+            if nemesis.needs_compacted and not compacted:
+                continue
             try:
                 nemesis.check(backend)
             except BackendUnavailableError:
@@ -144,15 +175,25 @@ def resolve_nemeses(names: Sequence[str], backend: ClusterBackend) -> list[str]:
             possible.append(name)
         return possible
     for name in names:
-        nemesis_named(name).check(backend)
+        nemesis = nemesis_named(name)
+        if nemesis.needs_compacted and not compacted:
+            raise BackendUnavailableError(
+                f"{name} breaks what only compacted topics have: run with --compacted"
+            )
+        nemesis.check(backend)
     return list(names)
 
 
 def run_chaos(settings: RunSettings) -> int:
     """Run, judge, return the exit status (see the module docstring)."""
-    for name in settings.nemeses:
-        if name != "all":
-            nemesis_named(name)  # an unknown name is refused before anything starts
+    replay = Schedule.read(settings.replay) if settings.replay is not None else None
+    # An unknown name, or one the workload gives nothing to break, is refused before
+    # anything starts.
+    for name in [*settings.nemeses, *(replay.nemeses if replay is not None else [])]:
+        if name != "all" and nemesis_named(name).needs_compacted and not settings.compacted:
+            raise BackendUnavailableError(
+                f"{name} breaks what only compacted topics have: run with --compacted"
+            )
     if settings.backend == "local":
         needs_network = sorted({"partition", "split"} & set(settings.nemeses))
         if needs_network:
@@ -160,7 +201,6 @@ def run_chaos(settings: RunSettings) -> int:
                 f"{', '.join(needs_network)} needs the docker backend: the local backend's "
                 "brokers share one network namespace (use --backend docker)"
             )
-    replay = Schedule.read(settings.replay) if settings.replay is not None else None
     run = RunDir.create(settings.out)
     with _signals_interrupt():
         return _Run(settings, run, replay).execute()
@@ -351,7 +391,7 @@ class _Run:
         timeline = TimelineRecorder(run.timeline)
         try:
             self.backend = self._backend()
-            nemeses = resolve_nemeses(settings.nemeses, self.backend)
+            nemeses = resolve_nemeses(settings.nemeses, self.backend, compacted=settings.compacted)
             schedule = self._schedule(nemeses)
             run.schedule.write_text(schedule.to_json())
             self.planned_s = schedule.duration_s
@@ -468,7 +508,7 @@ class _Run:
         settings = self.settings
         if self.replay is not None:
             assert self.backend is not None
-            resolve_nemeses(self.replay.nemeses, self.backend)
+            resolve_nemeses(self.replay.nemeses, self.backend, compacted=settings.compacted)
             return self.replay
         return make_schedule(
             nemeses,
@@ -486,7 +526,11 @@ class _Run:
         config = {
             "min.insync.replicas": str(MIN_INSYNC_REPLICAS),
             "unclean.leader.election.enable": str(settings.unclean).lower(),
+            **(COMPACTED_TOPIC_CONFIG if settings.compacted else {}),
         }
+        # Written first: the audit must know which topics are compacted even if the run
+        # stops right after creating them.
+        self.run.record_topics(dict.fromkeys(topics, config))
         asyncio.run(
             create_topics(
                 self.backend.bootstrap_servers(),
@@ -510,6 +554,8 @@ class _Run:
             producers=settings.producers,
             rate=settings.rate,
             compression_type=settings.compression_type,
+            keys=settings.keys if settings.compacted else 0,
+            tombstone_every=TOMBSTONE_EVERY if settings.compacted else 0,
             group_consumers=settings.consumers,
             zookeeper_session_timeout_ms=max(settings.session_timeout_ms, 4000),
         )
@@ -537,6 +583,7 @@ class _Run:
             timeline,
             self.settings.session_timeout_ms / 1000,
             self.paused,
+            frozenset(tp.topic for tp in tps) if self.settings.compacted else frozenset(),
         )
         started = time.monotonic()
         self.times["schedule"] = started
@@ -565,7 +612,8 @@ class _Run:
                 continue
             fault = self.fault
             self.progress.done += 1
-            timeline.event("fault", fault.target, nemesis=name, hold_s=planned.hold_s)
+            detail = {"detail": fault.detail} if fault.detail else {}
+            timeline.event("fault", fault.target, nemesis=name, hold_s=planned.hold_s, **detail)
             self.say_at(
                 f"fault {number}/{total}: {fault} struck (the strike took "
                 f"{time.monotonic() - striking:.1f} s){due}; held {planned.hold_s:g} s"

@@ -6,7 +6,9 @@ Each runs as its own process (``python -m chaos.workload producer|consumer ...``
 
 - a **producer** (acks=all, the idempotent producer, ``compression.type`` as
   ``--compression-type`` says) writes unique values ``p<process>-<n>`` at a bounded rate,
-  round-robin over the topics' partitions, and records each outcome:
+  round-robin over the topics' partitions (on compacted topics, ``--keys``: each record
+  with a key drawn from ``k0`` .. ``k<keys - 1>``, every ``--tombstone-every``-th a
+  tombstone, a null value, the history naming its key), and records each outcome:
   ``ok`` with the offset the broker acknowledged; ``fail`` only when the record was never
   queued (``send`` itself refused it); ``info`` for every other failure (a delivery timeout
   or an error after a send may hide a write: never guessed either way).
@@ -28,6 +30,7 @@ import contextlib
 import functools
 import itertools
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -70,6 +73,10 @@ class WorkloadSpec:
     compression_type: str = "none"
     """The producers' ``compression.type`` (none, gzip, snappy, lz4, zstd): the audit then
     reads compressed batches from the replica logs."""
+    keys: int = 0
+    """Keys the producers draw from (a compacted topic's records need one); 0: no keys."""
+    tombstone_every: int = 0
+    """With ``keys``: every so many records of a producer is a tombstone (0: none)."""
 
 
 @dataclass
@@ -97,6 +104,7 @@ class Workload:
                     "producer", *common, "--process", str(process), "--rate", str(spec.rate),
                     "--delivery-timeout-ms", str(spec.delivery_timeout_ms),
                     "--compression-type", spec.compression_type,
+                    "--keys", str(spec.keys), "--tombstone-every", str(spec.tombstone_every),
                 ],
                 process,
             )  # fmt: skip
@@ -176,14 +184,18 @@ async def _produce(args: argparse.Namespace) -> None:
         compression_type=args.compression_type,
     )
     pending: set[FutureRecordMetadata] = set()
+    keys = random.Random(args.process)  # each producer its own sequence of keys
     with HistoryRecorder(Path(args.history), args.process) as history:
 
-        def outcome(tp: TopicPartition, value: str, future: FutureRecordMetadata) -> None:
+        def outcome(
+            tp: TopicPartition, value: str | None, key: str | None, future: FutureRecordMetadata
+        ) -> None:
             pending.discard(future)
             if future.cancelled() or future.exception() is not None:
-                history.info(tp.topic, tp.partition, value)  # sent: it may have been written
+                # sent: it may have been written
+                history.info(tp.topic, tp.partition, value, key=key)
                 return
-            history.ok(tp.topic, tp.partition, value, future.result().offset)
+            history.ok(tp.topic, tp.partition, value, future.result().offset, key=key)
 
         async with (
             BrokerConnections.from_bootstrap(args.bootstrap) as connections,
@@ -195,14 +207,19 @@ async def _produce(args: argparse.Namespace) -> None:
                 if stopping.is_set():
                     break
                 tp = next(targets)
-                value = f"p{args.process}-{n}"
+                key, value = _record(args, keys, n)
                 try:
-                    future = await producer.send(tp.topic, value.encode(), partition=tp.partition)
+                    future = await producer.send(
+                        tp.topic,
+                        None if value is None else value.encode(),
+                        key=None if key is None else key.encode(),
+                        partition=tp.partition,
+                    )
                 except Exception:
-                    history.fail(tp.topic, tp.partition, value)  # never queued
+                    history.fail(tp.topic, tp.partition, value, key=key)  # never queued
                 else:
                     pending.add(future)
-                    future.add_done_callback(functools.partial(outcome, tp, value))
+                    future.add_done_callback(functools.partial(outcome, tp, value, key))
                 next_at += interval
                 delay = next_at - time.monotonic()
                 if delay > 0:
@@ -215,6 +232,19 @@ async def _produce(args: argparse.Namespace) -> None:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(args.delivery_timeout_ms / 1000 + 5):
                         await producer.flush()
+
+
+def _record(args: argparse.Namespace, keys: random.Random, n: int) -> tuple[str | None, str | None]:
+    """The ``n``-th record's key and value: a unique value, without a key unless the topics
+    are compacted (``--keys``); then every ``--tombstone-every``-th is a tombstone (a null
+    value, told apart in the history by its key and offset)."""
+    value = f"p{args.process}-{n}"
+    if not args.keys:
+        return None, value
+    key = f"k{keys.randrange(args.keys)}"
+    if args.tombstone_every and n % args.tombstone_every == args.tombstone_every - 1:
+        return key, None
+    return key, value
 
 
 async def _consume(args: argparse.Namespace) -> None:
@@ -249,7 +279,7 @@ async def _consume(args: argparse.Namespace) -> None:
                 after = consumer.position_epoch
                 session = 2 * after + (0 if before == after else 1)
                 for r in records:
-                    value = "" if r.value is None else r.value.decode("utf-8", "replace")
+                    value = None if r.value is None else r.value.decode("utf-8", "replace")
                     history.read(r.topic, r.partition, r.offset, value, session=session)
 
 
@@ -269,6 +299,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=compression_type_argument,
         default="none",
         help="the producers' compression.type: none (default), gzip, snappy, lz4, zstd",
+    )
+    parser.add_argument(
+        "--keys", type=int, default=0, help="keys to draw from (compacted topics); 0: none"
+    )
+    parser.add_argument(
+        "--tombstone-every", type=int, default=0, help="with --keys: every N-th a tombstone"
     )
     parser.add_argument("--group", default=None)
     parser.add_argument("--session-timeout-ms", type=int, default=6000)

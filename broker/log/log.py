@@ -56,10 +56,13 @@ from proto import errors
 from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, MinibrokerError, OffsetOutOfRangeError
 from proto.records.record_batch import (
+    NO_PRODUCER_ID,
     NO_TIMESTAMP,
     BatchHeader,
     CorruptRecordError,
     decode_batch,
+    offsets_placeholder,
+    parse_header,
     validate_batches,
     with_offsets,
 )
@@ -681,6 +684,8 @@ class Log:
             if generation != self._truncations:
                 continue
             records, first_offset, next_offset = found
+            if first_offset is not None and first_offset < start_offset:
+                records, first_offset = _trimmed_placeholder(records, start_offset, first_offset)
             return FetchData(records, first_offset, next_offset, start, end)
         raise LogError(
             f"{self._topic_partition}: read at offset {start_offset} raced truncation or "
@@ -979,6 +984,21 @@ class Log:
     def _floor_index(self, offset: int) -> int:
         """Index of the segment holding ``offset`` (the first one for offsets below it)."""
         return max(bisect_right(self._bases, offset) - 1, 0)
+
+
+def _trimmed_placeholder(records: bytes, start_offset: int, first_offset: int) -> tuple[bytes, int]:
+    """A read that starts inside a cleaner's placeholder (an empty batch standing for
+    batches removed whole, which a replica that fetched before the cleaning holds as those
+    batches) gets the placeholder's part from ``start_offset`` on, so that a follower's log
+    continues at its end exactly (docs/storage.md, "Compacted logs"). Other batches keep
+    the boundaries they were produced with, on every replica."""
+    header = parse_header(records)
+    if header.record_count or header.producer_id != NO_PRODUCER_ID:
+        return records, first_offset
+    trimmed = offsets_placeholder(
+        start_offset, header.last_offset, header.partition_leader_epoch, header.max_timestamp
+    )
+    return trimmed + records[header.size :], start_offset
 
 
 def _require_keys(

@@ -158,8 +158,16 @@ def clean_log(
         stats.bytes_read,
         stats.bytes_written,
     )
+    # A group abandoned (the log moved on under it) leaves its records unmatched against the
+    # map: the next cleaning maps the same dirty section again.
     return CleanResult(
-        target.topic_partition, first_dirty, end, len(to_clean), swapped, abandoned, stats
+        target.topic_partition,
+        first_dirty,
+        first_dirty if abandoned else end,
+        len(to_clean),
+        swapped,
+        abandoned,
+        stats,
     )
 
 

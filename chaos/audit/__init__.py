@@ -10,6 +10,10 @@
   hw_above_leo) and summarised
 - :mod:`~chaos.audit.chunk`: a partition's records across its replicas, judged against the
   history (lost_ack, divergence, duplicate, phantom, the read kinds)
+- :mod:`~chaos.audit.duplicates`: the duplicate rule (one write or value at several offsets)
+- :mod:`~chaos.audit.compaction`: a compacted partition's records, replica by replica
+  (compaction_lost_latest, compaction_moved, tombstone_dropped_early)
+- :mod:`~chaos.audit.topic_configs`: which topics are compacted (a run's ``topics.json``)
 - :mod:`~chaos.audit.record_columns`: batches decoded into columns, runs of one layout at a
   time
 - :mod:`~chaos.audit.history`: one history or timeline line, the definition of a valid one

@@ -20,6 +20,9 @@ offset found (:mod:`chaos.audit.versions`); then, with numpy:
   over committed records (:func:`poll_items`);
 - crc: batches whose records do not parse (or, compressed, do not inflate).
 
+A compacted partition (``ChunkSpec.compaction``) is judged by :mod:`chaos.audit.compaction`'s
+rules besides, which also say how lost_ack, the reads and poll skips treat cleaned offsets.
+
 A range is usually the whole partition (``whole``): then everything is settled here but
 what needs the rest of the history (:class:`Pending` phantoms when lines without a
 partition or fail lines exist, and the text of the values findings show). A partition too
@@ -39,12 +42,21 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from chaos.audit.compaction import (
+    COMPACTION_KINDS,
+    acked_otherwise,
+    compaction_items,
+    held_everywhere,
+    replica_span,
+)
 from chaos.audit.copies import Copy, read_copies
+from chaos.audit.duplicates import CopyRow, duplicate_items, repeated
 from chaos.audit.hashing import NULL, U64
 from chaos.audit.history_columns import INFO, OK, READ, Lines
 from chaos.audit.log_checks import BatchTable, held_ranges
 from chaos.audit.polls import SKIP, WHAT, steps
 from chaos.audit.runs import Run, item, merge
+from chaos.audit.topic_configs import Compaction
 from chaos.audit.versions import Offsets, Records, bits, decode_copies, top_versions
 from proto.records.compression import CODEC_NAMES
 
@@ -54,13 +66,11 @@ __all__ = [
     "ChunkQuestions",
     "ChunkResult",
     "ChunkSpec",
-    "CopyRow",
     "PartitionFacts",
     "Pending",
     "ReplicaChunk",
     "Skip",
     "audit_chunk",
-    "duplicate_items",
     "lookup_chunk",
     "phantom_item",
     "poll_items",
@@ -71,8 +81,6 @@ __all__ = [
 I64 = npt.NDArray[np.int64]
 SHOWN_BYTES = 48
 """Bytes of a value a finding keeps (base64) besides its length."""
-_SHOWN_OFFSETS = 10
-"""Offsets a duplicate finding keeps (its count says how many there are)."""
 
 
 def shown(value: bytes | bytearray | memoryview | None) -> Any:
@@ -113,6 +121,8 @@ class ReplicaChunk:
     paths: list[str]
     """The replica's segment files, indexed by ``batches.segment``."""
     batches: BatchTable
+    modified_ms: int | None = None
+    """Its newest segment's modification time (a tombstone's age is judged by it)."""
 
 
 @dataclass(slots=True)
@@ -129,6 +139,8 @@ class ChunkSpec:
     topic_settled: bool = True
     """No line of the topic lacks a partition and none failed: a phantom the range finds
     is final (else the driver asks the whole history)."""
+    compaction: Compaction | None = None
+    """Compacted: judged by :mod:`chaos.audit.compaction` too (a whole partition only)."""
 
 
 @dataclass(slots=True)
@@ -155,10 +167,6 @@ class Skip:
     previous_line: int
     line: int
     time: float
-
-
-CopyRow = tuple[Any, int, list[int], Any]
-"""(the exact fields a copy shares, its offset, the brokers holding it, its value shown)."""
 
 
 @dataclass(slots=True)
@@ -211,7 +219,10 @@ class _Chunk:
         self.copies: list[Copy] = read_copies(
             [r.paths for r in spec.replicas], [r.batches for r in spec.replicas], spec.low
         )
-        decoded = decode_copies(self.copies, len(self.brokers), spec.low, spec.high)
+        self.compacted = spec.compaction is not None and spec.whole
+        decoded = decode_copies(
+            self.copies, len(self.brokers), spec.low, spec.high, keys=self.compacted
+        )
         self.counts = dict(zip(self.brokers, decoded.counts, strict=True))
         self.errors = decoded.errors
         self.records: Records
@@ -227,6 +238,14 @@ class _Chunk:
 
     def shown_record(self, record: int) -> Any:
         return shown(self.value_bytes(record))
+
+    def shown_key(self, record: int) -> Any:
+        """The record's key, shown (a compacted partition's records only have theirs)."""
+        r = self.records
+        if r.key_start is None or r.key_length is None or r.key_start[record] < 0:
+            return None
+        start, data = int(r.key_start[record]), self.copies[int(r.copy[record])].data
+        return shown(data[start : start + int(r.key_length[record])])
 
     def holders_of(self, mask: int) -> list[int]:
         return sorted(self.brokers[r] for r in bits(mask))
@@ -248,7 +267,12 @@ class _Chunk:
         index, found = self.locate(self.lines.offset[chosen])
         if not found.any():
             return index, found
-        return index, found & (self.offsets.top_value[index] == self.lines.value[chosen])
+        agree = found & (self.offsets.top_value[index] == self.lines.value[chosen])
+        keys, named = self.records.key, self.lines.key
+        if self.compacted and keys is not None and named is not None:
+            held = keys[self.offsets.top_record[index]]
+            agree &= (named[chosen] == NULL) | (held == named[chosen])
+        return index, agree
 
     def run(self) -> ChunkResult:
         part, lines, whole = self.part, self.lines, self.spec.whole
@@ -257,19 +281,27 @@ class _Chunk:
         ok = np.flatnonzero((lines.kind == OK) & (lines.offset >= part.log_start))
         result.acked_checked = len(ok)
         index, agree = self.agree(ok)
-        not_held = self._not_held(ok[~agree], "lost_ack")
+        lost = ok[~agree]
+        if self.compacted:  # what no replica holds any more is the compaction checks'
+            lost = lost[~self._cleaned_away(lost)]
+        not_held = self._not_held(lost, "lost_ack")
         confirmed = np.zeros(len(self.offsets.offset), dtype=np.bool_)
         confirmed[index[agree]] = True
         items += self._phantoms(confirmed, result)
         reads = np.flatnonzero((lines.kind == READ) & (lines.offset >= part.log_start))
         _, agree = self.agree(reads)
-        not_held += self._not_held(reads[~agree], "inconsistent_read")
+        misread = reads[~agree]
+        if self.compacted:
+            misread = misread[~self._cleaned_away(misread) | acked_otherwise(lines, misread)]
+        not_held += self._not_held(misread, "inconsistent_read")
         if whole:
             items += [run for run, _ in not_held]
             items += self._duplicates()
             found_polls, skips = poll_items(part, lines)
             items += found_polls
-            if skips:
+            if self.compacted:
+                items += self._compaction(skips)
+            elif skips:
                 held = held_ranges(
                     [r.batches for r in self.spec.replicas], part.log_start, part.committed_end
                 )
@@ -283,10 +315,35 @@ class _Chunk:
         result.value_lines = [
             info["line"]
             for run in [*result.runs, *(r for r, _ in result.unresolved)]
-            if run.kind in ("lost_ack", "inconsistent_read")
+            if run.kind in _VALUE_LINE_KINDS
             for info in (run.first, run.last)
+            if "line" in info
         ]
         return result
+
+    def _cleaned_away(self, chosen: npt.NDArray[np.intp]) -> npt.NDArray[np.bool_]:
+        """Of the lines ``chosen``: those whose offset no replica holds, below the log end
+        (on a compacted partition, a cleaning may have removed it everywhere)."""
+        offsets = self.lines.offset[chosen]
+        return ~self.locate(offsets)[1] & (offsets < self.part.max_leo)
+
+    def _compaction(self, skips: Sequence[Skip]) -> list[Run]:
+        """The compaction rules' items, and the skips over records every replica holds."""
+        part, policy = self.part, self.spec.compaction
+        assert policy is not None
+        spans = [replica_span(r.broker, r.batches, r.modified_ms) for r in self.spec.replicas]
+        found = compaction_items(
+            part, policy, spans, self.records, self.offsets, self.lines,
+            self.shown_record, self.shown_key,
+        )  # fmt: skip
+        held = held_everywhere(
+            self.records, self.offsets, spans, part.log_start, part.committed_end
+        )
+        for skip in skips:
+            lo, hi = np.searchsorted(held, [skip.previous + 1, skip.offset]).tolist()
+            if hi > lo:
+                found.append(skip_run(part, skip, int(held[lo]), int(held[hi - 1]), hi - lo))
+        return found
 
     def _crc(self) -> list[Run]:
         found = []
@@ -385,7 +442,13 @@ class _Chunk:
                         mask |= int(r.holders[k])
                 still = self.holders_of(mask)
             reason = (
-                "replaced" if found[n] else "beyond_leo" if offset >= part.max_leo else "missing"
+                "replaced"
+                if found[n]
+                else "beyond_leo"
+                if offset >= part.max_leo
+                else "cleaned"
+                if self.compacted
+                else "missing"
             )
             found_items.append(
                 (
@@ -465,8 +528,8 @@ class _Chunk:
         """The writes and (in a topic the history writes) values the partition's versions
         hold at several offsets."""
         o = self.offsets
-        writes = _repeated(o.top_write)
-        values = _repeated(o.top_value) if self.part.in_history else np.zeros(0, np.uint64)
+        writes = repeated(o.top_write)
+        values = repeated(o.top_value) if self.part.in_history else np.zeros(0, np.uint64)
         return duplicate_items(
             self.part.pid,
             self.write_copies(writes.tolist()) if len(writes) else [],
@@ -479,87 +542,6 @@ def _shown_order(value: Any) -> tuple[int, str, int]:
     if value is None:
         return (0, "", 0)
     return (1, value["b64"], value["len"])
-
-
-def _repeated(hashes: U64) -> U64:
-    """The non-null hashes that occur more than once."""
-    present = hashes[hashes != NULL]
-    if len(present) < 2:
-        return np.zeros(0, dtype=np.uint64)
-    values, counts = np.unique(present, return_counts=True)
-    return values[counts > 1]
-
-
-def _grouped(
-    rows: Iterable[CopyRow], exclude: set[int]
-) -> list[tuple[Any, list[int], list[int], Any]]:
-    """Copy rows grouped by their exact fields: per group held at several offsets (those of
-    ``exclude`` left out), its offsets in order, the brokers and the first copy's value."""
-    groups: dict[Any, dict[int, tuple[list[int], Any]]] = {}
-    for fields, offset, brokers, value in rows:
-        if offset in exclude:
-            continue
-        per_offset = groups.setdefault(fields, {})
-        held, _ = per_offset.setdefault(offset, ([], value))
-        held += brokers
-    found = []
-    for fields, per_offset in groups.items():
-        if len(per_offset) < 2:
-            continue
-        offsets = sorted(per_offset)
-        brokers = sorted({b for held, _ in per_offset.values() for b in held})
-        found.append((fields, offsets, brokers, per_offset[offsets[0]][1]))
-    return found
-
-
-def duplicate_items(
-    pid: int, write_rows: Iterable[CopyRow], value_rows: Iterable[CopyRow], in_history: bool
-) -> list[Run]:
-    """One write (producer id, epoch, sequence) stored twice, and, in a topic the history
-    writes (its values are unique), one value at several offsets, unless the write rule
-    already reports that copy. Values alone prove nothing without a history: ``perf
-    produce`` sends one value many times."""
-    found: list[Run] = []
-    later: set[int] = set()
-    for (producer_id, producer_epoch, sequence), offsets, brokers, value in _grouped(
-        write_rows, set()
-    ):
-        later.update(offsets[1:])
-        found.append(
-            _duplicate_item(
-                pid,
-                offsets,
-                brokers,
-                value,
-                {"rule": "write", "producer_id": producer_id, "producer_epoch": producer_epoch},
-                {"sequence": sequence},
-            )
-        )
-    if in_history:
-        for _, offsets, brokers, value in _grouped(value_rows, later):
-            found.append(_duplicate_item(pid, offsets, brokers, value, {"rule": "value"}, {}))
-    return found
-
-
-def _duplicate_item(
-    pid: int,
-    offsets: list[int],
-    brokers: list[int],
-    value: Any,
-    key: dict[str, Any],
-    info: dict[str, Any],
-) -> Run:
-    first = offsets[0]
-    return item(
-        "duplicate",
-        pid,
-        brokers,
-        {**key, "copies": len(offsets), "delta": offsets[1] - first},
-        first,
-        first,
-        1,
-        _clean({"value": value, "offsets": offsets[:_SHOWN_OFFSETS], **info}),
-    )
 
 
 def not_held_item(
@@ -665,14 +647,26 @@ def skip_item(part: PartitionFacts, skip: Skip, held: Sequence[tuple[int, int]])
     ]
     if not cut:
         return None
+    return skip_run(
+        part,
+        skip,
+        min(c[0] for c in cut),
+        max(c[1] for c in cut),
+        sum(c[1] - c[0] + 1 for c in cut),
+    )
+
+
+def skip_run(part: PartitionFacts, skip: Skip, first: int, last: int, count: int) -> Run:
+    """The poll_skip item of a step over ``count`` committed records from ``first`` to
+    ``last``."""
     return item(
         "poll_skip",
         part.pid,
         part.replicas,
         {"process": skip.process, "session": skip.session},
-        min(c[0] for c in cut),
-        max(c[1] for c in cut),
-        sum(c[1] - c[0] + 1 for c in cut),
+        first,
+        last,
+        count,
         {
             "previous": skip.previous,
             "offset": skip.offset,
@@ -682,6 +676,10 @@ def skip_item(part: PartitionFacts, skip: Skip, held: Sequence[tuple[int, int]])
         },
         skip.time,
     )
+
+
+_VALUE_LINE_KINDS = frozenset({"lost_ack", "inconsistent_read", *COMPACTION_KINDS})
+"""The kinds whose items show the value of the history line they name."""
 
 
 def audit_chunk(spec: ChunkSpec, lines: Lines) -> ChunkResult:

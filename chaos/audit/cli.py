@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING
 
 from chaos.audit.data_dirs import AuditInputError, read_data_dirs
 from chaos.audit.history import HistoryError, NemesisEvent, parse_timeline_line
+from chaos.audit.topic_configs import read_topic_configs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,10 +38,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Read every broker data dir's segments and checkpoints (and the producers' "
             "history) with Spark and report lost acknowledged records, divergent replicas, "
             "duplicates, gaps, CRC failures, epoch caches that contradict the log, high "
-            "watermarks above the log end, phantom records, and consumers' reads that the "
-            "log contradicts, go back or skip committed records. Writes report.json and "
-            "report.html to --report and a summary to stdout. Exit status: 0 clean, 1 "
-            "violations found, 2 bad input."
+            "watermarks above the log end, phantom records, consumers' reads that the "
+            "log contradicts, go back or skip committed records, and, on compacted topics "
+            "(--topic-config), latest records or tombstones a cleaning lost or moved. "
+            "Writes report.json and report.html to --report and a summary to stdout. Exit "
+            "status: 0 clean, 1 violations found, 2 bad input."
         ),
     )
     parser.add_argument(
@@ -65,6 +67,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--timeline", type=Path, metavar="FILE", help="the nemesis timeline (JSON lines)"
     )
     parser.add_argument(
+        "--topic-config",
+        type=Path,
+        metavar="FILE",
+        help="the topics' configs as a chaos run records them (its topics.json, docs/audit.md):"
+        " the partitions of topics with cleanup.policy=compact are judged by the compaction "
+        "rules; without it every topic is taken as not compacted",
+    )
+    parser.add_argument(
         "--master",
         default=None,
         metavar="URL",
@@ -86,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         history=args.history,
         report=args.report,
         timeline=args.timeline,
+        topic_config=args.topic_config,
         master=args.master,
         conf=args.conf,
     )
@@ -139,6 +150,7 @@ def audit_command(
     report: Path,
     history: Path | None = None,
     timeline: Path | None = None,
+    topic_config: Path | None = None,
     master: str | None = None,
     conf: Sequence[str] = (),
     spark: SparkSession | None = None,
@@ -148,7 +160,8 @@ def audit_command(
     """Run the audit and write its reports; return the exit status.
 
     With ``spark`` the audit runs on that session (left running); otherwise a session is
-    started on ``master`` and stopped at the end.
+    started on ``master`` and stopped at the end. ``topic_config``: which topics are
+    compacted (:mod:`chaos.audit.topic_configs`).
     """
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
@@ -158,6 +171,7 @@ def audit_command(
         if history is not None:
             _check_history(history)
         events = _read_timeline(timeline) if timeline is not None else []
+        compacted = read_topic_configs(topic_config) if topic_config is not None else {}
         settings = _conf(conf)
         _prepare_report_dir(report)
         # Spark is imported only now: the checks above need none of it.
@@ -174,7 +188,7 @@ def audit_command(
                     f"newer): {e}"
                 ) from None
         try:
-            result = audit(spark, dirs, history, events)
+            result = audit(spark, dirs, history, events, compacted=compacted)
         finally:
             if own_session:
                 spark.stop()

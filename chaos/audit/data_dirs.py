@@ -53,6 +53,9 @@ class Segment:
     base_offset: int
     path: Path
     size: int
+    modified_ms: int = 0
+    """The file's modification time: a compacted log's cleaner judges a tombstone's age by
+    its segments' (:mod:`chaos.audit.compaction`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +103,10 @@ def _segments(directory: Path) -> tuple[Segment, ...]:
         path = Path(entry.path)
         if not os.access(path, os.R_OK):
             raise AuditInputError(f"cannot read segment file {path}: permission denied")
-        segments.append(Segment(int(match.group(1)), path, entry.stat().st_size))
+        stat = entry.stat()
+        segments.append(
+            Segment(int(match.group(1)), path, stat.st_size, stat.st_mtime_ns // 1_000_000)
+        )
     return tuple(sorted(segments, key=lambda s: s.base_offset))
 
 

@@ -7,14 +7,18 @@ History (the workload's producers, Jepsen's vocabulary)::
 
 ``ok``: acknowledged, written at ``offset``; ``fail``: certainly not written; ``info``:
 unknown (a timeout, a lost connection). ``fail`` and ``info`` lines may leave ``partition``
-and ``offset`` null or out when the producer never learnt them.
+and ``offset`` null or out when the producer never learnt them. A write to a compacted topic
+names its record's ``key`` (a string; null or left out: none), which the audit of compacted
+partitions needs (:mod:`chaos.audit.compaction`); ``"value": null`` is a tombstone (a record
+with a null value), which only the key and offset tell apart from another.
 
 Reads (the workload's consumers, one line per record polled)::
 
     {"time": 1732252801.2, "process": 7, "type": "read", "topic": "t", "partition": 0,
      "offset": 41, "value": "p3-17", "session": 2}
 
-``partition``, ``offset`` and ``value`` are required. ``session`` (a non-negative integer,
+``partition``, ``offset`` and ``value`` are required (``"value": null``: the record read has
+a null value, a tombstone). ``session`` (a non-negative integer,
 0 when left out) is the consumer's own counter, bumped whenever its position for a
 partition may legitimately jump or go back: partitions revoked or assigned by a rebalance,
 a seek or an offset reset, a restart of the consumer. Within one (process, session, topic,
@@ -87,9 +91,12 @@ class HistoryOp(NamedTuple):
     topic: str
     partition: int | None
     """None only for a fail or info whose partition the producer never learnt."""
-    value: str
+    value: str | None
+    """None: a tombstone (``"value": null``)."""
     offset: int | None
     """Where an ``ok`` write landed; None for fail and info unless the producer knew it."""
+    key: str | None = None
+    """The record's key, when the line names one (writes to a compacted topic must)."""
 
 
 class HistoryRead(NamedTuple):
@@ -103,7 +110,8 @@ class HistoryRead(NamedTuple):
     topic: str
     partition: int
     offset: int
-    value: str
+    value: str | None
+    """None: the record read has a null value (a tombstone)."""
     session: int = 0
     """The consumer's counter of legitimate position changes (a rebalance, a seek, a
     restart): offsets are judged in order only within one session."""
@@ -240,12 +248,18 @@ def parse_history_line(
     topic = obj.get("topic")
     if not isinstance(topic, str) or not topic:
         raise HistoryError(line_number, f'"topic" must be a non-empty string, got {topic!r}')
-    value = obj.get("value")
-    if value is None and op_type == READ:
-        raise HistoryError(line_number, '"value" is missing (a read must say what it saw)')
-    if not isinstance(value, str):
-        raise HistoryError(line_number, f'"value" must be a string, got {value!r}')
-    for field, text_value in (("topic", topic), ("value", value)):
+    if "value" not in obj:
+        what = "a read must say what it saw" if op_type == READ else "null for a tombstone"
+        raise HistoryError(line_number, f'"value" is missing ({what})')
+    value = obj["value"]
+    if value is not None and not isinstance(value, str):
+        raise HistoryError(line_number, f'"value" must be a string or null, got {value!r}')
+    key = obj.get("key")
+    if key is not None and not isinstance(key, str):
+        raise HistoryError(line_number, f'"key" must be a string or null, got {key!r}')
+    for field, text_value in (("topic", topic), ("value", value), ("key", key)):
+        if text_value is None:
+            continue
         try:
             text_value.encode("utf-8")
         except UnicodeEncodeError:
@@ -259,12 +273,20 @@ def parse_history_line(
     partition = _integer(line_number, obj, "partition", required=ok, why=why)
     offset = _integer(line_number, obj, "offset", required=ok, why=why)
     return HistoryOp(
-        line_number, _time(line_number, obj), process, op_type, topic, partition, value, offset
+        line_number,
+        _time(line_number, obj),
+        process,
+        op_type,
+        topic,
+        partition,
+        value,
+        offset,
+        key,
     )
 
 
 def _read(
-    line_number: int, obj: dict[str, Any], process: int, topic: str, value: str
+    line_number: int, obj: dict[str, Any], process: int, topic: str, value: str | None
 ) -> HistoryRead:
     why = " (a read must say where it read)"
     partition = _integer(line_number, obj, "partition", required=True, why=why)

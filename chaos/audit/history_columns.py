@@ -2,7 +2,8 @@
 
 :func:`parse_range` turns the lines of a range into :class:`ParsedRange`: per line its kind
 (``ok``, ``fail``, ``info``, ``read``), topic, partition, offset, the hash of its value
-(:mod:`chaos.audit.hashing`, as the records' values are hashed), time, process and session;
+(:mod:`chaos.audit.hashing`, as the records' values are hashed; NULL for a null one), time,
+process and session, and the hash of the key a write names where any line names one;
 nemesis lines as events; and the first bad line, if any, with
 :func:`chaos.audit.history.parse_history_line`'s reason. That function is the definition
 of a valid line; every line here is parsed by it or, much faster, by the template path of
@@ -15,14 +16,20 @@ within the range, the job adds the lines before it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
 from chaos.audit.hashing import hash_bytes
-from chaos.audit.history import HistoryError, HistoryRead, NemesisEvent, parse_history_line
+from chaos.audit.history import (
+    HistoryError,
+    HistoryOp,
+    HistoryRead,
+    NemesisEvent,
+    parse_history_line,
+)
 from chaos.audit.history_templates import Matched, learn, match
 
 __all__ = ["FAIL", "INFO", "KINDS", "OK", "READ", "Lines", "ParsedRange", "parse_range"]
@@ -46,6 +53,10 @@ class Lines:
     process: npt.NDArray[np.int64]
     session: npt.NDArray[np.int64]
     """A read's consumer session (0 when the line leaves it out); 0 for operations."""
+    key: npt.NDArray[np.uint64] | None = None
+    """The hash of the key a write names (NULL: none); None when no line of these names
+    one, as in a history of topics that are not compacted, so that those pay nothing for
+    the column."""
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -63,13 +74,36 @@ class Lines:
         )
 
     def take(self, chosen: npt.NDArray[np.intp] | npt.NDArray[np.bool_]) -> Lines:
-        return Lines(*(getattr(self, f.name)[chosen] for f in fields(Lines)))
+        return Lines(
+            self.kind[chosen],
+            self.offset[chosen],
+            self.value[chosen],
+            self.line[chosen],
+            self.time[chosen],
+            self.process[chosen],
+            self.session[chosen],
+            None if self.key is None else self.key[chosen],
+        )
+
+    def keys(self) -> npt.NDArray[np.uint64]:
+        """The key column, NULL throughout when no line names a key."""
+        return np.zeros(len(self), np.uint64) if self.key is None else self.key
 
     @staticmethod
     def concat(parts: list[Lines]) -> Lines:
         if not parts:
             return Lines.empty()
-        return Lines(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Lines)))
+        keyed = any(p.key is not None for p in parts)
+        return Lines(
+            np.concatenate([p.kind for p in parts]),
+            np.concatenate([p.offset for p in parts]),
+            np.concatenate([p.value for p in parts]),
+            np.concatenate([p.line for p in parts]),
+            np.concatenate([p.time for p in parts]),
+            np.concatenate([p.process for p in parts]),
+            np.concatenate([p.session for p in parts]),
+            np.concatenate([p.keys() for p in parts]) if keyed else None,
+        )
 
 
 @dataclass(slots=True)
@@ -190,6 +224,7 @@ def parse_range(data: Text) -> ParsedRange:
                 m.time,
                 m.process,
                 m.session,
+                m.key,
             )
         )
     if slow.error is not None:
@@ -242,6 +277,7 @@ def _slow(
     kinds: list[int] = []
     offsets: list[int] = []
     values: list[bytes | None] = []
+    keys: list[bytes | None] = []
     numbers: list[int] = []
     times: list[float] = []
     processes: list[int] = []
@@ -271,7 +307,9 @@ def _slow(
             kinds.append(KINDS.index(parsed.type))
             sessions.append(0)
         offsets.append(-1 if parsed.offset is None else parsed.offset)
-        values.append(parsed.value.encode("utf-8"))
+        values.append(None if parsed.value is None else parsed.value.encode("utf-8"))
+        key = parsed.key if isinstance(parsed, HistoryOp) else None
+        keys.append(None if key is None else key.encode("utf-8"))
         numbers.append(number)
         times.append(parsed.time)
         processes.append(parsed.process)
@@ -285,6 +323,7 @@ def _slow(
         np.array(times, dtype=np.float64),
         np.array(processes, dtype=np.int64),
         np.array(sessions, dtype=np.int64),
+        hash_bytes(keys) if any(k is not None for k in keys) else None,
     )
     return ParsedRange(
         lines,

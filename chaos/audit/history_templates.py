@@ -16,6 +16,8 @@ and matched against every line with as many double quotes, all at once (:func:`m
   places, so the quotes' positions say where each value starts and ends; strings are
   hashed where they lie, numbers converted a column at a time (``time`` by Arrow's exact
   decimal-to-double conversion, as Python's ``float``);
+- a ``key`` (a write to a compacted topic names its record's) is hashed as the value is;
+  a null ``key`` or ``value`` (a tombstone) sends the line to the slow path;
 - what :func:`chaos.audit.history.parse_history_line` checks of the values (the fields an
   ``ok`` or a read needs, the partition's range) is checked per column.
 
@@ -41,7 +43,7 @@ __all__ = ["Matched", "Template", "learn", "match"]
 I64 = npt.NDArray[np.int64]
 _WS = b" \t\r"
 _SCALAR = frozenset(b"0123456789+-.eEabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_STRING_FIELDS = frozenset({"type", "topic", "value"})
+_STRING_FIELDS = frozenset({"type", "topic", "value", "key"})
 _NUMBER_FIELDS = frozenset({"time", "process", "partition", "offset", "session"})
 _REQUIRED = ("time", "process", "type", "topic", "value")
 _TYPES = (b"ok", b"fail", b"info", b"read")
@@ -217,6 +219,8 @@ class Matched:
     offset: I64
     session: I64
     value: npt.NDArray[np.uint64]
+    key: npt.NDArray[np.uint64] | None = None
+    """The keys' hashes; None for a template without a ``key`` field."""
 
 
 def _bytes_at(buffer: npt.NDArray[np.uint8], starts: I64, width: int) -> npt.NDArray[np.uint8]:
@@ -321,6 +325,10 @@ def match(
     topic_start, topic_length = (column[keep] for column in spans["topic"])
     time_start, time_length = (column[keep] for column in spans["time"])
     value_start, value_length = (column[keep] for column in spans["value"])
+    key_hash = None
+    if "key" in spans:
+        key_start, key_length = (column[keep] for column in spans["key"])
+        key_hash = hash_spans(buffer, key_start, key_length)
     return Matched(
         chosen[keep],
         kind[keep],
@@ -333,4 +341,5 @@ def match(
         offset[keep],
         session[keep],
         hash_spans(buffer, value_start, value_length),
+        key_hash,
     )

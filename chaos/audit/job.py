@@ -31,7 +31,7 @@ import itertools
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,16 +44,16 @@ from chaos.audit.chunk import (
     ChunkAnswers,
     ChunkQuestions,
     ChunkResult,
-    CopyRow,
     PartitionFacts,
     Pending,
     Skip,
-    duplicate_items,
     phantom_item,
     shown,
     skip_item,
 )
+from chaos.audit.compaction import COMPACTION_KINDS
 from chaos.audit.data_dirs import AuditInputError, BrokerDir, ReplicaFiles
+from chaos.audit.duplicates import CopyRow, duplicate_items
 from chaos.audit.history import NemesisEvent, parse_history_line
 from chaos.audit.history_columns import FAIL, INFO, OK, parse_range
 from chaos.audit.model import AuditResult, PartitionSummary, ReplicaSummary
@@ -69,6 +69,7 @@ from chaos.audit.tasks import (
     read_bytes,
     reduce_partitions,
 )
+from chaos.audit.topic_configs import Compaction
 from chaos.audit.violations import describe
 from proto.topic_partition import TopicPartition
 
@@ -140,17 +141,21 @@ def audit(
     history: Path | None = None,
     timeline: Iterable[NemesisEvent] = (),
     *,
+    compacted: Mapping[str, Compaction] | None = None,
     split_bytes: int = SPLIT_BYTES,
     chunk_offsets: int = CHUNK_OFFSETS,
 ) -> AuditResult:
-    """Audit the replicas of ``dirs`` (and ``history``) on ``spark``.
+    """Audit the replicas of ``dirs`` (and ``history``) on ``spark``; the topics of
+    ``compacted`` by the compaction rules (:mod:`chaos.audit.compaction`).
 
     A partition whose largest replica has more than ``split_bytes`` of segments is cut into
-    ranges of ``chunk_offsets`` offsets over several tasks. Raises AuditInputError for a
-    malformed history line (naming it).
+    ranges of ``chunk_offsets`` offsets over several tasks (never a compacted one). Raises
+    AuditInputError for a malformed history line (naming it).
     """
     started = time.monotonic()
-    run = _Audit(spark, dirs, history, list(timeline), split_bytes, chunk_offsets)
+    run = _Audit(
+        spark, dirs, history, list(timeline), split_bytes, chunk_offsets, dict(compacted or {})
+    )
     result = run.result()
     result.seconds = time.monotonic() - started
     return result
@@ -196,7 +201,8 @@ def _lookup(unit: HistoryRange, wanted: _Wanted) -> _Answers:
         for line in mine:
             parsed = parse_history_line(line, texts[line - 1])
             if parsed is not None and not isinstance(parsed, NemesisEvent):
-                answers.values[base | line] = shown(parsed.value.encode("utf-8"))
+                value = parsed.value
+                answers.values[base | line] = shown(None if value is None else value.encode())
     if not wanted.parse():
         return answers
     parsed_range = parse_range(data)
@@ -295,8 +301,10 @@ class _Audit:
         timeline: list[NemesisEvent],
         split_bytes: int,
         chunk_offsets: int,
+        compacted: dict[str, Compaction],
     ) -> None:
         self.spark = spark
+        self.compacted = compacted
         self.sc = spark.sparkContext
         self.dirs = dirs
         self.history = history
@@ -315,13 +323,17 @@ class _Audit:
 
     def _plan(self, replicas: list[ReplicaFiles], known: list[TopicPartition]) -> Plan:
         """Which reduce tasks have which partitions: a cut partition (its largest replica
-        over ``split_bytes``) tasks of its own, the others packed a few per core by bytes."""
+        over ``split_bytes``, not compacted: a key's records may lie anywhere in its log)
+        tasks of its own, the others packed a few per core by bytes."""
         pid_of = {tp: pid for pid, tp in enumerate(known)}
         largest = [0] * len(known)
         for r in replicas:
             pid = pid_of[r.topic_partition]
             largest[pid] = max(largest[pid], sum(s.size for s in r.segments))
-        shares = [max(1, math.ceil(size / self.split_bytes)) for size in largest]
+        shares = [
+            1 if tp.topic in self.compacted else max(1, math.ceil(size / self.split_bytes))
+            for tp, size in zip(known, largest, strict=True)
+        ]
         whole = [pid for pid in range(len(known)) if shares[pid] == 1]
         cores = max(1, self.sc.defaultParallelism)
         bins = pack(whole, _UNITS_PER_CORE * cores, lambda pid: largest[pid])
@@ -342,6 +354,7 @@ class _Audit:
             shares,
             max(1, reducers),
             self.chunk_offsets,
+            self.compacted,
         )
 
     def result(self) -> AuditResult:
@@ -431,6 +444,7 @@ class _Audit:
                 facts.log_start if facts else 0,
                 acked=kinds.get("ok", 0),
                 reads=kinds.get("read", 0),
+                compacted=tp.topic in self.compacted,
             )
             summaries.append(summary)
             cut = pid < len(known) and plan.cut(pid)
@@ -587,5 +601,7 @@ class _Audit:
         return merged
 
 
-_HISTORY_LINE_KINDS = frozenset({"lost_ack", "inconsistent_read", "nonmonotonic_poll", "poll_skip"})
+_HISTORY_LINE_KINDS = frozenset(
+    {"lost_ack", "inconsistent_read", "nonmonotonic_poll", "poll_skip", *COMPACTION_KINDS}
+)
 """The kinds whose items name history lines (``line``, ``previous_line``)."""

@@ -29,8 +29,12 @@ KINDS = (
     "inconsistent_read",
     "nonmonotonic_poll",
     "poll_skip",
+    "compaction_lost_latest",
+    "compaction_moved",
+    "tombstone_dropped_early",
 )
-"""The violation kinds of docs/audit.md, in the order the report lists them."""
+"""The violation kinds of docs/audit.md, in the order the report lists them (the last three
+judge compacted topics only: :mod:`chaos.audit.compaction`)."""
 READ_KINDS = ("inconsistent_read", "nonmonotonic_poll", "poll_skip")
 """The kinds judged on what consumers read (the history's ``read`` lines)."""
 
@@ -146,6 +150,8 @@ class PartitionSummary:
     reads: int = 0
     """``read`` lines of the history for this partition (what consumers polled)."""
     violations: int = 0
+    compacted: bool = False
+    """Its topic is compacted (the topic configs say so): judged by the compaction rules."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -158,6 +164,7 @@ class PartitionSummary:
             "acked_checked": self.acked_checked,
             "reads": self.reads,
             "violations": self.violations,
+            "compacted": self.compacted,
         }
 
 

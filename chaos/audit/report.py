@@ -59,6 +59,10 @@ _KIND_COLOURS = {
     "inconsistent_read": "#a50f15",
     "nonmonotonic_poll": "#d95f02",
     "poll_skip": "#54278f",
+    # What a compacted topic's cleaning broke.
+    "compaction_lost_latest": "#e6550d",
+    "compaction_moved": "#31a354",
+    "tombstone_dropped_early": "#636363",
 }
 
 

@@ -69,6 +69,7 @@ from chaos.audit.log_checks import (
 from chaos.audit.model import ReplicaSummary
 from chaos.audit.runs import Run
 from chaos.audit.segments import SegmentScan, SegmentTask, map_file, scan_segment
+from chaos.audit.topic_configs import Compaction
 
 __all__ = [
     "LINE_BITS",
@@ -136,6 +137,8 @@ class Plan:
     reducers: int
     chunk_offsets: int
     """The offsets of one range of a cut partition."""
+    compacted: dict[str, Compaction] = field(default_factory=dict)
+    """The compacted topics (their partitions are never cut)."""
     index: dict[tuple[str, int], int] = field(default_factory=dict)
     owners: dict[int, list[int]] = field(default_factory=dict)
     """Reduce task -> the partitions it serves."""
@@ -452,10 +455,16 @@ def _whole(tp: tuple[str, int], pid: int, plan: Plan, got: _Inputs) -> ReduceRes
         *_ALL,
         True,
         [
-            ReplicaChunk(log.broker, [str(s.path) for s in log.files.segments], log.chunk(*_ALL))
+            ReplicaChunk(
+                log.broker,
+                [str(s.path) for s in log.files.segments],
+                log.chunk(*_ALL),
+                max((s.modified_ms for s in log.files.segments), default=None),
+            )
             for log in logs
         ],
         topic_settled=tp[0] not in got.unsettled,
+        compaction=plan.compacted.get(tp[0]),
     )
     chunk = audit_chunk(spec, Lines.concat(got.lines.get((*tp, 0), [])))
     for summary in summaries:

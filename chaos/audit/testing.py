@@ -96,12 +96,15 @@ class BrokerDataDir:
         producer_epoch: int = 0,
         first_sequence: int = 0,
         compression: int | Sequence[int] = 0,
+        keys: Sequence[str | bytes | None] | None = None,
     ) -> int:
         """Append ``values`` as the leader in ``epoch``, ``per_batch`` records per batch;
         return the offset of the first one. With a ``producer_id`` the batches are an
         idempotent producer's, sequences from ``first_sequence`` (the leader checks them).
         ``compression`` is the codec of every batch (as the producer sends it, and the log
-        stores it), or one per batch in turn (the first batch the first codec, ...)."""
+        stores it), or one per batch in turn (the first batch the first codec, ...).
+        ``keys``: each record's key (a compacted topic's records need one; none by
+        default); a None value is a tombstone."""
         log = self.log(tp)
         first = log.log_end_offset
         codecs = [compression] if isinstance(compression, int) else list(compression)
@@ -109,8 +112,8 @@ class BrokerDataDir:
             chunk = values[i : i + per_batch]
             records = [
                 Record(
-                    key=None,
-                    value=v.encode() if isinstance(v, str) else v,
+                    key=None if keys is None else _encoded(keys[i + j]),
+                    value=_encoded(v),
                     timestamp=_TIMESTAMP + first + i + j,
                 )
                 for j, v in enumerate(chunk)
@@ -180,17 +183,23 @@ class BrokerDataDir:
         OffsetCheckpointFile(self.path / LOG_START_OFFSET_CHECKPOINT).write(log_starts)
 
 
+def _encoded(text: str | bytes | None) -> bytes | None:
+    return text.encode() if isinstance(text, str) else text
+
+
 def history_line(
     op_type: str,
     tp: TopicPartition,
-    value: str,
+    value: str | None,
     offset: int | None = None,
     *,
     time: float = 1_700_000_000.0,
     process: int = 0,
+    key: str | None = None,
 ) -> dict[str, Any]:
-    """One history operation (docs/audit.md)."""
-    return {
+    """One history operation (docs/audit.md); a write naming its ``key`` (a compacted
+    topic's), a None ``value`` a tombstone."""
+    line: dict[str, Any] = {
         "time": time,
         "process": process,
         "type": op_type,
@@ -199,6 +208,9 @@ def history_line(
         "value": value,
         "offset": offset,
     }
+    if key is not None:
+        line["key"] = key
+    return line
 
 
 def read_line(

@@ -64,12 +64,23 @@ class Records:
     value_start: I64
     """The value's position in its copy's bytes; -1 for a null value."""
     value_length: I64
+    key: U64 | None = None
+    """Hash of the key (NULL: a null key); decoded for a compacted partition only
+    (:func:`decode_copies`' ``keys``), whose checks go by key."""
+    key_start: I64 | None = None
+    """The key's position in its copy's bytes (-1: null), with ``key`` only."""
+    key_length: I64 | None = None
+    timestamp: I64 | None = None
+    """The record's timestamp, with ``key`` only (a tombstone's age)."""
 
     def __len__(self) -> int:
         return len(self.offset)
 
     def take(self, chosen: npt.NDArray[np.intp]) -> Records:
-        return Records(*(getattr(self, f.name)[chosen] for f in fields(Records)))
+        return Records(
+            *(getattr(self, f.name)[chosen] for f in _COLUMNS),
+            *(None if (c := getattr(self, f.name)) is None else c[chosen] for f in _OPTIONAL),
+        )
 
     @staticmethod
     def concat(parts: Sequence[Records]) -> Records:
@@ -79,8 +90,21 @@ class Records:
         if len(parts) == 1:
             return parts[0]
         return Records(
-            *(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Records))
+            *(np.concatenate([getattr(p, f.name) for p in parts]) for f in _COLUMNS),
+            *(
+                np.concatenate([getattr(p, f.name) for p in parts])
+                if all(getattr(p, f.name) is not None for p in parts)
+                else None
+                for f in _OPTIONAL
+            ),
         )
+
+
+_OPTIONAL = tuple(
+    f for f in fields(Records) if f.name in ("key", "key_start", "key_length", "timestamp")
+)
+"""The columns only a compacted partition's records have."""
+_COLUMNS = tuple(f for f in fields(Records) if f not in _OPTIONAL)
 
 
 @dataclass(slots=True)
@@ -107,8 +131,11 @@ def _headers_hash(headers: Headers) -> int:
     return int(hash_bytes([b"".join(parts)])[0])
 
 
-def decode_copies(copies: Sequence[Copy], replicas: int, low: int, high: int) -> Decoded:
-    """The records of ``copies`` with offsets in [low, high)."""
+def decode_copies(
+    copies: Sequence[Copy], replicas: int, low: int, high: int, *, keys: bool = False
+) -> Decoded:
+    """The records of ``copies`` with offsets in [low, high); with ``keys``, their key
+    hashes and timestamps too (a compacted partition's checks need them)."""
     parts = []
     counts = [0] * replicas
     errors = []
@@ -165,6 +192,11 @@ def decode_copies(copies: Sequence[Copy], replicas: int, low: int, high: int) ->
                 np.full(len(keep), c, dtype=np.int64),
                 cols.value_start[keep],
                 cols.value_length[keep],
+                *(
+                    (key, cols.key_start[keep], cols.key_length[keep], cols.timestamp[keep])
+                    if keys
+                    else (None, None, None, None)
+                ),
             )
         )
     return Decoded(Records.concat(parts), counts, errors)

@@ -393,6 +393,13 @@ def _inconsistent_read(f: Finding, part: PartitionSummary) -> str:
             "that leader epochs fix, KIP-101; lost_ack names the acknowledged ones). Look at "
             "the leaders and faults around the read's time."
         )
+    if reason == "cleaned":
+        return (
+            f"{what}{when}, which every replica of this compacted partition has cleaned away "
+            f"since, but {'that offset' if single else 'those offsets'} "
+            f"{'was' if single else 'were'} acknowledged with another value: the consumer "
+            "was served a record the log never held there."
+        )
     if reason == "missing":
         return (
             f"{what}{when}, but no replica holds {'that offset' if single else 'those offsets'}"
@@ -472,6 +479,94 @@ def _poll_skip(f: Finding, part: PartitionSummary) -> str:
     )
 
 
+def _key_of(f: Finding, info: dict[str, Any] | None = None) -> str:
+    """The record's key, for a sentence."""
+    return f"key {show_value((info or f.first).get('key'))}"
+
+
+def _what_record(f: Finding) -> str:
+    """The record a compaction finding is about: its key, value and acknowledgement."""
+    value = f.first.get("value")
+    what = f"{_key_of(f)}" + (f" = {show_value(value)}" if value else "")
+    line = f.first.get("line")
+    if line is not None:
+        what += f" (acknowledged, history line {line}, {_when(f.t_min)})"
+    return what
+
+
+def _compaction_lost_latest(f: Finding, part: PartitionSummary) -> str:
+    broker = f.brokers[0] if f.brokers else "?"
+    if f.count == 1:
+        what = f"the record at offset {f.start}, {_what_record(f)},"
+    else:
+        what = f"{f.count} records at {_offsets(f.start, f.end)} (the first {_what_record(f)}),"
+    held = f.first.get("held")
+    still = (
+        f" Its latest record there is the older one at offset {held}: consumers of this "
+        "replica read a superseded value."
+        if held is not None and f.count == 1
+        else ""
+    )
+    older = int(f.first.get("older") or 0)
+    also = f" ({_plural(older, 'older record')} of the key gone too)" if older else ""
+    source = "acknowledged there" if f.first.get("acked") else "held there by another replica"
+    return (
+        f"broker {broker}'s replica of this compacted partition lacks {what} {source}, "
+        f"although it holds no later record of the key and no tombstone explains it{also}."
+        f"{still} A cleaning keeps each key's latest record; this one removed it: an offset "
+        "map that gave the key a later offset than the log holds, a cleaned segment written "
+        "without it, or a swap that lost part of a group."
+    )
+
+
+def _compaction_moved(f: Finding, part: PartitionSummary) -> str:
+    broker = f.brokers[0] if f.brokers else "?"
+    moved_to = f.first.get("moved_to")
+    what = (
+        f"the record of offset {f.start}, {_what_record(f)}, is at offset {moved_to}"
+        if f.count == 1
+        else f"{f.count} records of {_offsets(f.start, f.end)} are held at other offsets "
+        f"(the first, {_what_record(f)}, at {moved_to})"
+    )
+    return (
+        f"On broker {broker}, {what}. Cleaning keeps every record at its offset; a cleaned "
+        "batch that renumbered its records (offset deltas rewritten as 0, 1, 2, ...) or a "
+        "segment written at the wrong base offset moves them, and consumers then commit "
+        "and seek to offsets that name other records."
+    )
+
+
+def _tombstone_dropped_early(f: Finding, part: PartitionSummary) -> str:
+    broker = f.brokers[0] if f.brokers else "?"
+    what = (
+        f"the tombstone at offset {f.start} ({_key_of(f)}"
+        + (f", acknowledged, history line {f.first['line']}" if "line" in f.first else "")
+        + ")"
+        if f.count == 1
+        else f"{f.count} tombstones at {_offsets(f.start, f.end)} (the first of {_key_of(f)})"
+    )
+    if f.key.get("reason") == "stale":
+        return (
+            f"broker {broker} dropped {what} while it still holds the key's older record at "
+            f"offset {f.first.get('visible')}: the deleted value is visible again. A "
+            "tombstone may go only once the values it deletes are gone (the cleaning that "
+            "mapped it removed them); this replica's cleaner dropped it without that, e.g. "
+            "after a cleaning that stopped part way was taken as done."
+        )
+    retention = f.first.get("retention_ms")
+    newest = f.first.get("newest_segment_ms")
+    stamp = f.first.get("timestamp")
+    age = "?" if newest is None or stamp is None else f"{(newest - stamp) / 1000:.1f} s"
+    return (
+        f"broker {broker} dropped {what} before delete.retention.ms ({retention} ms) could "
+        f"have passed: the tombstone's timestamp is {stamp} and the replica's newest segment "
+        f"was last written at {newest}, {age} later. The cleaner removes a tombstone only "
+        "once its segment is older than delete.retention.ms before the newest clean "
+        "segment, so consumers that read the key's value in that time may never see it "
+        "deleted."
+    )
+
+
 _SENTENCES: dict[str, Callable[[Finding, PartitionSummary], str]] = {
     "lost_ack": _lost_ack,
     "divergence": _divergence,
@@ -484,6 +579,9 @@ _SENTENCES: dict[str, Callable[[Finding, PartitionSummary], str]] = {
     "inconsistent_read": _inconsistent_read,
     "nonmonotonic_poll": _nonmonotonic_poll,
     "poll_skip": _poll_skip,
+    "compaction_lost_latest": _compaction_lost_latest,
+    "compaction_moved": _compaction_moved,
+    "tombstone_dropped_early": _tombstone_dropped_early,
 }
 
 

@@ -115,6 +115,19 @@ def test_a_read_line_is_a_consumers_read_with_its_session() -> None:
     assert parse_history_line(5, _read()) == HistoryRead(5, 2.5, 7, "t", 2, 9, "v", 3)
 
 
+def test_a_null_value_is_a_tombstone_and_a_write_may_name_its_key() -> None:
+    """A compacted topic's writes name their keys; a null value is a tombstone, written or
+    read (a value left out is still bad input)."""
+    op = parse_history_line(4, _line(key="k1", value=None))
+    assert op == HistoryOp(4, 1.5, 3, "ok", "t", 2, None, 9, "k1")
+    assert parse_history_line(4, _line(key=None)) == HistoryOp(4, 1.5, 3, "ok", "t", 2, "v", 9)
+    read = parse_history_line(5, _read(value=None, key="k1"))
+    assert isinstance(read, HistoryRead)
+    assert read.value is None
+    with pytest.raises(HistoryError, match='"value" is missing'):
+        parse_history_line(6, _line(value=...))
+
+
 def test_a_read_without_a_session_is_in_session_0() -> None:
     read = parse_history_line(5, _read(session=...))
     assert isinstance(read, HistoryRead)
@@ -129,8 +142,8 @@ def test_a_read_without_a_session_is_in_session_0() -> None:
         (_read(offset=None), '"offset" is missing (a read must say where it read)'),
         (_read(partition=...), '"partition" is missing (a read must say where it read)'),
         (_read(value=...), '"value" is missing (a read must say what it saw)'),
-        (_read(value=None), '"value" is missing (a read must say what it saw)'),
-        (_read(value=4), '"value" must be a string, got 4'),
+        (_read(value=4), '"value" must be a string or null, got 4'),
+        (_read(key=4), '"key" must be a string or null, got 4'),
         (_read(session=-1), '"session" must be a non-negative integer, got -1'),
         (_read(session="a"), '"session" must be a non-negative integer'),
         (_read(offset=1.5), '"offset" must be a non-negative integer'),

@@ -38,6 +38,7 @@ def _expected(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], A
             continue
         kind = READ if isinstance(parsed, HistoryRead) else KINDS.index(parsed.type)
         session = parsed.session if isinstance(parsed, HistoryRead) else 0
+        key = None if isinstance(parsed, HistoryRead) else parsed.key
         rows.append(
             (
                 number,
@@ -45,10 +46,11 @@ def _expected(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], A
                 parsed.topic,
                 -1 if parsed.partition is None else parsed.partition,
                 -1 if parsed.offset is None else parsed.offset,
-                int(hash_bytes([parsed.value.encode("utf-8")])[0]),
+                int(hash_bytes([None if parsed.value is None else parsed.value.encode()])[0]),
                 parsed.time,
                 parsed.process,
                 session,
+                int(hash_bytes([None if key is None else key.encode()])[0]),
             )
         )
     return rows, events, None
@@ -57,6 +59,7 @@ def _expected(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], A
 def _got(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], Any]:
     parsed = parse_range(data)
     lines = parsed.lines
+    keys = lines.keys()
     rows = [
         (
             int(lines.line[i]),
@@ -68,6 +71,7 @@ def _got(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], Any]:
             float(lines.time[i]),
             int(lines.process[i]),
             int(lines.session[i]),
+            int(keys[i]),
         )
         for i in range(len(lines))
     ]
@@ -139,6 +143,10 @@ def history_lines(draw: st.DrawFn) -> bytes:
             op = dict(reversed(list(op.items())))
         elif shape == 6:
             op["session"] = draw(numbers)
+        elif shape == 10:  # a compacted topic's write: its key, or a tombstone
+            op["key"] = draw(st.one_of(values, st.none(), numbers))
+            if draw(st.booleans()):
+                op["value"] = None
         text = json.dumps(op, separators=separators, ensure_ascii=ascii_only)
         if shape == 7:
             text = text.replace(":", " : ", 1)

@@ -127,9 +127,50 @@ FINDINGS = {
         last={"previous": 9, "offset": 13, "previous_line": 50, "line": 51, "committed_end": 20},
         t_min=1_700_000_000.0,
     ),
+    "compaction_lost_latest": Finding(
+        "compaction_lost_latest",
+        (2,),
+        17,
+        17,
+        1,
+        first={
+            "key": _shown("k3"),
+            "value": _shown("v17"),
+            "line": 30,
+            "older": 2,
+            "held": 4,
+            "acked": True,
+        },
+        t_min=1_700_000_000.0,
+    ),
+    "compaction_moved": Finding(
+        "compaction_moved",
+        (1,),
+        12,
+        12,
+        1,
+        first={"key": _shown("k1"), "value": _shown("v12"), "moved_to": 11},
+    ),
+    "tombstone_dropped_early": Finding(
+        "tombstone_dropped_early",
+        (3,),
+        15,
+        15,
+        1,
+        key={"reason": "stale"},
+        first={"key": _shown("k2"), "line": 40, "visible": 6},
+    ),
 }
 
 SAYS = {
+    "compaction_lost_latest": "broker 2's replica of this compacted partition lacks the record at "
+    "offset 17, key 'k3' = 'v17' (acknowledged, history line 30, 2023-11-14 22:13:20.000 UTC), "
+    "acknowledged there, although it holds no later record of the key and no tombstone explains "
+    "it (2 older records of the key gone too). Its latest record there is the older one at "
+    "offset 4",
+    "compaction_moved": "On broker 1, the record of offset 12, key 'k1' = 'v12', is at offset 11",
+    "tombstone_dropped_early": "broker 3 dropped the tombstone at offset 15 (key 'k2', "
+    "acknowledged, history line 40) while it still holds the key's older record at offset 6",
     "lost_ack": "5 records acknowledged at offsets 20..24 ('v20' .. 'v24') (history line 21, "
     "2023-11-14 22:13:20.000 UTC) are in no replica's log: every replica ends before them "
     "(broker 1 at 20, broker 2 at 20)",

@@ -282,3 +282,51 @@ def test_any_history_keeps_each_keys_latest_record(
     assert len(after) == len(latest(before))
     assert covers_every_offset(log)
     log.close()
+
+
+def test_a_read_inside_a_placeholder_starts_at_the_offset_asked(tmp_path: Path) -> None:
+    """A follower that fetched part of the batches a placeholder now stands for continues at
+    its own log end: the leader answers the placeholder's part from there on."""
+    leader = open_log(tmp_path / "leader")
+    follower = open_log(tmp_path / "follower")
+    fill(leader)
+    copied = leader.read(0, 10**6, max_offset=4).records  # the follower's first fetch
+    follower.append_as_follower(copied)
+    middle = follower.log_end_offset
+    assert 0 < middle < 4
+    clean_log(
+        leader, first_dirty=0, limit_offset=leader.log_end_offset, now_ms=0, capacity=CAPACITY
+    )
+    first = batches(leader)[0]
+    assert first[0] < middle <= first[1]  # the follower's end falls inside a placeholder
+    fetched = leader.read(middle, 200)
+    assert fetched.first_offset == middle
+    follower.append_as_follower(fetched.records)
+    while follower.log_end_offset < leader.log_end_offset:  # the fetcher goes on
+        follower.append_as_follower(leader.read(follower.log_end_offset, 200).records)
+    assert covers_every_offset(follower)
+    assert latest(contents(follower)) == latest(contents(leader))
+    leader.close()
+    follower.close()
+
+
+def test_an_abandoned_swap_leaves_the_dirty_section_dirty(tmp_path: Path) -> None:
+    """A truncation while the cleaner works makes its swap give up, and the checkpoint it
+    returns stays where the cleaning started, so the next one maps the section again."""
+    log = open_log(tmp_path)
+    fill(log)
+    end = log.log_end_offset
+
+    def truncate_meanwhile(_: int) -> None:
+        if log.log_end_offset == end:
+            log.truncate_to(end - 1)
+
+    result = clean_log(
+        log, first_dirty=0, limit_offset=end, now_ms=0, capacity=CAPACITY,
+        throttle=truncate_meanwhile,
+    )  # fmt: skip
+    assert result is not None
+    assert result.groups_abandoned == 1
+    assert result.end_offset == 0
+    assert covers_every_offset(log)
+    log.close()
