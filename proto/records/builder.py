@@ -371,11 +371,29 @@ class RecordsBuilder:
         if self._parts:
             self._body = b"".join([self._body, *self._parts])
             self._parts = []
-        body = self._body
-        if self.size - LOG_OVERHEAD > _INT32_MAX:
-            raise ValueError(f"batch of {self.size} bytes is too large for the format")
+        # attributes 0: no compression, CreateTime, not transactional, not control
+        return self._framed(
+            0, self._body, self.size, producer_id, producer_epoch, base_sequence,
+            base_offset, partition_leader_epoch,
+        )  # fmt: skip
+
+    def _framed(
+        self,
+        attributes: int,
+        body: bytes,
+        size: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        base_offset: int,
+        partition_leader_epoch: int,
+    ) -> bytes:
+        """The batch of ``body`` (its records as stored, ``size`` bytes in all): the
+        header with ``attributes``, batchLength and the CRC of attributes to the end."""
+        if size - LOG_OVERHEAD > _INT32_MAX:
+            raise ValueError(f"batch of {size} bytes is too large for the format")
         covered = _COVERED_HEADER.pack(
-            0,  # attributes: no compression, CreateTime, not transactional, not control
+            attributes,
             self.count - 1,
             self.base_timestamp,
             self.max_timestamp,
@@ -385,13 +403,7 @@ class RecordsBuilder:
             self.count,
         )
         crc: int = _crc32c(body, _crc32c(covered))
-        prefix = _PREFIX.pack(
-            base_offset,
-            self.size - LOG_OVERHEAD,
-            partition_leader_epoch,
-            MAGIC,
-            crc,
-        )
+        prefix = _PREFIX.pack(base_offset, size - LOG_OVERHEAD, partition_leader_epoch, MAGIC, crc)
         assert len(prefix) == ATTRIBUTES_OFFSET
         return b"".join((prefix, covered, body))
 
@@ -411,18 +423,8 @@ class RecordsBuilder:
         size = self.seal()
         stored = self._stored
         assert stored is not None
-        if size - LOG_OVERHEAD > _INT32_MAX:
-            raise ValueError(f"batch of {size} bytes is too large for the format")
-        covered = _COVERED_HEADER.pack(
-            self.compression,  # attributes: the codec, CreateTime, not transactional
-            self.count - 1,
-            self.base_timestamp,
-            self.max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            self.count,
-        )
-        crc: int = _crc32c(stored, _crc32c(covered))
-        prefix = _PREFIX.pack(base_offset, size - LOG_OVERHEAD, partition_leader_epoch, MAGIC, crc)
-        return b"".join((prefix, covered, stored))
+        # attributes: the codec, CreateTime, not transactional
+        return self._framed(
+            self.compression, stored, size, producer_id, producer_epoch, base_sequence,
+            base_offset, partition_leader_epoch,
+        )  # fmt: skip
