@@ -20,8 +20,8 @@ A topic that cannot be created is answered with why: INVALID_TOPIC for an illega
 INVALID_REPLICATION_FACTOR when fewer brokers are alive than ``default.replication.factor``,
 UNKNOWN_TOPIC_OR_PARTITION when creation is off or not allowed by the request. Kafka's
 internal topics (``__consumer_offsets``, ``__transaction_state``) are never created here:
-minibroker keeps group offsets in ZooKeeper and has no transactions, so a topic of that name
-would hold nothing; they are answered as any unknown topic.
+their coordinators make them, with their own settings, when a client first looks for a
+coordinator; until then they are answered as any unknown topic.
 
 Who may create: any client that may send Metadata. Kafka asks its authorizer for CREATE on
 the cluster or the topic; minibroker has no topic ACLs and, with TLS, leaves every request
@@ -34,13 +34,12 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from proto.config.broker_config import BrokerConfig
-from proto.topic_partition import topic_name_problem
+from proto.topic_partition import INTERNAL_TOPICS, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "INTERNAL_TOPICS",
     "AutoTopicCreator",
     "TopicWriter",
     "metadata_error_of_create",
@@ -49,8 +48,6 @@ __all__ = [
 
 TOPIC_ALREADY_EXISTS = 36
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
-"""Kafka's internal topics, which Kafka creates with their own settings on first use."""
 
 TopicWriter = Callable[[Sequence[str]], Awaitable[Mapping[str, tuple[int, str | None]]]]
 """Writes the named topics with the broker's defaults (partitions and replication factor

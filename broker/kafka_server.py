@@ -33,6 +33,7 @@ from broker.broker_metrics import ReplicaManagerMetrics, RequestMetrics
 from broker.controlled_shutdown import controlled_shutdown
 from broker.coordinator.group_admin import GroupAdmin
 from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.group_metadata_manager import GroupMetadataManager
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.dynamic_config import DynamicConfigManager
 from broker.grpc_listener.authorizer import GrpcAuthorizer
@@ -68,14 +69,17 @@ from proto.config.broker_config import BrokerConfig
 from proto.config.describe_configs import listener_configs
 from proto.config.scram_credentials import read_scram_credential
 from proto.errors import MinibrokerError
-from proto.topic_partition import TopicPartition
+from proto.topic_partition import OFFSETS_TOPIC, TopicPartition
 from proto.transport.keepalive import SERVER_KEEPALIVE_OPTIONS
 from proto.transport.scram import ScramCredential, ScramMechanism
 from proto.transport.tls import TlsConfigError
+from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.zk.credentials import ZkCredentialsError
 
 logger = logging.getLogger(__name__)
+
+TOPIC_ALREADY_EXISTS = 36
 
 SHUTDOWN_GRACE_S = 5.0
 ZOOKEEPER_SESSION_FILE = ".zookeeper-session"
@@ -173,8 +177,17 @@ class BrokerServer:
         self._controller_started = False
         self._grpc: grpc.aio.Server | None = None
         self._kafka_listener: KafkaListener | None = None
+        self.group_store = GroupMetadataManager(
+            config,
+            self.replica_manager,
+            self.metadata_cache,
+            self.executor,
+            self._create_offsets_topic,
+        )
+        """The groups' offsets and generations in ``__consumer_offsets``."""
         self.group_coordinator = GroupCoordinator(
             config.broker_id,
+            store=self.group_store,
             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             min_session_timeout_ms=config.group_min_session_timeout_ms,
             max_session_timeout_ms=config.group_max_session_timeout_ms,
@@ -201,6 +214,35 @@ class BrokerServer:
             [NewTopic(name, -1, -1, {}, {}) for name in names], timeout_ms=0, validate_only=False
         )
         return {name: (o.error_code, o.error_message) for name, o in outcomes.items()}
+
+    async def _create_offsets_topic(self) -> int:
+        """Make ``__consumer_offsets`` with Kafka's settings for it (compacted, its own
+        partitions, replication factor and segment size), not waiting for leaders."""
+        config = self.config
+        topic = NewTopic(
+            OFFSETS_TOPIC,
+            config.offsets_topic_num_partitions,
+            config.offsets_topic_replication_factor,
+            {},
+            {
+                "cleanup.policy": "compact",
+                "compression.type": "producer",
+                "segment.bytes": str(config.offsets_topic_segment_bytes),
+            },
+        )
+        outcomes = await self.topic_admin.create_topics([topic], timeout_ms=0, validate_only=False)
+        outcome = outcomes[OFFSETS_TOPIC]
+        if outcome.error_code not in (pb.NONE, TOPIC_ALREADY_EXISTS):
+            logger.warning(
+                "event=offsets_topic_not_created broker=%d partitions=%d "
+                "replication_factor=%d error_code=%d message=%r",
+                self.broker_id,
+                config.offsets_topic_num_partitions,
+                config.offsets_topic_replication_factor,
+                outcome.error_code,
+                outcome.error_message,
+            )
+        return outcome.error_code
 
     async def start(self) -> None:
         """Load the logs, connect to ZooKeeper, serve gRPC, register.
@@ -492,6 +534,7 @@ class BrokerServer:
         await self._stop_metrics()
         await self.dynamic_config.stop()
         await self.authorizer.stop()
+        await self.group_store.stop()
         await self.replica_manager.shutdown()
         await self.controller.stop()
         await asyncio.get_running_loop().run_in_executor(self.executor, self.log_manager.shutdown)
@@ -533,6 +576,7 @@ class BrokerServer:
             await self.controller.stop()
         await self.dynamic_config.stop()
         await self.authorizer.stop()
+        await self.group_store.stop()
         if self._replica_manager_started:
             await self.replica_manager.shutdown()
         loop = asyncio.get_running_loop()

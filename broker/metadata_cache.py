@@ -31,6 +31,9 @@ class MetadataCache:
     def __init__(self) -> None:
         self._brokers: dict[int, BrokerInfo] = {}
         self._partitions: dict[TopicPartition, PartitionInfo] = {}
+        self._topic_sizes: dict[str, int] = {}
+        """Topic -> how many of its partitions the cache holds (for :meth:`partition_count`,
+        asked on every group request: a scan of 100,000 partitions each time would not do)."""
         self.controller_id = -1
         self.controller_epoch = -1
         self.local_broker_id = -1
@@ -60,15 +63,29 @@ class MetadataCache:
         deleted = []
         for tp, info in partitions.items():
             if info.leader == LEADER_DURING_DELETE:
-                self._partitions.pop(tp, None)
+                if self._partitions.pop(tp, None) is not None:
+                    self._counted(tp.topic, -1)
                 deleted.append(tp)
             else:
-                self._partitions[tp] = info
+                self.add_partition(tp, info)
         return deleted
 
     def add_partition(self, tp: TopicPartition, info: PartitionInfo) -> None:
         """Record a partition's state outright, as an UpdateMetadata naming it does."""
+        if tp not in self._partitions:
+            self._counted(tp.topic, 1)
         self._partitions[tp] = info
+
+    def _counted(self, topic: str, change: int) -> None:
+        size = self._topic_sizes.get(topic, 0) + change
+        if size > 0:
+            self._topic_sizes[topic] = size
+        else:
+            self._topic_sizes.pop(topic, None)
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions of ``topic`` the cache holds (0: an unknown topic)."""
+        return self._topic_sizes.get(topic, 0)
 
     def refresh_partition(self, tp: TopicPartition, info: PartitionInfo) -> bool:
         """Update a partition this cache already holds with what this broker learnt before

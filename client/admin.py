@@ -105,6 +105,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_Answer = TypeVar("_Answer")
+COORDINATOR_ATTEMPTS = 5
+"""How often a group's coordinator is looked for and asked before giving up."""
+COORDINATOR_BACKOFF_S = 0.3
+"""The wait before the second attempt (then twice, three times that...)."""
 
 EARLIEST = -2
 """ListOffsets' timestamp for the log start offset."""
@@ -643,6 +648,84 @@ class AdminClient(AsyncClosing):
             held.sort(key=lambda g: (g.broker_id != g.coordinator_id, g.broker_id))
         return BrokerGroups(groups, failed)
 
+    async def at_group_coordinator(
+        self,
+        group: str,
+        call: Callable[[pb_grpc.BrokerAsyncStub, float], Awaitable[_Answer]],
+        error_of: Callable[[_Answer], int],
+    ) -> _Answer:
+        """``call`` at the group's coordinator, found as the first broker that answers
+        DescribeGroups names it; asked again, up to :data:`COORDINATOR_ATTEMPTS`
+        times, while the answer is NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE (the
+        coordinator moved, or is busy deleting the group), as Kafka's admin client does."""
+        timeout = self.connections.request_timeout_s
+        why = "no attempt"
+        for attempt in range(COORDINATOR_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(COORDINATOR_BACKOFF_S * attempt)
+            node = await self._group_coordinator(group)
+            stub = pb_grpc.BrokerStub(self.connections.channel(node.address))
+            try:
+                answer = await call(stub, timeout)
+            except grpc.aio.AioRpcError as e:
+                why = f"coordinator {node.node_id} at {node.address}: {e.code().name.lower()}"
+                continue
+            code = error_of(answer)
+            if code not in (
+                ErrorCode.NOT_COORDINATOR,
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            ):
+                return answer
+            why = f"coordinator {node.node_id} at {node.address}: {_error_name(code)}"
+        raise ClientError(f"cannot reach the coordinator of group '{group}': {why}")
+
+    async def _group_coordinator(self, group: str) -> BrokerNode:
+        """The group's coordinator, as the first broker that answers DescribeGroups names it."""
+        cluster = await self.describe_cluster()
+        by_id = {b.node_id: b for b in cluster.brokers}
+        request = pb.DescribeGroupsRequest(groups=[group])
+        why = "no live broker"
+        for node in cluster.brokers:
+            stub = pb_grpc.BrokerStub(self.connections.channel(node.address))
+            try:
+                response = await stub.DescribeGroups(
+                    request, timeout=self.connections.request_timeout_s
+                )
+            except grpc.aio.AioRpcError as e:
+                why = f"broker {node.node_id} at {node.address}: {e.code().name.lower()}"
+                continue
+            coordinator = by_id.get(response.groups[0].coordinator_id) if response.groups else None
+            if coordinator is not None:
+                return coordinator
+            why = f"broker {node.node_id} names no coordinator"
+        raise ClientError(f"cannot find the coordinator of group '{group}': {why}")
+
+    async def fetch_group_offsets(self, group: str) -> pb.FetchGroupOffsetsResponse:
+        """The group's committed offsets as its coordinator answers them (Kafka's admin
+        ``listConsumerGroupOffsets``): ``__consumer_offsets``, then ZooKeeper for what the
+        group never committed there."""
+        request = pb.FetchGroupOffsetsRequest(group_id=group)
+        return await self.at_group_coordinator(
+            group,
+            lambda stub, timeout: stub.FetchGroupOffsets(request, timeout=timeout),
+            lambda r: r.error_code,
+        )
+
+    async def commit_group_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int]
+    ) -> pb.CommitGroupOffsetsResponse:
+        """Commit ``offsets`` for a group without members (Kafka's admin
+        ``alterConsumerGroupOffsets``), at its coordinator."""
+        request = pb.CommitGroupOffsetsRequest(group_id=group)
+        for tp, offset in sorted(offsets.items()):
+            request.offsets.add(topic=tp.topic, partition=tp.partition, offset=offset)
+        return await self.at_group_coordinator(
+            group,
+            lambda stub, timeout: stub.CommitGroupOffsets(request, timeout=timeout),
+            lambda r: next((o.error_code for o in r.offsets), ErrorCode.NONE),
+        )
+
     # -- ZooKeeper, for the tools built on this client (consumer groups) -------------------
 
     async def describe_client_quotas(
@@ -947,3 +1030,11 @@ def _partition_problem(topic: str, error: Exception) -> str:
     if isinstance(error, znodes.ZkDataError):
         return f"topic '{topic}' has a malformed assignment: {error}"
     return str(error)
+
+
+def _error_name(code: int) -> str:
+    """Kafka's name of an error code (``NOT_COORDINATOR``)."""
+    try:
+        return ErrorCode.Name(ErrorCode.ValueType(code))
+    except ValueError:
+        return f"error {code}"

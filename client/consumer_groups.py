@@ -1,8 +1,8 @@
 """Consumer groups as an operator sees them (Kafka's ``ConsumerGroupCommand``).
 
-Two kinds of group share the committed offsets in ZooKeeper (docs/zookeeper.md). A
-**zookeeper** group is minibroker's own consumers' (:mod:`client.group`), whose members live
-in ZooKeeper::
+Two kinds of group are shown side by side (docs/consumer-groups.md). A **zookeeper**
+group is minibroker's own consumers' (:mod:`client.group`), whose members and offsets live
+in ZooKeeper (docs/zookeeper.md)::
 
     /consumers/<g>/ids/<consumer-id>     ephemeral   a live member and its subscription
     /consumers/<g>/owners/<t>/<p>        ephemeral   the member reading <t>-<p>
@@ -11,8 +11,9 @@ in ZooKeeper::
 A **kafka** group is Kafka clients' (``subscribe()`` through the Kafka listener): its
 members live in memory at its group coordinator, a broker
 (``broker/coordinator/group_coordinator.py``), which every live broker is asked about
-(:meth:`AdminClient.describe_consumer_groups`); it commits to the same ``offsets`` znodes
-and has no ``ids``.
+(:meth:`AdminClient.describe_consumer_groups`), and its offsets in ``__consumer_offsets``,
+read and written at the coordinator (:meth:`AdminClient.fetch_group_offsets`,
+:meth:`AdminClient.commit_group_offsets`).
 
 - list: the groups of both kinds, each with its kind and state;
 - describe: per partition, the committed offset, the log end offset (ListOffsets latest on
@@ -42,18 +43,15 @@ does the reading and writing through an :class:`~client.admin.AdminClient`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypeVar
-
-import grpc
+from typing import NamedTuple
 
 from client.admin import EARLIEST, LATEST, AdminClient, BrokerGroups, ConsumerGroupDescription
 from client.group import group_name_problem
-from client.metadata import BrokerNode, ClientError
+from client.metadata import ClientError
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
-from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.wire.minibroker_pb2 import ErrorCode
 from proto.zk.znodes import (
     CONSUMERS_PATH,
@@ -80,11 +78,6 @@ ZOOKEEPER = "zookeeper"
 KAFKA = "kafka"
 
 Warn = Callable[[str], None]
-_Answer = TypeVar("_Answer")
-COORDINATOR_ATTEMPTS = 5
-"""How often a group's coordinator is looked for and asked before giving up."""
-COORDINATOR_BACKOFF_S = 0.3
-"""The wait before the second attempt (then twice, three times that...)."""
 
 
 class Owner(NamedTuple):
@@ -271,8 +264,8 @@ class ConsumerGroupService:
         reported and skipped) and those the brokers' coordinators hold. A group with
         committed offsets but no ``ids`` znode was committed by Kafka clients: a kafka
         group, Empty (its coordinator forgets it once its last member leaves)."""
-        held = _kafka_protocol_groups(await self._admin.list_consumer_groups())
-        for why in held.errors.values():
+        everything = await self._admin.list_consumer_groups()
+        for why in everything.errors.values():
             self._warn(f"cannot list the Kafka client groups of {why}")
         listings = []
         zk_groups = set()
@@ -282,6 +275,7 @@ class ConsumerGroupService:
                 self._warn(f"ignoring consumer group znode {CONSUMERS_PATH}/{child!r}: {problem}")
                 continue
             zk_groups.add(child)
+        held = _kafka_protocol_groups(everything, zk_groups)
         ordered = sorted(zk_groups)
         # Asked of ZooKeeper for all groups at once, not one round trip after another.
         membership = dict(
@@ -319,7 +313,10 @@ class ConsumerGroupService:
         expire): the holding shown first is one with members, its coordinator's if it has
         members, with a warning naming the other brokers that hold it with members."""
         root = _group_root(group)
-        held = _kafka_protocol_groups(await self._admin.describe_consumer_groups([group]))
+        in_zookeeper = await self._admin.zk_exists(root)
+        held = _kafka_protocol_groups(
+            await self._admin.describe_consumer_groups([group]), [group] if in_zookeeper else []
+        )
         unanswered = tuple(held.errors.values())
         for why in unanswered:
             self._warn(f"cannot ask {why} about group '{group}'")
@@ -331,10 +328,12 @@ class ConsumerGroupService:
                 f"group '{group}' has members at broker {busy[0].broker_id} and at broker(s) "
                 f"{others} (its coordinator moved); showing broker {busy[0].broker_id}'s"
             )
-        if not await self._admin.zk_exists(root):
+        if not in_zookeeper:
             if not kafka:
                 raise ClientError(f"Consumer group '{group}' does not exist.")
-            return GroupDescription(group, {}, {}, {}, tuple(kafka), unanswered)
+            commits = await self._committed(group)
+            offsets = {tp: c.offset for tp, c in commits.items()}
+            return GroupDescription(group, {}, {}, offsets, tuple(kafka), unanswered, commits)
         members: dict[str, frozenset[str]] = {}
         ids_path = consumer_ids_path(group)
         for member in sorted(await self._admin.zk_children(ids_path)):
@@ -350,16 +349,31 @@ class ConsumerGroupService:
             tp: data.decode("utf-8", "replace")
             for tp, data in (await self._partition_znodes(f"{root}/owners")).items()
         }
-        committed = await self._admin.read_committed_offsets(group)
-        for why in committed.ignored:
-            self._warn(why)
-        for tp, error in committed.malformed.items():
-            # docs/zookeeper.md: shown without a current offset; a reset overwrites it.
-            self._warn(f"ignoring the committed offset of {tp} in group '{group}': {error}")
-        offsets = {tp: c.offset for tp, c in committed.found.items()}
-        return GroupDescription(
-            group, members, owners, offsets, tuple(kafka), unanswered, committed.found
-        )
+        commits = await self._committed(group)
+        offsets = {tp: c.offset for tp, c in commits.items()}
+        return GroupDescription(group, members, owners, offsets, tuple(kafka), unanswered, commits)
+
+    async def _committed(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        """The group's committed offsets as its coordinator answers them (FetchGroupOffsets:
+        ``__consumer_offsets``, then ZooKeeper for what was never committed there). A
+        malformed one is shown without a current offset (docs/zookeeper.md); a reset
+        overwrites it."""
+        response = await self._admin.fetch_group_offsets(group)
+        if response.error_code != ErrorCode.NONE:
+            raise ClientError(
+                f"cannot read the offsets of group '{group}': {_name(response.error_code)}"
+            )
+        commits: dict[TopicPartition, CommittedOffset] = {}
+        for o in response.offsets:
+            tp = TopicPartition(o.topic, o.partition)
+            if o.error_code != ErrorCode.NONE:
+                self._warn(
+                    f"ignoring the committed offset of {tp} in group '{group}': "
+                    f"{_name(o.error_code)}"
+                )
+            elif o.offset >= 0:
+                commits[tp] = CommittedOffset(o.offset, o.metadata, o.commit_timestamp_ms)
+        return commits
 
     async def describe_rows(self, description: GroupDescription) -> list[PartitionRow]:
         """:func:`describe_rows` for every partition of the group's topics (the log end
@@ -421,7 +435,18 @@ class ConsumerGroupService:
         """Write ``plan`` as the group's committed offsets, after checking once more that
         no member has joined meanwhile."""
         _check_inactive(await self.describe_group(group))
-        await self._admin.commit_consumer_offsets(group, plan)
+        if await self._admin.zk_exists(consumer_ids_path(group)):
+            # minibroker's own ZooKeeper consumers read their offsets from ZooKeeper.
+            await self._admin.commit_consumer_offsets(group, plan)
+            return
+        response = await self._admin.commit_group_offsets(group, plan)
+        failed = [o for o in response.offsets if o.error_code != ErrorCode.NONE]
+        if failed:
+            first = failed[0]
+            raise ClientError(
+                f"cannot reset the offset of {first.topic}-{first.partition} in group "
+                f"'{group}': {_name(first.error_code)}"
+            )
 
     async def delete_group(self, group: str) -> None:
         """Delete a group without live members of either kind, and its committed offsets
@@ -430,7 +455,7 @@ class ConsumerGroupService:
         members. ClientError with Kafka's error name (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
         _group_root(group)
         request = pb.DeleteGroupsRequest(groups=[group])
-        response = await self._at_coordinator(
+        response = await self._admin.at_group_coordinator(
             group,
             lambda stub, timeout: stub.DeleteGroups(request, timeout=timeout),
             lambda r: r.results[0].error_code if r.results else ErrorCode.INVALID_REQUEST,
@@ -465,7 +490,7 @@ class ConsumerGroupService:
             request.topics.add(
                 name=topic, partitions=[tp.partition for tp in wanted if tp.topic == topic]
             )
-        response = await self._at_coordinator(
+        response = await self._admin.at_group_coordinator(
             group,
             lambda stub, timeout: stub.DeleteGroupOffsets(request, timeout=timeout),
             lambda r: r.error_code,
@@ -474,55 +499,6 @@ class ConsumerGroupService:
             for p in t.partitions:
                 codes[TopicPartition(t.name, p.partition_index)] = p.error_code
         return response.error_code, codes
-
-    async def _at_coordinator(
-        self,
-        group: str,
-        call: Callable[[pb_grpc.BrokerAsyncStub, float], Awaitable[_Answer]],
-        error_of: Callable[[_Answer], int],
-    ) -> _Answer:
-        """``call`` at the group's coordinator, found as ``describe_group`` finds it (the
-        coordinator DescribeGroups names); asked again, up to :data:`COORDINATOR_ATTEMPTS`
-        times, while the answer is NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE (the
-        coordinator moved, or is busy deleting the group), as Kafka's admin client does."""
-        timeout = self._admin.connections.request_timeout_s
-        why = "no attempt"
-        for attempt in range(COORDINATOR_ATTEMPTS):
-            if attempt:
-                await asyncio.sleep(COORDINATOR_BACKOFF_S * attempt)
-            node = await self._coordinator(group)
-            stub = pb_grpc.BrokerStub(self._admin.connections.channel(node.address))
-            try:
-                answer = await call(stub, timeout)
-            except grpc.aio.AioRpcError as e:
-                why = f"coordinator {node.node_id} at {node.address}: {e.code().name.lower()}"
-                continue
-            code = error_of(answer)
-            if code not in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                return answer
-            why = f"coordinator {node.node_id} at {node.address}: {_name(code)}"
-        raise ClientError(f"cannot reach the coordinator of group '{group}': {why}")
-
-    async def _coordinator(self, group: str) -> BrokerNode:
-        """The group's coordinator, as the first broker that answers DescribeGroups names it."""
-        cluster = await self._admin.describe_cluster()
-        by_id = {b.node_id: b for b in cluster.brokers}
-        request = pb.DescribeGroupsRequest(groups=[group])
-        why = "no live broker"
-        for node in cluster.brokers:
-            stub = pb_grpc.BrokerStub(self._admin.connections.channel(node.address))
-            try:
-                response = await stub.DescribeGroups(
-                    request, timeout=self._admin.connections.request_timeout_s
-                )
-            except grpc.aio.AioRpcError as e:
-                why = f"broker {node.node_id} at {node.address}: {e.code().name.lower()}"
-                continue
-            coordinator = by_id.get(response.groups[0].coordinator_id) if response.groups else None
-            if coordinator is not None:
-                return coordinator
-            why = f"broker {node.node_id} names no coordinator"
-        raise ClientError(f"cannot find the coordinator of group '{group}': {why}")
 
     async def _admin_partitions(
         self, topics: Iterable[str], *, strict: bool
@@ -557,15 +533,17 @@ class ConsumerGroupService:
         return found
 
 
-def _kafka_protocol_groups(held: BrokerGroups) -> BrokerGroups:
-    """The brokers' answers about groups of Kafka's group protocol only. A broker also
-    answers, with protocol type "", the groups it knows from ZooKeeper alone (a ZooKeeper
-    group, offsets nobody consumes: ``broker/coordinator/group_admin.py``), which this
-    service reads from ZooKeeper itself and shows with their kind."""
+def _kafka_protocol_groups(held: BrokerGroups, zookeeper_groups: Collection[str]) -> BrokerGroups:
+    """The brokers' answers about Kafka client groups. A broker also answers, with
+    protocol type "", the groups it knows from ZooKeeper alone (a ZooKeeper group, offsets
+    nobody consumes: ``broker/coordinator/group_admin.py``), which this service reads from
+    ZooKeeper itself and shows with their kind: those are left out. A group with protocol
+    type "" that ZooKeeper does not hold is a Kafka client's that only ``assign()``s and
+    commits to ``__consumer_offsets`` (Kafka's "simple" group): kept."""
     groups = {
         group_id: kept
         for group_id, holdings in held.groups.items()
-        if (kept := [g for g in holdings if g.protocol_type])
+        if (kept := [g for g in holdings if g.protocol_type or group_id not in zookeeper_groups])
     }
     return BrokerGroups(groups, held.errors)
 

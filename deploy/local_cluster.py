@@ -450,7 +450,10 @@ class LocalCluster:
         started: list[BrokerProcess] = []
         try:
             nodes = zookeeper.start(timeout=timeout)
-            state = _State(nodes, {}, dict(overrides or {}), tls, log_dir_bytes)
+            # Kafka's default of 3 replicas for __consumer_offsets would leave a smaller
+            # cluster's consumer groups without a coordinator: as many as there are brokers.
+            defaults = {"offsets.topic.replication.factor": str(min(3, brokers))}
+            state = _State(nodes, {}, {**defaults, **(overrides or {})}, tls, log_dir_bytes)
             if tls:
                 self._make_tls(brokers, state)
             if log_dir_bytes is not None:

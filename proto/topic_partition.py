@@ -31,6 +31,14 @@ class TopicPartition(NamedTuple):
         return cls(topic, int(partition))
 
 
+OFFSETS_TOPIC = "__consumer_offsets"
+"""Kafka's internal topic of consumer groups' offsets and metadata."""
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+"""Kafka's internal topic of the transaction coordinators' state."""
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+"""Kafka's internal topics: made by their coordinators on first use with their own
+settings, never auto-created, written only by the coordinators (docs/consumer-groups.md)."""
+
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 

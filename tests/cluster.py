@@ -56,6 +56,7 @@ class Cluster:
         tls: TlsConfig | None = None,
     ) -> None:
         """``tls``: the test's own certificate, for its channels to TLS brokers."""
+        broker_ids = tuple(broker_ids)
         self.zk = zk
         self.tls = tls
         self.root = root
@@ -67,6 +68,9 @@ class Cluster:
             "replica.high.watermark.checkpoint.interval.ms": "200",
             "controlled.shutdown.retry.backoff.ms": "100",
             "request.timeout.ms": "5000",
+            # As Kafka's own test harness: a few offsets partitions, replicated on what runs.
+            "offsets.topic.num.partitions": "5",
+            "offsets.topic.replication.factor": str(min(3, len(broker_ids))),
             **(overrides or {}),
         }
         per_broker = broker_overrides or {}

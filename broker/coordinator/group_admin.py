@@ -3,33 +3,36 @@
 ``handleDeleteOffsets``), answered alike by the Kafka listener and the gRPC ``Broker``
 service.
 
-A group, to these APIs, is what Kafka's coordinator would hold of it: the members the
-:class:`~broker.coordinator.group_coordinator.GroupCoordinator` holds in memory, and the
-committed offsets in ZooKeeper (``/consumers/<g>``), which Kafka would have loaded from
-``__consumer_offsets``. Each broker answers for the groups it coordinates (rendezvous
-hashing, :func:`~broker.coordinator.group_coordinator.coordinator_of`), so listing every
-broker lists every group once, as Kafka's admin clients do. The state of a group:
+A group, to these APIs, is what Kafka's coordinator holds of it: the members the
+:class:`~broker.coordinator.group_coordinator.GroupCoordinator` holds in memory and what
+``__consumer_offsets`` holds (its last generation, its committed offsets), plus, for
+minibroker's own ZooKeeper consumer groups, what ``/consumers/<g>`` holds. Each broker
+answers for the groups it coordinates
+(:func:`~broker.coordinator.group_coordinator.coordinator_of`), so listing every broker
+lists every group once, as Kafka's admin clients do. The state of a group:
 
 - the coordinator's state while it holds the group with members (Kafka's clients);
 - **Stable** with protocol type ``""`` while the group has live members of minibroker's own
   ZooKeeper consumer (``/consumers/<g>/ids/<c>``): Kafka's tools then list it as a
   "simple" group (offsets without Kafka's coordination, as Kafka lists a group whose
   consumers only ``assign()``), and never delete its offsets from under it;
-- **Empty** when only ``/consumers/<g>`` remains (offsets committed, nobody consuming), as
-  Kafka lists a group whose members left; its protocol type is the coordinator's while it
-  still holds the empty group, else ``""``;
+- **Empty** when only offsets remain (in the topic or in ZooKeeper), or a generation
+  without members, as Kafka lists a group whose members left; its protocol type is the
+  last generation's (``consumer``), or ``""`` for offsets alone;
 - **Dead** when there is nothing at all (Kafka's answer for an unknown group).
 
-minibroker never answers COORDINATOR_LOAD_IN_PROGRESS: there is no offsets topic to load,
-the offsets are read from ZooKeeper when asked. A ZooKeeper failure answers
-COORDINATOR_NOT_AVAILABLE, which Kafka's clients retry.
+Deleting a group or its offsets writes tombstones to ``__consumer_offsets`` and deletes
+the ZooKeeper offsets too, so that nothing of it comes back from either. While the group's
+partition is being read after a leadership change the answer is
+COORDINATOR_LOAD_IN_PROGRESS; a ZooKeeper failure answers COORDINATOR_NOT_AVAILABLE; both
+are retried by Kafka's clients.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from kazoo.exceptions import KazooException, NotEmptyError
@@ -46,6 +49,7 @@ from broker.coordinator.group_coordinator import (
     MemberDescription,
     coordinator_of,
 )
+from broker.coordinator.group_metadata_manager import CommittedOffset
 from broker.metadata_cache import MetadataCache
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
@@ -64,6 +68,7 @@ __all__ = [
     "ZOOKEEPER_GROUP_PROTOCOL",
     "GroupAdmin",
     "OffsetDeletion",
+    "OffsetsFetched",
 ]
 
 INVALID_GROUP_ID = 24
@@ -83,6 +88,16 @@ class OffsetDeletion:
     partitions: dict[TopicPartition, int]
 
 
+@dataclass(frozen=True)
+class OffsetsFetched:
+    """An OffsetFetch's answer: a group error, or the offsets found and the partitions
+    whose stored offset is malformed (with why)."""
+
+    error_code: int
+    offsets: dict[TopicPartition, CommittedOffset]
+    malformed: dict[TopicPartition, str]
+
+
 class GroupAdmin:
     """The group APIs of one broker, over its coordinator and ZooKeeper session."""
 
@@ -95,19 +110,100 @@ class GroupAdmin:
         self.broker_id = coordinator.broker_id
 
     def coordinates(self, group_id: str) -> bool:
-        """Whether this broker is the group's coordinator by its metadata."""
+        """Whether this broker coordinates the group: it leads and has loaded the group's
+        partition of ``__consumer_offsets``; before that topic exists, whether the
+        rendezvous placement of ZooKeeper groups names it."""
+        store = self.coordinator.store
+        if store is not None and store.topic_exists():
+            return store.refusal(group_id) is None
         return coordinator_of(group_id, self.metadata_cache) == self.broker_id
 
     def refusal(self, group_id: str) -> int | None:
         """The error for a request about a group this broker must not answer, else None
-        (Kafka's ``validateGroupStatus``). A group that moved away is dropped here: its
-        members, told NOT_COORDINATOR, find the new coordinator."""
+        (Kafka's ``validateGroupStatus``): INVALID_GROUP_ID, NOT_COORDINATOR, or
+        COORDINATOR_LOAD_IN_PROGRESS while its partition is read. A group that moved away
+        is dropped here: its members, told NOT_COORDINATOR, find the new coordinator."""
         if topic_name_problem(group_id, "group") is not None:
             return INVALID_GROUP_ID
-        if not self.coordinates(group_id):
+        store = self.coordinator.store
+        if store is not None and store.topic_exists():
+            code = store.refusal(group_id)
+        else:
+            code = None if self.coordinates(group_id) else NOT_COORDINATOR
+        if code == NOT_COORDINATOR:
             self.coordinator.forget(group_id)
-            return NOT_COORDINATOR
-        return None
+        return code
+
+    # -- OffsetCommit, OffsetFetch -----------------------------------------------------------
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, int]:
+        """Kafka's ``handleCommitOffsets`` after the request's own checks (the partitions
+        exist, the metadata fits): the group's generation is checked, then the commits are
+        written, into ``__consumer_offsets`` (into ZooKeeper for a coordinator without a
+        store: the state machine's unit tests). Each partition's error code."""
+        code = self.refusal(group_id)
+        if code is None:
+            code = self.coordinator.check_commit(group_id, generation_id, member_id)
+        if code != pb.NONE or not offsets:
+            return dict.fromkeys(offsets, code)
+        with self.coordinator.committing(group_id):
+            store = self.coordinator.store
+            if store is not None:
+                return await store.store_offsets(group_id, offsets)
+            try:
+                await self.zk.commit_consumer_offsets(
+                    group_id,
+                    {tp: c.offset for tp, c in offsets.items()},
+                    {tp: c.metadata for tp, c in offsets.items()},
+                )
+            except _ZK_FAILURES as err:
+                self._log_failure("commit_offsets", group_id, err)
+                return dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE)
+        return dict.fromkeys(offsets, pb.NONE)
+
+    async def fetch_offsets(
+        self, group_id: str, asked: Collection[TopicPartition] | None
+    ) -> OffsetsFetched:
+        """Kafka's ``handleFetchOffsets``: the group's committed offsets of ``asked`` (None:
+        all it has). From ``__consumer_offsets``; what the group never committed there is
+        read from ZooKeeper (offsets committed before the topic held them, and
+        minibroker's own ZooKeeper groups'), until it commits anew. A malformed ZooKeeper
+        offset is an error for its partition, never "no offset" (docs/zookeeper.md), which
+        would make the client apply ``auto.offset.reset``."""
+        refused = self.refusal(group_id)
+        if refused is not None:
+            return OffsetsFetched(refused, {}, {})
+        store = self.coordinator.store
+        committed = {} if store is None else store.committed(group_id)
+        try:
+            missing = None if asked is None else [tp for tp in asked if tp not in committed]
+            batch = await self.zk.read_committed_offsets(group_id, missing)
+        except _ZK_FAILURES as err:
+            self._log_failure("fetch_offsets", group_id, err)
+            return OffsetsFetched(COORDINATOR_NOT_AVAILABLE, {}, {})
+        for tp, found in batch.found.items():
+            if tp not in committed:
+                committed[tp] = CommittedOffset(
+                    found.offset,
+                    metadata=found.metadata,
+                    commit_timestamp_ms=found.commit_timestamp_ms,
+                )
+        malformed = {tp: str(e) for tp, e in batch.malformed.items() if tp not in committed}
+        for tp, error in malformed.items():
+            logger.warning(
+                "event=unreadable_offset broker=%d group=%s tp=%s error=%r",
+                self.broker_id,
+                group_id,
+                tp,
+                error,
+            )
+        return OffsetsFetched(pb.NONE, committed, malformed)
 
     # -- ListGroups --------------------------------------------------------------------------
 
@@ -117,22 +213,37 @@ class GroupAdmin:
         held = {
             g.group_id: g for g in self.coordinator.list_groups() if self.coordinates(g.group_id)
         }
+        store = self.coordinator.store
+        in_topic = (
+            {}
+            if store is None
+            else {g: store.stored_metadata(g) for g in store.groups if g not in held}
+        )
         try:
             stored = [
                 g
                 for g in await self.zk.consumer_groups()
-                if g not in held and topic_name_problem(g, "group") is None and self.coordinates(g)
+                if g not in held
+                and g not in in_topic
+                and topic_name_problem(g, "group") is None
+                and self.coordinates(g)
             ]
             members = await asyncio.gather(*(self.zk.consumer_group_members(g) for g in stored))
         except _ZK_FAILURES as err:
             self._log_failure("list_groups", "*", err)
             return COORDINATOR_NOT_AVAILABLE, []
         overviews = list(held.values())
+        for group_id, metadata in in_topic.items():
+            # Offsets (or an empty generation) in __consumer_offsets, no member: Empty,
+            # unless ZooKeeper consumers of minibroker's own kind read it now (below).
+            protocol_type = "" if metadata is None else metadata.protocol_type
+            overviews.append(GroupOverview(group_id, protocol_type, GroupState.EMPTY))
         for group_id, ids in zip(stored, members, strict=True):
             state = GroupState.STABLE if ids else GroupState.EMPTY
             overviews.append(GroupOverview(group_id, "", state))
-        for group_id, overview in list(held.items()):
-            if overview.state is GroupState.EMPTY:
+        for overview in list(overviews):
+            group_id = overview.group_id
+            if overview.state is GroupState.EMPTY and group_id not in stored:
                 # Held without members: live ZooKeeper members make it Stable.
                 try:
                     ids = await self.zk.consumer_group_members(group_id)
@@ -172,8 +283,15 @@ class GroupAdmin:
             return GroupDescription(
                 group_id, GroupState.STABLE, "", ZOOKEEPER_GROUP_PROTOCOL, members
             )
-        if held.state is GroupState.EMPTY or await self._stored(group_id):
-            return GroupDescription(group_id, GroupState.EMPTY, held.protocol_type, "", ())
+        store = self.coordinator.store
+        metadata = None if store is None else store.stored_metadata(group_id)
+        if (
+            held.state is GroupState.EMPTY
+            or (store is not None and store.holds(group_id))
+            or await self._stored(group_id)
+        ):
+            protocol_type = held.protocol_type or (metadata.protocol_type if metadata else "")
+            return GroupDescription(group_id, GroupState.EMPTY, protocol_type, "", ())
         return held
 
     async def _stored(self, group_id: str) -> bool:
@@ -212,6 +330,11 @@ class GroupAdmin:
             await self.coordinator.commits_written(group_id)
             if await self.zk.consumer_group_members(group_id):
                 return NON_EMPTY_GROUP
+            store = self.coordinator.store
+            if store is not None:
+                code = await store.delete(group_id)
+                if code != pb.NONE:
+                    return code
             await self.zk.delete_consumer_group(group_id)
         except NotEmptyError:
             # A ZooKeeper member arrived while the group was being deleted.
@@ -275,9 +398,13 @@ class GroupAdmin:
                 tp: GROUP_SUBSCRIBED_TO_TOPIC if tp.topic in subscribed else pb.NONE
                 for tp in wanted
             }
-            await self.zk.delete_consumer_offsets(
-                group_id, [tp for tp, code in codes.items() if code == pb.NONE]
-            )
+            deleted = [tp for tp, code in codes.items() if code == pb.NONE]
+            store = self.coordinator.store
+            if store is not None:
+                code = await store.delete(group_id, deleted)
+                if code != pb.NONE:
+                    return OffsetDeletion(code, {})
+            await self.zk.delete_consumer_offsets(group_id, deleted)
         except _ZK_FAILURES as err:
             self._log_failure("delete_offsets", group_id, err)
             return OffsetDeletion(COORDINATOR_NOT_AVAILABLE, {})

@@ -9,17 +9,15 @@ member's subscription, computes the assignment and sends it in its SyncGroup) an
 coordinator only relays the members' protocol metadata and assignments as bytes: the
 assignor runs in the clients, as in Kafka.
 
-Which broker coordinates a group: Kafka hashes the group onto a partition of
-``__consumer_offsets`` and the leader of that partition coordinates. minibroker keeps
-committed offsets in ZooKeeper (``/consumers/<g>/offsets/<t>/<p>``, where its own groups
-keep them), so there is no such partition; every broker picks the coordinator from the live
-brokers it knows by rendezvous hashing (:func:`coordinator_for`): the same answer on every
-broker with the same metadata, and only the groups of a broker that leaves or returns
-move. A group's membership is in memory, as Kafka's is until its offsets topic is read: a
-group that moves starts empty at its new coordinator, and its members, told
-NOT_COORDINATOR or UNKNOWN_MEMBER_ID, find the new one and join again, resuming from the
-offsets committed in ZooKeeper. Two brokers whose metadata disagree for a moment may both
-think they coordinate a group; generations then protect only within one coordinator.
+Which broker coordinates a group: the leader of the group's partition of
+``__consumer_offsets`` (:func:`coordinator_of`), where its generations and committed
+offsets are kept (:mod:`broker.coordinator.group_metadata_manager`). When that partition's
+leadership moves, the new leader reads the partition and takes the groups over with their
+members (:meth:`GroupCoordinator._install`); the old one drops them, and members it was
+answering are told NOT_COORDINATOR and look the coordinator up again. Until a client has
+first asked for a coordinator the topic does not exist; minibroker's own ZooKeeper groups,
+which need none, are then placed on the live brokers by rendezvous hashing
+(:func:`coordinator_for`), for the group tools that describe and delete them.
 """
 
 from __future__ import annotations
@@ -60,7 +58,11 @@ from broker.coordinator.group_metadata import (
     cancel_waiter,
     coordinator_for,
     coordinator_of,
+    restored,
+    stored_value,
 )
+from broker.coordinator.group_metadata_manager import GroupMetadataManager
+from proto.coordinator.group_records import GroupMetadataValue
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 
@@ -94,7 +96,8 @@ EXPIRY_CHECK_S = 0.25
 
 
 class GroupCoordinator:
-    """The groups this broker coordinates, in memory; offsets are not here (ZooKeeper)."""
+    """The groups this broker coordinates: their membership in memory, their generations
+    written to ``__consumer_offsets`` through :attr:`store`."""
 
     def __init__(
         self,
@@ -105,8 +108,15 @@ class GroupCoordinator:
         max_session_timeout_ms: int = 1_800_000,
         max_size: int = 2**31 - 1,
         max_protocol_metadata_bytes: int = 1_048_576,
+        store: GroupMetadataManager | None = None,
     ) -> None:
         self.broker_id = broker_id
+        self.store = store
+        """Where the groups' generations and offsets are kept (``__consumer_offsets``);
+        None keeps them in memory only (the state machine's unit tests)."""
+        if store is not None:
+            store.on_group_loaded = self._install
+            store.on_group_unloaded = self.forget
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         """Kafka's ``group.initial.rebalance.delay.ms``."""
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -122,6 +132,7 @@ class GroupCoordinator:
         JoinGroup as large as a request may be (100 MB) stays in memory."""
         self.groups: dict[str, GroupMetadata] = {}
         self._expiry: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self._writes: dict[str, set[asyncio.Future[None]]] = {}
         """Group id -> the OffsetCommits being written (:meth:`committing`)."""
 
@@ -163,6 +174,31 @@ class GroupCoordinator:
             cancel_waiter(member.joining, JoinResult(NOT_COORDINATOR, member.member_id))
             cancel_waiter(member.syncing, SyncResult(NOT_COORDINATOR))
         self._log("group_moved_away", group)
+
+    def _install(self, group_id: str, stored: GroupMetadataValue) -> None:
+        """A group read from ``__consumer_offsets`` (its partition was loaded here), with
+        its members, who must heartbeat within their session timeout (:func:`restored`)."""
+        self.forget(group_id)
+        group = self.groups[group_id] = restored(
+            group_id, stored, asyncio.get_running_loop().time()
+        )
+        self._log("group_loaded", group, protocol=group.protocol_name)
+
+    def _store_empty(self, group: GroupMetadata) -> None:
+        """Write that the group's new generation has no members (Kafka does, so that a
+        reload does not bring back the members of the last one)."""
+        if self.store is None:
+            return
+        store, value = self.store, stored_value(group)
+
+        async def write() -> None:
+            code = await store.store_group(group.group_id, value)
+            if code != pb.NONE:
+                self._log("empty_group_not_stored", group, error_code=code)
+
+        task = asyncio.get_running_loop().create_task(write(), name=f"store-{group.group_id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def begin_delete(self, group_id: str) -> int:
         """Mark ``group_id`` Dead for DeleteGroups (Kafka's ``handleDeleteGroups`` does it
@@ -364,6 +400,7 @@ class GroupCoordinator:
             group.leader_id = None
             group.protocol_name = None
             self._log("group_empty", group, timed_out=timed_out)
+            self._store_empty(group)
             return
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
@@ -432,6 +469,26 @@ class GroupCoordinator:
         if member_id == group.leader_id:
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
+            if self.store is not None:
+                generation = group.generation_id
+                code = await self.store.store_group(group_id, stored_value(group))
+                if (
+                    self.groups.get(group_id) is not group
+                    or group.state is not GroupState.COMPLETING_REBALANCE
+                    or group.generation_id != generation
+                ):
+                    # Moved, deleted or rebalancing meanwhile: every waiter was answered.
+                    return await asyncio.shield(syncing)
+                if code != pb.NONE:
+                    # Kafka: the generation is not used; its members are told why and
+                    # rejoin (the coordinator errors make them look it up again).
+                    self._log("generation_not_stored", group, error_code=code)
+                    for m in group.members.values():
+                        m.assignment = b""
+                        waiter, m.syncing = m.syncing, None
+                        cancel_waiter(waiter, SyncResult(code))
+                    self._prepare_rebalance(group, "its generation could not be stored")
+                    return await asyncio.shield(syncing)
             group.state = GroupState.STABLE
             self._log(
                 "group_stable",
@@ -604,5 +661,9 @@ class GroupCoordinator:
                     silent_s = now - member.last_heard
                     if not waiting and silent_s > member.session_timeout_ms / 1000:
                         self._remove(group, member.member_id, "session expired")
-                if not group.members and group.state is GroupState.EMPTY:
+                if (
+                    not group.members
+                    and group.state is GroupState.EMPTY
+                    and (self.store is None or not self.store.holds(group.group_id))
+                ):
                     del self.groups[group.group_id]

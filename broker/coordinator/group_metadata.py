@@ -1,19 +1,22 @@
 """What a consumer group is at its coordinator, and which broker coordinates it: the
 states, the members and the answers of :mod:`broker.coordinator.group_coordinator` (Kafka's
-``GroupMetadata`` and ``MemberMetadata``), and the rendezvous hashing that places a group
-(see that module's docstring)."""
+``GroupMetadata`` and ``MemberMetadata``), and the placement of a group (see that module's
+docstring)."""
 
 from __future__ import annotations
 
 import asyncio
 import enum
 import hashlib
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from broker.metadata_cache import MetadataCache
-from proto.topic_partition import TopicPartition
+from proto.coordinator.group_records import GroupMetadataValue, StoredMember
+from proto.coordinator.placement import partition_for
+from proto.topic_partition import OFFSETS_TOPIC, TopicPartition
 
 __all__ = [
     "COORDINATOR_NOT_AVAILABLE",
@@ -38,6 +41,8 @@ __all__ = [
     "cancel_waiter",
     "coordinator_for",
     "coordinator_of",
+    "restored",
+    "stored_value",
 ]
 
 UNKNOWN_MEMBER_ID = 25
@@ -65,9 +70,19 @@ def coordinator_for(group_id: str, broker_ids: Iterable[int]) -> int | None:
 
 
 def coordinator_of(group_id: str, metadata_cache: MetadataCache) -> int | None:
-    """The coordinator of ``group_id`` by this broker's metadata: :func:`coordinator_for`
-    over the live brokers that run a Kafka listener, or over every live broker where none
-    does (a TLS cluster: its ZooKeeper groups are still deleted at a coordinator)."""
+    """The coordinator of ``group_id`` by this broker's metadata: the leader of its
+    partition of ``__consumer_offsets`` (None while it has none); before that topic exists,
+    :func:`coordinator_for` over the live brokers that run a Kafka listener, or over every
+    live broker where none does (a TLS cluster: its ZooKeeper groups are still deleted at
+    a coordinator)."""
+    count = metadata_cache.partition_count(OFFSETS_TOPIC)
+    if count:
+        info = metadata_cache.partition(
+            TopicPartition(OFFSETS_TOPIC, partition_for(group_id, count))
+        )
+        if info is None or info.leader < 0:
+            return None
+        return info.leader
     brokers = [b.broker_id for b in metadata_cache.brokers() if b.kafka_endpoint]
     return coordinator_for(group_id, brokers or [b.broker_id for b in metadata_cache.brokers()])
 
@@ -196,3 +211,57 @@ _T = TypeVar("_T")
 def cancel_waiter(future: asyncio.Future[_T] | None, answer: _T) -> None:
     if future is not None and not future.done():
         future.set_result(answer)
+
+
+def stored_value(group: GroupMetadata) -> GroupMetadataValue:
+    """The group's generation as ``__consumer_offsets`` keeps it: each member's metadata
+    for the chosen protocol and its assignment."""
+    protocol = group.protocol_name or ""
+    return GroupMetadataValue(
+        protocol_type=group.protocol_type or "",
+        generation=group.generation_id,
+        protocol=group.protocol_name,
+        leader=group.leader_id,
+        current_state_timestamp=int(time.time() * 1000),
+        members=tuple(
+            StoredMember(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                session_timeout_ms=m.session_timeout_ms,
+                subscription=dict(m.protocols).get(protocol, b""),
+                assignment=m.assignment,
+            )
+            for m in group.members.values()
+        ),
+    )
+
+
+def restored(group_id: str, stored: GroupMetadataValue, now: float) -> GroupMetadata:
+    """A group as its last stored generation left it, as Kafka's ``GroupMetadataManager``
+    restores it: Stable with its members and their assignments (heard from ``now``, so
+    those that heartbeat in time carry on in the same generation and those that do not
+    are dropped and the others rebalance), or Empty."""
+    group = GroupMetadata(
+        group_id,
+        state=GroupState.STABLE if stored.members else GroupState.EMPTY,
+        generation_id=stored.generation,
+        protocol_type=stored.protocol_type or None,
+        protocol_name=stored.protocol if stored.members else None,
+        leader_id=stored.leader if stored.members else None,
+    )
+    for m in stored.members:
+        group.members[m.member_id] = MemberMetadata(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.session_timeout_ms,
+            m.rebalance_timeout_ms,
+            [(stored.protocol or "", m.subscription)],
+            now,
+            m.assignment,
+        )
+    return group

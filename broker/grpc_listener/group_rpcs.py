@@ -1,7 +1,8 @@
 """The group RPCs of the gRPC ``Broker`` service that act on one group: DescribeGroups,
-DeleteGroups and DeleteGroupOffsets, answered by the same
-:class:`~broker.coordinator.group_admin.GroupAdmin` as the Kafka listener's DescribeGroups,
-DeleteGroups and OffsetDelete (one implementation, two front doors).
+DeleteGroups, DeleteGroupOffsets, FetchGroupOffsets and CommitGroupOffsets, answered by the
+same :class:`~broker.coordinator.group_admin.GroupAdmin` as the Kafka listener's
+DescribeGroups, DeleteGroups, OffsetDelete, OffsetFetch and OffsetCommit (one
+implementation, two front doors).
 
 DeleteGroups and DeleteGroupOffsets are answered by the group's coordinator only
 (NOT_COORDINATOR elsewhere, as Kafka's): ``minibroker consumer-groups`` asks the broker
@@ -20,6 +21,7 @@ from broker.coordinator.group_coordinator import (
     GroupDescription,
     coordinator_of,
 )
+from broker.coordinator.group_metadata_manager import CommittedOffset
 from broker.metadata_cache import MetadataCache
 from broker.security.acl_authorizer import ANONYMOUS_SESSION, AclAuthorizer, Session
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -34,7 +36,7 @@ def _code(code: int) -> pb.ErrorCode.ValueType:
 
 
 class GroupRpcs:
-    """DescribeGroups, DeleteGroups and DeleteGroupOffsets of one broker."""
+    """The group RPCs of one broker."""
 
     def __init__(
         self,
@@ -117,6 +119,65 @@ class GroupRpcs:
             if tp.topic not in by_topic:
                 by_topic[tp.topic] = response.topics.add(name=tp.topic)
             by_topic[tp.topic].partitions.add(partition_index=tp.partition, error_code=_code(code))
+        return response
+
+    async def fetch_group_offsets(
+        self, request: pb.FetchGroupOffsetsRequest, session: Session = ANONYMOUS_SESSION
+    ) -> pb.FetchGroupOffsetsResponse:
+        """:meth:`GroupAdmin.fetch_offsets`, as the Kafka listener's OffsetFetch answers
+        (Describe on the group)."""
+        if not self._allowed(session, AclOperation.DESCRIBE, request.group_id):
+            return pb.FetchGroupOffsetsResponse(error_code=pb.GROUP_AUTHORIZATION_FAILED)
+        if self.admin is None:
+            return pb.FetchGroupOffsetsResponse(error_code=_code(COORDINATOR_NOT_AVAILABLE))
+        asked = [TopicPartition(t.name, p) for t in request.topics for p in t.partitions] or None
+        fetched = await self.admin.fetch_offsets(request.group_id, asked)
+        response = pb.FetchGroupOffsetsResponse(error_code=_code(fetched.error_code))
+        if fetched.error_code != pb.NONE:
+            return response
+        for tp in asked if asked is not None else sorted({*fetched.offsets, *fetched.malformed}):
+            found = fetched.offsets.get(tp)
+            response.offsets.add(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=-1 if found is None else found.offset,
+                metadata="" if found is None else found.metadata,
+                leader_epoch=-1 if found is None else found.leader_epoch,
+                commit_timestamp_ms=-1 if found is None else found.commit_timestamp_ms,
+                error_code=pb.UNKNOWN_SERVER_ERROR if tp in fetched.malformed else pb.NONE,
+            )
+        return response
+
+    async def commit_group_offsets(
+        self, request: pb.CommitGroupOffsetsRequest, session: Session = ANONYMOUS_SESSION
+    ) -> pb.CommitGroupOffsetsResponse:
+        """:meth:`GroupAdmin.commit_offsets` from outside the group (generation -1, no
+        member: refused while the group has members), as ``kafka-consumer-groups
+        --reset-offsets`` commits (Read on the group)."""
+        response = pb.CommitGroupOffsetsResponse()
+        offsets = {
+            TopicPartition(o.topic, o.partition): CommittedOffset(
+                o.offset, o.leader_epoch, o.metadata
+            )
+            for o in request.offsets
+        }
+        codes: dict[TopicPartition, int]
+        if not self._allowed(session, AclOperation.READ, request.group_id):
+            codes = dict.fromkeys(offsets, int(pb.GROUP_AUTHORIZATION_FAILED))
+        elif self.admin is None:
+            codes = dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE)
+        else:
+            valid = {
+                tp: c
+                for tp, c in offsets.items()
+                if c.offset >= 0 and self.metadata_cache.partition(tp) is not None
+            }
+            codes = dict.fromkeys(offsets, int(pb.UNKNOWN_TOPIC_OR_PARTITION))
+            codes.update(await self.admin.commit_offsets(request.group_id, -1, "", valid))
+        for tp, c in offsets.items():
+            response.offsets.add(
+                topic=tp.topic, partition=tp.partition, offset=c.offset, error_code=_code(codes[tp])
+            )
         return response
 
 

@@ -621,6 +621,30 @@ class BrokerService(pb_grpc.BrokerServicer):
             lambda: self.group_rpcs.delete_group_offsets(request, session),
         )
 
+    async def FetchGroupOffsets(
+        self,
+        request: pb.FetchGroupOffsetsRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.FetchGroupOffsetsResponse:
+        session = self.authorizer.session(context)
+        return await guarded(
+            context,
+            "FetchGroupOffsets",
+            lambda: self.group_rpcs.fetch_group_offsets(request, session),
+        )
+
+    async def CommitGroupOffsets(
+        self,
+        request: pb.CommitGroupOffsetsRequest,
+        context: grpc.aio.ServicerContext[object, object],
+    ) -> pb.CommitGroupOffsetsResponse:
+        session = self.authorizer.session(context)
+        return await guarded(
+            context,
+            "CommitGroupOffsets",
+            lambda: self.group_rpcs.commit_group_offsets(request, session),
+        )
+
     async def DeleteRecords(
         self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[object, object]
     ) -> pb.DeleteRecordsResponse:

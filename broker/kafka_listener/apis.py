@@ -59,7 +59,7 @@ from broker.request_handlers import (
 from broker.security.acl_authorizer import AclAuthorizer
 from proto.records.compression import Codec
 from proto.records.record_batch import holds_codec
-from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.topic_partition import INTERNAL_TOPICS, TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.zk.acl_bindings import AclOperation
 
@@ -279,7 +279,7 @@ class KafkaWireApis:
                 {
                     "name": name,
                     "error_code": pb.NONE,
-                    "is_internal": False,
+                    "is_internal": name in INTERNAL_TOPICS,
                     "partitions": described,
                     "topic_authorized_operations": TOPIC_AUTHORIZED_OPERATIONS_UNKNOWN,
                 }

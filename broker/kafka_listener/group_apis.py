@@ -1,7 +1,7 @@
 """The Kafka listener's consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, OffsetCommit and OffsetFetch, over
-:mod:`broker.coordinator.group_coordinator` and the offsets in ZooKeeper
-(``/consumers/<g>/offsets/<t>/<p>``); ListGroups, DescribeGroups, DeleteGroups and
+:mod:`broker.coordinator.group_coordinator` and the offsets in ``__consumer_offsets``
+(:mod:`broker.coordinator.group_metadata_manager`); ListGroups, DescribeGroups, DeleteGroups and
 OffsetDelete over :mod:`broker.coordinator.group_admin`, which the gRPC side shares.
 
 Every group API but FindCoordinator and ListGroups is answered NOT_COORDINATOR by a broker
@@ -13,6 +13,7 @@ choice). ListGroups lists the groups this broker coordinates, as Kafka's brokers
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from broker.coordinator.group_admin import GroupAdmin
@@ -22,6 +23,7 @@ from broker.coordinator.group_coordinator import (
     GroupState,
     coordinator_of,
 )
+from broker.coordinator.group_metadata_manager import CommittedOffset
 from broker.kafka_listener.messages import Tree
 from broker.kafka_listener.wire_request import (
     Answer,
@@ -39,7 +41,7 @@ from broker.request_handlers import (
     partition_problem,
 )
 from broker.security.acl_authorizer import AclAuthorizer
-from broker.zk_client import BrokerZkClient, ZkError
+from broker.zk_client import BrokerZkClient
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.zk.acl_bindings import AclOperation, ResourceType
@@ -162,6 +164,12 @@ class GroupApis:
             return done({"error_code": INVALID_GROUP_ID, "node_id": -1, "host": "", "port": -1})
         if not self._allowed(request, AclOperation.DESCRIBE, body.key):
             return done({"error_code": pb.GROUP_AUTHORIZATION_FAILED, "node_id": -1, "port": -1})
+        store = self.coordinator.store
+        if store is not None and not store.topic_exists():
+            # Kafka makes the offsets topic on the first lookup; until its partitions have
+            # leaders the client is told to retry.
+            await store.ensure_topic()
+            return done({"error_code": COORDINATOR_NOT_AVAILABLE, "node_id": -1, "port": -1})
         node = self._coordinator_of(body.key)
         broker = None if node is None else self.metadata_cache.broker(node)
         if broker is None or broker.kafka_endpoint is None:
@@ -252,8 +260,9 @@ class GroupApis:
         return self._offset_commit(request)
 
     async def _offset_commit(self, request: KafkaRequest) -> Tree:
-        """Checked against the group's generation, then written to ZooKeeper with the
-        commit's metadata string (its leader epoch is not kept)."""
+        """The group's ACL and each partition checked here, then
+        :meth:`GroupAdmin.commit_offsets` (the gRPC door's too): the generation, then
+        ``__consumer_offsets``."""
         body = request.body
         generation: int = getattr(
             body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1)
@@ -261,8 +270,9 @@ class GroupApis:
         code = self._refusal(request, body.group_id)
         if code is None:
             code = self.coordinator.check_commit(body.group_id, generation, body.member_id)
-        offsets: dict[TopicPartition, int] = {}
-        notes: dict[TopicPartition, str] = {}
+        offsets: dict[TopicPartition, CommittedOffset] = {}
+        retention_ms: int = getattr(body, "retention_time_ms", -1)
+        expire_ms = -1 if retention_ms < 0 else int(time.time() * 1000) + retention_ms
         codes: dict[TopicPartition, int] = {}
         order: list[TopicPartition] = []
         denied = (
@@ -292,20 +302,18 @@ class GroupApis:
                 elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
                     codes[tp] = OFFSET_METADATA_TOO_LARGE
                 else:
-                    offsets[tp] = part.committed_offset
-                    notes[tp] = metadata
+                    offsets[tp] = CommittedOffset(
+                        part.committed_offset,
+                        getattr(part, "committed_leader_epoch", -1),
+                        metadata,
+                        expire_timestamp_ms=expire_ms,
+                    )
         if offsets:
-            try:
-                with self.coordinator.committing(body.group_id):
-                    await self.zk.commit_consumer_offsets(body.group_id, offsets, notes)
-            except ZkError as err:
-                logger.warning(
-                    "event=offset_commit_failed broker=%d group=%s error=%r",
-                    self.broker_id,
-                    body.group_id,
-                    err,
+            codes.update(
+                await self.group_admin.commit_offsets(
+                    body.group_id, generation, body.member_id, offsets
                 )
-                codes.update(dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE))
+            )
         answers = [
             (tp, {"partition_index": tp.partition, "error_code": codes.get(tp, pb.NONE)})
             for tp in order
@@ -328,21 +336,11 @@ class GroupApis:
                 for p in t.partition_indexes
                 if partition_problem(TopicPartition(t.name, p)) is None
             ]
-        try:
-            batch = await self.zk.read_committed_offsets(body.group_id, asked)
-        except ZkError:
-            return {"error_code": COORDINATOR_NOT_AVAILABLE, "topics": []}
-        committed = batch.found
-        for error in batch.malformed.values():
-            # docs/zookeeper.md: an error for that partition, never "no offset" (which
-            # would make the client apply auto.offset.reset).
-            logger.warning(
-                "event=unreadable_offset broker=%d group=%s error=%r",
-                self.broker_id,
-                body.group_id,
-                str(error),
-            )
-        wanted = asked if asked is not None else sorted({*committed, *batch.malformed})
+        fetched = await self.group_admin.fetch_offsets(body.group_id, asked)
+        if fetched.error_code != pb.NONE:
+            return {"error_code": fetched.error_code, "topics": []}
+        committed, malformed = fetched.offsets, fetched.malformed
+        wanted = asked if asked is not None else sorted({*committed, *malformed})
         # Kafka: offsets of topics the principal may not Describe are refused when named,
         # left out when the whole group's offsets are asked for.
         denied = denied_topics(
@@ -359,9 +357,11 @@ class GroupApis:
                 {
                     "partition_index": tp.partition,
                     "committed_offset": committed[tp].offset if tp in committed else -1,
-                    "committed_leader_epoch": -1,
+                    "committed_leader_epoch": (
+                        committed[tp].leader_epoch if tp in committed else -1
+                    ),
                     "metadata": committed[tp].metadata if tp in committed else "",
-                    "error_code": pb.UNKNOWN_SERVER_ERROR if tp in batch.malformed else pb.NONE,
+                    "error_code": pb.UNKNOWN_SERVER_ERROR if tp in malformed else pb.NONE,
                 }
                 if tp.topic not in denied
                 else {

@@ -54,7 +54,7 @@ from proto import errors
 from proto.config.broker_config import BrokerConfig, TopicConfig
 from proto.process.event_log import capped, log_event
 from proto.records.record_batch import CorruptRecordError
-from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.topic_partition import INTERNAL_TOPICS, TopicPartition, topic_name_problem
 from proto.transport.tls import TlsConfig
 from proto.wire import minibroker_pb2 as pb
 from proto.wire.minibroker_pb2 import ErrorCode
@@ -195,6 +195,11 @@ def _is_log_dir_failure(err: BaseException) -> TypeGuard[OSError]:
     return isinstance(err, OSError) and not isinstance(err, (LogOfflineError, FileNotFoundError))
 
 
+LeadershipListener = Callable[[Mapping[TopicPartition, int], Sequence[TopicPartition]], None]
+"""Called with the partitions this broker has become leader of (their leader epochs) and
+those it has become a follower of or stopped hosting; it must not block."""
+
+
 class ReplicaManager:
     """Hosts this broker's partition replicas. Create, then ``start()``; ``shutdown()``."""
 
@@ -269,6 +274,10 @@ class ReplicaManager:
             self._read_producer_id_bound, config.zookeeper_session_timeout_ms / 1000
         )
         """Refuses produced batches with a producer id no broker handed out."""
+        self.leadership_listeners: list[LeadershipListener] = []
+        """Told, after each LeaderAndIsr and StopReplica, which partitions this broker now
+        leads (with their leader epochs) and which it no longer leads: the coordinators
+        load and unload their internal topics' partitions (Kafka's ``onLeadershipChange``)."""
 
     def _hosts(self, tp: TopicPartition) -> bool:
         return tp in self.partitions
@@ -639,6 +648,8 @@ class ReplicaManager:
         # records its epoch, or it would be written after the epoch cache moved on.
         await self._remove_from_fetchers_and_wait(list(accepted))
         await self._write_new_leader_epochs(accepted)
+        led: dict[TopicPartition, int] = {}
+        resigned: list[TopicPartition] = []
         for tp, state in accepted.items():
             partition = self.partitions[tp]
             if state.leader == self.broker_id:
@@ -649,8 +660,10 @@ class ReplicaManager:
                     results[tp] = self._error_of_storage(err, "make_leader")
                     continue
                 self._log(logging.INFO, "became_leader", **partition.log_context())
+                led[tp] = state.leader_epoch
             else:
                 partition.make_follower(state)
+                resigned.append(tp)
                 if state.leader >= 0:
                     new_followers.setdefault(state.leader, {})[tp] = partition
                 self._log(logging.INFO, "became_follower", **partition.log_context())
@@ -661,6 +674,7 @@ class ReplicaManager:
             )
             self._wake(tp)
             results[tp] = pb.NONE, ""
+        self._tell_leadership(led, resigned)
         for tp in tps:
             code, message = results[tp]
             response.partition_errors.add(
@@ -669,6 +683,21 @@ class ReplicaManager:
                 error_code=code,
                 error_message=message,
             )
+
+    def _tell_leadership(
+        self, led: Mapping[TopicPartition, int], resigned: Sequence[TopicPartition]
+    ) -> None:
+        if not led and not resigned:
+            return
+        for listener in self.leadership_listeners:
+            try:
+                listener(led, resigned)
+            except Exception:  # a coordinator's fault must not fail the control request
+                logger.exception(
+                    "event=leadership_listener_failed broker=%d listener=%r",
+                    self.broker_id,
+                    listener,
+                )
 
     def _judge_partition_state(
         self,
@@ -1028,6 +1057,7 @@ class ReplicaManager:
                     error_message=refusal.message,
                 )
             await self._remove_from_fetchers_and_wait([tp for _, tp in stopping])
+            self._tell_leadership({}, [tp for _, tp in stopping])
             for s, tp in stopping:
                 code, message = pb.NONE, ""
                 self.partitions.pop(tp, None)
@@ -1251,7 +1281,12 @@ class ReplicaManager:
     # -- produce -----------------------------------------------------------------------------
 
     async def append_records(
-        self, required_acks: int, timeout_ms: int, entries: dict[TopicPartition, bytes]
+        self,
+        required_acks: int,
+        timeout_ms: int,
+        entries: dict[TopicPartition, bytes],
+        *,
+        internal_topics_allowed: bool = False,
     ) -> dict[TopicPartition, ProduceResult]:
         """Append to the partitions this broker leads; with acks=all wait for the ISR.
 
@@ -1263,18 +1298,37 @@ class ReplicaManager:
         :meth:`append_to_local_logs` and :meth:`await_acks`, serve a produce session, which
         appends its requests in order and answers each when its acks are met.
         """
-        appended = await self.append_to_local_logs(required_acks, entries)
+        appended = await self.append_to_local_logs(
+            required_acks, entries, internal_topics_allowed=internal_topics_allowed
+        )
         return await self.await_acks(appended, timeout_ms)
 
     async def append_to_local_logs(
-        self, required_acks: int, entries: dict[TopicPartition, bytes]
+        self,
+        required_acks: int,
+        entries: dict[TopicPartition, bytes],
+        *,
+        internal_topics_allowed: bool = False,
     ) -> AppendedRecords:
         """The first half of :meth:`append_records`: check the ZooKeeper session, then
         append every entry with no await in between, so that requests whose appends are
         awaited one after the other are appended in that order (a produce session's
-        promise). Cancelled before it appends, it appends nothing."""
+        promise). Cancelled before it appends, it appends nothing.
+
+        Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``) take only
+        their coordinators' writes (``internal_topics_allowed``): a client's produce to
+        one is refused INVALID_TOPIC, as Kafka's ``appendToLocalLog`` refuses it."""
         waiting: dict[TopicPartition, ProducePartitionStatus] = {}
-        results = await self._refuse_unissued_producer_ids(entries)
+        results: dict[TopicPartition, ProduceResult] = {}
+        if not internal_topics_allowed:
+            for tp in entries:
+                if tp.topic in INTERNAL_TOPICS:
+                    results[tp] = ProduceResult(
+                        pb.INVALID_TOPIC, f"Cannot append to internal topic {tp.topic}"
+                    )
+        if results:
+            entries = {tp: r for tp, r in entries.items() if tp not in results}
+        results.update(await self._refuse_unissued_producer_ids(entries))
         if not await self.zk.ensure_session_lease():
             for tp in entries:
                 results[tp] = self._zombie_result(tp, "nothing was written")

@@ -223,6 +223,16 @@ _PROPERTIES = (
         "connections.handshake.timeout.ms", "connections_handshake_timeout_ms", "int", 1, _INT32_MAX
     ),
     _Property("group.max.size", "group_max_size", "int", 1, _INT32_MAX),
+    _Property("offsets.topic.num.partitions", "offsets_topic_num_partitions", "int", 1, _INT32_MAX),
+    _Property(
+        "offsets.topic.replication.factor", "offsets_topic_replication_factor", "int", 1, 32767
+    ),
+    _Property("offsets.topic.segment.bytes", "offsets_topic_segment_bytes", "int", 14, _INT32_MAX),
+    _Property("offsets.commit.timeout.ms", "offsets_commit_timeout_ms", "int", 1, _INT32_MAX),
+    _Property("offsets.retention.minutes", "offsets_retention_minutes", "int", 1, _INT32_MAX),
+    _Property(
+        "offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", "int", 1
+    ),
     _Property(
         "group.max.protocol.metadata.bytes",
         "group_max_protocol_metadata_bytes",
@@ -465,6 +475,25 @@ class BrokerConfig:
     """``connections.handshake.timeout.ms`` (minibroker's own): how long a gRPC connection
     may take to finish its TLS and HTTP/2 handshake (``grpc.server_handshake_timeout_ms``)
     before it is closed; gRPC's own is 120 s."""
+    offsets_topic_num_partitions: int = 50
+    """``offsets.topic.num.partitions``: the partitions of ``__consumer_offsets``, made when
+    a client first looks for a group coordinator (docs/consumer-groups.md). Fixed once the
+    topic exists: a group's partition is the hash of its id modulo this count."""
+    offsets_topic_replication_factor: int = 3
+    """``offsets.topic.replication.factor``: the replicas of ``__consumer_offsets``; while
+    fewer brokers are alive the topic is not made and FindCoordinator answers
+    COORDINATOR_NOT_AVAILABLE, as Kafka's does."""
+    offsets_topic_segment_bytes: int = 104_857_600
+    """``offsets.topic.segment.bytes``: ``segment.bytes`` of ``__consumer_offsets``."""
+    offsets_commit_timeout_ms: int = 5000
+    """``offsets.commit.timeout.ms``: how long an offset commit waits for every in-sync
+    replica of its ``__consumer_offsets`` partition before it fails (REQUEST_TIMED_OUT)."""
+    offsets_retention_minutes: int = 10_080
+    """``offsets.retention.minutes``: a group's committed offsets are dropped this long
+    after the group became empty (KIP-211), or after the commit for a consumer that
+    ``assign()``s and has no group."""
+    offsets_retention_check_interval_ms: int = 600_000
+    """``offsets.retention.check.interval.ms``: how often expired offsets are looked for."""
     group_max_size: int = _INT32_MAX
     """``group.max.size`` (KIP-389): members of one consumer group at most; a new member
     past it gets GROUP_MAX_SIZE_REACHED."""

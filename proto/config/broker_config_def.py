@@ -251,7 +251,22 @@ STATIC_BROKER_CONFIG_KEYS: Mapping[str, ConfigKey] = {
         _k("broker.rack", STR, None, "Rack of the broker. This will be used in rack aware "
            "replication assignment for fault tolerance."),
         _k("offsets.topic.replication.factor", SHORT, "3", "The replication factor for the "
-           "offsets topic.", at_least(1)),
+           "offsets topic (set higher to ensure availability). Internal topic creation will "
+           "fail until the cluster size meets this replication factor requirement.",
+           at_least(1)),
+        _k("offsets.topic.num.partitions", INT, "50", "The number of partitions for the "
+           "offset commit topic (should not change after deployment).", at_least(1)),
+        _k("offsets.topic.segment.bytes", INT, "104857600", "The offsets topic segment bytes "
+           "should be kept relatively small in order to facilitate faster log compaction and "
+           "cache loads.", at_least(1)),
+        _k("offsets.commit.timeout.ms", INT, "5000", "Offset commit will be delayed until all "
+           "replicas for the offsets topic receive the commit or this timeout is reached.",
+           at_least(1)),
+        _k("offsets.retention.minutes", INT, "10080", "After a consumer group loses all its "
+           "consumers (i.e. becomes empty) its offsets will be kept for this retention "
+           "period before getting discarded.", at_least(1)),
+        _k("offsets.retention.check.interval.ms", LONG, "600000", "Frequency at which to "
+           "check for stale offsets", at_least(1)),
         _k("log.dir", STR, None, "The directory in which the log data is kept (supplemental "
            "for log.dirs property)"),
         _k("log.message.format.version", STR, "2.8-IV1", "Specify the message format version "

@@ -54,6 +54,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     MESSAGE_TOO_LARGE: _ErrorCode.ValueType  # 10
     STALE_CONTROLLER_EPOCH: _ErrorCode.ValueType  # 11
     NETWORK_EXCEPTION: _ErrorCode.ValueType  # 13
+    COORDINATOR_LOAD_IN_PROGRESS: _ErrorCode.ValueType  # 14
     COORDINATOR_NOT_AVAILABLE: _ErrorCode.ValueType  # 15
     NOT_COORDINATOR: _ErrorCode.ValueType  # 16
     INVALID_TOPIC: _ErrorCode.ValueType  # 17
@@ -111,6 +112,7 @@ REPLICA_NOT_AVAILABLE: ErrorCode.ValueType  # 9
 MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
 STALE_CONTROLLER_EPOCH: ErrorCode.ValueType  # 11
 NETWORK_EXCEPTION: ErrorCode.ValueType  # 13
+COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.ValueType  # 14
 COORDINATOR_NOT_AVAILABLE: ErrorCode.ValueType  # 15
 NOT_COORDINATOR: ErrorCode.ValueType  # 16
 INVALID_TOPIC: ErrorCode.ValueType  # 17
@@ -1650,6 +1652,142 @@ class OffsetDeletePartitionResult(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OffsetDeletePartitionResult: _TypeAlias = OffsetDeletePartitionResult  # noqa: Y015
+
+@_typing.final
+class FetchGroupOffsetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___OffsetDeleteTopic]:
+        """The partitions asked; none: every partition the group has an offset for."""
+
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        topics: _abc.Iterable[Global___OffsetDeleteTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchGroupOffsetsRequest: _TypeAlias = FetchGroupOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class GroupPartitionOffset(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMIT_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    """-1: nothing committed."""
+    metadata: _builtins.str
+    leader_epoch: _builtins.int
+    commit_timestamp_ms: _builtins.int
+    """-1: unknown (a ZooKeeper offset's znode time is not kept here)."""
+    error_code: Global___ErrorCode.ValueType
+    """NONE, or this partition's error (UNKNOWN_SERVER_ERROR for a malformed stored offset)."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        metadata: _builtins.str = ...,
+        leader_epoch: _builtins.int = ...,
+        commit_timestamp_ms: _builtins.int = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commit_timestamp_ms", b"commit_timestamp_ms", "error_code", b"error_code", "leader_epoch", b"leader_epoch", "metadata", b"metadata", "offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GroupPartitionOffset: _TypeAlias = GroupPartitionOffset  # noqa: Y015
+
+@_typing.final
+class FetchGroupOffsetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    """The group's error (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...); NONE: see each
+    partition's.
+    """
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupPartitionOffset]: ...
+    def __init__(
+        self,
+        *,
+        error_code: Global___ErrorCode.ValueType = ...,
+        offsets: _abc.Iterable[Global___GroupPartitionOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchGroupOffsetsResponse: _TypeAlias = FetchGroupOffsetsResponse  # noqa: Y015
+
+@_typing.final
+class CommitGroupOffsetsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupPartitionOffset]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        offsets: _abc.Iterable[Global___GroupPartitionOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitGroupOffsetsRequest: _TypeAlias = CommitGroupOffsetsRequest  # noqa: Y015
+
+@_typing.final
+class CommitGroupOffsetsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupPartitionOffset]:
+        """Each partition's outcome, in the order asked."""
+
+    def __init__(
+        self,
+        *,
+        offsets: _abc.Iterable[Global___GroupPartitionOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitGroupOffsetsResponse: _TypeAlias = CommitGroupOffsetsResponse  # noqa: Y015
 
 @_typing.final
 class LeaderAndIsrRequest(_message.Message):

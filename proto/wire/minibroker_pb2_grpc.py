@@ -103,6 +103,16 @@ class BrokerStub:
                 request_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsRequest.SerializeToString,
                 response_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsResponse.FromString,
                 _registered_method=True)
+        self.FetchGroupOffsets = channel.unary_unary(
+                '/minibroker.Broker/FetchGroupOffsets',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.FetchGroupOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.FetchGroupOffsetsResponse.FromString,
+                _registered_method=True)
+        self.CommitGroupOffsets = channel.unary_unary(
+                '/minibroker.Broker/CommitGroupOffsets',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.CommitGroupOffsetsRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.CommitGroupOffsetsResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerServicer:
@@ -223,6 +233,24 @@ class BrokerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchGroupOffsets(self, request, context):
+        """A group's committed offsets, as Kafka's OffsetFetch answers them: from
+        __consumer_offsets, else (offsets committed before it, or a ZooKeeper group's) from
+        ZooKeeper. Asked of the group's coordinator (NOT_COORDINATOR elsewhere).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitGroupOffsets(self, request, context):
+        """Commit offsets for a group, as Kafka's OffsetCommit from outside the group
+        (generation -1, no member: only while the group has no members), into
+        __consumer_offsets. Asked of the group's coordinator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -290,6 +318,16 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.DeleteGroupOffsets,
                     request_deserializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsRequest.FromString,
                     response_serializer=proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsResponse.SerializeToString,
+            ),
+            'FetchGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchGroupOffsets,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.FetchGroupOffsetsRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.FetchGroupOffsetsResponse.SerializeToString,
+            ),
+            'CommitGroupOffsets': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitGroupOffsets,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.CommitGroupOffsetsRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.CommitGroupOffsetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -647,6 +685,60 @@ class Broker:
             '/minibroker.Broker/DeleteGroupOffsets',
             proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsRequest.SerializeToString,
             proto_dot_wire_dot_minibroker__pb2.DeleteGroupOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/FetchGroupOffsets',
+            proto_dot_wire_dot_minibroker__pb2.FetchGroupOffsetsRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.FetchGroupOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitGroupOffsets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/CommitGroupOffsets',
+            proto_dot_wire_dot_minibroker__pb2.CommitGroupOffsetsRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.CommitGroupOffsetsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -105,6 +105,16 @@ class BrokerStub:
     """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
     per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
     """
+    FetchGroupOffsets: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.FetchGroupOffsetsRequest, _minibroker_pb2.FetchGroupOffsetsResponse]
+    """A group's committed offsets, as Kafka's OffsetFetch answers them: from
+    __consumer_offsets, else (offsets committed before it, or a ZooKeeper group's) from
+    ZooKeeper. Asked of the group's coordinator (NOT_COORDINATOR elsewhere).
+    """
+    CommitGroupOffsets: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.CommitGroupOffsetsRequest, _minibroker_pb2.CommitGroupOffsetsResponse]
+    """Commit offsets for a group, as Kafka's OffsetCommit from outside the group
+    (generation -1, no member: only while the group has no members), into
+    __consumer_offsets. Asked of the group's coordinator.
+    """
 
 @_typing.type_check_only
 class BrokerAsyncStub(BrokerStub):
@@ -168,6 +178,16 @@ class BrokerAsyncStub(BrokerStub):
     DeleteGroupOffsets: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.DeleteGroupOffsetsRequest, _minibroker_pb2.DeleteGroupOffsetsResponse]  # type: ignore[assignment]
     """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
     per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
+    """
+    FetchGroupOffsets: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.FetchGroupOffsetsRequest, _minibroker_pb2.FetchGroupOffsetsResponse]  # type: ignore[assignment]
+    """A group's committed offsets, as Kafka's OffsetFetch answers them: from
+    __consumer_offsets, else (offsets committed before it, or a ZooKeeper group's) from
+    ZooKeeper. Asked of the group's coordinator (NOT_COORDINATOR elsewhere).
+    """
+    CommitGroupOffsets: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.CommitGroupOffsetsRequest, _minibroker_pb2.CommitGroupOffsetsResponse]  # type: ignore[assignment]
+    """Commit offsets for a group, as Kafka's OffsetCommit from outside the group
+    (generation -1, no member: only while the group has no members), into
+    __consumer_offsets. Asked of the group's coordinator.
     """
 
 class BrokerServicer(metaclass=_abc_1.ABCMeta):
@@ -307,6 +327,28 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_minibroker_pb2.DeleteGroupOffsetsResponse, _abc.Awaitable[_minibroker_pb2.DeleteGroupOffsetsResponse]]:
         """Delete a group's committed offsets of some partitions, as Kafka's OffsetDelete: refused
         per partition (GROUP_SUBSCRIBED_TO_TOPIC) for a topic a live member subscribes to.
+        """
+
+    @_abc_1.abstractmethod
+    def FetchGroupOffsets(
+        self,
+        request: _minibroker_pb2.FetchGroupOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.FetchGroupOffsetsResponse, _abc.Awaitable[_minibroker_pb2.FetchGroupOffsetsResponse]]:
+        """A group's committed offsets, as Kafka's OffsetFetch answers them: from
+        __consumer_offsets, else (offsets committed before it, or a ZooKeeper group's) from
+        ZooKeeper. Asked of the group's coordinator (NOT_COORDINATOR elsewhere).
+        """
+
+    @_abc_1.abstractmethod
+    def CommitGroupOffsets(
+        self,
+        request: _minibroker_pb2.CommitGroupOffsetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.CommitGroupOffsetsResponse, _abc.Awaitable[_minibroker_pb2.CommitGroupOffsetsResponse]]:
+        """Commit offsets for a group, as Kafka's OffsetCommit from outside the group
+        (generation -1, no member: only while the group has no members), into
+        __consumer_offsets. Asked of the group's coordinator.
         """
 
 def add_BrokerServicer_to_server(servicer: BrokerServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

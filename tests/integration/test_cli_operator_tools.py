@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 from kazoo.client import KazooClient
 
@@ -27,7 +28,6 @@ from proto.topic_partition import TopicPartition
 from proto.zk import znodes
 from proto.zk.sync_client import (
     kazoo_client,
-    read_consumer_offsets,
     read_partition_state,
     read_registered_brokers,
 )
@@ -114,11 +114,16 @@ class CliCluster:
         return ",".join(addresses)
 
     def committed(self, group: str, topic: str, partitions: int) -> dict[int, int | None]:
-        """The group's committed offsets in ZooKeeper (None: nothing committed)."""
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        with self.zk() as zk:
-            offsets = read_consumer_offsets(zk, group, tps).require()
-        return {tp.partition: offsets.get(tp) for tp in tps}
+        """The group's committed offsets as Kafka's clients read them (None: nothing)."""
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": self.kafka_bootstrap(), "group.id": group}
+        )
+        try:
+            asked = [confluent_kafka.TopicPartition(topic, p) for p in range(partitions)]
+            found = consumer.committed(asked, timeout=30)
+        finally:
+            consumer.close()
+        return {tp.partition: tp.offset if tp.offset >= 0 else None for tp in found}
 
     def registered(self) -> set[int]:
         with self.zk() as zk:

@@ -235,8 +235,8 @@ def test_kafka_python_admin_lists_describes_deletes_groups_and_their_offsets(
             assert {tp: e.__name__ for tp, e in answers.items()} == {
                 TopicPartition("orders", 0): "NoError"
             }
-            assert zk_client.exists("/consumers/left/offsets/orders/0") is None
-            assert zk_client.exists("/consumers/left/offsets/orders/1") is not None
+            assert committed(bootstrap, "left", "orders", [0]) == [None]
+            assert None not in committed(bootstrap, "left", "orders", [1])
             with pytest.raises(GroupIdNotFoundError):
                 admin.delete_group_offsets("nobody", [TopicPartition("orders", 0)])
 
@@ -333,6 +333,17 @@ def test_a_zookeeper_group_is_a_stable_simple_group_to_kafka_tools_and_not_delet
             del confluent
 
 
+def committed(bootstrap: str, group: str, topic: str, partitions: list[int]) -> list[int | None]:
+    """The group's committed offsets as Kafka's clients read them (None: nothing)."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        asked = [confluent_kafka.TopicPartition(topic, p) for p in partitions]
+        found = consumer.committed(asked, timeout=CALL_S)
+    finally:
+        consumer.close()
+    return [tp.offset if tp.offset >= 0 else None for tp in found]
+
+
 def coordinator_address(bootstrap: str, group: str) -> str:
     """The group's coordinator, as a client finds it: FindCoordinator (kio, v2)."""
     from kio.schema.find_coordinator.v2.request import FindCoordinatorRequest
@@ -402,8 +413,8 @@ def test_offset_delete_by_a_raw_request_and_the_cli_with_its_error_paths(
             assert partition_codes(offset_delete(left_at, "left", {"orders": [1]})) == {
                 ("orders", 1): 0
             }
-            assert zk_client.exists("/consumers/left/offsets/orders/1") is None
-            assert zk_client.exists("/consumers/left/offsets/orders/0") is not None
+            assert committed(bootstrap, "left", "orders", [1]) == [None]
+            assert None not in committed(bootstrap, "left", "orders", [0])
 
             # The CLI: the same answers through the gRPC door.
             subscribed = cli_run(cluster, zk_connect, "--delete-offsets", "--group", "live",
@@ -426,8 +437,8 @@ def test_offset_delete_by_a_raw_request_and_the_cli_with_its_error_paths(
                 ["orders", "1", "Successful"],
                 ["orders", "2", "Successful"],
             ]
-            assert zk_client.exists("/consumers/left/offsets/orders") is None
-            assert zk_client.exists("/consumers/left/offsets/audit/0") is not None
+            assert committed(bootstrap, "left", "orders", [0, 1, 2]) == [None, None, None]
+            assert None not in committed(bootstrap, "left", "audit", [0])
 
             ghost = cli_run(cluster, zk_connect, "--delete-offsets", "--group", "left",
                             "--topic", "ghost", "--topic", "audit")  # fmt: skip
@@ -435,7 +446,7 @@ def test_offset_delete_by_a_raw_request_and_the_cli_with_its_error_paths(
             shown = {tuple(line.split(maxsplit=2)[:2]) for line in ghost.stdout.splitlines()}
             assert {("ghost", "Not"), ("audit", "0")} <= shown
             assert "Error: This server does not host this topic-partition." in ghost.stdout
-            assert zk_client.exists("/consumers/left/offsets/audit/0") is None
+            assert committed(bootstrap, "left", "audit", [0]) == [None]
 
             nobody = cli_run(cluster, zk_connect, "--delete-offsets", "--group", "nobody",
                              "--topic", "orders")  # fmt: skip

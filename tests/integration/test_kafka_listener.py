@@ -29,7 +29,7 @@ from client.metadata import BrokerConnections
 from client.producer import Producer, ProducerConfig
 from proto.topic_partition import TopicPartition
 from proto.zk import znodes
-from proto.zk.sync_client import read_consumer_offsets, read_registered_broker
+from proto.zk.sync_client import read_registered_broker
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import (
     assert_keyed_lines_read_in_order,
@@ -407,10 +407,20 @@ def test_confluent_kafka_group_splits_rebalances_on_a_crash_and_resumes_from_com
 
 
 async def committed_offsets(cluster: Cluster, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offsets in ZooKeeper, where the Kafka listener writes them."""
-    tps = [TopicPartition(topic, partition) for partition in range(6)]
-    batch = await asyncio.to_thread(read_consumer_offsets, cluster.zk, group, tps)
-    return {tp.partition: offset for tp, offset in batch.require().items()}
+    """The group's committed offsets, as Kafka's clients read them (OffsetFetch, answered
+    from ``__consumer_offsets``)."""
+
+    def fetch() -> dict[int, int]:
+        consumer = confluent_kafka.Consumer(
+            {"bootstrap.servers": kafka_bootstrap(cluster), "group.id": group}
+        )
+        try:
+            asked = [confluent_kafka.TopicPartition(topic, p) for p in range(6)]
+            return {tp.partition: tp.offset for tp in consumer.committed(asked, timeout=30)}
+        finally:
+            consumer.close()
+
+    return await asyncio.to_thread(fetch)
 
 
 def test_admin_client_creates_describes_and_deletes_topics_through_zookeeper(

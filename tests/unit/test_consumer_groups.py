@@ -42,6 +42,7 @@ from client.consumer_groups import (
 )
 from client.metadata import ClientError
 from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 from proto.zk.znode_reads import (
     GetAnswer,
     ReadBatch,
@@ -163,6 +164,7 @@ class VanishingZooKeeper:
         self.data = data
         self.kafka = kafka or BrokerGroups({}, {})
         self.written: dict[str, bytes] = {}
+        self.committed_at_coordinator: dict[tuple[str, TopicPartition], int] = {}
 
     async def list_consumer_groups(self) -> BrokerGroups:
         return self.kafka
@@ -195,6 +197,38 @@ class VanishingZooKeeper:
             for r in reads.values()
         ]
         return read_batch(reads, answers, ignored)
+
+    async def fetch_group_offsets(self, group: str) -> pb.FetchGroupOffsetsResponse:
+        """What the coordinator answers for a group whose offsets are all in ZooKeeper
+        (offsets committed before __consumer_offsets held them): the same reading rules."""
+        batch = await self.read_committed_offsets(group)
+        response = pb.FetchGroupOffsetsResponse(error_code=pb.NONE)
+        for tp, c in sorted(batch.found.items()):
+            response.offsets.add(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=c.offset,
+                metadata=c.metadata,
+                leader_epoch=-1,
+                commit_timestamp_ms=c.commit_timestamp_ms,
+            )
+        for tp in sorted(batch.malformed):
+            response.offsets.add(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=-1,
+                error_code=pb.UNKNOWN_SERVER_ERROR,
+            )
+        return response
+
+    async def commit_group_offsets(
+        self, group: str, offsets: dict[TopicPartition, int]
+    ) -> pb.CommitGroupOffsetsResponse:
+        self.committed_at_coordinator.update({(group, tp): o for tp, o in offsets.items()})
+        response = pb.CommitGroupOffsetsResponse()
+        for tp, offset in offsets.items():
+            response.offsets.add(topic=tp.topic, partition=tp.partition, offset=offset)
+        return response
 
     async def zk_children(self, path: str) -> list[str]:
         return self.children.get(path, [])
@@ -229,9 +263,11 @@ def test_members_and_owners_that_leave_while_being_read_are_skipped() -> None:
     assert description.members == {"here": frozenset({"t"})}
     assert description.owners == {T1: "here"}
     assert description.offsets == {T0: 5}
-    assert len(warnings) == 3  # the illegal topic, the non-partition child, the bad offset
+    # The illegal topic, and the bad offset as the coordinator answers it (the broker logs
+    # why, and the child that is no partition, which it skips).
+    assert len(warnings) == 2
     assert "'bad name'" in warnings[0]
-    assert "znode /consumers/g/offsets/t/1: offset must be" in warnings[-1]
+    assert warnings[-1] == "ignoring the committed offset of t-1 in group 'g': UNKNOWN_SERVER_ERROR"
 
 
 def kafka_group(
@@ -338,7 +374,9 @@ def test_a_reset_is_refused_when_a_broker_cannot_be_asked_and_goes_through_when_
 
     zk.kafka = BrokerGroups({"billing-ck": [kafka_group("Empty")]}, {})
     asyncio.run(service.execute_reset("billing-ck", {T0: 0}))
-    assert zk.written == {"/consumers/billing-ck/offsets/t/0": b"0"}
+    # A Kafka client group's offsets are committed at its coordinator, not in ZooKeeper.
+    assert zk.written == {}
+    assert zk.committed_at_coordinator == {("billing-ck", T0): 0}
 
 
 def test_a_kafka_group_the_coordinator_forgot_is_listed_empty_and_described_without_members() -> (

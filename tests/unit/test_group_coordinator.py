@@ -34,7 +34,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def coordinator(**kwargs: int) -> GroupCoordinator:
     settings = {"initial_rebalance_delay_ms": 0, "min_session_timeout_ms": 100, **kwargs}
-    return GroupCoordinator(1, **settings)
+    return GroupCoordinator(1, store=None, **settings)
 
 
 async def join(

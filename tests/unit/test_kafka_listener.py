@@ -24,6 +24,8 @@ from kio.schema.request_header.v2.header import RequestHeader as HeaderV2
 from kio.schema.types import TopicName
 from kio.serial import entity_reader, entity_writer
 
+from broker.coordinator.group_admin import GroupAdmin
+from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.kafka_listener.apis import (
     API_VERSIONS,
     METADATA,
@@ -41,10 +43,12 @@ from broker.kafka_listener.request_codec import (
 )
 from broker.kafka_listener.server import KafkaListener, api_name
 from broker.kafka_listener.wire_request import Answer, CloseConnection, KafkaRequest
+from broker.metadata_cache import MetadataCache
 from broker.security.acl_authorizer import AclAuthorizer
 from broker.zk_client import BrokerZkClient
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
+from proto.zk.kafka_zk_client import KafkaZkClient
 from proto.zk.znode_reads import GetAnswer, ReadBatch, committed_offset_read, read_batch
 from proto.zk.znodes import CommittedOffset
 
@@ -402,6 +406,9 @@ def test_offset_fetch_answers_a_malformed_offset_with_an_error_never_no_offset(
         _OffsetsInZooKeeper({0: b"7", 1: b"seven", 3: b'{"version":1,"offset":9,"metadata":"m"}'}),
     )
     apis.broker_id = 1
+    apis.coordinator = GroupCoordinator(1)  # no store: the offsets are ZooKeeper's
+    apis.group_admin = GroupAdmin(apis.coordinator, MetadataCache(), cast(KafkaZkClient, apis.zk))
+    apis.group_admin.refusal = lambda _: None  # type: ignore[method-assign,assignment]
     apis._refusal = lambda *_: None  # type: ignore[method-assign]
     apis.authorizer = AclAuthorizer(1, None, enabled=False)
     topics = [SimpleNamespace(name="t", partition_indexes=[0, 1, 2, 3])] if listed else None

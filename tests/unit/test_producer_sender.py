@@ -277,6 +277,16 @@ class FakeBroker(pb_grpc.BrokerServicer):
     ) -> pb.DeleteGroupOffsetsResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
 
+    async def FetchGroupOffsets(
+        self, request: pb.FetchGroupOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchGroupOffsetsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+
+    async def CommitGroupOffsets(
+        self, request: pb.CommitGroupOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CommitGroupOffsetsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not a producer's call")
+
     def batches(self) -> list[tuple[TopicPartition, bytes]]:
         """Every batch received, in arrival order."""
         return [

@@ -67,6 +67,8 @@ def test_services_are_complete() -> None:
         "DeleteRecords",
         "DeleteGroups",
         "DeleteGroupOffsets",
+        "FetchGroupOffsets",
+        "CommitGroupOffsets",
     }
     assert set(services["Control"].methods_by_name) == {
         "LeaderAndIsr",

@@ -293,6 +293,16 @@ class LeaderServicer(pb_grpc.BrokerServicer):
     ) -> pb.DeleteGroupOffsetsResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
 
+    async def FetchGroupOffsets(
+        self, request: pb.FetchGroupOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.FetchGroupOffsetsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
+
+    async def CommitGroupOffsets(
+        self, request: pb.CommitGroupOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.CommitGroupOffsetsResponse:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "not part of this test leader")
+
 
 def _count(request: pb.FetchRequest) -> int:
     return sum(len(topic.partitions) for topic in request.topics)

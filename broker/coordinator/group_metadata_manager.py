@@ -1,0 +1,520 @@
+"""Consumer groups' committed offsets and metadata in ``__consumer_offsets`` (Kafka's
+``GroupMetadataManager``): docs/consumer-groups.md.
+
+A group lives in partition ``abs(hash(group id)) % offsets.topic.num.partitions`` of the
+internal topic (:func:`proto.coordinator.placement.partition_for`), and the leader of that
+partition is its coordinator. Every OffsetCommit is a record keyed by (group, topic,
+partition), every new generation a record keyed by the group holding its members and their
+assignments; a null value (tombstone) deletes either, and the topic is compacted, so the
+log keeps the latest of each key. Records are appended with acks=all and become visible
+(OffsetFetch answers them) only once every in-sync replica has them: an acknowledged
+commit survives the loss of its coordinator.
+
+When this broker becomes leader of a partition of the topic it reads the partition from
+its log start to its end (:meth:`GroupMetadataManager._load`), off the event loop; until
+the load is done its groups' requests are answered COORDINATOR_LOAD_IN_PROGRESS, which
+Kafka's clients retry. The groups found are handed to the coordinator, members and
+assignments included, so a group whose coordinator moved carries on at the new one
+without a rebalance if its members heartbeat in time. When the broker stops leading the
+partition its groups are dropped (their members, told NOT_COORDINATOR, look the
+coordinator up again).
+
+Two commits of one partition of one group may be acknowledged out of order (both wait
+for the ISR and wake together): the cache keeps the one written later in the log, as a
+reload would, whatever order the acknowledgements come in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from broker.metadata_cache import MetadataCache
+from broker.replication.partition import ACKS_ALL
+from broker.replication.replica_manager import ReplicaManager
+from proto.config.broker_config import BrokerConfig
+from proto.coordinator.group_records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+    encode_group_metadata_key,
+    encode_group_metadata_value,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+)
+from proto.coordinator.placement import partition_for
+from proto.records.record_batch import (
+    CorruptRecordError,
+    Record,
+    decode_batch,
+    encode_batch,
+    parse_header,
+)
+from proto.topic_partition import OFFSETS_TOPIC, TopicPartition
+from proto.wire import minibroker_pb2 as pb
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "COORDINATOR_LOAD_IN_PROGRESS",
+    "CommittedOffset",
+    "GroupMetadataManager",
+    "StoredGroup",
+    "commit_error",
+]
+
+COORDINATOR_LOAD_IN_PROGRESS = 14
+NOT_COORDINATOR = 16
+COORDINATOR_NOT_AVAILABLE = 15
+INVALID_COMMIT_OFFSET_SIZE = 28
+LOAD_BUFFER_BYTES = 5 * 1024 * 1024
+"""Kafka's ``offsets.load.buffer.size``: how much of the log one read of a load takes."""
+
+OffsetsTopicCreator = Callable[[], Awaitable[int]]
+"""Makes ``__consumer_offsets`` with its settings if it does not exist: the CreateTopics
+error code (NONE or TOPIC_ALREADY_EXISTS when it is there)."""
+
+
+def commit_error(code: int) -> int:
+    """What a client is told when appending its commit (or its group) failed with ``code``
+    (Kafka's ``GroupMetadataManager.storeOffsets`` mapping): the partition's troubles become
+    coordinator errors, on which Kafka's clients look the coordinator up again or retry."""
+    if code in (pb.UNKNOWN_TOPIC_OR_PARTITION, pb.NOT_ENOUGH_REPLICAS, 20):
+        return COORDINATOR_NOT_AVAILABLE  # 20: NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    if code in (pb.NOT_LEADER_OR_FOLLOWER, pb.KAFKA_STORAGE_ERROR, pb.FENCED_LEADER_EPOCH):
+        return NOT_COORDINATOR
+    if code in (pb.MESSAGE_TOO_LARGE, 18, 4):  # RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE
+        return INVALID_COMMIT_OFFSET_SIZE
+    return code
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    """One committed offset of a group, as OffsetFetch answers it."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+    expire_timestamp_ms: int = -1
+    """Set only by OffsetCommit v2-v4's ``retention_time_ms`` (Kafka's v1 value record)."""
+    record_offset: int = -1
+    """Where its record is in ``__consumer_offsets`` (-1 before it is written)."""
+
+
+@dataclass
+class StoredGroup:
+    """What the log holds of one group: its offsets and its last generation."""
+
+    offsets: dict[TopicPartition, CommittedOffset] = dataclasses.field(default_factory=dict)
+    metadata: GroupMetadataValue | None = None
+    metadata_offset: int = -1
+
+
+@dataclass
+class _OwnedPartition:
+    leader_epoch: int
+    loaded: bool = False
+    task: asyncio.Task[None] | None = None
+
+
+class GroupMetadataManager:
+    """The ``__consumer_offsets`` partitions this broker leads and the groups in them."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        replica_manager: ReplicaManager,
+        metadata_cache: MetadataCache,
+        executor: Executor | None,
+        create_topic: OffsetsTopicCreator,
+        *,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.replica_manager = replica_manager
+        self.metadata_cache = metadata_cache
+        self.executor = executor
+        self._create_topic = create_topic
+        self.clock_ms = clock_ms
+        self.groups: dict[str, StoredGroup] = {}
+        """The groups of the loaded partitions."""
+        self._owned: dict[int, _OwnedPartition] = {}
+        self._creating = False
+        self.on_group_loaded: Callable[[str, GroupMetadataValue], None] = lambda g, v: None
+        """Set by the coordinator: a group with a stored generation was loaded."""
+        self.on_group_unloaded: Callable[[str], None] = lambda g: None
+        """Set by the coordinator: a group's partition is no longer led here."""
+        replica_manager.leadership_listeners.append(self.on_leadership_change)
+
+    # -- placement -----------------------------------------------------------------------------
+
+    @property
+    def partition_count(self) -> int:
+        """The partitions of the topic: as it exists, else as it would be made."""
+        count = self.metadata_cache.partition_count(OFFSETS_TOPIC)
+        return count if count else self.config.offsets_topic_num_partitions
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.partition_count)
+
+    def topic_exists(self) -> bool:
+        return bool(self.metadata_cache.partition_count(OFFSETS_TOPIC))
+
+    async def ensure_topic(self) -> int:
+        """Make the topic unless it exists (FindCoordinator's first step in Kafka). While
+        one lookup is making it, the others do not try again: COORDINATOR_NOT_AVAILABLE."""
+        if self.topic_exists():
+            return pb.NONE
+        if self._creating:
+            return COORDINATOR_NOT_AVAILABLE
+        self._creating = True
+        try:
+            return await self._create_topic()
+        finally:
+            self._creating = False
+
+    def refusal(self, group_id: str) -> int | None:
+        """NOT_COORDINATOR unless this broker leads the group's partition,
+        COORDINATOR_LOAD_IN_PROGRESS while it loads it, else None."""
+        owned = self._owned.get(self.partition_of(group_id))
+        if owned is None:
+            return NOT_COORDINATOR
+        if not owned.loaded:
+            return COORDINATOR_LOAD_IN_PROGRESS
+        return None
+
+    def loaded_partitions(self) -> list[int]:
+        return sorted(p for p, owned in self._owned.items() if owned.loaded)
+
+    # -- leadership ----------------------------------------------------------------------------
+
+    def on_leadership_change(
+        self, led: Mapping[TopicPartition, int], resigned: Iterable[TopicPartition]
+    ) -> None:
+        """The replica manager's listener: load what is now led, drop what is not."""
+        for tp in resigned:
+            if tp.topic == OFFSETS_TOPIC:
+                self._unload(tp.partition)
+        for tp, epoch in led.items():
+            if tp.topic != OFFSETS_TOPIC:
+                continue
+            owned = self._owned.get(tp.partition)
+            if owned is not None and owned.leader_epoch == epoch:
+                continue  # a repeated LeaderAndIsr
+            self._unload(tp.partition)
+            owned = self._owned[tp.partition] = _OwnedPartition(epoch)
+            owned.task = asyncio.get_running_loop().create_task(
+                self._load(tp.partition, owned), name=f"load-{tp}"
+            )
+
+    def _unload(self, partition: int) -> None:
+        owned = self._owned.pop(partition, None)
+        if owned is None:
+            return
+        if owned.task is not None:
+            owned.task.cancel()
+        gone = [g for g in self.groups if self.partition_of(g) == partition]
+        for group_id in gone:
+            del self.groups[group_id]
+            self.on_group_unloaded(group_id)
+        logger.info(
+            "event=offsets_partition_unloaded broker=%d tp=%s-%d leader_epoch=%d groups=%d",
+            self.broker_id,
+            OFFSETS_TOPIC,
+            partition,
+            owned.leader_epoch,
+            len(gone),
+        )
+
+    async def _load(self, partition: int, owned: _OwnedPartition) -> None:
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        started = time.monotonic()
+        try:
+            found, records = await self._read_partition(tp)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            logger.error(
+                "event=offsets_load_failed broker=%d tp=%s leader_epoch=%d error=%r",
+                self.broker_id,
+                tp,
+                owned.leader_epoch,
+                str(err),
+            )
+            return
+        if self._owned.get(partition) is not owned:
+            return
+        owned.loaded = True
+        for group_id, stored in found.items():
+            self.groups[group_id] = stored
+            if stored.metadata is not None:
+                self.on_group_loaded(group_id, stored.metadata)
+        logger.info(
+            "event=offsets_partition_loaded broker=%d tp=%s leader_epoch=%d groups=%d "
+            "records=%d ms=%d",
+            self.broker_id,
+            tp,
+            owned.leader_epoch,
+            len(found),
+            records,
+            round((time.monotonic() - started) * 1000),
+        )
+
+    async def _read_partition(self, tp: TopicPartition) -> tuple[dict[str, StoredGroup], int]:
+        partition = self.replica_manager.partitions.get(tp)
+        if partition is None:
+            raise LookupError(f"broker {self.broker_id} does not host {tp}")
+        log = partition.log
+        found: dict[str, StoredGroup] = {}
+        offset, end = log.log_start_offset, log.log_end_offset
+        records = 0
+        loop = asyncio.get_running_loop()
+        while offset < end:
+            data = await loop.run_in_executor(self.executor, log.read, offset, LOAD_BUFFER_BYTES)
+            if not data.records:
+                break
+            records += self._apply_batches(tp, data.records, offset, found)
+            offset = data.next_offset
+        return found, records
+
+    def _apply_batches(
+        self, tp: TopicPartition, buf: bytes, start: int, found: dict[str, StoredGroup]
+    ) -> int:
+        applied = 0
+        pos = 0
+        while pos < len(buf):
+            header = parse_header(buf, pos)
+            try:
+                batch = decode_batch(buf, pos)
+            except CorruptRecordError as err:
+                logger.error(
+                    "event=offsets_batch_unreadable broker=%d tp=%s base_offset=%d error=%r",
+                    self.broker_id,
+                    tp,
+                    header.base_offset,
+                    str(err),
+                )
+                pos += header.size
+                continue
+            pos += header.size
+            if header.is_control:
+                continue
+            for record in batch.records:
+                if record.offset < start:
+                    continue
+                applied += 1
+                self._apply_record(tp, record, found)
+        return applied
+
+    def _apply_record(
+        self, tp: TopicPartition, record: Record, found: dict[str, StoredGroup]
+    ) -> None:
+        if record.key is None:
+            logger.warning(
+                "event=offsets_record_without_key broker=%d tp=%s offset=%d",
+                self.broker_id,
+                tp,
+                record.offset,
+            )
+            return
+        try:
+            key = decode_key(record.key)
+            if isinstance(key, OffsetCommitKey):
+                stored = found.setdefault(key.group, StoredGroup())
+                committed = TopicPartition(key.topic, key.partition)
+                if record.value is None:
+                    stored.offsets.pop(committed, None)
+                else:
+                    value = decode_offset_commit_value(record.value)
+                    stored.offsets[committed] = _committed(value, record.offset)
+            else:
+                stored = found.setdefault(key.group, StoredGroup())
+                stored.metadata = (
+                    None if record.value is None else decode_group_metadata_value(record.value)
+                )
+                stored.metadata_offset = record.offset
+            if stored.metadata is None and not stored.offsets:
+                del found[key.group]
+        except ValueError as err:
+            logger.error(
+                "event=offsets_record_unreadable broker=%d tp=%s offset=%d error=%r",
+                self.broker_id,
+                tp,
+                record.offset,
+                str(err),
+            )
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def committed(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+        stored = self.groups.get(group_id)
+        return {} if stored is None else dict(stored.offsets)
+
+    def stored_metadata(self, group_id: str) -> GroupMetadataValue | None:
+        stored = self.groups.get(group_id)
+        return None if stored is None else stored.metadata
+
+    def holds(self, group_id: str) -> bool:
+        """Whether the log holds anything of the group (offsets or a generation)."""
+        return group_id in self.groups
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def store_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, CommittedOffset]
+    ) -> dict[TopicPartition, int]:
+        """Append the commits as one batch and wait for the ISR; each partition's error
+        code (the same for all: they are one batch)."""
+        now = self.clock_ms()
+        records = [
+            Record(
+                encode_offset_commit_key(OffsetCommitKey(group_id, tp.topic, tp.partition)),
+                encode_offset_commit_value(
+                    OffsetCommitValue(
+                        c.offset,
+                        c.leader_epoch,
+                        c.metadata,
+                        now,
+                        c.expire_timestamp_ms,
+                    )
+                ),
+                now,
+            )
+            for tp, c in offsets.items()
+        ]
+        code, base_offset = await self._append(group_id, records)
+        if code == pb.NONE and base_offset >= 0:
+            stored = self.groups.setdefault(group_id, StoredGroup())
+            for index, (tp, c) in enumerate(offsets.items()):
+                record_offset = base_offset + index
+                known = stored.offsets.get(tp)
+                if known is None or known.record_offset < record_offset:
+                    stored.offsets[tp] = dataclasses.replace(
+                        c, commit_timestamp_ms=now, record_offset=record_offset
+                    )
+        return dict.fromkeys(offsets, code)
+
+    async def store_group(self, group_id: str, value: GroupMetadataValue) -> int:
+        """Append the group's generation (members and assignments) and wait for the ISR."""
+        record = Record(
+            encode_group_metadata_key(GroupMetadataKey(group_id)),
+            encode_group_metadata_value(value),
+            self.clock_ms(),
+        )
+        code, base_offset = await self._append(group_id, [record])
+        if code == pb.NONE and base_offset >= 0:
+            stored = self.groups.setdefault(group_id, StoredGroup())
+            if stored.metadata_offset < base_offset:
+                stored.metadata, stored.metadata_offset = value, base_offset
+        return code
+
+    async def delete(
+        self, group_id: str, partitions: Iterable[TopicPartition] | None = None
+    ) -> int:
+        """Tombstones for the group's offsets of ``partitions`` (None: all of them and its
+        generation, the whole group)."""
+        stored = self.groups.get(group_id)
+        if stored is None:
+            return pb.NONE
+        tps = (
+            list(stored.offsets)
+            if partitions is None
+            else [tp for tp in partitions if tp in stored.offsets]
+        )
+        now = self.clock_ms()
+        records = [
+            Record(
+                encode_offset_commit_key(OffsetCommitKey(group_id, tp.topic, tp.partition)),
+                None,
+                now,
+            )
+            for tp in tps
+        ]
+        if partitions is None and stored.metadata is not None:
+            records.append(Record(encode_group_metadata_key(GroupMetadataKey(group_id)), None, now))
+        code: int = pb.NONE
+        if records:
+            code, _ = await self._append(group_id, records)
+        if code == pb.NONE:
+            for tp in tps:
+                stored.offsets.pop(tp, None)
+            if partitions is None:
+                # A group whose offsets alone were deleted stays, Empty, until deleted
+                # itself (Kafka keeps it until its next expiry pass).
+                self.groups.pop(group_id, None)
+        logger.info(
+            "event=group_offsets_deleted broker=%d group=%s partitions=%d whole_group=%s "
+            "error_code=%d",
+            self.broker_id,
+            group_id,
+            len(tps),
+            partitions is None,
+            code,
+        )
+        return code
+
+    async def _append(self, group_id: str, records: list[Record]) -> tuple[int, int]:
+        """(error code for the client, base offset of the appended batch)."""
+        partition = self.partition_of(group_id)
+        owned = self._owned.get(partition)
+        if owned is None:
+            return NOT_COORDINATOR, -1
+        if not owned.loaded:
+            return COORDINATOR_LOAD_IN_PROGRESS, -1
+        tp = TopicPartition(OFFSETS_TOPIC, partition)
+        batch = encode_batch(records)
+        results = await self.replica_manager.append_records(
+            ACKS_ALL,
+            self.config.offsets_commit_timeout_ms,
+            {tp: batch},
+            internal_topics_allowed=True,
+        )
+        result = results[tp]
+        if result.error_code != pb.NONE:
+            logger.warning(
+                "event=offsets_append_failed broker=%d tp=%s group=%s leader_epoch=%d "
+                "error_code=%d message=%r",
+                self.broker_id,
+                tp,
+                group_id,
+                owned.leader_epoch,
+                result.error_code,
+                result.error_message,
+            )
+            return commit_error(result.error_code), -1
+        if self._owned.get(partition) is not owned:
+            # The partition moved while the write waited: the new leader's load decides
+            # whether it survived (it was acknowledged by the ISR, so it did).
+            return pb.NONE, -1
+        return pb.NONE, result.base_offset
+
+    async def stop(self) -> None:
+        for partition in list(self._owned):
+            owned = self._owned[partition]
+            if owned.task is not None:
+                owned.task.cancel()
+        tasks = [o.task for o in self._owned.values() if o.task is not None]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _committed(value: OffsetCommitValue, record_offset: int) -> CommittedOffset:
+    return CommittedOffset(
+        value.offset,
+        value.leader_epoch,
+        value.metadata,
+        value.commit_timestamp,
+        value.expire_timestamp,
+        record_offset,
+    )
