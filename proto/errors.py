@@ -34,6 +34,9 @@ client turns a response's code back into the exception with :func:`for_code`.
         ├── InvalidRecordError               (a well-framed batch whose records break a rule)
         ├── InvalidTimestampError            (a producer set the LogAppendTime attribute)
         ├── UnknownProducerIdError           (a producer id no broker handed out)
+        ├── InvalidTxnStateError             (a write that breaks the transaction's rules)
+        ├── TransactionCoordinatorFencedError (a marker of a deposed coordinator)
+        ├── ProducerFencedError              (a newer instance of the transactional id)
         └── (any other code)                 BrokerResponseError itself, flags from the table
 """
 
@@ -214,6 +217,26 @@ class UnknownProducerIdError(BrokerResponseError):
     code = ErrorCode.UNKNOWN_PRODUCER_ID
 
 
+class InvalidTxnStateError(BrokerResponseError):
+    """A write the producer's transaction forbids: a plain batch while its transaction is
+    open, a marker for a transaction that is not there to end."""
+
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(BrokerResponseError):
+    """A marker from a coordinator older than the one that wrote the producer's last
+    marker: a deposed coordinator's, refused so it cannot end a transaction twice."""
+
+    code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+
+
+class ProducerFencedError(BrokerResponseError):
+    """A newer instance of the transactional id took over its producer id."""
+
+    code = ErrorCode.PRODUCER_FENCED
+
+
 _CLASSES: dict[int, type[BrokerResponseError]] = {
     cls.code: cls
     for cls in (
@@ -241,6 +264,9 @@ _CLASSES: dict[int, type[BrokerResponseError]] = {
         InvalidRecordError,
         InvalidTimestampError,
         UnknownProducerIdError,
+        InvalidTxnStateError,
+        TransactionCoordinatorFencedError,
+        ProducerFencedError,
     )
 }
 
@@ -283,6 +309,16 @@ _DESCRIPTIONS: dict[int, str] = {
     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (
         "no ACL allows this principal that on the transactional id"
     ),
+    ErrorCode.INVALID_TXN_STATE: "the producer attempted a transactional operation in an "
+    "invalid state",
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: "the producer id is not the transactional id's",
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: "the transaction timeout is larger than "
+    "transaction.max.timeout.ms",
+    ErrorCode.CONCURRENT_TRANSACTIONS: "the coordinator is still completing the transactional "
+    "id's previous transaction",
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: "a newer transaction coordinator has written "
+    "to this producer's partitions",
+    ErrorCode.PRODUCER_FENCED: "a newer instance of the transactional id has fenced this one",
 }
 
 # Kafka's flags for the codes that have no class of their own.
@@ -295,6 +331,7 @@ _RETRIABLE_CODES = frozenset(
         ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
         ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
         ErrorCode.ELECTION_NOT_NEEDED,
+        ErrorCode.CONCURRENT_TRANSACTIONS,
     }
 )
 

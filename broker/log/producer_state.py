@@ -1,5 +1,5 @@
-"""What a partition knows of its idempotent producers (Kafka's ``ProducerStateManager``,
-simplified: no transactions, no snapshot files, no producer expiry).
+"""What a partition knows of its idempotent and transactional producers (Kafka's
+``ProducerStateManager``, simplified: no snapshot files yet, no producer expiry).
 
 For every producer id whose batches are in the log: its latest producer epoch and the
 metadata (first and last sequence, base and last offset) of its last
@@ -25,6 +25,15 @@ Who calls what (all under the owning :class:`broker.log.log.Log`'s lock):
   last segment boundaries (Kafka snapshots at every roll) so that a truncation replays one
   segment, not the whole log (:meth:`ProducerStateManager.truncate_to`).
 
+Transactions (docs/transactions.md): a producer's first transactional batch opens its
+transaction at that batch's offset, and a control batch (a commit or abort marker, which
+the Log decodes and passes in) closes it. The offsets of the open transactions give the
+first unstable offset, which bounds the last stable offset (LSO) read_committed consumers
+may read to; each closed transaction is returned as a :class:`CompletedTxn` with the LSO at
+its marker, so that the Log can index an aborted one (``.txnindex``). The leader also
+refuses a plain batch from a producer whose transaction is open (INVALID_TXN_STATE), a
+marker of an older producer epoch, and one from an older coordinator epoch than the last.
+
 Retention does not drop producers whose batches it deleted (Kafka 2.x did, answering the
 producer's next batch UNKNOWN_PRODUCER_ID): their cached offsets still answer duplicates
 correctly, and a producer that writes rarely is not stranded. A broker that reloads the log
@@ -34,10 +43,11 @@ from disk forgets them, as a new replica would never have known them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from proto import errors
+from proto.records.control_records import ControlType, EndTxnMarker
 from proto.records.record_batch import NO_SEQUENCE, BatchHeader
 from proto.topic_partition import TopicPartition
 
@@ -45,6 +55,8 @@ __all__ = [
     "BATCHES_PER_PRODUCER",
     "SNAPSHOTS_RETAINED",
     "BatchMetadata",
+    "CompletedTxn",
+    "MarkerReader",
     "ProducerEntry",
     "ProducerStateManager",
     "in_sequence",
@@ -89,12 +101,35 @@ class BatchMetadata(NamedTuple):
         )
 
 
+class CompletedTxn(NamedTuple):
+    """A transaction a marker closed (Kafka's ``CompletedTxn``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    """The marker's offset."""
+    is_aborted: bool
+    last_stable_offset: int
+    """The partition's LSO once this transaction is closed: the first offset of another
+    producer's open transaction, else the offset after the marker."""
+
+
+MarkerReader = Callable[[BatchHeader], EndTxnMarker | None]
+"""The marker a control batch holds (None for an empty batch, whose transaction the
+cleaner removed, or a control type this broker does not know)."""
+
+
 class ProducerEntry(NamedTuple):
     """One producer id's state. Immutable, so that a snapshot is a shallow dict copy."""
 
     epoch: int
     batches: tuple[BatchMetadata, ...]
-    """The last batches of ``epoch``, oldest first; at most BATCHES_PER_PRODUCER, never none."""
+    """The last batches of ``epoch``, oldest first; at most BATCHES_PER_PRODUCER (none
+    after a marker of a new epoch, before the epoch's first batch)."""
+    txn_first_offset: int = -1
+    """The first offset of the producer's open transaction, -1 when none is open."""
+    coordinator_epoch: int = -1
+    """The coordinator epoch of the last marker written for the producer."""
 
     @property
     def last_sequence(self) -> int:
@@ -115,20 +150,25 @@ class ProducerEntry(NamedTuple):
         return None
 
     def appended(self, header: BatchHeader) -> ProducerEntry:
-        """This entry after ``header``'s batch is written: a new epoch starts afresh."""
+        """This entry after ``header``'s batch is written: a new epoch starts afresh, and
+        a transactional batch opens a transaction unless one is open."""
         batch = BatchMetadata.of(header)
+        txn_first = self.txn_first_offset
+        if txn_first < 0 and header.is_transactional:
+            txn_first = header.base_offset
         if header.producer_epoch != self.epoch:
-            return _new_tuple(ProducerEntry, (header.producer_epoch, (batch,)))
-        return _new_tuple(
-            ProducerEntry, (self.epoch, (*self.batches[1 - BATCHES_PER_PRODUCER :], batch))
-        )
+            fields = (header.producer_epoch, (batch,), txn_first, self.coordinator_epoch)
+            return _new_tuple(ProducerEntry, fields)
+        batches = (*self.batches[1 - BATCHES_PER_PRODUCER :], batch)
+        return _new_tuple(ProducerEntry, (self.epoch, batches, txn_first, self.coordinator_epoch))
 
 
 _new_tuple = tuple.__new__
 
 
 def _new_entry(header: BatchHeader) -> ProducerEntry:
-    return ProducerEntry(header.producer_epoch, (BatchMetadata.of(header),))
+    txn_first = header.base_offset if header.is_transactional else -1
+    return ProducerEntry(header.producer_epoch, (BatchMetadata.of(header),), txn_first, -1)
 
 
 def _is_producer_batch(header: BatchHeader) -> bool:
@@ -143,7 +183,10 @@ class ProducerStateManager:
     def __init__(self, topic_partition: TopicPartition) -> None:
         self.topic_partition = topic_partition
         self._producers: dict[int, ProducerEntry] = {}
-        self._snapshots: dict[int, dict[int, ProducerEntry]] = {}
+        self._ongoing: dict[int, int] = {}
+        """First offset of an open transaction -> its producer id, in offset order."""
+        self._last_marker_offset = -1
+        self._snapshots: dict[int, _Snapshot] = {}
         """Offset -> the state covering exactly the batches below it; ascending offsets."""
 
     def __repr__(self) -> str:
@@ -160,6 +203,17 @@ class ProducerStateManager:
     @property
     def snapshot_offsets(self) -> list[int]:
         return list(self._snapshots)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction, None when none is open: the
+        LSO is never above it."""
+        return min(self._ongoing, default=None)
+
+    @property
+    def ongoing_transactions(self) -> Mapping[int, int]:
+        """First offset -> producer id of every open transaction (a copy)."""
+        return dict(self._ongoing)
 
     # -- the leader's checks -----------------------------------------------------------------
 
@@ -204,6 +258,11 @@ class ProducerStateManager:
                     duplicates.append(duplicate)
                     continue
                 self._check_sequence(entry, header)
+            if entry is not None and entry.txn_first_offset >= 0 and not header.is_transactional:
+                raise errors.InvalidTxnStateError(
+                    f"{self.topic_partition}: producer {producer_id} sent a batch outside "
+                    f"its transaction, open since offset {entry.txn_first_offset}"
+                )
             if index < last_index:  # only a later batch of this entry needs it
                 pending[producer_id] = (
                     _new_entry(header) if entry is None else entry.appended(header)
@@ -253,26 +312,78 @@ class ProducerStateManager:
                 f"{entry.last_sequence} (expected {(entry.last_sequence + 1) & _INT32_MAX})"
             )
 
+    def check_leader_marker(self, header: BatchHeader, marker: EndTxnMarker) -> None:
+        """Check a marker before the leader writes it (WriteTxnMarkers): raises
+        InvalidProducerEpochError for an epoch older than the producer's, and
+        TransactionCoordinatorFencedError for a coordinator epoch older than the one of the
+        producer's last marker (Kafka's ``appendEndTxnMarker`` checks)."""
+        entry = self._producers.get(header.producer_id)
+        if entry is None:
+            return
+        where = f"{self.topic_partition}: marker for producer {header.producer_id}"
+        if header.producer_epoch < entry.epoch:
+            raise errors.InvalidProducerEpochError(
+                f"{where} has epoch {header.producer_epoch}, the partition has seen {entry.epoch}"
+            )
+        if marker.coordinator_epoch < entry.coordinator_epoch:
+            raise errors.TransactionCoordinatorFencedError(
+                f"{where} comes from coordinator epoch {marker.coordinator_epoch}, older than "
+                f"{entry.coordinator_epoch}"
+            )
+
     # -- updates -------------------------------------------------------------------------
 
-    def update(self, headers: Iterable[BatchHeader]) -> None:
-        """Record written batches (their headers as written: base offsets stamped).
+    def update(
+        self, headers: Iterable[BatchHeader], markers: MarkerReader | None = None
+    ) -> list[CompletedTxn]:
+        """Record written batches (their headers as written: base offsets stamped), and
+        return the transactions their markers closed.
 
         The leader after its checks, a follower after appending what it fetched, and the
         Log replaying its segments all come here; nothing is checked: the log is the truth.
+        ``markers`` reads a control batch's marker; without it control batches are skipped
+        (a log that holds none).
         """
         producers = self._producers
+        completed: list[CompletedTxn] = []
         for header in headers:
-            if not _is_producer_batch(header):
+            if not header.has_producer_id:
                 continue
-            entry = producers.get(header.producer_id)
-            producers[header.producer_id] = (
-                _new_entry(header) if entry is None else entry.appended(header)
-            )
+            producer_id = header.producer_id
+            if header.is_control:
+                marker = markers(header) if markers is not None else None
+                if marker is not None:
+                    done = self._close_transaction(header, marker)
+                    if done is not None:
+                        completed.append(done)
+                continue
+            entry = producers.get(producer_id)
+            new = _new_entry(header) if entry is None else entry.appended(header)
+            producers[producer_id] = new
+            if new.txn_first_offset >= 0 and (entry is None or entry.txn_first_offset < 0):
+                self._ongoing[new.txn_first_offset] = producer_id
+        return completed
+
+    def _close_transaction(self, header: BatchHeader, marker: EndTxnMarker) -> CompletedTxn | None:
+        producer_id, epoch = header.producer_id, header.producer_epoch
+        entry = self._producers.get(producer_id)
+        completed = None
+        if entry is not None and entry.txn_first_offset >= 0:
+            first = entry.txn_first_offset
+            del self._ongoing[first]
+            lso = min(self._ongoing, default=header.base_offset + 1)
+            aborted = marker.control_type == ControlType.ABORT
+            completed = CompletedTxn(producer_id, first, header.base_offset, aborted, lso)
+        batches = entry.batches if entry is not None and entry.epoch == epoch else ()
+        self._producers[producer_id] = ProducerEntry(epoch, batches, -1, marker.coordinator_epoch)
+        self._last_marker_offset = header.base_offset
+        return completed
 
     def clear(self) -> None:
         """Forget everything, snapshots included (the log was emptied)."""
         self._producers.clear()
+        self._ongoing.clear()
+        self._last_marker_offset = -1
         self._snapshots.clear()
 
     # -- snapshots and truncation ----------------------------------------------------------
@@ -281,7 +392,9 @@ class ProducerStateManager:
         """Remember the current state as that of the log below ``offset`` (the log end
         offset now: a segment boundary). Only the latest SNAPSHOTS_RETAINED are kept."""
         self._snapshots.pop(offset, None)
-        self._snapshots[offset] = dict(self._producers)
+        self._snapshots[offset] = _Snapshot(
+            dict(self._producers), dict(self._ongoing), self._last_marker_offset
+        )
         while len(self._snapshots) > SNAPSHOTS_RETAINED:
             del self._snapshots[next(iter(self._snapshots))]
 
@@ -297,8 +410,22 @@ class ProducerStateManager:
         """
         for offset in [o for o in self._snapshots if o > end_offset]:
             del self._snapshots[offset]
-        if all(entry.last_offset < end_offset for entry in self._producers.values()):
+        if self._last_marker_offset < end_offset and all(
+            entry.last_offset < end_offset for entry in self._producers.values()
+        ):
             return None
         base = max(self._snapshots, default=None)
-        self._producers = {} if base is None else dict(self._snapshots[base])
-        return 0 if base is None else base
+        if base is None:
+            self._producers, self._ongoing, self._last_marker_offset = {}, {}, -1
+            return 0
+        snapshot = self._snapshots[base]
+        self._producers = dict(snapshot.producers)
+        self._ongoing = dict(snapshot.ongoing)
+        self._last_marker_offset = snapshot.last_marker_offset
+        return base
+
+
+class _Snapshot(NamedTuple):
+    producers: dict[int, ProducerEntry]
+    ongoing: dict[int, int]
+    last_marker_offset: int

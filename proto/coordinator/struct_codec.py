@@ -1,4 +1,4 @@
-"""Kafka's non-flexible struct types (int16/32/64 big-endian, int16-length strings, int32-length
+"""Kafka's non-flexible struct types (int8/16/32/64 big-endian, int16-length strings, int32-length
 bytes, int32-count arrays): what the coordinators' internal-topic records are made of."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from proto.errors import MinibrokerError
 
 __all__ = ["StructError", "StructReader", "StructWriter"]
 
-_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+_I8, _I16 = struct.Struct(">b"), struct.Struct(">h")
+_I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
 
 
 class StructError(MinibrokerError, ValueError):
@@ -34,6 +35,9 @@ class StructReader:
         chunk = self._data[self._pos : end]
         self._pos = end
         return chunk
+
+    def int8(self, field: str) -> int:
+        return int(_I8.unpack(self._take(1, field))[0])
 
     def int16(self, field: str) -> int:
         return int(_I16.unpack(self._take(2, field))[0])
@@ -68,7 +72,16 @@ class StructReader:
         return self._take(length, field)
 
     def count(self, field: str) -> int:
+        n = self.nullable_count(field)
+        if n is None:
+            raise StructError(f"{self._what}: {field} is null")
+        return n
+
+    def nullable_count(self, field: str) -> int | None:
+        """An array's element count, None for a null array (count -1)."""
         n = self.int32(field)
+        if n == -1:
+            return None
         if n < 0 or n > len(self._data) - self._pos:
             raise StructError(f"{self._what}: {field} has {n} elements")
         return n
@@ -87,6 +100,10 @@ class StructWriter:
     @property
     def data(self) -> bytes:
         return bytes(self._out)
+
+    def int8(self, value: int) -> StructWriter:
+        self._out += _I8.pack(value)
+        return self
 
     def int16(self, value: int) -> StructWriter:
         self._out += _I16.pack(value)

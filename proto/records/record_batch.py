@@ -718,9 +718,12 @@ def encode_batch(
     base_sequence: int = NO_SEQUENCE,
     base_timestamp: int | None = None,
     compression: int = 0,
+    flags: int = 0,
 ) -> bytes:
     """Encode ``records`` as one v2 batch (CreateTime timestamps), its records compressed
-    with the codec id ``compression`` (0: none; proto.records.compression).
+    with the codec id ``compression`` (0: none; proto.records.compression), with the
+    attribute ``flags`` given (TRANSACTIONAL_FLAG_MASK for a transactional producer's batch,
+    with CONTROL_FLAG_MASK for a marker's).
 
     ``base_timestamp`` defaults to the first record's timestamp, as Kafka's builder does;
     maxTimestamp is the largest record timestamp. Raises ValueError for an empty batch or
@@ -745,8 +748,10 @@ def encode_batch(
         body = bytearray(compress(compression, body))
     if HEADER_SIZE + len(body) - LOG_OVERHEAD > _INT32_MAX:
         raise ValueError(f"batch of {len(body)} bytes of records is too large for the format")
-    # attributes: the codec, CreateTime, not transactional, not control
-    fields = (compression, count - 1, base_timestamp, max_timestamp)
+    # attributes: the codec, CreateTime, the transactional and control flags
+    if flags & ~(TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK):
+        raise ValueError(f"attribute flags {flags:#x} are not the transactional and control bits")
+    fields = (compression | flags, count - 1, base_timestamp, max_timestamp)
     return _framed(base_offset, partition_leader_epoch, (*fields, *producer), count, body)
 
 

@@ -77,6 +77,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     OUT_OF_ORDER_SEQUENCE: _ErrorCode.ValueType  # 45
     DUPLICATE_SEQUENCE: _ErrorCode.ValueType  # 46
     INVALID_PRODUCER_EPOCH: _ErrorCode.ValueType  # 47
+    INVALID_TXN_STATE: _ErrorCode.ValueType  # 48
+    INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 49
+    INVALID_TRANSACTION_TIMEOUT: _ErrorCode.ValueType  # 50
+    CONCURRENT_TRANSACTIONS: _ErrorCode.ValueType  # 51
+    TRANSACTION_COORDINATOR_FENCED: _ErrorCode.ValueType  # 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 53
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
@@ -93,6 +98,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
     GROUP_SUBSCRIBED_TO_TOPIC: _ErrorCode.ValueType  # 86
     INVALID_RECORD: _ErrorCode.ValueType  # 87
+    PRODUCER_FENCED: _ErrorCode.ValueType  # 90
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Kafka's error codes, with Kafka's numbers, so logs and tools read the same."""
@@ -135,6 +141,11 @@ INVALID_REQUEST: ErrorCode.ValueType  # 42
 OUT_OF_ORDER_SEQUENCE: ErrorCode.ValueType  # 45
 DUPLICATE_SEQUENCE: ErrorCode.ValueType  # 46
 INVALID_PRODUCER_EPOCH: ErrorCode.ValueType  # 47
+INVALID_TXN_STATE: ErrorCode.ValueType  # 48
+INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 49
+INVALID_TRANSACTION_TIMEOUT: ErrorCode.ValueType  # 50
+CONCURRENT_TRANSACTIONS: ErrorCode.ValueType  # 51
+TRANSACTION_COORDINATOR_FENCED: ErrorCode.ValueType  # 52
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 53
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
@@ -151,6 +162,7 @@ ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode.ValueType  # 83
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
 GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode.ValueType  # 86
 INVALID_RECORD: ErrorCode.ValueType  # 87
+PRODUCER_FENCED: ErrorCode.ValueType  # 90
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final
