@@ -6,11 +6,16 @@ Kafka's ``Log`` (2.x), in directory ``<data-dir>/<topic>-<partition>/``::
     00000000000000000000.index   sparse offset index (see broker.log.offset_index)
     00000000000000004096.log     the next segment, named after its first offset
     00000000000000004096.index
+    00000000000000004096.txnindex  its aborted transactions, once it has one
+                                 (broker.log.transaction_index)
     leader-epoch-checkpoint      the epoch cache (broker.log.leader_epoch_cache)
 
-Each log also holds the state of its idempotent producers (broker.log.producer_state), in
-memory only: rebuilt from the batch headers when the log is opened or truncated, updated by
-every append, checked by every leader append.
+Each log also holds the state of its idempotent and transactional producers
+(broker.log.producer_state), in memory only: rebuilt from the batch headers (and the
+markers of control batches) when the log is opened or truncated, updated by every append,
+checked by every leader append. A marker that aborts a transaction adds it to its
+segment's transaction index; a replay adds any the index lacks (after a crash, a
+recovery or a cleaning), so the index always holds every abort whose marker is in the log.
 
 No ``.timeindex`` is written (Kafka's is optional too); see broker.log.log_segment.
 
@@ -49,9 +54,11 @@ from broker.log.log_segment import (
     TimestampOffset,
 )
 from broker.log.log_validator import recompressed_batches, validate_client_batches
-from broker.log.producer_state import BatchMetadata, ProducerStateManager
+from broker.log.marker_reader import append_markers, replay_headers
+from broker.log.producer_state import BatchMetadata, CompletedTxn, ProducerStateManager
 from broker.log.segment_files import SegmentFilePool
 from broker.log.segment_swap import CleanedSegment, commit_swap, discard_cleaned, finish_swap
+from broker.log.transaction_index import AbortedTxn
 from proto import errors
 from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, MinibrokerError, OffsetOutOfRangeError
@@ -347,6 +354,28 @@ class Log:
         return self._producer_state
 
     @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest open transaction (None: none is open); the
+        partition's LSO is the lower of this and its high watermark."""
+        with self._lock:
+            return self._producer_state.first_unstable_offset
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read_committed fetch of ``[fetch_offset,
+        upper_bound)`` must drop (Kafka's ``collectAbortedTransactions``): the segments'
+        indexes from the one holding ``fetch_offset`` on, until one says no later segment
+        can hold more."""
+        with self._lock:
+            segments = self._segments[self._floor_index(fetch_offset) :]
+        found: list[AbortedTxn] = []
+        for segment in segments:
+            aborted, complete = segment.txn_index.collect(fetch_offset, upper_bound)
+            found.extend(aborted)
+            if complete:
+                break
+        return found
+
+    @property
     def segments(self) -> tuple[LogSegment, ...]:
         """The segments in offset order (a snapshot); the last is the active one."""
         with self._lock:
@@ -398,6 +427,7 @@ class Log:
                 discard_cleaned(directory, cleaned.base_offset)
                 return False
             assert at is not None
+            aborts = [txn for segment in old for txn in segment.txn_index.entries()]
             commit_swap(directory, cleaned.base_offset)
             for segment in old:
                 segment.delete()
@@ -409,6 +439,10 @@ class Log:
                 files=self._files,
             )
             replacement.load_next_offset()
+            # The aborts of the old segments are the cleaned one's (a crash before this
+            # loses them from the file; the next open's replay writes them back).
+            for txn in aborts:
+                replacement.txn_index.append_if_missing(txn)
             self._segments[at : at + len(old)] = [replacement]
             self._bases[at : at + len(old)] = [cleaned.base_offset]
             self._truncations += 1
@@ -543,7 +577,10 @@ class Log:
             rolled = True
         segment.append(records, headers, stamp=stamp)
         self._log_end_offset = last.next_offset
-        self._producer_state.update(headers)
+        markers = append_markers(records, headers, self._topic_partition)
+        completed = self._producer_state.update(headers, markers)
+        if completed:
+            self._index_aborts(completed)
         latest = self._epoch_cache.latest_epoch()
         max_timestamp, offset_of_max = NO_TIMESTAMP, -1
         num_records = 0
@@ -968,11 +1005,10 @@ class Log:
             if segment.base_offset >= from_offset:
                 state.take_snapshot(segment.base_offset)
             try:
-                state.update(
-                    header
-                    for _, header in segment.batch_headers()
-                    if header.base_offset >= from_offset
-                )
+                headers, markers = replay_headers(segment, from_offset, self._topic_partition)
+                completed = state.update(headers, markers)
+                if completed:
+                    self._index_aborts(completed)
             except CorruptRecordError as e:
                 log.warning(
                     "%s: producer state not rebuilt past a damaged segment: %s",
@@ -980,6 +1016,18 @@ class Log:
                     e,
                 )
                 return
+
+    def _index_aborts(self, completed: Sequence[CompletedTxn]) -> None:
+        """Add the aborted ones to the index of the segment holding their marker, unless
+        it has them (a replay meets the markers of aborts already indexed)."""
+        for txn in completed:
+            if txn.is_aborted:
+                segment = self._segments[self._floor_index(txn.last_offset)]
+                segment.txn_index.append_if_missing(
+                    AbortedTxn(
+                        txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset
+                    )
+                )
 
     def _floor_index(self, offset: int) -> int:
         """Index of the segment holding ``offset`` (the first one for offsets below it)."""

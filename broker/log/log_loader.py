@@ -19,7 +19,7 @@ from typing import NamedTuple
 from broker.log.checkpoints import fsync_directory
 from broker.log.epoch_entry import EpochEntry
 from broker.log.leader_epoch_cache import CheckpointError, LeaderEpochFileCache
-from broker.log.log_segment import INDEX_SUFFIX, LOG_SUFFIX, LogSegment
+from broker.log.log_segment import INDEX_SUFFIX, LOG_SUFFIX, TXN_INDEX_SUFFIX, LogSegment
 from broker.log.segment_files import SegmentFilePool
 from broker.log.segment_swap import recover_swaps
 from proto.config.log_config import LogConfig
@@ -42,7 +42,7 @@ STRAY_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 A cleaner's committed swap is finished first (:func:`broker.log.segment_swap.recover_swaps`),
 so none of its files is left to delete here."""
 
-_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index)")
+_SEGMENT_FILE = re.compile(r"(\d{20})(\.log|\.index|\.txnindex)")
 
 
 class LoadedLog(NamedTuple):
@@ -144,7 +144,7 @@ def _remove_stray_files(directory: Path) -> None:
         match = _SEGMENT_FILE.fullmatch(name)
         orphan = (
             match is not None
-            and match.group(2) == INDEX_SUFFIX
+            and match.group(2) in (INDEX_SUFFIX, TXN_INDEX_SUFFIX)
             and match.group(1) + LOG_SUFFIX not in names
         )
         if orphan or name.endswith(STRAY_SUFFIXES):

@@ -1,4 +1,5 @@
-"""One segment of a partition's log: ``<base>.log`` and its sparse ``<base>.index``.
+"""One segment of a partition's log: ``<base>.log``, its sparse ``<base>.index`` and, once
+a transaction is aborted in it, its ``<base>.txnindex`` (broker.log.transaction_index).
 
 The ``.log`` file is the plain concatenation of v2 record batches, byte for byte what
 producers sent with baseOffset and partitionLeaderEpoch stamped (Kafka's format exactly).
@@ -33,6 +34,7 @@ from typing import NamedTuple
 
 from broker.log.offset_index import CorruptIndexError, OffsetIndex
 from broker.log.segment_files import SegmentClosedError, SegmentFile, SegmentFilePool, default_pool
+from broker.log.transaction_index import TransactionIndex
 from proto.records.record_batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -55,12 +57,14 @@ __all__ = [
     "TimestampOffset",
     "index_file_name",
     "log_file_name",
+    "txn_index_file_name",
 ]
 
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
+TXN_INDEX_SUFFIX = ".txnindex"
 
 _INT32_MAX = 2**31 - 1
 _HEADER_SCAN_CHUNK = 16 * 1024
@@ -82,6 +86,10 @@ def log_file_name(base_offset: int) -> str:
 
 def index_file_name(base_offset: int) -> str:
     return f"{base_offset:020d}{INDEX_SUFFIX}"
+
+
+def txn_index_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{TXN_INDEX_SUFFIX}"
 
 
 class TimestampOffset(NamedTuple):
@@ -146,12 +154,18 @@ class LogSegment:
         index_interval_bytes: int,
         size: int,
         index_valid: bool,
+        txn_index: TransactionIndex | None = None,
     ) -> None:
         """Use :meth:`create` or :meth:`open`."""
         self._directory = directory
         self._base_offset = base_offset
         self._file = log_file
         self._index = index
+        self._txn_index = (
+            TransactionIndex(directory / txn_index_file_name(base_offset), base_offset)
+            if txn_index is None
+            else txn_index
+        )
         self._index_interval_bytes = index_interval_bytes
         self._size = size
         self._index_valid = index_valid
@@ -189,6 +203,7 @@ class LogSegment:
         log_file = SegmentFile.create(directory / log_file_name(base_offset), pool)
         try:
             index = OffsetIndex.create(directory / index_file_name(base_offset), base_offset)
+            (directory / txn_index_file_name(base_offset)).unlink(missing_ok=True)
         except BaseException:
             log_file.close()
             raise
@@ -226,6 +241,15 @@ class LogSegment:
             log.warning("rebuilding index of %s: %s", log_path, e)
             index = OffsetIndex.create(index_path, base_offset)
             index_valid = False
+        txn_path = directory / txn_index_file_name(base_offset)
+        try:
+            txn_index = TransactionIndex.load(txn_path, base_offset)
+        except CorruptIndexError as e:
+            # The Log's replay of the producer state writes the aborts back (Kafka rebuilds
+            # the file in recovery).
+            log.warning("rebuilding transaction index of %s: %s", log_path, e)
+            txn_path.unlink()
+            txn_index = TransactionIndex(txn_path, base_offset)
         return cls(
             directory,
             base_offset,
@@ -234,6 +258,7 @@ class LogSegment:
             index_interval_bytes=index_interval_bytes,
             size=size,
             index_valid=index_valid,
+            txn_index=txn_index,
         )
 
     # -- properties ------------------------------------------------------------------------
@@ -253,6 +278,11 @@ class LogSegment:
     @property
     def index(self) -> OffsetIndex:
         return self._index
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """The aborted transactions whose markers are in this segment."""
+        return self._txn_index
 
     @property
     def size(self) -> int:
@@ -349,6 +379,7 @@ class LogSegment:
         position, header = found
         removed = self._size - position
         self._recent.clear()
+        self._txn_index.truncate_to(header.base_offset)
         self._index.truncate_to_position(position)
         last = self._index.last_entry()
         self._last_indexed_position = 0 if last is None else last.position
@@ -369,6 +400,7 @@ class LogSegment:
         """
         self._file.fsync()
         self._index.flush()
+        self._txn_index.flush()
 
     def on_become_inactive(self) -> None:
         """Called when a newer segment becomes the active one: write the pending index
@@ -382,11 +414,13 @@ class LogSegment:
         makes it sparser, never wrong)."""
         self._file.close()
         self._index.close()
+        self._txn_index.close()
 
     def delete(self) -> None:
-        """Close and remove both files. Readers already inside a read still finish it."""
+        """Close and remove its files. Readers already inside a read still finish it."""
         self._file.close()
         self._index.delete()
+        self._txn_index.delete()
         self.log_path.unlink(missing_ok=True)
 
     # -- recovery --------------------------------------------------------------------------
@@ -456,6 +490,8 @@ class LogSegment:
                 stop,
             )
             self._file.truncate(position)
+        # Aborts whose markers were cut go; the Log's replay writes back any missing.
+        self._txn_index.truncate_to(expected)
         self._size = position
         self._next_offset = expected
         self._index_valid = True

@@ -128,6 +128,15 @@ class TransactionIndex:
             self._entries.append(txn)
             self._dirty = True
 
+    def append_if_missing(self, txn: AbortedTxn) -> bool:
+        """Append ``txn`` unless its marker is not after the last indexed one (it is there
+        already: a replay of markers the index holds). Whether it was appended."""
+        with self._lock:
+            if self._entries and txn.last_offset <= self._entries[-1].last_offset:
+                return False
+        self.append(txn)
+        return True
+
     def collect(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
         """The aborts overlapping ``[fetch_offset, upper_bound)``, and whether the search
         is complete: an entry's last stable offset reached ``upper_bound``, so no later

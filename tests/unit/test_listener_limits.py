@@ -347,7 +347,7 @@ def test_grpc_closes_connections_past_max_connections_and_unfinished_handshakes(
             "zookeeper.connect": "zk:2181",
             "log.dirs": "/tmp/x",
             "max.connections": "3",
-            "connections.handshake.timeout.ms": "600",
+            "connections.handshake.timeout.ms": "3000",
         }
     )
 
@@ -362,7 +362,7 @@ def test_grpc_closes_connections_past_max_connections_and_unfinished_handshakes(
         try:
             for sock in socks:
                 sock.setblocking(False)
-            async with asyncio.timeout(10):
+            async with asyncio.timeout(15):
                 while len(closed_at) < len(socks):
                     for sock in socks:
                         if sock.fileno() >= 0 and _peer_closed(sock):
@@ -374,8 +374,11 @@ def test_grpc_closes_connections_past_max_connections_and_unfinished_handshakes(
                 sock.close()
             await server.stop(0)
         closed_at.sort()
-        assert closed_at[2] < 0.4, closed_at  # 3 past max.connections: at once
-        assert 0.4 < closed_at[3] < 3, closed_at  # the others after the handshake timeout
+        # 3 past max.connections at once, the others only once the handshake timeout (3 s
+        # from their accept, a little before ``started``) passed: bounds wide apart, so
+        # that a busy machine's delays cannot blur the two (they failed at 0.4 s / 0.6 s).
+        assert closed_at[2] < 2, closed_at
+        assert 2.5 < closed_at[3], closed_at
 
     asyncio.run(main())
 
