@@ -84,17 +84,21 @@ async def list_partition_offset(
     timestamp: int,
     replica_id: int,
     version: int = LIST_OFFSETS_LATEST_VERSION,
+    *,
+    read_committed: bool = False,
 ) -> tuple[int, int, int, int]:
     """(error code, offset, timestamp, leader epoch) of ListOffsets for one partition, on
-    either listener. A negative timestamp that is not a spec of ``version`` (-3 before v7,
-    -4 or -5 of later Kafka versions) is refused per partition with UNSUPPORTED_VERSION,
-    as Kafka refuses it."""
+    either listener (``read_committed``: the latest offset is the LSO). A negative
+    timestamp that is not a spec of ``version`` (-3 before v7, -4 or -5 of later Kafka
+    versions) is refused per partition with UNSUPPORTED_VERSION, as Kafka refuses it."""
     problem = partition_problem(tp)
     if problem is not None:
         return problem, -1, -1, -1
     if timestamp < 0 and version < LIST_OFFSETS_SPEC_VERSIONS.get(timestamp, version + 1):
         return UNSUPPORTED_VERSION, -1, -1, -1
-    return await replica_manager.list_offset(tp, current_leader_epoch, timestamp, replica_id)
+    return await replica_manager.list_offset(
+        tp, current_leader_epoch, timestamp, replica_id, read_committed=read_committed
+    )
 
 
 async def new_producer_id(

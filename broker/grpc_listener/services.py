@@ -343,7 +343,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     error_code=r.error_code,
                     error_message=r.error_message,
                     high_watermark=r.high_watermark,
-                    last_stable_offset=r.high_watermark,
+                    last_stable_offset=r.last_stable_offset,
                     log_start_offset=r.log_start_offset,
                     log_end_offset=r.log_end_offset,
                     current_leader_epoch=r.leader_epoch,

@@ -44,7 +44,11 @@ from broker.kafka_listener.wire_request import (
 )
 from broker.metadata_cache import MetadataCache
 from broker.replication.fetch_session import FetchSpec
-from broker.replication.replica_manager import AppendedRecords, ReplicaManager
+from broker.replication.replica_manager import (
+    AppendedRecords,
+    FetchPartitionResult,
+    ReplicaManager,
+)
 from broker.request_handlers import (
     ACKS_VALUES,
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
@@ -413,6 +417,7 @@ class KafkaWireApis:
         specs: dict[TopicPartition, FetchSpec] = {}
         refused: dict[TopicPartition, int] = {}
         diverging: dict[TopicPartition, Tree] = {}
+        read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
         denied = denied_topics(
             self.authorizer, session_of(request), AclOperation.READ, {t.topic for t in body.topics}
         )
@@ -439,6 +444,7 @@ class KafkaWireApis:
                         fetch_offset=part.fetch_offset,
                         max_bytes=max(part.partition_max_bytes, 0),
                         current_leader_epoch=current,
+                        read_committed=read_committed,
                     )
         max_bytes = getattr(body, "max_bytes", 0)
         if max_bytes <= 0:
@@ -450,8 +456,6 @@ class KafkaWireApis:
             if specs
             else {}
         )
-        read_committed = getattr(body, "isolation_level", 0) == READ_COMMITTED
-        aborted: list[Tree] | None = [] if read_committed else None
         answers: list[tuple[TopicPartition, Tree]] = []
         for tp in order:
             if tp in refused:
@@ -483,9 +487,9 @@ class KafkaWireApis:
                     "partition_index": tp.partition,
                     "error_code": r.error_code,
                     "high_watermark": r.high_watermark,
-                    "last_stable_offset": r.high_watermark,
+                    "last_stable_offset": r.last_stable_offset,
                     "log_start_offset": r.log_start_offset,
-                    "aborted_transactions": aborted,
+                    "aborted_transactions": _aborted_answer(r, read_committed),
                     "records": r.records,
                 }
             answers.append((tp, partition))
@@ -512,7 +516,7 @@ class KafkaWireApis:
             "partition_index": tp.partition,
             "error_code": pb.NONE,
             "high_watermark": partition.high_watermark,
-            "last_stable_offset": partition.high_watermark,
+            "last_stable_offset": partition.last_stable_offset,
             "log_start_offset": partition.log.log_start_offset,
             "diverging_epoch": {"epoch": epoch, "end_offset": end},
             "records": None,
@@ -551,6 +555,7 @@ class KafkaWireApis:
                     part.timestamp,
                     -1,
                     request.api_version,
+                    read_committed=getattr(request.body, "isolation_level", 0) == READ_COMMITTED,
                 )
                 partitions.append(
                     {
@@ -621,6 +626,17 @@ class KafkaWireApis:
         )
         epoch = 0 if code == pb.NONE else -1
         return {"error_code": code, "producer_id": producer_id, "producer_epoch": epoch}
+
+
+def _aborted_answer(result: FetchPartitionResult, read_committed: bool) -> list[Tree] | None:
+    """Fetch's ``aborted_transactions``: null for read_uncommitted (Kafka sends null then),
+    else each aborted transaction's producer id and first offset."""
+    if not read_committed:
+        return None
+    return [
+        {"producer_id": txn.producer_id, "first_offset": txn.first_offset}
+        for txn in result.aborted_transactions or ()
+    ]
 
 
 def api_versions_tree(code: int) -> Tree:

@@ -42,6 +42,8 @@ class FetchSpec:
     max_bytes: int
     current_leader_epoch: int | None = None
     log_start_offset: int = -1
+    read_committed: bool = False
+    """isolation.level=read_committed: read up to the LSO, not the high watermark."""
 
 
 class FetchSessionState:

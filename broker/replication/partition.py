@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.log.log import FetchData, Log, LogAppendInfo
+from broker.log.transaction_index import AbortedTxn
 from proto import errors
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
@@ -148,6 +149,9 @@ class FetchResult:
     log_start_offset: int
     log_end_offset: int
     leader_epoch: int
+    last_stable_offset: int = -1
+    aborted: tuple[AbortedTxn, ...] | None = None
+    """For read_committed: the aborted transactions overlapping what was read."""
 
 
 _APPENDED_MARKS = 4096
@@ -571,19 +575,47 @@ class Partition:
         """An estimate, without disk I/O, of the bytes a fetch from ``fetch_offset`` gets."""
         return self._appended.between(fetch_offset, self.fetch_end_offset(is_follower_fetch))
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: the high watermark, or below it the first offset of the earliest open
+        transaction (docs/transactions.md). read_committed consumers read below it."""
+        unstable = self.log.first_unstable_offset
+        hw = self._high_watermark
+        return hw if unstable is None or unstable > hw else unstable
+
     def read(
-        self, fetch_offset: int, max_bytes: int, is_follower_fetch: bool, min_one_batch: bool
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        is_follower_fetch: bool,
+        min_one_batch: bool,
+        read_committed: bool = False,
     ) -> FetchResult:
-        """Read batches for a fetch (blocking file I/O: call it from an executor).
+        """Read batches for a fetch (blocking file I/O: call it from an executor): a
+        follower's up to the LEO, a consumer's up to the HW, or the LSO for read_committed,
+        with the aborted transactions it must drop.
 
         The offsets are taken before the read, as Kafka does, so a follower never learns of
         an HW above the data it was sent.
         """
         high_watermark = self._high_watermark
-        end = self.log.log_end_offset if is_follower_fetch else high_watermark
+        lso = self.last_stable_offset
+        if is_follower_fetch:
+            end = self.log.log_end_offset
+        else:
+            end = lso if read_committed else high_watermark
         data = self.log.read(fetch_offset, max_bytes, max_offset=end, min_one_batch=min_one_batch)
+        aborted = None
+        if read_committed and not is_follower_fetch:
+            aborted = tuple(self.log.collect_aborted_transactions(fetch_offset, end))
         return FetchResult(
-            data, high_watermark, data.log_start_offset, data.log_end_offset, self.leader_epoch
+            data,
+            high_watermark,
+            data.log_start_offset,
+            data.log_end_offset,
+            self.leader_epoch,
+            lso,
+            aborted,
         )
 
     def latest_epoch(self) -> int | None:

@@ -29,6 +29,7 @@ from broker.log.cleaner_manager import LogCleanerManager
 from broker.log.log import FetchData, Log, LogClosedError
 from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
 from broker.log.resource_limits import ResourceErrorReporter, is_resource_exhaustion
+from broker.log.transaction_index import AbortedTxn
 from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.replication.control_request_checks import (
     StopReplicaFacts,
@@ -124,6 +125,9 @@ class FetchPartitionResult:
     log_end_offset: int = -1
     leader_epoch: int = -1
     records: bytes = b""
+    last_stable_offset: int = -1
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
+    """read_committed only: the aborted transactions overlapping ``records``."""
 
 
 @dataclass(frozen=True)
@@ -1618,6 +1622,7 @@ class ReplicaManager:
                     max(0, min(spec.max_bytes, budget)),
                     is_follower,
                     budget == max_bytes,
+                    spec.read_committed,
                 )
                 if partition.bytes_available(spec.fetch_offset, is_follower) <= LOOP_READ_MAX_BYTES:
                     result = partition.read(*read_args)
@@ -1633,6 +1638,7 @@ class ReplicaManager:
                     partition.log.log_start_offset,
                     partition.log_end_offset,
                     partition.leader_epoch,
+                    last_stable_offset=partition.last_stable_offset,
                 )
                 continue
             budget -= len(data.records)
@@ -1645,6 +1651,8 @@ class ReplicaManager:
                 log_end_offset=result.log_end_offset,
                 leader_epoch=result.leader_epoch,
                 records=data.records,
+                last_stable_offset=result.last_stable_offset,
+                aborted_transactions=result.aborted,
             )
         return results
 
@@ -1694,12 +1702,19 @@ class ReplicaManager:
         return pb.NONE, epoch, end_offset
 
     async def list_offset(
-        self, tp: TopicPartition, current_leader_epoch: int | None, timestamp: int, replica_id: int
+        self,
+        tp: TopicPartition,
+        current_leader_epoch: int | None,
+        timestamp: int,
+        replica_id: int,
+        *,
+        read_committed: bool = False,
     ) -> tuple[int, int, int, int]:
         """(error code, offset, timestamp, leader epoch): earliest, latest (the HW for
-        consumers), max timestamp, or by time. A record found by its timestamp answers its
-        own timestamp and its batch's leader epoch, and, for a consumer, only if it is below
-        the high watermark (Kafka's ``lastFetchableOffset``); else no offset (-1)."""
+        consumers, the LSO for read_committed ones), max timestamp, or by time. A record
+        found by its timestamp answers its own timestamp and its batch's leader epoch, and,
+        for a consumer, only if it is below the high watermark (the LSO: Kafka's
+        ``lastFetchableOffset``); else no offset (-1)."""
         try:
             partition = self._leader_partition(tp, current_leader_epoch)
         except errors.BrokerResponseError as err:
@@ -1714,12 +1729,18 @@ class ReplicaManager:
             if partition.high_watermark < partition.leader_epoch_start_offset:
                 # KIP-207: a new leader's HW may still be below what the old one exposed.
                 return pb.OFFSET_NOT_AVAILABLE, -1, -1, -1
-            return pb.NONE, partition.high_watermark, -1, epoch
+            latest = partition.last_stable_offset if read_committed else partition.high_watermark
+            return pb.NONE, latest, -1, epoch
         if timestamp == LIST_OFFSETS_MAX_TIMESTAMP:
             found = await self._in_executor(partition.log.max_timestamp_offset)
         else:
             found = await self._in_executor(partition.log.offset_for_timestamp, timestamp)
-        fetchable = partition.log_end_offset if replica_id >= 0 else partition.high_watermark
+        if replica_id >= 0:
+            fetchable = partition.log_end_offset
+        elif read_committed:
+            fetchable = partition.last_stable_offset
+        else:
+            fetchable = partition.high_watermark
         if found is None or found.offset >= fetchable:
             if replica_id < 0 and partition.high_watermark < partition.leader_epoch_start_offset:
                 return pb.OFFSET_NOT_AVAILABLE, -1, -1, -1

@@ -10,15 +10,19 @@ import pytest
 
 from broker.log.log import Log
 from broker.log.transaction_index import AbortedTxn
+from broker.replication.partition import Partition
 from proto.config.log_config import LogConfig
 from proto.records.control_records import ControlType, EndTxnMarker, encode_marker_batch
 from proto.records.record_batch import (
     TRANSACTIONAL_FLAG_MASK,
     Record,
     encode_batch,
+    parse_header,
 )
+from proto.topic_partition import TopicPartition
 
 SEGMENT_BYTES = 1 << 20
+TP = TopicPartition("t", 0)
 
 
 class Leader:
@@ -173,3 +177,34 @@ def test_a_crash_that_cut_the_marker_leaves_no_entry(log: Log) -> None:
         assert unstable(log) == 0
     finally:
         log.close()
+
+
+def test_read_committed_reads_to_the_lso_with_the_aborts_to_drop(log: Log) -> None:
+    w = Leader(log)
+    w.write(1, 2)  # 0-1: producer 1, aborted below
+    w.write(2)  # 2: producer 2, left open
+    w.end(1, ControlType.ABORT)  # 3
+    w.write(3)  # 4: producer 3, committed below
+    w.end(3, ControlType.COMMIT)  # 5
+    partition = Partition(TP, 1, log, high_watermark=6, clock_ms=lambda: 0)
+    assert partition.last_stable_offset == 2  # producer 2's transaction holds it
+    committed = partition.read(0, 1 << 20, False, True, read_committed=True)
+    assert committed.last_stable_offset == 2
+    assert committed.aborted == (AbortedTxn(1, 0, 3, 2),)
+    assert offsets_of(committed.data.records) == [0, 1]  # nothing at or past the LSO
+    uncommitted = partition.read(0, 1 << 20, False, True)
+    assert uncommitted.aborted is None
+    assert offsets_of(uncommitted.data.records) == [0, 1, 2, 3, 4, 5]
+    # Once producer 2 commits, the LSO is the high watermark again.
+    w.end(2, ControlType.COMMIT)  # 6
+    assert Partition(TP, 1, log, high_watermark=7, clock_ms=lambda: 0).last_stable_offset == 7
+
+
+def offsets_of(records: bytes) -> list[int]:
+    found: list[int] = []
+    position = 0
+    while position < len(records):
+        header = parse_header(records, position)
+        found.extend(range(header.base_offset, header.next_offset))
+        position += header.size
+    return found

@@ -21,7 +21,9 @@ class Answering:
     def __init__(self) -> None:
         self.asked: list[int] = []
 
-    async def list_offset(self, tp: TopicPartition, *args: Any) -> tuple[int, int, int, int]:
+    async def list_offset(
+        self, tp: TopicPartition, *args: Any, **kwargs: Any
+    ) -> tuple[int, int, int, int]:
         self.asked.append(args[1])
         return 0, 7, 1234, 3
 
