@@ -21,27 +21,19 @@ segment without aborts has none). The entries are also kept in memory, for fetch
 from __future__ import annotations
 
 import os
-import struct
 import threading
 from pathlib import Path
-from typing import NamedTuple
 
 from broker.log.offset_index import CorruptIndexError
+from proto.records.aborted_txn import (
+    ENTRY_SIZE,
+    AbortedTxn,
+    AbortedTxnFormatError,
+    decode_entries,
+    encode_entry,
+)
 
 __all__ = ["ENTRY_SIZE", "AbortedTxn", "TransactionIndex"]
-
-_ENTRY = struct.Struct(">hqqqq")
-ENTRY_SIZE = _ENTRY.size
-CURRENT_VERSION = 0
-
-
-class AbortedTxn(NamedTuple):
-    """One aborted transaction of a producer, from its first batch to its marker."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
 
 
 class TransactionIndex:
@@ -73,21 +65,19 @@ class TransactionIndex:
             data = path.read_bytes()
         except FileNotFoundError:
             return index
-        if len(data) % ENTRY_SIZE:
-            raise CorruptIndexError(f"{path}: size {len(data)} is not a multiple of {ENTRY_SIZE}")
+        try:
+            entries = decode_entries(data)
+        except AbortedTxnFormatError as e:
+            raise CorruptIndexError(f"{path}: {e}") from None
         last = base_offset - 1
-        for slot, (version, producer_id, first, last_offset, lso) in enumerate(
-            _ENTRY.iter_unpack(data)
-        ):
-            if version != CURRENT_VERSION:
-                raise CorruptIndexError(f"{path}: entry {slot} has version {version}")
-            if last_offset <= last or first > last_offset:
+        for slot, txn in enumerate(entries):
+            if txn.last_offset <= last or txn.first_offset > txn.last_offset:
                 raise CorruptIndexError(
-                    f"{path}: entry {slot} ({first}..{last_offset}) does not follow "
-                    f"offset {last} in a segment at {base_offset}"
+                    f"{path}: entry {slot} ({txn.first_offset}..{txn.last_offset}) does not "
+                    f"follow offset {last} in a segment at {base_offset}"
                 )
-            index._entries.append(AbortedTxn(producer_id, first, last_offset, lso))
-            last = last_offset
+            last = txn.last_offset
+        index._entries = entries
         return index
 
     @property
@@ -117,7 +107,7 @@ class TransactionIndex:
                     f"one ending at {self._entries[-1].last_offset}"
                 )
             position = len(self._entries) * ENTRY_SIZE
-            data = _ENTRY.pack(CURRENT_VERSION, *txn)
+            data = encode_entry(txn)
             fd = os.open(self._path, os.O_WRONLY | os.O_CREAT, 0o644)
             try:
                 done = 0

@@ -144,3 +144,98 @@ def test_missing_path_is_one_line_and_exit_1(tmp_path: Path) -> None:
         == f"minibroker dump-log: no such file or directory: {tmp_path / 'nope'}"
     )
     assert "Traceback" not in proc.stderr
+
+
+def _transactional_log(directory: Path) -> Log:
+    """Producer 7 writes two records and aborts; what a follower's log holds after that."""
+    from proto.records.control_records import ControlType, EndTxnMarker, encode_marker_batch
+    from proto.records.record_batch import TRANSACTIONAL_FLAG_MASK
+
+    log = Log.open(directory, LogConfig())
+    data = encode_batch(
+        [Record(b"k", b"v", 1000), Record(b"k", b"w", 1001)],
+        producer_id=7,
+        producer_epoch=1,
+        base_sequence=0,
+        flags=TRANSACTIONAL_FLAG_MASK,
+    )
+    log.append_as_follower(data)
+    marker = encode_marker_batch(
+        EndTxnMarker(ControlType.ABORT, 3), producer_id=7, producer_epoch=1, timestamp=1002
+    )
+    log.append_as_follower((2).to_bytes(8, "big") + marker[8:])
+    log.flush()
+    return log
+
+
+def test_control_batches_markers_and_the_transaction_index_are_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _transactional_log(tmp_path / "t-0").close()
+    dumped = _dump_json(tmp_path / "t-0", capsys, "--print-data")
+    data, marker, aborted = dumped
+    assert (data["is_transactional"], data["is_control"]) == (True, False)
+    assert (marker["is_transactional"], marker["is_control"]) == (True, True)
+    assert marker["records"][0]["end_txn_marker"] == {"type": "ABORT", "coordinator_epoch": 3}
+    assert aborted["txn_index"].endswith("00000000000000000000.txnindex")
+    expected = {"producer_id": 7, "first_offset": 0, "last_offset": 2, "last_stable_offset": 3}
+    assert {k: aborted[k] for k in expected} == expected
+    # As text, as Kafka's tool prints them; and the index file alone.
+    assert main(["dump-log", str(tmp_path / "t-0"), "--print-data"]) == 0
+    text = capsys.readouterr().out
+    assert "isTransactional: true isControl: true" in text
+    assert "endTxnMarker: ABORT coordinatorEpoch: 3" in text
+    assert "producerId: 7 firstOffset: 0 lastOffset: 2 lastStableOffset: 3" in text
+    index = tmp_path / "t-0" / "00000000000000000000.txnindex"
+    assert main(["dump-log", str(index)]) == 0
+    assert "lastStableOffset: 3" in capsys.readouterr().out
+    index.write_bytes(b"\x00" * 5)
+    assert main(["dump-log", str(index)]) == 0
+    assert "Corrupt transaction index: size 5" in capsys.readouterr().out
+
+
+def test_the_offsets_and_transaction_log_decoders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from proto.coordinator.group_records import (
+        OffsetCommitKey,
+        OffsetCommitValue,
+        encode_offset_commit_key,
+        encode_offset_commit_value,
+    )
+    from proto.coordinator.transaction_records import (
+        TransactionLogValue,
+        TransactionState,
+        encode_transaction_key,
+        encode_transaction_value,
+    )
+    from proto.topic_partition import TopicPartition
+
+    offsets = Log.open(tmp_path / "__consumer_offsets-0", LogConfig())
+    key = encode_offset_commit_key(OffsetCommitKey("billing", "orders", 2))
+    value = encode_offset_commit_value(OffsetCommitValue(42, 5, "meta", 1700))
+    offsets.append_as_leader(encode_batch([Record(key, value, 1), Record(key, None, 2)]), 0)
+    offsets.close()
+    [batch] = _dump_json(tmp_path / "__consumer_offsets-0", capsys, "--offsets-decoder")
+    assert batch["records"][0]["decoded"] == {
+        "key": "offset_commit::group=billing,partition=orders-2",
+        "value": "offset=42,leaderEpoch=5,metadata=meta,commitTimestamp=1700",
+    }
+    assert batch["records"][1]["decoded"]["value"] == "<DELETE>"
+    txns = Log.open(tmp_path / "__transaction_state-0", LogConfig())
+    state = TransactionLogValue(
+        9, 2, 60000, TransactionState.ONGOING, frozenset({TopicPartition("t", 0)}), 5, 4
+    )
+    txn_record = Record(encode_transaction_key("app-1"), encode_transaction_value(state), 1)
+    txns.append_as_leader(encode_batch([txn_record, Record(b"\x00\x09", b"x", 2)]), 0)
+    txns.close()
+    assert (
+        main(["dump-log", str(tmp_path / "__transaction_state-0"), "--transaction-log-decoder"])
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert (
+        "key: transaction_metadata::transactionalId=app-1 payload: producerId:9,producerEpoch:2,"
+        "state=Ongoing,partitions=[t-0],txnLastUpdateTimestamp=5,txnTimeoutMs=60000"
+    ) in text
+    assert "not decoded: __transaction_state key" in text  # garbage is reported, not raised
