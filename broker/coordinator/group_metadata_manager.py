@@ -11,7 +11,7 @@ log keeps the latest of each key. Records are appended with acks=all and become 
 commit survives the loss of its coordinator.
 
 When this broker becomes leader of a partition of the topic it reads the partition from
-its log start to its end (:meth:`GroupMetadataManager._load`), off the event loop; until
+its log start to its end (:mod:`broker.coordinator.internal_topic`), off the event loop; until
 the load is done its groups' requests are answered COORDINATOR_LOAD_IN_PROGRESS, which
 Kafka's clients retry. The groups found are handed to the coordinator, members and
 assignments included, so a group whose coordinator moved carries on at the new one
@@ -26,7 +26,6 @@ reload would, whatever order the acknowledgements come in.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
@@ -34,8 +33,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from broker.coordinator.internal_topic import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    InternalTopicPartitions,
+    coordinator_error,
+)
 from broker.metadata_cache import MetadataCache
-from broker.replication.partition import ACKS_ALL
 from broker.replication.replica_manager import ReplicaManager
 from proto.config.broker_config import BrokerConfig
 from proto.coordinator.group_records import (
@@ -52,13 +56,7 @@ from proto.coordinator.group_records import (
     encode_offset_commit_value,
 )
 from proto.coordinator.placement import partition_for
-from proto.records.record_batch import (
-    CorruptRecordError,
-    Record,
-    decode_batch,
-    encode_batch,
-    parse_header,
-)
+from proto.records.record_batch import Record
 from proto.topic_partition import OFFSETS_TOPIC, TopicPartition
 from proto.wire import minibroker_pb2 as pb
 
@@ -72,12 +70,7 @@ __all__ = [
     "commit_error",
 ]
 
-COORDINATOR_LOAD_IN_PROGRESS = 14
-NOT_COORDINATOR = 16
-COORDINATOR_NOT_AVAILABLE = 15
 INVALID_COMMIT_OFFSET_SIZE = 28
-LOAD_BUFFER_BYTES = 5 * 1024 * 1024
-"""Kafka's ``offsets.load.buffer.size``: how much of the log one read of a load takes."""
 
 OffsetsTopicCreator = Callable[[], Awaitable[int]]
 """Makes ``__consumer_offsets`` with its settings if it does not exist: the CreateTopics
@@ -88,13 +81,9 @@ def commit_error(code: int) -> int:
     """What a client is told when appending its commit (or its group) failed with ``code``
     (Kafka's ``GroupMetadataManager.storeOffsets`` mapping): the partition's troubles become
     coordinator errors, on which Kafka's clients look the coordinator up again or retry."""
-    if code in (pb.UNKNOWN_TOPIC_OR_PARTITION, pb.NOT_ENOUGH_REPLICAS, 20):
-        return COORDINATOR_NOT_AVAILABLE  # 20: NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    if code in (pb.NOT_LEADER_OR_FOLLOWER, pb.KAFKA_STORAGE_ERROR, pb.FENCED_LEADER_EPOCH):
-        return NOT_COORDINATOR
     if code in (pb.MESSAGE_TOO_LARGE, 18, 4):  # RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE
         return INVALID_COMMIT_OFFSET_SIZE
-    return code
+    return coordinator_error(code)
 
 
 @dataclass(frozen=True)
@@ -120,13 +109,6 @@ class StoredGroup:
     metadata_offset: int = -1
 
 
-@dataclass
-class _OwnedPartition:
-    leader_epoch: int
-    loaded: bool = False
-    task: asyncio.Task[None] | None = None
-
-
 class GroupMetadataManager:
     """The ``__consumer_offsets`` partitions this broker leads and the groups in them."""
 
@@ -149,13 +131,23 @@ class GroupMetadataManager:
         self.clock_ms = clock_ms
         self.groups: dict[str, StoredGroup] = {}
         """The groups of the loaded partitions."""
-        self._owned: dict[int, _OwnedPartition] = {}
+        self._loading: dict[int, dict[str, StoredGroup]] = {}
+        """Per partition being loaded: what its records said so far."""
         self._creating = False
         self.on_group_loaded: Callable[[str, GroupMetadataValue], None] = lambda g, v: None
         """Set by the coordinator: a group with a stored generation was loaded."""
         self.on_group_unloaded: Callable[[str], None] = lambda g: None
         """Set by the coordinator: a group's partition is no longer led here."""
-        replica_manager.leadership_listeners.append(self.on_leadership_change)
+        self.partitions = InternalTopicPartitions(
+            OFFSETS_TOPIC,
+            self.broker_id,
+            replica_manager,
+            executor,
+            apply=self._apply_record,
+            unload=self._unload_groups,
+            loaded=self._install_loaded,
+            append_timeout_ms=lambda: self.config.offsets_commit_timeout_ms,
+        )
 
     # -- placement -----------------------------------------------------------------------------
 
@@ -187,144 +179,37 @@ class GroupMetadataManager:
     def refusal(self, group_id: str) -> int | None:
         """NOT_COORDINATOR unless this broker leads the group's partition,
         COORDINATOR_LOAD_IN_PROGRESS while it loads it, else None."""
-        owned = self._owned.get(self.partition_of(group_id))
-        if owned is None:
-            return NOT_COORDINATOR
-        if not owned.loaded:
-            return COORDINATOR_LOAD_IN_PROGRESS
-        return None
+        return self.partitions.refusal(self.partition_of(group_id))
 
     def loaded_partitions(self) -> list[int]:
-        return sorted(p for p, owned in self._owned.items() if owned.loaded)
+        return self.partitions.loaded_partitions()
 
-    # -- leadership ----------------------------------------------------------------------------
+    # -- loading -------------------------------------------------------------------------------
 
-    def on_leadership_change(
-        self, led: Mapping[TopicPartition, int], resigned: Iterable[TopicPartition]
-    ) -> None:
-        """The replica manager's listener: load what is now led, drop what is not."""
-        for tp in resigned:
-            if tp.topic == OFFSETS_TOPIC:
-                self._unload(tp.partition)
-        for tp, epoch in led.items():
-            if tp.topic != OFFSETS_TOPIC:
-                continue
-            owned = self._owned.get(tp.partition)
-            if owned is not None and owned.leader_epoch == epoch:
-                continue  # a repeated LeaderAndIsr
-            self._unload(tp.partition)
-            owned = self._owned[tp.partition] = _OwnedPartition(epoch)
-            owned.task = asyncio.get_running_loop().create_task(
-                self._load(tp.partition, owned), name=f"load-{tp}"
-            )
-
-    def _unload(self, partition: int) -> None:
-        owned = self._owned.pop(partition, None)
-        if owned is None:
-            return
-        if owned.task is not None:
-            owned.task.cancel()
+    def _unload_groups(self, partition: int) -> int:
+        self._loading.pop(partition, None)
         gone = [g for g in self.groups if self.partition_of(g) == partition]
         for group_id in gone:
             del self.groups[group_id]
             self.on_group_unloaded(group_id)
-        logger.info(
-            "event=offsets_partition_unloaded broker=%d tp=%s-%d leader_epoch=%d groups=%d",
-            self.broker_id,
-            OFFSETS_TOPIC,
-            partition,
-            owned.leader_epoch,
-            len(gone),
-        )
+        return len(gone)
 
-    async def _load(self, partition: int, owned: _OwnedPartition) -> None:
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-        started = time.monotonic()
-        try:
-            found, records = await self._read_partition(tp)
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:
-            logger.error(
-                "event=offsets_load_failed broker=%d tp=%s leader_epoch=%d error=%r",
-                self.broker_id,
-                tp,
-                owned.leader_epoch,
-                str(err),
-            )
-            return
-        if self._owned.get(partition) is not owned:
-            return
-        owned.loaded = True
+    def _install_loaded(self, partition: int) -> int:
+        found = self._loading.pop(partition, {})
         for group_id, stored in found.items():
             self.groups[group_id] = stored
             if stored.metadata is not None:
                 self.on_group_loaded(group_id, stored.metadata)
-        logger.info(
-            "event=offsets_partition_loaded broker=%d tp=%s leader_epoch=%d groups=%d "
-            "records=%d ms=%d",
-            self.broker_id,
-            tp,
-            owned.leader_epoch,
-            len(found),
-            records,
-            round((time.monotonic() - started) * 1000),
-        )
+        return len(found)
 
-    async def _read_partition(self, tp: TopicPartition) -> tuple[dict[str, StoredGroup], int]:
-        partition = self.replica_manager.partitions.get(tp)
-        if partition is None:
-            raise LookupError(f"broker {self.broker_id} does not host {tp}")
-        log = partition.log
-        found: dict[str, StoredGroup] = {}
-        offset, end = log.log_start_offset, log.log_end_offset
-        records = 0
-        loop = asyncio.get_running_loop()
-        while offset < end:
-            data = await loop.run_in_executor(self.executor, log.read, offset, LOAD_BUFFER_BYTES)
-            if not data.records:
-                break
-            records += self._apply_batches(tp, data.records, offset, found)
-            offset = data.next_offset
-        return found, records
-
-    def _apply_batches(
-        self, tp: TopicPartition, buf: bytes, start: int, found: dict[str, StoredGroup]
-    ) -> int:
-        applied = 0
-        pos = 0
-        while pos < len(buf):
-            header = parse_header(buf, pos)
-            try:
-                batch = decode_batch(buf, pos)
-            except CorruptRecordError as err:
-                logger.error(
-                    "event=offsets_batch_unreadable broker=%d tp=%s base_offset=%d error=%r",
-                    self.broker_id,
-                    tp,
-                    header.base_offset,
-                    str(err),
-                )
-                pos += header.size
-                continue
-            pos += header.size
-            if header.is_control:
-                continue
-            for record in batch.records:
-                if record.offset < start:
-                    continue
-                applied += 1
-                self._apply_record(tp, record, found)
-        return applied
-
-    def _apply_record(
-        self, tp: TopicPartition, record: Record, found: dict[str, StoredGroup]
-    ) -> None:
+    def _apply_record(self, partition: int, record: Record) -> None:
+        found = self._loading.setdefault(partition, {})
         if record.key is None:
             logger.warning(
-                "event=offsets_record_without_key broker=%d tp=%s offset=%d",
+                "event=offsets_record_without_key broker=%d tp=%s-%d offset=%d",
                 self.broker_id,
-                tp,
+                OFFSETS_TOPIC,
+                partition,
                 record.offset,
             )
             return
@@ -348,9 +233,10 @@ class GroupMetadataManager:
                 del found[key.group]
         except ValueError as err:
             logger.error(
-                "event=offsets_record_unreadable broker=%d tp=%s offset=%d error=%r",
+                "event=offsets_record_unreadable broker=%d tp=%s-%d offset=%d error=%r",
                 self.broker_id,
-                tp,
+                OFFSETS_TOPIC,
+                partition,
                 record.offset,
                 str(err),
             )
@@ -466,47 +352,17 @@ class GroupMetadataManager:
 
     async def _append(self, group_id: str, records: list[Record]) -> tuple[int, int]:
         """(error code for the client, base offset of the appended batch)."""
-        partition = self.partition_of(group_id)
-        owned = self._owned.get(partition)
-        if owned is None:
-            return NOT_COORDINATOR, -1
-        if not owned.loaded:
-            return COORDINATOR_LOAD_IN_PROGRESS, -1
-        tp = TopicPartition(OFFSETS_TOPIC, partition)
-        batch = encode_batch(records)
-        results = await self.replica_manager.append_records(
-            ACKS_ALL,
-            self.config.offsets_commit_timeout_ms,
-            {tp: batch},
-            internal_topics_allowed=True,
-        )
-        result = results[tp]
-        if result.error_code != pb.NONE:
-            logger.warning(
-                "event=offsets_append_failed broker=%d tp=%s group=%s leader_epoch=%d "
-                "error_code=%d message=%r",
-                self.broker_id,
-                tp,
-                group_id,
-                owned.leader_epoch,
-                result.error_code,
-                result.error_message,
-            )
-            return commit_error(result.error_code), -1
-        if self._owned.get(partition) is not owned:
+        appended = await self.partitions.append(self.partition_of(group_id), records)
+        if appended.error_code != pb.NONE:
+            return commit_error(appended.error_code), -1
+        if not appended.still_owned:
             # The partition moved while the write waited: the new leader's load decides
             # whether it survived (it was acknowledged by the ISR, so it did).
             return pb.NONE, -1
-        return pb.NONE, result.base_offset
+        return pb.NONE, appended.base_offset
 
     async def stop(self) -> None:
-        for partition in list(self._owned):
-            owned = self._owned[partition]
-            if owned.task is not None:
-                owned.task.cancel()
-        tasks = [o.task for o in self._owned.values() if o.task is not None]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await self.partitions.stop()
 
 
 def _committed(value: OffsetCommitValue, record_offset: int) -> CommittedOffset:

@@ -259,10 +259,17 @@ def test_a_group_keeps_its_members_and_generation_when_its_coordinator_moves(
         return {m.member_id for m in described.members}
 
     try:
+
+        def split() -> bool:
+            # Each member holds some of the 4 partitions: one member holding all 4 (the
+            # first generation, before the other joined) is not yet the split group.
+            held = [m.snapshot()[0] for m in members]
+            return all(held) and sorted(p for h in held for p in h) == [0, 1, 2, 3]
+
         wait_for(
-            lambda: sorted(p for m in members for p in m.snapshot()[0]) == [0, 1, 2, 3],
+            lambda: split() and len(member_ids()) == 2,
             timeout=60,
-            message="the group to split 4 partitions",
+            message="the group to split 4 partitions between its 2 members",
         )
         before = member_ids()
         assert len(before) == 2
