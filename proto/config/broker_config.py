@@ -234,6 +234,48 @@ _PROPERTIES = (
         "offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", "int", 1
     ),
     _Property(
+        "transaction.state.log.num.partitions",
+        "transaction_state_log_num_partitions",
+        "int",
+        1,
+        _INT32_MAX,
+    ),
+    _Property(
+        "transaction.state.log.replication.factor",
+        "transaction_state_log_replication_factor",
+        "int",
+        1,
+        32767,
+    ),
+    _Property(
+        "transaction.state.log.segment.bytes",
+        "transaction_state_log_segment_bytes",
+        "int",
+        14,
+        _INT32_MAX,
+    ),
+    _Property(
+        "transaction.state.log.min.isr", "transaction_state_log_min_isr", "int", 1, _INT32_MAX
+    ),
+    _Property("transaction.max.timeout.ms", "transaction_max_timeout_ms", "int", 1, _INT32_MAX),
+    _Property(
+        "transactional.id.expiration.ms", "transactional_id_expiration_ms", "int", 1, _INT32_MAX
+    ),
+    _Property(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        "transaction_abort_timed_out_transaction_cleanup_interval_ms",
+        "int",
+        1,
+        _INT32_MAX,
+    ),
+    _Property(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        "transaction_remove_expired_transaction_cleanup_interval_ms",
+        "int",
+        1,
+        _INT32_MAX,
+    ),
+    _Property(
         "group.max.protocol.metadata.bytes",
         "group_max_protocol_metadata_bytes",
         "int",
@@ -494,6 +536,28 @@ class BrokerConfig:
     ``assign()``s and has no group."""
     offsets_retention_check_interval_ms: int = 600_000
     """``offsets.retention.check.interval.ms``: how often expired offsets are looked for."""
+    transaction_state_log_num_partitions: int = 50
+    """``transaction.state.log.num.partitions``: the partitions of ``__transaction_state``
+    (docs/transactions.md); a transactional id's partition is the hash of the id modulo
+    this count, so it is fixed once the topic exists."""
+    transaction_state_log_replication_factor: int = 3
+    """``transaction.state.log.replication.factor``: the replicas of ``__transaction_state``."""
+    transaction_state_log_segment_bytes: int = 104_857_600
+    """``transaction.state.log.segment.bytes``: ``segment.bytes`` of ``__transaction_state``."""
+    transaction_state_log_min_isr: int = 2
+    """``transaction.state.log.min.isr``: ``min.insync.replicas`` of ``__transaction_state``."""
+    transaction_max_timeout_ms: int = 900_000
+    """``transaction.max.timeout.ms``: the longest ``transaction.timeout.ms`` a producer may
+    ask for (INVALID_TRANSACTION_TIMEOUT above it)."""
+    transactional_id_expiration_ms: int = 604_800_000
+    """``transactional.id.expiration.ms``: an idle transactional id is forgotten this long
+    after its last transaction ended."""
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    """``transaction.abort.timed.out.transaction.cleanup.interval.ms``: how often the
+    coordinator looks for transactions open past their timeout, to abort them."""
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    """``transaction.remove.expired.transaction.cleanup.interval.ms``: how often expired
+    transactional ids are looked for."""
     group_max_size: int = _INT32_MAX
     """``group.max.size`` (KIP-389): members of one consumer group at most; a new member
     past it gets GROUP_MAX_SIZE_REACHED."""

@@ -267,6 +267,29 @@ STATIC_BROKER_CONFIG_KEYS: Mapping[str, ConfigKey] = {
            "period before getting discarded.", at_least(1)),
         _k("offsets.retention.check.interval.ms", LONG, "600000", "Frequency at which to "
            "check for stale offsets", at_least(1)),
+        _k("transaction.state.log.num.partitions", INT, "50", "The number of partitions for "
+           "the transaction topic (should not change after deployment).", at_least(1)),
+        _k("transaction.state.log.replication.factor", SHORT, "3", "The replication factor "
+           "for the transaction topic (set higher to ensure availability). Internal topic "
+           "creation will fail until the cluster size meets this replication factor "
+           "requirement.", at_least(1)),
+        _k("transaction.state.log.segment.bytes", INT, "104857600", "The transaction topic "
+           "segment bytes should be kept relatively small in order to facilitate faster log "
+           "compaction and cache loads", at_least(1)),
+        _k("transaction.state.log.min.isr", INT, "2", "Overridden min.insync.replicas config "
+           "for the transaction topic.", at_least(1)),
+        _k("transaction.max.timeout.ms", INT, "900000", "The maximum allowed timeout for "
+           "transactions. If a client's requested transaction time exceed this, then the "
+           "broker will return an error in InitProducerIdRequest.", at_least(1)),
+        _k("transactional.id.expiration.ms", INT, "604800000", "The time in ms that the "
+           "transaction coordinator will wait without receiving any transaction status "
+           "updates for the current transaction before expiring its transactional id.",
+           at_least(1)),
+        _k("transaction.abort.timed.out.transaction.cleanup.interval.ms", INT, "10000", "The "
+           "interval at which to rollback transactions that have timed out", at_least(1)),
+        _k("transaction.remove.expired.transaction.cleanup.interval.ms", INT, "3600000",
+           "The interval at which to remove transactions that have expired due to "
+           "transactional.id.expiration.ms passing", at_least(1)),
         _k("log.dir", STR, None, "The directory in which the log data is kept (supplemental "
            "for log.dirs property)"),
         _k("log.message.format.version", STR, "2.8-IV1", "Specify the message format version "
