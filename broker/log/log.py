@@ -62,6 +62,7 @@ from broker.log.transaction_index import AbortedTxn
 from proto import errors
 from proto.config.log_config import LogConfig
 from proto.errors import MessageTooLargeError, MinibrokerError, OffsetOutOfRangeError
+from proto.records.control_records import EndTxnMarker, encode_marker_batch
 from proto.records.record_batch import (
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
@@ -502,6 +503,35 @@ class Log:
             original = self._producer_state.check_leader_append(headers)
             if original is not None:
                 return _duplicate_append(original)
+            info = self._append_locked(records, headers, stamp=True)
+            flush = self._flush_due()
+        if flush:
+            self.flush()
+        return info
+
+    def append_marker_as_leader(
+        self,
+        marker: EndTxnMarker,
+        producer_id: int,
+        producer_epoch: int,
+        leader_epoch: int,
+        timestamp: int,
+    ) -> LogAppendInfo:
+        """Write a transaction's commit or abort marker (WriteTxnMarkers, from its
+        coordinator; docs/transactions.md). The producer state checks it first: a marker of
+        an older producer epoch raises InvalidProducerEpochError, one of an older
+        coordinator epoch than the producer's last TransactionCoordinatorFencedError, and
+        nothing is written."""
+        if leader_epoch < 0:
+            raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
+        records = encode_marker_batch(
+            marker, producer_id=producer_id, producer_epoch=producer_epoch, timestamp=timestamp
+        )
+        headers = validate_batches(records)
+        with self._lock:
+            self._check_open()
+            headers = with_offsets(headers, self._log_end_offset, leader_epoch)
+            self._producer_state.check_leader_marker(headers[0], marker)
             info = self._append_locked(records, headers, stamp=True)
             flush = self._flush_due()
         if flush:

@@ -21,6 +21,7 @@ from typing import Any
 from broker.log.log import FetchData, Log, LogAppendInfo
 from broker.log.transaction_index import AbortedTxn
 from proto import errors
+from proto.records.control_records import EndTxnMarker
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 
@@ -369,6 +370,25 @@ class Partition:
         if not info.duplicate:
             self._appended.record(info.last_offset + 1, info.valid_bytes)
             self.maybe_increment_high_watermark()
+        return info
+
+    def append_marker_to_leader(
+        self, marker: EndTxnMarker, producer_id: int, producer_epoch: int, timestamp: int
+    ) -> LogAppendInfo:
+        """Append a transaction marker (WriteTxnMarkers), acks=all as Kafka writes them:
+        refused NOT_ENOUGH_REPLICAS while the ISR is below ``min.insync.replicas``."""
+        self.require_leader()
+        min_isr = self.config.min_insync_replicas
+        if len(self.isr) < min_isr:
+            raise errors.NotEnoughReplicasError(
+                f"{self.topic_partition}: ISR {list(self.isr)} has {len(self.isr)} replicas, "
+                f"min.insync.replicas is {min_isr}"
+            )
+        info = self.log.append_marker_as_leader(
+            marker, producer_id, producer_epoch, self.leader_epoch, timestamp
+        )
+        self._appended.record(info.last_offset + 1, info.valid_bytes)
+        self.maybe_increment_high_watermark()
         return info
 
     def produce_status(self, required_offset: int) -> int | None:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, NamedTuple, TypeGuard, TypeVar
 
 from broker.broker_metrics import ReplicaManagerMetrics
 from broker.log.cleaner_manager import LogCleanerManager
@@ -54,6 +54,7 @@ from broker.zk_client import BrokerZkClient, ZkError
 from proto import errors
 from proto.config.broker_config import BrokerConfig, TopicConfig
 from proto.process.event_log import capped, log_event
+from proto.records.control_records import EndTxnMarker
 from proto.records.record_batch import CorruptRecordError
 from proto.topic_partition import INTERNAL_TOPICS, TopicPartition, topic_name_problem
 from proto.transport.tls import TlsConfig
@@ -128,6 +129,14 @@ class FetchPartitionResult:
     last_stable_offset: int = -1
     aborted_transactions: tuple[AbortedTxn, ...] | None = None
     """read_committed only: the aborted transactions overlapping ``records``."""
+
+
+class MarkerAppend(NamedTuple):
+    """A transaction marker to append to a partition this broker leads (WriteTxnMarkers)."""
+
+    marker: EndTxnMarker
+    producer_id: int
+    producer_epoch: int
 
 
 @dataclass(frozen=True)
@@ -1307,10 +1316,20 @@ class ReplicaManager:
         )
         return await self.await_acks(appended, timeout_ms)
 
+    async def write_txn_markers(
+        self, timeout_ms: int, markers: Mapping[TopicPartition, MarkerAppend]
+    ) -> dict[TopicPartition, ProduceResult]:
+        """Append transaction markers to the partitions this broker leads, acks=all, as
+        Kafka's ``handleWriteTxnMarkersRequest`` appends them (internal topics included:
+        a transaction's offsets live in ``__consumer_offsets``). Each partition's result;
+        a marker the producer state refuses is written nowhere (docs/transactions.md)."""
+        appended = await self.append_to_local_logs(ACKS_ALL, markers, internal_topics_allowed=True)
+        return await self.await_acks(appended, timeout_ms)
+
     async def append_to_local_logs(
         self,
         required_acks: int,
-        entries: dict[TopicPartition, bytes],
+        entries: Mapping[TopicPartition, bytes | MarkerAppend],
         *,
         internal_topics_allowed: bool = False,
     ) -> AppendedRecords:
@@ -1332,7 +1351,8 @@ class ReplicaManager:
                     )
         if results:
             entries = {tp: r for tp, r in entries.items() if tp not in results}
-        results.update(await self._refuse_unissued_producer_ids(entries))
+        produced = {tp: r for tp, r in entries.items() if not isinstance(r, MarkerAppend)}
+        results.update(await self._refuse_unissued_producer_ids(produced))
         if not await self.zk.ensure_session_lease():
             for tp in entries:
                 results[tp] = self._zombie_result(tp, "nothing was written")
@@ -1352,7 +1372,12 @@ class ReplicaManager:
                 results[tp] = ProduceResult(code, message, leader_epoch=partition.leader_epoch)
                 continue
             try:
-                info = partition.append_records_to_leader(records, required_acks)
+                if isinstance(records, MarkerAppend):
+                    info = partition.append_marker_to_leader(
+                        records.marker, records.producer_id, records.producer_epoch, now_ms()
+                    )
+                else:
+                    info = partition.append_records_to_leader(records, required_acks)
             except Exception as err:
                 code, message = self._error_of_storage(err, "append")
                 results[tp] = ProduceResult(code, message, leader_epoch=partition.leader_epoch)
