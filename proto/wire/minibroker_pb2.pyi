@@ -1802,6 +1802,135 @@ class CommitGroupOffsetsResponse(_message.Message):
 Global___CommitGroupOffsetsResponse: _TypeAlias = CommitGroupOffsetsResponse  # noqa: Y015
 
 @_typing.final
+class WriteTxnMarkersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MARKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def markers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WritableTxnMarker]: ...
+    def __init__(
+        self,
+        *,
+        markers: _abc.Iterable[Global___WritableTxnMarker] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["markers", b"markers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteTxnMarkersRequest: _TypeAlias = WriteTxnMarkersRequest  # noqa: Y015
+
+@_typing.final
+class WritableTxnMarker(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    COMMITTED_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    committed: _builtins.bool
+    """true: a commit marker; false: an abort marker."""
+    coordinator_epoch: _builtins.int
+    """The coordinator's epoch (its leader epoch of the transactional id's partition of
+    __transaction_state): a leader refuses a marker older than the producer's last.
+    """
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TopicPartitionRef]: ...
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        committed: _builtins.bool = ...,
+        partitions: _abc.Iterable[Global___TopicPartitionRef] | None = ...,
+        coordinator_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed", "coordinator_epoch", b"coordinator_epoch", "partitions", b"partitions", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WritableTxnMarker: _TypeAlias = WritableTxnMarker  # noqa: Y015
+
+@_typing.final
+class WriteTxnMarkersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MARKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def markers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WritableTxnMarkerResult]:
+        """One per marker of the request, in order."""
+
+    def __init__(
+        self,
+        *,
+        markers: _abc.Iterable[Global___WritableTxnMarkerResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["markers", b"markers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WriteTxnMarkersResponse: _TypeAlias = WriteTxnMarkersResponse  # noqa: Y015
+
+@_typing.final
+class WritableTxnMarkerResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___WritableTxnMarkerPartitionResult]: ...
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        partitions: _abc.Iterable[Global___WritableTxnMarkerPartitionResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WritableTxnMarkerResult: _TypeAlias = WritableTxnMarkerResult  # noqa: Y015
+
+@_typing.final
+class WritableTxnMarkerPartitionResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_NAME_FIELD_NUMBER: _builtins.int
+    PARTITION_INDEX_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    topic_name: _builtins.str
+    partition_index: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    error_message: _builtins.str
+    def __init__(
+        self,
+        *,
+        topic_name: _builtins.str = ...,
+        partition_index: _builtins.int = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "error_message", b"error_message", "partition_index", b"partition_index", "topic_name", b"topic_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WritableTxnMarkerPartitionResult: _TypeAlias = WritableTxnMarkerPartitionResult  # noqa: Y015
+
+@_typing.final
 class LeaderAndIsrRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -784,6 +784,11 @@ class ControlStub:
                 request_serializer=proto_dot_wire_dot_minibroker__pb2.ControlledShutdownRequest.SerializeToString,
                 response_deserializer=proto_dot_wire_dot_minibroker__pb2.ControlledShutdownResponse.FromString,
                 _registered_method=True)
+        self.WriteTxnMarkers = channel.unary_unary(
+                '/minibroker.Control/WriteTxnMarkers',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.WriteTxnMarkersRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.WriteTxnMarkersResponse.FromString,
+                _registered_method=True)
 
 
 class ControlServicer:
@@ -822,6 +827,14 @@ class ControlServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteTxnMarkers(self, request, context):
+        """Sent by a transaction coordinator to partition leaders: append the commit or abort
+        markers of decided transactions (Kafka's WriteTxnMarkers, docs/transactions.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -844,6 +857,11 @@ def add_ControlServicer_to_server(servicer, server):
                     servicer.ControlledShutdown,
                     request_deserializer=proto_dot_wire_dot_minibroker__pb2.ControlledShutdownRequest.FromString,
                     response_serializer=proto_dot_wire_dot_minibroker__pb2.ControlledShutdownResponse.SerializeToString,
+            ),
+            'WriteTxnMarkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteTxnMarkers,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.WriteTxnMarkersRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.WriteTxnMarkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -959,6 +977,33 @@ class Control:
             '/minibroker.Control/ControlledShutdown',
             proto_dot_wire_dot_minibroker__pb2.ControlledShutdownRequest.SerializeToString,
             proto_dot_wire_dot_minibroker__pb2.ControlledShutdownResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteTxnMarkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Control/WriteTxnMarkers',
+            proto_dot_wire_dot_minibroker__pb2.WriteTxnMarkersRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.WriteTxnMarkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -372,6 +372,10 @@ class ControlStub:
     """Stop replicating partitions, optionally deleting their logs."""
     ControlledShutdown: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.ControlledShutdownRequest, _minibroker_pb2.ControlledShutdownResponse]
     """Sent by a broker to the controller before a clean shutdown: move leadership off me."""
+    WriteTxnMarkers: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.WriteTxnMarkersRequest, _minibroker_pb2.WriteTxnMarkersResponse]
+    """Sent by a transaction coordinator to partition leaders: append the commit or abort
+    markers of decided transactions (Kafka's WriteTxnMarkers, docs/transactions.md).
+    """
 
 @_typing.type_check_only
 class ControlAsyncStub(ControlStub):
@@ -390,6 +394,10 @@ class ControlAsyncStub(ControlStub):
     """Stop replicating partitions, optionally deleting their logs."""
     ControlledShutdown: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.ControlledShutdownRequest, _minibroker_pb2.ControlledShutdownResponse]  # type: ignore[assignment]
     """Sent by a broker to the controller before a clean shutdown: move leadership off me."""
+    WriteTxnMarkers: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.WriteTxnMarkersRequest, _minibroker_pb2.WriteTxnMarkersResponse]  # type: ignore[assignment]
+    """Sent by a transaction coordinator to partition leaders: append the commit or abort
+    markers of decided transactions (Kafka's WriteTxnMarkers, docs/transactions.md).
+    """
 
 class ControlServicer(metaclass=_abc_1.ABCMeta):
     """---------------------------------------------------------------------------------------
@@ -429,5 +437,15 @@ class ControlServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_minibroker_pb2.ControlledShutdownResponse, _abc.Awaitable[_minibroker_pb2.ControlledShutdownResponse]]:
         """Sent by a broker to the controller before a clean shutdown: move leadership off me."""
+
+    @_abc_1.abstractmethod
+    def WriteTxnMarkers(
+        self,
+        request: _minibroker_pb2.WriteTxnMarkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.WriteTxnMarkersResponse, _abc.Awaitable[_minibroker_pb2.WriteTxnMarkersResponse]]:
+        """Sent by a transaction coordinator to partition leaders: append the commit or abort
+        markers of decided transactions (Kafka's WriteTxnMarkers, docs/transactions.md).
+        """
 
 def add_ControlServicer_to_server(servicer: ControlServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -69,6 +69,11 @@ class StandInBroker(pb_grpc.ControlServicer):
     ) -> pb.ControlledShutdownResponse:
         return pb.ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
 
+    async def WriteTxnMarkers(
+        self, request: pb.WriteTxnMarkersRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.WriteTxnMarkersResponse:
+        return pb.WriteTxnMarkersResponse()  # the controller never sends it
+
     def epochs(self) -> list[int]:
         """The controller_epoch of every request received (tests use it as a sequence no.)."""
         return [r.controller_epoch for r in self.received]

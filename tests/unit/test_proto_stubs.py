@@ -75,4 +75,5 @@ def test_services_are_complete() -> None:
         "UpdateMetadata",
         "StopReplica",
         "ControlledShutdown",
+        "WriteTxnMarkers",
     }
