@@ -74,6 +74,7 @@ from proto.config.scram_credentials import (
     describe_scram_credentials,
 )
 from proto.config.topic_config_def import check_topic_config
+from proto.errors import error_name
 from proto.replica_assignment import assign_new_partitions, assign_replicas
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
@@ -677,7 +678,7 @@ class AdminClient(AsyncClosing):
                 ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
             ):
                 return answer
-            why = f"coordinator {node.node_id} at {node.address}: {_error_name(code)}"
+            why = f"coordinator {node.node_id} at {node.address}: {error_name(code)}"
         raise ClientError(f"cannot reach the coordinator of group '{group}': {why}")
 
     async def _group_coordinator(self, group: str) -> BrokerNode:
@@ -1030,11 +1031,3 @@ def _partition_problem(topic: str, error: Exception) -> str:
     if isinstance(error, znodes.ZkDataError):
         return f"topic '{topic}' has a malformed assignment: {error}"
     return str(error)
-
-
-def _error_name(code: int) -> str:
-    """Kafka's name of an error code (``NOT_COORDINATOR``)."""
-    try:
-        return ErrorCode.Name(ErrorCode.ValueType(code))
-    except ValueError:
-        return f"error {code}"

@@ -50,6 +50,7 @@ from typing import NamedTuple
 from client.admin import EARLIEST, LATEST, AdminClient, BrokerGroups, ConsumerGroupDescription
 from client.group import group_name_problem
 from client.metadata import ClientError
+from proto.errors import error_name
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 from proto.wire.minibroker_pb2 import ErrorCode
@@ -361,7 +362,7 @@ class ConsumerGroupService:
         response = await self._admin.fetch_group_offsets(group)
         if response.error_code != ErrorCode.NONE:
             raise ClientError(
-                f"cannot read the offsets of group '{group}': {_name(response.error_code)}"
+                f"cannot read the offsets of group '{group}': {error_name(response.error_code)}"
             )
         commits: dict[TopicPartition, CommittedOffset] = {}
         for o in response.offsets:
@@ -369,7 +370,7 @@ class ConsumerGroupService:
             if o.error_code != ErrorCode.NONE:
                 self._warn(
                     f"ignoring the committed offset of {tp} in group '{group}': "
-                    f"{_name(o.error_code)}"
+                    f"{error_name(o.error_code)}"
                 )
             elif o.offset >= 0:
                 commits[tp] = CommittedOffset(o.offset, o.metadata, o.commit_timestamp_ms)
@@ -445,7 +446,7 @@ class ConsumerGroupService:
             first = failed[0]
             raise ClientError(
                 f"cannot reset the offset of {first.topic}-{first.partition} in group "
-                f"'{group}': {_name(first.error_code)}"
+                f"'{group}': {error_name(first.error_code)}"
             )
 
     async def delete_group(self, group: str) -> None:
@@ -462,7 +463,7 @@ class ConsumerGroupService:
         )
         code = response.results[0].error_code
         if code != ErrorCode.NONE:
-            raise ClientError(f"Group '{group}' could not be deleted due to: {_name(code)}")
+            raise ClientError(f"Group '{group}' could not be deleted due to: {error_name(code)}")
 
     async def delete_offsets(
         self, group: str, topics: Mapping[str, list[int] | None]
@@ -546,14 +547,6 @@ def _kafka_protocol_groups(held: BrokerGroups, zookeeper_groups: Collection[str]
         if (kept := [g for g in holdings if g.protocol_type or group_id not in zookeeper_groups])
     }
     return BrokerGroups(groups, held.errors)
-
-
-def _name(code: int) -> str:
-    """Kafka's name of an error code (``NON_EMPTY_GROUP``)."""
-    try:
-        return ErrorCode.Name(ErrorCode.ValueType(code))
-    except ValueError:
-        return f"error {code}"
 
 
 def _group_root(group: str) -> str:

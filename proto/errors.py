@@ -45,6 +45,15 @@ from __future__ import annotations
 from proto.wire.minibroker_pb2 import ErrorCode
 
 
+def error_name(code: int) -> str:
+    """Kafka's name of an error code (``NOT_COORDINATOR``), ``ERROR_<code>`` for one this
+    project has no name for."""
+    try:
+        return ErrorCode.Name(ErrorCode.ValueType(code))
+    except ValueError:
+        return f"ERROR_{code}"
+
+
 class MinibrokerError(Exception):
     """Base of every error minibroker raises deliberately."""
 
@@ -73,10 +82,7 @@ class BrokerResponseError(MinibrokerError):
     @property
     def code_name(self) -> str:
         """The code's Kafka name, e.g. ``NOT_LEADER_OR_FOLLOWER``."""
-        try:
-            return ErrorCode.Name(ErrorCode.ValueType(self.code))
-        except ValueError:
-            return f"ERROR_{self.code}"
+        return error_name(self.code)
 
     def __str__(self) -> str:
         return f"{self.code_name}: {super().__str__()}"

@@ -53,6 +53,7 @@ from broker.replication.truncation import (
     offset_truncation_state,
 )
 from proto import errors
+from proto.errors import error_name
 from proto.process.event_log import log_event
 from proto.records.record_batch import CorruptRecordError, parse_header
 from proto.topic_partition import TopicPartition
@@ -568,7 +569,7 @@ class ReplicaFetcher:
             return
         self._rpc_succeeded()
         if response.error_code != ErrorCode.NONE:
-            self._log(logging.WARNING, "fetch-error", code=_code_name(response.error_code))
+            self._log(logging.WARNING, "fetch-error", code=error_name(response.error_code))
             self._back_off(states.values())
             return
         for topic_response in response.responses:
@@ -805,7 +806,7 @@ class ReplicaFetcher:
             tp,
             request=request,
             epoch=state.current_leader_epoch,
-            code=_code_name(code),
+            code=error_name(code),
         )
         self._back_off([state])
 
@@ -864,13 +865,6 @@ def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:
     for tp in tps:
         grouped.setdefault(tp.topic, []).append(tp)
     return grouped
-
-
-def _code_name(code: int) -> str:
-    try:
-        return ErrorCode.Name(ErrorCode.ValueType(code))
-    except ValueError:
-        return f"ERROR_{code}"
 
 
 def _rpc_details(err: Exception) -> str:

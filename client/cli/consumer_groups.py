@@ -43,6 +43,7 @@ from client.consumer_groups import (
     ResetSpec,
 )
 from client.metadata import ClientError
+from proto.errors import error_name
 from proto.topic_partition import TopicPartition
 from proto.wire.minibroker_pb2 import ErrorCode
 
@@ -176,7 +177,7 @@ async def _delete_offsets(service: ConsumerGroupService, group: str, topics: lis
     code, partitions = await service.delete_offsets(group, parse_topic_options(topics))
     if code != ErrorCode.NONE and code not in _PARTITION_LEVEL:
         why = _GROUP_ERRORS.get(code, "Encounter some unknown error: {name}")
-        raise ClientError(why.format(g=group, name=_error_name(code)))
+        raise ClientError(why.format(g=group, name=error_name(code)))
     refused = code != ErrorCode.NONE or any(partitions.values())
     if refused:
         _warn("Encounter some partition level error, see the follow-up details:")
@@ -184,13 +185,6 @@ async def _delete_offsets(service: ConsumerGroupService, group: str, topics: lis
         print(f"Request succeed for deleting offsets with topic {', '.join(topics)} group {group}")
     print("\n".join(format_offset_deletion(partitions)))
     return 1 if refused else 0
-
-
-def _error_name(code: int) -> str:
-    try:
-        return ErrorCode.Name(ErrorCode.ValueType(code))
-    except ValueError:
-        return f"error {code}"
 
 
 _PARTITION_LEVEL = {
@@ -224,7 +218,7 @@ def format_offset_deletion(partitions: Mapping[TopicPartition, int]) -> list[str
     rows = []
     for tp, code in sorted(partitions.items()):
         where = str(tp.partition) if tp.partition >= 0 else "Not Provided"
-        why = _PARTITION_ERRORS.get(code, _error_name(code))
+        why = _PARTITION_ERRORS.get(code, error_name(code))
         rows.append((tp.topic, where, "Successful" if code == ErrorCode.NONE else f"Error: {why}"))
     return _columns(("TOPIC", "PARTITION", "STATUS"), rows)
 
