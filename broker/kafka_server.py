@@ -35,6 +35,7 @@ from broker.coordinator.group_admin import GroupAdmin
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.group_metadata_manager import GroupMetadataManager
 from broker.coordinator.producer_id_manager import ProducerIdManager
+from broker.coordinator.transactions import Transactions
 from broker.dynamic_config import DynamicConfigManager
 from broker.grpc_listener.authorizer import GrpcAuthorizer
 from broker.grpc_listener.control_service import ControlService
@@ -54,6 +55,7 @@ from broker.kafka_listener.sasl_authenticator import ListenerAuthenticator
 from broker.kafka_listener.scram_apis import ScramApis
 from broker.kafka_listener.server import KafkaListener
 from broker.kafka_listener.throttling import Throttler
+from broker.kafka_listener.transaction_apis import TransactionApis
 from broker.log.log_manager import LogManager, LogManagerError
 from broker.log.resource_limits import check_nofile_limit, check_partition_cap_fds
 from broker.metadata_cache import MetadataCache
@@ -69,7 +71,7 @@ from proto.config.broker_config import BrokerConfig
 from proto.config.describe_configs import listener_configs
 from proto.config.scram_credentials import read_scram_credential
 from proto.errors import MinibrokerError
-from proto.topic_partition import OFFSETS_TOPIC, TopicPartition
+from proto.topic_partition import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from proto.transport.keepalive import SERVER_KEEPALIVE_OPTIONS
 from proto.transport.scram import ScramCredential, ScramMechanism
 from proto.transport.tls import TlsConfigError
@@ -185,6 +187,16 @@ class BrokerServer:
             self._create_offsets_topic,
         )
         """The groups' offsets and generations in ``__consumer_offsets``."""
+        self.transactions = Transactions(
+            config,
+            self.replica_manager,
+            self.metadata_cache,
+            self.executor,
+            self._create_transaction_topic,
+            self.producer_id_manager,
+            self.tls,
+        )
+        """The transaction coordinator (docs/transactions.md)."""
         self.group_coordinator = GroupCoordinator(
             config.broker_id,
             store=self.group_store,
@@ -244,6 +256,37 @@ class BrokerServer:
             )
         return outcome.error_code
 
+    async def _create_transaction_topic(self) -> int:
+        """Make ``__transaction_state`` with Kafka's settings for it (compacted, without
+        compression or unclean elections), not waiting for leaders."""
+        config = self.config
+        topic = NewTopic(
+            TRANSACTION_STATE_TOPIC,
+            config.transaction_state_log_num_partitions,
+            config.transaction_state_log_replication_factor,
+            {},
+            {
+                "cleanup.policy": "compact",
+                "compression.type": "uncompressed",
+                "min.insync.replicas": str(config.transaction_state_log_min_isr),
+                "segment.bytes": str(config.transaction_state_log_segment_bytes),
+                "unclean.leader.election.enable": "false",
+            },
+        )
+        outcomes = await self.topic_admin.create_topics([topic], timeout_ms=0, validate_only=False)
+        outcome = outcomes[TRANSACTION_STATE_TOPIC]
+        if outcome.error_code not in (pb.NONE, TOPIC_ALREADY_EXISTS):
+            logger.warning(
+                "event=transaction_topic_not_created broker=%d partitions=%d "
+                "replication_factor=%d error_code=%d message=%r",
+                self.broker_id,
+                config.transaction_state_log_num_partitions,
+                config.transaction_state_log_replication_factor,
+                outcome.error_code,
+                outcome.error_message,
+            )
+        return outcome.error_code
+
     async def start(self) -> None:
         """Load the logs, connect to ZooKeeper, serve gRPC, register.
 
@@ -291,6 +334,7 @@ class BrokerServer:
         await self.authorizer.start()
         await self.replica_manager.start()
         self._replica_manager_started = True
+        self.transactions.start()
         self._grpc = grpc.aio.server(
             interceptors=[
                 RequestTiming(self._request_metrics),
@@ -377,6 +421,9 @@ class BrokerServer:
         port = self.config.kafka_port
         if port < 0:
             return
+        transaction_apis = TransactionApis(
+            self.transactions.coordinator, self.metadata_cache, self.authorizer
+        )
         listener = KafkaListener(
             self.broker_id,
             KafkaWireApis(
@@ -389,7 +436,9 @@ class BrokerServer:
                     self.zk,
                     self.group_admin,
                     self.authorizer,
+                    transaction_apis,
                 ),
+                transaction_apis=transaction_apis,
                 admin_apis=AdminApis(self.topic_admin, self.broker_id, self.authorizer),
                 config_apis=ConfigApis(
                     self.config, self.zk, self._listener_configs, self.authorizer
@@ -535,6 +584,7 @@ class BrokerServer:
         await self.dynamic_config.stop()
         await self.authorizer.stop()
         await self.group_store.stop()
+        await self.transactions.stop()
         await self.replica_manager.shutdown()
         await self.controller.stop()
         await asyncio.get_running_loop().run_in_executor(self.executor, self.log_manager.shutdown)
@@ -577,6 +627,7 @@ class BrokerServer:
         await self.dynamic_config.stop()
         await self.authorizer.stop()
         await self.group_store.stop()
+        await self.transactions.stop()
         if self._replica_manager_started:
             await self.replica_manager.shutdown()
         loop = asyncio.get_running_loop()

@@ -71,6 +71,9 @@ class Cluster:
             # As Kafka's own test harness: a few offsets partitions, replicated on what runs.
             "offsets.topic.num.partitions": "5",
             "offsets.topic.replication.factor": str(min(3, len(broker_ids))),
+            "transaction.state.log.num.partitions": "5",
+            "transaction.state.log.replication.factor": str(min(3, len(broker_ids))),
+            "transaction.state.log.min.isr": str(min(2, len(broker_ids))),
             **(overrides or {}),
         }
         per_broker = broker_overrides or {}

@@ -180,10 +180,10 @@ POISONS = [
         "must not set the timestamp type to logappendtime",
     ),
     Poison(
-        "transactional-bit",
-        raw_batch(raw_records(2), 2, attributes=0x10, producer_id=7, base_sequence=0),
+        "transactional-bit-without-producer",
+        raw_batch(raw_records(2), 2, attributes=0x10),
         ErrorCode.INVALID_RECORD,
-        "transactional batches are not supported",
+        "a transactional batch needs its producer's id and epoch",
     ),
     Poison(
         "length-longer-than-fields",

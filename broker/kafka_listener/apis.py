@@ -32,6 +32,7 @@ from broker.kafka_listener.partition_admin_apis import (
 from broker.kafka_listener.quota_apis import QUOTA_VERSIONS, QuotaApis
 from broker.kafka_listener.records_admin_apis import RECORDS_ADMIN_VERSIONS, RecordsAdminApis
 from broker.kafka_listener.scram_apis import SCRAM_VERSIONS, ScramApis
+from broker.kafka_listener.transaction_apis import TRANSACTION_VERSIONS, TransactionApis
 from broker.kafka_listener.wire_request import (
     Answer,
     CloseConnection,
@@ -51,7 +52,6 @@ from broker.replication.replica_manager import (
 )
 from broker.request_handlers import (
     ACKS_VALUES,
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     denied_topics,
     epoch_end_offset,
     init_producer_id_refusal,
@@ -65,7 +65,7 @@ from proto.records.compression import Codec
 from proto.records.record_batch import holds_codec
 from proto.topic_partition import INTERNAL_TOPICS, TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
-from proto.zk.acl_bindings import AclOperation
+from proto.zk.acl_bindings import AclOperation, ResourceType
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     **RECORDS_ADMIN_VERSIONS,
     **ACL_VERSIONS,
     **SCRAM_VERSIONS,
+    **TRANSACTION_VERSIONS,
 }
 """API key -> (min, max) version this listener serves: what ApiVersions lists, and all it
 lists. The lows are the oldest versions kio has schemas for (Kafka 4 dropped the older
@@ -135,6 +136,7 @@ class KafkaWireApis:
         partition_admin_apis: PartitionAdminApis,
         quota_apis: QuotaApis,
         scram_apis: ScramApis,
+        transaction_apis: TransactionApis,
         producer_id_timeout_ms: int = 6000,
         cluster_id: str = "",
         auto_topic_creator: AutoTopicCreator | None = None,
@@ -155,6 +157,7 @@ class KafkaWireApis:
         """``/cluster/id``, answered in Metadata and DescribeCluster (librdkafka's
         ``describe_cluster()`` crashed on a null one)."""
         self.broker_id = replica_manager.broker_id
+        self.transaction_apis = transaction_apis
         acl_apis = acl_apis or AclApis(self.authorizer, None)
         handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
             API_VERSIONS: self.api_versions,
@@ -173,6 +176,7 @@ class KafkaWireApis:
             **RecordsAdminApis(replica_manager, self.authorizer).handlers,
             **acl_apis.handlers,
             **scram_apis.handlers,
+            **transaction_apis.handlers,
         }
         self.handlers = cluster_checked(self.authorizer, handlers)
         assert set(self.handlers) == set(SUPPORTED_VERSIONS)
@@ -330,6 +334,12 @@ class KafkaWireApis:
             AclOperation.WRITE,
             {t.name for t in body.topic_data},
         )
+        transactional_denied = body.transactional_id is not None and not self.authorizer.authorize(
+            session_of(request),
+            AclOperation.WRITE,
+            ResourceType.TRANSACTIONAL_ID,
+            body.transactional_id,
+        )
         for topic in body.topic_data:
             for part in topic.partition_data:
                 tp = TopicPartition(topic.name, part.index)
@@ -337,8 +347,11 @@ class KafkaWireApis:
                     raise CloseConnection(f"produce request names {tp} twice")
                 order.append(tp)
                 problem = partition_problem(tp)
-                if body.transactional_id is not None:
-                    refused[tp] = (pb.INVALID_REQUEST, "transactions are not supported")
+                if transactional_denied:
+                    refused[tp] = (
+                        pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                        "no Write on the transactional id",
+                    )
                 elif tp.topic in denied:
                     refused[tp] = (pb.TOPIC_AUTHORIZATION_FAILED, "no Write on the topic")
                 elif acks not in ACKS_VALUES:
@@ -608,19 +621,17 @@ class KafkaWireApis:
     async def _init_producer_id(self, request: KafkaRequest) -> Tree:
         """A new id at epoch 0 for an idempotent producer, also when it asks for its epoch
         to be bumped (KIP-360): a fresh id serves it as well, since its sequences start
-        again at 0 either way. Transactional producers are refused with the code their
-        clients treat as fatal (see TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+        again at 0 either way. A transactional producer's goes to the transaction
+        coordinator (:mod:`broker.kafka_listener.transaction_apis`)."""
         refusal = init_producer_id_refusal(
             self.authorizer, session_of(request), request.body.transactional_id
         )
         if refusal is not None:
             return {"error_code": refusal, "producer_id": -1, "producer_epoch": -1}
         if request.body.transactional_id is not None:
-            return {
-                "error_code": TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                "producer_id": -1,
-                "producer_epoch": -1,
-            }
+            return await self.transaction_apis.init_producer_id(
+                request, request.body.transactional_id
+            )
         code, producer_id = await new_producer_id(
             self.producer_id_manager, self.broker_id, self.producer_id_timeout_ms
         )

@@ -25,6 +25,7 @@ from broker.coordinator.group_coordinator import (
 )
 from broker.coordinator.group_metadata_manager import CommittedOffset
 from broker.kafka_listener.messages import Tree
+from broker.kafka_listener.transaction_apis import TransactionApis
 from broker.kafka_listener.wire_request import (
     Answer,
     KafkaRequest,
@@ -95,8 +96,12 @@ class GroupApis:
         zk: BrokerZkClient,
         group_admin: GroupAdmin,
         authorizer: AclAuthorizer | None = None,
+        transaction_apis: TransactionApis | None = None,
     ) -> None:
         self.coordinator = coordinator
+        self.transaction_apis = transaction_apis
+        """FindCoordinator for a transactional id goes there (None: refused, as before
+        transactions)."""
         self.authorizer = authorizer or AclAuthorizer(coordinator.broker_id, None, enabled=False)
         """Group ACLs (docs/security.md): Read on the group to join, sync, heartbeat,
         leave and commit; Describe to find its coordinator, describe it and fetch its
@@ -141,6 +146,8 @@ class GroupApis:
     async def find_coordinator(self, request: KafkaRequest) -> Answer:
         body = request.body
         key_type = getattr(body, "key_type", GROUP_KEY)
+        if key_type == TRANSACTION_KEY and self.transaction_apis is not None:
+            return done(await self.transaction_apis.find_coordinator(request, body.key))
         if key_type == TRANSACTION_KEY:
             logger.info(
                 "transaction coordinator asked for event=transactions_refused broker=%d "

@@ -23,6 +23,12 @@ writes them).
    batches still cover every offset. Kafka leaves such gaps empty; here the followers'
    continuity checks, recovery's and the audit's stay as strict as on any log, for
    61 bytes per run of removed batches.
+
+Transactions (docs/transactions.md): a transactional batch or a marker is kept whole, and
+its keys are not mapped, so that no aborted record ever replaces a committed one and no
+marker goes (the markers all share a few keys, and a marker removed would reopen its
+transaction on the next load). Kafka removes aborted records, and markers once
+``delete.retention.ms`` passed; here a compacted log keeps every transactional batch.
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ def build_offset_map(
             continue
         if header.base_offset >= end:
             break
+        if header.is_control or header.is_transactional:
+            continue  # kept whole by clean_batches: its keys replace nothing
         batch: dict[bytes, int] = {}
         for record in decode_batch(data).records:
             if start <= record.offset < end and record.key is not None:
@@ -127,6 +135,13 @@ def clean_batches(
     for header, data in batches:
         stats.batches_read += 1
         stats.bytes_read += len(data)
+        if header.is_control or header.is_transactional:
+            if gap is not None:
+                yield _placeholder(gap, stats)
+                gap = None
+            stats.bytes_written += len(data)
+            yield data
+            continue
         records = decode_batch(data).records
         stats.records_read += len(records)
         kept = []

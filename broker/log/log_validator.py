@@ -207,10 +207,9 @@ def _check_attributes(header: BatchHeader, pos: int) -> None:
             f"{where}: invalid timestamp type: a producer must not set the timestamp type to "
             f"LogAppendTime (attributes 0x{header.attributes & 0xFFFF:04x}); only a broker sets it"
         )
-    if header.is_transactional:
+    if header.is_transactional and not header.has_producer_id:
         raise errors.InvalidRecordError(
-            f"{where}: transactional batches are not supported: this broker has no "
-            "transaction coordinator (produce without transactional.id)"
+            f"{where}: a transactional batch needs its producer's id and epoch"
         )
 
 

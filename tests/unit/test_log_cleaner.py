@@ -330,3 +330,44 @@ def test_an_abandoned_swap_leaves_the_dirty_section_dirty(tmp_path: Path) -> Non
     assert result.end_offset == 0
     assert covers_every_offset(log)
     log.close()
+
+
+def test_transactional_batches_and_markers_are_kept_whole(tmp_path: Path) -> None:
+    """An aborted transactional value must not replace a committed one, and no marker may
+    go (every marker shares one of two keys): the cleaner keeps them all as written."""
+    from proto.records.control_records import ControlType, EndTxnMarker, encode_marker_batch
+    from proto.records.record_batch import TRANSACTIONAL_FLAG_MASK
+
+    log = open_log(tmp_path)
+    write(log, [(b"k0", b"committed")])  # offset 0, plain
+
+    def follow(data: bytes) -> None:
+        log.append_as_follower(log.log_end_offset.to_bytes(8, "big") + data[8:])
+
+    for seq, (value, kind) in enumerate(
+        ((b"aborted", ControlType.ABORT), (b"t", ControlType.COMMIT))
+    ):
+        follow(
+            encode_batch(
+                [Record(b"k0", value, 2000)],
+                producer_id=7,
+                producer_epoch=0,
+                base_sequence=seq,
+                flags=TRANSACTIONAL_FLAG_MASK,
+            )
+        )
+        follow(
+            encode_marker_batch(EndTxnMarker(kind, 0), producer_id=7, producer_epoch=0, timestamp=1)
+        )
+    fill(log)
+    before = contents(log)
+    clean_log(log, first_dirty=0, limit_offset=log.log_end_offset, now_ms=0, capacity=CAPACITY)
+    after = contents(log)
+    # Offset 0 (plain) is superseded by fill's later k0; offsets 1-4 stay as written.
+    assert [r for r in after if 1 <= r[0] <= 4] == [r for r in before if 1 <= r[0] <= 4]
+    assert len([r for r in after if 1 <= r[0] <= 4]) == 4
+    assert log.collect_aborted_transactions(0, log.log_end_offset)[0].first_offset == 1
+    log.close()
+    reopened = open_log(tmp_path)
+    assert reopened.first_unstable_offset is None  # both markers survived: nothing reopened
+    reopened.close()

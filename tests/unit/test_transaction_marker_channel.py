@@ -11,11 +11,11 @@ from pathlib import Path
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.coordinator.transaction_marker_channel import TransactionMarkerChannel
 from broker.coordinator.transaction_state_manager import TransactionStateManager
-from broker.grpc_listener.control_service import write_txn_markers
 from broker.log.log import Log
 from broker.log.transaction_index import AbortedTxn
 from broker.metadata_cache import MetadataCache, PartitionInfo
 from broker.replication.partition import LeadershipState, Partition
+from broker.replication.txn_markers import write_txn_markers
 from proto.config.broker_config import BrokerConfig
 from proto.config.log_config import LogConfig
 from proto.coordinator.transaction_records import TransactionState
