@@ -18,6 +18,7 @@ class FetchPartitionStatus:
     leader_epoch: int
     """The partition's leader epoch then: a change completes the fetch at once."""
     was_leader: bool
+    read_committed: bool = False
 
 
 class DelayedFetch(DelayedOperation):
@@ -56,7 +57,9 @@ class DelayedFetch(DelayedOperation):
             end = partition.fetch_end_offset(self.is_follower_fetch)
             if status.fetch_offset > end or status.fetch_offset < partition.log.log_start_offset:
                 return self.force_complete()  # out of range now: answer with the error
-            accumulated += partition.bytes_available(status.fetch_offset, self.is_follower_fetch)
+            accumulated += partition.bytes_available(
+                status.fetch_offset, self.is_follower_fetch, status.read_committed
+            )
             if accumulated >= self.min_bytes:
                 return self.force_complete()
         return False

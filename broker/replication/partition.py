@@ -587,13 +587,21 @@ class Partition:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def fetch_end_offset(self, is_follower_fetch: bool) -> int:
-        """What a fetch may read up to: the LEO for followers, the HW for consumers."""
-        return self.log.log_end_offset if is_follower_fetch else self._high_watermark
+    def fetch_end_offset(self, is_follower_fetch: bool, read_committed: bool = False) -> int:
+        """What a fetch may read up to: the LEO for followers, the HW for consumers, the
+        LSO for read_committed ones."""
+        if is_follower_fetch:
+            return self.log.log_end_offset
+        return self.last_stable_offset if read_committed else self._high_watermark
 
-    def bytes_available(self, fetch_offset: int, is_follower_fetch: bool) -> int:
-        """An estimate, without disk I/O, of the bytes a fetch from ``fetch_offset`` gets."""
-        return self._appended.between(fetch_offset, self.fetch_end_offset(is_follower_fetch))
+    def bytes_available(
+        self, fetch_offset: int, is_follower_fetch: bool, read_committed: bool = False
+    ) -> int:
+        """An estimate, without disk I/O, of the bytes a fetch from ``fetch_offset`` gets
+        (a read_committed fetch's stop at the LSO: its long poll waits while only an open
+        transaction's records are new, rather than waking to read nothing)."""
+        end = self.fetch_end_offset(is_follower_fetch, read_committed)
+        return self._appended.between(fetch_offset, end)
 
     @property
     def last_stable_offset(self) -> int:

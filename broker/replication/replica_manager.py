@@ -1516,7 +1516,9 @@ class ReplicaManager:
         if max_wait_ms <= 0 or not specs or ready >= min_bytes or has_error:
             return results
         statuses = {
-            tp: FetchPartitionStatus(spec.fetch_offset, p.leader_epoch, p.is_leader)
+            tp: FetchPartitionStatus(
+                spec.fetch_offset, p.leader_epoch, p.is_leader, spec.read_committed
+            )
             for tp, spec in specs.items()
             if (p := self.partitions.get(tp)) is not None
         }

@@ -83,3 +83,25 @@ def test_markers_close_transactions_acks_all_and_refuse_older_epochs(tmp_path: P
         assert missing.error_code == pb.UNKNOWN_TOPIC_OR_PARTITION
         for p in (partition, offsets):
             p.log.close()
+
+
+def test_a_read_committed_long_poll_counts_bytes_only_below_the_lso(tmp_path: Path) -> None:
+    """Records of an open transaction do not wake a read_committed fetch (it would read
+    nothing and be answered empty at once, over and over, until the transaction ends)."""
+    log = Log.open(tmp_path / TP.dir_name, LogConfig())
+    partition = Partition(TP, 1, log, clock_ms=int)
+    assert partition.make_leader(LeadershipState(1, 0, (1,), (1,), 0, controller_epoch=1))
+    data = encode_batch(
+        [Record(b"k", b"v" * 100, 1)],
+        producer_id=9,
+        producer_epoch=0,
+        base_sequence=0,
+        flags=TRANSACTIONAL_FLAG_MASK,
+    )
+    partition.append_records_to_leader(data, 1)
+    assert partition.high_watermark == 1
+    assert partition.bytes_available(0, False) > 100
+    assert partition.bytes_available(0, False, read_committed=True) == 0
+    partition.append_marker_to_leader(EndTxnMarker(ControlType.COMMIT, 0), 9, 0, 2)
+    assert partition.bytes_available(0, False, read_committed=True) > 100
+    log.close()
