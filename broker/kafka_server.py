@@ -229,59 +229,55 @@ class BrokerServer:
 
     async def _create_offsets_topic(self) -> int:
         """Make ``__consumer_offsets`` with Kafka's settings for it (compacted, its own
-        partitions, replication factor and segment size), not waiting for leaders."""
+        partitions, replication factor and segment size)."""
         config = self.config
-        topic = NewTopic(
-            OFFSETS_TOPIC,
-            config.offsets_topic_num_partitions,
-            config.offsets_topic_replication_factor,
-            {},
-            {
-                "cleanup.policy": "compact",
-                "compression.type": "producer",
-                "segment.bytes": str(config.offsets_topic_segment_bytes),
-            },
-        )
-        outcomes = await self.topic_admin.create_topics([topic], timeout_ms=0, validate_only=False)
-        outcome = outcomes[OFFSETS_TOPIC]
-        if outcome.error_code not in (pb.NONE, TOPIC_ALREADY_EXISTS):
-            logger.warning(
-                "event=offsets_topic_not_created broker=%d partitions=%d "
-                "replication_factor=%d error_code=%d message=%r",
-                self.broker_id,
+        return await self._create_internal_topic(
+            NewTopic(
+                OFFSETS_TOPIC,
                 config.offsets_topic_num_partitions,
                 config.offsets_topic_replication_factor,
-                outcome.error_code,
-                outcome.error_message,
+                {},
+                {
+                    "cleanup.policy": "compact",
+                    "compression.type": "producer",
+                    "segment.bytes": str(config.offsets_topic_segment_bytes),
+                },
             )
-        return outcome.error_code
+        )
 
     async def _create_transaction_topic(self) -> int:
         """Make ``__transaction_state`` with Kafka's settings for it (compacted, without
-        compression or unclean elections), not waiting for leaders."""
+        compression or unclean elections)."""
         config = self.config
-        topic = NewTopic(
-            TRANSACTION_STATE_TOPIC,
-            config.transaction_state_log_num_partitions,
-            config.transaction_state_log_replication_factor,
-            {},
-            {
-                "cleanup.policy": "compact",
-                "compression.type": "uncompressed",
-                "min.insync.replicas": str(config.transaction_state_log_min_isr),
-                "segment.bytes": str(config.transaction_state_log_segment_bytes),
-                "unclean.leader.election.enable": "false",
-            },
-        )
-        outcomes = await self.topic_admin.create_topics([topic], timeout_ms=0, validate_only=False)
-        outcome = outcomes[TRANSACTION_STATE_TOPIC]
-        if outcome.error_code not in (pb.NONE, TOPIC_ALREADY_EXISTS):
-            logger.warning(
-                "event=transaction_topic_not_created broker=%d partitions=%d "
-                "replication_factor=%d error_code=%d message=%r",
-                self.broker_id,
+        return await self._create_internal_topic(
+            NewTopic(
+                TRANSACTION_STATE_TOPIC,
                 config.transaction_state_log_num_partitions,
                 config.transaction_state_log_replication_factor,
+                {},
+                {
+                    "cleanup.policy": "compact",
+                    "compression.type": "uncompressed",
+                    "min.insync.replicas": str(config.transaction_state_log_min_isr),
+                    "segment.bytes": str(config.transaction_state_log_segment_bytes),
+                    "unclean.leader.election.enable": "false",
+                },
+            )
+        )
+
+    async def _create_internal_topic(self, topic: NewTopic) -> int:
+        """Write a coordinator's topic, not waiting for leaders: the CreateTopics error
+        code (NONE, or TOPIC_ALREADY_EXISTS when another broker made it first)."""
+        outcomes = await self.topic_admin.create_topics([topic], timeout_ms=0, validate_only=False)
+        outcome = outcomes[topic.name]
+        if outcome.error_code not in (pb.NONE, TOPIC_ALREADY_EXISTS):
+            logger.warning(
+                "event=internal_topic_not_created broker=%d topic=%s partitions=%d "
+                "replication_factor=%d error_code=%d message=%r",
+                self.broker_id,
+                topic.name,
+                topic.num_partitions,
+                topic.replication_factor,
                 outcome.error_code,
                 outcome.error_message,
             )

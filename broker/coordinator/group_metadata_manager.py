@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 from broker.coordinator.internal_topic import (
     COORDINATOR_LOAD_IN_PROGRESS,
-    COORDINATOR_NOT_AVAILABLE,
     InternalTopicPartitions,
     coordinator_error,
 )
@@ -55,7 +54,6 @@ from proto.coordinator.group_records import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
-from proto.coordinator.placement import partition_for
 from proto.records.record_batch import Record
 from proto.topic_partition import OFFSETS_TOPIC, TopicPartition
 from proto.wire import minibroker_pb2 as pb
@@ -127,13 +125,11 @@ class GroupMetadataManager:
         self.replica_manager = replica_manager
         self.metadata_cache = metadata_cache
         self.executor = executor
-        self._create_topic = create_topic
         self.clock_ms = clock_ms
         self.groups: dict[str, StoredGroup] = {}
         """The groups of the loaded partitions."""
         self._loading: dict[int, dict[str, StoredGroup]] = {}
         """Per partition being loaded: what its records said so far."""
-        self._creating = False
         self.on_group_loaded: Callable[[str, GroupMetadataValue], None] = lambda g, v: None
         """Set by the coordinator: a group with a stored generation was loaded."""
         self.on_group_unloaded: Callable[[str], None] = lambda g: None
@@ -142,7 +138,10 @@ class GroupMetadataManager:
             OFFSETS_TOPIC,
             self.broker_id,
             replica_manager,
+            metadata_cache,
             executor,
+            partitions=config.offsets_topic_num_partitions,
+            create_topic=create_topic,
             apply=self._apply_record,
             unload=self._unload_groups,
             loaded=self._install_loaded,
@@ -153,28 +152,16 @@ class GroupMetadataManager:
 
     @property
     def partition_count(self) -> int:
-        """The partitions of the topic: as it exists, else as it would be made."""
-        count = self.metadata_cache.partition_count(OFFSETS_TOPIC)
-        return count if count else self.config.offsets_topic_num_partitions
+        return self.partitions.partition_count
 
-    def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self.partition_count)
+    def partition_of(self, key: str) -> int:
+        return self.partitions.partition_of(key)
 
     def topic_exists(self) -> bool:
-        return bool(self.metadata_cache.partition_count(OFFSETS_TOPIC))
+        return self.partitions.topic_exists()
 
     async def ensure_topic(self) -> int:
-        """Make the topic unless it exists (FindCoordinator's first step in Kafka). While
-        one lookup is making it, the others do not try again: COORDINATOR_NOT_AVAILABLE."""
-        if self.topic_exists():
-            return pb.NONE
-        if self._creating:
-            return COORDINATOR_NOT_AVAILABLE
-        self._creating = True
-        try:
-            return await self._create_topic()
-        finally:
-            self._creating = False
+        return await self.partitions.ensure_topic()
 
     def refusal(self, group_id: str) -> int | None:
         """NOT_COORDINATOR unless this broker leads the group's partition,

@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from broker.metadata_cache import MetadataCache
 from broker.replication.partition import ACKS_ALL
 from broker.replication.replica_manager import ReplicaManager
+from proto.coordinator.placement import partition_for
 from proto.records.record_batch import (
     CorruptRecordError,
     Record,
@@ -91,8 +93,11 @@ class InternalTopicPartitions:
         topic: str,
         broker_id: int,
         replica_manager: ReplicaManager,
+        metadata_cache: MetadataCache,
         executor: Executor | None,
         *,
+        partitions: int,
+        create_topic: Callable[[], Awaitable[int]],
         apply: Callable[[int, Record], None],
         unload: Callable[[int], int],
         loaded: Callable[[int], int],
@@ -101,17 +106,52 @@ class InternalTopicPartitions:
         """``apply(partition, record)`` takes each record a load reads, in offset order;
         ``loaded(partition)`` is called once a load is done and ``unload(partition)`` when
         the partition is no longer led here; both answer how many keys they concern (for
-        the log line)."""
+        the log line). ``partitions`` is the count the topic is made with
+        (``offsets.topic.num.partitions``, ...), and ``create_topic`` makes it."""
         self.topic = topic
         self.broker_id = broker_id
         self.replica_manager = replica_manager
+        self.metadata_cache = metadata_cache
         self.executor = executor
+        self._default_partitions = partitions
+        self._create_topic = create_topic
+        self._creating = False
         self._apply = apply
         self._unload_keys = unload
         self._loaded = loaded
         self._append_timeout_ms = append_timeout_ms
         self._owned: dict[int, _OwnedPartition] = {}
         replica_manager.leadership_listeners.append(self.on_leadership_change)
+
+    # -- placement -----------------------------------------------------------------------------
+
+    @property
+    def partition_count(self) -> int:
+        """The partitions of the topic: as it exists, else as it would be made."""
+        count = self.metadata_cache.partition_count(self.topic)
+        return count if count else self._default_partitions
+
+    def partition_of(self, key: str) -> int:
+        """The partition of a group id or transactional id (Kafka's ``partitionFor``)."""
+        return partition_for(key, self.partition_count)
+
+    def topic_exists(self) -> bool:
+        return bool(self.metadata_cache.partition_count(self.topic))
+
+    async def ensure_topic(self) -> int:
+        """Make the topic unless it exists (FindCoordinator's first step in Kafka). While
+        one lookup is making it, the others do not try again: COORDINATOR_NOT_AVAILABLE."""
+        if self.topic_exists():
+            return pb.NONE
+        if self._creating:
+            return COORDINATOR_NOT_AVAILABLE
+        self._creating = True
+        try:
+            return await self._create_topic()
+        finally:
+            self._creating = False
+
+    # -- leadership state ----------------------------------------------------------------------
 
     def refusal(self, partition: int) -> int | None:
         """NOT_COORDINATOR unless this broker leads ``partition``, COORDINATOR_LOAD_IN_PROGRESS

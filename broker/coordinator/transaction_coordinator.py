@@ -179,16 +179,12 @@ class TransactionCoordinator:
             timeout_ms, expected_epoch, self.clock_ms()
         )
 
-    # -- AddPartitionsToTxn --------------------------------------------------------------------
-
-    async def add_partitions(
-        self,
-        transactional_id: str,
-        producer_id: int,
-        producer_epoch: int,
-        partitions: frozenset[TopicPartition],
-    ) -> int:
-        """Add ``partitions`` to the id's transaction, starting one if none is open."""
+    def _producer_of(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> TransactionMetadata | int:
+        """The id's metadata if this broker coordinates it and the request's producer is
+        its current one, else the error code (Kafka's checks of AddPartitionsToTxn and
+        EndTxn)."""
         if not transactional_id:
             return INVALID_REQUEST
         refusal = self.state.refusal(transactional_id)
@@ -199,6 +195,21 @@ class TransactionCoordinator:
             return INVALID_PRODUCER_ID_MAPPING
         if metadata.producer_epoch != producer_epoch:
             return PRODUCER_FENCED
+        return metadata
+
+    # -- AddPartitionsToTxn --------------------------------------------------------------------
+
+    async def add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: frozenset[TopicPartition],
+    ) -> int:
+        """Add ``partitions`` to the id's transaction, starting one if none is open."""
+        metadata = self._producer_of(transactional_id, producer_id, producer_epoch)
+        if isinstance(metadata, int):
+            return metadata
         if metadata.pending is not None or metadata.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             return CONCURRENT_TRANSACTIONS
         if metadata.state == S.ONGOING and partitions <= metadata.partitions:
@@ -213,16 +224,9 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> int:
         """Commit or abort the id's open transaction (a client's EndTxn)."""
-        if not transactional_id:
-            return INVALID_REQUEST
-        refusal = self.state.refusal(transactional_id)
-        if refusal is not None:
-            return refusal
-        metadata = self.state.get(transactional_id)
-        if metadata is None or metadata.producer_id != producer_id:
-            return INVALID_PRODUCER_ID_MAPPING
-        if producer_epoch != metadata.producer_epoch:
-            return PRODUCER_FENCED
+        metadata = self._producer_of(transactional_id, producer_id, producer_epoch)
+        if isinstance(metadata, int):
+            return metadata
         result = ControlType.COMMIT if commit else ControlType.ABORT
         return await self._end(metadata, result, fence=False)
 

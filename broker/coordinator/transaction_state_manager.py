@@ -34,7 +34,6 @@ from broker.coordinator.transaction_metadata import TransactionMetadata, TxnTran
 from broker.metadata_cache import MetadataCache
 from broker.replication.replica_manager import ReplicaManager
 from proto.config.broker_config import BrokerConfig
-from proto.coordinator.placement import partition_for
 from proto.coordinator.transaction_records import (
     TransactionRecordError,
     TransactionState,
@@ -96,8 +95,6 @@ class TransactionStateManager:
         self.broker_id = config.broker_id
         self.metadata_cache = metadata_cache
         self.clock_ms = clock_ms
-        self._create_topic = create_topic
-        self._creating = False
         self.ids: dict[str, TransactionMetadata] = {}
         """The transactional ids of the loaded partitions."""
         self._loading: dict[int, dict[str, TransactionMetadata]] = {}
@@ -108,7 +105,10 @@ class TransactionStateManager:
             TRANSACTION_STATE_TOPIC,
             self.broker_id,
             replica_manager,
+            metadata_cache,
             executor,
+            partitions=config.transaction_state_log_num_partitions,
+            create_topic=create_topic,
             apply=self._apply_record,
             unload=self._unload_ids,
             loaded=self._install_loaded,
@@ -119,27 +119,16 @@ class TransactionStateManager:
 
     @property
     def partition_count(self) -> int:
-        """The partitions of the topic: as it exists, else as it would be made."""
-        count = self.metadata_cache.partition_count(TRANSACTION_STATE_TOPIC)
-        return count if count else self.config.transaction_state_log_num_partitions
+        return self.partitions.partition_count
 
-    def partition_of(self, transactional_id: str) -> int:
-        return partition_for(transactional_id, self.partition_count)
+    def partition_of(self, key: str) -> int:
+        return self.partitions.partition_of(key)
 
     def topic_exists(self) -> bool:
-        return bool(self.metadata_cache.partition_count(TRANSACTION_STATE_TOPIC))
+        return self.partitions.topic_exists()
 
     async def ensure_topic(self) -> int:
-        """Make the topic unless it exists (FindCoordinator's first step in Kafka)."""
-        if self.topic_exists():
-            return pb.NONE
-        if self._creating:
-            return COORDINATOR_NOT_AVAILABLE
-        self._creating = True
-        try:
-            return await self._create_topic()
-        finally:
-            self._creating = False
+        return await self.partitions.ensure_topic()
 
     def refusal(self, transactional_id: str) -> int | None:
         """NOT_COORDINATOR unless this broker leads the id's partition,

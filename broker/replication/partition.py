@@ -627,7 +627,9 @@ class Partition:
         an HW above the data it was sent.
         """
         high_watermark = self._high_watermark
-        lso = self.last_stable_offset
+        # A follower reads to the LEO and is told the HW as its LSO, which costs no look
+        # at the producer state under the log's lock.
+        lso = high_watermark if is_follower_fetch else self.last_stable_offset
         if is_follower_fetch:
             end = self.log.log_end_offset
         else:
