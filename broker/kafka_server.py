@@ -418,7 +418,10 @@ class BrokerServer:
         if port < 0:
             return
         transaction_apis = TransactionApis(
-            self.transactions.coordinator, self.metadata_cache, self.authorizer
+            self.transactions.coordinator,
+            self.metadata_cache,
+            self.authorizer,
+            self.group_store.partition_of,
         )
         listener = KafkaListener(
             self.broker_id,

@@ -167,6 +167,30 @@ class GroupAdmin:
                 return dict.fromkeys(offsets, COORDINATOR_NOT_AVAILABLE)
         return dict.fromkeys(offsets, pb.NONE)
 
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer: tuple[int, int],
+        generation_id: int,
+        member_id: str,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, int]:
+        """Kafka's ``handleTxnCommitOffsets`` after the request's own checks: the group's
+        generation if given, then the commits written as ``producer``'s (id, epoch)
+        transactional batch, applied when its transaction commits. Needs
+        ``__consumer_offsets``: without it (a coordinator without a store) the answer is
+        COORDINATOR_NOT_AVAILABLE. Each partition's error code."""
+        code = self.refusal(group_id)
+        if code is None:
+            code = self.coordinator.check_txn_commit(group_id, generation_id, member_id)
+        store = self.coordinator.store
+        if code == pb.NONE and store is None:
+            code = COORDINATOR_NOT_AVAILABLE
+        if code != pb.NONE or store is None or not offsets:
+            return dict.fromkeys(offsets, code)
+        with self.coordinator.committing(group_id):
+            return await store.store_txn_offsets(group_id, producer[0], producer[1], offsets)
+
     async def fetch_offsets(
         self, group_id: str, asked: Collection[TopicPartition] | None
     ) -> OffsetsFetched:

@@ -557,6 +557,22 @@ class GroupCoordinator:
         member.last_heard = asyncio.get_running_loop().time()
         return pb.NONE
 
+    def check_txn_commit(self, group_id: str, generation_id: int, member_id: str) -> int:
+        """May this TxnOffsetCommit be written? Kafka's ``doTxnCommitOffsets`` checks: none
+        while the group is Dead; a member id, when given, must be the group's, and a
+        generation, when given (>= 0), the group's current one (KIP-447: a zombie of an
+        older generation is refused). Unlike OffsetCommit, members may be present when
+        neither is given: a producer's transaction commits for the consumer beside it."""
+        if self.deleting(group_id):
+            return COORDINATOR_NOT_AVAILABLE
+        group = self.groups.get(group_id)
+        if member_id and (group is None or member_id not in group.members):
+            return UNKNOWN_MEMBER_ID
+        current = -1 if group is None else group.generation_id
+        if generation_id >= 0 and generation_id != current:
+            return ILLEGAL_GENERATION
+        return pb.NONE
+
     # -- ListGroups, DescribeGroups ----------------------------------------------------------
 
     def list_groups(self, states: Iterable[GroupState] = ()) -> list[GroupOverview]:

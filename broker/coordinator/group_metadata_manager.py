@@ -22,6 +22,14 @@ coordinator up again).
 Two commits of one partition of one group may be acknowledged out of order (both wait
 for the ISR and wake together): the cache keeps the one written later in the log, as a
 reload would, whatever order the acknowledgements come in.
+
+A transaction's offsets (TxnOffsetCommit, KIP-98) are written as the producer's
+transactional batch and held pending, per producer id, until the transaction's marker
+reaches the group's partition: a commit marker makes them the group's offsets (unless a
+commit written later in the log already replaced one), an abort drops them. A load does
+the same with the batches and markers it reads, and a marker written while the partition
+is loading is applied once the load is done (unless the load read it). OffsetFetch with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition with pending offsets.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from broker.coordinator.internal_topic import (
     coordinator_error,
 )
 from broker.metadata_cache import MetadataCache
-from broker.replication.replica_manager import ReplicaManager
+from broker.replication.replica_manager import MarkerAppend, ReplicaManager
 from proto.config.broker_config import BrokerConfig
 from proto.coordinator.group_records import (
     GroupMetadataKey,
@@ -54,6 +62,7 @@ from proto.coordinator.group_records import (
     encode_offset_commit_key,
     encode_offset_commit_value,
 )
+from proto.records.control_records import ControlType
 from proto.records.record_batch import Record
 from proto.topic_partition import OFFSETS_TOPIC, TopicPartition
 from proto.wire import minibroker_pb2 as pb
@@ -100,11 +109,29 @@ class CommittedOffset:
 
 @dataclass
 class StoredGroup:
-    """What the log holds of one group: its offsets and its last generation."""
+    """What the log holds of one group: its offsets, its last generation, and the offsets
+    of open transactions (by producer id)."""
 
     offsets: dict[TopicPartition, CommittedOffset] = dataclasses.field(default_factory=dict)
     metadata: GroupMetadataValue | None = None
     metadata_offset: int = -1
+    pending: dict[int, dict[TopicPartition, CommittedOffset]] = dataclasses.field(
+        default_factory=dict
+    )
+
+    def is_empty(self) -> bool:
+        return self.metadata is None and not self.offsets and not self.pending
+
+    def complete_transaction(self, producer_id: int, committed: bool) -> int:
+        """Apply (``committed``) or drop a producer's pending offsets: how many applied."""
+        applied = 0
+        for tp, offset in self.pending.pop(producer_id, {}).items():
+            known = self.offsets.get(tp)
+            newer = known is None or known.record_offset < offset.record_offset
+            if committed and offset.record_offset >= 0 and newer:
+                self.offsets[tp] = offset
+                applied += 1
+        return applied
 
 
 class GroupMetadataManager:
@@ -134,6 +161,14 @@ class GroupMetadataManager:
         """Set by the coordinator: a group with a stored generation was loaded."""
         self.on_group_unloaded: Callable[[str], None] = lambda g: None
         """Set by the coordinator: a group's partition is no longer led here."""
+        self._producer_groups: dict[int, set[str]] = {}
+        """Producer id -> the groups (loaded or loading) holding its pending offsets."""
+        self._load_read_to: dict[int, int] = {}
+        """Per partition being loaded: the offset after the last batch its load read."""
+        self._markers_while_loading: dict[int, list[tuple[int, int, bool]]] = {}
+        """Per partition being loaded: (marker offset, producer id, committed) written
+        since the load began."""
+        replica_manager.marker_listeners.append(self._on_marker_written)
         self.partitions = InternalTopicPartitions(
             OFFSETS_TOPIC,
             self.broker_id,
@@ -146,6 +181,7 @@ class GroupMetadataManager:
             unload=self._unload_groups,
             loaded=self._install_loaded,
             append_timeout_ms=lambda: self.config.offsets_commit_timeout_ms,
+            apply_marker=self._apply_marker,
         )
 
     # -- placement -----------------------------------------------------------------------------
@@ -174,22 +210,89 @@ class GroupMetadataManager:
     # -- loading -------------------------------------------------------------------------------
 
     def _unload_groups(self, partition: int) -> int:
-        self._loading.pop(partition, None)
+        loading = self._loading.pop(partition, {})
+        self._load_read_to.pop(partition, None)
+        self._markers_while_loading.pop(partition, None)
         gone = [g for g in self.groups if self.partition_of(g) == partition]
         for group_id in gone:
             del self.groups[group_id]
             self.on_group_unloaded(group_id)
+        for group_id in (*gone, *loading):
+            self._forget_producers(group_id)
         return len(gone)
 
     def _install_loaded(self, partition: int) -> int:
         found = self._loading.pop(partition, {})
+        read_to = self._load_read_to.pop(partition, 0)
         for group_id, stored in found.items():
             self.groups[group_id] = stored
             if stored.metadata is not None:
                 self.on_group_loaded(group_id, stored.metadata)
+        for offset, producer_id, committed in self._markers_while_loading.pop(partition, []):
+            if offset >= read_to:  # the load did not read it
+                self._complete_transaction(partition, producer_id, committed, self.groups)
         return len(found)
 
-    def _apply_record(self, partition: int, record: Record) -> None:
+    def _forget_producers(self, group_id: str) -> None:
+        for producer_id in [p for p, gs in self._producer_groups.items() if group_id in gs]:
+            self._unlink_producer(producer_id, group_id)
+
+    def _unlink_producer(self, producer_id: int, group_id: str) -> None:
+        groups = self._producer_groups.get(producer_id)
+        if groups is not None:
+            groups.discard(group_id)
+            if not groups:
+                del self._producer_groups[producer_id]
+
+    def _apply_marker(self, partition: int, producer_id: int, committed: bool, offset: int) -> None:
+        self._load_read_to[partition] = offset + 1
+        found = self._loading.setdefault(partition, {})
+        self._complete_transaction(partition, producer_id, committed, found)
+
+    def _complete_transaction(
+        self,
+        partition: int,
+        producer_id: int,
+        committed: bool,
+        groups: dict[str, StoredGroup],
+    ) -> None:
+        """A producer's marker reached ``partition``: its pending offsets in the groups of
+        the partition (among ``groups``) are applied or dropped."""
+        for group_id in sorted(self._producer_groups.get(producer_id, ())):
+            if self.partition_of(group_id) != partition:
+                continue
+            stored = groups.get(group_id)
+            self._unlink_producer(producer_id, group_id)
+            if stored is None:
+                continue
+            applied = stored.complete_transaction(producer_id, committed)
+            logger.info(
+                "event=txn_offsets_completed broker=%d group=%s producer_id=%d "
+                "committed=%s applied=%d",
+                self.broker_id,
+                group_id,
+                producer_id,
+                committed,
+                applied,
+            )
+            if stored.is_empty() and groups.get(group_id) is stored:
+                del groups[group_id]
+
+    def _on_marker_written(self, tp: TopicPartition, marker: MarkerAppend, offset: int) -> None:
+        """The replica manager's listener: a marker written (and replicated) here."""
+        if tp.topic != OFFSETS_TOPIC:
+            return
+        committed = marker.marker.control_type is ControlType.COMMIT
+        refusal = self.partitions.refusal(tp.partition)
+        if refusal == COORDINATOR_LOAD_IN_PROGRESS:
+            self._markers_while_loading.setdefault(tp.partition, []).append(
+                (offset, marker.producer_id, committed)
+            )
+        elif refusal is None:
+            self._complete_transaction(tp.partition, marker.producer_id, committed, self.groups)
+
+    def _apply_record(self, partition: int, record: Record, producer_id: int) -> None:
+        self._load_read_to[partition] = record.offset + 1
         found = self._loading.setdefault(partition, {})
         if record.key is None:
             logger.warning(
@@ -205,18 +308,22 @@ class GroupMetadataManager:
             if isinstance(key, OffsetCommitKey):
                 stored = found.setdefault(key.group, StoredGroup())
                 committed = TopicPartition(key.topic, key.partition)
+                offsets = stored.offsets
+                if producer_id >= 0:  # a transaction's: pending until its marker
+                    offsets = stored.pending.setdefault(producer_id, {})
+                    self._producer_groups.setdefault(producer_id, set()).add(key.group)
                 if record.value is None:
-                    stored.offsets.pop(committed, None)
+                    offsets.pop(committed, None)
                 else:
                     value = decode_offset_commit_value(record.value)
-                    stored.offsets[committed] = _committed(value, record.offset)
+                    offsets[committed] = _committed(value, record.offset)
             else:
                 stored = found.setdefault(key.group, StoredGroup())
                 stored.metadata = (
                     None if record.value is None else decode_group_metadata_value(record.value)
                 )
                 stored.metadata_offset = record.offset
-            if stored.metadata is None and not stored.offsets:
+            if stored.is_empty():
                 del found[key.group]
         except ValueError as err:
             logger.error(
@@ -238,6 +345,14 @@ class GroupMetadataManager:
         stored = self.groups.get(group_id)
         return None if stored is None else stored.metadata
 
+    def pending_partitions(self, group_id: str) -> set[TopicPartition]:
+        """The partitions with offsets of an open transaction (OffsetFetch's
+        UNSTABLE_OFFSET_COMMIT when ``require_stable``)."""
+        stored = self.groups.get(group_id)
+        if stored is None:
+            return set()
+        return {tp for offsets in stored.pending.values() for tp in offsets}
+
     def holds(self, group_id: str) -> bool:
         """Whether the log holds anything of the group (offsets or a generation)."""
         return group_id in self.groups
@@ -250,23 +365,7 @@ class GroupMetadataManager:
         """Append the commits as one batch and wait for the ISR; each partition's error
         code (the same for all: they are one batch)."""
         now = self.clock_ms()
-        records = [
-            Record(
-                encode_offset_commit_key(OffsetCommitKey(group_id, tp.topic, tp.partition)),
-                encode_offset_commit_value(
-                    OffsetCommitValue(
-                        c.offset,
-                        c.leader_epoch,
-                        c.metadata,
-                        now,
-                        c.expire_timestamp_ms,
-                    )
-                ),
-                now,
-            )
-            for tp, c in offsets.items()
-        ]
-        code, base_offset = await self._append(group_id, records)
+        code, base_offset = await self._append(group_id, _commit_records(group_id, offsets, now))
         if code == pb.NONE and base_offset >= 0:
             stored = self.groups.setdefault(group_id, StoredGroup())
             for index, (tp, c) in enumerate(offsets.items()):
@@ -276,6 +375,42 @@ class GroupMetadataManager:
                     stored.offsets[tp] = dataclasses.replace(
                         c, commit_timestamp_ms=now, record_offset=record_offset
                     )
+        return dict.fromkeys(offsets, code)
+
+    async def store_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit's write (Kafka's ``storeOffsets`` for a producer): the commits as
+        the producer's transactional batch, pending until its transaction's marker; each
+        partition's error code. A fenced epoch is INVALID_PRODUCER_EPOCH (the partition's
+        producer state refuses the batch), and nothing is held pending then."""
+        now = self.clock_ms()
+        stored = self.groups.setdefault(group_id, StoredGroup())
+        pending = stored.pending.setdefault(producer_id, {})
+        held = {tp: dataclasses.replace(c, commit_timestamp_ms=now) for tp, c in offsets.items()}
+        pending.update(held)
+        self._producer_groups.setdefault(producer_id, set()).add(group_id)
+        code, base_offset = await self._append(
+            group_id, _commit_records(group_id, offsets, now), (producer_id, producer_epoch)
+        )
+        stored = self.groups.get(group_id) or StoredGroup()
+        pending = stored.pending.get(producer_id, {})
+        for index, (tp, c) in enumerate(held.items()):
+            if pending.get(tp) is not c:
+                continue  # completed, replaced or unloaded meanwhile
+            if code == pb.NONE and base_offset >= 0:
+                pending[tp] = dataclasses.replace(c, record_offset=base_offset + index)
+            else:
+                del pending[tp]
+        if not pending and stored.pending.get(producer_id) is pending:
+            del stored.pending[producer_id]
+            self._unlink_producer(producer_id, group_id)
+            if stored.is_empty() and self.groups.get(group_id) is stored:
+                del self.groups[group_id]
         return dict.fromkeys(offsets, code)
 
     async def store_group(self, group_id: str, value: GroupMetadataValue) -> int:
@@ -322,7 +457,10 @@ class GroupMetadataManager:
         if code == pb.NONE:
             for tp in tps:
                 stored.offsets.pop(tp, None)
+                for pending in stored.pending.values():
+                    pending.pop(tp, None)
             if partitions is None:
+                self._forget_producers(group_id)
                 # A group whose offsets alone were deleted stays, Empty, until deleted
                 # itself (Kafka keeps it until its next expiry pass).
                 self.groups.pop(group_id, None)
@@ -337,9 +475,11 @@ class GroupMetadataManager:
         )
         return code
 
-    async def _append(self, group_id: str, records: list[Record]) -> tuple[int, int]:
+    async def _append(
+        self, group_id: str, records: list[Record], producer: tuple[int, int] | None = None
+    ) -> tuple[int, int]:
         """(error code for the client, base offset of the appended batch)."""
-        appended = await self.partitions.append(self.partition_of(group_id), records)
+        appended = await self.partitions.append(self.partition_of(group_id), records, producer)
         if appended.error_code != pb.NONE:
             return commit_error(appended.error_code), -1
         if not appended.still_owned:
@@ -350,6 +490,21 @@ class GroupMetadataManager:
 
     async def stop(self) -> None:
         await self.partitions.stop()
+
+
+def _commit_records(
+    group_id: str, offsets: Mapping[TopicPartition, CommittedOffset], now: int
+) -> list[Record]:
+    return [
+        Record(
+            encode_offset_commit_key(OffsetCommitKey(group_id, tp.topic, tp.partition)),
+            encode_offset_commit_value(
+                OffsetCommitValue(c.offset, c.leader_epoch, c.metadata, now, c.expire_timestamp_ms)
+            ),
+            now,
+        )
+        for tp, c in offsets.items()
+    ]
 
 
 def _committed(value: OffsetCommitValue, record_offset: int) -> CommittedOffset:

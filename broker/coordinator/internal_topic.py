@@ -23,11 +23,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from broker.log.producer_state import AppendOrigin
 from broker.metadata_cache import MetadataCache
 from broker.replication.partition import ACKS_ALL
 from broker.replication.replica_manager import ReplicaManager
 from proto.coordinator.placement import partition_for
+from proto.records.control_records import ControlRecordError, ControlType, decode_end_txn_marker
 from proto.records.record_batch import (
+    TRANSACTIONAL_FLAG_MASK,
+    BatchHeader,
     CorruptRecordError,
     Record,
     decode_batch,
@@ -67,6 +71,14 @@ def coordinator_error(code: int) -> int:
     return code
 
 
+RecordApplier = Callable[[int, Record, int], None]
+"""``apply(partition, record, producer_id)``: a record a load read, with the producer id
+of its batch if the batch is transactional (-1 if not)."""
+MarkerApplier = Callable[[int, int, bool, int], None]
+"""``apply_marker(partition, producer_id, committed, offset)``: a transaction marker a
+load read."""
+
+
 @dataclass
 class _OwnedPartition:
     leader_epoch: int
@@ -98,13 +110,15 @@ class InternalTopicPartitions:
         *,
         partitions: int,
         create_topic: Callable[[], Awaitable[int]],
-        apply: Callable[[int, Record], None],
+        apply: RecordApplier,
         unload: Callable[[int], int],
         loaded: Callable[[int], int],
         append_timeout_ms: Callable[[], int],
+        apply_marker: MarkerApplier | None = None,
     ) -> None:
-        """``apply(partition, record)`` takes each record a load reads, in offset order;
-        ``loaded(partition)`` is called once a load is done and ``unload(partition)`` when
+        """``apply`` takes each record a load reads, in offset order, and ``apply_marker``
+        each transaction marker (None: markers are skipped); ``loaded(partition)`` is
+        called once a load is done and ``unload(partition)`` when
         the partition is no longer led here; both answer how many keys they concern (for
         the log line). ``partitions`` is the count the topic is made with
         (``offsets.topic.num.partitions``, ...), and ``create_topic`` makes it."""
@@ -117,6 +131,7 @@ class InternalTopicPartitions:
         self._create_topic = create_topic
         self._creating = False
         self._apply = apply
+        self._apply_marker = apply_marker
         self._unload_keys = unload
         self._loaded = loaded
         self._append_timeout_ms = append_timeout_ms
@@ -275,30 +290,68 @@ class InternalTopicPartitions:
                 continue
             pos += header.size
             if header.is_control:
+                if header.base_offset >= start:
+                    self._apply_control(tp, header, batch.records)
                 continue
+            producer_id = header.producer_id if header.is_transactional else -1
             for record in batch.records:
                 if record.offset < start:
                     continue
                 applied += 1
-                self._apply(tp.partition, record)
+                self._apply(tp.partition, record, producer_id)
         return applied
+
+    def _apply_control(
+        self, tp: TopicPartition, header: BatchHeader, records: list[Record]
+    ) -> None:
+        if self._apply_marker is None or not records:
+            return
+        try:
+            marker = decode_end_txn_marker(records[0])
+        except ControlRecordError as err:
+            logger.error(
+                "event=coordinator_marker_unreadable broker=%d tp=%s offset=%d error=%r",
+                self.broker_id,
+                tp,
+                header.base_offset,
+                str(err),
+            )
+            return
+        committed = marker.control_type is ControlType.COMMIT
+        self._apply_marker(tp.partition, header.producer_id, committed, header.base_offset)
 
     # -- appends -------------------------------------------------------------------------------
 
-    async def append(self, partition: int, records: list[Record]) -> Appended:
+    async def append(
+        self, partition: int, records: list[Record], producer: tuple[int, int] | None = None
+    ) -> Appended:
         """Append ``records`` as one batch to ``partition`` and wait for the ISR. A
         partition this broker does not lead, or has not loaded, is answered with the
-        coordinator error, without writing."""
+        coordinator error, without writing. With ``producer`` (id, epoch) the batch is
+        that producer's transactional batch (a transaction's offset commits), refused
+        INVALID_PRODUCER_EPOCH if the partition has seen a newer epoch; its sequence is 0,
+        as Kafka's coordinator writes it."""
         owned = self._owned.get(partition)
         refusal = self.refusal(partition)
         if owned is None or refusal is not None:
             return Appended(refusal or NOT_COORDINATOR, "", -1, False)
         tp = TopicPartition(self.topic, partition)
+        batch = (
+            encode_batch(records)
+            if producer is None
+            else encode_batch(
+                records,
+                producer_id=producer[0],
+                producer_epoch=producer[1],
+                base_sequence=0,
+                flags=TRANSACTIONAL_FLAG_MASK,
+            )
+        )
         results = await self.replica_manager.append_records(
             ACKS_ALL,
             self._append_timeout_ms(),
-            {tp: encode_batch(records)},
-            internal_topics_allowed=True,
+            {tp: batch},
+            origin=AppendOrigin.COORDINATOR,
         )
         result = results[tp]
         if result.error_code != pb.NONE:

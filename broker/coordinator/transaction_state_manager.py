@@ -173,7 +173,7 @@ class TransactionStateManager:
 
     # -- loading -------------------------------------------------------------------------------
 
-    def _apply_record(self, partition: int, record: Record) -> None:
+    def _apply_record(self, partition: int, record: Record, producer_id: int) -> None:
         found = self._loading.setdefault(partition, {})
         if record.key is None:
             logger.warning(

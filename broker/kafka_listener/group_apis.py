@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from broker.coordinator.group_admin import GroupAdmin
 from broker.coordinator.group_coordinator import (
@@ -54,7 +55,9 @@ __all__ = ["GROUP_VERSIONS", "GroupApis"]
 FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP, HEARTBEAT = 10, 11, 14, 12
 LEAVE_GROUP, OFFSET_COMMIT, OFFSET_FETCH = 13, 8, 9
 LIST_GROUPS, DESCRIBE_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 16, 15, 42, 47
+TXN_OFFSET_COMMIT = 28
 GROUP_VERSIONS: dict[int, tuple[int, int]] = {
+    TXN_OFFSET_COMMIT: (0, 3),
     LIST_GROUPS: (0, 4),
     DESCRIBE_GROUPS: (0, 5),
     DELETE_GROUPS: (0, 2),
@@ -71,10 +74,11 @@ GROUP_VERSIONS: dict[int, tuple[int, int]] = {
 groups (OffsetFetch 8, FindCoordinator 4), KIP-800's leave reasons (JoinGroup 8, LeaveGroup
 5), KIP-848's group types (ListGroups 5) and error messages (DescribeGroups 6)."""
 
-COORDINATOR_NOT_AVAILABLE = 15
+COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 14, 15
 INVALID_GROUP_ID = 24
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 OFFSET_METADATA_TOO_LARGE = 12
+UNSTABLE_OFFSET_COMMIT = 88
 
 OFFSET_METADATA_MAX_BYTES = 4096
 """Kafka's ``offset.metadata.max.bytes`` default: a longer commit metadata string is
@@ -122,6 +126,7 @@ class GroupApis:
             DESCRIBE_GROUPS: self.describe_groups,
             DELETE_GROUPS: self.delete_groups,
             OFFSET_DELETE: self.offset_delete,
+            TXN_OFFSET_COMMIT: self.txn_offset_commit,
         }
 
     def _coordinator_of(self, group_id: str) -> int | None:
@@ -277,22 +282,38 @@ class GroupApis:
         code = self._refusal(request, body.group_id)
         if code is None:
             code = self.coordinator.check_commit(body.group_id, generation, body.member_id)
-        offsets: dict[TopicPartition, CommittedOffset] = {}
         retention_ms: int = getattr(body, "retention_time_ms", -1)
         expire_ms = -1 if retention_ms < 0 else int(time.time() * 1000) + retention_ms
+        order, codes, offsets = self._offsets_to_commit(request, body.topics, code, expire_ms)
+        if offsets:
+            codes.update(
+                await self.group_admin.commit_offsets(
+                    body.group_id, generation, body.member_id, offsets
+                )
+            )
+        return _commit_answers(order, codes)
+
+    def _offsets_to_commit(
+        self, request: KafkaRequest, topics: Iterable[Any], code: int, expire_ms: int
+    ) -> tuple[
+        list[TopicPartition], dict[TopicPartition, int], dict[TopicPartition, CommittedOffset]
+    ]:
+        """An OffsetCommit's or TxnOffsetCommit's partitions checked (Kafka's
+        ``handleOffsetCommitRequest``): ``code`` (the group's error, if not NONE) for all,
+        else Read on each topic, the partition known, the metadata within
+        ``offset.metadata.max.bytes``. The partitions in order, the error codes found, and
+        the offsets left to write."""
+        offsets: dict[TopicPartition, CommittedOffset] = {}
         codes: dict[TopicPartition, int] = {}
         order: list[TopicPartition] = []
         denied = (
             denied_topics(
-                self.authorizer,
-                session_of(request),
-                AclOperation.READ,
-                {t.name for t in body.topics},
+                self.authorizer, session_of(request), AclOperation.READ, {t.name for t in topics}
             )
             if code == pb.NONE
             else set()
         )
-        for topic in body.topics:
+        for topic in topics:
             for part in topic.partitions:
                 tp = TopicPartition(topic.name, part.partition_index)
                 order.append(tp)
@@ -315,17 +336,47 @@ class GroupApis:
                         metadata,
                         expire_timestamp_ms=expire_ms,
                     )
+        return order, codes, offsets
+
+    async def txn_offset_commit(self, request: KafkaRequest) -> Answer:
+        return self._txn_offset_commit(request)
+
+    async def _txn_offset_commit(self, request: KafkaRequest) -> Tree:
+        """Kafka's ``handleTxnOffsetCommitRequest``: Write on the transactional id, Read on
+        the group and each topic, then :meth:`GroupAdmin.txn_commit_offsets`, which holds the
+        offsets pending until the transaction's marker."""
+        body = request.body
+        code: int | None = None
+        if not self.authorizer.authorize(
+            session_of(request),
+            AclOperation.WRITE,
+            ResourceType.TRANSACTIONAL_ID,
+            body.transactional_id,
+        ):
+            code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif not self._allowed(request, AclOperation.READ, body.group_id):
+            code = pb.GROUP_AUTHORIZATION_FAILED
+        else:
+            code = self.group_admin.refusal(body.group_id)
+        order, codes, offsets = self._offsets_to_commit(
+            request, body.topics, pb.NONE if code is None else code, -1
+        )
         if offsets:
             codes.update(
-                await self.group_admin.commit_offsets(
-                    body.group_id, generation, body.member_id, offsets
+                await self.group_admin.txn_commit_offsets(
+                    body.group_id,
+                    (body.producer_id, body.producer_epoch),
+                    getattr(body, "generation_id", -1),
+                    getattr(body, "member_id", ""),
+                    offsets,
                 )
             )
-        answers = [
-            (tp, {"partition_index": tp.partition, "error_code": codes.get(tp, pb.NONE)})
-            for tp in order
-        ]
-        return {"topics": per_topic(answers, "name", "partitions")}
+        if request.api_version < 2:  # Kafka's answer to clients before KAFKA-7296
+            codes = {
+                tp: COORDINATOR_NOT_AVAILABLE if c == COORDINATOR_LOAD_IN_PROGRESS else c
+                for tp, c in codes.items()
+            }
+        return _commit_answers(order, codes)
 
     async def offset_fetch(self, request: KafkaRequest) -> Answer:
         return self._offset_fetch(request)
@@ -358,6 +409,12 @@ class GroupApis:
         )
         if asked is None:
             wanted = [tp for tp in wanted if tp.topic not in denied]
+        unstable: set[TopicPartition] = set()
+        store = self.coordinator.store
+        if getattr(body, "require_stable", False) and asked is not None and store is not None:
+            # KIP-447: a partition with offsets of an open transaction is not answered
+            # until the transaction ends; the client retries.
+            unstable = store.pending_partitions(body.group_id)
         answers = [
             (
                 tp,
@@ -370,11 +427,13 @@ class GroupApis:
                     "metadata": committed[tp].metadata if tp in committed else "",
                     "error_code": pb.UNKNOWN_SERVER_ERROR if tp in malformed else pb.NONE,
                 }
-                if tp.topic not in denied
+                if tp.topic not in denied and tp not in unstable
                 else {
                     "partition_index": tp.partition,
                     "committed_offset": -1,
-                    "error_code": pb.TOPIC_AUTHORIZATION_FAILED,
+                    "error_code": pb.TOPIC_AUTHORIZATION_FAILED
+                    if tp.topic in denied
+                    else UNSTABLE_OFFSET_COMMIT,
                 },
             )
             for tp in wanted
@@ -447,6 +506,14 @@ class GroupApis:
             for tp, code in result.partitions.items()
         ]
         return done({"error_code": pb.NONE, "topics": per_topic(answers, "name", "partitions")})
+
+
+def _commit_answers(order: list[TopicPartition], codes: dict[TopicPartition, int]) -> Tree:
+    answers = [
+        (tp, {"partition_index": tp.partition, "error_code": codes.get(tp, pb.NONE)})
+        for tp in order
+    ]
+    return {"topics": per_topic(answers, "name", "partitions")}
 
 
 def _described_group(code: int, group: GroupDescription, operations: int | None) -> Tree:

@@ -1,9 +1,11 @@
 """The Kafka listener's transaction APIs: FindCoordinator for a transactional id,
-InitProducerId with one, AddPartitionsToTxn and EndTxn, over
-:mod:`broker.coordinator.transaction_coordinator` (docs/transactions.md).
+InitProducerId with one, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn, over
+:mod:`broker.coordinator.transaction_coordinator` (docs/transactions.md). TxnOffsetCommit
+goes to the group coordinator (:mod:`broker.kafka_listener.group_apis`).
 
 The ACLs are Kafka 2.8's: Describe on the transactional id to find its coordinator, Write
-on it for the others, and Write on each topic a transaction adds. A request about an id
+on it for the others, Write on each topic a transaction adds, and Read on the group whose
+offsets it adds. A request about an id
 this broker does not coordinate is answered NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS
 while its partition loads), and the client looks the coordinator up again.
 """
@@ -19,7 +21,7 @@ from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms, session
 from broker.metadata_cache import MetadataCache
 from broker.request_handlers import denied_topics, partition_problem
 from broker.security.acl_authorizer import AclAuthorizer
-from proto.topic_partition import TRANSACTION_STATE_TOPIC, TopicPartition
+from proto.topic_partition import OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.zk.acl_bindings import AclOperation, ResourceType
 
@@ -27,9 +29,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["TRANSACTION_VERSIONS", "TransactionApis"]
 
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 22, 24, 26
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN = 22, 24, 25, 26
 TRANSACTION_VERSIONS: dict[int, tuple[int, int]] = {
     ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 3),
     END_TXN: (0, 3),
 }
 """Kafka 2.8's versions (InitProducerId and FindCoordinator are listed by their doors)."""
@@ -46,13 +49,18 @@ class TransactionApis:
         coordinator: TransactionCoordinator,
         metadata_cache: MetadataCache,
         authorizer: AclAuthorizer,
+        offsets_partition_of: Callable[[str], int],
     ) -> None:
+        """``offsets_partition_of``: the partition of ``__consumer_offsets`` holding a
+        group (the group coordinator's placement)."""
         self.coordinator = coordinator
+        self.offsets_partition_of = offsets_partition_of
         self.state = coordinator.state
         self.metadata_cache = metadata_cache
         self.authorizer = authorizer
         self.handlers: dict[int, Callable[[KafkaRequest], Awaitable[Answer]]] = {
             ADD_PARTITIONS_TO_TXN: self.add_partitions_to_txn,
+            ADD_OFFSETS_TO_TXN: self.add_offsets_to_txn,
             END_TXN: self.end_txn,
         }
 
@@ -144,6 +152,27 @@ class TransactionApis:
             frozenset(wanted),
         )
         return _partition_results(dict.fromkeys(wanted, code))
+
+    # -- AddOffsetsToTxn -----------------------------------------------------------------------
+
+    async def add_offsets_to_txn(self, request: KafkaRequest) -> Answer:
+        return self._add_offsets(request)
+
+    async def _add_offsets(self, request: KafkaRequest) -> Tree:
+        """The group's partition of ``__consumer_offsets`` joins the transaction, so that
+        its marker there applies (or drops) the offsets TxnOffsetCommit writes."""
+        body = request.body
+        if not self._allowed(request, AclOperation.WRITE, body.transactional_id):
+            return {"error_code": pb.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+        if not self.authorizer.authorize(
+            session_of(request), AclOperation.READ, ResourceType.GROUP, body.group_id
+        ):
+            return {"error_code": pb.GROUP_AUTHORIZATION_FAILED}
+        tp = TopicPartition(OFFSETS_TOPIC, self.offsets_partition_of(body.group_id))
+        code = await self.coordinator.add_partitions(
+            body.transactional_id, body.producer_id, body.producer_epoch, frozenset([tp])
+        )
+        return {"error_code": code}
 
     # -- EndTxn --------------------------------------------------------------------------------
 

@@ -55,7 +55,12 @@ from broker.log.log_segment import (
 )
 from broker.log.log_validator import recompressed_batches, validate_client_batches
 from broker.log.marker_reader import append_markers, replay_headers
-from broker.log.producer_state import BatchMetadata, CompletedTxn, ProducerStateManager
+from broker.log.producer_state import (
+    AppendOrigin,
+    BatchMetadata,
+    CompletedTxn,
+    ProducerStateManager,
+)
 from broker.log.segment_files import SegmentFilePool
 from broker.log.segment_swap import CleanedSegment, commit_swap, discard_cleaned, finish_swap
 from broker.log.transaction_index import AbortedTxn
@@ -457,7 +462,10 @@ class Log:
     # -- appending -------------------------------------------------------------------------
 
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Validate produced batches, stamp offsets from the LEO and ``leader_epoch``, append.
 
@@ -479,7 +487,8 @@ class Log:
         (:meth:`ProducerStateManager.check_leader_append` says what it raises, all
         :class:`proto.errors.BrokerResponseError`); when they all repeat batches written
         before, nothing is appended and the result (``duplicate=True``) says where they were
-        written.
+        written. A coordinator's batches (``origin``) have their producer epoch checked,
+        not their sequences.
         """
         if leader_epoch < 0:
             raise ValueError(f"leader epoch must be >= 0, got {leader_epoch}")
@@ -500,7 +509,7 @@ class Log:
         with self._lock:
             self._check_open()
             headers = with_offsets(headers, self._log_end_offset, leader_epoch)
-            original = self._producer_state.check_leader_append(headers)
+            original = self._producer_state.check_leader_append(headers, origin)
             if original is not None:
                 return _duplicate_append(original)
             info = self._append_locked(records, headers, stamp=True)

@@ -42,6 +42,7 @@ from disk forgets them, as a new replica would never have known them.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -54,6 +55,7 @@ from proto.topic_partition import TopicPartition
 __all__ = [
     "BATCHES_PER_PRODUCER",
     "SNAPSHOTS_RETAINED",
+    "AppendOrigin",
     "BatchMetadata",
     "CompletedTxn",
     "MarkerReader",
@@ -72,6 +74,16 @@ SNAPSHOTS_RETAINED = 2
 snapshot files for the same purpose: truncation rarely reaches further back."""
 
 _INT32_MAX = 2**31 - 1
+
+
+class AppendOrigin(enum.Enum):
+    """Who appends to a leader's log (Kafka's ``AppendOrigin``). A client's batches get
+    every producer check; a coordinator's (the group coordinator's transactional offset
+    commits in ``__consumer_offsets``) only the epoch's: the coordinator numbers no
+    sequences, as its batches are never retried by a client."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
 
 
 def in_sequence(last_sequence: int, next_sequence: int) -> bool:
@@ -217,7 +229,9 @@ class ProducerStateManager:
 
     # -- the leader's checks -----------------------------------------------------------------
 
-    def check_leader_append(self, headers: Sequence[BatchHeader]) -> BatchMetadata | None:
+    def check_leader_append(
+        self, headers: Sequence[BatchHeader], origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> BatchMetadata | None:
         """Check a produced entry's batches, in order, before the leader appends them.
 
         Returns None when every batch may be appended. Returns the original placement when
@@ -234,8 +248,12 @@ class ProducerStateManager:
 
         Batches without a producer id are not checked. A batch is checked against the
         state left by the entry's earlier batches; duplicates only against what is written,
-        as Kafka's ``Log.analyzeAndValidateProducerState`` does.
+        as Kafka's ``Log.analyzeAndValidateProducerState`` does. A coordinator's batches
+        (``origin``) are checked for their epoch and transaction only.
         """
+        if origin is AppendOrigin.COORDINATOR:
+            self._check_coordinator_append(headers)
+            return None
         pending: dict[int, ProducerEntry] = {}
         duplicates: list[BatchMetadata] = []
         new_batches = 0
@@ -282,6 +300,18 @@ class ProducerStateManager:
             duplicates[0].base_offset,
             max(d.last_offset for d in duplicates),
         )
+
+    def _check_coordinator_append(self, headers: Sequence[BatchHeader]) -> None:
+        for header in headers:
+            if not _is_producer_batch(header):
+                continue
+            entry = self._producers.get(header.producer_id)
+            if entry is not None and header.producer_epoch < entry.epoch:
+                raise errors.InvalidProducerEpochError(
+                    f"{self.topic_partition}: producer {header.producer_id} epoch "
+                    f"{header.producer_epoch} is fenced: the partition has seen epoch "
+                    f"{entry.epoch}"
+                )
 
     def _check_sequence(self, entry: ProducerEntry | None, header: BatchHeader) -> None:
         """Kafka 2.x's ``ProducerAppendInfo.checkProducerEpoch`` and ``checkSequence``."""

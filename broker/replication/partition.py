@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker.log.log import FetchData, Log, LogAppendInfo
+from broker.log.producer_state import AppendOrigin
 from broker.log.transaction_index import AbortedTxn
 from proto import errors
 from proto.records.control_records import EndTxnMarker
@@ -348,7 +349,9 @@ class Partition:
 
     # -- leader: produce -------------------------------------------------------------------
 
-    def append_records_to_leader(self, records: bytes, required_acks: int) -> LogAppendInfo:
+    def append_records_to_leader(
+        self, records: bytes, required_acks: int, origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> LogAppendInfo:
         """Append a producer's batches (Kafka's ``appendRecordsToLeader``).
 
         With acks=all, a partition whose ISR is below ``min.insync.replicas`` refuses the
@@ -366,7 +369,7 @@ class Partition:
                 f"{self.topic_partition}: ISR {list(self.isr)} has {len(self.isr)} replicas, "
                 f"min.insync.replicas is {min_isr}"
             )
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        info = self.log.append_as_leader(records, self.leader_epoch, origin)
         if not info.duplicate:
             self._appended.record(info.last_offset + 1, info.valid_bytes)
             self.maybe_increment_high_watermark()

@@ -28,6 +28,7 @@ from broker.broker_metrics import ReplicaManagerMetrics
 from broker.log.cleaner_manager import LogCleanerManager
 from broker.log.log import FetchData, Log, LogClosedError
 from broker.log.log_manager import IllegalPartitionPathError, LogManager, LogOfflineError
+from broker.log.producer_state import AppendOrigin
 from broker.log.resource_limits import ResourceErrorReporter, is_resource_exhaustion
 from broker.log.transaction_index import AbortedTxn
 from broker.metadata_cache import MetadataCache, PartitionInfo
@@ -212,6 +213,10 @@ LeadershipListener = Callable[[Mapping[TopicPartition, int], Sequence[TopicParti
 """Called with the partitions this broker has become leader of (their leader epochs) and
 those it has become a follower of or stopped hosting; it must not block."""
 
+MarkerListener = Callable[[TopicPartition, "MarkerAppend", int], None]
+"""Called with each marker WriteTxnMarkers wrote to a partition led here and its offset,
+once the ISR has it; it must not block."""
+
 
 class ReplicaManager:
     """Hosts this broker's partition replicas. Create, then ``start()``; ``shutdown()``."""
@@ -291,6 +296,10 @@ class ReplicaManager:
         """Told, after each LeaderAndIsr and StopReplica, which partitions this broker now
         leads (with their leader epochs) and which it no longer leads: the coordinators
         load and unload their internal topics' partitions (Kafka's ``onLeadershipChange``)."""
+        self.marker_listeners: list[MarkerListener] = []
+        """Told of every transaction marker written and replicated here: the group
+        coordinator applies or drops a transaction's offsets when its marker reaches
+        ``__consumer_offsets`` (Kafka's ``scheduleHandleTxnCompletion``)."""
 
     def _hosts(self, tp: TopicPartition) -> bool:
         return tp in self.partitions
@@ -1299,7 +1308,7 @@ class ReplicaManager:
         timeout_ms: int,
         entries: dict[TopicPartition, bytes],
         *,
-        internal_topics_allowed: bool = False,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> dict[TopicPartition, ProduceResult]:
         """Append to the partitions this broker leads; with acks=all wait for the ISR.
 
@@ -1311,9 +1320,7 @@ class ReplicaManager:
         :meth:`append_to_local_logs` and :meth:`await_acks`, serve a produce session, which
         appends its requests in order and answers each when its acks are met.
         """
-        appended = await self.append_to_local_logs(
-            required_acks, entries, internal_topics_allowed=internal_topics_allowed
-        )
+        appended = await self.append_to_local_logs(required_acks, entries, origin=origin)
         return await self.await_acks(appended, timeout_ms)
 
     async def write_txn_markers(
@@ -1323,15 +1330,22 @@ class ReplicaManager:
         Kafka's ``handleWriteTxnMarkersRequest`` appends them (internal topics included:
         a transaction's offsets live in ``__consumer_offsets``). Each partition's result;
         a marker the producer state refuses is written nowhere (docs/transactions.md)."""
-        appended = await self.append_to_local_logs(ACKS_ALL, markers, internal_topics_allowed=True)
-        return await self.await_acks(appended, timeout_ms)
+        appended = await self.append_to_local_logs(
+            ACKS_ALL, markers, origin=AppendOrigin.COORDINATOR
+        )
+        results = await self.await_acks(appended, timeout_ms)
+        for tp, result in results.items():
+            if result.error_code == pb.NONE:
+                for listener in self.marker_listeners:
+                    listener(tp, markers[tp], result.base_offset)
+        return results
 
     async def append_to_local_logs(
         self,
         required_acks: int,
         entries: Mapping[TopicPartition, bytes | MarkerAppend],
         *,
-        internal_topics_allowed: bool = False,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> AppendedRecords:
         """The first half of :meth:`append_records`: check the ZooKeeper session, then
         append every entry with no await in between, so that requests whose appends are
@@ -1339,11 +1353,12 @@ class ReplicaManager:
         promise). Cancelled before it appends, it appends nothing.
 
         Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``) take only
-        their coordinators' writes (``internal_topics_allowed``): a client's produce to
-        one is refused INVALID_TOPIC, as Kafka's ``appendToLocalLog`` refuses it."""
+        their coordinators' writes (``origin``): a client's produce to one is refused
+        INVALID_TOPIC, as Kafka's ``appendToLocalLog`` refuses it. A coordinator's batches
+        get only the producer epoch check (:class:`AppendOrigin`)."""
         waiting: dict[TopicPartition, ProducePartitionStatus] = {}
         results: dict[TopicPartition, ProduceResult] = {}
-        if not internal_topics_allowed:
+        if origin is AppendOrigin.CLIENT:
             for tp in entries:
                 if tp.topic in INTERNAL_TOPICS:
                     results[tp] = ProduceResult(
@@ -1377,7 +1392,7 @@ class ReplicaManager:
                         records.marker, records.producer_id, records.producer_epoch, now_ms()
                     )
                 else:
-                    info = partition.append_records_to_leader(records, required_acks)
+                    info = partition.append_records_to_leader(records, required_acks, origin)
             except Exception as err:
                 code, message = self._error_of_storage(err, "append")
                 results[tp] = ProduceResult(code, message, leader_epoch=partition.leader_epoch)

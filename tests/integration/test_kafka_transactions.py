@@ -6,7 +6,6 @@ read_uncommitted consumers. Every client call has its own deadline."""
 from __future__ import annotations
 
 import asyncio
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,29 +154,3 @@ def test_aiokafka_and_kafka_python_transactions_commit_and_abort(cluster: Cluste
             await consumer.stop()
 
     assert asyncio.run(read_committed()) == [b"aio0", b"aio1", b"aio2", b"kp0"]
-
-
-def test_offsets_sent_to_a_transaction_fail_at_once_not_hang(cluster: Cluster) -> None:
-    """AddOffsetsToTxn and TxnOffsetCommit are not served yet (docs/transactions.md): a
-    producer that sends offsets gets an error within its deadline, and can abort."""
-    topic = "feed"
-    cluster.create_topic(topic, {0: [1, 2, 3]})
-    bootstrap = kafka_bootstrap(cluster)
-    producer = confluent_kafka.Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": "offsets-app"}
-    )
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "feeders"})
-    try:
-        producer.init_transactions(60)
-        producer.begin_transaction()
-        producer.produce(topic, b"x", partition=0)
-        started = time.monotonic()
-        with pytest.raises(confluent_kafka.KafkaException):
-            producer.send_offsets_to_transaction(
-                [confluent_kafka.TopicPartition(topic, 0, 1)],
-                consumer.consumer_group_metadata(),
-                20,
-            )
-        assert time.monotonic() - started < 25
-    finally:
-        consumer.close()

@@ -12,6 +12,7 @@ import pytest
 from broker.log.log import Log
 from broker.log.producer_state import (
     BATCHES_PER_PRODUCER,
+    AppendOrigin,
     BatchMetadata,
     ProducerEntry,
     ProducerStateManager,
@@ -153,6 +154,23 @@ def test_an_epoch_bump_restarts_at_zero_and_fences_the_old_epoch() -> None:
         with pytest.raises(errors.InvalidProducerEpochError, match="fenced"):
             w.send(7, 0, seq)
     assert w.send(7, 1, 0) == BatchMetadata(0, 0, 3, 3)
+
+
+def test_a_coordinators_batches_are_checked_for_their_epoch_not_their_sequence() -> None:
+    """The group coordinator writes a transaction's offsets with sequence 0 every time
+    (Kafka's ``AppendOrigin.Coordinator``): no sequence check, no duplicate detection, but
+    a fenced epoch is still refused."""
+    w = Writer()
+    w.send(7, 2, 0)
+    coordinator = AppendOrigin.COORDINATOR
+    for offset in (1, 2):  # a repeat of sequence 0 is neither out of order nor a duplicate
+        headers = [header(7, 2, 0, offset=offset)]
+        assert w.state.check_leader_append(headers, coordinator) is None
+        w.state.update(headers)
+    with pytest.raises(errors.OutOfOrderSequenceError):
+        w.state.check_leader_append([header(7, 2, 5, offset=3)])
+    with pytest.raises(errors.InvalidProducerEpochError, match="fenced"):
+        w.state.check_leader_append([header(7, 1, 0, offset=3)], coordinator)
 
 
 def test_batches_without_a_producer_id_are_never_checked() -> None:
