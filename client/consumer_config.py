@@ -12,7 +12,9 @@ from client.metadata import ClientError
 from client.subscription_state import AUTO_OFFSET_RESET_POLICIES, LATEST
 from proto.topic_partition import TopicPartition
 
-__all__ = ["ConsumerConfig", "ConsumerRecord"]
+__all__ = ["ISOLATION_LEVELS", "ConsumerConfig", "ConsumerRecord"]
+
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,17 @@ class ConsumerConfig:
     asks for) that does not exist is created by the brokers when their
     ``auto.create.topics.enable`` is on (Kafka's consumer default; librdkafka's is false)."""
 
+    isolation_level: str = "read_uncommitted"
+    """``isolation.level``: ``read_uncommitted`` (Kafka's default: every record below the
+    high watermark) or ``read_committed`` (only committed transactions' records, up to
+    the last stable offset; docs/transactions.md)."""
+
     def __post_init__(self) -> None:
+        if self.isolation_level not in ISOLATION_LEVELS:
+            raise ClientError(
+                f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, "
+                f"got {self.isolation_level!r}"
+            )
         if self.group_id is not None:
             problem = group_name_problem(self.group_id)
             if problem is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import grpc
@@ -36,6 +36,7 @@ from client.metadata import (
 )
 from client.subscription_state import EARLIEST, LATEST, NoOffsetForPartitionError, SubscriptionState
 from proto import errors
+from proto.records.read_committed import AbortedTransactionFilter
 from proto.records.record_batch import CorruptRecordError, decode_rows, scan_batches
 from proto.topic_partition import TopicPartition
 from proto.transport.fetch_session import FetchSession, SessionEndedError
@@ -47,11 +48,17 @@ __all__ = ["Fetcher", "records_from_fetch"]
 log = logging.getLogger(__name__)
 
 _LIST_OFFSETS_TIMESTAMP = {EARLIEST: -2, LATEST: -1}
-"""ListOffsets' special timestamps: -2 the log start offset, -1 the high watermark."""
+"""ListOffsets' special timestamps: -2 the log start offset, -1 the high watermark (the
+last stable offset for read_committed)."""
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+"""Fetch's and ListOffsets' ``isolation_level``."""
 
 
 def records_from_fetch(
-    tp: TopicPartition, fetch_offset: int, data: bytes
+    tp: TopicPartition,
+    fetch_offset: int,
+    data: bytes,
+    aborted: Iterable[tuple[int, int]] | None = None,
 ) -> tuple[list[ConsumerRecord], int]:
     """Decode the batches a leader returned for a fetch at ``fetch_offset``.
 
@@ -59,18 +66,27 @@ def records_from_fetch(
     that offset, so the first batch may hold earlier ones) and the next fetch offset: after
     the last whole batch, or ``fetch_offset`` when there is none. Control batches advance
     the offset without yielding records; a partial batch at the end is left for the next
-    fetch. Raises CorruptRecordError for a batch that fails validation.
+    fetch. ``aborted`` (read_committed: the answer's aborted transactions, as producer id
+    and first offset) drops those transactions' batches. Raises CorruptRecordError for a
+    batch that fails validation.
     """
     records: list[ConsumerRecord] = []
     next_offset = fetch_offset
+    committed = None if aborted is None else AbortedTransactionFilter(aborted)
     scan = scan_batches(data)
     for scanned in scan:
         if scanned.problem is not None:
             raise CorruptRecordError(f"batch at position {scanned.position}: {scanned.problem}")
         header = scanned.header
         if header.next_offset <= fetch_offset:
+            if committed is not None:
+                committed.drops(header, data, scanned.position)
             continue
-        if not header.is_control:
+        if committed is not None:
+            dropped = committed.drops(header, data, scanned.position)
+        else:
+            dropped = header.is_control
+        if not dropped:
             records += decode_rows(
                 data, scanned.position, header, ConsumerRecord, tp, min_offset=fetch_offset
             )
@@ -129,6 +145,9 @@ class Fetcher:
         """One fetch session (stream) per leader address: a fetch is a message on it."""
         self._node_backoff_until: dict[int, float] = {}
         self._reset_backoff_until = -float("inf")
+        self._isolation_level = (
+            READ_COMMITTED if config.isolation_level == "read_committed" else READ_UNCOMMITTED
+        )
 
     @property
     def in_flight(self) -> set[asyncio.Task[pb.FetchResponse]]:
@@ -201,6 +220,7 @@ class Fetcher:
                 max_bytes=self.config.fetch_max_bytes,
                 client_id=self.config.client_id,
                 replica_epoch=-1,
+                isolation_level=self._isolation_level,
             )
             topics: dict[str, pb.FetchTopic] = {}
             for tp, offset in offsets.items():
@@ -256,7 +276,14 @@ class Fetcher:
                     continue  # seek'd or reassigned while the fetch was in flight
                 if part.error_code == pb.NONE:
                     try:
-                        records, next_offset = records_from_fetch(tp, fetch_offset, part.records)
+                        aborted = (
+                            [(a.producer_id, a.first_offset) for a in part.aborted_transactions]
+                            if self._isolation_level == READ_COMMITTED
+                            else None
+                        )
+                        records, next_offset = records_from_fetch(
+                            tp, fetch_offset, part.records, aborted
+                        )
                     except CorruptRecordError as e:
                         raise ClientError(
                             f"corrupt record batch in {tp} at offset {fetch_offset}: {e}"
@@ -394,7 +421,7 @@ class Fetcher:
     async def _list_offsets(
         self, node: BrokerNode, parts: list[tuple[TopicPartition, str, int]]
     ) -> list[tuple[TopicPartition, int, int]]:
-        request = pb.ListOffsetsRequest(replica_id=-1, isolation_level=0)
+        request = pb.ListOffsetsRequest(replica_id=-1, isolation_level=self._isolation_level)
         topics: dict[str, pb.ListOffsetsTopic] = {}
         for tp, strategy, epoch in parts:
             topic = topics.get(tp.topic)

@@ -1,6 +1,7 @@
 """What the gRPC ``Broker`` service's handlers share to read a request and shape its answer:
 duplicate partitions refused, partitions grouped by topic in request order, KIP-320's
-optional leader epoch, and a produce request checked before anything is appended."""
+optional leader epoch, Fetch's and ListOffsets' isolation level, and a produce request
+checked before anything is appended."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ __all__ = [
     "ParsedProduce",
     "by_topic",
     "current_leader_epoch",
+    "is_read_committed",
     "parse_produce",
     "produce_response",
     "unique",
@@ -28,6 +30,19 @@ def unique(kind: str, keys: list[TopicPartition]) -> None:
         if tp in seen:
             raise MalformedRequestError(f"{kind} names partition {tp} twice")
         seen.add(tp)
+
+
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+
+
+def is_read_committed(isolation_level: int) -> bool:
+    """Fetch's and ListOffsets' ``isolation_level``: 1 is read_committed, 0 not."""
+    if isolation_level not in (READ_UNCOMMITTED, READ_COMMITTED):
+        raise MalformedRequestError(
+            f"isolation_level must be 0 (read_uncommitted) or 1 (read_committed), "
+            f"got {isolation_level}"
+        )
+    return isolation_level == READ_COMMITTED
 
 
 def by_topic(order: list[TopicPartition]) -> dict[str, list[TopicPartition]]:

@@ -33,6 +33,7 @@ from broker.grpc_listener.request_parsing import (
     ParsedProduce,
     by_topic,
     current_leader_epoch,
+    is_read_committed,
     parse_produce,
     produce_response,
     unique,
@@ -287,6 +288,7 @@ class BrokerService(pb_grpc.BrokerServicer):
             raise MalformedRequestError("max_wait_ms, min_bytes and max_bytes must be >= 0")
         if request.incremental and fetch_session is None:
             raise MalformedRequestError("an incremental fetch needs a FetchSession stream")
+        read_committed = is_read_committed(request.isolation_level) and request.replica_id < 0
         # A replica's fetch is authorized as a cluster action, a consumer's needs Read.
         read = {t.topic for t in request.topics if request.replica_id < 0}
         denied = self.authorizer.denied(session, AclOperation.READ, read)
@@ -313,6 +315,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                     max_bytes=part.partition_max_bytes,
                     current_leader_epoch=current_leader_epoch(part),
                     log_start_offset=part.log_start_offset,
+                    read_committed=read_committed,
                 )
         unique("fetch request", order)
         max_bytes = request.max_bytes or sum(s.max_bytes for s in specs.values())
@@ -348,6 +351,12 @@ class BrokerService(pb_grpc.BrokerServicer):
                     log_end_offset=r.log_end_offset,
                     current_leader_epoch=r.leader_epoch,
                     records=r.records,
+                    aborted_transactions=[
+                        pb.AbortedTransaction(
+                            producer_id=txn.producer_id, first_offset=txn.first_offset
+                        )
+                        for txn in r.aborted_transactions or ()
+                    ],
                 )
         if request.replica_id < 0:  # followers are never throttled, as in Kafka
             response.throttle_time_ms = self._throttle(response, request.client_id)
@@ -432,6 +441,7 @@ class BrokerService(pb_grpc.BrokerServicer):
         session = self.authorizer.session(context)
 
         async def handle() -> pb.ListOffsetsResponse:
+            read_committed = is_read_committed(request.isolation_level)
             response = pb.ListOffsetsResponse()
             topics = {t.name for t in request.topics}
             denied = (
@@ -458,6 +468,7 @@ class BrokerService(pb_grpc.BrokerServicer):
                         current_leader_epoch(part),
                         part.timestamp,
                         request.replica_id,
+                        read_committed=read_committed,
                     )
                     topic_response.partitions.add(
                         partition_index=tp.partition,

@@ -28,6 +28,7 @@ from client.cli.common import (
     run_async,
 )
 from client.consumer import Consumer, ConsumerConfig, ConsumerRecord
+from client.consumer_config import ISOLATION_LEVELS
 from client.metadata import ClientError
 from proto.errors import UsageError
 from proto.topic_partition import TopicPartition
@@ -57,6 +58,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--offset",
         default=None,
         help="with --partition: an offset, 'earliest' or 'latest'",
+    )
+    parser.add_argument(
+        "--isolation-level",
+        choices=ISOLATION_LEVELS,
+        default="read_uncommitted",
+        help="read_committed: only committed transactions' records, up to the last stable "
+        "offset (Kafka's isolation.level; default read_uncommitted)",
     )
     parser.add_argument("--print-key", action="store_true", help="print the key before the value")
     parser.add_argument("--print-offset", action="store_true", help="print partition:offset first")
@@ -99,6 +107,7 @@ async def consume(args: argparse.Namespace, out: BinaryIO) -> int:
     config = ConsumerConfig(
         group_id=args.group,
         auto_offset_reset="earliest" if args.from_beginning else "latest",
+        isolation_level=args.isolation_level,
     )
     if args.timeout_ms is not None and args.timeout_ms < config.default_api_timeout_ms:
         # An unknown topic is given up on within --timeout-ms too.

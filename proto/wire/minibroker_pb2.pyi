@@ -349,6 +349,7 @@ class FetchRequest(_message.Message):
     REPLICA_EPOCH_FIELD_NUMBER: _builtins.int
     INCREMENTAL_FIELD_NUMBER: _builtins.int
     FORGOTTEN_TOPICS_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     """-1 for a consumer, the follower's broker id for replication."""
     max_wait_ms: _builtins.int
@@ -369,6 +370,11 @@ class FetchRequest(_message.Message):
     the session's last answer for them. A partition answered with an error leaves the
     session (named again, it is fetched again). A request without it ends the session.
     """
+    isolation_level: _builtins.int
+    """0: read_uncommitted (up to the high watermark); 1: read_committed (up to the last
+    stable offset, with the aborted transactions in the answer). Consumers only: a
+    follower's fetch ignores it. Other values are INVALID_ARGUMENT.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchTopic]: ...
     @_builtins.property
@@ -385,10 +391,11 @@ class FetchRequest(_message.Message):
         replica_epoch: _builtins.int = ...,
         incremental: _builtins.bool = ...,
         forgotten_topics: _abc.Iterable[Global___ForgottenTopic] | None = ...,
+        isolation_level: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "forgotten_topics", b"forgotten_topics", "incremental", b"incremental", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["client_id", b"client_id", "forgotten_topics", b"forgotten_topics", "incremental", b"incremental", "isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "replica_epoch", b"replica_epoch", "replica_id", b"replica_id", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -538,6 +545,7 @@ class FetchPartitionData(_message.Message):
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     CURRENT_LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
     partition_index: _builtins.int
     error_code: Global___ErrorCode.ValueType
     error_message: _builtins.str
@@ -550,6 +558,13 @@ class FetchPartitionData(_message.Message):
     """The leader's current epoch, so fenced fetchers know what to wait for."""
     records: _builtins.bytes
     """Whole record batches starting at the batch that contains fetch_offset."""
+    @_builtins.property
+    def aborted_transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AbortedTransaction]:
+        """read_committed only: the aborted transactions whose records `records` may hold, each
+        by its producer id and first offset; the consumer drops that producer's transactional
+        records from there up to its abort marker (docs/transactions.md).
+        """
+
     def __init__(
         self,
         *,
@@ -562,14 +577,37 @@ class FetchPartitionData(_message.Message):
         log_end_offset: _builtins.int = ...,
         current_leader_epoch: _builtins.int = ...,
         records: _builtins.bytes = ...,
+        aborted_transactions: _abc.Iterable[Global___AbortedTransaction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["current_leader_epoch", b"current_leader_epoch", "error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition_index", b"partition_index", "records", b"records"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_transactions", b"aborted_transactions", "current_leader_epoch", b"current_leader_epoch", "error_code", b"error_code", "error_message", b"error_message", "high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition_index", b"partition_index", "records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchPartitionData: _TypeAlias = FetchPartitionData  # noqa: Y015
+
+@_typing.final
+class AbortedTransaction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    first_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        first_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_offset", b"first_offset", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortedTransaction: _TypeAlias = AbortedTransaction  # noqa: Y015
 
 @_typing.final
 class OffsetsForLeaderEpochRequest(_message.Message):
@@ -734,7 +772,9 @@ class ListOffsetsRequest(_message.Message):
     TOPICS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.int
     isolation_level: _builtins.int
-    """0: read_uncommitted (latest = HW, as a consumer sees it; there are no transactions here)."""
+    """0: read_uncommitted (latest = the high watermark); 1: read_committed (latest = the
+    last stable offset). Other values are INVALID_ARGUMENT.
+    """
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsTopic]: ...
     def __init__(

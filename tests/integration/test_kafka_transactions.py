@@ -1,7 +1,8 @@
 """Transactions through Kafka's own clients (confluent-kafka, aiokafka, kafka-python)
 against real broker processes (docs/transactions.md): commits, aborts, and a zombie fenced
 by a new instance of its transactional id, read back by read_committed and
-read_uncommitted consumers. Every client call has its own deadline."""
+read_uncommitted consumers, Kafka's and minibroker's own over gRPC. Every client call has
+its own deadline."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ import confluent_kafka
 import pytest
 from kazoo.client import KazooClient
 
+from proto.topic_partition import TopicPartition
+from proto.wire import minibroker_pb2 as pb
 from tests.cluster import Cluster, running_cluster
-from tests.helpers import wait_for
+from tests.helpers import minibroker, wait_for
+from tests.integration.test_group_admin import grpc_bootstrap
 from tests.integration.test_kafka_listener import kafka_bootstrap
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -154,3 +158,58 @@ def test_aiokafka_and_kafka_python_transactions_commit_and_abort(cluster: Cluste
             await consumer.stop()
 
     assert asyncio.run(read_committed()) == [b"aio0", b"aio1", b"aio2", b"kp0"]
+
+
+def test_minibroker_consumers_read_committed_through_the_grpc_door(cluster: Cluster) -> None:
+    """Transactions written by confluent-kafka, read by ``minibroker consume`` over gRPC:
+    read_committed skips the aborted ones and stops at an open one's first offset (the
+    LSO, which ListOffsets answers as the latest offset), read_uncommitted reads all."""
+    topic = "mixed"
+    cluster.create_topic(topic, {0: [1, 2, 3]})
+    bootstrap = kafka_bootstrap(cluster)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "transactional.id": "mixed-app"}
+    )
+    producer.init_transactions(60)
+    for values, commit in ((["c0", "c1"], True), (["a0"], False), (["c2"], True)):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value.encode(), partition=0)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(60)
+        else:
+            producer.abort_transaction(60)
+    # Left open: read_committed stops before it.
+    producer.begin_transaction()
+    producer.produce(topic, b"open", partition=0)
+    assert producer.flush(30) == 0
+    grpc = grpc_bootstrap(cluster)
+
+    def consume(isolation: str, count: int) -> list[str]:
+        done = minibroker(
+            "consume", topic, "--bootstrap-server", grpc, "--from-beginning",
+            "--isolation-level", isolation, "--max-messages", str(count), "--timeout-ms", "5000",
+            timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert consume("read_committed", 10) == ["c0", "c1", "c2"]
+    assert consume("read_uncommitted", 5) == ["c0", "c1", "a0", "c2", "open"]
+
+    leader = cluster.leader_serving(TopicPartition(topic, 0))
+    assert leader is not None
+    stub = cluster.broker_stub(leader)
+
+    def latest(isolation_level: int) -> int:
+        request = pb.ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level)
+        request.topics.add(name=topic).partitions.add(partition_index=0, timestamp=-1)
+        [answer] = stub.ListOffsets(request, timeout=10).topics[0].partitions
+        assert answer.error_code == pb.NONE
+        return int(answer.offset)
+
+    # c0 c1 marker a0 marker c2 marker open: the open transaction starts at offset 7.
+    assert (latest(1), latest(0)) == (7, 8)
+    producer.commit_transaction(60)
+    assert consume("read_committed", 4) == ["c0", "c1", "c2", "open"]

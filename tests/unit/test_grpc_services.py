@@ -14,6 +14,7 @@ import pytest
 from broker.coordinator.group_coordinator import GroupCoordinator, coordinator_for
 from broker.coordinator.producer_id_manager import ProducerIdManager
 from broker.grpc_listener.guarded_call import MalformedRequestError
+from broker.grpc_listener.request_parsing import is_read_committed
 from broker.grpc_listener.services import BrokerService
 from broker.metadata_cache import MetadataCache
 from broker.replication.replica_manager import ReplicaManager
@@ -156,3 +157,10 @@ def test_list_and_describe_groups_answer_with_the_coordinators_groups_and_member
     assert list(filtered.groups) == []
     with pytest.raises(MalformedRequestError, match="'Lively'"):
         asyncio.run(service._list_groups(pb.ListGroupsRequest(states_filter=["Lively"])))
+
+
+@pytest.mark.parametrize("level", [-1, 2, 7])
+def test_an_isolation_level_other_than_0_or_1_is_a_malformed_request(level: int) -> None:
+    assert (is_read_committed(0), is_read_committed(1)) == (False, True)
+    with pytest.raises(MalformedRequestError, match="isolation_level"):
+        is_read_committed(level)
