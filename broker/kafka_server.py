@@ -42,6 +42,7 @@ from broker.grpc_listener.control_service import ControlService
 from broker.grpc_listener.request_timing import RequestTiming
 from broker.grpc_listener.server_limits import grpc_server_limits
 from broker.grpc_listener.services import BrokerService
+from broker.grpc_listener.transaction_rpcs import TransactionRpcs
 from broker.grpc_listener.undecodable_requests import UndecodableRequests
 from broker.kafka_listener.acl_apis import AclApis
 from broker.kafka_listener.admin_apis import AdminApis
@@ -64,6 +65,7 @@ from broker.quotas.client_quota_manager import ClientQuotas
 from broker.replication.replica_manager import ReplicaManager
 from broker.security.acl_authorizer import AclAuthorizer
 from broker.topic_admin import NewTopic, TopicAdmin
+from broker.transaction_requests import TransactionRequests
 from broker.zk_client import BrokerZkClient, ZkDataError, ZkError
 from controller.controller_metrics import ControllerMetrics
 from controller.kafka_controller import KafkaController
@@ -209,6 +211,14 @@ class BrokerServer:
         """The consumer groups of the Kafka listener's clients (``subscribe()``)."""
         self.group_admin = GroupAdmin(self.group_coordinator, self.metadata_cache, self.zk)
         """ListGroups, DescribeGroups, DeleteGroups, OffsetDelete: both doors'."""
+        self.transaction_requests = TransactionRequests(
+            self.transactions.coordinator,
+            self.metadata_cache,
+            self.authorizer,
+            self.group_admin,
+            self.group_store.partition_of,
+        )
+        """The transaction requests, checked as both doors serve them."""
         self.topic_admin = TopicAdmin(config, self.zk, self.metadata_cache)
         self.auto_topic_creator = AutoTopicCreator(config, self._create_with_defaults)
         """Creates the missing topics of Metadata requests, on both listeners."""
@@ -358,6 +368,9 @@ class BrokerServer:
                 request_metrics=self._request_metrics,
                 cluster_id=self.cluster_id,
                 client_quotas=self.client_quotas,
+                transaction_rpcs=TransactionRpcs(
+                    self.transaction_requests, self.metadata_cache, self.group_store
+                ),
             ),
             self._grpc,
         )
@@ -417,12 +430,7 @@ class BrokerServer:
         port = self.config.kafka_port
         if port < 0:
             return
-        transaction_apis = TransactionApis(
-            self.transactions.coordinator,
-            self.metadata_cache,
-            self.authorizer,
-            self.group_store.partition_of,
-        )
+        transaction_apis = TransactionApis(self.transaction_requests, self.metadata_cache)
         listener = KafkaListener(
             self.broker_id,
             KafkaWireApis(

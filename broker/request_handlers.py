@@ -14,7 +14,10 @@ import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from broker.coordinator.group_metadata import coordinator_of
+from broker.coordinator.group_metadata_manager import CommittedOffset, GroupMetadataManager
 from broker.coordinator.producer_id_manager import ProducerIdManager, ProducerIdsExhaustedError
+from broker.metadata_cache import MetadataCache
 from broker.replication.delete_records import delete_records
 from broker.replication.replica_manager import ReplicaManager
 from broker.security.acl_authorizer import AclAuthorizer, Session
@@ -240,3 +243,61 @@ def init_producer_id_refusal(
         return None
     authorizer.authorize(session, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)  # logs
     return pb.CLUSTER_AUTHORIZATION_FAILED
+
+
+OFFSET_METADATA_TOO_LARGE = 12
+OFFSET_METADATA_MAX_BYTES = 4096
+"""Kafka's ``offset.metadata.max.bytes`` default: a longer commit metadata string is
+refused with OFFSET_METADATA_TOO_LARGE."""
+
+
+def offset_commit_problems(
+    authorizer: AclAuthorizer,
+    session: Session,
+    metadata_cache: MetadataCache,
+    offsets: Mapping[TopicPartition, CommittedOffset],
+) -> dict[TopicPartition, int]:
+    """The partitions of an OffsetCommit or TxnOffsetCommit that may not be committed, with
+    their error codes (Kafka's ``handleOffsetCommitRequest`` and
+    ``handleTxnOffsetCommitRequest``): no Read on the topic, an invalid or unknown
+    partition, a negative offset, metadata over ``offset.metadata.max.bytes``."""
+    denied = denied_topics(authorizer, session, AclOperation.READ, {tp.topic for tp in offsets})
+    problems: dict[TopicPartition, int] = {}
+    for tp, offset in offsets.items():
+        problem = partition_problem(tp)
+        if tp.topic in denied:
+            problems[tp] = pb.TOPIC_AUTHORIZATION_FAILED
+        elif problem is not None:
+            problems[tp] = problem
+        elif offset.offset < 0 or metadata_cache.partition(tp) is None:
+            problems[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION
+        elif len(offset.metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+            problems[tp] = OFFSET_METADATA_TOO_LARGE
+    return problems
+
+
+INVALID_GROUP_ID = 24
+COORDINATOR_NOT_AVAILABLE = 15
+
+
+async def find_group_coordinator(
+    authorizer: AclAuthorizer,
+    session: Session,
+    store: GroupMetadataManager | None,
+    metadata_cache: MetadataCache,
+    group_id: str,
+) -> tuple[int, int]:
+    """FindCoordinator for a group, on either door: (error code, broker id). Describe on
+    the group; Kafka makes ``__consumer_offsets`` on the first lookup, and until its
+    partitions have leaders the answer is COORDINATOR_NOT_AVAILABLE (retry)."""
+    if topic_name_problem(group_id, "group") is not None:
+        return INVALID_GROUP_ID, -1
+    if not authorizer.authorize(session, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return pb.GROUP_AUTHORIZATION_FAILED, -1
+    if store is not None and not store.topic_exists():
+        await store.ensure_topic()
+        return COORDINATOR_NOT_AVAILABLE, -1
+    node = coordinator_of(group_id, metadata_cache)
+    if node is None or metadata_cache.broker(node) is None:
+        return COORDINATOR_NOT_AVAILABLE, -1
+    return pb.NONE, node

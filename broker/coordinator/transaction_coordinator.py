@@ -300,6 +300,27 @@ class TransactionCoordinator:
             aborted += code == pb.NONE
         return aborted
 
+    async def remove_expired_transactional_ids(self) -> int:
+        """Forget the ids idle (no transaction open or completing) longer than
+        ``transactional.id.expiration.ms`` (Kafka's ``removeExpiredTransactionalIds``): each
+        gets a tombstone in ``__transaction_state``, so a reload forgets it too, and its next
+        InitProducerId starts afresh with a new producer id. How many were removed."""
+        removed = 0
+        for metadata in self.state.expired(self.clock_ms()):
+            if metadata.pending is not None or not metadata.expiration_allowed:
+                continue  # changed since it was found
+            code = await self.state.append(metadata, metadata.prepare_dead())
+            logger.info(
+                "event=transactional_id_expired transactional_id=%s producer_id=%d "
+                "producer_epoch=%d error_code=%d",
+                metadata.transactional_id,
+                metadata.producer_id,
+                metadata.producer_epoch,
+                code,
+            )
+            removed += code == pb.NONE
+        return removed
+
     def _complete_in_flight(self, partition: int, in_flight: list[TransactionMetadata]) -> None:
         """A partition was loaded: the transactions decided before the previous
         coordinator stopped get their markers written again, and complete."""

@@ -1,6 +1,7 @@
 """One broker's transaction coordinator, assembled: the state in ``__transaction_state``,
 the requests, the markers (to this broker's own partitions directly, to the others over
-the ``Control`` service), and the periodic abort of transactions open past their timeout:
+the ``Control`` service), the periodic abort of transactions open past their timeout, and
+the periodic removal of transactional ids idle past ``transactional.id.expiration.ms``:
 docs/transactions.md."""
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class Transactions:
             max_timeout_ms=config.transaction_max_timeout_ms,
         )
         self._channels: dict[tuple[int, str, int], grpc.aio.Channel] = {}
-        self._timeouts: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def _new_producer_id(self) -> tuple[int, int]:
         try:
@@ -98,28 +99,43 @@ class Transactions:
         return response
 
     def start(self) -> None:
-        self._timeouts = asyncio.get_running_loop().create_task(
-            self._abort_timed_out(), name="abort-timed-out-transactions"
-        )
+        loop = asyncio.get_running_loop()
+        config = self.config
+        self._tasks = [
+            loop.create_task(
+                self._every(
+                    config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                    self.coordinator.abort_timed_out_transactions,
+                    "timed_out_transactions_not_aborted",
+                ),
+                name="abort-timed-out-transactions",
+            ),
+            loop.create_task(
+                self._every(
+                    config.transaction_remove_expired_transaction_cleanup_interval_ms,
+                    self.coordinator.remove_expired_transactional_ids,
+                    "expired_transactional_ids_not_removed",
+                ),
+                name="remove-expired-transactional-ids",
+            ),
+        ]
 
-    async def _abort_timed_out(self) -> None:
-        interval = self.config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000
+    async def _every(
+        self, interval_ms: int, work: Callable[[], Awaitable[int]], failure: str
+    ) -> None:
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(interval_ms / 1000)
             try:
-                await self.coordinator.abort_timed_out_transactions()
+                await work()
             except Exception as err:  # the next round tries again
-                logger.error(
-                    "event=timed_out_transactions_not_aborted broker=%d error=%r",
-                    self.broker_id,
-                    err,
-                )
+                logger.error("event=%s broker=%d error=%r", failure, self.broker_id, err)
 
     async def stop(self) -> None:
-        if self._timeouts is not None:
-            self._timeouts.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._timeouts
+                await task
         await self.markers.stop()
         await self.state.stop()
         for channel in self._channels.values():

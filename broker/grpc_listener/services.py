@@ -38,6 +38,7 @@ from broker.grpc_listener.request_parsing import (
     produce_response,
     unique,
 )
+from broker.grpc_listener.transaction_rpcs import TransactionRpcMethods, TransactionRpcs
 from broker.metadata_cache import MetadataCache
 from broker.quotas.client_quota_manager import ANONYMOUS, ClientQuotas
 from broker.replication.fetch_session import FetchSessionState, FetchSpec
@@ -78,7 +79,7 @@ async def _delay(throttle_ms: int) -> None:
         await asyncio.sleep(throttle_ms / 1000)
 
 
-class BrokerService(pb_grpc.BrokerServicer):
+class BrokerService(TransactionRpcMethods, pb_grpc.BrokerServicer):
     """Produce, Fetch, OffsetsForLeaderEpoch, ListOffsets, Metadata, InitProducerId, and
     the group RPCs of the Kafka listener's group coordinator (ListGroups here, the others in
     :mod:`broker.grpc_listener.group_rpcs`)."""
@@ -97,8 +98,11 @@ class BrokerService(pb_grpc.BrokerServicer):
         cluster_id: str = "",
         auto_topic_creator: AutoTopicCreator | None = None,
         client_quotas: ClientQuotas | None = None,
+        transaction_rpcs: TransactionRpcs | None = None,
     ) -> None:
         self.replica_manager = replica_manager
+        self.transaction_rpcs = transaction_rpcs
+        """The transaction RPCs (:class:`TransactionRpcMethods`); None: none served."""
         self.cluster_id = cluster_id
         """``/cluster/id``, answered in Metadata ("" where none is known, as in tests)."""
         self.auto_topic_creator = auto_topic_creator
@@ -552,15 +556,12 @@ class BrokerService(pb_grpc.BrokerServicer):
     async def _init_producer_id(
         self, request: pb.InitProducerIdRequest, session: Session
     ) -> pb.InitProducerIdResponse:
+        if request.transactional_id:
+            return await self._rpcs().init_producer_id(request, session)
         refusal = init_producer_id_refusal(self.authorizer.acls, session, None)
         if refusal is not None:
             return pb.InitProducerIdResponse(
                 error_code=cast(pb.ErrorCode.ValueType, refusal), producer_id=-1, producer_epoch=-1
-            )
-        if request.transactional_id:
-            raise MalformedRequestError(
-                "transactional_id is set, but this broker supports no transactions; "
-                "leave it empty to get a producer id for an idempotent producer"
             )
         code, producer_id = await new_producer_id(
             self.producer_id_manager, self.replica_manager.broker_id, self.producer_id_timeout_ms

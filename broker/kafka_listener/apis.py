@@ -623,15 +623,13 @@ class KafkaWireApis:
         to be bumped (KIP-360): a fresh id serves it as well, since its sequences start
         again at 0 either way. A transactional producer's goes to the transaction
         coordinator (:mod:`broker.kafka_listener.transaction_apis`)."""
-        refusal = init_producer_id_refusal(
-            self.authorizer, session_of(request), request.body.transactional_id
-        )
-        if refusal is not None:
-            return {"error_code": refusal, "producer_id": -1, "producer_epoch": -1}
         if request.body.transactional_id is not None:
             return await self.transaction_apis.init_producer_id(
                 request, request.body.transactional_id
             )
+        refusal = init_producer_id_refusal(self.authorizer, session_of(request), None)
+        if refusal is not None:
+            return {"error_code": refusal, "producer_id": -1, "producer_epoch": -1}
         code, producer_id = await new_producer_id(
             self.producer_id_manager, self.broker_id, self.producer_id_timeout_ms
         )

@@ -40,11 +40,13 @@ from broker.request_handlers import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     TRANSACTIONS_UNSUPPORTED,
     denied_topics,
+    find_group_coordinator,
+    offset_commit_problems,
     partition_problem,
 )
 from broker.security.acl_authorizer import AclAuthorizer
 from broker.zk_client import BrokerZkClient
-from proto.topic_partition import TopicPartition, topic_name_problem
+from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.zk.acl_bindings import AclOperation, ResourceType
 
@@ -77,12 +79,7 @@ groups (OffsetFetch 8, FindCoordinator 4), KIP-800's leave reasons (JoinGroup 8,
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 14, 15
 INVALID_GROUP_ID = 24
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-OFFSET_METADATA_TOO_LARGE = 12
 UNSTABLE_OFFSET_COMMIT = 88
-
-OFFSET_METADATA_MAX_BYTES = 4096
-"""Kafka's ``offset.metadata.max.bytes`` default: a longer commit metadata string is
-refused with OFFSET_METADATA_TOO_LARGE."""
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 """DescribeGroups' ``authorized_operations`` without ACLs: READ, DELETE and DESCRIBE, the
 operations on a group (Kafka's ``AclOperation`` bit positions)."""
@@ -102,6 +99,8 @@ class GroupApis:
         authorizer: AclAuthorizer | None = None,
         transaction_apis: TransactionApis | None = None,
     ) -> None:
+        self.transaction_requests = None if transaction_apis is None else transaction_apis.requests
+        """TxnOffsetCommit's checks and write (None: refused, as before transactions)."""
         self.coordinator = coordinator
         self.transaction_apis = transaction_apis
         """FindCoordinator for a transactional id goes there (None: refused, as before
@@ -172,20 +171,17 @@ class GroupApis:
         if key_type != GROUP_KEY:
             message = f"unknown coordinator key type {key_type} (0: group, 1: transaction)"
             return done({"error_code": pb.INVALID_REQUEST, "error_message": message, "node_id": -1})
-        if topic_name_problem(body.key, "group") is not None:
-            return done({"error_code": INVALID_GROUP_ID, "node_id": -1, "host": "", "port": -1})
-        if not self._allowed(request, AclOperation.DESCRIBE, body.key):
-            return done({"error_code": pb.GROUP_AUTHORIZATION_FAILED, "node_id": -1, "port": -1})
-        store = self.coordinator.store
-        if store is not None and not store.topic_exists():
-            # Kafka makes the offsets topic on the first lookup; until its partitions have
-            # leaders the client is told to retry.
-            await store.ensure_topic()
-            return done({"error_code": COORDINATOR_NOT_AVAILABLE, "node_id": -1, "port": -1})
-        node = self._coordinator_of(body.key)
-        broker = None if node is None else self.metadata_cache.broker(node)
+        code, node = await find_group_coordinator(
+            self.authorizer,
+            session_of(request),
+            self.coordinator.store,
+            self.metadata_cache,
+            body.key,
+        )
+        broker = self.metadata_cache.broker(node) if code == pb.NONE else None
         if broker is None or broker.kafka_endpoint is None:
-            return done({"error_code": COORDINATOR_NOT_AVAILABLE, "node_id": -1, "port": -1})
+            code = code if code != pb.NONE else COORDINATOR_NOT_AVAILABLE
+            return done({"error_code": code, "node_id": -1, "host": "", "port": -1})
         host, port = broker.kafka_endpoint
         return done({"error_code": pb.NONE, "node_id": node, "host": host, "port": port})
 
@@ -298,78 +294,58 @@ class GroupApis:
     ) -> tuple[
         list[TopicPartition], dict[TopicPartition, int], dict[TopicPartition, CommittedOffset]
     ]:
-        """An OffsetCommit's or TxnOffsetCommit's partitions checked (Kafka's
-        ``handleOffsetCommitRequest``): ``code`` (the group's error, if not NONE) for all,
-        else Read on each topic, the partition known, the metadata within
-        ``offset.metadata.max.bytes``. The partitions in order, the error codes found, and
-        the offsets left to write."""
-        offsets: dict[TopicPartition, CommittedOffset] = {}
-        codes: dict[TopicPartition, int] = {}
+        """An OffsetCommit's or TxnOffsetCommit's partitions in order, the error codes
+        found (``code``, the group's error if not NONE, for all; else
+        :func:`offset_commit_problems`), and the offsets left to write."""
         order: list[TopicPartition] = []
-        denied = (
-            denied_topics(
-                self.authorizer, session_of(request), AclOperation.READ, {t.name for t in topics}
-            )
-            if code == pb.NONE
-            else set()
-        )
+        asked: dict[TopicPartition, CommittedOffset] = {}
         for topic in topics:
             for part in topic.partitions:
                 tp = TopicPartition(topic.name, part.partition_index)
                 order.append(tp)
-                problem = partition_problem(tp)
-                metadata = part.committed_metadata or ""
-                if code != pb.NONE:
-                    codes[tp] = code
-                elif tp.topic in denied:
-                    codes[tp] = pb.TOPIC_AUTHORIZATION_FAILED
-                elif problem is not None or part.committed_offset < 0:
-                    codes[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION if problem is None else problem
-                elif self.metadata_cache.partition(tp) is None:
-                    codes[tp] = pb.UNKNOWN_TOPIC_OR_PARTITION  # Kafka's: no such partition
-                elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                    codes[tp] = OFFSET_METADATA_TOO_LARGE
-                else:
-                    offsets[tp] = CommittedOffset(
-                        part.committed_offset,
-                        getattr(part, "committed_leader_epoch", -1),
-                        metadata,
-                        expire_timestamp_ms=expire_ms,
-                    )
-        return order, codes, offsets
+                asked[tp] = CommittedOffset(
+                    part.committed_offset,
+                    getattr(part, "committed_leader_epoch", -1),
+                    part.committed_metadata or "",
+                    expire_timestamp_ms=expire_ms,
+                )
+        if code != pb.NONE:
+            return order, dict.fromkeys(asked, code), {}
+        codes = offset_commit_problems(
+            self.authorizer, session_of(request), self.metadata_cache, asked
+        )
+        return order, codes, {tp: c for tp, c in asked.items() if tp not in codes}
 
     async def txn_offset_commit(self, request: KafkaRequest) -> Answer:
         return self._txn_offset_commit(request)
 
     async def _txn_offset_commit(self, request: KafkaRequest) -> Tree:
-        """Kafka's ``handleTxnOffsetCommitRequest``: Write on the transactional id, Read on
-        the group and each topic, then :meth:`GroupAdmin.txn_commit_offsets`, which holds the
-        offsets pending until the transaction's marker."""
+        """:meth:`TransactionRequests.txn_offset_commit`, which the gRPC door shares."""
         body = request.body
-        code: int | None = None
-        if not self.authorizer.authorize(
-            session_of(request),
-            AclOperation.WRITE,
-            ResourceType.TRANSACTIONAL_ID,
-            body.transactional_id,
-        ):
-            code = TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        elif not self._allowed(request, AclOperation.READ, body.group_id):
-            code = pb.GROUP_AUTHORIZATION_FAILED
+        order = [
+            TopicPartition(topic.name, part.partition_index)
+            for topic in body.topics
+            for part in topic.partitions
+        ]
+        offsets = {
+            TopicPartition(topic.name, part.partition_index): CommittedOffset(
+                part.committed_offset,
+                getattr(part, "committed_leader_epoch", -1),
+                part.committed_metadata or "",
+            )
+            for topic in body.topics
+            for part in topic.partitions
+        }
+        if self.transaction_requests is None:
+            codes = dict.fromkeys(offsets, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
-            code = self.group_admin.refusal(body.group_id)
-        order, codes, offsets = self._offsets_to_commit(
-            request, body.topics, pb.NONE if code is None else code, -1
-        )
-        if offsets:
-            codes.update(
-                await self.group_admin.txn_commit_offsets(
-                    body.group_id,
-                    (body.producer_id, body.producer_epoch),
-                    getattr(body, "generation_id", -1),
-                    getattr(body, "member_id", ""),
-                    offsets,
-                )
+            codes = await self.transaction_requests.txn_offset_commit(
+                session_of(request),
+                body.transactional_id,
+                body.group_id,
+                (body.producer_id, body.producer_epoch),
+                (getattr(body, "generation_id", -1), getattr(body, "member_id", "")),
+                offsets,
             )
         if request.api_version < 2:  # Kafka's answer to clients before KAFKA-7296
             codes = {

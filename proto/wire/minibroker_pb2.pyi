@@ -53,6 +53,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     REPLICA_NOT_AVAILABLE: _ErrorCode.ValueType  # 9
     MESSAGE_TOO_LARGE: _ErrorCode.ValueType  # 10
     STALE_CONTROLLER_EPOCH: _ErrorCode.ValueType  # 11
+    OFFSET_METADATA_TOO_LARGE: _ErrorCode.ValueType  # 12
     NETWORK_EXCEPTION: _ErrorCode.ValueType  # 13
     COORDINATOR_LOAD_IN_PROGRESS: _ErrorCode.ValueType  # 14
     COORDINATOR_NOT_AVAILABLE: _ErrorCode.ValueType  # 15
@@ -62,7 +63,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     NOT_ENOUGH_REPLICAS: _ErrorCode.ValueType  # 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ErrorCode.ValueType  # 20
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 21
+    ILLEGAL_GENERATION: _ErrorCode.ValueType  # 22
     INVALID_GROUP_ID: _ErrorCode.ValueType  # 24
+    UNKNOWN_MEMBER_ID: _ErrorCode.ValueType  # 25
+    INVALID_COMMIT_OFFSET_SIZE: _ErrorCode.ValueType  # 28
     TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 29
     GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 30
     CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 31
@@ -83,6 +87,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     CONCURRENT_TRANSACTIONS: _ErrorCode.ValueType  # 51
     TRANSACTION_COORDINATOR_FENCED: _ErrorCode.ValueType  # 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 53
+    OPERATION_NOT_ATTEMPTED: _ErrorCode.ValueType  # 55
     KAFKA_STORAGE_ERROR: _ErrorCode.ValueType  # 56
     UNKNOWN_PRODUCER_ID: _ErrorCode.ValueType  # 59
     REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 60
@@ -98,6 +103,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     ELECTION_NOT_NEEDED: _ErrorCode.ValueType  # 84
     GROUP_SUBSCRIBED_TO_TOPIC: _ErrorCode.ValueType  # 86
     INVALID_RECORD: _ErrorCode.ValueType  # 87
+    UNSTABLE_OFFSET_COMMIT: _ErrorCode.ValueType  # 88
     PRODUCER_FENCED: _ErrorCode.ValueType  # 90
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
@@ -117,6 +123,7 @@ BROKER_NOT_AVAILABLE: ErrorCode.ValueType  # 8
 REPLICA_NOT_AVAILABLE: ErrorCode.ValueType  # 9
 MESSAGE_TOO_LARGE: ErrorCode.ValueType  # 10
 STALE_CONTROLLER_EPOCH: ErrorCode.ValueType  # 11
+OFFSET_METADATA_TOO_LARGE: ErrorCode.ValueType  # 12
 NETWORK_EXCEPTION: ErrorCode.ValueType  # 13
 COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.ValueType  # 14
 COORDINATOR_NOT_AVAILABLE: ErrorCode.ValueType  # 15
@@ -126,7 +133,10 @@ RECORD_LIST_TOO_LARGE: ErrorCode.ValueType  # 18
 NOT_ENOUGH_REPLICAS: ErrorCode.ValueType  # 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.ValueType  # 20
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 21
+ILLEGAL_GENERATION: ErrorCode.ValueType  # 22
 INVALID_GROUP_ID: ErrorCode.ValueType  # 24
+UNKNOWN_MEMBER_ID: ErrorCode.ValueType  # 25
+INVALID_COMMIT_OFFSET_SIZE: ErrorCode.ValueType  # 28
 TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 29
 GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 30
 CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 31
@@ -147,6 +157,7 @@ INVALID_TRANSACTION_TIMEOUT: ErrorCode.ValueType  # 50
 CONCURRENT_TRANSACTIONS: ErrorCode.ValueType  # 51
 TRANSACTION_COORDINATOR_FENCED: ErrorCode.ValueType  # 52
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 53
+OPERATION_NOT_ATTEMPTED: ErrorCode.ValueType  # 55
 KAFKA_STORAGE_ERROR: ErrorCode.ValueType  # 56
 UNKNOWN_PRODUCER_ID: ErrorCode.ValueType  # 59
 REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 60
@@ -162,6 +173,7 @@ ELIGIBLE_LEADERS_NOT_AVAILABLE: ErrorCode.ValueType  # 83
 ELECTION_NOT_NEEDED: ErrorCode.ValueType  # 84
 GROUP_SUBSCRIBED_TO_TOPIC: ErrorCode.ValueType  # 86
 INVALID_RECORD: ErrorCode.ValueType  # 87
+UNSTABLE_OFFSET_COMMIT: ErrorCode.ValueType  # 88
 PRODUCER_FENCED: ErrorCode.ValueType  # 90
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
@@ -1237,22 +1249,328 @@ class InitProducerIdRequest(_message.Message):
 
     TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     TRANSACTION_TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
     transactional_id: _builtins.str
-    """Not used (no transactions); kept for Kafka's shape."""
+    """Empty: an idempotent producer's new producer id."""
     transaction_timeout_ms: _builtins.int
+    """With a transactional_id: transaction.timeout.ms, within transaction.max.timeout.ms."""
+    producer_id: _builtins.int
+    """KIP-360: the producer id and epoch a retrying transactional producer holds."""
+    producer_epoch: _builtins.int
     def __init__(
         self,
         *,
         transactional_id: _builtins.str = ...,
         transaction_timeout_ms: _builtins.int = ...,
+        producer_id: _builtins.int | None = ...,
+        producer_epoch: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch", "_producer_id", b"_producer_id", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__producer_epoch: _TypeAlias = _typing.Literal["producer_epoch"]  # noqa: Y015
+    _WhichOneofArgType__producer_epoch: _TypeAlias = _typing.Literal["_producer_epoch", b"_producer_epoch"]  # noqa: Y015
+    _WhichOneofReturnType__producer_id: _TypeAlias = _typing.Literal["producer_id"]  # noqa: Y015
+    _WhichOneofArgType__producer_id: _TypeAlias = _typing.Literal["_producer_id", b"_producer_id"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_epoch) -> _WhichOneofReturnType__producer_epoch | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__producer_id) -> _WhichOneofReturnType__producer_id | None: ...
+
+Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    KEY_TYPE_FIELD_NUMBER: _builtins.int
+    key: _builtins.str
+    key_type: _builtins.int
+    """0: a consumer group; 1: a transactional id."""
+    def __init__(
+        self,
+        *,
+        key: _builtins.str = ...,
+        key_type: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["transaction_timeout_ms", b"transaction_timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "key_type", b"key_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___InitProducerIdRequest: _TypeAlias = InitProducerIdRequest  # noqa: Y015
+Global___FindCoordinatorRequest: _TypeAlias = FindCoordinatorRequest  # noqa: Y015
+
+@_typing.final
+class FindCoordinatorResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PORT_FIELD_NUMBER: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    node_id: _builtins.int
+    host: _builtins.str
+    port: _builtins.int
+    def __init__(
+        self,
+        *,
+        error_code: Global___ErrorCode.ValueType = ...,
+        node_id: _builtins.int = ...,
+        host: _builtins.str = ...,
+        port: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "host", b"host", "node_id", b"node_id", "port", b"port"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FindCoordinatorResponse: _TypeAlias = FindCoordinatorResponse  # noqa: Y015
+
+@_typing.final
+class TransactionalProducer(_message.Message):
+    """The transactional id and the producer id and epoch InitProducerId gave it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    transactional_id: _builtins.str
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    def __init__(
+        self,
+        *,
+        transactional_id: _builtins.str = ...,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "transactional_id", b"transactional_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TransactionalProducer: _TypeAlias = TransactionalProducer  # noqa: Y015
+
+@_typing.final
+class TxnPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    """In the answer: NONE, or why the partition was not added (OPERATION_NOT_ATTEMPTED when
+    another one of the request was refused: none is added then).
+    """
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        error_code: Global___ErrorCode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnPartition: _TypeAlias = TxnPartition  # noqa: Y015
+
+@_typing.final
+class AddPartitionsToTxnRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def producer(self) -> Global___TransactionalProducer: ...
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnPartition]: ...
+    def __init__(
+        self,
+        *,
+        producer: Global___TransactionalProducer | None = ...,
+        partitions: _abc.Iterable[Global___TxnPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions", "producer", b"producer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPartitionsToTxnRequest: _TypeAlias = AddPartitionsToTxnRequest  # noqa: Y015
+
+@_typing.final
+class AddPartitionsToTxnResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TxnPartition]: ...
+    def __init__(
+        self,
+        *,
+        partitions: _abc.Iterable[Global___TxnPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPartitionsToTxnResponse: _TypeAlias = AddPartitionsToTxnResponse  # noqa: Y015
+
+@_typing.final
+class AddOffsetsToTxnRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    @_builtins.property
+    def producer(self) -> Global___TransactionalProducer: ...
+    def __init__(
+        self,
+        *,
+        producer: Global___TransactionalProducer | None = ...,
+        group_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "producer", b"producer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddOffsetsToTxnRequest: _TypeAlias = AddOffsetsToTxnRequest  # noqa: Y015
+
+@_typing.final
+class AddOffsetsToTxnResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    def __init__(
+        self,
+        *,
+        error_code: Global___ErrorCode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddOffsetsToTxnResponse: _TypeAlias = AddOffsetsToTxnResponse  # noqa: Y015
+
+@_typing.final
+class TxnOffsetCommitRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_FIELD_NUMBER: _builtins.int
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_ID_FIELD_NUMBER: _builtins.int
+    MEMBER_ID_FIELD_NUMBER: _builtins.int
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    generation_id: _builtins.int
+    """KIP-447: the consumer's generation and member id, checked when given (-1, "": not)."""
+    member_id: _builtins.str
+    @_builtins.property
+    def producer(self) -> Global___TransactionalProducer: ...
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupPartitionOffset]: ...
+    def __init__(
+        self,
+        *,
+        producer: Global___TransactionalProducer | None = ...,
+        group_id: _builtins.str = ...,
+        generation_id: _builtins.int = ...,
+        member_id: _builtins.str = ...,
+        offsets: _abc.Iterable[Global___GroupPartitionOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generation_id", b"generation_id", "group_id", b"group_id", "member_id", b"member_id", "offsets", b"offsets", "producer", b"producer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnOffsetCommitRequest: _TypeAlias = TxnOffsetCommitRequest  # noqa: Y015
+
+@_typing.final
+class TxnOffsetCommitResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OFFSETS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def offsets(self) -> _containers.RepeatedCompositeFieldContainer[Global___GroupPartitionOffset]:
+        """Each partition's outcome, in the order asked."""
+
+    def __init__(
+        self,
+        *,
+        offsets: _abc.Iterable[Global___GroupPartitionOffset] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["offsets", b"offsets"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TxnOffsetCommitResponse: _TypeAlias = TxnOffsetCommitResponse  # noqa: Y015
+
+@_typing.final
+class EndTxnRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_FIELD_NUMBER: _builtins.int
+    COMMITTED_FIELD_NUMBER: _builtins.int
+    committed: _builtins.bool
+    """true: commit; false: abort."""
+    @_builtins.property
+    def producer(self) -> Global___TransactionalProducer: ...
+    def __init__(
+        self,
+        *,
+        producer: Global___TransactionalProducer | None = ...,
+        committed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["producer", b"producer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["committed", b"committed", "producer", b"producer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTxnRequest: _TypeAlias = EndTxnRequest  # noqa: Y015
+
+@_typing.final
+class EndTxnResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_CODE_FIELD_NUMBER: _builtins.int
+    error_code: Global___ErrorCode.ValueType
+    def __init__(
+        self,
+        *,
+        error_code: Global___ErrorCode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_code", b"error_code"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndTxnResponse: _TypeAlias = EndTxnResponse  # noqa: Y015
 
 @_typing.final
 class InitProducerIdResponse(_message.Message):

@@ -78,6 +78,31 @@ class BrokerStub:
                 request_serializer=proto_dot_wire_dot_minibroker__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=proto_dot_wire_dot_minibroker__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.FindCoordinator = channel.unary_unary(
+                '/minibroker.Broker/FindCoordinator',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.FindCoordinatorRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.FindCoordinatorResponse.FromString,
+                _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/minibroker.Broker/AddPartitionsToTxn',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/minibroker.Broker/AddOffsetsToTxn',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/minibroker.Broker/TxnOffsetCommit',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/minibroker.Broker/EndTxn',
+                request_serializer=proto_dot_wire_dot_minibroker__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=proto_dot_wire_dot_minibroker__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
         self.ListGroups = channel.unary_unary(
                 '/minibroker.Broker/ListGroups',
                 request_serializer=proto_dot_wire_dot_minibroker__pb2.ListGroupsRequest.SerializeToString,
@@ -184,8 +209,46 @@ class BrokerServicer:
 
     def InitProducerId(self, request, context):
         """A producer id for the idempotent producer (ids are handed out in blocks reserved in
-        /latest_producer_id_block).
+        /latest_producer_id_block); with a transactional_id, asked of its coordinator, the
+        id's producer id and a bumped epoch that fences any earlier instance (docs/transactions.md).
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindCoordinator(self, request, context):
+        """The coordinator of a consumer group (key_type 0) or of a transactional id (key_type 1),
+        as Kafka's FindCoordinator; host and port are its gRPC listener's. The internal topic
+        holding the key is made on the first lookup (COORDINATOR_NOT_AVAILABLE until it has
+        leaders: retry).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddPartitionsToTxn(self, request, context):
+        """The transaction APIs (KIP-98), asked of the transactional id's coordinator
+        (NOT_COORDINATOR elsewhere; CONCURRENT_TRANSACTIONS while the previous transaction's
+        markers are written: retry), except TxnOffsetCommit, asked of the group's coordinator.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -293,6 +356,31 @@ def add_BrokerServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=proto_dot_wire_dot_minibroker__pb2.InitProducerIdRequest.FromString,
                     response_serializer=proto_dot_wire_dot_minibroker__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'FindCoordinator': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindCoordinator,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.FindCoordinatorRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.FindCoordinatorResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.TxnOffsetCommitResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=proto_dot_wire_dot_minibroker__pb2.EndTxnRequest.FromString,
+                    response_serializer=proto_dot_wire_dot_minibroker__pb2.EndTxnResponse.SerializeToString,
             ),
             'ListGroups': grpc.unary_unary_rpc_method_handler(
                     servicer.ListGroups,
@@ -550,6 +638,141 @@ class Broker:
             '/minibroker.Broker/InitProducerId',
             proto_dot_wire_dot_minibroker__pb2.InitProducerIdRequest.SerializeToString,
             proto_dot_wire_dot_minibroker__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindCoordinator(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/FindCoordinator',
+            proto_dot_wire_dot_minibroker__pb2.FindCoordinatorRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.FindCoordinatorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/AddPartitionsToTxn',
+            proto_dot_wire_dot_minibroker__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/AddOffsetsToTxn',
+            proto_dot_wire_dot_minibroker__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/TxnOffsetCommit',
+            proto_dot_wire_dot_minibroker__pb2.TxnOffsetCommitRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.TxnOffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/minibroker.Broker/EndTxn',
+            proto_dot_wire_dot_minibroker__pb2.EndTxnRequest.SerializeToString,
+            proto_dot_wire_dot_minibroker__pb2.EndTxnResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -80,8 +80,23 @@ class BrokerStub:
     """Brokers, controller and partition leadership as this broker's metadata cache knows them."""
     InitProducerId: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.InitProducerIdRequest, _minibroker_pb2.InitProducerIdResponse]
     """A producer id for the idempotent producer (ids are handed out in blocks reserved in
-    /latest_producer_id_block).
+    /latest_producer_id_block); with a transactional_id, asked of its coordinator, the
+    id's producer id and a bumped epoch that fences any earlier instance (docs/transactions.md).
     """
+    FindCoordinator: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.FindCoordinatorRequest, _minibroker_pb2.FindCoordinatorResponse]
+    """The coordinator of a consumer group (key_type 0) or of a transactional id (key_type 1),
+    as Kafka's FindCoordinator; host and port are its gRPC listener's. The internal topic
+    holding the key is made on the first lookup (COORDINATOR_NOT_AVAILABLE until it has
+    leaders: retry).
+    """
+    AddPartitionsToTxn: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.AddPartitionsToTxnRequest, _minibroker_pb2.AddPartitionsToTxnResponse]
+    """The transaction APIs (KIP-98), asked of the transactional id's coordinator
+    (NOT_COORDINATOR elsewhere; CONCURRENT_TRANSACTIONS while the previous transaction's
+    markers are written: retry), except TxnOffsetCommit, asked of the group's coordinator.
+    """
+    AddOffsetsToTxn: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.AddOffsetsToTxnRequest, _minibroker_pb2.AddOffsetsToTxnResponse]
+    TxnOffsetCommit: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.TxnOffsetCommitRequest, _minibroker_pb2.TxnOffsetCommitResponse]
+    EndTxn: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.EndTxnRequest, _minibroker_pb2.EndTxnResponse]
     ListGroups: _grpc.UnaryUnaryMultiCallable[_minibroker_pb2.ListGroupsRequest, _minibroker_pb2.ListGroupsResponse]
     """The consumer groups of Kafka clients (subscribe() through the Kafka listener) that this
     broker's group coordinator holds, as Kafka's ListGroups lists them. Each broker answers
@@ -154,8 +169,23 @@ class BrokerAsyncStub(BrokerStub):
     """Brokers, controller and partition leadership as this broker's metadata cache knows them."""
     InitProducerId: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.InitProducerIdRequest, _minibroker_pb2.InitProducerIdResponse]  # type: ignore[assignment]
     """A producer id for the idempotent producer (ids are handed out in blocks reserved in
-    /latest_producer_id_block).
+    /latest_producer_id_block); with a transactional_id, asked of its coordinator, the
+    id's producer id and a bumped epoch that fences any earlier instance (docs/transactions.md).
     """
+    FindCoordinator: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.FindCoordinatorRequest, _minibroker_pb2.FindCoordinatorResponse]  # type: ignore[assignment]
+    """The coordinator of a consumer group (key_type 0) or of a transactional id (key_type 1),
+    as Kafka's FindCoordinator; host and port are its gRPC listener's. The internal topic
+    holding the key is made on the first lookup (COORDINATOR_NOT_AVAILABLE until it has
+    leaders: retry).
+    """
+    AddPartitionsToTxn: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.AddPartitionsToTxnRequest, _minibroker_pb2.AddPartitionsToTxnResponse]  # type: ignore[assignment]
+    """The transaction APIs (KIP-98), asked of the transactional id's coordinator
+    (NOT_COORDINATOR elsewhere; CONCURRENT_TRANSACTIONS while the previous transaction's
+    markers are written: retry), except TxnOffsetCommit, asked of the group's coordinator.
+    """
+    AddOffsetsToTxn: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.AddOffsetsToTxnRequest, _minibroker_pb2.AddOffsetsToTxnResponse]  # type: ignore[assignment]
+    TxnOffsetCommit: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.TxnOffsetCommitRequest, _minibroker_pb2.TxnOffsetCommitResponse]  # type: ignore[assignment]
+    EndTxn: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.EndTxnRequest, _minibroker_pb2.EndTxnResponse]  # type: ignore[assignment]
     ListGroups: _aio.UnaryUnaryMultiCallable[_minibroker_pb2.ListGroupsRequest, _minibroker_pb2.ListGroupsResponse]  # type: ignore[assignment]
     """The consumer groups of Kafka clients (subscribe() through the Kafka listener) that this
     broker's group coordinator holds, as Kafka's ListGroups lists them. Each broker answers
@@ -273,8 +303,53 @@ class BrokerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_minibroker_pb2.InitProducerIdResponse, _abc.Awaitable[_minibroker_pb2.InitProducerIdResponse]]:
         """A producer id for the idempotent producer (ids are handed out in blocks reserved in
-        /latest_producer_id_block).
+        /latest_producer_id_block); with a transactional_id, asked of its coordinator, the
+        id's producer id and a bumped epoch that fences any earlier instance (docs/transactions.md).
         """
+
+    @_abc_1.abstractmethod
+    def FindCoordinator(
+        self,
+        request: _minibroker_pb2.FindCoordinatorRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.FindCoordinatorResponse, _abc.Awaitable[_minibroker_pb2.FindCoordinatorResponse]]:
+        """The coordinator of a consumer group (key_type 0) or of a transactional id (key_type 1),
+        as Kafka's FindCoordinator; host and port are its gRPC listener's. The internal topic
+        holding the key is made on the first lookup (COORDINATOR_NOT_AVAILABLE until it has
+        leaders: retry).
+        """
+
+    @_abc_1.abstractmethod
+    def AddPartitionsToTxn(
+        self,
+        request: _minibroker_pb2.AddPartitionsToTxnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.AddPartitionsToTxnResponse, _abc.Awaitable[_minibroker_pb2.AddPartitionsToTxnResponse]]:
+        """The transaction APIs (KIP-98), asked of the transactional id's coordinator
+        (NOT_COORDINATOR elsewhere; CONCURRENT_TRANSACTIONS while the previous transaction's
+        markers are written: retry), except TxnOffsetCommit, asked of the group's coordinator.
+        """
+
+    @_abc_1.abstractmethod
+    def AddOffsetsToTxn(
+        self,
+        request: _minibroker_pb2.AddOffsetsToTxnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.AddOffsetsToTxnResponse, _abc.Awaitable[_minibroker_pb2.AddOffsetsToTxnResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def TxnOffsetCommit(
+        self,
+        request: _minibroker_pb2.TxnOffsetCommitRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.TxnOffsetCommitResponse, _abc.Awaitable[_minibroker_pb2.TxnOffsetCommitResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def EndTxn(
+        self,
+        request: _minibroker_pb2.EndTxnRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_minibroker_pb2.EndTxnResponse, _abc.Awaitable[_minibroker_pb2.EndTxnResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListGroups(

@@ -36,6 +36,7 @@ from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.wire.minibroker_pb2 import ErrorCode
+from tests.unimplemented_rpcs import NoTransactionRpcs
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,7 +98,7 @@ class FakeCluster:
         return ErrorCode.NONE, base
 
 
-class FakeBroker(pb_grpc.BrokerServicer):
+class FakeBroker(NoTransactionRpcs, pb_grpc.BrokerServicer):
     def __init__(self, cluster: FakeCluster, node_id: int) -> None:
         self.cluster = cluster
         self.node_id = node_id

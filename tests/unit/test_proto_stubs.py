@@ -69,6 +69,11 @@ def test_services_are_complete() -> None:
         "DeleteGroupOffsets",
         "FetchGroupOffsets",
         "CommitGroupOffsets",
+        "FindCoordinator",
+        "AddPartitionsToTxn",
+        "AddOffsetsToTxn",
+        "TxnOffsetCommit",
+        "EndTxn",
     }
     assert set(services["Control"].methods_by_name) == {
         "LeaderAndIsr",

@@ -42,6 +42,7 @@ from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 from proto.wire.minibroker_pb2 import ErrorCode
+from tests.unimplemented_rpcs import NoTransactionRpcs
 
 T = TypeVar("T")
 
@@ -81,7 +82,7 @@ def _session_request(
     return full
 
 
-class LeaderServicer(pb_grpc.BrokerServicer):
+class LeaderServicer(NoTransactionRpcs, pb_grpc.BrokerServicer):
     """Fetch and OffsetsForLeaderEpoch, answered from real leader-side partitions."""
 
     def __init__(self, partitions: dict[TopicPartition, Partition]) -> None:

@@ -156,6 +156,25 @@ def test_a_transaction_open_past_its_timeout_is_aborted(tmp_path: Path) -> None:
     run(tmp_path, scenario)
 
 
+def test_an_id_idle_past_its_expiration_is_forgotten_and_starts_afresh(tmp_path: Path) -> None:
+    async def scenario(c: TransactionCoordinator, markers: RecordedMarkers, now: list[int]) -> None:
+        assert await c.init_producer_id("idle", 60000) == (pb.NONE, 5000, 0)
+        assert await c.init_producer_id("busy", 900_000) == (pb.NONE, 5001, 0)
+        assert await c.add_partitions("busy", 5001, 0, frozenset({A})) == pb.NONE
+        now[0] += 604_800_000 - 1  # transactional.id.expiration.ms, Kafka's 7 days
+        assert await c.remove_expired_transactional_ids() == 0
+        now[0] += 1
+        # The idle one goes; the one with a transaction open stays (its timeout aborts it).
+        assert await c.remove_expired_transactional_ids() == 1
+        assert c.state.get("idle") is None
+        busy = c.state.get("busy")
+        assert busy is not None
+        assert busy.state == S.ONGOING
+        assert await c.init_producer_id("idle", 60000) == (pb.NONE, 5002, 0)
+
+    run(tmp_path, scenario)
+
+
 def test_bad_requests_are_refused(tmp_path: Path) -> None:
     async def scenario(c: TransactionCoordinator, markers: RecordedMarkers, now: list[int]) -> None:
         assert (await c.init_producer_id("app", 900_001)).error_code == 50
