@@ -46,7 +46,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -65,8 +65,9 @@ from client.producer_config import (
 )
 from client.record_accumulator import BufferPool, ProducerBatch, RecordAccumulator, record_size
 from client.sender import IdempotenceState, ProducerMetadata, Sender, init_producer_id
+from client.transaction_manager import TransactionManager
 from proto.records.builder import batch_of_one_size, encode_record_tail
-from proto.records.record_batch import HEADER_SIZE, NO_PRODUCER_ID
+from proto.records.record_batch import HEADER_SIZE, NO_PRODUCER_ID, TRANSACTIONAL_FLAG_MASK
 from proto.topic_partition import TopicPartition, topic_name_problem
 from proto.wire import minibroker_pb2 as pb
 
@@ -126,6 +127,19 @@ class Producer:
         self._sender: Sender | None = None
         self._sender_task: asyncio.Task[None] | None = None
         self._idempotence = IdempotenceState() if self.config.idempotent else None
+        self._txn: TransactionManager | None = None
+        """The transaction's side (``transactional_id``): None for other producers."""
+        if self.config.transactional_id is not None:
+            assert self._idempotence is not None  # ProducerConfig requires it
+            self._idempotence.batch_flags = TRANSACTIONAL_FLAG_MASK
+            self._txn = TransactionManager(
+                connections,
+                self.config.transactional_id,
+                transaction_timeout_ms=self.config.transaction_timeout_ms,
+                request_timeout_ms=self.config.request_timeout_ms,
+                retry_backoff_ms=self.config.retry_backoff_ms,
+                max_block_ms=self.config.max_block_ms,
+            )
         self._buffer = BufferPool(self.config.buffer_memory)
         self._start_lock: asyncio.Lock | None = None
         self._closing = False
@@ -147,7 +161,10 @@ class Producer:
             loop = asyncio.get_running_loop()
             config = self.config
             metadata = ProducerMetadata(self.connections, config.retry_backoff_ms)
-            if self._idempotence is not None:
+            if self._txn is not None:
+                assert self._idempotence is not None
+                self._idempotence.set_producer_id(*await self._txn.init())
+            elif self._idempotence is not None:
                 pid, epoch = await self._first_producer_id(loop.time() + config.max_block_ms / 1000)
                 self._idempotence.set_producer_id(pid, epoch)
             accumulator = RecordAccumulator(
@@ -259,6 +276,9 @@ class Producer:
     def _done(self, batch: ProducerBatch) -> None:
         assert self._accumulator is not None
         self._accumulator.done(batch)
+        error = batch.result.error
+        if self._txn is not None and isinstance(error, Exception):
+            self._txn.record_failed(error)
         self._buffer.release(batch.reserved)
         batch.reserved = 0
 
@@ -267,6 +287,73 @@ class Producer:
             raise self._fatal
         if self._closing or self._closed:
             raise ProducerClosedError("the producer is closed")
+
+    # -- transactions (transactional_id) ----------------------------------------------------
+
+    def _transaction(self) -> TransactionManager:
+        if self._txn is None:
+            raise ClientError("the producer has no transactional_id")
+        return self._txn
+
+    async def init_transactions(self) -> None:
+        """Find the transactional id's coordinator and get its producer id and epoch,
+        fencing any earlier producer with the id and aborting its open transaction
+        (``start`` does it for a transactional producer; calling it again does nothing)."""
+        self._transaction()
+        await self.start()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: the records sent until its end belong to it."""
+        self._check_open()
+        self._transaction().begin()
+
+    async def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, int], group_id: str
+    ) -> None:
+        """Commit a consumer group's ``offsets`` (the next records to read) with the
+        transaction: they apply if it commits, never if it aborts (consume-transform-produce)."""
+        self._check_open()
+        await self._transaction().send_offsets(offsets, group_id)
+
+    async def commit_transaction(self) -> None:
+        """Deliver the transaction's records, then commit it. Raises if one of its
+        records failed (abort it then) or the producer was fenced (close it)."""
+        txn = self._transaction()
+        txn.in_transaction()
+        await self.flush()
+        await txn.end(commit=True)
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: read_committed consumers never see its records. After
+        a failed record, the producer gets a new epoch from its coordinator (KIP-360),
+        which aborts the transaction there, and goes on with the next one."""
+        txn = self._transaction()
+        txn.in_transaction()
+        await self.flush()
+        idempotence = self._idempotence
+        assert idempotence is not None
+        if idempotence.needs_reset:
+            idempotence.set_producer_id(*await txn.init())
+            if self._accumulator is not None:
+                self._accumulator.wakeup.set()
+            return
+        await txn.end(commit=False)
+
+    async def _in_transaction(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        """The partition a transactional record goes to, added to the transaction first."""
+        txn = self._transaction()
+        txn.in_transaction()
+        num_partitions = await self._partition_count(topic)
+        _check_partition(topic, partition, num_partitions)
+        if partition is None:
+            if key is not None and self._default_partitioner:
+                partition = self.partitioner.partition_for_key(key, num_partitions)
+            else:
+                assert self._metadata is not None
+                available = self._metadata.available(topic) if key is None else ()
+                partition = self.partitioner.partition(topic, key, num_partitions, available)
+        await txn.add_partition(TopicPartition(topic, partition))
+        return partition
 
     # -- sending ---------------------------------------------------------------------------
 
@@ -302,6 +389,8 @@ class Producer:
         does not warn when dropped, failed or not (as Kafka's future without a callback:
         the outcome is for whoever asks).
         """
+        if self._txn is not None:
+            partition = await self._in_transaction(topic, key, partition)
         # The common case, in this one frame: no wait, no lock, no loop turn. One encoding
         # of the record gives both its bytes and its exact size, and a keyed record goes
         # from here to its batch in two calls (a call is much of the per-record cost:
@@ -411,6 +500,8 @@ class Producer:
             await self.start()
         if not values:
             return []
+        if self._txn is not None:  # one partition: the one added to the transaction
+            partition = await self._in_transaction(topic, None, partition)
         if self._accumulator is not None and self._accumulator.wakeup.is_set():
             await asyncio.sleep(0)  # as in send: the sender takes the last batch first
             self._check_open()

@@ -159,7 +159,27 @@ class ProducerConfig:
     their way to the broker, which checks their sequence numbers. So the loop
     compresses."""
 
+    transactional_id: str | None = None
+    """``transactional.id``: a transactional producer (``init_transactions``, then
+    ``begin_transaction`` ... ``commit_transaction`` or ``abort_transaction``); its
+    records of a transaction become visible to read_committed consumers together, or not at
+    all. Needs idempotence (acks=all); a second producer with the same id fences this one
+    (docs/transactions.md)."""
+    transaction_timeout_ms: int = 60000
+    """``transaction.timeout.ms``: a transaction open longer is aborted by its
+    coordinator (at most the brokers' ``transaction.max.timeout.ms``)."""
+
     def __post_init__(self) -> None:
+        if self.transactional_id is not None:
+            if not self.transactional_id:
+                raise ClientError("transactional_id must not be empty")
+            if self.enable_idempotence is False or self.acks != ACKS_ALL:
+                raise ClientError(
+                    "a transactional producer needs idempotence: acks=all (-1) and "
+                    "enable_idempotence not False"
+                )
+            if self.transaction_timeout_ms < 1:
+                raise ClientError("transaction_timeout_ms must be at least 1")
         if isinstance(self.acks, bool) or self.acks not in (0, 1, ACKS_ALL):
             raise ClientError(f"acks must be 0, 1 or all (-1), got {self.acks!r}")
         for name, minimum in (

@@ -171,14 +171,16 @@ class ProducerBatch:
         self.range_futures.append((first, end - start, timestamp, future))
         return end, future
 
-    def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
-        """The batch's bytes under this producer id and sequence (its payload from now on);
-        a compressed batch is sealed first if it was not, and a second call only
-        re-encodes the header."""
+    def encode(
+        self, producer_id: int, producer_epoch: int, base_sequence: int, flags: int = 0
+    ) -> bytes:
+        """The batch's bytes under this producer id and sequence (its payload from now on),
+        with attribute ``flags`` (transactional); a compressed batch is sealed first if it
+        was not, and a second call only re-encodes the header."""
         self.producer_id = producer_id
         self.producer_epoch = producer_epoch
         self.base_sequence = base_sequence
-        self.payload = self.builder.build(producer_id, producer_epoch, base_sequence)
+        self.payload = self.builder.build(producer_id, producer_epoch, base_sequence, flags=flags)
         return self.payload
 
     def complete(self, base_offset: int, log_append_time_ms: int = -1) -> None:

@@ -108,6 +108,10 @@ class IdempotenceState:
         self.needs_reset = False
         """A batch with a sequence number failed for good: get a new producer id before
         sending anything else."""
+        self.batch_flags = 0
+        """Attribute bits of every batch: TRANSACTIONAL_FLAG_MASK for a transactional
+        producer, whose producer id comes from its transaction coordinator and is never
+        reset by the sender (its transaction aborts instead: :mod:`client.transaction_manager`)."""
 
     @property
     def has_producer_id(self) -> bool:
@@ -372,6 +376,12 @@ class Sender:
         """Send what is ready; returns when to look again."""
         idempotence = self.idempotence
         if idempotence is not None and idempotence.needs_reset:
+            if idempotence.batch_flags:
+                # A transactional producer's transaction can only abort now: what is queued
+                # fails with it, and nothing is sent until the abort sets a new epoch.
+                for batch in self.accumulator.remove_all():
+                    self._fail(batch, self._abortable_error(batch), now)
+                return math.inf
             if self.in_flight:
                 return math.inf  # a response will wake us
             if now < self._reset_not_before:
@@ -433,7 +443,12 @@ class Sender:
             ):
                 if idempotence is not None:
                     sequence = idempotence.next_sequence(batch.tp, batch.record_count)
-                    batch.encode(idempotence.producer_id, idempotence.producer_epoch, sequence)
+                    batch.encode(
+                        idempotence.producer_id,
+                        idempotence.producer_epoch,
+                        sequence,
+                        idempotence.batch_flags,
+                    )
                 else:
                     batch.encode(NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE)
             assert batch.payload is not None
@@ -562,6 +577,12 @@ class Sender:
         else:
             context = f"{batch.tp}: {{}}"
         self._fail(batch, _with_context(error, context), now)
+
+    def _abortable_error(self, batch: ProducerBatch) -> Exception:
+        return ClientError(
+            f"{batch.tp}: not sent, an earlier record of the transaction failed; "
+            "abort the transaction"
+        )
 
     def _expired_error(self, batch: ProducerBatch) -> Exception:
         timeout_ms = self.config.delivery_timeout_ms

@@ -85,6 +85,19 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "instead of one send() per record as an application does (the default, as Kafka's "
         "producer-perf-test measures its send)",
     )
+    produce.add_argument(
+        "--transactional-id",
+        default=None,
+        help="produce as this transactional producer, committing every "
+        "--transaction-records records (docs/transactions.md)",
+    )
+    produce.add_argument(
+        "--transaction-records",
+        type=int,
+        default=100,
+        metavar="N",
+        help="with --transactional-id: records per transaction (default 100)",
+    )
     produce.set_defaults(run=lambda a: run_async(perf_produce(a)))
     consume = kinds.add_parser("consume", help="consume records from the beginning and measure")
     add_topic_argument(consume)
@@ -124,6 +137,8 @@ class PerfResult:
     latencies_ms: list[tuple[float, int]]
     """(latency, how many records had it): records given to the producer together share
     the moment they were given and the acknowledgement of their batch."""
+    transactions: int = 0
+    """Transactions committed (``--transactional-id``); 0: none."""
 
     def percentiles(self) -> dict[str, float]:
         ordered = sorted(self.latencies_ms)
@@ -145,6 +160,11 @@ class PerfResult:
         }
         if self.latencies_ms:
             result["latency_ms"] = {k: round(v, 3) for k, v in self.percentiles().items()}
+        if self.transactions:
+            result["transactions"] = self.transactions
+            result["transactions_per_s"] = (
+                round(self.transactions / self.seconds, 1) if self.seconds else 0.0
+            )
         return result
 
     def report(self, as_json: bool) -> str:
@@ -162,6 +182,9 @@ class PerfResult:
                 f"; latency ms p50 {p['p50']:.1f}, p95 {p['p95']:.1f}"
                 f", p99 {p['p99']:.1f}, max {p['max']:.1f}"
             )
+        if self.transactions:
+            per_s = self.transactions / self.seconds if self.seconds else 0.0
+            text += f"; {self.transactions} transactions, {per_s:,.1f} transactions/s"
         return text
 
 
@@ -224,11 +247,15 @@ class _Acks:
 async def perf_produce(args: argparse.Namespace) -> int:
     if args.num_records < 1 or args.record_size < 0:
         raise UsageError("--num-records must be >= 1 and --record-size >= 0")
+    transactional = args.transactional_id is not None
+    if transactional and args.transaction_records < 1:
+        raise UsageError("--transaction-records must be >= 1")
     config = ProducerConfig(
         acks=args.acks,
         batch_size=args.batch_size,
         linger_ms=args.linger_ms,
         compression_type=args.compression_type,
+        transactional_id=args.transactional_id,
     )
     # Records go to the producer a batch's worth per send_many call when unthrottled, and
     # as they fall due (at most a millisecond's worth at a time) with --throughput.
@@ -245,10 +272,18 @@ async def perf_produce(args: argparse.Namespace) -> int:
                 # callback into rich per record cost a seventh of the client's CPU.
                 ticker = asyncio.create_task(_follow(progress, task, lambda: acks.acknowledged))
                 started = time.monotonic()
+                committed = 0
+                txn_open = False
                 try:
                     sent = 0
                     while sent < args.num_records:
                         count = min(len(values), args.num_records - sent)
+                        if transactional:
+                            in_txn = sent % args.transaction_records
+                            count = min(count, args.transaction_records - in_txn)
+                            if not txn_open:
+                                producer.begin_transaction()
+                                txn_open = True
                         if args.throughput > 0:
                             # Hand over a millisecond's worth at a time, not each record as
                             # it falls due: a call per record costs more than the record.
@@ -269,6 +304,12 @@ async def perf_produce(args: argparse.Namespace) -> int:
                         else:
                             await _send_each(producer, args.topic, chunk, acks)
                         sent += count
+                        if transactional and (
+                            sent % args.transaction_records == 0 or sent == args.num_records
+                        ):
+                            await producer.commit_transaction()
+                            committed += 1
+                            txn_open = False
                     await producer.flush()
                     elapsed = time.monotonic() - started
                 finally:
@@ -278,7 +319,8 @@ async def perf_produce(args: argparse.Namespace) -> int:
         failed = args.num_records - acks.acknowledged
         raise ClientError(f"{failed} of {args.num_records} records failed: {acks.first_error}")
     value_bytes = args.num_records * args.record_size
-    print(PerfResult(args.num_records, elapsed, value_bytes, acks.latencies).report(args.json))
+    result = PerfResult(args.num_records, elapsed, value_bytes, acks.latencies, committed)
+    print(result.report(args.json))
     return 0
 
 

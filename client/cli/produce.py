@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from typing import BinaryIO
 
@@ -68,6 +69,20 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=60_000,
         help="give up on a record after this long (default 60000)",
     )
+    parser.add_argument(
+        "--transactional-id",
+        default=None,
+        help="send as this transactional producer (fencing any earlier one with the id): "
+        "the records become visible to read_committed consumers when their transaction "
+        "commits, all of the input in one transaction unless --transaction-records",
+    )
+    parser.add_argument(
+        "--transaction-records",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --transactional-id: commit a transaction every N records",
+    )
     parser.set_defaults(run=lambda a: run_async(produce(a, sys.stdin.buffer)))
 
 
@@ -117,6 +132,10 @@ def key_separator(args: argparse.Namespace) -> str | None:
 
 
 async def produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
+    if args.transaction_records is not None and (
+        args.transactional_id is None or args.transaction_records < 1
+    ):
+        raise UsageError("--transaction-records needs --transactional-id and N >= 1")
     text_separator = key_separator(args)
     separator = text_separator.encode() if text_separator is not None else None
     config = ProducerConfig(
@@ -126,6 +145,7 @@ async def produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
         compression_type=args.compression_type,
         delivery_timeout_ms=args.delivery_timeout_ms,
         request_timeout_ms=min(30_000, max(1, args.delivery_timeout_ms - args.linger_ms)),
+        transactional_id=args.transactional_id,
     )
     outcome = _Outcome()
     loop = asyncio.get_running_loop()
@@ -133,8 +153,10 @@ async def produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
         await check_reachable(conns, [args.topic])
         producer = Producer(conns, config)
         await producer.start()
+        transactions = _Transactions(producer, args.transaction_records)
         try:
             rest = b""
+            transactions.begin()
             while True:
                 chunk = await loop.run_in_executor(None, _read, stdin)
                 if not chunk:
@@ -142,10 +164,15 @@ async def produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
                 *lines, rest = (rest + chunk).split(b"\n")
                 for line in lines:
                     await _send_line(producer, args, line, separator, outcome)
+                    await transactions.sent(outcome)
                 if outcome.first_error is not None and isinstance(outcome.first_error, ClientError):
                     break  # e.g. unknown topic: every further record would fail the same way
             if rest:
                 await _send_line(producer, args, rest, separator, outcome)
+            await transactions.end(outcome)
+        except BaseException:
+            await transactions.abort()
+            raise
         finally:
             await producer.close()
     if outcome.pending:
@@ -156,6 +183,50 @@ async def produce(args: argparse.Namespace, stdin: BinaryIO) -> int:
             f"{outcome.first_error}"
         )
     return 0
+
+
+class _Transactions:
+    """``--transactional-id``: the input in transactions of ``every`` records (None: one),
+    each committed once its records are sent; a failed record aborts its transaction and
+    ends the run."""
+
+    def __init__(self, producer: Producer, every: int | None) -> None:
+        self.producer = producer
+        self.every = every
+        self.open = False
+        self.in_current = 0
+        self.committed = 0
+
+    def begin(self) -> None:
+        if self.producer.config.transactional_id is not None:
+            self.producer.begin_transaction()
+            self.open = True
+            self.in_current = 0
+
+    async def sent(self, outcome: _Outcome) -> None:
+        if not self.open:
+            return
+        self.in_current += 1
+        if self.every is not None and self.in_current >= self.every:
+            await self.end(outcome)
+            self.begin()
+
+    async def end(self, outcome: _Outcome) -> None:
+        if not self.open:
+            return
+        await self.producer.flush()
+        if outcome.failed:
+            await self.abort()
+            return
+        self.open = False
+        await self.producer.commit_transaction()
+        self.committed += 1
+
+    async def abort(self) -> None:
+        if self.open:
+            self.open = False
+            with contextlib.suppress(ClientError):
+                await self.producer.abort_transaction()
 
 
 def _read(stdin: BinaryIO) -> bytes:

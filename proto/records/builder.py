@@ -357,23 +357,30 @@ class RecordsBuilder:
         *,
         base_offset: int = 0,
         partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
+        flags: int = 0,
     ) -> bytes:
         """The batch: header, CRC and the records appended so far (compressed, with a
         codec: sealed first if it was not). Raises ValueError for an empty batch. Cheap to
         call again (a retry under a new producer id): the records are joined, and
-        compressed, once."""
+        compressed, once. ``flags``: attribute bits besides the codec
+        (``TRANSACTIONAL_FLAG_MASK`` for a transactional producer's batch)."""
         if self.compression:
             return self._build_compressed(
-                producer_id, producer_epoch, base_sequence, base_offset, partition_leader_epoch
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                base_offset,
+                partition_leader_epoch,
+                flags,
             )
         if self.count == 0:
             raise ValueError("a record batch needs at least one record")
         if self._parts:
             self._body = b"".join([self._body, *self._parts])
             self._parts = []
-        # attributes 0: no compression, CreateTime, not transactional, not control
+        # attributes: no compression, CreateTime, not control; transactional per ``flags``
         return self._framed(
-            0, self._body, self.size, producer_id, producer_epoch, base_sequence,
+            flags, self._body, self.size, producer_id, producer_epoch, base_sequence,
             base_offset, partition_leader_epoch,
         )  # fmt: skip
 
@@ -414,6 +421,7 @@ class RecordsBuilder:
         base_sequence: int,
         base_offset: int,
         partition_leader_epoch: int,
+        flags: int = 0,
     ) -> bytes:
         """:meth:`build` with a codec: the header of the uncompressed batch with the codec in
         its attributes, the stored (compressed) records, batchLength and the CRC (attributes
@@ -423,8 +431,8 @@ class RecordsBuilder:
         size = self.seal()
         stored = self._stored
         assert stored is not None
-        # attributes: the codec, CreateTime, not transactional
+        # attributes: the codec, CreateTime, transactional per ``flags``
         return self._framed(
-            self.compression, stored, size, producer_id, producer_epoch, base_sequence,
-            base_offset, partition_leader_epoch,
+            self.compression | flags, stored, size, producer_id, producer_epoch,
+            base_sequence, base_offset, partition_leader_epoch,
         )  # fmt: skip

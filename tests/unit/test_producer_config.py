@@ -97,3 +97,20 @@ def test_delivery_timeout_must_cover_linger_and_request_timeout() -> None:
 def test_without_idempotence_a_partition_has_one_batch_in_flight() -> None:
     config = ProducerConfig(acks=1, max_in_flight_requests_per_connection=8)
     assert (config.idempotent, config.in_flight_per_partition) == (False, 1)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"transactional_id": ""},
+        {"transactional_id": "app", "acks": 1},
+        {"transactional_id": "app", "enable_idempotence": False},
+        {"transactional_id": "app", "transaction_timeout_ms": 0},
+    ],
+)
+def test_a_transactional_producer_needs_an_id_idempotence_and_a_timeout(
+    settings: dict[str, object],
+) -> None:
+    with pytest.raises(ClientError):
+        ProducerConfig(**settings)  # type: ignore[arg-type]
+    assert ProducerConfig(transactional_id="app").idempotent

@@ -13,6 +13,7 @@ from proto.records.builder import RecordsBuilder, batch_of_one_size, encode_reco
 from proto.records.record_batch import (
     HEADER_SIZE,
     NO_TIMESTAMP,
+    TRANSACTIONAL_FLAG_MASK,
     Record,
     check_batch,
     decode_batch,
@@ -197,3 +198,21 @@ def test_a_record_tail_refuses_what_is_not_bytes(
 ) -> None:
     with pytest.raises(TypeError, match=message):
         encode_record_tail(key, value, headers)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("codec", [0, 3])  # none, lz4
+def test_a_transactional_batch_is_what_encode_batch_writes_with_the_flag(codec: int) -> None:
+    builder = RecordsBuilder(compression=codec) if codec else RecordsBuilder()
+    records = [Record(b"k", b"v" * 50, BASE), Record(None, b"w", BASE + 1)]
+    for record in records:
+        builder.append(record.timestamp, record.key, record.value, ())
+    built = builder.build(7, 2, 10, flags=TRANSACTIONAL_FLAG_MASK)
+    assert decode_batch(built).header.is_transactional
+    assert [(r.key, r.value) for r in decode_batch(built).records] == [
+        (r.key, r.value) for r in records
+    ]
+    if not codec:
+        assert built == encode_batch(
+            records, producer_id=7, producer_epoch=2, base_sequence=10,
+            flags=TRANSACTIONAL_FLAG_MASK,
+        )  # fmt: skip
