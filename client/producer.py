@@ -325,19 +325,20 @@ class Producer:
 
     async def abort_transaction(self) -> None:
         """Abort the transaction: read_committed consumers never see its records. After
-        a failed record, the producer gets a new epoch from its coordinator (KIP-360),
-        which aborts the transaction there, and goes on with the next one."""
+        a record failed with its sequence number spent, the producer then gets a new epoch
+        from its coordinator (KIP-360) and goes on with the next transaction."""
         txn = self._transaction()
         txn.in_transaction()
         await self.flush()
+        await txn.end(commit=False)
         idempotence = self._idempotence
         assert idempotence is not None
         if idempotence.needs_reset:
+            # The partitions' sequences are unknown: the coordinator bumps the epoch for
+            # the same producer id (KIP-360), and sequences start again at 0.
             idempotence.set_producer_id(*await txn.init())
             if self._accumulator is not None:
                 self._accumulator.wakeup.set()
-            return
-        await txn.end(commit=False)
 
     async def _in_transaction(self, topic: str, key: bytes | None, partition: int | None) -> int:
         """The partition a transactional record goes to, added to the transaction first."""

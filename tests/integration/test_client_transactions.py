@@ -17,6 +17,7 @@ from kazoo.client import KazooClient
 from client.metadata import BrokerConnections, ClientError
 from client.producer import Producer
 from client.producer_config import ProducerConfig
+from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 from tests.cluster import Cluster, running_cluster
 from tests.helpers import minibroker
@@ -129,3 +130,44 @@ def test_perf_produce_counts_its_committed_transactions(cluster: Cluster, bulk: 
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert (result["records"], result["transactions"]) == (450, 5)
     assert len(consume(cluster, topic, "read_committed")) == 450
+
+
+def test_a_failed_record_makes_the_transaction_abortable_and_the_abort_goes_on(
+    cluster: Cluster,
+) -> None:
+    """A record that cannot be delivered (its partition's only replica is down, past
+    ``delivery_timeout_ms``) fails its transaction: the commit raises; the abort, once
+    the partition is back for its marker, aborts the rest, and the next transaction
+    commits."""
+    cluster.create_topic("txn-doomed", {0: [3]})
+    cluster.create_topic("txn-safe", {0: [1, 2]})
+    cluster.wait_for_leader(TopicPartition("txn-doomed", 0))
+
+    async def scenario() -> None:
+        async with BrokerConnections.from_bootstrap(grpc_bootstrap(cluster)) as conns:
+            config = ProducerConfig(
+                transactional_id="doomed-app",
+                max_block_ms=30000,
+                delivery_timeout_ms=3000,
+                request_timeout_ms=1000,
+            )
+            async with asyncio.timeout(120), Producer(conns, config) as producer:
+                await producer.init_transactions()
+                producer.begin_transaction()
+                await producer.send("txn-safe", b"lost-with-its-transaction", partition=0)
+                cluster.brokers[3].kill()
+                doomed = await producer.send("txn-doomed", b"never", partition=0)
+                with pytest.raises((ClientError, MinibrokerError)):  # no leader, then expired
+                    await doomed
+                with pytest.raises(ClientError, match="abort"):
+                    await producer.commit_transaction()
+                # The abort's markers must reach every partition of the transaction, the
+                # doomed one too (as in Kafka): it completes once that replica is back.
+                await asyncio.to_thread(cluster.brokers[3].start, cluster.zk)
+                await producer.abort_transaction()
+                producer.begin_transaction()
+                await producer.send("txn-safe", b"kept", partition=0)
+                await producer.commit_transaction()
+
+    asyncio.run(scenario())
+    assert consume(cluster, "txn-safe", "read_committed") == ["kept"]
