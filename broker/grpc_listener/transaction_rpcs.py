@@ -10,6 +10,7 @@ from typing import cast
 import grpc
 
 from broker.coordinator.group_metadata_manager import CommittedOffset, GroupMetadataManager
+from broker.coordinator.internal_topic import COORDINATOR_NOT_AVAILABLE
 from broker.grpc_listener.authorizer import GrpcAuthorizer
 from broker.grpc_listener.guarded_call import MalformedRequestError, guarded
 from broker.grpc_listener.request_parsing import unique
@@ -23,7 +24,6 @@ from proto.wire import minibroker_pb2 as pb
 __all__ = ["TransactionRpcMethods", "TransactionRpcs"]
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-COORDINATOR_NOT_AVAILABLE = 15
 
 
 def _code(code: int) -> pb.ErrorCode.ValueType:

@@ -22,7 +22,6 @@ from broker.coordinator.group_coordinator import (
     GroupCoordinator,
     GroupDescription,
     GroupState,
-    coordinator_of,
 )
 from broker.coordinator.group_metadata_manager import CommittedOffset
 from broker.kafka_listener.messages import Tree
@@ -77,7 +76,6 @@ groups (OffsetFetch 8, FindCoordinator 4), KIP-800's leave reasons (JoinGroup 8,
 5), KIP-848's group types (ListGroups 5) and error messages (DescribeGroups 6)."""
 
 COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE = 14, 15
-INVALID_GROUP_ID = 24
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 UNSTABLE_OFFSET_COMMIT = 88
 GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
@@ -127,9 +125,6 @@ class GroupApis:
             OFFSET_DELETE: self.offset_delete,
             TXN_OFFSET_COMMIT: self.txn_offset_commit,
         }
-
-    def _coordinator_of(self, group_id: str) -> int | None:
-        return coordinator_of(group_id, self.metadata_cache)
 
     def _refusal(
         self, request: KafkaRequest, group_id: str, operation: AclOperation = AclOperation.READ
@@ -297,18 +292,7 @@ class GroupApis:
         """An OffsetCommit's or TxnOffsetCommit's partitions in order, the error codes
         found (``code``, the group's error if not NONE, for all; else
         :func:`offset_commit_problems`), and the offsets left to write."""
-        order: list[TopicPartition] = []
-        asked: dict[TopicPartition, CommittedOffset] = {}
-        for topic in topics:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.partition_index)
-                order.append(tp)
-                asked[tp] = CommittedOffset(
-                    part.committed_offset,
-                    getattr(part, "committed_leader_epoch", -1),
-                    part.committed_metadata or "",
-                    expire_timestamp_ms=expire_ms,
-                )
+        order, asked = _asked_offsets(topics, expire_ms)
         if code != pb.NONE:
             return order, dict.fromkeys(asked, code), {}
         codes = offset_commit_problems(
@@ -322,20 +306,7 @@ class GroupApis:
     async def _txn_offset_commit(self, request: KafkaRequest) -> Tree:
         """:meth:`TransactionRequests.txn_offset_commit`, which the gRPC door shares."""
         body = request.body
-        order = [
-            TopicPartition(topic.name, part.partition_index)
-            for topic in body.topics
-            for part in topic.partitions
-        ]
-        offsets = {
-            TopicPartition(topic.name, part.partition_index): CommittedOffset(
-                part.committed_offset,
-                getattr(part, "committed_leader_epoch", -1),
-                part.committed_metadata or "",
-            )
-            for topic in body.topics
-            for part in topic.partitions
-        }
+        order, offsets = _asked_offsets(body.topics, -1)
         if self.transaction_requests is None:
             codes = dict.fromkeys(offsets, TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         else:
@@ -482,6 +453,26 @@ class GroupApis:
             for tp, code in result.partitions.items()
         ]
         return done({"error_code": pb.NONE, "topics": per_topic(answers, "name", "partitions")})
+
+
+def _asked_offsets(
+    topics: Iterable[Any], expire_ms: int
+) -> tuple[list[TopicPartition], dict[TopicPartition, CommittedOffset]]:
+    """An OffsetCommit's or TxnOffsetCommit's partitions in request order, and the offset
+    each asks to commit."""
+    order: list[TopicPartition] = []
+    asked: dict[TopicPartition, CommittedOffset] = {}
+    for topic in topics:
+        for part in topic.partitions:
+            tp = TopicPartition(topic.name, part.partition_index)
+            order.append(tp)
+            asked[tp] = CommittedOffset(
+                part.committed_offset,
+                getattr(part, "committed_leader_epoch", -1),
+                part.committed_metadata or "",
+                expire_timestamp_ms=expire_ms,
+            )
+    return order, asked
 
 
 def _commit_answers(order: list[TopicPartition], codes: dict[TopicPartition, int]) -> Tree:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from broker.coordinator.internal_topic import COORDINATOR_NOT_AVAILABLE
 from broker.kafka_listener.messages import Tree
 from broker.kafka_listener.wire_request import Answer, KafkaRequest, ms, session_of
 from broker.metadata_cache import MetadataCache
@@ -50,7 +51,7 @@ class TransactionApis:
         )
         broker = self.metadata_cache.broker(broker_id) if code == pb.NONE else None
         if broker is None or broker.kafka_endpoint is None:
-            code = code if code != pb.NONE else 15  # COORDINATOR_NOT_AVAILABLE
+            code = code if code != pb.NONE else COORDINATOR_NOT_AVAILABLE
             return {"error_code": code, "node_id": -1, "host": "", "port": -1}
         host, port = broker.kafka_endpoint
         return {"error_code": pb.NONE, "node_id": broker.broker_id, "host": host, "port": port}

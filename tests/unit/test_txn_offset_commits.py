@@ -6,6 +6,7 @@ rebuilds the same from the batches and markers it reads; a fenced epoch writes n
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,7 +71,14 @@ def _offsets(manager: GroupMetadataManager, group: str) -> dict[TopicPartition, 
     return {tp: c.offset for tp, c in manager.committed(group).items()}
 
 
-def test_offsets_apply_at_the_commit_marker_and_are_dropped_at_an_abort(tmp_path: Path) -> None:
+Relead = Callable[[int], Awaitable[None]]
+"""Makes broker 1 leader of the offsets partition again, at the epoch given."""
+Scenario = Callable[[GroupMetadataManager, ReplicaManager, Relead], Awaitable[None]]
+
+
+def run(tmp_path: Path, scenario: Scenario) -> None:
+    """``scenario`` over a manager whose one offsets partition broker 1 leads (epoch 1),
+    loaded."""
     state = PartitionState(leader=1, leader_epoch=1, isr=(1,), controller_epoch=1, zk_version=1)
     zk = _Zk({OFFSETS: state}, {1: BrokerRegistration("127.0.0.1", 1, 0)})
     config = BrokerConfig(
@@ -83,96 +91,92 @@ def test_offsets_apply_at_the_commit_marker_and_are_dropped_at_an_abort(tmp_path
     async def made() -> int:
         return pb.NONE
 
-    async def scenario() -> None:
+    async def body() -> None:
         async with _controlled_manager(tmp_path, zk, config) as replicas:
             manager = GroupMetadataManager(config, replicas, MetadataCache(), None, made)
+
+            async def relead(epoch: int) -> None:
+                zk.states[OFFSETS] = replace(state, leader_epoch=epoch, zk_version=epoch)
+                await replicas.become_leader_or_follower(_leads(epoch))
+
             await replicas.become_leader_or_follower(_leads(1))
             await _wait_loaded(manager)
-
-            assert await manager.store_offsets("g", {A: CommittedOffset(1)}) == {A: pb.NONE}
-            codes = await manager.store_txn_offsets(
-                "g", 7, 0, {A: CommittedOffset(10), B: CommittedOffset(20)}
-            )
-            assert codes == {A: pb.NONE, B: pb.NONE}
-            # Pending: not the group's offsets yet.
-            assert _offsets(manager, "g") == {A: 1}
-            assert manager.pending_partitions("g") == {A, B}
-            assert await _marker(replicas, 7, 0, commit=True) == pb.NONE
-            assert _offsets(manager, "g") == {A: 10, B: 20}
-            assert manager.pending_partitions("g") == set()
-
-            # An aborted transaction's offsets never apply.
-            await manager.store_txn_offsets("g", 7, 0, {A: CommittedOffset(99)})
-            assert manager.pending_partitions("g") == {A}
-            assert await _marker(replicas, 7, 0, commit=False) == pb.NONE
-            assert _offsets(manager, "g") == {A: 10, B: 20}
-
-            # Another producer's transaction is left open, and a plain commit written
-            # after it wins over it when it commits (it is later in the log).
-            await manager.store_txn_offsets("g", 8, 3, {A: CommittedOffset(30)})
-            await manager.store_txn_offsets("h", 8, 3, {B: CommittedOffset(5)})
-            await manager.store_offsets("g", {A: CommittedOffset(31)})
-
-            # A fenced epoch of producer 7 writes nothing and holds nothing pending.
-            await manager.store_txn_offsets("g", 7, 1, {B: CommittedOffset(21)})
-            await _marker(replicas, 7, 1, commit=True)
-            stale = await manager.store_txn_offsets("g", 7, 0, {B: CommittedOffset(666)})
-            assert stale == {B: INVALID_PRODUCER_EPOCH}
-            assert manager.pending_partitions("g") == {A}
-            assert _offsets(manager, "g") == {A: 31, B: 21}
-
-            # A new leader epoch: the load rebuilds the same, producer 8 still pending...
-            zk.states[OFFSETS] = replace(state, leader_epoch=2, zk_version=2)
-            await replicas.become_leader_or_follower(_leads(2))
-            await _wait_loaded(manager)
-            assert _offsets(manager, "g") == {A: 31, B: 21}
-            assert manager.pending_partitions("g") == {A}
-            assert _offsets(manager, "h") == {}
-            assert manager.pending_partitions("h") == {B}
-
-            # ... until its marker, which applies to every group of the partition.
-            assert await _marker(replicas, 8, 3, commit=True) == pb.NONE
-            assert _offsets(manager, "g") == {A: 31, B: 21}
-            assert _offsets(manager, "h") == {B: 5}
-            assert manager.pending_partitions("g") == manager.pending_partitions("h") == set()
+            await scenario(manager, replicas, relead)
             await manager.stop()
 
-    asyncio.run(scenario())
+    asyncio.run(body())
+
+
+def test_offsets_apply_at_the_commit_marker_and_are_dropped_at_an_abort(tmp_path: Path) -> None:
+    async def scenario(
+        manager: GroupMetadataManager, replicas: ReplicaManager, relead: Relead
+    ) -> None:
+        assert await manager.store_offsets("g", {A: CommittedOffset(1)}) == {A: pb.NONE}
+        codes = await manager.store_txn_offsets(
+            "g", 7, 0, {A: CommittedOffset(10), B: CommittedOffset(20)}
+        )
+        assert codes == {A: pb.NONE, B: pb.NONE}
+        # Pending: not the group's offsets yet.
+        assert _offsets(manager, "g") == {A: 1}
+        assert manager.pending_partitions("g") == {A, B}
+        assert await _marker(replicas, 7, 0, commit=True) == pb.NONE
+        assert _offsets(manager, "g") == {A: 10, B: 20}
+        assert manager.pending_partitions("g") == set()
+
+        # An aborted transaction's offsets never apply.
+        await manager.store_txn_offsets("g", 7, 0, {A: CommittedOffset(99)})
+        assert manager.pending_partitions("g") == {A}
+        assert await _marker(replicas, 7, 0, commit=False) == pb.NONE
+        assert _offsets(manager, "g") == {A: 10, B: 20}
+
+        # Another producer's transaction is left open, and a plain commit written
+        # after it wins over it when it commits (it is later in the log).
+        await manager.store_txn_offsets("g", 8, 3, {A: CommittedOffset(30)})
+        await manager.store_txn_offsets("h", 8, 3, {B: CommittedOffset(5)})
+        await manager.store_offsets("g", {A: CommittedOffset(31)})
+
+        # A fenced epoch of producer 7 writes nothing and holds nothing pending.
+        await manager.store_txn_offsets("g", 7, 1, {B: CommittedOffset(21)})
+        await _marker(replicas, 7, 1, commit=True)
+        stale = await manager.store_txn_offsets("g", 7, 0, {B: CommittedOffset(666)})
+        assert stale == {B: INVALID_PRODUCER_EPOCH}
+        assert manager.pending_partitions("g") == {A}
+        assert _offsets(manager, "g") == {A: 31, B: 21}
+
+        # A new leader epoch: the load rebuilds the same, producer 8 still pending...
+        await relead(2)
+        await _wait_loaded(manager)
+        assert _offsets(manager, "g") == {A: 31, B: 21}
+        assert manager.pending_partitions("g") == {A}
+        assert _offsets(manager, "h") == {}
+        assert manager.pending_partitions("h") == {B}
+
+        # ... until its marker, which applies to every group of the partition.
+        assert await _marker(replicas, 8, 3, commit=True) == pb.NONE
+        assert _offsets(manager, "g") == {A: 31, B: 21}
+        assert _offsets(manager, "h") == {B: 5}
+        assert manager.pending_partitions("g") == manager.pending_partitions("h") == set()
+
+    run(tmp_path, scenario)
 
 
 def test_a_marker_written_while_the_partition_loads_is_applied_after_the_load(
     tmp_path: Path,
 ) -> None:
-    state = PartitionState(leader=1, leader_epoch=1, isr=(1,), controller_epoch=1, zk_version=1)
-    zk = _Zk({OFFSETS: state}, {1: BrokerRegistration("127.0.0.1", 1, 0)})
-    config = BrokerConfig(
-        broker_id=1,
-        zookeeper_connect="unused:2181",
-        log_dir=tmp_path,
-        offsets_topic_num_partitions=1,
-    )
+    async def scenario(
+        manager: GroupMetadataManager, replicas: ReplicaManager, relead: Relead
+    ) -> None:
+        await manager.store_txn_offsets("g", 7, 0, {A: CommittedOffset(10)})
+        # The next leadership's load has not run yet when the marker is written (the
+        # load task starts at the next turn of the loop; the append needs none).
+        await relead(2)
+        assert manager.partitions.refusal(0) == 14  # COORDINATOR_LOAD_IN_PROGRESS
+        assert await _marker(replicas, 7, 0, commit=True) == pb.NONE
+        await _wait_loaded(manager)
+        assert _offsets(manager, "g") == {A: 10}
+        assert manager.pending_partitions("g") == set()
 
-    async def made() -> int:
-        return pb.NONE
-
-    async def scenario() -> None:
-        async with _controlled_manager(tmp_path, zk, config) as replicas:
-            manager = GroupMetadataManager(config, replicas, MetadataCache(), None, made)
-            await replicas.become_leader_or_follower(_leads(1))
-            await _wait_loaded(manager)
-            await manager.store_txn_offsets("g", 7, 0, {A: CommittedOffset(10)})
-            # The next leadership's load has not run yet when the marker is written (the
-            # load task starts at the next turn of the loop; the append needs none).
-            zk.states[OFFSETS] = replace(state, leader_epoch=2, zk_version=2)
-            await replicas.become_leader_or_follower(_leads(2))
-            assert manager.partitions.refusal(0) == 14  # COORDINATOR_LOAD_IN_PROGRESS
-            assert await _marker(replicas, 7, 0, commit=True) == pb.NONE
-            await _wait_loaded(manager)
-            assert _offsets(manager, "g") == {A: 10}
-            assert manager.pending_partitions("g") == set()
-            await manager.stop()
-
-    asyncio.run(scenario())
+    run(tmp_path, scenario)
 
 
 def test_a_commit_applies_only_offsets_newer_in_the_log_than_the_groups() -> None:
