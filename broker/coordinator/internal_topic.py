@@ -170,9 +170,16 @@ class InternalTopicPartitions:
 
     def refusal(self, partition: int) -> int | None:
         """NOT_COORDINATOR unless this broker leads ``partition``, COORDINATOR_LOAD_IN_PROGRESS
-        while it loads it, else None."""
+        while it loads it, else None. A partition the metadata already names this broker
+        the leader of, before its LeaderAndIsr is applied here, is loading too: a client
+        sent here by another broker's FindCoordinator (whose UpdateMetadata came first)
+        retries instead of looking the coordinator up again, which some (librdkafka's
+        AlterConsumerGroupOffsets) do not do."""
         owned = self._owned.get(partition)
         if owned is None:
+            info = self.metadata_cache.partition(TopicPartition(self.topic, partition))
+            if info is not None and info.leader == self.broker_id:
+                return COORDINATOR_LOAD_IN_PROGRESS
             return NOT_COORDINATOR
         if not owned.loaded:
             return COORDINATOR_LOAD_IN_PROGRESS
