@@ -57,6 +57,7 @@ from chaos.audit.log_checks import BatchTable, held_ranges
 from chaos.audit.polls import SKIP, WHAT, steps
 from chaos.audit.runs import Run, item, merge
 from chaos.audit.topic_configs import Compaction
+from chaos.audit.transaction_log import served
 from chaos.audit.versions import Offsets, Records, bits, decode_copies, top_versions
 from proto.records.compression import CODEC_NAMES
 
@@ -303,7 +304,9 @@ class _Chunk:
                 items += self._compaction(skips)
             elif skips:
                 held = held_ranges(
-                    [r.batches for r in self.spec.replicas], part.log_start, part.committed_end
+                    [served(r.batches) for r in self.spec.replicas],
+                    part.log_start,
+                    part.committed_end,
                 )
                 items += [s for s in (skip_item(part, skip, held) for skip in skips) if s]
         else:

@@ -27,6 +27,17 @@ does not hold; the audit judges that (``nonmonotonic_poll``, ``poll_skip``) and 
 read at each offset (``inconsistent_read``). A read is not an operation outcome: it takes
 no part in the checks of what producers were told.
 
+Transactions (docs/audit.md, "Transactions"): a write of a transactional producer names
+its transaction (``"txn": "p3-t4"``, unique in the history); the producer's steps are lines
+without a topic::
+
+    {"time": 1732252801.4, "process": 3, "type": "ok", "f": "commit", "txn": "p3-t4"}
+
+``f`` is ``begin`` (with the producer's ``timeout_ms``), ``commit``, ``abort`` or
+``send_offsets`` (with the ``group`` and the ``offsets`` sent, ``[topic, partition,
+offset]`` each). A read_committed consumer's reads say ``"isolation": "read_committed"``;
+a consume-transform-produce process's reads name the ``txn`` that processes them.
+
 Timeline (the nemesis)::
 
     {"time": 1732252803.0, "process": "nemesis", "type": "info", "f": "kill", "target": 2}
@@ -57,6 +68,7 @@ __all__ = [
     "HistoryOp",
     "HistoryRead",
     "NemesisEvent",
+    "TxnStep",
     "parse_history_line",
     "parse_timeline_line",
 ]
@@ -65,6 +77,10 @@ OP_TYPES = ("ok", "fail", "info")
 """The operation outcomes of producers."""
 READ = "read"
 """A consumer's line: one record it polled."""
+TXN_STEPS = ("begin", "commit", "abort", "send_offsets")
+"""The ``f`` of a transactional producer's step lines."""
+READ_COMMITTED = "read_committed"
+ISOLATION_LEVELS = ("read_uncommitted", READ_COMMITTED)
 NEMESIS = "nemesis"
 
 
@@ -97,6 +113,8 @@ class HistoryOp(NamedTuple):
     """Where an ``ok`` write landed; None for fail and info unless the producer knew it."""
     key: str | None = None
     """The record's key, when the line names one (writes to a compacted topic must)."""
+    txn: str | None = None
+    """The transaction the write belongs to (a transactional producer's), None: none."""
 
 
 class HistoryRead(NamedTuple):
@@ -115,6 +133,30 @@ class HistoryRead(NamedTuple):
     session: int = 0
     """The consumer's counter of legitimate position changes (a rebalance, a seek, a
     restart): offsets are judged in order only within one session."""
+    isolation: str = "read_uncommitted"
+    """The consumer's isolation.level: a read_committed one must never see a record of a
+    transaction that did not commit."""
+    txn: str | None = None
+    """The transaction that processes the record read (a consume-transform-produce
+    process's input), None: none."""
+
+
+class TxnStep(NamedTuple):
+    """One step of a transactional producer: begin, commit, abort or send_offsets."""
+
+    line: int
+    time: float
+    process: int
+    type: str
+    """``ok`` (acknowledged), ``fail`` (certainly not done) or ``info`` (unknown)."""
+    f: str
+    txn: str
+    timeout_ms: int | None = None
+    """``begin``'s: the producer's transaction.timeout.ms."""
+    group: str | None = None
+    """``send_offsets``': the consumer group the offsets are committed for."""
+    offsets: tuple[tuple[str, int, int], ...] = ()
+    """``send_offsets``': (topic, partition, next offset to read) of each."""
 
 
 class NemesisEvent(NamedTuple):
@@ -223,10 +265,68 @@ _EVENT_KEYS = frozenset({"time", "process", "type", "f", "target", "nemesis"})
 """The fields of a nemesis line that NemesisEvent holds apart from ``fields``."""
 
 
+def _txn_id(line_number: int, obj: dict[str, Any], *, required: bool) -> str | None:
+    txn = obj.get("txn")
+    if txn is None and not required:
+        return None
+    if not isinstance(txn, str) or not txn:
+        raise HistoryError(line_number, f'"txn" must be a non-empty string, got {txn!r}')
+    return txn
+
+
+def _offsets_sent(line_number: int, value: object) -> tuple[tuple[str, int, int], ...]:
+    if not isinstance(value, list):
+        raise HistoryError(line_number, f'"offsets" must be a list, got {value!r}')
+    sent = []
+    for entry in value:
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 3
+            or not isinstance(entry[0], str)
+            or not entry[0]
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in entry[1:])
+            or entry[1] > _INT32_MAX
+        ):
+            raise HistoryError(
+                line_number, f'"offsets" entries must be [topic, partition, offset], got {entry!r}'
+            )
+        sent.append((entry[0], entry[1], entry[2]))
+    return tuple(sent)
+
+
+def _txn_step(line_number: int, obj: dict[str, Any], process: int) -> TxnStep:
+    f = obj.get("f")
+    if f not in TXN_STEPS:
+        raise HistoryError(
+            line_number,
+            f'"f" must be one of {", ".join(TXN_STEPS)} (a transaction step), got {f!r}',
+        )
+    kind = obj.get("type")
+    if kind not in OP_TYPES:
+        raise HistoryError(line_number, f'"type" must be "ok", "fail" or "info", got {kind!r}')
+    txn = _txn_id(line_number, obj, required=True)
+    assert txn is not None
+    group = obj.get("group")
+    if group is not None and not isinstance(group, str):
+        raise HistoryError(line_number, f'"group" must be a string, got {group!r}')
+    return TxnStep(
+        line_number,
+        _time(line_number, obj),
+        process,
+        kind,
+        f,
+        txn,
+        _integer(line_number, obj, "timeout_ms", required=False),
+        group,
+        _offsets_sent(line_number, obj["offsets"]) if "offsets" in obj else (),
+    )
+
+
 def parse_history_line(
     line_number: int, text: str | bytes
-) -> HistoryOp | HistoryRead | NemesisEvent | None:
-    """One line of a history file: an operation, a read, a nemesis event, or None when blank.
+) -> HistoryOp | HistoryRead | TxnStep | NemesisEvent | None:
+    """One line of a history file: an operation, a read, a transaction step, a nemesis
+    event, or None when blank.
 
     Raises HistoryError naming the line and what is wrong with it.
     """
@@ -240,6 +340,8 @@ def parse_history_line(
         raise HistoryError(
             line_number, f'"process" must be an integer (or "nemesis"), got {process!r}'
         )
+    if "f" in obj and "topic" not in obj:
+        return _txn_step(line_number, obj, process)
     op_type = obj.get("type")
     if op_type not in OP_TYPES and op_type != READ:
         raise HistoryError(
@@ -282,6 +384,7 @@ def parse_history_line(
         value,
         offset,
         key,
+        _txn_id(line_number, obj, required=False),
     )
 
 
@@ -292,6 +395,12 @@ def _read(
     partition = _integer(line_number, obj, "partition", required=True, why=why)
     offset = _integer(line_number, obj, "offset", required=True, why=why)
     session = _integer(line_number, obj, "session", required=False)
+    isolation = obj.get("isolation", ISOLATION_LEVELS[0])
+    if isolation not in ISOLATION_LEVELS:
+        raise HistoryError(
+            line_number,
+            f'"isolation" must be "read_uncommitted" or "read_committed", got {isolation!r}',
+        )
     return HistoryRead(
         line_number,
         _time(line_number, obj),
@@ -301,6 +410,8 @@ def _read(
         offset,
         value,
         0 if session is None else session,
+        isolation,
+        _txn_id(line_number, obj, required=False),
     )
 
 

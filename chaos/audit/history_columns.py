@@ -28,6 +28,7 @@ from chaos.audit.history import (
     HistoryOp,
     HistoryRead,
     NemesisEvent,
+    TxnStep,
     parse_history_line,
 )
 from chaos.audit.history_templates import Matched, learn, match
@@ -300,6 +301,8 @@ def _slow(
         if isinstance(parsed, NemesisEvent):
             events.append(parsed)
             continue
+        if isinstance(parsed, TxnStep):
+            continue  # the transaction checks read these (chaos/audit/transactions.py)
         if isinstance(parsed, HistoryRead):
             kinds.append(READ)
             sessions.append(parsed.session)

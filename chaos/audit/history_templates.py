@@ -43,7 +43,7 @@ __all__ = ["Matched", "Template", "learn", "match"]
 I64 = npt.NDArray[np.int64]
 _WS = b" \t\r"
 _SCALAR = frozenset(b"0123456789+-.eEabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_STRING_FIELDS = frozenset({"type", "topic", "value", "key"})
+_STRING_FIELDS = frozenset({"type", "topic", "value", "key", "txn", "isolation"})
 _NUMBER_FIELDS = frozenset({"time", "process", "partition", "offset", "session"})
 _REQUIRED = ("time", "process", "type", "topic", "value")
 _TYPES = (b"ok", b"fail", b"info", b"read")
@@ -84,6 +84,8 @@ _UNSIGNED = "(?:0|[1-9][0-9]{0,17})"
 _VALUE_PATTERNS = {
     "type": "(?:ok|fail|info|read)",
     "topic": "[ !#-\\[\\]-~]+",
+    "txn": "[ !#-\\[\\]-~]+",
+    "isolation": "(?:read_uncommitted|read_committed)",
     "value": _STRING,
     "time": "(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?",
     "process": f"-?{_UNSIGNED}",

@@ -54,7 +54,7 @@ from chaos.audit.chunk import (
 from chaos.audit.compaction import COMPACTION_KINDS
 from chaos.audit.data_dirs import AuditInputError, BrokerDir, ReplicaFiles
 from chaos.audit.duplicates import CopyRow, duplicate_items
-from chaos.audit.history import NemesisEvent, parse_history_line
+from chaos.audit.history import HistoryOp, HistoryRead, NemesisEvent, parse_history_line
 from chaos.audit.history_columns import FAIL, INFO, OK, parse_range
 from chaos.audit.model import AuditResult, PartitionSummary, ReplicaSummary
 from chaos.audit.runs import Run, merge
@@ -70,6 +70,8 @@ from chaos.audit.tasks import (
     reduce_partitions,
 )
 from chaos.audit.topic_configs import Compaction
+from chaos.audit.transaction_log import TransactionSpans
+from chaos.audit.transactions import judge_transactions, read_transaction_history
 from chaos.audit.violations import describe
 from proto.topic_partition import TopicPartition
 
@@ -200,7 +202,7 @@ def _lookup(unit: HistoryRange, wanted: _Wanted) -> _Answers:
         texts = data.split(b"\n")
         for line in mine:
             parsed = parse_history_line(line, texts[line - 1])
-            if parsed is not None and not isinstance(parsed, NemesisEvent):
+            if isinstance(parsed, HistoryOp | HistoryRead):
                 value = parsed.value
                 answers.values[base | line] = shown(None if value is None else value.encode())
     if not wanted.parse():
@@ -278,9 +280,11 @@ class _Partition:
     chunks: list[ChunkResult] = field(default_factory=list)
     skips: list[Skip] = field(default_factory=list)
     held: list[tuple[int, int]] = field(default_factory=list)
+    transactions: list[TransactionSpans] = field(default_factory=list)
 
     def add(self, result: ReduceResult) -> None:
         self.facts = self.facts or result.facts
+        self.transactions += result.transactions
         if result.replicas is not None:
             self.replicas = result.replicas
         if result.held is not None:
@@ -513,9 +517,24 @@ class _Audit:
         self.clock.lap("statistics")
 
         violations = [describe(run.finding(), summaries[run.pid]) for run in runs]
-        violations.sort(key=lambda v: (v.topic, v.partition, v.offset, v.kind, v.brokers))
         for run in runs:
             summaries[run.pid].violations += 1
+        transactions = None
+        spans = {tp: got.transactions for tp, got in gathered.items() if got.transactions}
+        if spans:
+            by_tp = {(s.topic, s.partition): s for s in summaries}
+            txn_violations, counted = judge_transactions(
+                None if self.history is None else read_transaction_history(self.history),
+                spans,
+                by_tp,
+                observed_until_ms=self._observed_until_ms(),
+            )
+            for v in txn_violations:
+                by_tp[(v.topic, v.partition)].violations += 1
+            violations += txn_violations
+            transactions = counted.to_json()
+            self.clock.lap("transactions")
+        violations.sort(key=lambda v: (v.topic, v.partition, v.offset, v.kind, v.brokers))
         return AuditResult(
             violations=violations,
             partitions=summaries,
@@ -526,7 +545,16 @@ class _Audit:
             timeline=sorted(timeline, key=lambda e: e.time),
             records_decoded=sum(rep.records for s in summaries for rep in s.replicas),
             phases=self.clock.laps,
+            transactions=transactions,
         )
+
+    def _observed_until_ms(self) -> int | None:
+        """The latest moment the logs were seen running, for hanging transactions: the last
+        nemesis event (a chaos run's timeline ends after the cluster settled), else None
+        (the transaction checks take the history's and the logs' latest times)."""
+        if not self.timeline:
+            return None
+        return int(max(e.time for e in self.timeline) * 1000)
 
     def _cut_partitions(
         self,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -62,21 +62,33 @@ class BatchTable:
     compressed: npt.NDArray[np.bool_]
     valid: npt.NDArray[np.bool_]
     """Passes its CRC and record count checks."""
+    flags: I64
+    """The transactional and control attribute bits."""
+    producer_id: I64
+    producer_epoch: I64
+    max_timestamp: I64
+    control_type: I64
+    """A control batch's marker (0 abort, 1 commit; :data:`~chaos.audit.segments.NOT_CONTROL`
+    for a data batch)."""
 
     def __len__(self) -> int:
         return len(self.position)
 
     def take(self, chosen: npt.NDArray[np.intp]) -> BatchTable:
+        return BatchTable(*(getattr(self, f.name)[chosen] for f in fields(BatchTable)))
+
+    @staticmethod
+    def empty() -> BatchTable:
+        z = np.zeros(0, dtype=np.int64)
+        no = np.zeros(0, np.bool_)
+        return BatchTable(z, z, z, z, z, z, z, no, no, z, z, z, z, z)
+
+    @staticmethod
+    def concat(tables: Sequence[BatchTable]) -> BatchTable:
+        if not tables:
+            return BatchTable.empty()
         return BatchTable(
-            self.segment[chosen],
-            self.position[chosen],
-            self.size[chosen],
-            self.base_offset[chosen],
-            self.last_offset[chosen],
-            self.epoch[chosen],
-            self.record_count[chosen],
-            self.compressed[chosen],
-            self.valid[chosen],
+            *(np.concatenate([getattr(t, f.name) for t in tables]) for f in fields(BatchTable))
         )
 
 
@@ -102,6 +114,10 @@ class ReplicaLog:
         """The valid batches holding offsets in [low, high)."""
         b = self.batches
         return b.take(np.flatnonzero(b.valid & (b.last_offset >= low) & (b.base_offset < high)))
+
+
+_TRANSACTION_COLUMNS = ("flags", "producer_id", "producer_epoch", "max_timestamp", "control_type")
+"""The columns a scan and a table share for the transaction checks."""
 
 
 def replica_logs(
@@ -148,6 +164,7 @@ def replica_logs(
             joined("record_count"),
             compressed,
             valid,
+            *(joined(name) for name in _TRANSACTION_COLUMNS),
         )
         logs.append(ReplicaLog(index, pid, files, table, problems, stops))
     return logs

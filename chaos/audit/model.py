@@ -32,9 +32,16 @@ KINDS = (
     "compaction_lost_latest",
     "compaction_moved",
     "tombstone_dropped_early",
+    "lost_committed",
+    "committed_abort",
+    "aborted_read",
+    "dirty_read",
+    "partial_txn",
+    "hanging_txn",
 )
-"""The violation kinds of docs/audit.md, in the order the report lists them (the last three
-judge compacted topics only: :mod:`chaos.audit.compaction`)."""
+"""The violation kinds of docs/audit.md, in the order the report lists them (the three
+``compaction_lost_latest`` .. ``tombstone_dropped_early`` judge compacted topics only:
+:mod:`chaos.audit.compaction`; the last six transactions: :mod:`chaos.audit.transactions`)."""
 READ_KINDS = ("inconsistent_read", "nonmonotonic_poll", "poll_skip")
 """The kinds judged on what consumers read (the history's ``read`` lines)."""
 
@@ -190,6 +197,10 @@ class AuditResult:
     phases: dict[str, float] = field(default_factory=dict)
     """Wall seconds of the job's phases: history (read and parse it), segments (scan and
     decode them), checks (every violation query), statistics."""
+    transactions: dict[str, int] | None = None
+    """What the transaction checks counted (committed, aborted and unknown transactions of
+    the history, writes and reads checked, transactions open in the logs); None when no
+    log holds a transactional batch."""
 
     def by_kind(self) -> dict[str, int]:
         counts = dict.fromkeys(KINDS, 0)
@@ -207,6 +218,7 @@ class AuditResult:
                 "history": self.history,
                 "operations": self.operations,
                 "records_decoded": self.records_decoded,
+                "transactions": self.transactions,
                 "seconds": round(self.seconds, 3),
                 "phases": {k: round(v, 3) for k, v in self.phases.items()},
                 "partitions": [p.to_json() for p in self.partitions],

@@ -135,6 +135,8 @@ def print_summary(result: AuditResult, out: IO[str], *, report_dir: Path | None 
         console.print(
             "note: no --history given: lost_ack, phantom and what consumers read were not checked"
         )
+    if result.transactions is not None:
+        console.print(f"transactions: {_transaction_counts(result.transactions)}")
     if result.violations:
         console.print(_violations_table(result.violations, report_dir))
     counts = ", ".join(f"{k} {n}" for k, n in result.by_kind().items() if n)
@@ -143,6 +145,19 @@ def print_summary(result: AuditResult, out: IO[str], *, report_dir: Path | None 
         f"{result.records_decoded:,} records decoded in {result.seconds:.1f} s"
         + (f"; reports in {report_dir}" if report_dir else "")
     )
+
+
+def _transaction_counts(counts: dict[str, int]) -> str:
+    """The transaction checks' counts as a sentence's words."""
+    names = {
+        "committed": "committed",
+        "aborted": "aborted",
+        "unknown": "of unknown outcome",
+        "writes_checked": "transactional writes checked",
+        "reads_checked": "read_committed reads checked",
+        "open_in_log": "open in the logs",
+    }
+    return ", ".join(f"{counts.get(k, 0):,} {name}" for k, name in names.items())
 
 
 def _violations_table(violations: Sequence[Violation], report_dir: Path | None) -> Table:
@@ -431,6 +446,11 @@ def render_html(result: AuditResult) -> str:
             ". Operations: "
             + ", ".join(f"{_e(k)} {n:,}" for k, n in sorted(result.operations.items()))
             if result.operations
+            else ""
+        )
+        + (
+            ". Transactions: " + _e(_transaction_counts(result.transactions))
+            if result.transactions is not None
             else ""
         )
         + f". {result.records_decoded:,} records decoded in {result.seconds:.1f} s.</p>",

@@ -24,13 +24,37 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from proto.records.record_batch import COMPRESSION_CODEC_MASK, scan_batches
+from proto.records.control_records import ControlRecordError, decode_control_type
+from proto.records.record_batch import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    BatchHeader,
+    CorruptRecordError,
+    decode_batch,
+    scan_batches,
+)
 
-__all__ = ["Buffer", "SegmentScan", "SegmentTask", "Stop", "map_file", "pack", "scan_segment"]
+__all__ = [
+    "NOT_CONTROL",
+    "UNKNOWN_CONTROL",
+    "Buffer",
+    "SegmentScan",
+    "SegmentTask",
+    "Stop",
+    "control_type_of",
+    "map_file",
+    "pack",
+    "scan_segment",
+]
 
 T = TypeVar("T")
 Buffer = bytes | bytearray | mmap.mmap
 """A file's bytes: mapped (:func:`map_file`), or read."""
+NOT_CONTROL = -1
+"""``control_type`` of a batch that is not a control batch."""
+UNKNOWN_CONTROL = -2
+"""``control_type`` of a control batch whose record is not a commit or abort marker."""
 
 
 class SegmentTask(NamedTuple):
@@ -93,6 +117,14 @@ class SegmentScan:
     """partitionLeaderEpoch (-1 when never stamped)."""
     record_count: npt.NDArray[np.int64]
     compressed: npt.NDArray[np.bool_]
+    flags: npt.NDArray[np.int64]
+    """The attributes' transactional and control bits."""
+    producer_id: npt.NDArray[np.int64]
+    producer_epoch: npt.NDArray[np.int64]
+    max_timestamp: npt.NDArray[np.int64]
+    control_type: npt.NDArray[np.int64]
+    """A control batch's marker (0 abort, 1 commit, :data:`UNKNOWN_CONTROL`);
+    :data:`NOT_CONTROL` for the others."""
     problems: dict[int, str] = field(default_factory=dict)
     """Batch index -> why its CRC or record count check fails; the others are valid."""
     stop: Stop | None = None
@@ -116,17 +148,37 @@ def map_file(path: str) -> Buffer:
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+def control_type_of(data: memoryview, position: int, header: BatchHeader) -> int:
+    """The marker a valid control batch holds: its first record's control type (0 abort,
+    1 commit), :data:`UNKNOWN_CONTROL` when that is not a marker or does not parse (the
+    broker writes one record per control batch, uncompressed)."""
+    try:
+        records = decode_batch(data, position).records
+        kind = decode_control_type(records[0].key) if records else None
+    except (CorruptRecordError, ControlRecordError, ValueError):
+        return UNKNOWN_CONTROL
+    return UNKNOWN_CONTROL if kind is None else int(kind)
+
+
+_FLAGS = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
+_COLUMNS = 12
+
+
 def scan_segment(task: SegmentTask) -> SegmentScan:
     """The batches of one segment file (see :class:`SegmentScan`)."""
     data = map_file(task.path)
-    scan = scan_batches(memoryview(data))
-    rows: list[tuple[int, int, int, int, int, int, int]] = []
+    view = memoryview(data)
+    scan = scan_batches(view)
+    rows: list[tuple[int, ...]] = []
     problems: dict[int, str] = {}
     expected = task.base_offset
     for found in scan:
         h = found.header
         if found.problem is not None:
             problems[len(rows)] = found.problem
+        control = NOT_CONTROL
+        if h.attributes & CONTROL_FLAG_MASK and found.problem is None:
+            control = control_type_of(view, found.position, h)
         rows.append(
             (
                 found.position,
@@ -136,6 +188,11 @@ def scan_segment(task: SegmentTask) -> SegmentScan:
                 h.partition_leader_epoch,
                 h.record_count,
                 h.attributes & COMPRESSION_CODEC_MASK,
+                h.attributes & _FLAGS,
+                h.producer_id,
+                h.producer_epoch,
+                h.max_timestamp,
+                control,
             )
         )
         expected = h.next_offset
@@ -148,7 +205,7 @@ def scan_segment(task: SegmentTask) -> SegmentScan:
             len(data) - scan.end_position,
             scan.stop_problem,
         )
-    table = np.array(rows, dtype=np.int64).reshape(-1, 7)
+    table = np.array(rows, dtype=np.int64).reshape(-1, _COLUMNS)
     return SegmentScan(
         task,
         position=table[:, 0].copy(),
@@ -158,6 +215,11 @@ def scan_segment(task: SegmentTask) -> SegmentScan:
         epoch=table[:, 4].copy(),
         record_count=table[:, 5].copy(),
         compressed=table[:, 6] != 0,
+        flags=table[:, 7].copy(),
+        producer_id=table[:, 8].copy(),
+        producer_epoch=table[:, 9].copy(),
+        max_timestamp=table[:, 10].copy(),
+        control_type=table[:, 11].copy(),
         problems=problems,
         stop=stop,
     )

@@ -35,7 +35,7 @@ from __future__ import annotations
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,12 @@ from chaos.audit.model import ReplicaSummary
 from chaos.audit.runs import Run
 from chaos.audit.segments import SegmentScan, SegmentTask, map_file, scan_segment
 from chaos.audit.topic_configs import Compaction
+from chaos.audit.transaction_log import (
+    TransactionSpans,
+    any_transactional,
+    outcomes,
+    served,
+)
 
 __all__ = [
     "LINE_BITS",
@@ -226,6 +232,11 @@ def _table(scan: SegmentScan, chosen: npt.NDArray[np.intp] | None = None) -> Bat
         scan.record_count[pick],
         scan.compressed[pick],
         valid,
+        scan.flags[pick],
+        scan.producer_id[pick],
+        scan.producer_epoch[pick],
+        scan.max_timestamp[pick],
+        scan.control_type[pick],
     )
 
 
@@ -333,6 +344,9 @@ class ReduceResult:
     """A cut partition's held ranges (from its first task)."""
     stats: list[HistoryStats] = field(default_factory=list)
     """Passed on by reduce task 0."""
+    transactions: list[TransactionSpans] = field(default_factory=list)
+    """Of a partition holding transactional batches (from its first task): each replica's
+    transactions and how they ended, for the driver's transaction checks."""
 
 
 @dataclass(slots=True)
@@ -469,7 +483,14 @@ def _whole(tp: tuple[str, int], pid: int, plan: Plan, got: _Inputs) -> ReduceRes
     chunk = audit_chunk(spec, Lines.concat(got.lines.get((*tp, 0), [])))
     for summary in summaries:
         summary.records = chunk.records.get(summary.broker, 0)
-    return ReduceResult(tp, summaries, facts, items, [chunk])
+    return ReduceResult(tp, summaries, facts, items, [chunk], transactions=_transactions(logs))
+
+
+def _transactions(logs: Sequence[ReplicaLog]) -> list[TransactionSpans]:
+    """Each replica's transaction spans, when the partition holds transactional batches."""
+    if not any_transactional([log.batches for log in logs]):
+        return []
+    return [outcomes(log.batches, log.broker) for log in logs]
 
 
 def _cut_facts(plan: Plan, pid: int, got: _Inputs) -> PartitionFacts:
@@ -501,7 +522,9 @@ def _ranges(plan: Plan, pid: int, got: _Inputs) -> Iterator[tuple[ChunkSpec, Lin
                 table.segment[:] = k
                 parts.append(table)
             replicas.append(
-                ReplicaChunk(files.broker, [str(s.path) for s in files.segments], _concat(parts))
+                ReplicaChunk(
+                    files.broker, [str(s.path) for s in files.segments], BatchTable.concat(parts)
+                )
             )
         spec = ChunkSpec(
             facts,
@@ -512,15 +535,6 @@ def _ranges(plan: Plan, pid: int, got: _Inputs) -> Iterator[tuple[ChunkSpec, Lin
             topic_settled=tp[0] not in got.unsettled,
         )
         yield spec, Lines.concat(got.lines.get((*tp, chunk), []))
-
-
-def _concat(tables: list[BatchTable]) -> BatchTable:
-    if not tables:
-        z = np.zeros(0, dtype=np.int64)
-        return BatchTable(z, z, z, z, z, z, z, np.zeros(0, np.bool_), np.zeros(0, np.bool_))
-    return BatchTable(
-        *(np.concatenate([getattr(t, f.name) for t in tables]) for f in fields(BatchTable))
-    )
 
 
 def _share(index: int, pid: int, plan: Plan, got: _Inputs) -> ReduceResult:
@@ -536,7 +550,8 @@ def _share(index: int, pid: int, plan: Plan, got: _Inputs) -> ReduceResult:
         result.replicas = [summarize(log) for log in logs]
         for log, summary in zip(logs, result.replicas, strict=True):
             result.items += log_items(log, summary)
-        tables = [log.batches for log in logs]
+        tables = [served(log.batches) for log in logs]
+        result.transactions = _transactions(logs)
         result.held = held_ranges(tables, facts.log_start, facts.committed_end)
     reads = got.reads.get(tp, [])
     if reads:

@@ -33,8 +33,10 @@ from broker.log.checkpoints import (
 )
 from broker.log.log import Log
 from proto.config.log_config import LogConfig
+from proto.records.control_records import ControlType, EndTxnMarker
 from proto.records.record_batch import (
     NO_PRODUCER_ID,
+    TRANSACTIONAL_FLAG_MASK,
     Record,
     encode_batch,
     parse_header,
@@ -42,7 +44,7 @@ from proto.records.record_batch import (
 )
 from proto.topic_partition import TopicPartition
 
-__all__ = ["BrokerDataDir", "history_line", "read_line", "write_lines"]
+__all__ = ["BrokerDataDir", "history_line", "read_line", "txn_step", "write_lines"]
 
 _TIMESTAMP = 1_700_000_000_000
 
@@ -97,6 +99,8 @@ class BrokerDataDir:
         first_sequence: int = 0,
         compression: int | Sequence[int] = 0,
         keys: Sequence[str | bytes | None] | None = None,
+        transactional: bool = False,
+        timestamp: int | None = None,
     ) -> int:
         """Append ``values`` as the leader in ``epoch``, ``per_batch`` records per batch;
         return the offset of the first one. With a ``producer_id`` the batches are an
@@ -104,7 +108,9 @@ class BrokerDataDir:
         ``compression`` is the codec of every batch (as the producer sends it, and the log
         stores it), or one per batch in turn (the first batch the first codec, ...).
         ``keys``: each record's key (a compacted topic's records need one; none by
-        default); a None value is a tombstone."""
+        default); a None value is a tombstone. ``transactional``: the batches are a
+        transactional producer's (a ``producer_id`` needed), ended by :meth:`end_txn`.
+        ``timestamp``: the first record's CreateTime in ms (the others a ms apart)."""
         log = self.log(tp)
         first = log.log_end_offset
         codecs = [compression] if isinstance(compression, int) else list(compression)
@@ -114,7 +120,7 @@ class BrokerDataDir:
                 Record(
                     key=None if keys is None else _encoded(keys[i + j]),
                     value=_encoded(v),
-                    timestamp=_TIMESTAMP + first + i + j,
+                    timestamp=(_TIMESTAMP + first if timestamp is None else timestamp) + i + j,
                 )
                 for j, v in enumerate(chunk)
             ]
@@ -126,8 +132,38 @@ class BrokerDataDir:
                     "base_sequence": (first_sequence + i) % 2**31,
                 }
             codec = codecs[n % len(codecs)]
-            log.append_as_leader(encode_batch(records, **producer, compression=codec), epoch)
+            flags = TRANSACTIONAL_FLAG_MASK if transactional else 0
+            batch = encode_batch(records, **producer, compression=codec, flags=flags)
+            log.append_as_leader(batch, epoch)
         return first
+
+    def end_txn(
+        self,
+        tp: TopicPartition,
+        producer_id: int,
+        *,
+        commit: bool,
+        epoch: int,
+        producer_epoch: int = 0,
+        timestamp: int | None = None,
+        coordinator_epoch: int = 0,
+    ) -> int:
+        """Write the commit (or abort) marker of ``producer_id``'s open transaction as the
+        leader in ``epoch``, as WriteTxnMarkers does; ``timestamp`` (ms) when the leader
+        wrote it. Returns the marker's offset."""
+        log = self.log(tp)
+        marker = EndTxnMarker(
+            ControlType.COMMIT if commit else ControlType.ABORT, coordinator_epoch
+        )
+        at = log.log_end_offset
+        log.append_marker_as_leader(
+            marker,
+            producer_id,
+            producer_epoch,
+            epoch,
+            _TIMESTAMP + at if timestamp is None else timestamp,
+        )
+        return at
 
     def append_again(self, tp: TopicPartition, offset: int, *, epoch: int) -> int:
         """Append the batch holding ``offset`` once more at the log end, its producer id and
@@ -196,9 +232,10 @@ def history_line(
     time: float = 1_700_000_000.0,
     process: int = 0,
     key: str | None = None,
+    txn: str | None = None,
 ) -> dict[str, Any]:
     """One history operation (docs/audit.md); a write naming its ``key`` (a compacted
-    topic's), a None ``value`` a tombstone."""
+    topic's), a None ``value`` a tombstone; a transactional producer's naming its ``txn``."""
     line: dict[str, Any] = {
         "time": time,
         "process": process,
@@ -210,7 +247,23 @@ def history_line(
     }
     if key is not None:
         line["key"] = key
+    if txn is not None:
+        line["txn"] = txn
     return line
+
+
+def txn_step(
+    op_type: str,
+    f: str,
+    txn: str,
+    *,
+    time: float = 1_700_000_000.0,
+    process: int = 0,
+    **fields: Any,
+) -> dict[str, Any]:
+    """One step of a transactional producer (``begin``, ``commit``, ``abort``,
+    ``send_offsets``: docs/audit.md, "Transactions")."""
+    return {"time": time, "process": process, "type": op_type, "f": f, "txn": txn, **fields}
 
 
 def read_line(
@@ -221,8 +274,11 @@ def read_line(
     time: float = 1_700_000_000.0,
     process: int = 0,
     session: int = 0,
+    isolation: str | None = None,
 ) -> dict[str, Any]:
-    """One consumer's read of the record at ``offset`` (docs/audit.md)."""
+    """One consumer's read of the record at ``offset`` (docs/audit.md); ``isolation``
+    ``read_committed`` for a consumer reading only committed transactions."""
+    extra = {} if isolation is None else {"isolation": isolation}
     return {
         "time": time,
         "process": process,
@@ -232,6 +288,7 @@ def read_line(
         "offset": offset,
         "value": value,
         "session": session,
+        **extra,
     }
 
 

@@ -142,7 +142,9 @@ def decode_copies(
     for c, copy in enumerate(copies):
         if not copy.batches:
             continue
-        cols = decode_columns(copy.data, copy.batches, skip=copy.errors)
+        markers = {b for b, (_, h) in enumerate(copy.batches) if h.is_control}
+        # a control batch's record is a marker, not data: no consumer is served it
+        cols = decode_columns(copy.data, copy.batches, skip=copy.errors.keys() | markers)
         problems = sorted({**copy.errors, **cols.errors}.items())
         errors += [(c, b, reason) for b, reason in problems if copy.owned[b]]
         keep = np.flatnonzero((cols.offset >= low) & (cols.offset < high))

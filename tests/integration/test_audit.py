@@ -31,15 +31,16 @@ from chaos.audit.job import audit
 from chaos.audit.model import KINDS, READ_KINDS
 from chaos.audit.session import start_session
 from chaos.audit.testing import BrokerDataDir, history_line, read_line, write_lines
+from chaos.audit.transactions import TRANSACTION_KINDS
 from proto.config.log_config import LogConfig
 from proto.records.record_batch import scan_batches
 from proto.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.integration
 
-PLANTED_KINDS = [k for k in KINDS if k not in COMPACTION_KINDS]
+PLANTED_KINDS = [k for k in KINDS if k not in COMPACTION_KINDS and k not in TRANSACTION_KINDS]
 """The kinds planted here: no topic here is compacted (tests/integration/test_audit_compaction.py
-plants the compaction kinds)."""
+plants the compaction kinds) or transactional (tests/integration/test_audit_transactions.py)."""
 
 A, B, C = 1, 2, 3
 T0 = 1_700_000_000.0

@@ -13,7 +13,13 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from chaos.audit.hashing import hash_bytes
-from chaos.audit.history import HistoryError, HistoryRead, NemesisEvent, parse_history_line
+from chaos.audit.history import (
+    HistoryError,
+    HistoryRead,
+    NemesisEvent,
+    TxnStep,
+    parse_history_line,
+)
 from chaos.audit.history_columns import KINDS, READ, parse_range
 from chaos.audit.history_templates import learn
 from chaos.history_recorder import HistoryRecorder
@@ -36,6 +42,8 @@ def _expected(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], A
         if isinstance(parsed, NemesisEvent):
             events.append(parsed)
             continue
+        if isinstance(parsed, TxnStep):
+            continue  # the transaction checks' (chaos/audit/transactions.py)
         kind = READ if isinstance(parsed, HistoryRead) else KINDS.index(parsed.type)
         session = parsed.session if isinstance(parsed, HistoryRead) else 0
         key = None if isinstance(parsed, HistoryRead) else parsed.key
@@ -143,6 +151,26 @@ def history_lines(draw: st.DrawFn) -> bytes:
             op = dict(reversed(list(op.items())))
         elif shape == 6:
             op["session"] = draw(numbers)
+        elif shape == 11:  # a transactional write, or a read of a consumer's isolation level
+            op["txn"] = draw(st.one_of(values, st.just(""), numbers))
+        elif shape == 12:
+            op["isolation"] = draw(
+                st.one_of(st.sampled_from(["read_committed", "read_uncommitted", "x"]), numbers)
+            )
+        elif shape == 13:  # a transaction step: no topic
+            step = {
+                "time": op["time"],
+                "process": op["process"],
+                "type": op["type"],
+                "f": draw(st.sampled_from(["begin", "commit", "abort", "send_offsets", "x"])),
+                "txn": draw(st.one_of(values, numbers)),
+            }
+            if draw(st.booleans()):
+                step["offsets"] = draw(
+                    st.one_of(st.just([["t", 0, 5]]), st.just([["t", -1, 5]]), numbers)
+                )
+            lines.append(json.dumps(step, separators=separators, ensure_ascii=ascii_only))
+            continue
         elif shape == 10:  # a compacted topic's write: its key, or a tombstone
             op["key"] = draw(st.one_of(values, st.none(), numbers))
             if draw(st.booleans()):
