@@ -34,6 +34,7 @@ partition is the read checks' ``poll_skip``.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,12 @@ class Txn:
     outcome_line: int | None = None
     timeout_ms: int | None = None
     writes: list[HistoryOp] = field(default_factory=list)
+    first_time: float = math.inf
+    """Its first step's time (the history's clock)."""
+    last_time: float = 0.0
+    """Its last step's."""
+    offsets_sent: list[TxnStep] = field(default_factory=list)
+    """Its acknowledged ``send_offsets`` steps."""
 
 
 @dataclass(slots=True)
@@ -143,8 +150,12 @@ class TransactionStats:
 
 def _step(history: TransactionHistory, step: TxnStep) -> None:
     txn = history.txn(step.txn, step.process, step.line)
+    txn.first_time = min(txn.first_time, step.time)
+    txn.last_time = max(txn.last_time, step.time)
     if step.f == "begin" and step.timeout_ms is not None:
         txn.timeout_ms = step.timeout_ms
+    if step.f == "send_offsets" and step.type == "ok":
+        txn.offsets_sent.append(step)
     if txn.outcome != "unknown":
         return
     if step.f == "commit" and step.type == "ok":
@@ -175,7 +186,10 @@ def read_transaction_history(path: Path) -> TransactionHistory:
                 if parsed.isolation == READ_COMMITTED:
                     history.reads.append(parsed)
             elif parsed.txn is not None:
-                history.txn(parsed.txn, parsed.process, number).writes.append(parsed)
+                txn = history.txn(parsed.txn, parsed.process, number)
+                txn.writes.append(parsed)
+                txn.first_time = min(txn.first_time, parsed.time)
+                txn.last_time = max(txn.last_time, parsed.time)
     return history
 
 
@@ -278,6 +292,11 @@ def _where(op: HistoryOp) -> str:
     return f"history line {op.line}"
 
 
+def _what(op: HistoryOp) -> str:
+    """A write's value, or what the offsets stand-in of :func:`_offsets` says it is."""
+    return op.value or "" if op.topic == OFFSETS_TOPIC else repr(op.value)
+
+
 def _writes(
     history: TransactionHistory, parts: _Partitions, stats: TransactionStats
 ) -> list[_Item]:
@@ -322,8 +341,10 @@ def _writes(
                         (spans.broker,), op.time,
                     )
                 )  # fmt: skip
+        if txn.offsets_sent and ended:
+            items += _offsets(txn, ended, parts)
         if COMMITTED in ended and (ABORTED in ended or OPEN in ended):
-            committed = ended[COMMITTED][0][0]
+            committed, c_partition, c_offset, _ = ended[COMMITTED][0]
             for outcome in (ABORTED, OPEN):
                 for op, partition, offset, spans in ended.get(outcome, [])[:1]:
                     items.append(
@@ -331,13 +352,86 @@ def _writes(
                             "partial_txn", op.topic, partition, offset,
                             _OUTCOME_NAMES[outcome],
                             f"transaction {txn.id!r} (process {txn.process}) is "
-                            f"{_OUTCOME_NAMES[outcome]} here ({op.value!r}, {_where(op)}) but "
-                            f"committed in {committed.topic}-{committed.partition} at "
-                            f"offset {committed.offset} ({_where(committed)})",
+                            f"{_OUTCOME_NAMES[outcome]} here ({_what(op)}, {_where(op)}) but "
+                            f"committed in {committed.topic}-{c_partition} at offset "
+                            f"{c_offset} ({_what(committed)}, {_where(committed)})",
                             (spans.broker,), op.time,
                         )
                     )  # fmt: skip
     return items
+
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_STEP_SLACK_S = 1.0
+"""How far outside its first and last step lines a transaction's offset commit may be
+stamped (the group coordinator's clock against the producer's)."""
+
+
+def _offsets(
+    txn: Txn,
+    ended: dict[int, list[tuple[HistoryOp, int, int, TransactionSpans]]],
+    parts: _Partitions,
+) -> list[_Item]:
+    """The offsets a transaction sent (TxnOffsetCommit): the group coordinator wrote them
+    to ``__consumer_offsets`` as a transactional batch of the transaction's producer id, so
+    they end as its writes do. Found by that producer id (the spans of its writes name it)
+    and a timestamp within the transaction's steps. Their outcome joins the writes' in
+    ``ended`` (``partial_txn``: offsets applied without the writes, or writes without the
+    offsets); a committed transaction's offsets aborted, never ended or missing are
+    ``lost_committed``."""
+    _, _, offset, spans = next(w[0] for w in ended.values() if w)
+    pid = int(spans.producer_id[_index(spans, offset)])
+    low, high = (txn.first_time - _STEP_SLACK_S) * 1000, (txn.last_time + _STEP_SLACK_S) * 1000
+    offsets_partitions = [(tp, s) for tp, s in parts.chosen.items() if tp[0] == OFFSETS_TOPIC]
+    if not offsets_partitions:
+        return []  # the data dirs hold no __consumer_offsets: nothing to judge them by
+    sent = txn.offsets_sent[0]
+    label = HistoryOp(
+        sent.line, sent.time, txn.process, "ok", OFFSETS_TOPIC, None,
+        f"offsets for group {sent.group!r}", None,
+    )  # fmt: skip
+    found = False
+    items = []
+    for (topic, partition), spans in offsets_partitions:
+        mine = np.flatnonzero(
+            (spans.producer_id == pid)
+            & (spans.max_timestamp >= low)
+            & (spans.max_timestamp <= high)
+        )
+        for i in mine[:1].tolist():
+            found = True
+            offset = int(spans.base_offset[i])
+            outcome = int(spans.outcome[i])
+            ended[outcome].append((label, partition, offset, spans))
+            if txn.outcome == "committed" and outcome != COMMITTED:
+                items.append(
+                    _Item(
+                        "lost_committed", topic, partition, offset, "offsets",
+                        f"the offsets transaction {txn.id!r} (process {txn.process}) sent for "
+                        f"group {sent.group!r} (history line {sent.line}), whose commit was "
+                        f"acknowledged, are {_OUTCOME_NAMES[outcome]} in broker "
+                        f"{spans.broker}'s log at offset {offset}: the group resumes before "
+                        "records the transaction processed",
+                        (spans.broker,), sent.time,
+                    )
+                )  # fmt: skip
+    if not found and txn.outcome == "committed":
+        op, partition, offset, spans = next(w[0] for w in ended.values() if w)
+        items.append(
+            _Item(
+                "lost_committed", op.topic, partition, offset, "offsets missing",
+                f"the offsets transaction {txn.id!r} (process {txn.process}) sent for group "
+                f"{sent.group!r} (history line {sent.line}), whose commit was acknowledged, "
+                f"are in no {OFFSETS_TOPIC} partition: no batch of its producer id {pid} "
+                f"was written there during the transaction (its write {op.value!r} is here)",
+                (spans.broker,), sent.time,
+            )
+        )  # fmt: skip
+    return items
+
+
+def _index(spans: TransactionSpans, offset: int) -> int:
+    return int(spans.find(np.array([offset], dtype=np.int64))[0][0])
 
 
 def _reads(history: TransactionHistory, parts: _Partitions, stats: TransactionStats) -> list[_Item]:

@@ -3,9 +3,10 @@ the project's Log: transactional batches and the markers WriteTxnMarkers writes.
 
 Each fault is planted alone in partitions of its own, beside healthy transactions (one
 committed over two partitions, one aborted, read by read_committed and read_uncommitted
-consumers that skip what they must); one audit finds each where it was planted, and nothing
-in the healthy partitions: no poll_skip over markers or aborted records, no phantom of a
-marker's record.
+consumers that skip what they must; a consume-transform-produce transaction whose offsets
+in __consumer_offsets commit with its writes); one audit finds each where it was planted,
+and nothing in the healthy partitions: no poll_skip over markers or aborted records, no
+phantom of a marker's record.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ DIRTY_EARLY = TopicPartition("dirty-early", 0)
 PARTIAL_A = TopicPartition("partial", 0)
 PARTIAL_B = TopicPartition("partial", 1)
 HANGING = TopicPartition("hanging", 0)
+# consume-transform-produce: the offsets a transaction sends end as its writes do
+OUT = TopicPartition("out", 0)
+OFFSETS_0 = TopicPartition("__consumer_offsets", 0)
+OUT_UNCOMMITTED = TopicPartition("out-aborted", 0)
+OUT_LOST = TopicPartition("out-lost-offsets", 0)
+OFFSETS_1 = TopicPartition("__consumer_offsets", 1)
 
 EXPECTED = {
     LOST: ["lost_committed"],
@@ -54,6 +61,8 @@ EXPECTED = {
     DIRTY_EARLY: ["dirty_read"],
     PARTIAL_B: ["partial_txn"],
     HANGING: ["hanging_txn"],
+    OUT_UNCOMMITTED: ["partial_txn"],  # offsets applied without the writes
+    OFFSETS_1: ["lost_committed", "partial_txn"],  # writes applied without the offsets
 }
 
 
@@ -77,9 +86,12 @@ class _Cluster:
         writes: dict[TopicPartition, list[str]],
         *,
         timestamp_ms: int | None = None,
+        offsets_to: TopicPartition | None = None,
     ) -> tuple[int, dict[TopicPartition, int]]:
-        """A transaction's writes (acknowledged), its begin line; returns its producer id
-        and the first offset of its writes in each partition."""
+        """A transaction's writes (acknowledged), its begin line, and with ``offsets_to``
+        the offsets it sends (the group coordinator's transactional batch in that
+        __consumer_offsets partition); returns its producer id and the first offset of its
+        writes in each partition."""
         pid = next(self.pids)
         self.history.append(txn_step("ok", "begin", name, time=self.tick(), timeout_ms=TIMEOUT_MS))
         first = {}
@@ -93,6 +105,17 @@ class _Cluster:
                 self.history.append(
                     history_line("ok", tp, value, at + i, time=self.tick(), txn=name)
                 )
+        if offsets_to is not None:
+            self.history.append(
+                txn_step(
+                    "ok", "send_offsets", name, time=self.tick(), group="copiers",
+                    offsets=[["in", 0, 10]],
+                )
+            )  # fmt: skip
+            self.dirs[A].produce(
+                offsets_to, [b"commit"], epoch=0, producer_id=pid, transactional=True,
+                timestamp=round(self.clock * 1000),
+            )  # fmt: skip
         return pid, first
 
     def end(
@@ -187,6 +210,18 @@ def _build(root: Path) -> tuple[list[Path], Path, Path]:
     c.end("pt", pid, [PARTIAL_A, PARTIAL_B], commit=True, told="info", commits={PARTIAL_B: False})
     # hanging_txn: open since ten minutes before the end, its timeout 10 s
     pid, at = c.txn("hg", {HANGING: ["hg0"]}, timestamp_ms=int(T0 * 1000))
+    # offsets sent with writes, all committed
+    pid, at = c.txn("cp-1", {OUT: ["o0"]}, offsets_to=OFFSETS_0)
+    c.end("cp-1", pid, [OUT, OFFSETS_0], commit=True)
+    # the offsets committed, the writes aborted; outcome unknown to the copier
+    pid, at = c.txn("cp-2", {OUT_UNCOMMITTED: ["o1"]}, offsets_to=OFFSETS_0)
+    c.end(
+        "cp-2", pid, [OUT_UNCOMMITTED, OFFSETS_0], commit=True, told="info",
+        commits={OUT_UNCOMMITTED: False},
+    )  # fmt: skip
+    # told committed: the writes committed, the offsets aborted
+    pid, at = c.txn("cp-3", {OUT_LOST: ["o2"]}, offsets_to=OFFSETS_1)
+    c.end("cp-3", pid, [OUT_LOST, OFFSETS_1], commit=True, commits={OFFSETS_1: False})
     history = write_lines(root / "history.jsonl", c.history)
     timeline = write_lines(
         root / "timeline.jsonl",
@@ -256,15 +291,23 @@ def test_each_finding_names_the_transaction_offset_and_why(
     assert hanging["offset"] == 0
     assert "600.0 s after its first record" in hanging["detail"]
     assert all(v["brokers"] == [A] for vs in found.values() for v in vs)
+    applied = found[OUT_UNCOMMITTED][0]["detail"]
+    assert "'cp-2'" in applied
+    assert "committed in __consumer_offsets-0 at offset 2 (offsets for group 'copiers'" in applied
+    lost_offsets = {v["kind"]: v["detail"] for v in found[OFFSETS_1]}
+    assert "sent for group 'copiers'" in lost_offsets["lost_committed"]
+    assert "are aborted in broker 1's log at offset 0" in lost_offsets["lost_committed"]
+    assert "committed in out-lost-offsets-0 at offset 0 ('o2'" in lost_offsets["partial_txn"]
 
 
 def test_the_counts_say_what_was_checked(run: tuple[int, dict[str, Any], str]) -> None:
     _, report, stdout = run
     counts = report["summary"]["transactions"]
-    # committed: ok-1, ok-2, lost, de; aborted: ab-1, ca, ta; unknown: ar, do, pt, hg
-    assert counts["committed"] == 4
+    # committed: ok-1, ok-2, lost, de, cp-1, cp-3; aborted: ab-1, ca, ta;
+    # unknown: ar, do, pt, hg, cp-2
+    assert counts["committed"] == 6
     assert counts["aborted"] == 3
-    assert counts["unknown"] == 4
+    assert counts["unknown"] == 5
     assert counts["reads_checked"] == 8
     assert counts["open_in_log"] == 2  # dirty-open and hanging
-    assert "transactions: 4 committed, 3 aborted, 4 of unknown outcome" in stdout
+    assert "transactions: 6 committed, 3 aborted, 5 of unknown outcome" in stdout
