@@ -8,12 +8,15 @@ Kafka's ``Log`` (2.x), in directory ``<data-dir>/<topic>-<partition>/``::
     00000000000000004096.index
     00000000000000004096.txnindex  its aborted transactions, once it has one
                                  (broker.log.transaction_index)
+    00000000000000004096.snapshot  the producer state below offset 4096
+                                 (broker.log.producer_snapshot)
     leader-epoch-checkpoint      the epoch cache (broker.log.leader_epoch_cache)
 
 Each log also holds the state of its idempotent and transactional producers
-(broker.log.producer_state), in memory only: rebuilt from the batch headers (and the
-markers of control batches) when the log is opened or truncated, updated by every append,
-checked by every leader append. A marker that aborts a transaction adds it to its
+(broker.log.producer_state): updated by every append, checked by every leader append,
+written to a snapshot file at each roll and at a clean shutdown (the latest two kept), and
+rebuilt from the latest snapshot and the batch headers after it (and the markers of control
+batches) when the log is opened or truncated. A marker that aborts a transaction adds it to its
 segment's transaction index; a replay adds any the index lacks (after a crash, a
 recovery or a cleaning), so the index always holds every abort whose marker is in the log.
 
@@ -55,7 +58,16 @@ from broker.log.log_segment import (
 )
 from broker.log.log_validator import recompressed_batches, validate_client_batches
 from broker.log.marker_reader import append_markers, replay_headers
+from broker.log.producer_snapshot import (
+    CorruptSnapshotError,
+    ProducerSnapshot,
+    delete_snapshots,
+    list_snapshots,
+    read_snapshot,
+    write_snapshot,
+)
 from broker.log.producer_state import (
+    SNAPSHOTS_RETAINED,
     AppendOrigin,
     BatchMetadata,
     CompletedTxn,
@@ -218,6 +230,8 @@ class Log:
         self._bases = [segment.base_offset for segment in segments]
         self._epoch_cache = epoch_cache
         self._producer_state = ProducerStateManager(topic_partition)
+        self._snapshot_files: list[int] = []
+        """Offsets of the producer snapshot files in the directory, ascending."""
         self._log_start_offset = log_start_offset
         self._log_end_offset = segments[-1].next_offset
         self._recovery_point = self._log_end_offset
@@ -303,7 +317,7 @@ class Log:
         )
         loaded._dir_dirty = not loaded_dir.directory_synced
         try:
-            loaded._replay_producer_state(0)
+            loaded._load_producer_state()
         except BaseException:
             loaded.close()
             raise
@@ -660,8 +674,9 @@ class Log:
         segment = create_segment(self._directory, self._config, base_offset, self._files)
         try:
             # Kafka snapshots the producer state at every roll: a truncation then replays
-            # the batches of one segment only.
+            # the batches of one segment only, and opening the log those after the roll.
             self._producer_state.take_snapshot(base_offset)
+            self._write_producer_snapshot(base_offset, fsync=False)
             active.on_become_inactive()
         except BaseException:
             # Out of descriptors (EMFILE), say: the roll did not happen and is retried by
@@ -866,6 +881,7 @@ class Log:
             self._recovery_point = min(self._recovery_point, end)
             self._log_start_offset = min(self._log_start_offset, end)
             self._epoch_cache.truncate_from_end(end)
+            self._delete_producer_snapshots(lambda offset: offset > end)
             replay_from = self._producer_state.truncate_to(end)
             if replay_from is not None:
                 self._replay_producer_state(replay_from)
@@ -892,6 +908,7 @@ class Log:
             self._log_start_offset = offset
             self._recovery_point = min(self._recovery_point, offset)
             self._epoch_cache.clear_and_flush()
+            self._delete_producer_snapshots(lambda _: True)
             self._producer_state.clear()
             self._producer_state.take_snapshot(offset)
             log.info("%s: truncated fully, starting at %d", self._topic_partition, offset)
@@ -1029,6 +1046,68 @@ class Log:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"{self._topic_partition}: log is closed")
+
+    def snapshot_producer_state(self) -> None:
+        """Write the producer state at the log end offset to a snapshot file, fsynced
+        (a clean shutdown: the next open replays nothing)."""
+        with self._lock:
+            self._check_open()
+            end = self._log_end_offset
+            if end in self._snapshot_files:
+                return
+            self._producer_state.take_snapshot(end)
+            self._write_producer_snapshot(end, fsync=True)
+
+    def _write_producer_snapshot(self, offset: int, *, fsync: bool) -> None:
+        """``<offset>.snapshot`` of the current state, and only the latest
+        SNAPSHOTS_RETAINED files kept. A file that cannot be written is logged and
+        skipped: the next open replays further back, as it would without one."""
+        producers, last_marker = self._producer_state.state()
+        try:
+            write_snapshot(
+                self._directory, offset, ProducerSnapshot(producers, last_marker), fsync=fsync
+            )
+        except OSError as e:
+            log.warning(
+                "%s: producer snapshot at %d not written: %s", self._topic_partition, offset, e
+            )
+            return
+        self._dir_dirty = True
+        self._snapshot_files = sorted({*self._snapshot_files, offset})
+        older = self._snapshot_files[:-SNAPSHOTS_RETAINED]
+        if older:
+            self._delete_producer_snapshots(lambda o: o in older)
+
+    def _delete_producer_snapshots(self, doomed: Callable[[int], bool]) -> None:
+        chosen = [o for o in self._snapshot_files if doomed(o)]
+        if chosen:
+            delete_snapshots(self._directory, chosen)
+            self._snapshot_files = [o for o in self._snapshot_files if o not in chosen]
+            self._dir_dirty = True
+
+    def _load_producer_state(self) -> None:
+        """The producer state at opening: from the latest snapshot file at or below the LEO
+        that decodes (those above it, left by a log that recovery cut shorter, are
+        deleted) and lies at or below every segment whose transaction index was lost, then
+        the batches after it; from the log's start when there is none."""
+        self._snapshot_files = list_snapshots(self._directory)
+        self._delete_producer_snapshots(lambda offset: offset > self._log_end_offset)
+        # A transaction index lost at open is written back by the replay: from before it.
+        lost = [s.base_offset for s in self._segments if s.txn_index_lost]
+        usable = [o for o in self._snapshot_files if not lost or o <= min(lost)]
+        for offset in reversed(usable):
+            try:
+                snapshot = read_snapshot(self._directory, offset)
+            except (OSError, CorruptSnapshotError) as e:
+                log.warning(
+                    "%s: ignoring producer snapshot %d: %s", self._topic_partition, offset, e
+                )
+                self._delete_producer_snapshots(offset.__eq__)
+                continue
+            self._producer_state.restore(snapshot.producers, snapshot.last_marker_offset, offset)
+            self._replay_producer_state(offset)
+            return
+        self._replay_producer_state(0)
 
     def _replay_producer_state(self, from_offset: int) -> None:
         """Feed the producer state the batches from ``from_offset`` to the LEO, reading

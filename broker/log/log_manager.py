@@ -578,8 +578,9 @@ class LogManager:
             log.error("log dir %s is offline: %s", self._data_dir, error)
 
     def shutdown(self) -> None:
-        """Flush every log, write the checkpoints, close every log, then write the
-        clean-shutdown marker and release the data dir.
+        """Snapshot every log's producer state at its end, flush every log, write the
+        checkpoints, close every log, then write the clean-shutdown marker and release the
+        data dir.
 
         If flushing or checkpointing fails, the logs are still closed but no marker is
         written (the next start recovers) and the first error propagates. After
@@ -590,6 +591,9 @@ class LogManager:
         error: BaseException | None = self._dir_failure
         if error is None:
             try:
+                self._for_each(
+                    self.all_logs(), "snapshot the producer state of", Log.snapshot_producer_state
+                )
                 self.flush_all()
                 self.checkpoint_recovery_points()
                 self.checkpoint_log_start_offsets()

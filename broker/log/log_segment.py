@@ -250,7 +250,10 @@ class LogSegment:
             log.warning("rebuilding transaction index of %s: %s", log_path, e)
             txn_path.unlink()
             txn_index = TransactionIndex(txn_path, base_offset)
-        return cls(
+            txn_index_lost = True
+        else:
+            txn_index_lost = False
+        segment = cls(
             directory,
             base_offset,
             SegmentFile.open(log_path, default_pool() if files is None else files),
@@ -260,6 +263,8 @@ class LogSegment:
             index_valid=index_valid,
             txn_index=txn_index,
         )
+        segment.txn_index_lost = txn_index_lost
+        return segment
 
     # -- properties ------------------------------------------------------------------------
 
@@ -292,6 +297,10 @@ class LogSegment:
     @property
     def is_empty(self) -> bool:
         return self._size == 0
+
+    txn_index_lost = False
+    """True when the transaction index was corrupt at open and replaced by an empty one:
+    the Log's producer state replay must reach this segment to write its aborts back."""
 
     @property
     def index_valid(self) -> bool:

@@ -1,5 +1,5 @@
 """What a partition knows of its idempotent and transactional producers (Kafka's
-``ProducerStateManager``, simplified: no snapshot files yet, no producer expiry).
+``ProducerStateManager``, simplified: no producer expiry).
 
 For every producer id whose batches are in the log: its latest producer epoch and the
 metadata (first and last sequence, base and last offset) of its last
@@ -23,7 +23,10 @@ Who calls what (all under the owning :class:`broker.log.log.Log`'s lock):
   Log replays them (:meth:`update` again, header fields only, records never decoded).
   :meth:`ProducerStateManager.take_snapshot` keeps in-memory copies of the state at the
   last segment boundaries (Kafka snapshots at every roll) so that a truncation replays one
-  segment, not the whole log (:meth:`ProducerStateManager.truncate_to`).
+  segment, not the whole log (:meth:`ProducerStateManager.truncate_to`); the Log writes
+  the same state to a snapshot file at each roll and at a clean shutdown
+  (:mod:`broker.log.producer_snapshot`), so that opening a log replays only what follows
+  its latest snapshot (:meth:`ProducerStateManager.restore`).
 
 Transactions (docs/transactions.md): a producer's first transactional batch opens its
 transaction at that batch's offset, and a control batch (a commit or abort marker, which
@@ -37,7 +40,8 @@ marker of an older producer epoch, and one from an older coordinator epoch than 
 Retention does not drop producers whose batches it deleted (Kafka 2.x did, answering the
 producer's next batch UNKNOWN_PRODUCER_ID): their cached offsets still answer duplicates
 correctly, and a producer that writes rarely is not stranded. A broker that reloads the log
-from disk forgets them, as a new replica would never have known them.
+from disk knows them from its snapshot files; a new replica, which copies batches and no
+snapshot, never knew them.
 """
 
 from __future__ import annotations
@@ -408,6 +412,28 @@ class ProducerStateManager:
         self._producers[producer_id] = ProducerEntry(epoch, batches, -1, marker.coordinator_epoch)
         self._last_marker_offset = header.base_offset
         return completed
+
+    def state(self) -> tuple[dict[int, ProducerEntry], int]:
+        """The producers (a copy) and the offset of the last marker: what a snapshot file
+        keeps."""
+        return dict(self._producers), self._last_marker_offset
+
+    def restore(
+        self, producers: Mapping[int, ProducerEntry], last_marker_offset: int, offset: int
+    ) -> None:
+        """Take the state of a snapshot file, that of the log below ``offset`` (then replay
+        the batches from ``offset`` on). The open transactions follow from the entries."""
+        self._producers = dict(producers)
+        self._ongoing = {
+            entry.txn_first_offset: producer_id
+            for producer_id, entry in sorted(
+                self._producers.items(), key=lambda item: item[1].txn_first_offset
+            )
+            if entry.txn_first_offset >= 0
+        }
+        self._last_marker_offset = last_marker_offset
+        self._snapshots.clear()
+        self.take_snapshot(offset)
 
     def clear(self) -> None:
         """Forget everything, snapshots included (the log was emptied)."""

@@ -303,11 +303,8 @@ class _Chunk:
             if self.compacted:
                 items += self._compaction(skips)
             elif skips:
-                held = held_ranges(
-                    [served(r.batches) for r in self.spec.replicas],
-                    part.log_start,
-                    part.committed_end,
-                )
+                tables = [served(r.batches) for r in self.spec.replicas]
+                held = held_ranges(tables, part.log_start, part.committed_end)
                 items += [s for s in (skip_item(part, skip, held) for skip in skips) if s]
         else:
             result.unresolved = not_held
