@@ -128,9 +128,12 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _client(args: list[str], broker_pids: list[int]) -> tuple[dict[str, Any], Run]:
+def _client(
+    args: list[str], broker_pids: list[int], timeout_s: float = CLIENT_TIMEOUT_S
+) -> tuple[dict[str, Any], Run]:
     """Run a client (``python ARGS``) to its end; its last stdout line as JSON, and the CPU
-    seconds it and the brokers took meanwhile."""
+    seconds it and the brokers took meanwhile. A client still running after ``timeout_s``
+    is killed (subprocess.TimeoutExpired)."""
     _settle_page_cache()
     brokers = sum(_process_cpu_s(p) for p in broker_pids)
     client = _children_cpu_s()
@@ -139,7 +142,7 @@ def _client(args: list[str], broker_pids: list[int]) -> tuple[dict[str, Any], Ru
         [sys.executable, *args],
         capture_output=True,
         text=True,
-        timeout=CLIENT_TIMEOUT_S,
+        timeout=timeout_s,
         check=False,
         cwd=REPO,
     )

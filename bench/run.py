@@ -36,6 +36,7 @@ from bench import (
 )
 from bench import chaos as chaos_bench
 from bench import tls as tls_bench
+from bench import transactions as txn_bench
 from bench.machine import describe
 from chaos.run_stats import WINDOW_S
 from chaos.runner import MIN_INSYNC_REPLICAS, RunSettings
@@ -928,6 +929,85 @@ def _kafka_listener_section(run: _Run) -> list[str]:
     return lines
 
 
+def _transactions_section(run: _Run) -> list[str]:
+    r = txn_bench.measure(WORK_DIR / "transactions")
+    run.figures["transactions"] = r.figures()
+    ratios = r.ratios()
+    lines = [
+        "## Transactions: transactions/s and records/s, 1, 10 and 100 records per transaction",
+        "",
+        *run.stamp,
+        "",
+        f"One run (bench/transactions.py), {side_by_side.RECORD_BYTES}-byte records, a local "
+        "`cluster up` (3 brokers, RF 3, `min.insync.replicas` 2, 3 partitions; "
+        "`__transaction_state` RF 3), each writer's transactional runs beside its "
+        "non-transactional one on the same cluster; confluent-kafka "
+        f"(librdkafka {r.librdkafka}) through the Kafka listener:",
+        "",
+        *(f"- `{c}`" for c in r.commands),
+        "",
+        f"The machine is shared: load average {r.load[0]:.2f} at the section's start, "
+        f"{r.load[1]:.2f} at its end; the ratios (measured in this run) say more than the "
+        "absolute figures.",
+        "",
+        "| writer | records per transaction | transactions | records/s | transactions/s "
+        "| records/s vs not transactional | client CPU s | brokers' CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in r.best.values():
+        per = row.records_per_transaction
+        key = f"{row.writer} {per}"
+        if row.problem:
+            lines.append(f"| {row.writer} | {per or '-'} | {row.problem} | | | | | |")
+            continue
+        lines.append(
+            f"| {row.writer} | {per or 'not transactional'} "
+            f"| {f'{row.transactions:,}' if per else '-'} | {row.records_per_s:,.0f} "
+            f"| {f'{row.transactions_per_s:,.1f}' if per else '-'} "
+            f"| {txn_bench.ratio_text(ratios[key]) if key in ratios else '-'} "
+            f"| {row.client_cpu_s:.2f} | {row.broker_cpu_s:.2f} |"
+        )
+    plain = [x for x in r.runs if not x.records_per_transaction]
+    lines += [
+        "",
+        "Non-transactional runs, before and after the transactional ones (the table has the "
+        "faster): "
+        + "; ".join(f"{x.writer} {x.problem or f'{x.records_per_s:,.0f} records/s'}" for x in plain)
+        + ".",
+        "",
+        "Where a transaction's time goes, from the coordinator's `event=transaction_state_written` "
+        "log lines (millisecond stamps; means over the run's transactions): Ongoing "
+        "(written at the first AddPartitionsToTxn) to PrepareCommit (written at EndTxn) is "
+        "the records, the producer's flush and EndTxn; PrepareCommit to CompleteCommit is the "
+        "markers (WriteTxnMarkers to each partition's leader, one marker batch appended "
+        "there acks=all) and the completion; CompleteCommit to the next Ongoing is how long "
+        "the producer's next AddPartitionsToTxn takes to be accepted. The brokers' CPU is "
+        f"less what they spend idle ({r.idle_broker_cpu:.3f} CPU s a second for the three, "
+        f"measured over {txn_bench.IDLE_S:.0f} s with no client) over the run's wall time.",
+        "",
+        "| writer | records per transaction | ms per transaction | Ongoing to PrepareCommit "
+        "| PrepareCommit to CompleteCommit | CompleteCommit to next Ongoing "
+        "| partitions per transaction | brokers' CPU ms per transaction, less idle |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in r.best.values():
+        p = row.phases
+        if not row.records_per_transaction or row.problem or p is None:
+            continue
+        gap = "-" if p.next_ms is None else f"{p.next_ms:,.1f}"
+        lines.append(
+            f"| {row.writer} | {row.records_per_transaction} "
+            f"| {1000 / row.transactions_per_s:,.1f} | {p.open_ms:,.1f} | {p.markers_ms:,.1f} "
+            f"| {gap} | {p.partitions:.2f} "
+            f"| {row.broker_cpu_ms_per_transaction(r.idle_broker_cpu):,.1f} |"
+        )
+    lines += ["", *txn_bench.reading(r)]
+    for row in r.runs:
+        print(f"transactions: {row.label}: {row.figures()}")
+    print(f"transactions: ratios {ratios}; wall {r.wall_s:.0f} s")
+    return lines
+
+
 def _latency_section(run: _Run) -> list[str]:
     r = latency.measure(WORK_DIR / "latency")
     run.figures["latency"] = {row.what: asdict(row) for row in r.rows}
@@ -1036,6 +1116,7 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "tls": _tls_section,
     "side_by_side": _side_by_side_section,
     "kafka_listener": _kafka_listener_section,
+    "transactions": _transactions_section,
     "latency": _latency_section,
     "scale": _scale_section,
 }
