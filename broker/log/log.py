@@ -60,7 +60,7 @@ from broker.log.log_validator import recompressed_batches, validate_client_batch
 from broker.log.marker_reader import append_markers, replay_headers
 from broker.log.producer_snapshot import (
     CorruptSnapshotError,
-    ProducerSnapshot,
+    ProducerState,
     delete_snapshots,
     list_snapshots,
     read_snapshot,
@@ -1065,7 +1065,7 @@ class Log:
         producers, last_marker = self._producer_state.state()
         try:
             write_snapshot(
-                self._directory, offset, ProducerSnapshot(producers, last_marker), fsync=fsync
+                self._directory, offset, ProducerState(producers, last_marker), fsync=fsync
             )
         except OSError as e:
             log.warning(

@@ -8,7 +8,8 @@ docs/cli.md. Damage is reported, never raised: a batch whose CRC fails is printe
 
 Transactions (docs/transactions.md): a batch says whether it is transactional and a control
 batch; a marker record is shown as the marker it is; a segment's ``.txnindex`` (or such a
-file given alone) is listed entry by entry. ``--offsets-decoder`` and
+file given alone) is listed entry by entry, and so is a producer state snapshot
+(``<offset>.snapshot``, docs/storage.md: one line per producer). ``--offsets-decoder`` and
 ``--transaction-log-decoder`` show the records of ``__consumer_offsets`` and
 ``__transaction_state`` decoded, as Kafka's flags of those names do.
 """
@@ -40,6 +41,7 @@ from proto.coordinator.transaction_records import (
 from proto.errors import MinibrokerError
 from proto.records.aborted_txn import AbortedTxnFormatError, decode_entries
 from proto.records.control_records import ControlRecordError, decode_end_txn_marker
+from proto.records.producer_snapshot import CorruptSnapshotError, decode_snapshot
 from proto.records.record_batch import (
     CorruptRecordError,
     Record,
@@ -50,6 +52,7 @@ from proto.records.record_batch import (
 from proto.topic_partition import TopicPartition
 
 TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
 
 
 class DumpLogError(MinibrokerError):
@@ -120,6 +123,9 @@ def dump(
     if path.is_file() and path.name.endswith(TXN_INDEX_SUFFIX):
         _dump_txn_index(path, out=out, as_json=as_json)
         return
+    if path.is_file() and path.name.endswith(SNAPSHOT_SUFFIX):
+        _dump_snapshot(path, out=out, as_json=as_json)
+        return
     segments = segment_files(path)
     if not segments:
         raise DumpLogError(f"no .log segment files in {path}")
@@ -134,7 +140,41 @@ def dump(
         if path.is_dir() and txn_index.is_file():
             _dump_txn_index(txn_index, out=out, as_json=as_json)
     if path.is_dir():
+        for snapshot in sorted(p for p in path.glob("*" + SNAPSHOT_SUFFIX) if p.is_file()):
+            _dump_snapshot(snapshot, out=out, as_json=as_json)
         _dump_cleaner_state(path, out=out, as_json=as_json)
+
+
+def _dump_snapshot(path: Path, *, out: IO[str], as_json: bool) -> None:
+    """The producers of a producer state snapshot, one line each (as Kafka's tool lists a
+    ``.snapshot``, with every cached batch rather than the last)."""
+    try:
+        snapshot = decode_snapshot(path.read_bytes())
+    except CorruptSnapshotError as err:
+        if as_json:
+            out.write(json.dumps({"producer_snapshot": str(path), "problem": str(err)}) + "\n")
+        else:
+            out.write(f"Dumping {path}\nCorrupt producer snapshot: {err}\n")
+        return
+    if not as_json:
+        out.write(f"Dumping {path}\nlastMarkerOffset: {snapshot.last_marker_offset}\n")
+    for e in snapshot.entries:
+        batches = [
+            {"first_sequence": f, "last_sequence": last_seq, "base_offset": b, "last_offset": o}
+            for f, last_seq, b, o in e.batches
+        ]
+        if as_json:
+            fields = {**e._asdict(), "batches": batches}
+            out.write(json.dumps({"producer_snapshot": str(path), **fields}) + "\n")
+            continue
+        last = e.batches[-1] if e.batches else (-1, -1, -1, -1)
+        txn = e.txn_first_offset if e.txn_first_offset >= 0 else "None"
+        out.write(
+            f"producerId: {e.producer_id} producerEpoch: {e.epoch} "
+            f"coordinatorEpoch: {e.coordinator_epoch} currentTxnFirstOffset: {txn} "
+            f"firstSequence: {last[0]} lastSequence: {last[1]} lastOffset: {last[3]} "
+            f"cachedBatches: {len(e.batches)}\n"
+        )
 
 
 def _dump_txn_index(path: Path, *, out: IO[str], as_json: bool) -> None:

@@ -126,7 +126,11 @@ def test_text_output_of_a_partition_directory_covers_every_segment(
     log.close()
     assert main(["dump-log", str(tmp_path / "p-0"), "--print-data"]) == 0
     out = capsys.readouterr().out
-    assert out.count("Dumping ") == len(list((tmp_path / "p-0").glob("*.log"))) > 1
+    segments = list((tmp_path / "p-0").glob("*.log"))
+    snapshots = list((tmp_path / "p-0").glob("*.snapshot"))  # one at each roll, the last two
+    assert len(segments) > 1
+    assert len(snapshots) == 2
+    assert out.count("Dumping ") == len(segments) + len(snapshots)
     assert out.count("baseOffset: ") == 4
     assert 'payload: "xxxx' in out
 
@@ -192,6 +196,35 @@ def test_control_batches_markers_and_the_transaction_index_are_shown(
     index.write_bytes(b"\x00" * 5)
     assert main(["dump-log", str(index)]) == 0
     assert "Corrupt transaction index: size 5" in capsys.readouterr().out
+
+
+def test_a_producer_snapshot_is_shown_producer_by_producer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = _transactional_log(tmp_path / "t-0")
+    log.snapshot_producer_state()  # as a clean shutdown writes it, at the log end (3)
+    log.close()
+    snapshot = tmp_path / "t-0" / "00000000000000000003.snapshot"
+    dumped = _dump_json(snapshot, capsys)
+    assert dumped == [
+        {
+            "producer_snapshot": str(snapshot),
+            "producer_id": 7,
+            "epoch": 1,
+            "coordinator_epoch": 3,
+            "txn_first_offset": -1,
+            "batches": [
+                {"first_sequence": 0, "last_sequence": 1, "base_offset": 0, "last_offset": 1}
+            ],
+        }
+    ]
+    assert main(["dump-log", str(tmp_path / "t-0")]) == 0
+    text = capsys.readouterr().out
+    assert "lastMarkerOffset: 2" in text
+    assert "producerId: 7 producerEpoch: 1 coordinatorEpoch: 3 currentTxnFirstOffset: None" in text
+    snapshot.write_bytes(b"\x00\x01torn")
+    assert main(["dump-log", str(snapshot)]) == 0
+    assert "Corrupt producer snapshot" in capsys.readouterr().out
 
 
 def test_the_offsets_and_transaction_log_decoders(

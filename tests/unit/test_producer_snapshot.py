@@ -4,6 +4,7 @@ one it can believe, to the same state a replay of the whole log gives."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,16 +15,23 @@ from hypothesis import strategies as st
 from broker.log.log import Log
 from broker.log.log_manager import LogManager
 from broker.log.producer_snapshot import (
-    CorruptSnapshotError,
-    ProducerSnapshot,
-    decode_snapshot,
-    encode_snapshot,
+    ProducerState,
     list_snapshots,
+    read_snapshot,
     snapshot_path,
+    write_snapshot,
 )
-from broker.log.producer_state import BatchMetadata, ProducerEntry
+from broker.log.producer_state import BATCHES_PER_PRODUCER, BatchMetadata, ProducerEntry
 from proto.config.log_config import LogConfig
 from proto.records.control_records import ControlType, EndTxnMarker, encode_marker_batch
+from proto.records.producer_snapshot import (
+    MAX_BATCHES,
+    CorruptSnapshotError,
+    ProducerSnapshot,
+    SnapshotEntry,
+    decode_snapshot,
+    encode_snapshot,
+)
 from proto.records.record_batch import TRANSACTIONAL_FLAG_MASK, Record, encode_batch
 from proto.topic_partition import TopicPartition
 
@@ -47,16 +55,24 @@ entries = st.builds(
 
 
 @given(st.dictionaries(st.integers(0, 2**62), entries, max_size=20), st.integers(-1, 2**62))
-def test_a_snapshot_decodes_to_what_was_encoded(
+def test_a_snapshot_file_reads_back_what_was_written(
     producers: dict[int, ProducerEntry], last_marker: int
 ) -> None:
-    snapshot = ProducerSnapshot(producers, last_marker)
-    assert decode_snapshot(encode_snapshot(snapshot)) == snapshot
+    with tempfile.TemporaryDirectory() as directory:
+        state = ProducerState(producers, last_marker)
+        write_snapshot(Path(directory), 42, state, fsync=False)
+        assert read_snapshot(Path(directory), 42) == state
+        assert list_snapshots(Path(directory)) == [42]
+
+
+def test_the_file_holds_every_batch_a_producer_caches() -> None:
+    assert MAX_BATCHES == BATCHES_PER_PRODUCER
 
 
 def test_a_damaged_snapshot_is_refused() -> None:
-    entry = ProducerEntry(3, (BatchMetadata(0, 4, 10, 14),), 10, 2)
-    data = encode_snapshot(ProducerSnapshot({7: entry}, 9))
+    entry = SnapshotEntry(7, 3, 2, 10, ((0, 4, 10, 14),))
+    data = encode_snapshot(ProducerSnapshot([entry], 9))
+    assert decode_snapshot(data) == ProducerSnapshot([entry], 9)
     flipped = bytearray(data)
     flipped[-3] ^= 0x40
     for bad, reason in [
@@ -221,8 +237,8 @@ def test_a_snapshot_above_the_recovered_log_end_is_deleted(log: Log) -> None:
     end = log.log_end_offset
     log.close()
     # a snapshot from a longer log than recovery left (a crash cut the tail)
-    snapshot_path(directory, end + 50).write_bytes(
-        encode_snapshot(ProducerSnapshot({5: ProducerEntry(0, (), -1, -1)}, -1))
+    write_snapshot(
+        directory, end + 50, ProducerState({5: ProducerEntry(0, (), -1, -1)}, -1), fsync=False
     )
     reopened = Log.open(directory, _config())
     try:
