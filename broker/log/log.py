@@ -459,8 +459,8 @@ class Log:
                 files=self._files,
             )
             replacement.load_next_offset()
-            # The aborts of the old segments are the cleaned one's (a crash before this
-            # loses them from the file; the next open's replay writes them back).
+            # The aborts of the old segments are the cleaned one's: the cleaner wrote them
+            # with it (segment_swap's steps); any an old index gained since, here.
             for txn in aborts:
                 replacement.txn_index.append_if_missing(txn)
             self._segments[at : at + len(old)] = [replacement]

@@ -136,6 +136,7 @@ def clean_log(
             _cleaned(group, retain, offset_map, producers, stats, throttle),
             index_interval_bytes=config.index_interval_bytes,
             modified_ms=modified,
+            aborts=[txn for s in group for txn in s.txn_index.entries()],
         )
         if target.replace_segments(group, cleaned, generation):
             swapped += 1

@@ -6,16 +6,19 @@ group's first base offset, in three steps whose every intermediate state a resta
 recovers (:func:`recover_swaps`, run by :func:`broker.log.log_loader.load_log` before
 anything else):
 
-1. ``<base>.log.cleaned`` and ``<base>.index.cleaned`` are written and fsynced.
-   A crash leaves the old segments whole: the ``.cleaned`` files are deleted.
-2. Both are renamed to ``.swap``, the index first, and the directory fsynced: the rename
+1. ``<base>.log.cleaned`` and ``<base>.index.cleaned`` are written and fsynced, and
+   ``<base>.txnindex.cleaned`` when the old segments' transaction indexes hold aborts (the
+   cleaned segment holds their markers: a transaction index lost here would show aborted
+   records to read_committed consumers). A crash leaves the old segments whole: the
+   ``.cleaned`` files are deleted.
+2. They are renamed to ``.swap``, the indexes first, and the directory fsynced: the rename
    of the ``.log`` file is the commit point. From there a restart finishes the swap: every
-   old ``.log``/``.index`` whose base offset lies in the swap segment's range goes, then
-   the ``.swap`` files take their final names. An ``.index.swap`` without its
-   ``.log.swap`` was not committed and is deleted.
+   old ``.log``/``.index``/``.txnindex`` whose base offset lies in the swap segment's
+   range goes, then the ``.swap`` files take their final names. An index's ``.swap``
+   without its ``.log.swap`` was not committed and is deleted.
 3. The old segments' files are deleted, then the ``.swap`` files renamed to
-   ``<base>.log`` and ``<base>.index`` (the first old segment's names) and the directory
-   fsynced.
+   ``<base>.log``, ``<base>.index`` and ``<base>.txnindex`` (the first old segment's
+   names) and the directory fsynced.
 
 The old files are deleted before the new ones take a final name, so that no state has two
 ``.log`` files holding the same offsets.
@@ -25,13 +28,21 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from broker.log.checkpoints import fsync_directory
-from broker.log.log_segment import INDEX_SUFFIX, LOG_SUFFIX, index_file_name, log_file_name
+from broker.log.log_segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    index_file_name,
+    log_file_name,
+    txn_index_file_name,
+)
 from broker.log.offset_index import OffsetIndex
+from proto.records.aborted_txn import AbortedTxn, encode_entry
 from proto.records.record_batch import CorruptRecordError, parse_header, scan_batches
 
 __all__ = [
@@ -67,6 +78,10 @@ def _paths(directory: Path, base_offset: int, suffix: str) -> tuple[Path, Path]:
     )
 
 
+def _txn_path(directory: Path, base_offset: int, suffix: str) -> Path:
+    return directory / (txn_index_file_name(base_offset) + suffix)
+
+
 def write_cleaned_segment(
     directory: Path,
     base_offset: int,
@@ -74,11 +89,18 @@ def write_cleaned_segment(
     *,
     index_interval_bytes: int,
     modified_ms: int,
+    aborts: Sequence[AbortedTxn] = (),
 ) -> CleanedSegment:
     """Write ``batches`` (whole, in offset order) as ``<base>.log.cleaned`` with its index
-    ``<base>.index.cleaned`` (entries by LogSegment's rule), fsync both, and give the log
-    file ``modified_ms`` as its modification time (Kafka keeps the group's newest, which
-    the tombstone horizon and time retention read)."""
+    ``<base>.index.cleaned`` (entries by LogSegment's rule) and, with ``aborts`` (the old
+    segments' transaction index entries, in order), ``<base>.txnindex.cleaned``; fsync
+    them, and give the log file ``modified_ms`` as its modification time (Kafka keeps the
+    group's newest, which the tombstone horizon and time retention read)."""
+    if aborts:
+        _write_synced(
+            _txn_path(directory, base_offset, CLEANED_SUFFIX),
+            b"".join(encode_entry(txn) for txn in aborts),
+        )
     log_path, index_path = _paths(directory, base_offset, CLEANED_SUFFIX)
     index = OffsetIndex.create(index_path, base_offset)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -106,9 +128,19 @@ def write_cleaned_segment(
     return CleanedSegment(base_offset, position, next_offset)
 
 
+def _write_synced(path: Path, data: bytes) -> None:
+    with path.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def discard_cleaned(directory: Path, base_offset: int) -> None:
     """Remove a cleaning's ``.cleaned`` files (the log changed under it, or it failed)."""
-    for path in _paths(directory, base_offset, CLEANED_SUFFIX):
+    for path in (
+        *_paths(directory, base_offset, CLEANED_SUFFIX),
+        _txn_path(directory, base_offset, CLEANED_SUFFIX),
+    ):
         path.unlink(missing_ok=True)
 
 
@@ -117,6 +149,9 @@ def commit_swap(directory: Path, base_offset: int) -> None:
     cleaned_log, cleaned_index = _paths(directory, base_offset, CLEANED_SUFFIX)
     swap_log, swap_index = _paths(directory, base_offset, SWAP_SUFFIX)
     os.replace(cleaned_index, swap_index)
+    cleaned_txn = _txn_path(directory, base_offset, CLEANED_SUFFIX)
+    if cleaned_txn.exists():
+        os.replace(cleaned_txn, _txn_path(directory, base_offset, SWAP_SUFFIX))
     os.replace(cleaned_log, swap_log)
     fsync_directory(directory)
 
@@ -131,6 +166,9 @@ def finish_swap(directory: Path, base_offset: int) -> None:
         os.replace(swap_index, index)
     elif not index.exists():
         index.touch()
+    swap_txn = _txn_path(directory, base_offset, SWAP_SUFFIX)
+    if swap_txn.exists():
+        os.replace(swap_txn, directory / txn_index_file_name(base_offset))
     os.replace(swap_log, directory / log_file_name(base_offset))
     fsync_directory(directory)
 
@@ -140,8 +178,10 @@ def recover_swaps(directory: Path) -> None:
     uncommitted one (``.cleaned`` files), so the loader finds plain segments only."""
     names = sorted(entry.name for entry in directory.iterdir() if entry.is_file())
     for name in names:
-        uncommitted = name.endswith(INDEX_SUFFIX + SWAP_SUFFIX) and (
-            name[: -len(INDEX_SUFFIX + SWAP_SUFFIX)] + LOG_SUFFIX + SWAP_SUFFIX not in names
+        uncommitted = any(
+            name.endswith(suffix + SWAP_SUFFIX)
+            and name[: -len(suffix + SWAP_SUFFIX)] + LOG_SUFFIX + SWAP_SUFFIX not in names
+            for suffix in (INDEX_SUFFIX, TXN_INDEX_SUFFIX)
         )
         if name.endswith(CLEANED_SUFFIX) or uncommitted:
             log.warning("%s: removing unfinished cleaning %s", directory, name)
@@ -151,6 +191,7 @@ def recover_swaps(directory: Path) -> None:
             continue
         base_offset = int(name[: -len(LOG_SUFFIX + SWAP_SUFFIX)])
         swap_log, swap_index = _paths(directory, base_offset, SWAP_SUFFIX)
+        swap_txn = _txn_path(directory, base_offset, SWAP_SUFFIX)
         end = _end_offset(swap_log, base_offset)
         for old in _segments_in(directory, base_offset, end):
             log.warning(
@@ -162,6 +203,8 @@ def recover_swaps(directory: Path) -> None:
             (directory / log_file_name(old)).unlink(missing_ok=True)
             if old != base_offset or swap_index.exists():
                 (directory / index_file_name(old)).unlink(missing_ok=True)
+            if old != base_offset or swap_txn.exists():
+                (directory / txn_index_file_name(old)).unlink(missing_ok=True)
         finish_swap(directory, base_offset)
 
 

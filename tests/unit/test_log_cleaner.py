@@ -371,3 +371,73 @@ def test_transactional_batches_and_markers_are_kept_whole(tmp_path: Path) -> Non
     reopened = open_log(tmp_path)
     assert reopened.first_unstable_offset is None  # both markers survived: nothing reopened
     reopened.close()
+
+
+@pytest.mark.parametrize("step", ["swap committed", "old segments deleted", "swap finished"])
+def test_a_swap_keeps_the_aborts_of_the_segments_it_replaces_whatever_step_a_kill_hits(
+    tmp_path: Path, step: str
+) -> None:
+    """The cleaned segment holds the markers of the old ones: their aborts travel with it
+    through the swap's files, as a replay from the latest producer snapshot (past the
+    cleaned group) would not write them back."""
+    from proto.records.control_records import ControlType, EndTxnMarker, encode_marker_batch
+    from proto.records.record_batch import TRANSACTIONAL_FLAG_MASK
+
+    log = open_log(tmp_path)
+
+    def follow(data: bytes) -> None:
+        log.append_as_follower(log.log_end_offset.to_bytes(8, "big") + data[8:])
+
+    follow(
+        encode_batch(
+            [Record(b"k0", b"aborted", 2000)],
+            producer_id=7,
+            producer_epoch=0,
+            base_sequence=0,
+            flags=TRANSACTIONAL_FLAG_MASK,
+        )
+    )
+    follow(
+        encode_marker_batch(
+            EndTxnMarker(ControlType.ABORT, 0), producer_id=7, producer_epoch=0, timestamp=1
+        )
+    )
+    fill(log)
+    aborts = log.collect_aborted_transactions(0, log.log_end_offset)
+    assert aborts
+    group = list(log.segments[:2])
+    assert group[0].txn_index.entries() == aborts
+    offset_map, _ = build_offset_map(
+        _batches(log.segments[:-1], lambda _: None), 0, log.segments[-1].base_offset, CAPACITY
+    )
+    out = clean_batches(
+        _batches(group, lambda _: None),
+        offset_map,
+        retain_tombstones=True,
+        producer_last_offsets=frozenset(),
+        stats=CleanStats(),
+    )
+    base = group[0].base_offset
+    write_cleaned_segment(
+        log.directory, base, out, index_interval_bytes=4096, modified_ms=0,
+        aborts=[t for s in group for t in s.txn_index.entries()],
+    )  # fmt: skip
+    directory = log.directory
+    old = [s.base_offset for s in group]
+    log.close()
+    snapshots = sorted(directory.glob("*.snapshot"))
+    assert snapshots
+    assert int(snapshots[0].name.split(".")[0]) > group[-1].base_offset  # past the group
+    commit_swap(directory, base)
+    if step != "swap committed":
+        _delete_old(directory, old, len(old))
+        for b in old:
+            (directory / f"{b:020d}.txnindex").unlink(missing_ok=True)
+    if step == "swap finished":
+        finish_swap(directory, base)
+    recovered = open_log(tmp_path)
+    try:
+        assert recovered.collect_aborted_transactions(0, recovered.log_end_offset) == aborts
+        assert not [p for p in directory.iterdir() if p.suffix in (".cleaned", ".swap")]
+    finally:
+        recovered.close()
