@@ -317,7 +317,7 @@ class Log:
         )
         loaded._dir_dirty = not loaded_dir.directory_synced
         try:
-            loaded._load_producer_state()
+            loaded._load_producer_state(loaded_dir.recovered_from)
         except BaseException:
             loaded.close()
             raise
@@ -1085,15 +1085,20 @@ class Log:
             self._snapshot_files = [o for o in self._snapshot_files if o not in chosen]
             self._dir_dirty = True
 
-    def _load_producer_state(self) -> None:
+    def _load_producer_state(self, recovered_from: int | None) -> None:
         """The producer state at opening: from the latest snapshot file at or below the LEO
         that decodes (those above it, left by a log that recovery cut shorter, are
-        deleted) and lies at or below every segment whose transaction index was lost, then
-        the batches after it; from the log's start when there is none."""
+        deleted) and lies at or below every segment whose transaction index was lost and
+        where recovery began (``recovered_from``: the replay writes back the aborts an
+        unclean shutdown's lost page cache took from the indexes, as Kafka's recovery
+        rebuilds them), then the batches after it; from the log's start when there is
+        none."""
         self._snapshot_files = list_snapshots(self._directory)
         self._delete_producer_snapshots(lambda offset: offset > self._log_end_offset)
         # A transaction index lost at open is written back by the replay: from before it.
         lost = [s.base_offset for s in self._segments if s.txn_index_lost]
+        if recovered_from is not None:
+            lost.append(recovered_from)
         usable = [o for o in self._snapshot_files if not lost or o <= min(lost)]
         for offset in reversed(usable):
             try:

@@ -56,6 +56,10 @@ class LoadedLog(NamedTuple):
     directory_synced: bool
     """False for a directory this load created: its new files' entries are not yet durable
     (the log's first flush fsyncs the directory before it moves the recovery point)."""
+    recovered_from: int | None = None
+    """The base offset of the first segment recovery read (None: none was): what lies
+    from there on may have lost transaction index entries with the page cache, so the
+    producer state's replay must start at or below it."""
 
 
 def load_log(
@@ -125,7 +129,14 @@ def load_log(
         for segment in segments:
             segment.close()
         raise
-    return LoadedLog(topic_partition, segments, epoch_cache, start, directory_synced=not fresh)
+    return LoadedLog(
+        topic_partition,
+        segments,
+        epoch_cache,
+        start,
+        directory_synced=not fresh,
+        recovered_from=recovered_from,
+    )
 
 
 def create_segment(

@@ -121,6 +121,12 @@ def _config() -> LogConfig:
     return LogConfig(segment_bytes=SEGMENT_BYTES)
 
 
+def _reopen(directory: Path) -> Log:
+    """The log opened as after a clean shutdown (nothing to recover: every snapshot may
+    be used)."""
+    return Log.open(directory, _config(), clean_shutdown=True)
+
+
 @pytest.fixture
 def log(tmp_path: Path) -> Iterator[Log]:
     opened = Log.open(tmp_path / "t-0", _config())
@@ -174,7 +180,7 @@ def test_rolls_keep_the_latest_two_snapshots_and_reopening_gives_the_replayed_st
     assert expected[1] is not None  # producer 2's transaction is open
     directory = log.directory
     log.close()
-    reopened = Log.open(directory, _config())
+    reopened = _reopen(directory)
     try:
         assert _state(reopened) == expected
         assert _replayed(reopened) == expected
@@ -192,7 +198,7 @@ def test_producers_whose_batches_retention_deleted_are_known_after_a_restart(log
     assert log.segments[0].base_offset > 0
     directory = log.directory
     log.close()
-    reopened = Log.open(directory, _config())
+    reopened = _reopen(directory)
     try:
         entry = reopened.producer_state.entry(9)
         assert entry is not None
@@ -209,7 +215,7 @@ def test_truncation_deletes_the_snapshots_above_it(log: Log) -> None:
     expected = _state(log)
     directory = log.directory
     log.close()
-    reopened = Log.open(directory, _config())
+    reopened = _reopen(directory)
     try:
         assert _state(reopened) == expected == _replayed(reopened)
     finally:
@@ -223,7 +229,7 @@ def test_a_corrupt_latest_snapshot_falls_back_to_an_older_one(log: Log) -> None:
     directory = log.directory
     log.close()
     snapshot_path(directory, latest).write_bytes(b"\x00\x01torn")
-    reopened = Log.open(directory, _config())
+    reopened = _reopen(directory)
     try:
         assert _state(reopened) == expected
         assert latest not in list_snapshots(directory)
@@ -240,7 +246,7 @@ def test_a_snapshot_above_the_recovered_log_end_is_deleted(log: Log) -> None:
     write_snapshot(
         directory, end + 50, ProducerState({5: ProducerEntry(0, (), -1, -1)}, -1), fsync=False
     )
-    reopened = Log.open(directory, _config())
+    reopened = _reopen(directory)
     try:
         assert end + 50 not in list_snapshots(directory)
         assert reopened.producer_state.entry(5) is None
@@ -259,11 +265,38 @@ def test_a_clean_shutdown_snapshots_every_log_at_its_end(tmp_path: Path) -> None
     expected = _state(log)
     manager.shutdown()
     assert end in list_snapshots(tmp_path / "data" / "t-0")
-    reopened = Log.open(tmp_path / "data" / "t-0", _config())
+    reopened = _reopen(tmp_path / "data" / "t-0")
     try:
         assert _state(reopened) == expected
     finally:
         reopened.close()
+
+
+def test_after_an_unclean_shutdown_the_replay_starts_where_recovery_did(log: Log) -> None:
+    """The aborts of the recovered segments may have been lost with the page cache (their
+    index entries are written without an fsync): the replay from below the recovery
+    writes them back, whatever later snapshot exists."""
+    w = Writer(log)
+    w.write(4)
+    w.end(4, ControlType.ABORT)
+    for _ in range(6):
+        w.write(1, transactional=False)
+    first = log.segments[0]
+    expected = first.txn_index.entries()
+    assert min(list_snapshots(log.directory)) > first.base_offset
+    path, directory = first.txn_index.path, log.directory
+    log.close()
+    path.unlink()  # the entry never reached the disk
+    reopened = Log.open(directory, _config(), recovery_point=0, clean_shutdown=False)
+    try:
+        assert reopened.segments[0].txn_index.entries() == expected
+    finally:
+        reopened.close()
+    clean = _reopen(directory)  # and a clean start, from the latest snapshot, keeps them
+    try:
+        assert clean.segments[0].txn_index.entries() == expected
+    finally:
+        clean.close()
 
 
 def test_a_lost_transaction_index_below_the_snapshots_is_still_written_back(log: Log) -> None:
@@ -280,7 +313,7 @@ def test_a_lost_transaction_index_below_the_snapshots_is_still_written_back(log:
     directory = log.directory
     log.close()
     path.write_bytes(b"\x00" * 7)  # corrupt: replaced by an empty index at open
-    reopened = Log.open(directory, _config())
+    reopened = _reopen(directory)
     try:
         assert reopened.segments[0].txn_index.entries() == expected
     finally:
