@@ -447,7 +447,6 @@ class Log:
                 discard_cleaned(directory, cleaned.base_offset)
                 return False
             assert at is not None
-            aborts = [txn for segment in old for txn in segment.txn_index.entries()]
             commit_swap(directory, cleaned.base_offset)
             for segment in old:
                 segment.delete()
@@ -458,11 +457,10 @@ class Log:
                 index_interval_bytes=self._config.index_interval_bytes,
                 files=self._files,
             )
+            # Its transaction index is the cleaner's: the aborts whose markers it kept
+            # (written with it, segment_swap's steps); an old segment's index gains no entry
+            # meanwhile (markers go to the active segment, a replay comes with a truncation).
             replacement.load_next_offset()
-            # The aborts of the old segments are the cleaned one's: the cleaner wrote them
-            # with it (segment_swap's steps); any an old index gained since, here.
-            for txn in aborts:
-                replacement.txn_index.append_if_missing(txn)
             self._segments[at : at + len(old)] = [replacement]
             self._bases[at : at + len(old)] = [cleaned.base_offset]
             self._truncations += 1

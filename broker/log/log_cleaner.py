@@ -2,7 +2,8 @@
 
 :func:`clean_log` runs on the cleaner's own thread, never the event loop: it reads the
 segments below the first uncleanable offset (the active segment, the high watermark and
-``min.compaction.lag.ms`` bound it), maps the dirty section's keys
+``min.compaction.lag.ms`` bound it, and the first unstable offset: an open transaction's
+outcome is not known yet), maps the dirty section's keys
 (:func:`broker.log.compaction.build_offset_map`), then rewrites the segments from the
 log's start in groups that fit ``segment.bytes``, each group into one cleaned segment
 (:mod:`broker.log.segment_swap`), and swaps each in under the log's lock
@@ -21,10 +22,16 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from broker.log.compaction import CleanStats, OffsetMap, build_offset_map, clean_batches
+from broker.log.compaction import (
+    CleanedTransactions,
+    CleanStats,
+    OffsetMap,
+    build_offset_map,
+    clean_batches,
+)
 from broker.log.log import Log
 from broker.log.log_segment import LogSegment
-from broker.log.segment_swap import write_cleaned_segment
+from broker.log.segment_swap import write_cleaned_segment, write_cleaned_txn_index
 from proto.records.record_batch import BatchHeader
 from proto.topic_partition import TopicPartition
 
@@ -101,6 +108,9 @@ def clean_log(
     config = target.config
     segments, log_start, generation = target.cleaning_view()
     first_dirty = max(first_dirty, log_start)
+    unstable = target.first_unstable_offset  # an open transaction's outcome is not known
+    if unstable is not None:
+        limit_offset = min(limit_offset, unstable)
     first_uncleanable = cleanable_range(
         segments, limit_offset, now_ms, config.min_compaction_lag_ms
     )
@@ -110,8 +120,13 @@ def clean_log(
         s for i, s in enumerate(segments[:-1]) if segments[i + 1].base_offset <= first_uncleanable
     ]
     dirty = [s for s in cleanable if s.next_offset > first_dirty]
+    aborted = [txn for s in segments for txn in s.txn_index.entries()]
     offset_map, end = build_offset_map(
-        _batches(dirty, throttle), first_dirty, first_uncleanable, capacity
+        _batches(dirty, throttle),
+        first_dirty,
+        first_uncleanable,
+        capacity,
+        CleanedTransactions([t for t in aborted if t.last_offset >= first_dirty]),
     )
     if end <= first_dirty:
         log.warning(
@@ -125,6 +140,7 @@ def clean_log(
     horizon = _tombstone_horizon(cleanable, first_dirty, config.delete_retention_ms)
     producers = target.producer_last_offsets()
     stats = CleanStats()
+    transactions = CleanedTransactions(aborted)
     to_clean = [s for s in cleanable if s.base_offset < end]
     swapped = abandoned = 0
     for group in _groups(to_clean, config.segment_bytes):
@@ -133,10 +149,19 @@ def clean_log(
         cleaned = write_cleaned_segment(
             target.directory,
             group[0].base_offset,
-            _cleaned(group, retain, offset_map, producers, stats, throttle),
+            _cleaned(group, retain, offset_map, producers, stats, transactions, throttle),
             index_interval_bytes=config.index_interval_bytes,
             modified_ms=modified,
-            aborts=[txn for s in group for txn in s.txn_index.entries()],
+        )
+        # the aborts whose markers the group kept: its cleaned transaction index
+        write_cleaned_txn_index(
+            target.directory,
+            cleaned.base_offset,
+            [
+                t
+                for t in transactions.kept_aborts
+                if cleaned.base_offset <= t.last_offset < cleaned.next_offset
+            ],
         )
         if target.replace_segments(group, cleaned, generation):
             swapped += 1
@@ -146,7 +171,7 @@ def clean_log(
             break
     log.debug(
         "%s: cleaned offsets %d..%d: %d segments in %d groups (%d abandoned), records %d -> "
-        "%d, %d tombstones removed, bytes %d -> %d",
+        "%d, %d tombstones removed, %d aborted records and %d markers removed, bytes %d -> %d",
         target.topic_partition,
         log_start,
         end,
@@ -156,6 +181,8 @@ def clean_log(
         stats.records_read,
         stats.records_kept,
         stats.tombstones_removed,
+        stats.aborted_removed,
+        stats.markers_removed,
         stats.bytes_read,
         stats.bytes_written,
     )
@@ -196,6 +223,7 @@ def _cleaned(
     offset_map: OffsetMap,
     producers: frozenset[tuple[int, int]],
     stats: CleanStats,
+    transactions: CleanedTransactions,
     throttle: Callable[[int], None],
 ) -> Iterator[bytes]:
     for segment, keep_tombstones in zip(group, retain, strict=True):
@@ -205,6 +233,7 @@ def _cleaned(
             retain_tombstones=keep_tombstones,
             producer_last_offsets=producers,
             stats=stats,
+            transactions=transactions,
         ):
             throttle(len(out))
             yield out

@@ -54,6 +54,7 @@ __all__ = [
     "finish_swap",
     "recover_swaps",
     "write_cleaned_segment",
+    "write_cleaned_txn_index",
 ]
 
 log = logging.getLogger(__name__)
@@ -89,18 +90,11 @@ def write_cleaned_segment(
     *,
     index_interval_bytes: int,
     modified_ms: int,
-    aborts: Sequence[AbortedTxn] = (),
 ) -> CleanedSegment:
     """Write ``batches`` (whole, in offset order) as ``<base>.log.cleaned`` with its index
-    ``<base>.index.cleaned`` (entries by LogSegment's rule) and, with ``aborts`` (the old
-    segments' transaction index entries, in order), ``<base>.txnindex.cleaned``; fsync
-    them, and give the log file ``modified_ms`` as its modification time (Kafka keeps the
-    group's newest, which the tombstone horizon and time retention read)."""
-    if aborts:
-        _write_synced(
-            _txn_path(directory, base_offset, CLEANED_SUFFIX),
-            b"".join(encode_entry(txn) for txn in aborts),
-        )
+    ``<base>.index.cleaned`` (entries by LogSegment's rule), fsync both, and give the log
+    file ``modified_ms`` as its modification time (Kafka keeps the group's newest, which
+    the tombstone horizon and time retention read)."""
     log_path, index_path = _paths(directory, base_offset, CLEANED_SUFFIX)
     index = OffsetIndex.create(index_path, base_offset)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -126,6 +120,18 @@ def write_cleaned_segment(
     seconds = modified_ms / 1000
     os.utime(log_path, (seconds, seconds))
     return CleanedSegment(base_offset, position, next_offset)
+
+
+def write_cleaned_txn_index(
+    directory: Path, base_offset: int, aborts: Sequence[AbortedTxn]
+) -> None:
+    """Write the cleaned segment's aborted transactions (those whose markers it keeps, in
+    order) as ``<base>.txnindex.cleaned``, fsynced; nothing when there are none."""
+    if aborts:
+        _write_synced(
+            _txn_path(directory, base_offset, CLEANED_SUFFIX),
+            b"".join(encode_entry(txn) for txn in aborts),
+        )
 
 
 def _write_synced(path: Path, data: bytes) -> None:

@@ -57,7 +57,7 @@ from chaos.audit.log_checks import BatchTable, held_ranges
 from chaos.audit.polls import SKIP, WHAT, steps
 from chaos.audit.runs import Run, item, merge
 from chaos.audit.topic_configs import Compaction
-from chaos.audit.transaction_log import served
+from chaos.audit.transaction_log import aborted_ranges, served
 from chaos.audit.versions import Offsets, Records, bits, decode_copies, top_versions
 from proto.records.compression import CODEC_NAMES
 
@@ -335,6 +335,7 @@ class _Chunk:
         found = compaction_items(
             part, policy, spans, self.records, self.offsets, self.lines,
             self.shown_record, self.shown_key,
+            aborted_ranges([r.batches for r in self.spec.replicas]),
         )  # fmt: skip
         held = held_everywhere(
             self.records, self.offsets, spans, part.log_start, part.committed_end

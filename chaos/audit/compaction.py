@@ -47,6 +47,7 @@ from chaos.audit.history_columns import INFO, OK, Lines
 from chaos.audit.log_checks import BatchTable
 from chaos.audit.runs import Run, item
 from chaos.audit.topic_configs import Compaction
+from chaos.audit.transaction_log import in_ranges
 from chaos.audit.versions import Offsets, Records
 
 __all__ = [
@@ -234,13 +235,18 @@ def compaction_items(
     lines: Lines,
     record_value: Callable[[int], Any],
     record_key: Callable[[int], Any],
+    aborted: Sequence[tuple[int, int]] = (),
 ) -> list[Run]:
     """The compacted partition's items (see the module docstring): ``records`` sorted by
     offset with their keys (:func:`~chaos.audit.versions.decode_copies`' ``keys``),
     ``offsets`` their versions, replica r of ``spans`` bit r of the records' holders;
-    ``record_value`` and ``record_key`` show a record's value and key."""
+    ``record_value`` and ``record_key`` show a record's value and key. ``aborted``: the
+    offset ranges of aborted transactions' batches, which a cleaning removes (no replica
+    owes their records)."""
     pid, committed_end, in_history = part.pid, part.committed_end, part.in_history
     known = _known(records, offsets, lines, part.log_start)
+    if aborted:
+        known = known.take(np.flatnonzero(~in_ranges(known.offset, aborted)))
     if not len(known):
         return []
     key = _column(records.key, len(records), np.uint64, NULL)

@@ -35,8 +35,10 @@ __all__ = [
     "COMMITTED",
     "OPEN",
     "TransactionSpans",
+    "aborted_ranges",
     "any_transactional",
     "hidden_spans",
+    "in_ranges",
     "outcomes",
     "served",
 ]
@@ -144,6 +146,37 @@ def served(table: BatchTable) -> BatchTable:
     poll checks are made of these): all but :func:`hidden_spans`'."""
     hidden = hidden_spans(table)
     return table.take(np.flatnonzero(~hidden)) if hidden.any() else table
+
+
+def aborted_ranges(tables: Sequence[BatchTable]) -> list[tuple[int, int]]:
+    """The [first, last] offsets of the data batches some replica's log aborts: records a
+    cleaning removes (Kafka's cleaner drops aborted transactions), which no replica owes."""
+    found: list[tuple[int, int]] = []
+    for table in tables:
+        if not bool(((table.flags & TRANSACTIONAL_FLAG_MASK) != 0).any()):
+            continue
+        spans = outcomes(table, -1)
+        aborted = spans.outcome == ABORTED
+        firsts, lasts = spans.base_offset[aborted].tolist(), spans.last_offset[aborted].tolist()
+        found += zip(firsts, lasts, strict=True)
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(found):
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    return merged
+
+
+def in_ranges(offsets: I64, ranges: Sequence[tuple[int, int]]) -> npt.NDArray[np.bool_]:
+    """Which offsets lie in one of the sorted [first, last] ``ranges``."""
+    if not ranges:
+        return np.zeros(len(offsets), dtype=np.bool_)
+    firsts = np.array([f for f, _ in ranges], dtype=np.int64)
+    lasts = np.array([t for _, t in ranges], dtype=np.int64)
+    at = np.searchsorted(firsts, offsets, side="right") - 1
+    inside: npt.NDArray[np.bool_] = (at >= 0) & (offsets <= lasts[np.maximum(at, 0)])
+    return inside
 
 
 def any_transactional(tables: Sequence[BatchTable]) -> bool:

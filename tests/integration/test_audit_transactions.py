@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from broker.log.log_cleaner import clean_log
 from chaos.audit.cli import EXIT_VIOLATIONS, audit_command
 from chaos.audit.session import start_session
 from chaos.audit.testing import BrokerDataDir, history_line, read_line, txn_step, write_lines
 from chaos.audit.transactions import TRANSACTION_KINDS
+from proto.config.log_config import LogConfig
 from proto.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.integration
@@ -51,6 +53,9 @@ OFFSETS_0 = TopicPartition("__consumer_offsets", 0)
 OUT_UNCOMMITTED = TopicPartition("out-aborted", 0)
 OUT_LOST = TopicPartition("out-lost-offsets", 0)
 OFFSETS_1 = TopicPartition("__consumer_offsets", 1)
+# a compacted topic one replica cleaned: its aborted records gone there, as Kafka's cleaner
+# removes them; no replica owes them
+COMPACTED = TopicPartition("compacted-txn", 0)
 
 EXPECTED = {
     LOST: ["lost_committed"],
@@ -167,6 +172,39 @@ class _Cluster:
         return [d.path for d in self.dirs.values()]
 
 
+def _cleaned_compacted(c: _Cluster) -> None:
+    """Keyed writes to COMPACTED (an aborted transaction among them) over several segments,
+    replicated to B, then cleaned on A only."""
+    config = LogConfig(segment_bytes=300, cleanup_policy=("compact",))
+    for d in c.dirs.values():
+        d.configs[COMPACTED] = config
+    leader = c.dirs[A]
+    pid = next(c.pids)
+    c.history.append(txn_step("ok", "begin", "cx", time=c.tick(), timeout_ms=TIMEOUT_MS))
+    at = leader.produce(
+        COMPACTED, ["cx0", "cx1"], epoch=0, producer_id=pid, transactional=True,
+        keys=["ka", "kb"],
+    )  # fmt: skip
+    for i, (key, value) in enumerate([("ka", "cx0"), ("kb", "cx1")]):
+        c.history.append(
+            history_line("ok", COMPACTED, value, at + i, time=c.tick(), key=key, txn="cx")
+        )
+    leader.end_txn(COMPACTED, pid, commit=False, epoch=0)
+    c.history.append(txn_step("ok", "abort", "cx", time=c.tick()))
+    for n in range(12):  # plain keyed writes: rolls, and something to clean
+        value = f"cv{n}"
+        first = leader.produce(COMPACTED, [value], epoch=0, keys=[f"k{n % 3}"])
+        c.history.append(
+            history_line("ok", COMPACTED, value, first, time=c.tick(), key=f"k{n % 3}")
+        )
+    c.dirs[B].replicate(COMPACTED, leader)
+    log = leader.log(COMPACTED)
+    assert len(log.segments) > 3
+    result = clean_log(log, first_dirty=0, limit_offset=log.log_end_offset, now_ms=0, capacity=1000)
+    assert result is not None
+    assert result.stats.aborted_removed == 2
+
+
 def _build(root: Path) -> tuple[list[Path], Path, Path]:
     c = _Cluster(root)
     # healthy: a committed transaction over two partitions, an aborted one between its
@@ -222,10 +260,15 @@ def _build(root: Path) -> tuple[list[Path], Path, Path]:
     # told committed: the writes committed, the offsets aborted
     pid, at = c.txn("cp-3", {OUT_LOST: ["o2"]}, offsets_to=OFFSETS_1)
     c.end("cp-3", pid, [OUT_LOST, OFFSETS_1], commit=True, commits={OFFSETS_1: False})
+    _cleaned_compacted(c)
     history = write_lines(root / "history.jsonl", c.history)
     timeline = write_lines(
         root / "timeline.jsonl",
         [{"time": END, "process": "nemesis", "type": "info", "f": "settled", "target": None}],
+    )
+    topics = root / "topics.json"
+    topics.write_text(
+        json.dumps({"version": 1, "topics": {COMPACTED.topic: {"cleanup.policy": "compact"}}})
     )
     return c.close(), history, timeline
 
@@ -241,6 +284,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], 
             data=data,
             history=history,
             timeline=timeline,
+            topic_config=root / "topics.json",
             report=root / "report",
             spark=spark,
             out=out,
@@ -303,11 +347,11 @@ def test_each_finding_names_the_transaction_offset_and_why(
 def test_the_counts_say_what_was_checked(run: tuple[int, dict[str, Any], str]) -> None:
     _, report, stdout = run
     counts = report["summary"]["transactions"]
-    # committed: ok-1, ok-2, lost, de, cp-1, cp-3; aborted: ab-1, ca, ta;
+    # committed: ok-1, ok-2, lost, de, cp-1, cp-3; aborted: ab-1, ca, ta, cx;
     # unknown: ar, do, pt, hg, cp-2
     assert counts["committed"] == 6
-    assert counts["aborted"] == 3
+    assert counts["aborted"] == 4
     assert counts["unknown"] == 5
     assert counts["reads_checked"] == 8
     assert counts["open_in_log"] == 2  # dirty-open and hanging
-    assert "transactions: 6 committed, 3 aborted, 5 of unknown outcome" in stdout
+    assert "transactions: 6 committed, 4 aborted, 5 of unknown outcome" in stdout

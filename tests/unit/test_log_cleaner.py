@@ -16,7 +16,12 @@ from hypothesis import strategies as st
 from broker.log.compaction import CleanStats, build_offset_map, clean_batches
 from broker.log.log import Log
 from broker.log.log_cleaner import _batches, clean_log, dirty_ratio
-from broker.log.segment_swap import commit_swap, finish_swap, write_cleaned_segment
+from broker.log.segment_swap import (
+    commit_swap,
+    finish_swap,
+    write_cleaned_segment,
+    write_cleaned_txn_index,
+)
 from proto.config.log_config import LogConfig
 from proto.records.compression import Codec
 from proto.records.record_batch import Record, decode_batch, encode_batch, validate_batches
@@ -332,45 +337,103 @@ def test_an_abandoned_swap_leaves_the_dirty_section_dirty(tmp_path: Path) -> Non
     log.close()
 
 
-def test_transactional_batches_and_markers_are_kept_whole(tmp_path: Path) -> None:
-    """An aborted transactional value must not replace a committed one, and no marker may
-    go (every marker shares one of two keys): the cleaner keeps them all as written."""
+def test_aborted_records_go_committed_ones_are_compacted_and_markers_outlive_their_data(
+    tmp_path: Path,
+) -> None:
+    """Kafka 2.8's cleaner: an aborted transaction's records go (they replace nothing), a
+    committed one's are compacted as any; a marker stays while a batch of its transaction
+    is in the log when a cleaning reads it, then until delete.retention.ms has passed, and
+    an abort's index entry goes with its marker."""
     from proto.records.control_records import ControlType, EndTxnMarker, encode_marker_batch
     from proto.records.record_batch import TRANSACTIONAL_FLAG_MASK
 
-    log = open_log(tmp_path)
+    log = open_log(tmp_path, delete_retention_ms=0)
     write(log, [(b"k0", b"committed")])  # offset 0, plain
 
-    def follow(data: bytes) -> None:
-        log.append_as_follower(log.log_end_offset.to_bytes(8, "big") + data[8:])
+    def follow(data: bytes) -> None:  # as the leader of epoch 0 stamped it
+        stamped = log.log_end_offset.to_bytes(8, "big") + data[8:12] + (0).to_bytes(4, "big")
+        log.append_as_follower(stamped + data[16:])
 
     for seq, (value, kind) in enumerate(
         ((b"aborted", ControlType.ABORT), (b"t", ControlType.COMMIT))
     ):
         follow(
             encode_batch(
-                [Record(b"k0", value, 2000)],
+                [Record(b"k0", value, 2000), Record(b"only-" + value, value, 2000)],
                 producer_id=7,
                 producer_epoch=0,
-                base_sequence=seq,
+                base_sequence=2 * seq,
                 flags=TRANSACTIONAL_FLAG_MASK,
             )
         )
         follow(
             encode_marker_batch(EndTxnMarker(kind, 0), producer_id=7, producer_epoch=0, timestamp=1)
         )
+    # offsets: 0 plain k0; 1-2 aborted (k0, only-aborted); 3 abort; 4-5 committed (k0,
+    # only-t); 6 commit
     fill(log)
-    before = contents(log)
-    clean_log(log, first_dirty=0, limit_offset=log.log_end_offset, now_ms=0, capacity=CAPACITY)
-    after = contents(log)
-    # Offset 0 (plain) is superseded by fill's later k0; offsets 1-4 stay as written.
-    assert [r for r in after if 1 <= r[0] <= 4] == [r for r in before if 1 <= r[0] <= 4]
-    assert len([r for r in after if 1 <= r[0] <= 4]) == 4
     assert log.collect_aborted_transactions(0, log.log_end_offset)[0].first_offset == 1
+    first = clean_log(
+        log, first_dirty=0, limit_offset=log.log_end_offset, now_ms=0, capacity=CAPACITY
+    )
+    assert first is not None
+    assert first.stats.aborted_removed == 2
+    kept = {r[0]: r[1:] for r in contents(log) if r[0] <= 6}
+    assert 1 not in kept
+    assert 2 not in kept
+    assert 4 not in kept  # committed k0, superseded by fill's later k0
+    assert kept[5] == (b"only-t", b"t")  # committed, its key's latest: kept
+    assert 3 in kept
+    assert 6 in kept
+    assert log.collect_aborted_transactions(0, log.log_end_offset) != []
+    assert covers_every_offset(log)
+    # The next cleaning reads no batch of the aborted transaction: its marker and its
+    # index entry go (delete.retention.ms 0); the commit stays while offset 5 does.
+    fill(log)  # something dirty again
+    second = clean_log(
+        log, first_dirty=first.end_offset, limit_offset=log.log_end_offset, now_ms=0,
+        capacity=CAPACITY,
+    )  # fmt: skip
+    assert second is not None
+    kept = {r[0]: r[1:] for r in contents(log) if r[0] <= 6}
+    assert 3 not in kept
+    assert 6 in kept
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == []
+    assert covers_every_offset(log)
     log.close()
-    reopened = open_log(tmp_path)
-    assert reopened.first_unstable_offset is None  # both markers survived: nothing reopened
+    reopened = open_log(tmp_path, delete_retention_ms=0)
+    assert reopened.first_unstable_offset is None  # no transaction reopened
+    assert {r[0] for r in contents(reopened) if r[0] <= 6} == set(kept)
     reopened.close()
+
+
+def test_nothing_at_or_past_an_open_transaction_is_cleaned(tmp_path: Path) -> None:
+    """Its outcome is not known yet: the cleaner stops at the first unstable offset."""
+    from proto.records.record_batch import TRANSACTIONAL_FLAG_MASK
+
+    log = open_log(tmp_path)
+    fill(log, rounds=4)
+    unstable = log.log_end_offset
+    log.append_as_follower(
+        unstable.to_bytes(8, "big")
+        + encode_batch(
+            [Record(b"k0", b"open", 2000)],
+            producer_id=9,
+            producer_epoch=0,
+            base_sequence=0,
+            flags=TRANSACTIONAL_FLAG_MASK,
+        )[8:]
+    )
+    fill(log, rounds=8)
+    assert log.first_unstable_offset == unstable
+    before = [r for r in contents(log) if r[0] >= unstable]
+    result = clean_log(
+        log, first_dirty=0, limit_offset=log.log_end_offset, now_ms=0, capacity=CAPACITY
+    )
+    assert result is not None
+    assert result.end_offset <= unstable
+    assert [r for r in contents(log) if r[0] >= unstable] == before
+    log.close()
 
 
 @pytest.mark.parametrize("step", ["swap committed", "old segments deleted", "swap finished"])
@@ -418,10 +481,8 @@ def test_a_swap_keeps_the_aborts_of_the_segments_it_replaces_whatever_step_a_kil
         stats=CleanStats(),
     )
     base = group[0].base_offset
-    write_cleaned_segment(
-        log.directory, base, out, index_interval_bytes=4096, modified_ms=0,
-        aborts=[t for s in group for t in s.txn_index.entries()],
-    )  # fmt: skip
+    write_cleaned_segment(log.directory, base, out, index_interval_bytes=4096, modified_ms=0)
+    write_cleaned_txn_index(log.directory, base, [t for s in group for t in s.txn_index.entries()])
     directory = log.directory
     old = [s.base_offset for s in group]
     log.close()
