@@ -65,7 +65,11 @@ from client.producer_config import (
 )
 from client.record_accumulator import BufferPool, ProducerBatch, RecordAccumulator, record_size
 from client.sender import IdempotenceState, ProducerMetadata, Sender, init_producer_id
-from client.transaction_manager import TransactionManager
+from client.transaction_manager import (
+    TransactionAbortableError,
+    TransactionFencedError,
+    TransactionManager,
+)
 from proto.records.builder import batch_of_one_size, encode_record_tail
 from proto.records.record_batch import HEADER_SIZE, NO_PRODUCER_ID, TRANSACTIONAL_FLAG_MASK
 from proto.topic_partition import TopicPartition, topic_name_problem
@@ -85,6 +89,8 @@ __all__ = [
     "RecordRange",
     "RecordTooLargeError",
     "Sender",
+    "TransactionAbortableError",
+    "TransactionFencedError",
     "parse_acks",
     "record_size",
 ]
@@ -316,8 +322,11 @@ class Producer:
         await self._transaction().send_offsets(offsets, group_id)
 
     async def commit_transaction(self) -> None:
-        """Deliver the transaction's records, then commit it. Raises if one of its
-        records failed (abort it then) or the producer was fenced (close it)."""
+        """Deliver the transaction's records, then commit it. Raises
+        TransactionAbortableError if one of its records failed (abort it then: it did not
+        commit), TransactionFencedError if the producer was fenced (close it: it did not
+        commit), another error when the coordinator could not be told in ``max_block_ms``
+        (the outcome is then unknown: commit again, or close)."""
         txn = self._transaction()
         txn.in_transaction()
         await self.flush()
@@ -326,7 +335,9 @@ class Producer:
     async def abort_transaction(self) -> None:
         """Abort the transaction: read_committed consumers never see its records. After
         a record failed with its sequence number spent, the producer then gets a new epoch
-        from its coordinator (KIP-360) and goes on with the next transaction."""
+        from its coordinator (KIP-360) and goes on with the next transaction. Raises
+        TransactionFencedError if the producer was fenced (its transaction never commits;
+        the coordinator that fenced it aborts it)."""
         txn = self._transaction()
         txn.in_transaction()
         await self.flush()

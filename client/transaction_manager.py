@@ -6,12 +6,15 @@ to the transaction, and the commit or abort (docs/transactions.md).
 States: a producer with a transactional id is READY after ``init_transactions``, IN
 TRANSACTION from ``begin_transaction`` until ``commit_transaction`` or
 ``abort_transaction`` ends it, and FATAL once fenced (a newer instance of the id took
-over: PRODUCER_FENCED, or an epoch the brokers refuse), after which every call raises. A
-record that failed inside a transaction makes it *abortable*: the commit raises, and the
-application aborts and may go on. Requests answered with a retriable coordinator error
-(the coordinator moved or is loading, CONCURRENT_TRANSACTIONS while the previous
-transaction's markers are written) are sent again, after looking the coordinator up
-again when it moved, until ``max_block_ms``.
+over: PRODUCER_FENCED, or an epoch the brokers refuse), after which every call raises
+:class:`TransactionFencedError`: the application closes the producer (and may start
+another, whose ``init_transactions`` fences this one for good). A record that failed inside
+a transaction makes it *abortable*: the commit raises :class:`TransactionAbortableError`
+before anything reaches the coordinator, and the application aborts and may go on (Kafka's
+``TransactionManager`` tells the two apart the same way). Requests answered with a
+retriable coordinator error (the coordinator moved or is loading, CONCURRENT_TRANSACTIONS
+while the previous transaction's markers are written) are sent again, after looking the
+coordinator up again when it moved, until ``max_block_ms``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 from proto.wire import minibroker_pb2_grpc as pb_grpc
 
-__all__ = ["TransactionManager", "TransactionState"]
+__all__ = [
+    "TransactionAbortableError",
+    "TransactionFencedError",
+    "TransactionManager",
+    "TransactionState",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +55,11 @@ _RETRY = {
     pb.KAFKA_STORAGE_ERROR,
 }
 _FENCED = {pb.PRODUCER_FENCED, pb.INVALID_PRODUCER_EPOCH, pb.TRANSACTION_COORDINATOR_FENCED}
+FIRST_ADD_RETRY_BACKOFF_S = 0.020
+"""How soon a transaction's first AddPartitionsToTxn (or AddOffsetsToTxn) is sent again
+after CONCURRENT_TRANSACTIONS: the previous transaction's markers are being written, which
+takes milliseconds (Kafka's producer: ADD_PARTITIONS_RETRY_BACKOFF_MS, 20 ms, rather than
+``retry.backoff.ms``)."""
 
 R = TypeVar("R")
 
@@ -56,6 +69,19 @@ def _name(code: int) -> str:
         return pb.ErrorCode.Name(cast(pb.ErrorCode.ValueType, code))
     except ValueError:
         return f"error {code}"
+
+
+class TransactionAbortableError(ClientError):
+    """The transaction can only be aborted (a record of it failed): the commit was refused
+    before it reached the coordinator, so the transaction certainly did not commit;
+    ``abort_transaction`` ends it and the producer goes on."""
+
+
+class TransactionFencedError(ClientError):
+    """The producer is fenced (a newer epoch of its transactional id exists: another
+    instance, or the coordinator's abort of a transaction past its timeout): its open
+    transaction can never commit, every later call raises this, and the producer must be
+    closed."""
 
 
 class TransactionState(enum.Enum):
@@ -110,13 +136,14 @@ class TransactionManager:
                 f"the call needs it {wanted}"
             )
 
-    def _fenced(self, code: int, what: str) -> ClientError:
+    def _fenced(self, code: int, what: str) -> TransactionFencedError:
         self.state = TransactionState.FATAL
-        self.fatal = ClientError(
+        fenced = TransactionFencedError(
             f"{what}: the producer of transactional id {self.transactional_id!r} is fenced "
             f"({_name(code)}): a newer instance took over; close this producer"
         )
-        return self.fatal
+        self.fatal = fenced
+        return fenced
 
     def record_failed(self, error: Exception) -> None:
         """A record of the current transaction failed: it can only be aborted."""
@@ -166,9 +193,12 @@ class TransactionManager:
         key: str,
         call: Callable[[pb_grpc.BrokerAsyncStub], Awaitable[R]],
         code_of: Callable[[R], int],
+        *,
+        first_of_transaction: bool = False,
     ) -> R:
         """``call`` at the key's coordinator until it answers NONE or an error not worth
-        retrying (raised: fenced ones make the producer FATAL), within ``max_block_ms``."""
+        retrying (raised: fenced ones make the producer FATAL), within ``max_block_ms``;
+        the ``first_of_transaction`` addition retried sooner on CONCURRENT_TRANSACTIONS."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._max_block_s
         while True:
@@ -188,10 +218,13 @@ class TransactionManager:
                 raise errors.for_code(code) or ClientError(f"{what}: error {code}")
             if code in _COORDINATOR_MOVED:
                 self._coordinators.pop((key_type, key), None)
-            if loop.time() + self._backoff_s > deadline:
+            backoff = self._backoff_s
+            if first_of_transaction and code == pb.CONCURRENT_TRANSACTIONS:
+                backoff = min(backoff, FIRST_ADD_RETRY_BACKOFF_S)
+            if loop.time() + backoff > deadline:
                 raise ClientError(f"{what} not done within max_block_ms: last error {code}")
             log.debug("%s retried: %s", what, _name(code))
-            await asyncio.sleep(self._backoff_s)
+            await asyncio.sleep(backoff)
 
     def _producer(self) -> pb.TransactionalProducer:
         return pb.TransactionalProducer(
@@ -256,6 +289,7 @@ class TransactionManager:
         adding = self._adding.get(tp)
         if adding is None:
             adding = self._adding[tp] = asyncio.get_running_loop().create_future()
+            first = not self.partitions and not self.offsets_sent
             try:
                 await self._call(
                     "AddPartitionsToTxn",
@@ -269,6 +303,7 @@ class TransactionManager:
                         timeout=self._request_timeout_s,
                     ),
                     lambda r: max((p.error_code for p in r.partitions), key=abs, default=0),
+                    first_of_transaction=first,
                 )
                 self.partitions.add(tp)
                 adding.set_result(None)
@@ -285,6 +320,7 @@ class TransactionManager:
         """AddOffsetsToTxn, then TxnOffsetCommit at the group's coordinator: the offsets
         apply only if the transaction commits."""
         self.in_transaction()
+        first = not self.partitions and not self.offsets_sent
         self.offsets_sent = True
         await self._call(
             "AddOffsetsToTxn",
@@ -295,6 +331,7 @@ class TransactionManager:
                 timeout=self._request_timeout_s,
             ),
             lambda r: r.error_code,
+            first_of_transaction=first,
         )
         await self._call(
             "TxnOffsetCommit",
@@ -320,7 +357,7 @@ class TransactionManager:
         raises its error instead (the application aborts it)."""
         self.in_transaction()
         if commit and self.abortable is not None:
-            raise ClientError(
+            raise TransactionAbortableError(
                 f"transaction of {self.transactional_id!r} cannot commit: a record failed "
                 f"({self.abortable}); abort it"
             )
