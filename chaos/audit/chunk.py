@@ -57,7 +57,7 @@ from chaos.audit.log_checks import BatchTable, held_ranges
 from chaos.audit.polls import SKIP, WHAT, steps
 from chaos.audit.runs import Run, item, merge
 from chaos.audit.topic_configs import Compaction
-from chaos.audit.transaction_log import aborted_ranges, served
+from chaos.audit.transaction_log import COORDINATOR_TOPICS, aborted_ranges, served
 from chaos.audit.versions import Offsets, Records, bits, decode_copies, top_versions
 from proto.records.compression import CODEC_NAMES
 
@@ -308,7 +308,8 @@ class _Chunk:
                 items += [s for s in (skip_item(part, skip, held) for skip in skips) if s]
         else:
             result.unresolved = not_held
-            result.hashes = {"write": self.offsets.top_write[self.offsets.top_write != NULL]}
+            written = (self.offsets.top_write != NULL) & (part.topic not in COORDINATOR_TOPICS)
+            result.hashes = {"write": self.offsets.top_write[written]}
             if part.in_history:
                 result.hashes["value"] = self.offsets.top_value[self.offsets.top_value != NULL]
         result.runs = merge(items)
@@ -529,7 +530,7 @@ class _Chunk:
         """The writes and (in a topic the history writes) values the partition's versions
         hold at several offsets."""
         o = self.offsets
-        writes = repeated(o.top_write)
+        writes = repeated(o.top_write[:0] if self.part.topic in COORDINATOR_TOPICS else o.top_write)
         values = repeated(o.top_value) if self.part.in_history else np.zeros(0, np.uint64)
         return duplicate_items(
             self.part.pid,

@@ -33,6 +33,7 @@ from proto.records.record_batch import CONTROL_FLAG_MASK, TRANSACTIONAL_FLAG_MAS
 __all__ = [
     "ABORTED",
     "COMMITTED",
+    "COORDINATOR_TOPICS",
     "OPEN",
     "TransactionSpans",
     "aborted_ranges",
@@ -44,6 +45,11 @@ __all__ = [
 ]
 
 I64 = npt.NDArray[np.int64]
+
+COORDINATOR_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+"""Internal topics whose batches the coordinators write, under a transactional producer's
+id and epoch with sequence 0 each time (as Kafka's group coordinator writes a
+TxnOffsetCommit): equal sequences there are no retry written twice."""
 
 COMMITTED = int(ControlType.COMMIT)
 ABORTED = int(ControlType.ABORT)

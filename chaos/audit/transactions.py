@@ -363,8 +363,8 @@ def _writes(
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _STEP_SLACK_S = 1.0
-"""How far outside its first and last step lines a transaction's offset commit may be
-stamped (the group coordinator's clock against the producer's)."""
+"""How long after its last line a transaction that the log leaves open may have had its
+offsets written."""
 
 
 def _offsets(
@@ -375,13 +375,20 @@ def _offsets(
     """The offsets a transaction sent (TxnOffsetCommit): the group coordinator wrote them
     to ``__consumer_offsets`` as a transactional batch of the transaction's producer id, so
     they end as its writes do. Found by that producer id (the spans of its writes name it)
-    and a timestamp within the transaction's steps. Their outcome joins the writes' in
+    and a timestamp from the transaction's begin line to the marker of its writes. Their
+    outcome joins the writes' in
     ``ended`` (``partial_txn``: offsets applied without the writes, or writes without the
     offsets); a committed transaction's offsets aborted, never ended or missing are
     ``lost_committed``."""
     _, _, offset, spans = next(w[0] for w in ended.values() if w)
-    pid = int(spans.producer_id[_index(spans, offset)])
-    low, high = (txn.first_time - _STEP_SLACK_S) * 1000, (txn.last_time + _STEP_SLACK_S) * 1000
+    i = _index(spans, offset)
+    pid = int(spans.producer_id[i])
+    # From its begin line (the previous transaction's offsets were written before the
+    # commit that came before it) to the marker ending its writes (it sends EndTxn after
+    # its offsets): the latest batch of the producer id in that window, per partition.
+    low = math.floor(txn.first_time * 1000)
+    ended_at = int(spans.marker_timestamp[i])
+    high = ended_at if ended_at >= 0 else (txn.last_time + _STEP_SLACK_S) * 1000
     offsets_partitions = [(tp, s) for tp, s in parts.chosen.items() if tp[0] == OFFSETS_TOPIC]
     if not offsets_partitions:
         return []  # the data dirs hold no __consumer_offsets: nothing to judge them by
@@ -398,7 +405,7 @@ def _offsets(
             & (spans.max_timestamp >= low)
             & (spans.max_timestamp <= high)
         )
-        for i in mine[:1].tolist():
+        for i in mine[-1:].tolist():
             found = True
             offset = int(spans.base_offset[i])
             outcome = int(spans.outcome[i])

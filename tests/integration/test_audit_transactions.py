@@ -136,9 +136,10 @@ class _Cluster:
     ) -> None:
         """The markers in ``tps`` (``commits`` overriding per partition) and the step line
         the producer was told (``told``: its type; None: no line)."""
+        written_at = round(self.tick() * 1000) if marker_ms is None else marker_ms
         for tp in tps:
             self.dirs[A].end_txn(
-                tp, pid, commit=(commits or {}).get(tp, commit), epoch=0, timestamp=marker_ms
+                tp, pid, commit=(commits or {}).get(tp, commit), epoch=0, timestamp=written_at
             )
         if told is not None:
             f = "commit" if commit else "abort"
