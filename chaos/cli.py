@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 
 from chaos.backend import BackendUnavailableError
-from chaos.nemesis import NEMESES
+from chaos.nemesis import NEMESES, TRANSACTION_DEFAULT_NEMESES
 from chaos.run_dir import EXIT_CANNOT_RUN, RunDirError
 from chaos.scenario import cli as scenario_cli
 from chaos.schedule import ScheduleError
+from chaos.workload import PLAIN, TRANSACTIONS, WORKLOADS
 from client.cli.common import compression_type_argument
 from deploy.local_cluster import LocalClusterError
 
@@ -79,10 +80,11 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     run.add_argument(
         "--nemesis",
         type=_nemesis_list,
-        default=["all"],
+        default=None,
         metavar="N1,N2,...|all",
-        help=f"faults to draw from: {', '.join(NEMESES)}; all (default): every one this "
-        "backend and cluster can do",
+        help=f"faults to draw from: {', '.join(NEMESES)}; all: every one this backend, "
+        "cluster and workload can do (the default of the plain workload; the transactions "
+        f"workload's is {','.join(TRANSACTION_DEFAULT_NEMESES)})",
     )
     run.add_argument(
         "--duration", type=float, default=60.0, metavar="S", help="the fault window (default "
@@ -116,6 +118,46 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         default=None,
         metavar="N",
         help="with --compacted: the keys the producers draw from (default 20)",
+    )
+    run.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default=PLAIN,
+        help="plain (default): idempotent producers, read_uncommitted consumers; "
+        "transactions: transactional producers (each transaction several partitions, "
+        "committed or aborted), read_committed consumers",
+    )
+    run.add_argument(
+        "--transaction-records",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --workload transactions: records per transaction (default 5)",
+    )
+    run.add_argument(
+        "--abort-probability",
+        type=float,
+        default=None,
+        metavar="P",
+        help="with --workload transactions: how often a producer aborts a transaction it "
+        "could commit (default 0.2)",
+    )
+    run.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="with --workload transactions: the producers' transaction.timeout.ms (default "
+        "10000); the end of the run waits it out, plus the coordinators' abort check",
+    )
+    run.add_argument(
+        "--copiers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --workload transactions: consume-transform-produce processes copying the "
+        "producers' topics to a topic of their own, their input offsets committed in each "
+        "transaction (default 1; 0: none)",
     )
     run.add_argument("--seed", type=int, default=None, help="the schedule's seed (default: time)")
     run.add_argument(
@@ -153,10 +195,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.keys is not None and (args.keys < 1 or not args.compacted):
         print("minibroker chaos run: --keys takes a number > 0, with --compacted", file=sys.stderr)
         return EXIT_CANNOT_RUN
+    problem = _transaction_options_problem(args)
+    if problem is not None:
+        print(f"minibroker chaos run: {problem}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
     settings = RunSettings(
         out=args.out or default_out("run"),
         backend=args.backend,
-        nemeses=args.nemesis,
+        nemeses=args.nemesis if args.nemesis is not None else _default_nemeses(args.workload),
         duration_s=args.duration,
         interval_s=args.interval,
         producers=args.producers,
@@ -171,8 +217,50 @@ def _run(args: argparse.Namespace) -> int:
         data_dir=args.data_dir,
         project=args.project,
         spark_master=args.master,
+        workload=args.workload,
+        **{
+            field: value
+            for field, value in (
+                ("transaction_records", args.transaction_records),
+                ("abort_probability", args.abort_probability),
+                ("transaction_timeout_ms", args.transaction_timeout_ms),
+                ("copiers", args.copiers),
+            )
+            if value is not None  # else RunSettings' default
+        },
     )
     return _cannot_run_is_two(run_chaos, settings)
+
+
+def _default_nemeses(workload: str) -> list[str]:
+    """``--nemesis`` left out: ``all`` for the plain workload, the transaction path's and
+    the broker faults for the transactions one."""
+    return list(TRANSACTION_DEFAULT_NEMESES) if workload == TRANSACTIONS else ["all"]
+
+
+def _transaction_options_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the transaction options (None: nothing)."""
+    given = [
+        flag
+        for flag, value in (
+            ("--transaction-records", args.transaction_records),
+            ("--abort-probability", args.abort_probability),
+            ("--transaction-timeout-ms", args.transaction_timeout_ms),
+            ("--copiers", args.copiers),
+        )
+        if value is not None
+    ]
+    if given and args.workload != TRANSACTIONS:
+        return f"{', '.join(given)} needs --workload transactions"
+    if args.transaction_records is not None and args.transaction_records < 1:
+        return "--transaction-records takes a number > 0"
+    if args.abort_probability is not None and not 0 <= args.abort_probability <= 1:
+        return "--abort-probability takes a number from 0 to 1"
+    if args.transaction_timeout_ms is not None and args.transaction_timeout_ms < 1:
+        return "--transaction-timeout-ms takes a number > 0"
+    if args.copiers is not None and args.copiers < 0:
+        return "--copiers takes a number >= 0"
+    return None
 
 
 def _cannot_run_is_two(action: object, *args: object) -> int:

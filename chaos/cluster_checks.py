@@ -1,4 +1,5 @@
-"""What a chaos run asks of the cluster between faults: topics made, ISRs whole, a final read.
+"""What a chaos run asks of the cluster between faults: topics made, ISRs whole, every
+transaction ended (a last stable offset at its high watermark), a final read.
 
 These talk to the cluster as a client would (the admin client, a consumer) and to
 ZooKeeper (the state znodes), never to a broker's internals.
@@ -15,12 +16,18 @@ from kazoo.client import KazooClient
 from chaos.history_recorder import HistoryRecorder
 from client.admin import LATEST, AdminClient
 from client.consumer import Consumer, ConsumerConfig
-from client.metadata import BrokerConnections
+from client.metadata import BrokerConnections, ClientError
 from proto.topic_partition import TopicPartition
 from proto.zk import znodes
 from proto.zk.sync_client import read_partition_state
 
-__all__ = ["create_topics", "final_read", "under_replicated", "wait_for_full_isr"]
+__all__ = [
+    "create_topics",
+    "final_read",
+    "under_replicated",
+    "unstable_partitions",
+    "wait_for_full_isr",
+]
 
 
 async def create_topics(
@@ -71,6 +78,36 @@ def wait_for_full_isr(
         if not missing or time.monotonic() >= deadline:
             return missing
         time.sleep(0.25)
+
+
+async def unstable_partitions(
+    bootstrap: str, zookeeper: str, tps: Sequence[TopicPartition]
+) -> dict[TopicPartition, str]:
+    """The partitions whose last stable offset (where a read_committed consumer's end is,
+    ListOffsets read_committed) is below their high watermark: a transaction is still
+    open on them, or its marker is not written yet. With what each lacks."""
+    async with (
+        BrokerConnections.from_bootstrap(bootstrap) as connections,
+        AdminClient(connections, zookeeper) as admin,
+    ):
+        ends = await admin.list_offsets(tps, LATEST)
+    problems = {tp: f"no high watermark: {why}" for tp, why in ends.errors.items()}
+    config = ConsumerConfig(isolation_level="read_committed")
+    async with (
+        BrokerConnections.from_bootstrap(bootstrap) as connections,
+        Consumer(connections, config) as consumer,
+    ):
+        consumer.assign(sorted(ends.offsets))
+        consumer.seek_to_end()
+        for tp, high_watermark in sorted(ends.offsets.items()):
+            try:
+                stable = await consumer.position(tp)
+            except ClientError as e:
+                problems[tp] = f"no last stable offset: {e}"
+                continue
+            if stable < high_watermark:
+                problems[tp] = f"last stable offset {stable} < high watermark {high_watermark}"
+    return problems
 
 
 async def final_read(

@@ -10,6 +10,12 @@ The vocabulary is Jepsen's: ``ok`` (acknowledged, with its offset), ``fail`` (ce
 written), ``info`` (unknown: a timeout, a lost connection; never guessed ``ok``), ``read``
 (a consumer polled this record), and the nemesis's own lines in the timeline. A write to a
 compacted topic names its record's ``key``; a null ``value`` is a tombstone.
+
+A transactional producer's writes name their transaction (``txn``, ``p<process>-t<n>``),
+its steps are lines of their own (``f``: ``begin``, ``commit``, ``abort``, ``send_offsets``;
+no topic), and a read_committed consumer's reads say so (``isolation``): docs/audit.md has
+the lines. Fields a line does not use are left out, so the lines of a plain workload are
+what they always were.
 """
 
 from __future__ import annotations
@@ -66,6 +72,7 @@ class HistoryRecorder(_JsonLines):
         value: str | None,
         offset: int | None,
         key: str | None = None,
+        txn: str | None = None,
         **extra: object,
     ) -> None:
         entry: dict[str, object] = {
@@ -79,34 +86,75 @@ class HistoryRecorder(_JsonLines):
         }
         if key is not None:  # a compacted topic's write; other lines stay as they were
             entry["key"] = key
+        if txn is not None:  # a write inside a transaction
+            entry["txn"] = txn
         self.write({**entry, **extra})
 
     def ok(
-        self, topic: str, partition: int, value: str | None, offset: int, key: str | None = None
+        self,
+        topic: str,
+        partition: int,
+        value: str | None,
+        offset: int,
+        key: str | None = None,
+        txn: str | None = None,
     ) -> None:
         """``value`` (None: a tombstone of ``key``) was acknowledged at ``offset``
-        (acks=all)."""
-        self._op("ok", topic, partition, value, offset, key)
+        (acks=all); inside transaction ``txn``, if one is named."""
+        self._op("ok", topic, partition, value, offset, key, txn)
 
     def fail(
-        self, topic: str, partition: int | None, value: str | None, key: str | None = None
+        self,
+        topic: str,
+        partition: int | None,
+        value: str | None,
+        key: str | None = None,
+        txn: str | None = None,
     ) -> None:
         """``value`` was certainly not written (the broker refused it before appending)."""
-        self._op("fail", topic, partition, value, None, key)
+        self._op("fail", topic, partition, value, None, key, txn)
 
     def info(
-        self, topic: str, partition: int | None, value: str | None, key: str | None = None
+        self,
+        topic: str,
+        partition: int | None,
+        value: str | None,
+        key: str | None = None,
+        txn: str | None = None,
     ) -> None:
         """Whether ``value`` was written is unknown (a timeout, a lost connection)."""
-        self._op("info", topic, partition, value, None, key)
+        self._op("info", topic, partition, value, None, key, txn)
+
+    def step(self, f: str, txn: str, kind: str, **fields: object) -> None:
+        """A step of transaction ``txn``: ``f`` is ``begin``, ``commit``, ``abort`` or
+        ``send_offsets``; ``kind`` is ``ok`` (acknowledged), ``fail`` (certainly did not
+        happen) or ``info`` (unknown), never guessed. ``fields``: the step's own
+        (``timeout_ms`` of a begin, ``group`` and ``offsets`` of a send_offsets)."""
+        self.write(
+            {"time": time.time(), "process": self.process, "type": kind, "f": f, "txn": txn}
+            | fields
+        )
 
     def read(
-        self, topic: str, partition: int, offset: int, value: str | None, session: int = 0
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        value: str | None,
+        session: int = 0,
+        *,
+        isolation: str | None = None,
+        txn: str | None = None,
     ) -> None:
         """A consumer polled ``value`` (None: a null one) at ``offset``. ``session`` changes
         whenever the consumer's position may legitimately jump (a rebalance, a seek, a
-        reset): the audit compares the offsets of one session only."""
-        self._op("read", topic, partition, value, offset, session=session)
+        reset): the audit compares the offsets of one session only. ``isolation``: a
+        read_committed consumer says so (None: read_uncommitted, left out); ``txn``: the
+        transaction that processes the record read (a consume-transform-produce copier)."""
+        extra: dict[str, object] = {"session": session}
+        if isolation is not None and isolation != "read_uncommitted":
+            extra["isolation"] = isolation
+        self._op("read", topic, partition, value, offset, None, txn, **extra)
 
 
 class TimelineRecorder(_JsonLines):

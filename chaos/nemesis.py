@@ -34,6 +34,16 @@ nemesis           fault                                       heal
                   directory), else once it has cleaned
 ``zk-kill``       SIGKILL one node of a 3-node ensemble        start it
 ``zk-quorum-loss``  SIGKILL two nodes of a 3-node ensemble    start them
+``kill-txn-       SIGKILL the transaction coordinator of one   start it (the new coordinator
+coordinator``     transactional producer (the leader of its     completes or aborts what
+                  transactional id's ``__transaction_state``    it finds in the log)
+                  partition)
+``pause-txn-      SIGSTOP that coordinator past its session     SIGCONT (a zombie coordinator)
+coordinator``     timeout
+``kill-leader-    SIGKILL the leader of a partition an open      start it
+mid-txn``         transaction wrote to, between its
+                  AddPartitionsToTxn and its end (read from
+                  the producers' histories)
 ``clean-shutdown-leader`` ... ``hard-bounce-controller``: Kafka's replication-test failure
 modes (:data:`KAFKA_FAILURE_MODES`, ``chaos matrix``)
 ================  ==========================================  ================================
@@ -48,8 +58,8 @@ import abc
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -57,22 +67,27 @@ from kazoo.exceptions import NoNodeError
 
 from chaos.backend import BackendUnavailableError, ClusterBackend
 from chaos.history_recorder import TimelineRecorder
+from chaos.open_transactions import OpenTransactions
 from chaos.zookeeper_session import close_session, expire_session
 from controller.leader_election import offline_partition_leader_election
+from proto.coordinator.placement import partition_for
 from proto.errors import MinibrokerError
-from proto.topic_partition import TopicPartition
+from proto.topic_partition import TRANSACTION_STATE_TOPIC, TopicPartition
 from proto.zk import znodes
 from proto.zk.sync_client import read_partition_state
 
 __all__ = [
     "KAFKA_FAILURE_MODES",
     "NEMESES",
+    "TRANSACTION_DEFAULT_NEMESES",
+    "TRANSACTION_NEMESES",
     "Fault",
     "Nemesis",
     "NemesisContext",
     "NoTargetError",
     "nemesis_named",
     "swap_file",
+    "transaction_coordinator",
 ]
 
 
@@ -96,6 +111,12 @@ class NemesisContext:
     """Brokers paused now: whatever happens, the run resumes them."""
     compacted: frozenset[str] = frozenset()
     """The workload's compacted topics (``cleaner-crash`` watches their partitions)."""
+    transactional_ids: Mapping[int, str] = field(default_factory=dict)
+    """The workload's transactional producers: process -> ``transactional.id`` (the
+    transaction path's nemeses pick one)."""
+    history_parts: Path | None = None
+    """The directory of the workload processes' history files (``kill-leader-mid-txn``
+    reads the transactional producers' there)."""
 
 
 @dataclass
@@ -142,6 +163,8 @@ class Nemesis(abc.ABC):
     """The shortest hold that makes sense (``pause`` must outlast the session timeout)."""
     needs_compacted: bool = False
     """It breaks what only a compacted topic has: a run without one cannot use it."""
+    needs_transactions: bool = False
+    """It strikes the transaction path: only the transactions workload gives it one."""
 
     def check(self, backend: ClusterBackend) -> None:  # noqa: B027 - most need nothing
         """Raise BackendUnavailableError if ``backend`` cannot do this (before a run)."""
@@ -212,16 +235,25 @@ class _Pause(Nemesis):
 
     def strike(self, ctx: NemesisContext, pick: float) -> Fault:
         broker = _choose([b for b in _running(ctx) if b not in ctx.paused], pick)
+        return self._pause(ctx, broker, None)
+
+    def _pause(self, ctx: NemesisContext, broker: int, coordinator: _Coordinator | None) -> Fault:
         ctx.backend.pause(broker)
         ctx.paused.add(broker)
-        ctx.timeline.event("pause", broker, nemesis=self.name)
+        if coordinator is None:
+            ctx.timeline.event("pause", broker, nemesis=self.name)
+        else:
+            ctx.timeline.event(
+                "pause", broker, nemesis=self.name,
+                transactional_id=coordinator.transactional_id, tp=str(coordinator.tp),
+            )  # fmt: skip
 
         def heal() -> None:
             ctx.backend.resume(broker)
             ctx.paused.discard(broker)
             ctx.timeline.event("resume", broker)
 
-        return Fault(self.name, broker, heal)
+        return Fault(self.name, broker, heal, "" if coordinator is None else coordinator.detail)
 
 
 class _ZkExpire(Nemesis):
@@ -450,12 +482,157 @@ def _wait_for_leader(
     return None
 
 
-def _assignment(zk: KazooClient, tp: TopicPartition) -> list[int] | None:
+def _topic_assignment(zk: KazooClient, topic: str) -> dict[int, list[int]] | None:
     try:
-        data, _ = zk.get(znodes.topic_path(tp.topic))
+        data, _ = zk.get(znodes.topic_path(topic))
     except NoNodeError:
         return None
-    return znodes.decode_topic_assignment(data).get(tp.partition)
+    return znodes.decode_topic_assignment(data)
+
+
+def _assignment(zk: KazooClient, tp: TopicPartition) -> list[int] | None:
+    assignment = _topic_assignment(zk, tp.topic)
+    return None if assignment is None else assignment.get(tp.partition)
+
+
+# -- the transaction path -------------------------------------------------------------------
+
+
+def transaction_coordinator(
+    zk: KazooClient, transactional_id: str
+) -> tuple[TopicPartition, int | None]:
+    """The partition of ``__transaction_state`` that holds ``transactional_id`` (placed as
+    every broker places it: :func:`proto.coordinator.placement.partition_for` over the
+    topic's partitions) and its leader, the id's coordinator (None: it has none now).
+    NoTargetError before the topic exists (no transactional producer found its
+    coordinator yet)."""
+    assignment = _topic_assignment(zk, TRANSACTION_STATE_TOPIC)
+    if not assignment:
+        raise NoTargetError(f"no {TRANSACTION_STATE_TOPIC} topic yet")
+    tp = TopicPartition(TRANSACTION_STATE_TOPIC, partition_for(transactional_id, len(assignment)))
+    state = read_partition_state(zk, tp)
+    return tp, state.leader if state is not None and state.leader >= 0 else None
+
+
+def _transactional_producers(ctx: NemesisContext) -> list[tuple[int, str]]:
+    if not ctx.transactional_ids:
+        raise NoTargetError(
+            "the workload has no transactional producer (chaos run --workload transactions)"
+        )
+    return sorted(ctx.transactional_ids.items())
+
+
+@dataclass(frozen=True)
+class _Coordinator:
+    transactional_id: str
+    tp: TopicPartition
+    broker: int
+
+    @property
+    def detail(self) -> str:
+        return f"coordinator of {self.transactional_id}, {self.tp}"
+
+
+def _coordinator_target(ctx: NemesisContext, pick: float) -> _Coordinator:
+    """The coordinator of the transactional producer the pick names, or of the next one
+    whose coordinator runs (and is not paused)."""
+    producers = _transactional_producers(ctx)
+    first = min(int(pick * len(producers)), len(producers) - 1)
+    missing = []
+    for i in range(len(producers)):
+        _, transactional_id = producers[(first + i) % len(producers)]
+        tp, leader = transaction_coordinator(ctx.zk, transactional_id)
+        if leader is not None and ctx.backend.is_running(leader) and leader not in ctx.paused:
+            return _Coordinator(transactional_id, tp, leader)
+        missing.append(f"{transactional_id} ({tp}: {'no leader' if leader is None else leader})")
+    raise NoTargetError("no running transaction coordinator: " + ", ".join(missing))
+
+
+class _KillTxnCoordinator(Nemesis):
+    name = "kill-txn-coordinator"
+    needs_transactions = True
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        target = _coordinator_target(ctx, pick)
+        ctx.backend.kill(target.broker)
+        ctx.timeline.event(
+            "kill", target.broker, nemesis=self.name,
+            transactional_id=target.transactional_id, tp=str(target.tp),
+        )  # fmt: skip
+        return Fault(self.name, target.broker, _restart(ctx, target.broker), target.detail)
+
+
+class _PauseTxnCoordinator(_Pause):
+    """The coordinator frozen past its session timeout: another broker leads the id's
+    partition and coordinates, and the frozen one wakes up believing it still does (its
+    appends to ``__transaction_state`` then fail, its markers are refused as fenced)."""
+
+    name = "pause-txn-coordinator"
+    needs_transactions = True
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        target = _coordinator_target(ctx, pick)
+        return self._pause(ctx, target.broker, target)
+
+
+class _KillLeaderMidTxn(Nemesis):
+    """SIGKILL the leader of a partition an open transaction has written to: after its
+    AddPartitionsToTxn, before its end (the producer's commit or abort, and the markers
+    that must reach that partition). The strike watches the transactional producers'
+    history files (:class:`chaos.open_transactions.OpenTransactions`, a look every
+    :data:`POLL_S`) and kills the leader of a partition of the first open transaction it
+    finds whose leader runs. Whether the transaction was still open in the history when
+    the SIGKILL went (``mid-txn``) or had ended just before (``after-its-end``) is read
+    again after the kill and is the fault's detail; after :data:`WAIT_S` without an open
+    transaction it kills the leader the schedule's pick names (``no-open-txn-seen``)."""
+
+    name = "kill-leader-mid-txn"
+    needs_transactions = True
+    WAIT_S = 10.0
+    POLL_S = 0.005
+
+    def strike(self, ctx: NemesisContext, pick: float) -> Fault:
+        producers = _transactional_producers(ctx)
+        if ctx.history_parts is None:
+            raise NoTargetError("the workload's history files are not known to the nemesis")
+        watch = OpenTransactions({p: ctx.history_parts / f"{p}.jsonl" for p, _ in producers})
+        deadline = time.monotonic() + self.WAIT_S
+        while time.monotonic() < deadline:
+            for open_txn in sorted(watch.poll().values(), key=lambda t: t.txn):
+                tps = open_txn.partitions
+                tp = tps[min(int(pick * len(tps)), len(tps) - 1)]
+                state = read_partition_state(ctx.zk, tp)
+                if state is None or state.leader < 0 or not ctx.backend.is_running(state.leader):
+                    continue
+                if state.leader in ctx.paused:
+                    continue
+                killed_at = time.time()
+                ctx.backend.kill(state.leader)
+                watch.poll()
+                ended = watch.ended.get(open_txn.txn)
+                written = f"{len(tps)} partition(s) written"
+                if ended is not None and ended <= killed_at:
+                    moment = "after-its-end"
+                    detail = (
+                        f"{moment}: {open_txn.txn} ({written}) ended just before the leader "
+                        f"of {tp} was killed"
+                    )
+                else:
+                    moment = "mid-txn"
+                    detail = f"{moment}: {open_txn.txn} open, {written}, the leader of {tp} killed"
+                ctx.timeline.event(
+                    "kill", state.leader, nemesis=self.name, tp=str(tp), txn=open_txn.txn,
+                    moment=moment, detail=detail,
+                )  # fmt: skip
+                return Fault(self.name, state.leader, _restart(ctx, state.leader), detail)
+            time.sleep(self.POLL_S)
+        broker = _Leader().target(ctx, pick)
+        detail = f"no open transaction seen in {self.WAIT_S:g} s: a leader killed"
+        ctx.backend.kill(broker)
+        ctx.timeline.event(
+            "kill", broker, nemesis=self.name, moment="no-open-txn-seen", detail=detail
+        )
+        return Fault(self.name, broker, _restart(ctx, broker), detail)
 
 
 SWAP_SUFFIXES = (".cleaned", ".swap")
@@ -648,10 +825,26 @@ NEMESES: dict[str, Nemesis] = {
         _Split(),
         _ZkKill(),
         _ZkQuorumLoss(),
+        _KillTxnCoordinator(),
+        _PauseTxnCoordinator(),
+        _KillLeaderMidTxn(),
         *KAFKA_FAILURE_MODES,
     )
 }
 """Every nemesis, by the name ``--nemesis`` takes."""
+TRANSACTION_NEMESES = tuple(name for name, n in NEMESES.items() if n.needs_transactions)
+"""The nemeses of the transaction path."""
+TRANSACTION_DEFAULT_NEMESES = (
+    *TRANSACTION_NEMESES,
+    "kill",
+    "bounce",
+    "pause",
+    "leader",
+    "controller",
+)
+"""The transactions workload's faults unless ``--nemesis`` names others: the transaction
+path's and the broker faults every workload gets (among all of them, ``all``, the
+transaction path's would come one time in eight)."""
 
 
 def nemesis_named(name: str) -> Nemesis:

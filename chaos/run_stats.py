@@ -2,7 +2,8 @@
 faults, the seconds without any, the longest time without one around each fault, how long
 the cluster took to be whole after each heal, and which faults could not strike.
 
-Read from ``history.jsonl`` (the ``ok`` lines' times) and ``timeline.jsonl`` (the
+Read from ``history.jsonl`` (the ``ok`` writes' times; a transactions run's steps give each
+transaction's outcome, counted) and ``timeline.jsonl`` (the
 ``run-start``/``run-end`` marks around the schedule; per fault ``strike`` when its strike
 begins, ``fault`` once it is in place, ``healed`` once its heal is done, or ``skipped``
 with the reason it could not strike; the ``isr-whole`` lines the runner writes after each
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FaultGap", "RunStats", "run_stats"]
+__all__ = ["FaultGap", "RunStats", "run_stats", "transaction_outcomes"]
 
 WINDOW_S = 10
 
@@ -84,6 +85,9 @@ class RunStats:
     """Heals after which the ISRs were not whole within the runner's wait."""
     violations: int | None = None
     """The audit's count, None if the audit did not run."""
+    transactions: Counter[str] = field(default_factory=Counter)
+    """Transactions by outcome (``committed``, ``aborted``, ``unknown``): none but in a
+    transactions run."""
 
     @property
     def acks_per_s(self) -> float:
@@ -122,6 +126,12 @@ class RunStats:
             f"{self.worst_window_acks_per_s:,.0f}/s), {self.seconds_without_ack} s without an "
             f"ack, {heal}"
         ]
+        if self.transactions:
+            t = self.transactions
+            lines.append(
+                f"transactions: {t['committed']:,} committed, {t['aborted']:,} aborted, "
+                f"{t['unknown']:,} of unknown outcome"
+            )
         lines += [f"  {gap}" for gap in self.fault_gaps]
         return "\n".join(lines)
 
@@ -143,12 +153,16 @@ def run_stats(run_dir: Path) -> RunStats:
     """Sum up the run in ``run_dir`` (see the module docstring)."""
     timeline = _lines(run_dir / "timeline.jsonl")
     marks = {e["f"]: float(e["time"]) for e in timeline if e.get("f") in ("run-start", "run-end")}
-    acks = sorted(
-        float(h["time"]) for h in _lines(run_dir / "history.jsonl") if h.get("type") == "ok"
-    )
+    history = _lines(run_dir / "history.jsonl")
+    # Writes: a transaction's steps ("f": begin, commit, ...) acknowledge no record.
+    acks = sorted(float(h["time"]) for h in history if h.get("type") == "ok" and "f" not in h)
     start = marks.get("run-start", acks[0] if acks else 0.0)
     end = marks.get("run-end", acks[-1] if acks else start)
-    stats = RunStats(duration_s=max(end - start, 0.0), acked_total=len(acks))
+    stats = RunStats(
+        duration_s=max(end - start, 0.0),
+        acked_total=len(acks),
+        transactions=transaction_outcomes(history),
+    )
     for e in timeline:
         if e.get("f") == "fault":  # one per fault struck, however many strikes it took
             stats.faults[str(e.get("nemesis"))] += 1
@@ -182,6 +196,26 @@ def run_stats(run_dir: Path) -> RunStats:
         except (ValueError, KeyError):
             stats.violations = None
     return stats
+
+
+def transaction_outcomes(history: list[dict[str, Any]]) -> Counter[str]:
+    """How many transactions of the history ended each way, as docs/audit.md decides a
+    transaction's outcome from its steps: ``committed`` if a ``commit`` line is ``ok``,
+    ``aborted`` if an ``abort`` line is ``ok`` or a ``commit`` line is ``fail``, ``unknown``
+    otherwise (begun, and never known to end)."""
+    outcome: dict[str, str] = {}
+    for h in history:
+        txn, f, kind = h.get("txn"), h.get("f"), h.get("type")
+        if not isinstance(txn, str) or f not in ("begin", "commit", "abort"):
+            continue
+        known = outcome.setdefault(txn, "unknown")
+        if f == "commit" and kind == "ok":
+            outcome[txn] = "committed"
+        elif known == "unknown" and (
+            (f == "abort" and kind == "ok") or (f == "commit" and kind == "fail")
+        ):
+            outcome[txn] = "aborted"
+    return Counter(outcome.values())
 
 
 @dataclass

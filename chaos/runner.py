@@ -19,7 +19,10 @@ One run, in order:
    strike or a heal blocks, is rewritten every second on a terminal and printed every
    :data:`PROGRESS_EVERY_S` seconds without one;
 5. the end: every fault healed, the ISRs whole again (or said which are not), the producers
-   stopped once they know their outcomes, one final read of every partition, the consumers
+   stopped once they know their outcomes (transactions: then ``transaction.timeout.ms``
+   and the coordinators' abort check waited out, so that what a killed producer left open
+   is aborted, and every partition's last stable offset checked against its high
+   watermark), one final read of every partition, the consumers
    stopped; a cluster the run started is stopped cleanly, one it was given is left running
    (healed, as it was found) and its data dirs copied after the final read; logs copied
    into the run, the history merged and summed up (:mod:`chaos.run_stats`), and the audit
@@ -50,21 +53,35 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from chaos.backend import BackendUnavailableError, ClusterBackend
-from chaos.cluster_checks import create_topics, final_read, under_replicated, wait_for_full_isr
+from chaos.cluster_checks import (
+    create_topics,
+    final_read,
+    under_replicated,
+    unstable_partitions,
+    wait_for_full_isr,
+)
 from chaos.history_recorder import HistoryRecorder, TimelineRecorder
 from chaos.local_backend import LocalBackend
 from chaos.nemesis import NEMESES, Fault, NemesisContext, nemesis_named
 from chaos.run_dir import EXIT_CANNOT_RUN, EXIT_NOTHING_TESTED, RunDir
 from chaos.run_stats import RunStats, run_stats
 from chaos.schedule import Schedule, make_schedule
-from chaos.workload import Workload, WorkloadSpec
+from chaos.workload import PLAIN, TRANSACTIONS, WORKLOADS, Workload, WorkloadSpec
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
+from proto.config.broker_config import BrokerConfig
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 from proto.zk.sync_client import start_kazoo_client, stop_kazoo_client
 
-__all__ = ["Interrupted", "RunSettings", "no_fault_fits", "run_chaos", "run_verdict"]
+__all__ = [
+    "Interrupted",
+    "RunSettings",
+    "no_fault_fits",
+    "run_chaos",
+    "run_verdict",
+    "transactions_settle_s",
+]
 
 BROKERS = 3
 REPLICATION_FACTOR = 3
@@ -103,6 +120,20 @@ run sees them go, and the audit judges that too)."""
 CLEANER_BACKOFF_MS = 200
 """``log.cleaner.backoff.ms`` of a cluster the run starts for a compacted workload (15 s
 by default): the cleaner looks for work five times a second."""
+TRANSACTION_TIMEOUT_MS = 10_000
+"""The transactional producers' ``transaction.timeout.ms``: short, so that a transaction a
+killed producer left open is aborted by its coordinator within the run."""
+ABORT_CHECK_MS = 1000
+"""``transaction.abort.timed.out.transaction.cleanup.interval.ms`` of a cluster the run
+starts for the transactions workload (10 s by default): timed-out transactions are looked
+for every second, so the end of the run waits that much less for them."""
+COPY_TOPIC_SUFFIX = "copies"
+"""The copiers' topic: ``<prefix>-copies`` beside the producers' ``<prefix>-N``."""
+SETTLE_MARGIN_S = 2.0
+"""Beyond the timeout and the abort check: time for the aborts' markers."""
+UNSTABLE_TIMEOUT_S = 30.0
+"""After that wait, how long the run waits at most for every last stable offset to reach
+its high watermark (said if one does not)."""
 
 
 @dataclass
@@ -136,6 +167,16 @@ class RunSettings:
     session_timeout_ms: int = 3000
     spark_master: str | None = None
     consumers: int = 2
+    workload: str = PLAIN
+    """:data:`chaos.workload.PLAIN` or :data:`chaos.workload.TRANSACTIONS`."""
+    transaction_records: int = 5
+    """Records per transaction (transactions workload)."""
+    abort_probability: float = 0.2
+    """How often a transactional producer aborts on purpose."""
+    transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS
+    copiers: int = 1
+    """Consume-transform-produce processes of the transactions workload (they copy the
+    producers' topics to a topic of their own, :data:`COPY_TOPIC_SUFFIX`)."""
     quiet: bool = False
     extra_overrides: dict[str, str] = field(default_factory=dict)
     spark: Any = None
@@ -153,20 +194,55 @@ def cluster_overrides(settings: RunSettings) -> dict[str, str]:
         "min.insync.replicas": str(MIN_INSYNC_REPLICAS),
         "test.zookeeper.session.export.enable": "true",
         **({"log.cleaner.backoff.ms": str(CLEANER_BACKOFF_MS)} if settings.compacted else {}),
+        **(
+            {"transaction.abort.timed.out.transaction.cleanup.interval.ms": str(ABORT_CHECK_MS)}
+            if settings.workload == TRANSACTIONS
+            else {}
+        ),
         **settings.extra_overrides,
     }
 
 
+def transactions_settle_s(settings: RunSettings, own_cluster: bool) -> float:
+    """How long the end of a transactions run waits, once the producers stopped, before its
+    final read: ``transaction.timeout.ms`` plus the coordinators' abort check (the interval
+    a cluster the run starts is given; Kafka's default for one it was given, whose setting
+    it does not know) plus :data:`SETTLE_MARGIN_S`. A transaction begun before the producers
+    stopped is then past its timeout and has been found by an abort check."""
+    key = "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+    interval_ms = (
+        int(cluster_overrides(settings).get(key, ABORT_CHECK_MS))
+        if own_cluster
+        else BrokerConfig.transaction_abort_timed_out_transaction_cleanup_interval_ms
+    )
+    return (settings.transaction_timeout_ms + interval_ms) / 1000 + SETTLE_MARGIN_S
+
+
+def _unfit(name: str, *, compacted: bool, transactions: bool) -> str | None:
+    """Why the workload gives nemesis ``name`` nothing to break (None: it does)."""
+    nemesis = nemesis_named(name)
+    if nemesis.needs_compacted and not compacted:
+        return f"{name} breaks what only compacted topics have: run with --compacted"
+    if nemesis.needs_transactions and not transactions:
+        return f"{name} strikes the transaction path: run with --workload transactions"
+    return None
+
+
 def resolve_nemeses(
-    names: Sequence[str], backend: ClusterBackend, *, compacted: bool = False
+    names: Sequence[str],
+    backend: ClusterBackend,
+    *,
+    compacted: bool = False,
+    transactions: bool = False,
 ) -> list[str]:
     """``all`` is every nemesis this backend, cluster and workload can do (those of
-    compacted topics only with a ``compacted`` workload); named ones must all be possible
-    here (BackendUnavailableError otherwise)."""
+    compacted topics only with a ``compacted`` workload, those of the transaction path
+    only with ``transactions``); named ones must all be possible here
+    (BackendUnavailableError otherwise)."""
     if list(names) == ["all"]:
         possible = []
         for name, nemesis in NEMESES.items():
-            if nemesis.needs_compacted and not compacted:
+            if _unfit(name, compacted=compacted, transactions=transactions) is not None:
                 continue
             try:
                 nemesis.check(backend)
@@ -175,25 +251,32 @@ def resolve_nemeses(
             possible.append(name)
         return possible
     for name in names:
-        nemesis = nemesis_named(name)
-        if nemesis.needs_compacted and not compacted:
-            raise BackendUnavailableError(
-                f"{name} breaks what only compacted topics have: run with --compacted"
-            )
-        nemesis.check(backend)
+        why = _unfit(name, compacted=compacted, transactions=transactions)
+        if why is not None:
+            raise BackendUnavailableError(why)
+        nemesis_named(name).check(backend)
     return list(names)
 
 
 def run_chaos(settings: RunSettings) -> int:
     """Run, judge, return the exit status (see the module docstring)."""
+    if settings.workload not in WORKLOADS:
+        raise BackendUnavailableError(
+            f"unknown workload {settings.workload!r}: choose {' or '.join(WORKLOADS)}"
+        )
     replay = Schedule.read(settings.replay) if settings.replay is not None else None
     # An unknown name, or one the workload gives nothing to break, is refused before
     # anything starts.
     for name in [*settings.nemeses, *(replay.nemeses if replay is not None else [])]:
-        if name != "all" and nemesis_named(name).needs_compacted and not settings.compacted:
-            raise BackendUnavailableError(
-                f"{name} breaks what only compacted topics have: run with --compacted"
-            )
+        if name == "all":
+            continue
+        why = _unfit(
+            name,
+            compacted=settings.compacted,
+            transactions=settings.workload == TRANSACTIONS,
+        )
+        if why is not None:
+            raise BackendUnavailableError(why)
     if settings.backend == "local":
         needs_network = sorted({"partition", "split"} & set(settings.nemeses))
         if needs_network:
@@ -365,6 +448,8 @@ class _Run:
         self.own_cluster = settings.data_dir is None and settings.project is None
         self.backend: ClusterBackend | None = None
         self.workload: Workload | None = None
+        self.copy_topic: str | None = None
+        """The copiers' topic (transactions with copiers)."""
         self.fault: Fault | None = None
         self.paused: set[int] = set()
         self.zk: KazooClient | None = None
@@ -376,6 +461,10 @@ class _Run:
         """The schedule's fault window (``--duration``, or the replayed schedule's)."""
         self.times: dict[str, float] = {"begin": time.monotonic()}
         """Monotonic times the run's phases began (for the closing line on times)."""
+
+    @property
+    def transactions(self) -> bool:
+        return self.settings.workload == TRANSACTIONS
 
     def say(self, line: str) -> None:
         self.progress.say(line)
@@ -391,7 +480,12 @@ class _Run:
         timeline = TimelineRecorder(run.timeline)
         try:
             self.backend = self._backend()
-            nemeses = resolve_nemeses(settings.nemeses, self.backend, compacted=settings.compacted)
+            nemeses = resolve_nemeses(
+                settings.nemeses,
+                self.backend,
+                compacted=settings.compacted,
+                transactions=self.transactions,
+            )
             schedule = self._schedule(nemeses)
             run.schedule.write_text(schedule.to_json())
             self.planned_s = schedule.duration_s
@@ -508,7 +602,12 @@ class _Run:
         settings = self.settings
         if self.replay is not None:
             assert self.backend is not None
-            resolve_nemeses(self.replay.nemeses, self.backend, compacted=settings.compacted)
+            resolve_nemeses(
+                self.replay.nemeses,
+                self.backend,
+                compacted=settings.compacted,
+                transactions=self.transactions,
+            )
             return self.replay
         return make_schedule(
             nemeses,
@@ -523,6 +622,9 @@ class _Run:
         assert self.backend is not None
         prefix = "chaos" if self.own_cluster else f"chaos-{time.strftime('%Y%m%d%H%M%S')}"
         topics = [f"{prefix}-{i}" for i in range(settings.topics)]
+        if self.transactions and settings.copiers > 0:
+            self.copy_topic = f"{prefix}-{COPY_TOPIC_SUFFIX}"
+            topics.append(self.copy_topic)
         config = {
             "min.insync.replicas": str(MIN_INSYNC_REPLICAS),
             "unclean.leader.election.enable": str(settings.unclean).lower(),
@@ -549,7 +651,7 @@ class _Run:
         spec = WorkloadSpec(
             bootstrap=self.backend.bootstrap_servers(),
             zookeeper=self.backend.zookeeper_connect(),
-            topics=sorted({tp.topic for tp in tps}),
+            topics=sorted({tp.topic for tp in tps} - {self.copy_topic}),
             partitions=settings.partitions,
             producers=settings.producers,
             rate=settings.rate,
@@ -558,6 +660,12 @@ class _Run:
             tombstone_every=TOMBSTONE_EVERY if settings.compacted else 0,
             group_consumers=settings.consumers,
             zookeeper_session_timeout_ms=max(settings.session_timeout_ms, 4000),
+            workload=settings.workload,
+            transaction_records=settings.transaction_records,
+            abort_probability=settings.abort_probability,
+            transaction_timeout_ms=settings.transaction_timeout_ms,
+            copiers=settings.copiers,
+            copy_topic=self.copy_topic,
         )
         return Workload(spec, self.run.history_parts, self.run.path / "workload")
 
@@ -584,6 +692,8 @@ class _Run:
             self.settings.session_timeout_ms / 1000,
             self.paused,
             frozenset(tp.topic for tp in tps) if self.settings.compacted else frozenset(),
+            {} if self.workload is None else self.workload.spec.transactional_ids(),
+            self.run.history_parts,
         )
         started = time.monotonic()
         self.times["schedule"] = started
@@ -684,6 +794,8 @@ class _Run:
         self.progress.now = "stopping the producers"
         self.say("stopping the producers (they wait for their last outcomes)")
         self.workload.stop(consumers_too=False)
+        if self.transactions:
+            self._wait_for_transactions_to_end(timeline, tps)
         self.progress.now = "final read"
         final = HistoryRecorder(run.history_part("final-read"), 10_000)
         with final:
@@ -737,6 +849,52 @@ class _Run:
         print(f"chaos run: {verdict}", flush=True)
         print(f"chaos run: report {run.report}", flush=True)
         return status
+
+    def _wait_for_transactions_to_end(
+        self, timeline: TimelineRecorder, tps: list[TopicPartition]
+    ) -> None:
+        """Once the producers stopped: wait until any transaction they left open is past
+        its timeout and an abort check has found it (:func:`transactions_settle_s`), then
+        until every partition's last stable offset is its high watermark (every
+        transaction on it ended, its markers written), at most UNSTABLE_TIMEOUT_S (said
+        if not: a transaction left hanging)."""
+        assert self.backend is not None
+        settle_s = transactions_settle_s(self.settings, self.own_cluster)
+        self.say(
+            f"waiting {settle_s:g} s for the coordinators to abort what the producers left "
+            f"open (transaction.timeout.ms {self.settings.transaction_timeout_ms} plus the "
+            "abort check)"
+        )
+        self._wait_until(time.monotonic() + settle_s, "waiting for open transactions to end")
+        waited = time.monotonic()
+        deadline = waited + UNSTABLE_TIMEOUT_S
+        while True:
+            try:
+                unstable = asyncio.run(
+                    unstable_partitions(
+                        self.backend.bootstrap_servers(), self.backend.zookeeper_connect(), tps
+                    )
+                )
+            except Exception as e:  # a lookup that failed: look again until the deadline
+                unstable = {tp: f"not looked up: {e}" for tp in tps}
+            if not unstable or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        # The audit's hanging_txn takes the timeline's last event as the moment the logs
+        # were last seen: this one, once the coordinators had their time.
+        timeline.event(
+            "transactions-settled",
+            None,
+            waited_s=round(settle_s + time.monotonic() - waited, 3),
+            unstable={str(tp): why for tp, why in sorted(unstable.items())},
+        )
+        if not unstable:
+            self.say("every partition's last stable offset is its high watermark")
+            return
+        self.say(
+            f"transactions still open {settle_s + UNSTABLE_TIMEOUT_S:g} s after the producers "
+            "stopped: " + ", ".join(f"{tp}: {why}" for tp, why in sorted(unstable.items()))
+        )
 
     def _times_line(self) -> str:
         t = self.times
@@ -815,7 +973,8 @@ class _Run:
                     f.seek(seen)
                     chunk = f.read()
                 end = chunk.rfind(b"\n") + 1
-                self._acks += chunk[:end].count(b'"type":"ok"')
+                # A write's line (its topic comes next), not a transaction's step.
+                self._acks += chunk[:end].count(b'"type":"ok","topic"')
                 self._ok_bytes[part] = seen + end
             return self._acks
 

@@ -18,8 +18,14 @@ Each runs as its own process (``python -m chaos.workload producer|consumer ...``
   (:attr:`client.consumer.Consumer.position_epoch`), doubled, plus one for a poll during
   which the epoch moved: the audit compares offsets only within one session.
 
+The ``transactions`` workload (:data:`TRANSACTIONS`; the default is :data:`PLAIN`) runs
+transactional producers and, with ``copiers``, consume-transform-produce copiers
+(:mod:`chaos.transactional_workload` has them), and its consumers read with
+``isolation.level=read_committed``, their read lines saying so.
+
 SIGTERM (or SIGINT) stops a process: a producer stops sending, waits for the outcomes of
-what it sent (up to its delivery timeout) and records them; a consumer stops polling.
+what it sent (up to its delivery timeout) and records them (a transactional one ends its
+current transaction first, as it planned to); a consumer stops polling.
 """
 
 from __future__ import annotations
@@ -35,10 +41,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chaos import transactional_workload
 from chaos.history_recorder import HistoryRecorder
 from client.cli.common import compression_type_argument
 from client.consumer import Consumer, ConsumerConfig
@@ -46,7 +53,24 @@ from client.metadata import BrokerConnections
 from client.producer import FutureRecordMetadata, Producer, ProducerConfig
 from proto.topic_partition import TopicPartition
 
-__all__ = ["Workload", "WorkloadSpec"]
+__all__ = [
+    "COPIER_GROUP",
+    "PLAIN",
+    "TRANSACTIONS",
+    "WORKLOADS",
+    "Workload",
+    "WorkloadSpec",
+    "transactional_id",
+]
+
+PLAIN = "plain"
+"""Idempotent producers and read_uncommitted consumers."""
+TRANSACTIONS = "transactions"
+"""Transactional producers and read_committed consumers."""
+WORKLOADS = (PLAIN, TRANSACTIONS)
+COPIER_GROUP = "chaos-copiers"
+"""The consumer group whose offsets the copiers commit in their transactions."""
+READ_COMMITTED = transactional_workload.READ_COMMITTED
 
 _STOP_GRACE_S = 45.0
 """How long a stopped producer may take to learn its last outcomes before it is killed."""
@@ -77,6 +101,44 @@ class WorkloadSpec:
     """Keys the producers draw from (a compacted topic's records need one); 0: no keys."""
     tombstone_every: int = 0
     """With ``keys``: every so many records of a producer is a tombstone (0: none)."""
+    workload: str = PLAIN
+    """:data:`PLAIN` or :data:`TRANSACTIONS`."""
+    transaction_records: int = 5
+    """Records per transaction (transactions)."""
+    abort_probability: float = 0.2
+    """How often a transactional producer aborts a transaction it could commit."""
+    transaction_timeout_ms: int = 10_000
+    """The transactional producers' ``transaction.timeout.ms``: a transaction a killed
+    producer left open is aborted by its coordinator this long after it began."""
+    copiers: int = 0
+    """Consume-transform-produce processes (transactions): they copy ``topics`` to
+    ``copy_topic``."""
+    copy_topic: str | None = None
+    """Where the copiers write (the consumers read it too)."""
+
+    @property
+    def isolation_level(self) -> str:
+        """The consumers' ``isolation.level``."""
+        return READ_COMMITTED if self.workload == TRANSACTIONS else "read_uncommitted"
+
+    @property
+    def copier_count(self) -> int:
+        """The copiers this workload runs (none but in the transactions one, with a copy
+        topic)."""
+        return self.copiers if self.workload == TRANSACTIONS and self.copy_topic else 0
+
+    def transactional_ids(self) -> dict[int, str]:
+        """Each transactional process's number (the producers', then the copiers') and
+        ``transactional.id``: none in the plain workload."""
+        if self.workload != TRANSACTIONS:
+            return {}
+        return {p: transactional_id(p) for p in range(self.producers + self.copier_count)}
+
+
+def transactional_id(process: int) -> str:
+    """The ``transactional.id`` of the workload's producer ``process``: one per process,
+    kept by the producers it starts again after a fence."""
+    return f"chaos-txn-{process}"
 
 
 @dataclass
@@ -96,8 +158,15 @@ class Workload:
             "--topics", ",".join(spec.topics),
             "--partitions", str(spec.partitions),
         ]  # fmt: skip
+        transactional = spec.transactional_ids()
         process = 0
         for _ in range(spec.producers):
+            txn = [] if process not in transactional else [
+                "--transactional-id", transactional[process],
+                "--transaction-records", str(spec.transaction_records),
+                "--abort-probability", str(spec.abort_probability),
+                "--transaction-timeout-ms", str(spec.transaction_timeout_ms),
+            ]  # fmt: skip
             self._spawn(
                 f"producer-{process}",
                 [
@@ -105,23 +174,46 @@ class Workload:
                     "--delivery-timeout-ms", str(spec.delivery_timeout_ms),
                     "--compression-type", spec.compression_type,
                     "--keys", str(spec.keys), "--tombstone-every", str(spec.tombstone_every),
+                    *txn,
                 ],
                 process,
             )  # fmt: skip
             process += 1
+        for index in range(spec.copier_count):
+            assert spec.copy_topic is not None
+            self._spawn(
+                f"copier-{process}",
+                [
+                    "copier", *common, "--process", str(process),
+                    "--transactional-id", transactional[process],
+                    "--transaction-records", str(spec.transaction_records),
+                    "--abort-probability", str(spec.abort_probability),
+                    "--transaction-timeout-ms", str(spec.transaction_timeout_ms),
+                    "--delivery-timeout-ms", str(spec.delivery_timeout_ms),
+                    "--copy-topic", spec.copy_topic, "--group", COPIER_GROUP,
+                    "--copier-index", str(index), "--copiers", str(spec.copier_count),
+                ],
+                process,
+            )  # fmt: skip
+            process += 1
+        copies = [spec.copy_topic] if spec.copy_topic is not None and spec.copier_count else []
+        common[common.index("--topics") + 1] = ",".join([*spec.topics, *copies])  # read too
+        isolation = ["--isolation-level", spec.isolation_level]
         for _ in range(spec.group_consumers):
             self._spawn(
                 f"consumer-{process}",
                 [
                     "consumer", *common, "--process", str(process), "--group", "chaos-readers",
-                    "--session-timeout-ms", str(spec.zookeeper_session_timeout_ms),
+                    "--session-timeout-ms", str(spec.zookeeper_session_timeout_ms), *isolation,
                 ],
                 process,
             )  # fmt: skip
             process += 1
         if spec.assign_consumer:
             self._spawn(
-                f"consumer-{process}", ["consumer", *common, "--process", str(process)], process
+                f"consumer-{process}",
+                ["consumer", *common, "--process", str(process), *isolation],
+                process,
             )
 
     def _spawn(self, name: str, args: list[str], process: int) -> None:
@@ -144,7 +236,8 @@ class Workload:
     def stop(self, consumers_too: bool = True) -> None:
         """SIGTERM the producers (and consumers), wait for them to record their last
         outcomes, SIGKILL what is still there after the grace period."""
-        chosen = [(n, p) for n, p in self._processes if consumers_too or n.startswith("producer")]
+        writers = ("producer", "copier")
+        chosen = [(n, p) for n, p in self._processes if consumers_too or n.startswith(writers)]
         for _, p in chosen:
             if p.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -234,6 +327,13 @@ async def _produce(args: argparse.Namespace) -> None:
                         await producer.flush()
 
 
+async def _until_stopped(
+    process: Callable[[argparse.Namespace, asyncio.Event], Awaitable[None]],
+    args: argparse.Namespace,
+) -> None:
+    await process(args, _stop_event())
+
+
 def _record(args: argparse.Namespace, keys: random.Random, n: int) -> tuple[str | None, str | None]:
     """The ``n``-th record's key and value: a unique value, without a key unless the topics
     are compacted (``--keys``); then every ``--tombstone-every``-th is a tombstone (a null
@@ -255,6 +355,7 @@ async def _consume(args: argparse.Namespace) -> None:
         auto_offset_reset="earliest",
         zookeeper_session_timeout_ms=args.session_timeout_ms,
         fetch_max_wait_ms=200,
+        isolation_level=args.isolation_level,
     )
     with HistoryRecorder(Path(args.history), args.process) as history:
         async with (
@@ -280,12 +381,19 @@ async def _consume(args: argparse.Namespace) -> None:
                 session = 2 * after + (0 if before == after else 1)
                 for r in records:
                     value = None if r.value is None else r.value.decode("utf-8", "replace")
-                    history.read(r.topic, r.partition, r.offset, value, session=session)
+                    history.read(
+                        r.topic,
+                        r.partition,
+                        r.offset,
+                        value,
+                        session=session,
+                        isolation=args.isolation_level,
+                    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.workload")
-    parser.add_argument("role", choices=["producer", "consumer"])
+    parser.add_argument("role", choices=["producer", "copier", "consumer"])
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--zookeeper", required=True)
     parser.add_argument("--topics", required=True)
@@ -308,10 +416,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--group", default=None)
     parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument(
+        "--isolation-level",
+        choices=["read_uncommitted", "read_committed"],
+        default="read_uncommitted",
+        help="a consumer's isolation.level",
+    )
+    parser.add_argument(
+        "--transactional-id", default=None, help="a transactional producer with this id"
+    )
+    parser.add_argument("--transaction-records", type=int, default=5)
+    parser.add_argument("--abort-probability", type=float, default=0.2)
+    parser.add_argument("--transaction-timeout-ms", type=int, default=10_000)
+    parser.add_argument("--copy-topic", default=None, help="a copier's output topic")
+    parser.add_argument("--copier-index", type=int, default=0)
+    parser.add_argument("--copiers", type=int, default=1)
     args = parser.parse_args(argv)
     import uvloop
 
-    run = _produce if args.role == "producer" else _consume
+    if args.role == "consumer":
+        run = _consume
+    elif args.role == "copier":
+        run = functools.partial(_until_stopped, transactional_workload.copy)
+    elif args.transactional_id is not None:
+        run = functools.partial(_until_stopped, transactional_workload.produce_transactions)
+    else:
+        run = _produce
     print(f"{args.role} {args.process} pid {os.getpid()} started", flush=True)
     uvloop.run(run(args))
     print(f"{args.role} {args.process} stopped", flush=True)

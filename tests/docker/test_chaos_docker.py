@@ -1,6 +1,7 @@
 """``minibroker chaos run --backend docker``: the faults only containers can have (network
-partitions, a ZooKeeper ensemble losing nodes) on a cluster the run starts under its own
-compose project, judged by the audit; nothing of it is left behind."""
+partitions, a ZooKeeper ensemble losing nodes), and the transaction path's faults through
+the same Backend interface, on a cluster the run starts under its own compose project,
+judged by the audit; nothing of it is left behind."""
 
 from __future__ import annotations
 
@@ -75,3 +76,43 @@ def test_partitions_and_zookeeper_faults_on_containers_heal_and_the_audit_finds_
     after = {kind: set(_docker_names(kind)) for kind in ("ps", "network", "volume")}
     for kind in after:
         assert not [n for n in after[kind] - before[kind] if n.startswith("chaos-")], kind
+
+
+def test_the_transaction_coordinator_killed_and_frozen_in_containers(
+    docker_engine: None, tmp_path: Path, spark: Any
+) -> None:
+    """The transactions workload on containers: a producer's transaction coordinator
+    ``docker kill``ed, then frozen past its session timeout, found in ZooKeeper as on the
+    local backend; the run waits out the transaction timeout and the audit judges it
+    (what it finds about the transactions is its own tests' to say)."""
+    faults = (
+        ScheduledFault(4.0, "kill-txn-coordinator", 3.0, 0.3),
+        ScheduledFault(10.0, "pause-txn-coordinator", 6.0, 0.8),
+    )
+    replay = tmp_path / "schedule.json"
+    replay.write_text(Schedule(0, 19.0, 3.0, faults).to_json())
+    run_dir = tmp_path / "run"
+    status = run_chaos(
+        RunSettings(
+            out=run_dir,
+            backend="docker",
+            replay=replay,
+            producers=2,
+            rate=50,
+            consumers=1,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            workload="transactions",
+            transaction_timeout_ms=5000,
+            spark=spark,
+        )
+    )
+    assert status in (0, 1), (run_dir / "audit" / "summary.txt").read_text()
+    events = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
+    struck = {e.get("nemesis"): e for e in events if e["f"] in ("kill", "pause")}
+    assert struck["kill-txn-coordinator"]["tp"].startswith("__transaction_state-"), events
+    assert struck["pause-txn-coordinator"]["f"] == "pause"
+    assert not [e for e in events if e["f"] == "skipped"], events
+    assert events[-1]["f"] == "transactions-settled"
+    history = [json.loads(line) for line in (run_dir / "history.jsonl").read_text().splitlines()]
+    ended = {(h["f"], h["type"]) for h in history if h.get("f") in ("commit", "abort")}
+    assert {("commit", "ok"), ("abort", "ok")} <= ended
