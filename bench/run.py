@@ -514,16 +514,96 @@ def _audit_spark_section(run: _Run) -> list[str]:
 
 def _chaos_section(run: _Run) -> list[str]:
     results = chaos_bench.measure(WORK_DIR / "chaos")
-    run.figures["chaos"] = {
+    defaults = RunSettings(out=WORK_DIR)
+    intro = (
+        "Each column is one `minibroker chaos run` (bench/chaos.py) on a cluster it starts "
+        "under its own compose project: 3 brokers, a 3-node ZooKeeper ensemble, RF 3, "
+        f"`min.insync.replicas` {MIN_INSYNC_REPLICAS}, `zookeeper.session.timeout.ms` "
+        f"{defaults.session_timeout_ms}; {defaults.producers} producer processes (acks=all, "
+        f"idempotent) writing unique values at {defaults.rate:.0f} records/s each over "
+        f"{defaults.topics} topics x {defaults.partitions} partitions, {defaults.consumers} "
+        "consumers in a group plus one `assign()` reader. Every nemesis the docker backend "
+        "has (`--nemesis all`), one fault at a time on a seeded schedule "
+        f"(`--interval {chaos_bench.INTERVAL_S:.0f}`); the second run replays the first "
+        "one's schedule.json, so the same faults strike at the same times. The seed is "
+        "chosen so that the schedule holds `partition`, `split` and `cascade` faults (most "
+        "seeds lack one of them); a fault the cluster offers no target for at its moment "
+        "(e.g. `cascade` while an ISR is not whole) is skipped and counted apart. Acks count `ok` "
+        "outcomes within the schedule's window; a heal's time to full ISR runs from the "
+        "heal to the first moment every partition's state znode lists all its replicas."
+    )
+    heading = (
+        f"## Chaos: {chaos_bench.DURATION_S / 60:.0f} minutes of random faults on the Docker "
+        "cluster, leader epochs against high watermarks"
+    )
+    return _chaos_lines(run, results, "chaos", heading, intro, [])
+
+
+def _chaos_transactions_section(run: _Run) -> list[str]:
+    results = chaos_bench.measure_transactions(WORK_DIR / "chaos-transactions")
+    defaults = RunSettings(out=WORK_DIR)
+    intro = (
+        "Each column is one `minibroker chaos run --workload transactions` (bench/chaos.py, "
+        "docs/chaos.md) on a cluster it starts under its own compose project, set up as the "
+        f"chaos section's: {defaults.producers} transactional producers (gRPC client, "
+        f"{defaults.transaction_records} records per transaction over the run's partitions, "
+        f"{defaults.abort_probability:.0%} aborted on purpose, `transaction.timeout.ms` "
+        f"{defaults.transaction_timeout_ms}), {defaults.copiers} consume-transform-produce "
+        "copier committing its input offsets in its transactions, read_committed consumers; "
+        "the transactions workload's default nemeses (the transaction coordinator killed and "
+        "paused, a partition leader killed inside an open transaction, kill, bounce, pause, "
+        "leader and controller faults) on a seeded schedule, the second run replaying the "
+        'first one\'s. The audit judges the transactions as docs/audit.md, "Transactions", '
+        "says (lost_committed, committed_abort, aborted_read, dirty_read, partial_txn, "
+        "hanging_txn) besides every other check."
+    )
+    heading = (
+        f"## Chaos, transactions: {chaos_bench.DURATION_S / 60:.0f} minutes of faults on the "
+        "transaction path, leader epochs against high watermarks"
+    )
+
+    def outcomes(r: chaos_bench.ChaosResult) -> str:
+        t = r.stats.transactions
+        return (
+            f"{t.get('committed', 0):,} committed, {t.get('aborted', 0):,} aborted, "
+            f"{t.get('unknown', 0):,} unknown"
+        )
+
+    def checked(r: chaos_bench.ChaosResult) -> str:
+        report = r.run_dir / "audit" / "report.json"
+        if not report.exists():
+            return "-"
+        counts = json.loads(report.read_text())["summary"].get("transactions") or {}
+        return (
+            f"{counts.get('writes_checked', 0):,} writes, "
+            f"{counts.get('reads_checked', 0):,} read_committed reads"
+        )
+
+    extra: list[tuple[str, Callable[[chaos_bench.ChaosResult], str]]] = [
+        ("transactions (the history's outcomes)", outcomes),
+        ("checked", checked),
+    ]
+    return _chaos_lines(run, results, "chaos_transactions", heading, intro, extra)
+
+
+def _chaos_lines(
+    run: _Run,
+    results: list[chaos_bench.ChaosResult],
+    key: str,
+    heading: str,
+    intro: str,
+    extra: list[tuple[str, Callable[[chaos_bench.ChaosResult], str]]],
+) -> list[str]:
+    run.figures[key] = {
         r.label: {
             "acked": r.stats.acked,
             "acks_per_s": r.stats.acks_per_s,
             "violations": r.stats.violations,
             "exit_status": r.status,
+            **({"transactions": dict(r.stats.transactions)} if r.stats.transactions else {}),
         }
         for r in results
     }
-    defaults = RunSettings(out=WORK_DIR)
 
     def row(label: str, cell: Callable[[chaos_bench.ChaosResult], str]) -> str:
         return f"| {label} | " + " | ".join(cell(r) for r in results) + " |"
@@ -541,26 +621,11 @@ def _chaos_section(run: _Run) -> list[str]:
         return f"{r.stats.violations} violations" + (f" ({kinds})" if kinds else "")
 
     lines = [
-        f"## Chaos: {chaos_bench.DURATION_S / 60:.0f} minutes of random faults on the Docker "
-        "cluster, leader epochs against high watermarks",
+        heading,
         "",
         *run.stamp,
         "",
-        "Each column is one `minibroker chaos run` (bench/chaos.py) on a cluster it starts "
-        "under its own compose project: 3 brokers, a 3-node ZooKeeper ensemble, RF 3, "
-        f"`min.insync.replicas` {MIN_INSYNC_REPLICAS}, `zookeeper.session.timeout.ms` "
-        f"{defaults.session_timeout_ms}; {defaults.producers} producer processes (acks=all, "
-        f"idempotent) writing unique values at {defaults.rate:.0f} records/s each over "
-        f"{defaults.topics} topics x {defaults.partitions} partitions, {defaults.consumers} "
-        "consumers in a group plus one `assign()` reader. Every nemesis the docker backend "
-        "has (`--nemesis all`), one fault at a time on a seeded schedule "
-        f"(`--interval {chaos_bench.INTERVAL_S:.0f}`); the second run replays the first "
-        "one's schedule.json, so the same faults strike at the same times. The seed is "
-        "chosen so that the schedule holds `partition`, `split` and `cascade` faults (most "
-        "seeds lack one of them); a fault the cluster offers no target for at its moment "
-        "(e.g. `cascade` while an ISR is not whole) is skipped and counted apart. Acks count `ok` "
-        "outcomes within the schedule's window; a heal's time to full ISR runs from the "
-        "heal to the first moment every partition's state znode lists all its replicas.",
+        intro,
         "",
         "| | " + " | ".join(f"`{r.label}`" for r in results) + " |",
         "|---|" + "---:|" * len(results),
@@ -572,6 +637,7 @@ def _chaos_section(run: _Run) -> list[str]:
             lambda r: ", ".join(f"{k} {n}" for k, n in sorted(r.stats.faults.items())),
         ),
         row("acknowledged writes", lambda r: f"{r.stats.acked:,}"),
+        *(row(label, cell) for label, cell in extra),
         row("acks/s overall", lambda r: f"{r.stats.acks_per_s:,.0f}"),
         row(
             f"acks/s, worst {WINDOW_S} s window",
@@ -587,10 +653,10 @@ def _chaos_section(run: _Run) -> list[str]:
         row("exit status", lambda r: f"{r.status}"),
         "",
         "The run directories (history, timeline, schedule, brokers' logs and data dirs, "
-        "audit report) are kept under `bench/out/chaos/`.",
+        f"audit report) are kept under `bench/out/{results[0].run_dir.parent.name}/`.",
     ]
     for r in results:
-        print(f"chaos {r.label}: {verdict(r)}; {r.stats.summary()}")
+        print(f"{key} {r.label}: {verdict(r)}; {r.stats.summary()}")
     return lines
 
 
@@ -1113,6 +1179,7 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "audit": _audit_section,
     "audit_spark": _audit_spark_section,
     "chaos": _chaos_section,
+    "chaos_transactions": _chaos_transactions_section,
     "tls": _tls_section,
     "side_by_side": _side_by_side_section,
     "kafka_listener": _kafka_listener_section,
