@@ -375,10 +375,16 @@ class Log:
 
     @property
     def first_unstable_offset(self) -> int | None:
-        """The first offset of the earliest open transaction (None: none is open); the
-        partition's LSO is the lower of this and its high watermark."""
+        """The first offset of the earliest open transaction (None: none is open)."""
         with self._lock:
             return self._producer_state.first_unstable_offset
+
+    def first_unstable_offset_at(self, high_watermark: int) -> int | None:
+        """What bounds the partition's LSO below ``high_watermark``: the first offset of the
+        earliest transaction that is open, or closed by a marker not yet below the high
+        watermark (Kafka's ``firstUnstableOffset``; None: none)."""
+        with self._lock:
+            return self._producer_state.first_unstable_offset_at(high_watermark)
 
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """The aborted transactions a read_committed fetch of ``[fetch_offset,

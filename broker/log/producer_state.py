@@ -201,6 +201,11 @@ class ProducerStateManager:
         self._producers: dict[int, ProducerEntry] = {}
         self._ongoing: dict[int, int] = {}
         """First offset of an open transaction -> its producer id, in offset order."""
+        self._unreplicated: dict[int, int] = {}
+        """First offset of a closed transaction -> its marker's offset, while the marker may
+        lie at or above the high watermark (Kafka's ``unreplicatedTxns``): the LSO stays
+        below it until the marker is replicated, as a leader that dies first leaves its
+        successor without the marker."""
         self._last_marker_offset = -1
         self._snapshots: dict[int, _Snapshot] = {}
         """Offset -> the state covering exactly the batches below it; ascending offsets."""
@@ -225,6 +230,20 @@ class ProducerStateManager:
         """The first offset of the earliest open transaction, None when none is open: the
         LSO is never above it."""
         return min(self._ongoing, default=None)
+
+    def first_unstable_offset_at(self, high_watermark: int) -> int | None:
+        """The LSO's bound at ``high_watermark``: the first offset of the earliest open
+        transaction, or of a closed one whose marker is not below ``high_watermark`` yet
+        (those whose markers are below it are forgotten here)."""
+        unreplicated = self._unreplicated
+        if unreplicated:
+            for first in [f for f, marker in unreplicated.items() if marker < high_watermark]:
+                del unreplicated[first]
+        first_open = min(self._ongoing, default=None)
+        first_unreplicated = min(unreplicated, default=None)
+        if first_open is None or first_unreplicated is None:
+            return first_unreplicated if first_open is None else first_open
+        return min(first_open, first_unreplicated)
 
     @property
     def ongoing_transactions(self) -> Mapping[int, int]:
@@ -405,6 +424,7 @@ class ProducerStateManager:
         if entry is not None and entry.txn_first_offset >= 0:
             first = entry.txn_first_offset
             del self._ongoing[first]
+            self._unreplicated[first] = header.base_offset
             lso = min(self._ongoing, default=header.base_offset + 1)
             aborted = marker.control_type == ControlType.ABORT
             completed = CompletedTxn(producer_id, first, header.base_offset, aborted, lso)
@@ -424,6 +444,7 @@ class ProducerStateManager:
         """Take the state of a snapshot file, that of the log below ``offset`` (then replay
         the batches from ``offset`` on). The open transactions follow from the entries."""
         self._producers = dict(producers)
+        self._unreplicated = {}
         self._ongoing = {
             entry.txn_first_offset: producer_id
             for producer_id, entry in sorted(
@@ -439,6 +460,7 @@ class ProducerStateManager:
         """Forget everything, snapshots included (the log was emptied)."""
         self._producers.clear()
         self._ongoing.clear()
+        self._unreplicated.clear()
         self._last_marker_offset = -1
         self._snapshots.clear()
 
@@ -470,6 +492,7 @@ class ProducerStateManager:
             entry.last_offset < end_offset for entry in self._producers.values()
         ):
             return None
+        self._unreplicated = {f: m for f, m in self._unreplicated.items() if m < end_offset}
         base = max(self._snapshots, default=None)
         if base is None:
             self._producers, self._ongoing, self._last_marker_offset = {}, {}, -1

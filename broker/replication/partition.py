@@ -562,6 +562,7 @@ class Partition:
         if new_hw == self._high_watermark:
             return False
         self._high_watermark = new_hw
+        self.log.first_unstable_offset_at(new_hw)  # forgets the markers now replicated
         return True
 
     def follow_leader_log_start_offset(self, leader_log_start_offset: int) -> bool:
@@ -608,10 +609,11 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        """The LSO: the high watermark, or below it the first offset of the earliest open
-        transaction (docs/transactions.md). read_committed consumers read below it."""
-        unstable = self.log.first_unstable_offset
+        """The LSO: the high watermark, or below it the first offset of the earliest
+        transaction that is open or whose marker is not replicated yet (docs/transactions.md).
+        read_committed consumers read below it."""
         hw = self._high_watermark
+        unstable = self.log.first_unstable_offset_at(hw)
         return hw if unstable is None or unstable > hw else unstable
 
     def read(

@@ -208,3 +208,24 @@ def offsets_of(records: bytes) -> list[int]:
         found.extend(range(header.base_offset, header.next_offset))
         position += header.size
     return found
+
+
+def test_a_closed_transaction_bounds_the_lso_until_its_marker_is_replicated(log: Log) -> None:
+    """Kafka's unreplicated transactions: a leader that dies before its followers have the
+    marker leaves a successor without it, so read_committed consumers must not read the
+    transaction before the marker is below the high watermark."""
+    w = Leader(log)
+    w.write(1, 2)  # 0-1
+    w.write(2)  # 2, still open
+    w.end(1, ControlType.COMMIT)  # 3
+    assert unstable(log) == 2  # open ones only
+    assert log.first_unstable_offset_at(3) == 0  # the marker at 3 is not below the HW
+    assert log.first_unstable_offset_at(4) == 2  # replicated: producer 2's open one is next
+    assert log.first_unstable_offset_at(3) == 2  # forgotten once replicated: no going back
+    w.end(2, ControlType.ABORT)  # 4
+    assert log.first_unstable_offset_at(4) == 2
+    assert log.first_unstable_offset_at(5) is None
+    w.write(3)  # 5
+    w.end(3, ControlType.COMMIT)  # 6
+    log.truncate_to(6)  # the marker goes: the transaction is open again
+    assert log.first_unstable_offset_at(6) == 5
