@@ -504,6 +504,7 @@ class Partition:
         if new_hw > self._high_watermark:
             old = self._high_watermark
             self._high_watermark = new_hw
+            self.log.first_unstable_offset_at(new_hw)  # forgets the markers now replicated
             logger.debug("high watermark %d -> %d %s", old, new_hw, self.log_context())
             return True
         return False
