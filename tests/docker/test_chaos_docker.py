@@ -83,8 +83,8 @@ def test_the_transaction_coordinator_killed_and_frozen_in_containers(
 ) -> None:
     """The transactions workload on containers: a producer's transaction coordinator
     ``docker kill``ed, then frozen past its session timeout, found in ZooKeeper as on the
-    local backend; the run waits out the transaction timeout and the audit judges it
-    (what it finds about the transactions is its own tests' to say)."""
+    local backend; the run waits out the transaction timeout and the audit finds it clean
+    (what each transaction check finds is its own tests' to say)."""
     faults = (
         ScheduledFault(4.0, "kill-txn-coordinator", 3.0, 0.3),
         ScheduledFault(10.0, "pause-txn-coordinator", 6.0, 0.8),
@@ -106,7 +106,7 @@ def test_the_transaction_coordinator_killed_and_frozen_in_containers(
             spark=spark,
         )
     )
-    assert status in (0, 1), (run_dir / "audit" / "summary.txt").read_text()
+    assert status == 0, (run_dir / "audit" / "summary.txt").read_text()  # clean
     events = [json.loads(line) for line in (run_dir / "timeline.jsonl").read_text().splitlines()]
     struck = {e.get("nemesis"): e for e in events if e["f"] in ("kill", "pause")}
     assert struck["kill-txn-coordinator"]["tp"].startswith("__transaction_state-"), events
