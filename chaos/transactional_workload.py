@@ -99,14 +99,7 @@ class _Transactions:
         while not stopping.is_set():
             if not await self.transaction(producer):
                 return False
-            next_at += interval
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(delay):
-                        await stopping.wait()
-            else:
-                next_at = time.monotonic()  # behind: do not burst to catch up
+            next_at = await paced(next_at + interval, stopping)
         return True
 
     async def transaction(self, producer: Producer) -> bool:
@@ -127,24 +120,33 @@ class _Transactions:
             tp = next(self.targets)
             value = f"p{self.args.process}-{self.records}"
             self.records += 1
-            try:
-                future = await producer.send(tp.topic, value.encode(), partition=tp.partition)
-            except Exception as e:  # never queued (AddPartitionsToTxn refused, fenced, ...)
-                history.fail(tp.topic, tp.partition, value, txn=txn)
-                self.say(f"{txn} send to {tp} refused: {e!r}")
+            if not await self._send(producer, tp, value, txn, writes):
                 abort = True
                 break
-            write = _Write(tp, value, future)
-            writes.append(write)
-            # Recorded as it is acknowledged: what the transaction wrote is in the history
-            # while it is open (kill-leader-mid-txn looks there for its moment).
-            future.add_done_callback(functools.partial(self._record, write, txn))
         await producer.flush()
         for write in writes:  # every outcome in the history before the step that ends it
             self._record(write, txn, write.future)
         if any(w.failed for w in writes):
             abort = True  # abortable: the client would refuse the commit
         return await (self._abort(producer, txn) if abort else self._commit(producer, txn))
+
+    async def _send(
+        self, producer: Producer, tp: TopicPartition, value: str, txn: str, writes: list[_Write]
+    ) -> bool:
+        """Send one record of ``txn``; False (a ``fail`` line) if it was never queued
+        (AddPartitionsToTxn refused, fenced, ...). Its outcome is recorded as it is
+        acknowledged: what a transaction wrote is in the history while it is open
+        (kill-leader-mid-txn looks there for its moment)."""
+        try:
+            future = await producer.send(tp.topic, value.encode(), partition=tp.partition)
+        except Exception as e:
+            self.history.fail(tp.topic, tp.partition, value, txn=txn)
+            self.say(f"{txn} send to {tp} refused: {e!r}")
+            return False
+        write = _Write(tp, value, future)
+        writes.append(write)
+        future.add_done_callback(functools.partial(self._record, write, txn))
+        return True
 
     def _record(self, write: _Write, txn: str, future: FutureRecordMetadata) -> None:
         if write.recorded or not future.done():
@@ -241,16 +243,9 @@ class _Copier(_Transactions):
             tp = TopicPartition(args.copy_topic, r.partition % args.partitions)
             value = f"c{args.process}-{self.records}"
             self.records += 1
-            try:
-                future = await producer.send(tp.topic, value.encode(), partition=tp.partition)
-            except Exception as e:
-                history.fail(tp.topic, tp.partition, value, txn=txn)
-                self.say(f"{txn} send to {tp} refused: {e!r}")
+            if not await self._send(producer, tp, value, txn, writes):
                 abort = True
                 break
-            write = _Write(tp, value, future)
-            writes.append(write)
-            future.add_done_callback(functools.partial(self._record, write, txn))
         if len(writes) == len(records):  # every input copied: its offsets go with them
             abort |= not await self._send_offsets(producer, txn, records)
         await producer.flush()
@@ -295,6 +290,18 @@ class _Copier(_Transactions):
             return False
         self.history.step("send_offsets", txn, "ok", group=group, offsets=sent)
         return True
+
+
+async def paced(next_at: float, stopping: asyncio.Event) -> float:
+    """Wait until ``next_at`` (monotonic) or until stopped; the next pacing base: ``next_at``,
+    or now when behind (a late process does not burst to catch up)."""
+    delay = next_at - time.monotonic()
+    if delay <= 0:
+        return time.monotonic()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(delay):
+            await stopping.wait()
+    return next_at
 
 
 async def copy(args: argparse.Namespace, stopping: asyncio.Event) -> None:

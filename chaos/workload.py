@@ -313,14 +313,7 @@ async def _produce(args: argparse.Namespace) -> None:
                 else:
                     pending.add(future)
                     future.add_done_callback(functools.partial(outcome, tp, value, key))
-                next_at += interval
-                delay = next_at - time.monotonic()
-                if delay > 0:
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(delay):
-                            await stopping.wait()
-                else:
-                    next_at = time.monotonic()  # behind: do not burst to catch up
+                next_at = await transactional_workload.paced(next_at + interval, stopping)
             if pending:  # every record's outcome in the history before it closes
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(args.delivery_timeout_ms / 1000 + 5):

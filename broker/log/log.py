@@ -386,6 +386,13 @@ class Log:
         with self._lock:
             return self._producer_state.first_unstable_offset_at(high_watermark)
 
+    def forget_replicated_markers(self, high_watermark: int) -> None:
+        """The high watermark moved: forget the markers now below it (nothing to do, and no
+        lock taken, on the produce path of a log without transactions)."""
+        if self._producer_state.has_unreplicated:
+            with self._lock:
+                self._producer_state.forget_replicated(high_watermark)
+
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
         """The aborted transactions a read_committed fetch of ``[fetch_offset,
         upper_bound)`` must drop (Kafka's ``collectAbortedTransactions``): the segments'

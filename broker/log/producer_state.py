@@ -231,14 +231,23 @@ class ProducerStateManager:
         LSO is never above it."""
         return min(self._ongoing, default=None)
 
+    @property
+    def has_unreplicated(self) -> bool:
+        """Whether a closed transaction's marker may still lie at or above the HW."""
+        return bool(self._unreplicated)
+
+    def forget_replicated(self, high_watermark: int) -> None:
+        """Forget the closed transactions whose markers are below ``high_watermark``."""
+        unreplicated = self._unreplicated
+        for first in [f for f, marker in unreplicated.items() if marker < high_watermark]:
+            del unreplicated[first]
+
     def first_unstable_offset_at(self, high_watermark: int) -> int | None:
         """The LSO's bound at ``high_watermark``: the first offset of the earliest open
         transaction, or of a closed one whose marker is not below ``high_watermark`` yet
         (those whose markers are below it are forgotten here)."""
+        self.forget_replicated(high_watermark)
         unreplicated = self._unreplicated
-        if unreplicated:
-            for first in [f for f, marker in unreplicated.items() if marker < high_watermark]:
-                del unreplicated[first]
         first_open = min(self._ongoing, default=None)
         first_unreplicated = min(unreplicated, default=None)
         if first_open is None or first_unreplicated is None:

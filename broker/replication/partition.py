@@ -504,7 +504,7 @@ class Partition:
         if new_hw > self._high_watermark:
             old = self._high_watermark
             self._high_watermark = new_hw
-            self.log.first_unstable_offset_at(new_hw)  # forgets the markers now replicated
+            self.log.forget_replicated_markers(new_hw)
             logger.debug("high watermark %d -> %d %s", old, new_hw, self.log_context())
             return True
         return False
@@ -563,7 +563,7 @@ class Partition:
         if new_hw == self._high_watermark:
             return False
         self._high_watermark = new_hw
-        self.log.first_unstable_offset_at(new_hw)  # forgets the markers now replicated
+        self.log.forget_replicated_markers(new_hw)
         return True
 
     def follow_leader_log_start_offset(self, leader_log_start_offset: int) -> bool:

@@ -10,6 +10,7 @@ from chaos.audit.history import NemesisEvent
 __all__ = [
     "KINDS",
     "READ_KINDS",
+    "TRANSACTION_KINDS",
     "AuditResult",
     "PartitionSummary",
     "ReplicaSummary",
@@ -17,6 +18,15 @@ __all__ = [
     "Violation",
 ]
 
+TRANSACTION_KINDS = (
+    "lost_committed",
+    "committed_abort",
+    "aborted_read",
+    "dirty_read",
+    "partial_txn",
+    "hanging_txn",
+)
+"""The kinds the transaction checks find (:mod:`chaos.audit.transactions`)."""
 KINDS = (
     "lost_ack",
     "divergence",
@@ -32,12 +42,7 @@ KINDS = (
     "compaction_lost_latest",
     "compaction_moved",
     "tombstone_dropped_early",
-    "lost_committed",
-    "committed_abort",
-    "aborted_read",
-    "dirty_read",
-    "partial_txn",
-    "hanging_txn",
+    *TRANSACTION_KINDS,
 )
 """The violation kinds of docs/audit.md, in the order the report lists them (the three
 ``compaction_lost_latest`` .. ``tombstone_dropped_early`` judge compacted topics only:

@@ -50,7 +50,7 @@ from chaos.audit.history import (
     TxnStep,
     parse_history_line,
 )
-from chaos.audit.model import PartitionSummary, Violation
+from chaos.audit.model import TRANSACTION_KINDS, PartitionSummary, Violation
 from chaos.audit.transaction_log import ABORTED, COMMITTED, OPEN, TransactionSpans
 
 __all__ = [
@@ -62,14 +62,6 @@ __all__ = [
     "read_transaction_history",
 ]
 
-TRANSACTION_KINDS = (
-    "lost_committed",
-    "committed_abort",
-    "aborted_read",
-    "dirty_read",
-    "partial_txn",
-    "hanging_txn",
-)
 DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
 """Kafka's transaction.timeout.ms default: the timeout judged when no begin line says."""
 ABORT_CHECK_SLACK_MS = 20_000

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from broker.log.compaction import CleanStats, build_offset_map, clean_batches
 from broker.log.log import Log
 from broker.log.log_cleaner import _batches, clean_log, dirty_ratio
+from broker.log.log_segment import LogSegment
 from broker.log.segment_swap import (
     commit_swap,
     finish_swap,
@@ -193,6 +194,14 @@ def _cleaned_copy(
     log = open_log(tmp_path)
     fill(log)
     original = contents(log)
+    group = _write_cleaned_group(log)
+    log.close()
+    return log.directory, group[0].base_offset, [s.base_offset for s in group], original
+
+
+def _write_cleaned_group(log: Log) -> list[LogSegment]:
+    """Clean the log's first two segments into ``.cleaned`` files (step 1 of a swap, no
+    swap); return them."""
     group = list(log.segments[:2])
     offset_map, _ = build_offset_map(
         _batches(log.segments[:-1], lambda _: None), 0, log.segments[-1].base_offset, CAPACITY
@@ -207,8 +216,7 @@ def _cleaned_copy(
     write_cleaned_segment(
         log.directory, group[0].base_offset, out, index_interval_bytes=4096, modified_ms=0
     )
-    log.close()
-    return log.directory, group[0].base_offset, [s.base_offset for s in group], original
+    return group
 
 
 def _delete_old(directory: Path, bases: list[int], count: int) -> None:
@@ -468,20 +476,9 @@ def test_a_swap_keeps_the_aborts_of_the_segments_it_replaces_whatever_step_a_kil
     fill(log)
     aborts = log.collect_aborted_transactions(0, log.log_end_offset)
     assert aborts
-    group = list(log.segments[:2])
-    assert group[0].txn_index.entries() == aborts
-    offset_map, _ = build_offset_map(
-        _batches(log.segments[:-1], lambda _: None), 0, log.segments[-1].base_offset, CAPACITY
-    )
-    out = clean_batches(
-        _batches(group, lambda _: None),
-        offset_map,
-        retain_tombstones=True,
-        producer_last_offsets=frozenset(),
-        stats=CleanStats(),
-    )
+    assert log.segments[0].txn_index.entries() == aborts
+    group = _write_cleaned_group(log)
     base = group[0].base_offset
-    write_cleaned_segment(log.directory, base, out, index_interval_bytes=4096, modified_ms=0)
     write_cleaned_txn_index(log.directory, base, [t for s in group for t in s.txn_index.entries()])
     directory = log.directory
     old = [s.base_offset for s in group]

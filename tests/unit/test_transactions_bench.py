@@ -174,7 +174,7 @@ def test_log_findings_are_the_warnings_errors_and_tracebacks() -> None:
 
 def test_a_hung_or_failed_client_is_reported_in_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transactions, "RUN_TIMEOUT_S", 0.5)
-    hung = transactions._run(TxnRun(CONFLUENT, 1), ["-c", "import time; time.sleep(30)"], [])
+    hung = transactions._run(TxnRun(CONFLUENT, 1), ["-c", "import signal; signal.pause()"], [])
     assert hung.problem == "hung: no answer within 0.5 s (killed)"
     failed = transactions._run(
         TxnRun(CONFLUENT, 10), ["-c", "raise SystemExit('no coordinator')"], []
