@@ -38,6 +38,19 @@ without a topic::
 offset]`` each). A read_committed consumer's reads say ``"isolation": "read_committed"``;
 a consume-transform-produce process's reads name the ``txn`` that processes them.
 
+Consumer groups (docs/audit.md, "Consumer groups"): a member of a Kafka-protocol group names
+its ``group``, its ``member`` id and the ``generation`` of the assignment it read under on
+each read line; its rebalances and commits are lines without a topic::
+
+    {"time": 1732252801.6, "process": 7, "type": "ok", "f": "assigned",
+     "group": "g", "member": "m-1", "generation": 4, "partitions": [["t", 0]]}
+    {"time": 1732252802.1, "process": 7, "type": "ok", "f": "commit_offsets",
+     "group": "g", "member": "m-1", "generation": 4, "offsets": [["t", 0, 42]]}
+
+``f`` is ``assigned``, ``revoked`` or ``lost`` (with the member's ``partitions``) or
+``commit_offsets`` (the next offsets committed; ``ok``: acknowledged, ``fail``: refused,
+``info``: unknown).
+
 Timeline (the nemesis)::
 
     {"time": 1732252803.0, "process": "nemesis", "type": "info", "f": "kill", "target": 2}
@@ -64,6 +77,7 @@ from proto.errors import MinibrokerError
 __all__ = [
     "OP_TYPES",
     "READ",
+    "GroupStep",
     "HistoryError",
     "HistoryOp",
     "HistoryRead",
@@ -79,6 +93,10 @@ READ = "read"
 """A consumer's line: one record it polled."""
 TXN_STEPS = ("begin", "commit", "abort", "send_offsets")
 """The ``f`` of a transactional producer's step lines."""
+ASSIGNMENT_STEPS = ("assigned", "revoked", "lost")
+COMMIT_OFFSETS = "commit_offsets"
+GROUP_STEPS = (*ASSIGNMENT_STEPS, COMMIT_OFFSETS)
+"""The ``f`` of a consumer group member's step lines."""
 READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = ("read_uncommitted", READ_COMMITTED)
 NEMESIS = "nemesis"
@@ -139,6 +157,12 @@ class HistoryRead(NamedTuple):
     txn: str | None = None
     """The transaction that processes the record read (a consume-transform-produce
     process's input), None: none."""
+    group: str | None = None
+    """The Kafka-protocol consumer group of the member that read it, None: none."""
+    member: str | None = None
+    """That member's id."""
+    generation: int | None = None
+    """The generation of the assignment it read under."""
 
 
 class TxnStep(NamedTuple):
@@ -157,6 +181,26 @@ class TxnStep(NamedTuple):
     """``send_offsets``': the consumer group the offsets are committed for."""
     offsets: tuple[tuple[str, int, int], ...] = ()
     """``send_offsets``': (topic, partition, next offset to read) of each."""
+
+
+class GroupStep(NamedTuple):
+    """One step of a consumer group member: an assignment received, revoked or lost, or an
+    offset commit."""
+
+    line: int
+    time: float
+    process: int
+    type: str
+    """``ok``; for ``commit_offsets``: ``ok`` (acknowledged), ``fail`` (refused, certainly
+    not stored) or ``info`` (unknown)."""
+    f: str
+    group: str
+    member: str
+    generation: int
+    partitions: tuple[tuple[str, int], ...] = ()
+    """``assigned``, ``revoked``, ``lost``: the member's partitions."""
+    offsets: tuple[tuple[str, int, int], ...] = ()
+    """``commit_offsets``: (topic, partition, next offset to read) of each."""
 
 
 class NemesisEvent(NamedTuple):
@@ -299,7 +343,8 @@ def _txn_step(line_number: int, obj: dict[str, Any], process: int) -> TxnStep:
     if f not in TXN_STEPS:
         raise HistoryError(
             line_number,
-            f'"f" must be one of {", ".join(TXN_STEPS)} (a transaction step), got {f!r}',
+            f'"f" must be one of {", ".join(TXN_STEPS)} (a transaction step) or '
+            f"{', '.join(GROUP_STEPS)} (a consumer group step), got {f!r}",
         )
     kind = obj.get("type")
     if kind not in OP_TYPES:
@@ -322,11 +367,66 @@ def _txn_step(line_number: int, obj: dict[str, Any], process: int) -> TxnStep:
     )
 
 
+def _text(line_number: int, obj: dict[str, Any], field: str, *, required: bool) -> str | None:
+    value = obj.get(field)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise HistoryError(line_number, f'"{field}" must be a non-empty string, got {value!r}')
+    return value
+
+
+def _partitions_held(line_number: int, value: object) -> tuple[tuple[str, int], ...]:
+    if not isinstance(value, list):
+        raise HistoryError(line_number, f'"partitions" must be a list, got {value!r}')
+    held = []
+    for entry in value:
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 2
+            or not isinstance(entry[0], str)
+            or not entry[0]
+            or isinstance(entry[1], bool)
+            or not isinstance(entry[1], int)
+            or not 0 <= entry[1] <= _INT32_MAX
+        ):
+            raise HistoryError(
+                line_number, f'"partitions" entries must be [topic, partition], got {entry!r}'
+            )
+        held.append((entry[0], entry[1]))
+    return tuple(held)
+
+
+def _group_step(line_number: int, obj: dict[str, Any], process: int) -> GroupStep:
+    f = obj["f"]
+    kind = obj.get("type")
+    if kind not in OP_TYPES:
+        raise HistoryError(line_number, f'"type" must be "ok", "fail" or "info", got {kind!r}')
+    group = _text(line_number, obj, "group", required=True)
+    member = _text(line_number, obj, "member", required=True)
+    assert group is not None
+    assert member is not None
+    generation = _integer(line_number, obj, "generation", required=True)
+    if f == COMMIT_OFFSETS:
+        if "offsets" not in obj:
+            raise HistoryError(line_number, '"offsets" is missing (a commit says what it commits)')
+        return GroupStep(
+            line_number, _time(line_number, obj), process, kind, f, group, member, generation,
+            offsets=_offsets_sent(line_number, obj["offsets"]),
+        )  # fmt: skip
+    if "partitions" not in obj:
+        raise HistoryError(line_number, f'"partitions" is missing (the partitions {f})')
+    return GroupStep(
+        line_number, _time(line_number, obj), process, kind, f, group, member, generation,
+        _partitions_held(line_number, obj["partitions"]),
+    )  # fmt: skip
+
+
 def parse_history_line(
     line_number: int, text: str | bytes
-) -> HistoryOp | HistoryRead | TxnStep | NemesisEvent | None:
-    """One line of a history file: an operation, a read, a transaction step, a nemesis
-    event, or None when blank.
+) -> HistoryOp | HistoryRead | TxnStep | GroupStep | NemesisEvent | None:
+    """One line of a history file: an operation, a read, a transaction or consumer group
+    step, a nemesis event, or None when blank.
 
     Raises HistoryError naming the line and what is wrong with it.
     """
@@ -341,6 +441,8 @@ def parse_history_line(
             line_number, f'"process" must be an integer (or "nemesis"), got {process!r}'
         )
     if "f" in obj and "topic" not in obj:
+        if obj["f"] in GROUP_STEPS:
+            return _group_step(line_number, obj, process)
         return _txn_step(line_number, obj, process)
     op_type = obj.get("type")
     if op_type not in OP_TYPES and op_type != READ:
@@ -412,7 +514,22 @@ def _read(
         0 if session is None else session,
         isolation,
         _txn_id(line_number, obj, required=False),
+        *_group_fields(line_number, obj),
     )
+
+
+def _group_fields(
+    line_number: int, obj: dict[str, Any]
+) -> tuple[str | None, str | None, int | None]:
+    """A read's group, member and generation: all three or none."""
+    group = _text(line_number, obj, "group", required=False)
+    if group is None:
+        return None, None, None
+    member = _text(line_number, obj, "member", required=True)
+    generation = _integer(
+        line_number, obj, "generation", required=True, why=" (a group member's read names it)"
+    )
+    return group, member, generation
 
 
 def parse_timeline_line(line_number: int, text: str | bytes) -> NemesisEvent | None:

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from chaos.audit.hashing import hash_bytes
 from chaos.audit.history import (
+    GroupStep,
     HistoryError,
     HistoryOp,
     HistoryRead,
@@ -301,8 +302,8 @@ def _slow(
         if isinstance(parsed, NemesisEvent):
             events.append(parsed)
             continue
-        if isinstance(parsed, TxnStep):
-            continue  # the transaction checks read these (chaos/audit/transactions.py)
+        if isinstance(parsed, TxnStep | GroupStep):
+            continue  # the transaction and group checks read these (chaos/audit/groups.py)
         if isinstance(parsed, HistoryRead):
             kinds.append(READ)
             sessions.append(parsed.session)

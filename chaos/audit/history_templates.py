@@ -43,8 +43,10 @@ __all__ = ["Matched", "Template", "learn", "match"]
 I64 = npt.NDArray[np.int64]
 _WS = b" \t\r"
 _SCALAR = frozenset(b"0123456789+-.eEabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_STRING_FIELDS = frozenset({"type", "topic", "value", "key", "txn", "isolation"})
-_NUMBER_FIELDS = frozenset({"time", "process", "partition", "offset", "session"})
+_STRING_FIELDS = frozenset({"type", "topic", "value", "key", "txn", "isolation", "group", "member"})
+_NUMBER_FIELDS = frozenset({"time", "process", "partition", "offset", "session", "generation"})
+_GROUP_FIELDS = ("group", "member", "generation")
+"""A consumer group member's read names all three (or none)."""
 _REQUIRED = ("time", "process", "type", "topic", "value")
 _TYPES = (b"ok", b"fail", b"info", b"read")
 _INT32_MAX = 2**31 - 1
@@ -85,6 +87,9 @@ _VALUE_PATTERNS = {
     "type": "(?:ok|fail|info|read)",
     "topic": "[ !#-\\[\\]-~]+",
     "txn": "[ !#-\\[\\]-~]+",
+    "group": "[ !#-\\[\\]-~]+",
+    "member": "[ !#-\\[\\]-~]+",
+    "generation": _UNSIGNED,
     "isolation": "(?:read_uncommitted|read_committed)",
     "value": _STRING,
     "time": "(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?",
@@ -189,6 +194,8 @@ def learn(line: bytes) -> Template | None:
         if key not in _STRING_FIELDS and key not in _NUMBER_FIELDS and not is_string:
             return None
     if any(key not in fields for key in _REQUIRED):
+        return None
+    if any(key in fields for key in _GROUP_FIELDS) and any(k not in fields for k in _GROUP_FIELDS):
         return None
     try:
         obj = json.loads(line)

@@ -54,6 +54,7 @@ from chaos.audit.chunk import (
 from chaos.audit.compaction import COMPACTION_KINDS
 from chaos.audit.data_dirs import AuditInputError, BrokerDir, ReplicaFiles
 from chaos.audit.duplicates import CopyRow, duplicate_items
+from chaos.audit.groups import judge_groups, read_group_history
 from chaos.audit.history import HistoryOp, HistoryRead, NemesisEvent, parse_history_line
 from chaos.audit.history_columns import FAIL, INFO, OK, parse_range
 from chaos.audit.model import AuditResult, PartitionSummary, ReplicaSummary
@@ -534,6 +535,22 @@ class _Audit:
             violations += txn_violations
             transactions = counted.to_json()
             self.clock.lap("transactions")
+        groups = None
+        group_history = None if self.history is None else read_group_history(self.history)
+        if group_history:
+            by_tp = {(s.topic, s.partition): s for s in summaries}
+            group_violations, group_stats = judge_groups(
+                group_history,
+                {tp: got.held for tp, got in gathered.items() if got.facts is not None},
+                by_tp,
+                compacted=self.compacted,
+                timeline=timeline,
+            )
+            for v in group_violations:
+                by_tp[(v.topic, v.partition)].violations += 1
+            violations += group_violations
+            groups = group_stats.to_json()
+            self.clock.lap("groups")
         violations.sort(key=lambda v: (v.topic, v.partition, v.offset, v.kind, v.brokers))
         return AuditResult(
             violations=violations,
@@ -546,6 +563,7 @@ class _Audit:
             records_decoded=sum(rep.records for s in summaries for rep in s.replicas),
             phases=self.clock.laps,
             transactions=transactions,
+            groups=groups,
         )
 
     def _observed_until_ms(self) -> int | None:

@@ -8,6 +8,7 @@ from typing import Any
 from chaos.audit.history import NemesisEvent
 
 __all__ = [
+    "GROUP_KINDS",
     "KINDS",
     "READ_KINDS",
     "TRANSACTION_KINDS",
@@ -27,6 +28,8 @@ TRANSACTION_KINDS = (
     "hanging_txn",
 )
 """The kinds the transaction checks find (:mod:`chaos.audit.transactions`)."""
+GROUP_KINDS = ("lost_commit", "shared_partition", "read_below_commit")
+"""The kinds the consumer group checks find (:mod:`chaos.audit.groups`)."""
 KINDS = (
     "lost_ack",
     "divergence",
@@ -43,10 +46,12 @@ KINDS = (
     "compaction_moved",
     "tombstone_dropped_early",
     *TRANSACTION_KINDS,
+    *GROUP_KINDS,
 )
 """The violation kinds of docs/audit.md, in the order the report lists them (the three
 ``compaction_lost_latest`` .. ``tombstone_dropped_early`` judge compacted topics only:
-:mod:`chaos.audit.compaction`; the last six transactions: :mod:`chaos.audit.transactions`)."""
+:mod:`chaos.audit.compaction`; the next six transactions: :mod:`chaos.audit.transactions`;
+the last three consumer groups: :mod:`chaos.audit.groups`)."""
 READ_KINDS = ("inconsistent_read", "nonmonotonic_poll", "poll_skip")
 """The kinds judged on what consumers read (the history's ``read`` lines)."""
 
@@ -206,6 +211,9 @@ class AuditResult:
     """What the transaction checks counted (committed, aborted and unknown transactions of
     the history, writes and reads checked, transactions open in the logs); None when no
     log holds a transactional batch."""
+    groups: dict[str, Any] | None = None
+    """What the consumer group checks counted (reads, redeliveries, commits, rebalances and
+    their pauses); None when the history names no group."""
 
     def by_kind(self) -> dict[str, int]:
         counts = dict.fromkeys(KINDS, 0)
@@ -224,6 +232,7 @@ class AuditResult:
                 "operations": self.operations,
                 "records_decoded": self.records_decoded,
                 "transactions": self.transactions,
+                "groups": self.groups,
                 "seconds": round(self.seconds, 3),
                 "phases": {k: round(v, 3) for k, v in self.phases.items()},
                 "partitions": [p.to_json() for p in self.partitions],

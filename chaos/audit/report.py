@@ -17,7 +17,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -137,6 +137,8 @@ def print_summary(result: AuditResult, out: IO[str], *, report_dir: Path | None 
         )
     if result.transactions is not None:
         console.print(f"transactions: {_transaction_counts(result.transactions)}")
+    if result.groups is not None:
+        console.print(f"consumer groups: {_group_counts(result.groups)}")
     if result.violations:
         console.print(_violations_table(result.violations, report_dir))
     counts = ", ".join(f"{k} {n}" for k, n in result.by_kind().items() if n)
@@ -158,6 +160,26 @@ def _transaction_counts(counts: dict[str, int]) -> str:
         "open_in_log": "open in the logs",
     }
     return ", ".join(f"{counts.get(k, 0):,} {name}" for k, name in names.items())
+
+
+def _group_counts(groups: dict[str, Any]) -> str:
+    """The consumer group checks' figures as a sentence's words."""
+    commits = groups.get("commits", {})
+    said = (
+        f"{groups.get('groups', 0)} group(s), {groups.get('members', 0)} members, "
+        f"{groups.get('generations', 0)} generations, {groups.get('reads', 0):,} reads of "
+        f"{groups.get('delivered', 0):,} records ({groups.get('redelivered', 0):,} "
+        f"redelivered), commits {commits.get('ok', 0):,} ok / {commits.get('fail', 0):,} "
+        f"refused / {commits.get('info', 0):,} unknown ({groups.get('commits_checked', 0):,} "
+        f"partition commits checked), {groups.get('rebalance_count', 0)} rebalances"
+    )
+    longest = groups.get("rebalance_pause_max_s")
+    if longest is not None:
+        said += (
+            f" (pause median {groups.get('rebalance_pause_median_s', 0):.1f} s, "
+            f"longest {longest:.1f} s)"
+        )
+    return said
 
 
 def _violations_table(violations: Sequence[Violation], report_dir: Path | None) -> Table:
@@ -451,6 +473,11 @@ def render_html(result: AuditResult) -> str:
         + (
             ". Transactions: " + _e(_transaction_counts(result.transactions))
             if result.transactions is not None
+            else ""
+        )
+        + (
+            ". Consumer groups: " + _e(_group_counts(result.groups))
+            if result.groups is not None
             else ""
         )
         + f". {result.records_decoded:,} records decoded in {result.seconds:.1f} s.</p>",

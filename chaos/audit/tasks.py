@@ -341,7 +341,9 @@ class ReduceResult:
     skips: list[Skip] = field(default_factory=list)
     """A cut partition's poll skips, judged against ``held`` by the driver."""
     held: list[tuple[int, int]] | None = None
-    """A cut partition's held ranges (from its first task)."""
+    """The committed offsets the partition's log serves consumers, as [first, last] ranges
+    (of a cut partition, from its first task): the poll skips and the consumer group
+    checks are judged against them."""
     stats: list[HistoryStats] = field(default_factory=list)
     """Passed on by reduce task 0."""
     transactions: list[TransactionSpans] = field(default_factory=list)
@@ -483,7 +485,10 @@ def _whole(tp: tuple[str, int], pid: int, plan: Plan, got: _Inputs) -> ReduceRes
     chunk = audit_chunk(spec, Lines.concat(got.lines.get((*tp, 0), [])))
     for summary in summaries:
         summary.records = chunk.records.get(summary.broker, 0)
-    return ReduceResult(tp, summaries, facts, items, [chunk], transactions=_transactions(logs))
+    held = held_ranges([served(log.batches) for log in logs], facts.log_start, facts.committed_end)
+    return ReduceResult(
+        tp, summaries, facts, items, [chunk], held=held, transactions=_transactions(logs)
+    )
 
 
 def _transactions(logs: Sequence[ReplicaLog]) -> list[TransactionSpans]:

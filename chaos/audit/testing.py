@@ -44,7 +44,7 @@ from proto.records.record_batch import (
 )
 from proto.topic_partition import TopicPartition
 
-__all__ = ["BrokerDataDir", "history_line", "read_line", "txn_step", "write_lines"]
+__all__ = ["BrokerDataDir", "group_step", "history_line", "read_line", "txn_step", "write_lines"]
 
 _TIMESTAMP = 1_700_000_000_000
 
@@ -266,6 +266,28 @@ def txn_step(
     return {"time": time, "process": process, "type": op_type, "f": f, "txn": txn, **fields}
 
 
+def group_step(
+    op_type: str,
+    f: str,
+    group: tuple[str, str, int],
+    *,
+    time: float = 1_700_000_000.0,
+    process: int = 0,
+    partitions: Iterable[TopicPartition] = (),
+    offsets: Iterable[tuple[TopicPartition, int]] = (),
+) -> dict[str, Any]:
+    """One step of a consumer group member, (group, member, generation): ``assigned``,
+    ``revoked`` or ``lost`` its ``partitions``, or ``commit_offsets`` (docs/audit.md,
+    "Consumer groups")."""
+    line: dict[str, Any] = {"time": time, "process": process, "type": op_type, "f": f}
+    line.update(zip(("group", "member", "generation"), group, strict=True))
+    if f == "commit_offsets":
+        line["offsets"] = [[tp.topic, tp.partition, o] for tp, o in offsets]
+    else:
+        line["partitions"] = [[tp.topic, tp.partition] for tp in partitions]
+    return line
+
+
 def read_line(
     tp: TopicPartition,
     offset: int,
@@ -275,10 +297,14 @@ def read_line(
     process: int = 0,
     session: int = 0,
     isolation: str | None = None,
+    group: tuple[str, str, int] | None = None,
 ) -> dict[str, Any]:
     """One consumer's read of the record at ``offset`` (docs/audit.md); ``isolation``
-    ``read_committed`` for a consumer reading only committed transactions."""
-    extra = {} if isolation is None else {"isolation": isolation}
+    ``read_committed`` for a consumer reading only committed transactions; ``group`` the
+    (group, member, generation) of a consumer group member's."""
+    extra: dict[str, Any] = {} if isolation is None else {"isolation": isolation}
+    if group is not None:
+        extra.update(zip(("group", "member", "generation"), group, strict=True))
     return {
         "time": time,
         "process": process,

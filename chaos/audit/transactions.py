@@ -44,6 +44,7 @@ import numpy as np
 
 from chaos.audit.history import (
     READ_COMMITTED,
+    GroupStep,
     HistoryOp,
     HistoryRead,
     NemesisEvent,
@@ -169,7 +170,7 @@ def read_transaction_history(path: Path) -> TransactionHistory:
                 parsed = parse_history_line(number, text)
             except ValueError:
                 continue
-            if parsed is None or isinstance(parsed, NemesisEvent):
+            if parsed is None or isinstance(parsed, NemesisEvent | GroupStep):
                 continue
             history.last_time = max(history.last_time, parsed.time)
             if isinstance(parsed, TxnStep):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from chaos.audit.hashing import hash_bytes
 from chaos.audit.history import (
+    GroupStep,
     HistoryError,
     HistoryRead,
     NemesisEvent,
@@ -42,8 +43,8 @@ def _expected(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], A
         if isinstance(parsed, NemesisEvent):
             events.append(parsed)
             continue
-        if isinstance(parsed, TxnStep):
-            continue  # the transaction checks' (chaos/audit/transactions.py)
+        if isinstance(parsed, TxnStep | GroupStep):
+            continue  # the transaction and group checks' (chaos/audit/groups.py)
         kind = READ if isinstance(parsed, HistoryRead) else KINDS.index(parsed.type)
         session = parsed.session if isinstance(parsed, HistoryRead) else 0
         key = None if isinstance(parsed, HistoryRead) else parsed.key
@@ -117,7 +118,7 @@ def history_lines(draw: st.DrawFn) -> bytes:
     ascii_only = draw(st.booleans())
     lines = []
     for _ in range(draw(st.integers(0, 40))):
-        shape = draw(st.integers(0, 19))
+        shape = draw(st.integers(0, 21))
         op: dict[str, Any] = {
             "time": draw(times),
             "process": draw(st.integers(0, 9)),
@@ -169,6 +170,28 @@ def history_lines(draw: st.DrawFn) -> bytes:
                 step["offsets"] = draw(
                     st.one_of(st.just([["t", 0, 5]]), st.just([["t", -1, 5]]), numbers)
                 )
+            lines.append(json.dumps(step, separators=separators, ensure_ascii=ascii_only))
+            continue
+        elif shape == 14:  # a consumer group member's read: all three fields, or not
+            for name, strategy in (
+                ("group", st.one_of(values, st.just(""), numbers)),
+                ("member", st.one_of(values, numbers)),
+                ("generation", st.one_of(st.integers(0, 9), numbers)),
+            ):
+                if draw(st.integers(0, 5)):
+                    op[name] = draw(strategy)
+        elif shape == 15:  # a consumer group step: no topic
+            step = {
+                "time": op["time"],
+                "process": op["process"],
+                "type": op["type"],
+                "f": draw(st.sampled_from(["assigned", "revoked", "lost", "commit_offsets"])),
+                "group": draw(st.one_of(values, numbers)),
+                "member": "m",
+                "generation": draw(st.one_of(st.integers(0, 9), numbers)),
+                "partitions": [["t", 0]],
+                "offsets": draw(st.one_of(st.just([["t", 0, 5]]), numbers)),
+            }
             lines.append(json.dumps(step, separators=separators, ensure_ascii=ascii_only))
             continue
         elif shape == 10:  # a compacted topic's write: its key, or a tombstone
