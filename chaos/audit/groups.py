@@ -149,7 +149,7 @@ class Rebalance:
     resumed: float | None
     """The group's first read in the generation; None: it read nothing in it."""
     fault: str | None
-    """The nemesis's last event before ``started`` (within :data:`FAULT_LOOKBACK_S`)."""
+    """The last fault to strike before ``started`` (within :data:`FAULT_LOOKBACK_S`)."""
 
     @property
     def pause_s(self) -> float | None:
@@ -485,6 +485,20 @@ def _reads_below_commit(
     return found
 
 
+_NOT_FAULTS = frozenset(
+    {"healed", "start", "resume", "heal", "isr-whole", "isr-not-whole", "run-start", "run-end"}
+)
+"""Timeline lines that end a fault or mark the run, in timelines without ``strike``."""
+
+
+def _strikes(timeline: Sequence[NemesisEvent]) -> list[NemesisEvent]:
+    """The timeline's faults as they began: its ``strike`` lines, or, in a timeline
+    without them (an older run's, a scenario's), every line that does not end a fault."""
+    events = sorted(timeline, key=lambda e: e.time)
+    strikes = [e for e in events if e.f == "strike"]
+    return strikes or [e for e in events if e.f not in _NOT_FAULTS]
+
+
 def _rebalances(
     history: GroupHistory,
     columns: Mapping[tuple[str, str, int], _Columns],
@@ -496,7 +510,7 @@ def _rebalances(
         for generation in np.unique(reads.generation):
             chosen = reads.generation == generation
             times[(group, int(generation))].append(float(reads.time[chosen].min()))
-    events = sorted(timeline, key=lambda e: e.time)
+    events = _strikes(timeline)
     event_times = [e.time for e in events]
     found = []
     by_group: dict[str, list[GroupStep]] = defaultdict(list)
@@ -518,7 +532,7 @@ def _rebalances(
             k = int(np.searchsorted(event_times, started, side="right")) - 1
             if k >= 0 and started - events[k].time <= FAULT_LOOKBACK_S:
                 e = events[k]
-                fault = f"{e.f} {e.target}".strip() + f" at {e.time:.3f}"
+                fault = f"{e.nemesis or e.f} {e.target}".strip() + f" at {e.time:.3f}"
             found.append(
                 Rebalance(
                     group, step.generation, started, step.time,

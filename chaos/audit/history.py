@@ -6,7 +6,9 @@ History (the workload's producers, Jepsen's vocabulary)::
      "value": "p3-17", "offset": 41}
 
 ``ok``: acknowledged, written at ``offset``; ``fail``: certainly not written; ``info``:
-unknown (a timeout, a lost connection). ``fail`` and ``info`` lines may leave ``partition``
+unknown (a timeout, a lost connection). ``sent`` (optional, unix seconds) is when the
+producer handed the write to its client: ``time - sent`` is the write's latency, which the
+report plots over the run. ``fail`` and ``info`` lines may leave ``partition``
 and ``offset`` null or out when the producer never learnt them. A write to a compacted topic
 names its record's ``key`` (a string; null or left out: none), which the audit of compacted
 partitions needs (:mod:`chaos.audit.compaction`); ``"value": null`` is a tombstone (a record
@@ -133,6 +135,8 @@ class HistoryOp(NamedTuple):
     """The record's key, when the line names one (writes to a compacted topic must)."""
     txn: str | None = None
     """The transaction the write belongs to (a transactional producer's), None: none."""
+    sent: float | None = None
+    """When the producer handed the write to its client (unix seconds), None: not said."""
 
 
 class HistoryRead(NamedTuple):
@@ -487,7 +491,17 @@ def parse_history_line(
         offset,
         key,
         _txn_id(line_number, obj, required=False),
+        _sent(line_number, obj),
     )
+
+
+def _sent(line_number: int, obj: dict[str, Any]) -> float | None:
+    if obj.get("sent") is None:
+        return None
+    value = obj["sent"]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise HistoryError(line_number, f'"sent" must be a number of unix seconds, got {value!r}')
+    return float(value)
 
 
 def _read(

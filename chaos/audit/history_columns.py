@@ -16,6 +16,7 @@ within the range, the job adds the lines before it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,6 +128,9 @@ class ParsedRange:
     """The first bad line (within the range) and why; the columns stop before it."""
     templated: int = 0
     """Lines the template path parsed (the rest went through parse_history_line)."""
+    sent: npt.NDArray[np.float64] | None = None
+    """Per line: when the write was sent (NaN: not said, a read); None when no line of the
+    range says (the latency plot's input)."""
 
 
 _MAX_TEMPLATES = 8
@@ -201,6 +205,8 @@ def parse_range(data: Text) -> ParsedRange:
     parts = [slow.lines]
     topic_parts = [slow.topic]
     partition_parts = [slow.partition]
+    any_sent = slow.sent is not None or any(m.sent is not None for m in fast)
+    sent_parts = [_or_nan(slow.sent, len(slow.lines))] if any_sent else []
     for m in fast:
         if len(m.topic_hash) and bool(np.all(m.topic_hash == m.topic_hash[0])):
             hashes, first = m.topic_hash[:1], np.zeros(1, dtype=np.intp)  # one topic
@@ -217,6 +223,8 @@ def parse_range(data: Text) -> ParsedRange:
             else index[np.searchsorted(hashes, m.topic_hash)]
         )
         partition_parts.append(m.partition)
+        if any_sent:
+            sent_parts.append(_or_nan(m.sent, len(m.lines)))
         parts.append(
             Lines(
                 m.kind,
@@ -235,12 +243,16 @@ def parse_range(data: Text) -> ParsedRange:
         parts = [p.take(b) for p, b in zip(parts, before, strict=True)]
         topic_parts = [t[b] for t, b in zip(topic_parts, before, strict=True)]
         partition_parts = [q[b] for q, b in zip(partition_parts, before, strict=True)]
+        if any_sent:
+            sent_parts = [q[b] for q, b in zip(sent_parts, before, strict=True)]
     lines = Lines.concat(parts)
     topic = np.concatenate(topic_parts)
     partition = np.concatenate(partition_parts)
+    sent = np.concatenate(sent_parts) if any_sent else None
     if not bool(np.all(lines.line[1:] > lines.line[:-1])):
         order = np.argsort(lines.line, kind="stable")
         lines, topic, partition = lines.take(order), topic[order], partition[order]
+        sent = None if sent is None else sent[order]
     return ParsedRange(
         lines,
         topic,
@@ -250,7 +262,12 @@ def parse_range(data: Text) -> ParsedRange:
         slow.events,
         slow.error,
         int(taken.sum()),
+        sent,
     )
+
+
+def _or_nan(sent: npt.NDArray[np.float64] | None, n: int) -> npt.NDArray[np.float64]:
+    return np.full(n, np.nan) if sent is None else sent
 
 
 def _quotes_per_line(
@@ -284,6 +301,7 @@ def _slow(
     times: list[float] = []
     processes: list[int] = []
     sessions: list[int] = []
+    sent: list[float] = []
     topic_of: list[int] = []
     partitions: list[int] = []
     topics: dict[str, int] = {}
@@ -314,6 +332,8 @@ def _slow(
         values.append(None if parsed.value is None else parsed.value.encode("utf-8"))
         key = parsed.key if isinstance(parsed, HistoryOp) else None
         keys.append(None if key is None else key.encode("utf-8"))
+        sent_at = parsed.sent if isinstance(parsed, HistoryOp) else None
+        sent.append(math.nan if sent_at is None else sent_at)
         numbers.append(number)
         times.append(parsed.time)
         processes.append(parsed.process)
@@ -337,4 +357,5 @@ def _slow(
         len(starts),
         events,
         error,
+        sent=np.array(sent, dtype=np.float64) if not all(map(math.isnan, sent)) else None,
     )

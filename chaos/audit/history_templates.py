@@ -44,7 +44,9 @@ I64 = npt.NDArray[np.int64]
 _WS = b" \t\r"
 _SCALAR = frozenset(b"0123456789+-.eEabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _STRING_FIELDS = frozenset({"type", "topic", "value", "key", "txn", "isolation", "group", "member"})
-_NUMBER_FIELDS = frozenset({"time", "process", "partition", "offset", "session", "generation"})
+_NUMBER_FIELDS = frozenset(
+    {"time", "process", "partition", "offset", "session", "generation", "sent"}
+)
 _GROUP_FIELDS = ("group", "member", "generation")
 """A consumer group member's read names all three (or none)."""
 _REQUIRED = ("time", "process", "type", "topic", "value")
@@ -93,6 +95,7 @@ _VALUE_PATTERNS = {
     "isolation": "(?:read_uncommitted|read_committed)",
     "value": _STRING,
     "time": "(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?",
+    "sent": "(?:(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?|null)",
     "process": f"-?{_UNSIGNED}",
     "partition": "(?:0|[1-9][0-9]{0,9}|null)",
     "offset": f"(?:{_UNSIGNED}|null)",
@@ -230,6 +233,8 @@ class Matched:
     value: npt.NDArray[np.uint64]
     key: npt.NDArray[np.uint64] | None = None
     """The keys' hashes; None for a template without a ``key`` field."""
+    sent: npt.NDArray[np.float64] | None = None
+    """When each write was sent (NaN: null); None for a template without a ``sent``."""
 
 
 def _bytes_at(buffer: npt.NDArray[np.uint8], starts: I64, width: int) -> npt.NDArray[np.uint8]:
@@ -338,6 +343,12 @@ def match(
     if "key" in spans:
         key_start, key_length = (column[keep] for column in spans["key"])
         key_hash = hash_spans(buffer, key_start, key_length)
+    sent = None
+    if "sent" in spans:
+        sent_start, sent_length = (column[keep] for column in spans["sent"])
+        given = buffer[sent_start] != ord("n")
+        sent = np.full(len(keep), np.nan)
+        sent[given] = _times(buffer, sent_start[given], sent_length[given])
     return Matched(
         chosen[keep],
         kind[keep],
@@ -351,4 +362,5 @@ def match(
         session[keep],
         hash_spans(buffer, value_start, value_length),
         key_hash,
+        sent,
     )

@@ -57,6 +57,7 @@ from chaos.audit.duplicates import CopyRow, duplicate_items
 from chaos.audit.groups import judge_groups, read_group_history
 from chaos.audit.history import HistoryOp, HistoryRead, NemesisEvent, parse_history_line
 from chaos.audit.history_columns import FAIL, INFO, OK, parse_range
+from chaos.audit.latency import merged
 from chaos.audit.model import AuditResult, PartitionSummary, ReplicaSummary
 from chaos.audit.runs import Run, merge
 from chaos.audit.segments import SegmentTask, pack
@@ -420,6 +421,7 @@ class _Audit:
             raise AuditInputError(f"history {self.history}, line {line}: {reason}")
         per_partition: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: defaultdict(int))
         per_second: dict[tuple[int, str], int] = defaultdict(int)
+        latency = merged(s.latency for s in stats)
         for s in stats:
             for (topic, partition, kind), n in s.lines.items():
                 per_partition[(topic, partition)][kind] += n
@@ -559,6 +561,7 @@ class _Audit:
             history=None if self.history is None else str(self.history),
             operations=operations,
             acks_per_second=acks_per_second,
+            latency=latency.per_second(),
             timeline=sorted(timeline, key=lambda e: e.time),
             records_decoded=sum(rep.records for s in summaries for rep in s.replicas),
             phases=self.clock.laps,

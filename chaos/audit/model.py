@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chaos.audit.history import NemesisEvent
+from chaos.audit.latency import SecondLatency, as_rows
 
 __all__ = [
     "GROUP_KINDS",
@@ -199,6 +200,8 @@ class AuditResult:
     """History operations by type (ok, fail, info)."""
     acks_per_second: list[tuple[int, str, int]] = field(default_factory=list)
     """(unix second, op type, count) from the history, for the timeline."""
+    latency: list[SecondLatency] = field(default_factory=list)
+    """Per second, the latency of the acknowledged writes that say when they were sent."""
     timeline: list[NemesisEvent] = field(default_factory=list)
     records_decoded: int = 0
     """Records decoded across all replicas."""
@@ -233,6 +236,7 @@ class AuditResult:
                 "records_decoded": self.records_decoded,
                 "transactions": self.transactions,
                 "groups": self.groups,
+                "latency_per_second": as_rows(self.latency),
                 "seconds": round(self.seconds, 3),
                 "phases": {k: round(v, 3) for k, v in self.phases.items()},
                 "partitions": [p.to_json() for p in self.partitions],

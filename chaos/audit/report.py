@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import itertools
 import json
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from chaos.audit.latency_svg import draw_latency, run_data_script
 from chaos.audit.model import KINDS, READ_KINDS, AuditResult, PartitionSummary, Violation
 from chaos.audit.timeline_svg import draw_timeline, ticks
 
@@ -424,17 +426,65 @@ def _pieces(
     return [p for p in pieces if p]
 
 
-def _violation_rows(violations: Sequence[Violation]) -> str:
-    """A table of the violations, the first HTML_VIOLATIONS of them (report.json has all)."""
+_LINE_NUMBERS = re.compile(r"\blines? (\d+(?:(?:, | and |-)\d+)*)")
+"""Where a finding's sentence names history lines: ``line 7``, ``lines 40 and 41``."""
+LINES_SHOWN = 12
+"""History lines quoted under one violation at most."""
+
+
+def cited_lines(detail: str) -> list[int]:
+    """The history line numbers a finding's sentence names, in order, once each."""
+    found: list[int] = []
+    for match in _LINE_NUMBERS.finditer(detail):
+        for number in re.split(r", | and |-", match.group(1)):
+            if int(number) not in found:
+                found.append(int(number))
+    return found[:LINES_SHOWN]
+
+
+def history_lines(history: str | None, numbers: set[int]) -> dict[int, str]:
+    """The text of the history file's lines ``numbers`` (1-based); none when it cannot be
+    read (the report of a copied audit dir names a history that may be gone)."""
+    if not history or not numbers:
+        return {}
+    found: dict[int, str] = {}
+    last = max(numbers)
+    try:
+        with open(history, "rb") as f:
+            for number, text in enumerate(f, 1):
+                if number in numbers:
+                    found[number] = text.decode("utf-8", "replace").rstrip("\n")
+                if number >= last:
+                    break
+    except OSError:
+        return {}
+    return found
+
+
+def _violation_rows(
+    violations: Sequence[Violation], quoted: dict[int, str], *, ids: bool = False
+) -> str:
+    """A table of the violations, the first HTML_VIOLATIONS of them (report.json has all):
+    each with the offsets and brokers it concerns and the history lines its sentence names
+    (``ids``: each row anchored ``v-<n>``, which the counts at the top link to)."""
     rows = [
         "<table><tr><th>kind</th><th>partition</th><th>offsets</th><th>brokers</th>"
         "<th>detail</th></tr>"
     ]
-    for v in violations[:HTML_VIOLATIONS]:
+    for n, v in enumerate(violations[:HTML_VIOLATIONS]):
+        lines = [(k, quoted[k]) for k in cited_lines(v.detail) if k in quoted]
+        shown = (
+            '<details><summary>history lines</summary><pre class="lines">'
+            + "\n".join(f"{k}: {_e(text)}" for k, text in lines)
+            + "</pre></details>"
+            if lines
+            else ""
+        )
+        anchor = f' id="v-{n}"' if ids else ""
         rows.append(
-            f'<tr><td class="kind">{_e(v.kind)}</td><td>{_e(v.topic)}-{v.partition}</td>'
+            f'<tr{anchor}><td class="kind">{_e(v.kind)}</td><td>{_e(v.topic)}-{v.partition}</td>'
             f"<td>{_e(_range(v))}</td><td>{_e(', '.join(map(str, v.brokers)))}</td>"
-            f"<td>{_e(v.detail)}</td></tr>"
+            f"<td>{_e(v.detail)}{shown}</td></tr>"
         )
     rows.append("</table>")
     if len(violations) > HTML_VIOLATIONS:
@@ -442,6 +492,24 @@ def _violation_rows(violations: Sequence[Violation]) -> str:
             f"<p>... and {len(violations) - HTML_VIOLATIONS:,} more, listed in {JSON_NAME}.</p>"
         )
     return "\n".join(rows)
+
+
+def _kind_counts(result: AuditResult) -> str:
+    """The count of each kind; a count that is not 0 links to its first violation."""
+    first: dict[str, int] = {}
+    for n, v in enumerate(result.violations[:HTML_VIOLATIONS]):
+        first.setdefault(v.kind, n)
+    cells = []
+    for kind, n in result.by_kind().items():
+        shown = f'<a href="#v-{first[kind]}">{n}</a>' if n and kind in first else str(n)
+        cells.append(f'<td class="{"bad" if n else "ok"}">{shown}</td>')
+    return (
+        "<table><tr>"
+        + "".join(f'<th class="kind">{k}</th>' for k in KINDS)
+        + "</tr><tr>"
+        + "".join(cells)
+        + "</tr></table>"
+    )
 
 
 def render_html(result: AuditResult) -> str:
@@ -481,14 +549,16 @@ def render_html(result: AuditResult) -> str:
             else ""
         )
         + f". {result.records_decoded:,} records decoded in {result.seconds:.1f} s.</p>",
-        "<table><tr>"
-        + "".join(f'<th class="kind">{k}</th>' for k in KINDS)
-        + "</tr><tr>"
-        + "".join(f'<td class="{"bad" if n else "ok"}">{n}</td>' for n in result.by_kind().values())
-        + "</tr></table>",
+        _kind_counts(result),
     ]
+    quoted = history_lines(
+        result.history,
+        {k for v in result.violations[:HTML_VIOLATIONS] for k in cited_lines(v.detail)},
+    )
     if result.timeline:
         parts += ["<h2>Faults and acknowledgements</h2>", draw_timeline(result)]
+    if result.timeline or result.latency:
+        parts += ["<h2>Latency and rebalances</h2>", draw_latency(result)]
     parts.append("<h2>Partitions</h2>")
     for part in result.partitions:
         found = by_partition.get((part.topic, part.partition), [])
@@ -535,8 +605,9 @@ def render_html(result: AuditResult) -> str:
         if part.replicas:
             parts.append(_epoch_plot(part, found))
         if found:
-            parts.append(_violation_rows(found))
+            parts.append(_violation_rows(found, quoted))
     if result.violations:
-        parts += ["<h2>All violations</h2>", _violation_rows(result.violations)]
+        parts += ["<h2>All violations</h2>", _violation_rows(result.violations, quoted, ids=True)]
+    parts.append(run_data_script(result))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -55,7 +55,8 @@ from chaos.audit.chunk import (
 )
 from chaos.audit.data_dirs import ReplicaFiles
 from chaos.audit.history import NemesisEvent
-from chaos.audit.history_columns import KINDS, READ, Lines, parse_range
+from chaos.audit.history_columns import KINDS, OK, READ, Lines, parse_range
+from chaos.audit.latency import LatencyCounts, latency_counts
 from chaos.audit.log_checks import (
     BatchTable,
     ReplicaLog,
@@ -120,6 +121,8 @@ class HistoryStats:
     """(topic, partition (-1: none given), kind) -> lines."""
     seconds: dict[tuple[int, str], int]
     """(unix second, kind) -> lines."""
+    latency: LatencyCounts = field(default_factory=LatencyCounts)
+    """The ``ok`` writes' latencies, where their lines say when they were sent."""
 
 
 @dataclass(slots=True)
@@ -256,7 +259,20 @@ def _history(unit: HistoryRange, plan: Plan) -> Iterator[tuple[int, Any]]:
     events = [e._replace(line=unit.index << LINE_BITS | e.line) for e in parsed.events]
     yield (
         0,
-        ("stats", HistoryStats(unit.index, parsed.count, parsed.error, events, counts, seconds)),
+        (
+            "stats",
+            HistoryStats(
+                unit.index,
+                parsed.count,
+                parsed.error,
+                events,
+                counts,
+                seconds,
+                LatencyCounts()
+                if parsed.sent is None
+                else latency_counts(lines.time, parsed.sent, lines.kind == OK),
+            ),
+        ),
     )
     written = {t for (t, _, kind) in counts if kind in _WRITES}
     unsettled = {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from chaos.audit.model import AuditResult
 from chaos.audit.timeline import Span, Timeline, clock, read_timeline
@@ -216,7 +216,7 @@ def _svg(result: AuditResult, timeline: Timeline, times: Sequence[float]) -> str
         out += _lane(by_lane[lane], rows[lane], lane_top[lane], x)
     out += _instants(timeline, lane_top, lane_rows, x)
     out += _bars(result, x, bars_top, base, t0, t1)
-    out += _time_axis(x, base, t0, t1)
+    out += time_axis(x, base, t0, t1)
     # A scenario's key events: a line through the lanes, the name under the time axis.
     for m in timeline.marks:
         mx = x(m.time)
@@ -437,7 +437,8 @@ def _bars(
     return out
 
 
-def _time_axis(x: _Scale, base: float, t0: float, t1: float) -> list[str]:
+def time_axis(x: Callable[[float], float], base: float, t0: float, t1: float) -> list[str]:
+    """The time axis under a plot: ``x`` maps unix seconds to the page."""
     out = [f'<line x1="{LEFT}" y1="{base}" x2="{LEFT + PLOT_W}" y2="{base}" stroke="#999"/>']
     for tick in ticks(t0, t1, 10):
         tx = x(tick)

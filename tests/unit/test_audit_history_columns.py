@@ -60,6 +60,7 @@ def _expected(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], A
                 parsed.process,
                 session,
                 int(hash_bytes([None if key is None else key.encode()])[0]),
+                None if isinstance(parsed, HistoryRead) or parsed.sent is None else parsed.sent,
             )
         )
     return rows, events, None
@@ -69,6 +70,7 @@ def _got(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], Any]:
     parsed = parse_range(data)
     lines = parsed.lines
     keys = lines.keys()
+    sent = parsed.sent if parsed.sent is not None else np.full(len(lines), np.nan)
     rows = [
         (
             int(lines.line[i]),
@@ -81,6 +83,7 @@ def _got(data: bytes) -> tuple[list[tuple[Any, ...]], list[NemesisEvent], Any]:
             int(lines.process[i]),
             int(lines.session[i]),
             int(keys[i]),
+            None if np.isnan(sent[i]) else float(sent[i]),
         )
         for i in range(len(lines))
     ]
@@ -118,7 +121,7 @@ def history_lines(draw: st.DrawFn) -> bytes:
     ascii_only = draw(st.booleans())
     lines = []
     for _ in range(draw(st.integers(0, 40))):
-        shape = draw(st.integers(0, 21))
+        shape = draw(st.integers(0, 22))
         op: dict[str, Any] = {
             "time": draw(times),
             "process": draw(st.integers(0, 9)),
@@ -172,6 +175,8 @@ def history_lines(draw: st.DrawFn) -> bytes:
                 )
             lines.append(json.dumps(step, separators=separators, ensure_ascii=ascii_only))
             continue
+        elif shape == 16:  # when the write was sent: a number, or anything the audit refuses
+            op["sent"] = draw(st.one_of(times, numbers))
         elif shape == 14:  # a consumer group member's read: all three fields, or not
             for name, strategy in (
                 ("group", st.one_of(values, st.just(""), numbers)),
