@@ -39,6 +39,11 @@ class ClusterBackend(abc.ABC):
     def zookeeper_connect(self) -> str:
         """The ZooKeeper connect string, as clients on this machine reach it."""
 
+    def kafka_bootstrap_servers(self) -> str | None:
+        """Every broker's Kafka protocol listener, ``host:port,...``, as Kafka's own clients
+        on this machine reach them; None when the brokers run none."""
+        return None
+
     # -- brokers ---------------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -18,7 +18,7 @@ from chaos.nemesis import NEMESES, TRANSACTION_DEFAULT_NEMESES
 from chaos.run_dir import EXIT_CANNOT_RUN, RunDirError
 from chaos.scenario import cli as scenario_cli
 from chaos.schedule import ScheduleError
-from chaos.workload import PLAIN, TRANSACTIONS, WORKLOADS
+from chaos.workload import CLIENTS, GRPC, PLAIN, TRANSACTIONS, WORKLOADS
 from client.cli.common import compression_type_argument
 from deploy.local_cluster import LocalClusterError
 
@@ -128,6 +128,16 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "committed or aborted), read_committed consumers",
     )
     run.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default=GRPC,
+        help="the workload's clients: grpc (default): minibroker's own; kafka: Kafka's own "
+        "through the brokers' Kafka listeners (idempotent confluent-kafka and aiokafka "
+        "producers, confluent-kafka members of the consumer group chaos-kafka-readers, an "
+        "aiokafka reader of every partition); mixed: both side by side (producers of the "
+        "three clients, both groups, both readers). Not with --workload transactions",
+    )
+    run.add_argument(
         "--transaction-records",
         type=int,
         default=None,
@@ -184,7 +194,7 @@ def _add_run(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _run(args: argparse.Namespace) -> int:
-    from chaos.runner import COMPACTED_KEYS, RunSettings, run_chaos
+    from chaos.runner import COMPACTED_KEYS, RunSettings, kafka_clients_problem, run_chaos
 
     if args.producers < 1 or args.rate <= 0 or args.duration <= 0 or args.interval <= 0:
         print(
@@ -195,7 +205,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.keys is not None and (args.keys < 1 or not args.compacted):
         print("minibroker chaos run: --keys takes a number > 0, with --compacted", file=sys.stderr)
         return EXIT_CANNOT_RUN
-    problem = _transaction_options_problem(args)
+    problem = _transaction_options_problem(args) or kafka_clients_problem(
+        args.client, args.workload
+    )
     if problem is not None:
         print(f"minibroker chaos run: {problem}", file=sys.stderr)
         return EXIT_CANNOT_RUN
@@ -218,6 +230,7 @@ def _run(args: argparse.Namespace) -> int:
         project=args.project,
         spark_master=args.master,
         workload=args.workload,
+        client=args.client,
         **{
             field: value
             for field, value in (

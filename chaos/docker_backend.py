@@ -159,9 +159,12 @@ class DockerBackend(ClusterBackend):
         binding = (bindings.get(f"{port}/tcp") or [{}])[0]
         return f"{binding.get('HostIp') or '127.0.0.1'}:{binding.get('HostPort') or port}"
 
+    @staticmethod
+    def _environment(container: Any) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in container.attrs["Config"]["Env"])
+
     def _broker_port(self, broker_id: int) -> int:
-        env = dict(item.split("=", 1) for item in self._brokers[broker_id].attrs["Config"]["Env"])
-        return int(env["MINIBROKER_PORT"])
+        return int(self._environment(self._brokers[broker_id])["MINIBROKER_PORT"])
 
     def broker_ids(self) -> list[int]:
         return sorted(self._brokers)
@@ -173,6 +176,17 @@ class DockerBackend(ClusterBackend):
 
     def zookeeper_connect(self) -> str:
         return ",".join(self._published(z, 2181) for _, z in sorted(self._zookeepers.items()))
+
+    def kafka_bootstrap_servers(self) -> str | None:
+        """The published ``MINIBROKER_KAFKA_PORT`` of every broker that has one (-1 or none
+        in its environment: it runs no Kafka listener, as in docker-compose.tls.yml)."""
+        listeners = []
+        for broker_id in self.broker_ids():
+            container = self._brokers[broker_id]
+            port = self._environment(container).get("MINIBROKER_KAFKA_PORT", "-1")
+            if port.isdigit() and int(port) > 0:
+                listeners.append(self._published(container, int(port)))
+        return ",".join(listeners) or None
 
     # -- brokers ---------------------------------------------------------------------------
 

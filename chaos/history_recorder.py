@@ -14,8 +14,11 @@ compacted topic names its record's ``key``; a null ``value`` is a tombstone.
 A transactional producer's writes name their transaction (``txn``, ``p<process>-t<n>``),
 its steps are lines of their own (``f``: ``begin``, ``commit``, ``abort``, ``send_offsets``;
 no topic), and a read_committed consumer's reads say so (``isolation``): docs/audit.md has
-the lines. Fields a line does not use are left out, so the lines of a plain workload are
-what they always were.
+the lines. A member of a Kafka-protocol consumer group (``chaos run --client kafka``) names
+its ``group``, ``member`` and ``generation`` in its reads, and its steps (``f``:
+``assigned``, ``revoked``, ``lost``, ``commit_offsets``; no topic) are lines of their own.
+Fields a line does not use are left out, so the lines of a plain workload are what they
+always were.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ class _JsonLines:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _sent(at: float | None) -> dict[str, object]:
+    return {} if at is None else {"sent": at}
 
 
 class HistoryRecorder(_JsonLines):
@@ -98,10 +105,13 @@ class HistoryRecorder(_JsonLines):
         offset: int,
         key: str | None = None,
         txn: str | None = None,
+        *,
+        sent: float | None = None,
     ) -> None:
         """``value`` (None: a tombstone of ``key``) was acknowledged at ``offset``
-        (acks=all); inside transaction ``txn``, if one is named."""
-        self._op("ok", topic, partition, value, offset, key, txn)
+        (acks=all); inside transaction ``txn``, if one is named. ``sent``: when the write
+        was handed to the client (``time.time()``), for the report's latency plot."""
+        self._op("ok", topic, partition, value, offset, key, txn, **_sent(sent))
 
     def fail(
         self,
@@ -110,9 +120,11 @@ class HistoryRecorder(_JsonLines):
         value: str | None,
         key: str | None = None,
         txn: str | None = None,
+        *,
+        sent: float | None = None,
     ) -> None:
         """``value`` was certainly not written (the broker refused it before appending)."""
-        self._op("fail", topic, partition, value, None, key, txn)
+        self._op("fail", topic, partition, value, None, key, txn, **_sent(sent))
 
     def info(
         self,
@@ -121,9 +133,11 @@ class HistoryRecorder(_JsonLines):
         value: str | None,
         key: str | None = None,
         txn: str | None = None,
+        *,
+        sent: float | None = None,
     ) -> None:
         """Whether ``value`` was written is unknown (a timeout, a lost connection)."""
-        self._op("info", topic, partition, value, None, key, txn)
+        self._op("info", topic, partition, value, None, key, txn, **_sent(sent))
 
     def step(self, f: str, txn: str, kind: str, **fields: object) -> None:
         """A step of transaction ``txn``: ``f`` is ``begin``, ``commit``, ``abort`` or
@@ -132,6 +146,27 @@ class HistoryRecorder(_JsonLines):
         (``timeout_ms`` of a begin, ``group`` and ``offsets`` of a send_offsets)."""
         self.write(
             {"time": time.time(), "process": self.process, "type": kind, "f": f, "txn": txn}
+            | fields
+        )
+
+    def group_step(
+        self, f: str, kind: str, group: str, member: str, generation: int, **fields: object
+    ) -> None:
+        """A step of a Kafka-protocol consumer group member ``member`` of ``group`` in
+        ``generation``: ``f`` is ``assigned``, ``revoked`` or ``lost`` (``partitions``: the
+        member's whole assignment, ``[topic, partition]`` each), or ``commit_offsets``
+        (``offsets``: ``[topic, partition, next offset]`` each); ``kind`` is ``ok``,
+        ``fail`` (certainly not done) or ``info`` (unknown), never guessed."""
+        self.write(
+            {
+                "time": time.time(),
+                "process": self.process,
+                "type": kind,
+                "f": f,
+                "group": group,
+                "member": member,
+                "generation": generation,
+            }
             | fields
         )
 
@@ -145,15 +180,20 @@ class HistoryRecorder(_JsonLines):
         *,
         isolation: str | None = None,
         txn: str | None = None,
+        group: tuple[str, str, int] | None = None,
     ) -> None:
         """A consumer polled ``value`` (None: a null one) at ``offset``. ``session`` changes
         whenever the consumer's position may legitimately jump (a rebalance, a seek, a
         reset): the audit compares the offsets of one session only. ``isolation``: a
         read_committed consumer says so (None: read_uncommitted, left out); ``txn``: the
-        transaction that processes the record read (a consume-transform-produce copier)."""
+        transaction that processes the record read (a consume-transform-produce copier);
+        ``group``: a Kafka-protocol group member's (group, member id, generation) at the
+        poll."""
         extra: dict[str, object] = {"session": session}
         if isolation is not None and isolation != "read_uncommitted":
             extra["isolation"] = isolation
+        if group is not None:
+            extra["group"], extra["member"], extra["generation"] = group
         self._op("read", topic, partition, value, offset, None, txn, **extra)
 
 

@@ -39,6 +39,9 @@ class LocalBackend(ClusterBackend):
     def zookeeper_connect(self) -> str:
         return self.cluster.zookeeper_connect
 
+    def kafka_bootstrap_servers(self) -> str | None:
+        return self.cluster.kafka_bootstrap_servers
+
     def kill(self, broker_id: int) -> None:
         self.cluster.kill(broker_id)
 

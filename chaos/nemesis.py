@@ -18,9 +18,10 @@ nemesis           fault                                       heal
                   (the broker keeps running)
 ``torn-write``    SIGKILL a broker, cut an active segment     start it (recovery truncates)
                   mid-batch, as a power loss would
-``partition``     isolate one broker from the others and      reconnect (docker only)
-                  from ZooKeeper
-``split``         halves: the larger half of the brokers cut  reconnect (docker only)
+``partition``     isolate one broker from the others and      reconnect
+                  from ZooKeeper (docker: off its network;
+                  local: an iptables chain, by cgroup)
+``split``         halves: the larger half of the brokers cut  reconnect
                   off from ZooKeeper and the other half
 ``cascade``       SIGKILL a partition's leader and the broker  start both
                   the controller will elect after it; end the
@@ -66,6 +67,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from chaos.backend import BackendUnavailableError, ClusterBackend
+from chaos.cluster_checks import require_exported_sessions
 from chaos.history_recorder import TimelineRecorder
 from chaos.open_transactions import OpenTransactions
 from chaos.zookeeper_session import close_session, expire_session
@@ -259,6 +261,11 @@ class _Pause(Nemesis):
 class _ZkExpire(Nemesis):
     name = "zk-expire"
 
+    def check(self, backend: ClusterBackend) -> None:
+        # Before the run: without the export every strike would fail, faults into it (a
+        # cluster given keeps its own properties; chaos run sets this one on its own).
+        require_exported_sessions(backend, self.name)
+
     def strike(self, ctx: NemesisContext, pick: float) -> Fault:
         broker = _choose(_running(ctx), pick)
         credentials = ctx.backend.zookeeper_session(broker)
@@ -396,6 +403,8 @@ class _Cascade(Nemesis):
     def check(self, backend: ClusterBackend) -> None:
         if len(backend.broker_ids()) < 3:
             raise BackendUnavailableError(f"{self.name} needs 3 brokers or more")
+        # It ends the leader's and the successor's sessions, any two of the brokers.
+        require_exported_sessions(backend, self.name)
 
     def _target(
         self, ctx: NemesisContext, pick: float, controller: int

@@ -7,10 +7,12 @@ One run, in order:
    ``--replay``); every nemesis is checked against the backend first (exit 2, one line);
 2. the cluster: its own (3 brokers, RF 3, ``min.insync.replicas`` 2, the chosen truncation
    mode, unclean election if asked, a busy log cleaner for a compacted workload), or the
-   running one ``--data-dir``/``--project`` names;
+   running one ``--data-dir``/``--project`` names, refused if it runs another truncation
+   mode than asked (:func:`chaos.cluster_checks.given_cluster_truncation_mode`);
 3. the workload's topics (their configs recorded in ``topics.json`` for the audit; with
    ``--compacted``, compacted topics written with keys and tombstones), producers and
-   consumers (:mod:`chaos.workload`);
+   consumers (:mod:`chaos.workload`; with ``--client kafka|mixed``, Kafka's own clients
+   through the brokers' Kafka listeners, :mod:`chaos.kafka_workload`);
 4. the faults, one at a time: each strikes at its time in the schedule (or, if the one
    before it is not over yet, as soon as it is), is held ``hold_s`` from the moment the
    strike is complete, is healed, and the next one waits until every ISR is whole again
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import signal
 import sys
 import threading
@@ -56,6 +59,7 @@ from chaos.backend import BackendUnavailableError, ClusterBackend
 from chaos.cluster_checks import (
     create_topics,
     final_read,
+    given_cluster_truncation_mode,
     under_replicated,
     unstable_partitions,
     wait_for_full_isr,
@@ -66,7 +70,15 @@ from chaos.nemesis import NEMESES, Fault, NemesisContext, nemesis_named
 from chaos.run_dir import EXIT_CANNOT_RUN, EXIT_NOTHING_TESTED, RunDir
 from chaos.run_stats import RunStats, run_stats
 from chaos.schedule import Schedule, make_schedule
-from chaos.workload import PLAIN, TRANSACTIONS, WORKLOADS, Workload, WorkloadSpec
+from chaos.workload import (
+    CLIENTS,
+    GRPC,
+    PLAIN,
+    TRANSACTIONS,
+    WORKLOADS,
+    Workload,
+    WorkloadSpec,
+)
 from deploy.local_cluster import LocalCluster
 from deploy.ports import free_port_block
 from proto.config.broker_config import BrokerConfig
@@ -77,6 +89,7 @@ from proto.zk.sync_client import start_kazoo_client, stop_kazoo_client
 __all__ = [
     "Interrupted",
     "RunSettings",
+    "kafka_clients_problem",
     "no_fault_fits",
     "run_chaos",
     "run_verdict",
@@ -177,6 +190,10 @@ class RunSettings:
     copiers: int = 1
     """Consume-transform-produce processes of the transactions workload (they copy the
     producers' topics to a topic of their own, :data:`COPY_TOPIC_SUFFIX`)."""
+    client: str = GRPC
+    """The workload's clients: :data:`chaos.workload.GRPC` (minibroker's own),
+    :data:`~chaos.workload.KAFKA` (Kafka's own, through the brokers' Kafka listeners) or
+    :data:`~chaos.workload.MIXED` (both)."""
     quiet: bool = False
     extra_overrides: dict[str, str] = field(default_factory=dict)
     spark: Any = None
@@ -264,6 +281,9 @@ def run_chaos(settings: RunSettings) -> int:
         raise BackendUnavailableError(
             f"unknown workload {settings.workload!r}: choose {' or '.join(WORKLOADS)}"
         )
+    problem = kafka_clients_problem(settings.client, settings.workload)
+    if problem is not None:
+        raise BackendUnavailableError(problem)
     replay = Schedule.read(settings.replay) if settings.replay is not None else None
     # An unknown name, or one the workload gives nothing to break, is refused before
     # anything starts.
@@ -289,6 +309,28 @@ def run_chaos(settings: RunSettings) -> int:
         return _Run(settings, run, replay).execute()
 
 
+def kafka_clients_problem(client: str, workload: str) -> str | None:
+    """Why a run cannot have this ``client`` (None: it can): an unknown one, Kafka's clients
+    with the transactions workload (its transactional producers and copiers are gRPC
+    ones only, for now), or Kafka's clients not installed."""
+    if client not in CLIENTS:
+        return f"unknown client {client!r}: choose {', '.join(CLIENTS)}"
+    if client == GRPC:
+        return None
+    if workload == TRANSACTIONS:
+        return (
+            f"--workload transactions runs through the gRPC client only: --client {client} "
+            "has no transactional producers or copiers yet"
+        )
+    missing = [m for m in ("confluent_kafka", "aiokafka") if importlib.util.find_spec(m) is None]
+    if missing:
+        return (
+            f"--client {client} needs Kafka's own clients, and {' and '.join(missing)} "
+            "cannot be imported: pip install confluent-kafka aiokafka (or minibroker[dev])"
+        )
+    return None
+
+
 def no_fault_fits(
     nemeses: Sequence[str], duration_s: float, interval_s: float, session_timeout_s: float
 ) -> str:
@@ -310,8 +352,8 @@ def run_verdict(
 ) -> tuple[int, str]:
     """The run's exit status and the line that says what was and was not tested.
 
-    ``truncation_mode``: the mode of a cluster the run started (None for one it was given,
-    whose settings it does not know)."""
+    ``truncation_mode``: the cluster's mode (None for one it was given whose mode could
+    not be read)."""
     tested = stats.faults_line()
     if audit_status == EXIT_VIOLATIONS:
         return audit_status, f"VIOLATIONS found ({tested}): see the report"
@@ -446,10 +488,14 @@ class _Run:
         self.run = run
         self.replay = replay
         self.own_cluster = settings.data_dir is None and settings.project is None
+        self.truncation_mode = settings.truncation_mode if self.own_cluster else None
+        """The cluster's ``replication.truncation.mode`` (None: a given one's, unread)."""
         self.backend: ClusterBackend | None = None
         self.workload: Workload | None = None
         self.copy_topic: str | None = None
         """The copiers' topic (transactions with copiers)."""
+        self.kafka_bootstrap: str | None = None
+        """The brokers' Kafka listeners, for a workload of Kafka's clients."""
         self.fault: Fault | None = None
         self.paused: set[int] = set()
         self.zk: KazooClient | None = None
@@ -480,6 +526,15 @@ class _Run:
         timeline = TimelineRecorder(run.timeline)
         try:
             self.backend = self._backend()
+            self.kafka_bootstrap = self._kafka_bootstrap()
+            if not self.own_cluster:  # its own settings: refused if not the mode asked for
+                self.truncation_mode, line = given_cluster_truncation_mode(
+                    self.backend,
+                    settings.truncation_mode,
+                    data_dir=settings.data_dir,
+                    project=settings.project,
+                )
+                self.say(line)
             nemeses = resolve_nemeses(
                 settings.nemeses,
                 self.backend,
@@ -589,6 +644,21 @@ class _Run:
             f"unknown backend {settings.backend!r}: choose local or docker"
         )
 
+    def _kafka_bootstrap(self) -> str | None:
+        """The Kafka listeners a workload of Kafka's clients goes through (None for the
+        gRPC one); a cluster without them is refused before anything else starts."""
+        assert self.backend is not None
+        if self.settings.client == GRPC:
+            return None
+        listeners = self.backend.kafka_bootstrap_servers()
+        if listeners is None:
+            raise BackendUnavailableError(
+                f"--client {self.settings.client} goes through the brokers' Kafka protocol "
+                f"listeners, and this {self.backend.name} cluster runs none (kafka.port): "
+                "give one that does, or let chaos run start its own"
+            )
+        return listeners
+
     def _wants(self, nemesis: str) -> bool:
         names = self.replay.nemeses if self.replay is not None else list(self.settings.nemeses)
         return nemesis in names
@@ -666,6 +736,8 @@ class _Run:
             transaction_timeout_ms=settings.transaction_timeout_ms,
             copiers=settings.copiers,
             copy_topic=self.copy_topic,
+            client=settings.client,
+            kafka_bootstrap=self.kafka_bootstrap,
         )
         return Workload(spec, self.run.history_parts, self.run.path / "workload")
 
@@ -843,7 +915,7 @@ class _Run:
         status, verdict = run_verdict(
             status,
             stats,
-            truncation_mode=settings.truncation_mode if self.own_cluster else None,
+            truncation_mode=self.truncation_mode,
             unclean=settings.unclean,
         )
         print(f"chaos run: {verdict}", flush=True)

@@ -18,6 +18,11 @@ Each runs as its own process (``python -m chaos.workload producer|consumer ...``
   (:attr:`client.consumer.Consumer.position_epoch`), doubled, plus one for a poll during
   which the epoch moved: the audit compares offsets only within one session.
 
+With ``client`` :data:`KAFKA` the producers and consumers are Kafka's own clients
+(confluent-kafka and aiokafka, through the brokers' Kafka listeners:
+:mod:`chaos.kafka_workload` has them), and with :data:`MIXED` both kinds run side by side
+(:meth:`WorkloadSpec.producer_client` says which producer is which).
+
 The ``transactions`` workload (:data:`TRANSACTIONS`; the default is :data:`PLAIN`) runs
 transactional producers and, with ``copiers``, consume-transform-produce copiers
 (:mod:`chaos.transactional_workload` has them), and its consumers read with
@@ -41,12 +46,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from chaos import transactional_workload
+from chaos import kafka_workload, transactional_workload
 from chaos.history_recorder import HistoryRecorder
+from chaos.kafka_workload import PRODUCER_CLIENTS
+from chaos.workload_records import record_for
 from client.cli.common import compression_type_argument
 from client.consumer import Consumer, ConsumerConfig
 from client.metadata import BrokerConnections
@@ -54,12 +62,19 @@ from client.producer import FutureRecordMetadata, Producer, ProducerConfig
 from proto.topic_partition import TopicPartition
 
 __all__ = [
+    "CLIENTS",
     "COPIER_GROUP",
+    "GROUP",
+    "GRPC",
+    "KAFKA",
+    "KAFKA_GROUP",
+    "MIXED",
     "PLAIN",
     "TRANSACTIONS",
     "WORKLOADS",
     "Workload",
     "WorkloadSpec",
+    "producer_client",
     "transactional_id",
 ]
 
@@ -70,7 +85,21 @@ TRANSACTIONS = "transactions"
 WORKLOADS = (PLAIN, TRANSACTIONS)
 COPIER_GROUP = "chaos-copiers"
 """The consumer group whose offsets the copiers commit in their transactions."""
+GROUP = "chaos-readers"
+"""The gRPC consumers' group (minibroker's own, in ZooKeeper)."""
+KAFKA_GROUP = "chaos-kafka-readers"
+"""The Kafka-protocol consumer group of the confluent-kafka members (the brokers' group
+coordinators): another group id, so that the two kinds of group never meet."""
+GRPC = "grpc"
+"""Every process through minibroker's gRPC client."""
+KAFKA = "kafka"
+"""Every process through the Kafka listeners, with Kafka's own clients."""
+MIXED = "mixed"
+"""Both: producers of the three clients, both groups, both readers."""
+CLIENTS = (GRPC, KAFKA, MIXED)
 READ_COMMITTED = transactional_workload.READ_COMMITTED
+KAFKA_ROLES = ("kafka-producer", "kafka-group-consumer", "kafka-reader")
+"""The roles of :mod:`chaos.kafka_workload`'s processes."""
 
 _STOP_GRACE_S = 45.0
 """How long a stopped producer may take to learn its last outcomes before it is killed."""
@@ -115,6 +144,25 @@ class WorkloadSpec:
     ``copy_topic``."""
     copy_topic: str | None = None
     """Where the copiers write (the consumers read it too)."""
+    client: str = GRPC
+    """:data:`GRPC`, :data:`KAFKA` or :data:`MIXED`: which clients the processes use."""
+    kafka_bootstrap: str | None = None
+    """The brokers' Kafka listeners (``host:port,...``): needed by every client but gRPC."""
+    kafka_session_timeout_ms: int = 10_000
+    """The Kafka group members' ``session.timeout.ms`` (the brokers' default
+    ``group.min.session.timeout.ms`` is 6000)."""
+
+    def __post_init__(self) -> None:
+        if self.client not in CLIENTS:
+            raise ValueError(f"unknown client {self.client!r}: choose {', '.join(CLIENTS)}")
+        if self.client != GRPC and self.kafka_bootstrap is None:
+            raise ValueError(f"client {self.client} needs the Kafka listeners' addresses")
+        if self.client != GRPC and self.workload == TRANSACTIONS:
+            raise ValueError("the transactions workload runs through the gRPC client only")
+
+    def producer_client(self, process: int) -> str:
+        """The client producer ``process`` writes with (:func:`producer_client`)."""
+        return producer_client(self.client, process)
 
     @property
     def isolation_level(self) -> str:
@@ -133,6 +181,18 @@ class WorkloadSpec:
         if self.workload != TRANSACTIONS:
             return {}
         return {p: transactional_id(p) for p in range(self.producers + self.copier_count)}
+
+
+def producer_client(client: str, process: int) -> str:
+    """The client that producer ``process`` of a workload of ``client`` writes with:
+    :data:`GRPC`, or one of :data:`chaos.kafka_workload.PRODUCER_CLIENTS`. :data:`KAFKA`
+    alternates confluent-kafka (even numbers) and aiokafka (odd); :data:`MIXED` rotates
+    gRPC, confluent-kafka and aiokafka (``process % 3``)."""
+    if client == KAFKA:
+        return PRODUCER_CLIENTS[process % 2]
+    if client == MIXED:
+        return (GRPC, *PRODUCER_CLIENTS)[process % 3]
+    return GRPC
 
 
 def transactional_id(process: int) -> str:
@@ -161,16 +221,19 @@ class Workload:
         transactional = spec.transactional_ids()
         process = 0
         for _ in range(spec.producers):
+            client = spec.producer_client(process)
             txn = [] if process not in transactional else [
                 "--transactional-id", transactional[process],
                 "--transaction-records", str(spec.transaction_records),
                 "--abort-probability", str(spec.abort_probability),
                 "--transaction-timeout-ms", str(spec.transaction_timeout_ms),
             ]  # fmt: skip
+            role = ["producer"] if client == GRPC else ["kafka-producer", "--kafka-client", client]
             self._spawn(
-                f"producer-{process}",
+                f"producer-{process}" + ("" if client == GRPC else f"-{client}"),
                 [
-                    "producer", *common, "--process", str(process), "--rate", str(spec.rate),
+                    *role, *self._through(client, common), "--process", str(process),
+                    "--rate", str(spec.rate),
                     "--delivery-timeout-ms", str(spec.delivery_timeout_ms),
                     "--compression-type", spec.compression_type,
                     "--keys", str(spec.keys), "--tombstone-every", str(spec.tombstone_every),
@@ -199,22 +262,55 @@ class Workload:
         copies = [spec.copy_topic] if spec.copy_topic is not None and spec.copier_count else []
         common[common.index("--topics") + 1] = ",".join([*spec.topics, *copies])  # read too
         isolation = ["--isolation-level", spec.isolation_level]
-        for _ in range(spec.group_consumers):
+        grpc_readers = spec.client in (GRPC, MIXED)
+        kafka_readers = spec.client in (KAFKA, MIXED)
+        for _ in range(spec.group_consumers if grpc_readers else 0):
             self._spawn(
                 f"consumer-{process}",
                 [
-                    "consumer", *common, "--process", str(process), "--group", "chaos-readers",
+                    "consumer", *common, "--process", str(process), "--group", GROUP,
                     "--session-timeout-ms", str(spec.zookeeper_session_timeout_ms), *isolation,
                 ],
                 process,
             )  # fmt: skip
             process += 1
-        if spec.assign_consumer:
+        for _ in range(spec.group_consumers if kafka_readers else 0):
+            self._spawn(
+                f"consumer-{process}-kafka-group",
+                [
+                    "kafka-group-consumer", *self._through(KAFKA, common),
+                    "--process", str(process), "--group", KAFKA_GROUP,
+                    "--session-timeout-ms", str(spec.kafka_session_timeout_ms), *isolation,
+                ],
+                process,
+            )  # fmt: skip
+            process += 1
+        if spec.assign_consumer and grpc_readers:
             self._spawn(
                 f"consumer-{process}",
                 ["consumer", *common, "--process", str(process), *isolation],
                 process,
             )
+            process += 1
+        if spec.assign_consumer and kafka_readers:
+            self._spawn(
+                f"consumer-{process}-aiokafka",
+                [
+                    "kafka-reader", *self._through(KAFKA, common), "--process", str(process),
+                    *isolation,
+                ],
+                process,
+            )  # fmt: skip
+
+    def _through(self, client: str, common: list[str]) -> list[str]:
+        """``common`` for a process of ``client``: a Kafka client's bootstrap is the Kafka
+        listeners'."""
+        if client == GRPC:
+            return common
+        assert self.spec.kafka_bootstrap is not None
+        through = list(common)
+        through[through.index("--bootstrap") + 1] = self.spec.kafka_bootstrap
+        return through
 
     def _spawn(self, name: str, args: list[str], process: int) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -281,14 +377,19 @@ async def _produce(args: argparse.Namespace) -> None:
     with HistoryRecorder(Path(args.history), args.process) as history:
 
         def outcome(
-            tp: TopicPartition, value: str | None, key: str | None, future: FutureRecordMetadata
+            tp: TopicPartition,
+            value: str | None,
+            key: str | None,
+            sent: float,
+            future: FutureRecordMetadata,
         ) -> None:
             pending.discard(future)
             if future.cancelled() or future.exception() is not None:
                 # sent: it may have been written
-                history.info(tp.topic, tp.partition, value, key=key)
+                history.info(tp.topic, tp.partition, value, key=key, sent=sent)
                 return
-            history.ok(tp.topic, tp.partition, value, future.result().offset, key=key)
+            offset = future.result().offset
+            history.ok(tp.topic, tp.partition, value, offset, key=key, sent=sent)
 
         async with (
             BrokerConnections.from_bootstrap(args.bootstrap) as connections,
@@ -300,7 +401,8 @@ async def _produce(args: argparse.Namespace) -> None:
                 if stopping.is_set():
                     break
                 tp = next(targets)
-                key, value = _record(args, keys, n)
+                key, value = record_for(args, keys, n)
+                sent = time.time()
                 try:
                     future = await producer.send(
                         tp.topic,
@@ -309,10 +411,10 @@ async def _produce(args: argparse.Namespace) -> None:
                         partition=tp.partition,
                     )
                 except Exception:
-                    history.fail(tp.topic, tp.partition, value, key=key)  # never queued
+                    history.fail(tp.topic, tp.partition, value, key=key, sent=sent)  # not queued
                 else:
                     pending.add(future)
-                    future.add_done_callback(functools.partial(outcome, tp, value, key))
+                    future.add_done_callback(functools.partial(outcome, tp, value, key, sent))
                 next_at = await transactional_workload.paced(next_at + interval, stopping)
             if pending:  # every record's outcome in the history before it closes
                 with contextlib.suppress(TimeoutError):
@@ -325,19 +427,6 @@ async def _until_stopped(
     args: argparse.Namespace,
 ) -> None:
     await process(args, _stop_event())
-
-
-def _record(args: argparse.Namespace, keys: random.Random, n: int) -> tuple[str | None, str | None]:
-    """The ``n``-th record's key and value: a unique value, without a key unless the topics
-    are compacted (``--keys``); then every ``--tombstone-every``-th is a tombstone (a null
-    value, told apart in the history by its key and offset)."""
-    value = f"p{args.process}-{n}"
-    if not args.keys:
-        return None, value
-    key = f"k{keys.randrange(args.keys)}"
-    if args.tombstone_every and n % args.tombstone_every == args.tombstone_every - 1:
-        return key, None
-    return key, value
 
 
 async def _consume(args: argparse.Namespace) -> None:
@@ -386,7 +475,18 @@ async def _consume(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos.workload")
-    parser.add_argument("role", choices=["producer", "copier", "consumer"])
+    parser.add_argument(
+        "role",
+        choices=["producer", "copier", "consumer", *KAFKA_ROLES],
+        help="kafka-*: through the Kafka listeners (--bootstrap names them), with Kafka's "
+        "own clients",
+    )
+    parser.add_argument(
+        "--kafka-client",
+        choices=PRODUCER_CLIENTS,
+        default=PRODUCER_CLIENTS[0],
+        help="a kafka-producer's client: confluent (librdkafka) or aiokafka",
+    )
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--zookeeper", required=True)
     parser.add_argument("--topics", required=True)
@@ -425,9 +525,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--copier-index", type=int, default=0)
     parser.add_argument("--copiers", type=int, default=1)
     args = parser.parse_args(argv)
+    print(f"{args.role} {args.process} pid {os.getpid()} started", flush=True)
+    if args.role == "kafka-group-consumer":  # synchronous: librdkafka's own threads
+        kafka_workload.consume_in_group(args)
+        print(f"{args.role} {args.process} stopped", flush=True)
+        return 0
     import uvloop
 
-    if args.role == "consumer":
+    run: Callable[[argparse.Namespace], Coroutine[Any, Any, None]]
+    if args.role == "kafka-producer":
+        produce = (
+            kafka_workload.produce_with_aiokafka
+            if args.kafka_client == kafka_workload.AIOKAFKA
+            else kafka_workload.produce_with_confluent
+        )
+        run = functools.partial(_until_stopped, produce)
+    elif args.role == "kafka-reader":
+        run = functools.partial(_until_stopped, kafka_workload.read_everything)
+    elif args.role == "consumer":
         run = _consume
     elif args.role == "copier":
         run = functools.partial(_until_stopped, transactional_workload.copy)
@@ -435,7 +550,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = functools.partial(_until_stopped, transactional_workload.produce_transactions)
     else:
         run = _produce
-    print(f"{args.role} {args.process} pid {os.getpid()} started", flush=True)
     uvloop.run(run(args))
     print(f"{args.role} {args.process} stopped", flush=True)
     return 0

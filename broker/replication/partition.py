@@ -22,7 +22,9 @@ from broker.log.log import FetchData, Log, LogAppendInfo
 from broker.log.producer_state import AppendOrigin
 from broker.log.transaction_index import AbortedTxn
 from proto import errors
+from proto.process.event_log import log_event
 from proto.records.control_records import EndTxnMarker
+from proto.records.record_batch import HEADER_SIZE, batch_tail, parse_header
 from proto.topic_partition import TopicPartition
 from proto.wire import minibroker_pb2 as pb
 
@@ -549,6 +551,40 @@ class Partition:
         return low
 
     # -- follower ----------------------------------------------------------------------------
+
+    def fit_follower_append(self, records: bytes, *, cut_straddling_batch: bool) -> bytes:
+        """What of fetched ``records`` to append when their first batch holds the LEO but
+        starts below it (docs/replication.md, "A batch across the follower's log end"):
+        in a log empty at its log start offset, all of them, the log started over at the
+        batch's base offset (Kafka's ``Partition.appendRecordsToFollowerOrFutureReplica``,
+        KAFKA-6975); else, with ``cut_straddling_batch`` (the high-watermark mode), the
+        batch cut at the LEO, this replica keeping its own records below, as a pre-0.11
+        follower did; else ``records`` unchanged, which the Log refuses. On the loop,
+        before the append; CorruptRecordError, or OSError from the truncation."""
+        if len(records) < HEADER_SIZE:
+            return records  # nothing, or a fragment the Log reports
+        first = parse_header(records)
+        leo = self.log.log_end_offset
+        if not first.base_offset < leo <= first.last_offset:
+            return records
+        fields = {
+            **self.log_context(),
+            "local_epoch": self.latest_epoch(),
+            "batch_epoch": first.partition_leader_epoch,
+            "batch_base": first.base_offset,
+            "batch_last": first.last_offset,
+        }
+        if leo == self.log.log_start_offset:
+            self.truncate_fully_and_start_at(first.base_offset)
+            log_event(logger, logging.INFO, "partition", "follower_log_restarted", **fields)
+            return records
+        if not cut_straddling_batch:
+            return records
+        tail = batch_tail(records, 0, leo)
+        # own_from..own_to: this replica's own records where the leader's batch holds others.
+        own = {"own_from": first.base_offset, "own_to": leo - 1}
+        log_event(logger, logging.WARNING, "partition", "straddling_batch_cut", **fields, **own)
+        return tail + records[first.size :]
 
     def append_as_follower(self, records: bytes) -> LogAppendInfo:
         info = self.log.append_as_follower(records)

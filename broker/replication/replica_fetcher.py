@@ -10,10 +10,13 @@ state per partition it follows on that broker and loops:
    it became follower, with no request at all (that is the pre-0.11 bug docs/replication.md shows).
 2. **Fetching** partitions go in one Fetch request (fetch offset = local LEO). Fetched
    batches are appended with the leader's offsets and epochs, then the follower's HW
-   becomes ``min(leader HW, own LEO)``. The fetches travel over one ``FetchSession``
-   stream to the leader (:class:`proto.transport.fetch_session.FetchSession`), a request and its
-   answer at a time, as unary Fetch calls would, at about half the CPU per fetch. The stream
-   is an incremental fetch session (KIP-227): a request names only the partitions whose
+   becomes ``min(leader HW, own LEO)``. A first batch that holds the LEO but starts below
+   it is fitted first (:meth:`Partition.fit_follower_append`: in ``high-watermark`` mode
+   cut at the LEO, docs/replication.md "A batch across the follower's log end"). The
+   fetches travel over one ``FetchSession`` stream to the leader
+   (:class:`proto.transport.fetch_session.FetchSession`), a request and its answer at a
+   time, as unary Fetch calls would, at about half the CPU per fetch. The stream is an
+   incremental fetch session (KIP-227): a request names only the partitions whose
    fetch changed, and the leader answers only the partitions with something new; the others
    keep the state of their last answer.
 
@@ -612,6 +615,10 @@ class ReplicaFetcher:
         """Append fetched batches; False (after handling it) if the append failed."""
         partition = state.partition
         try:
+            records = partition.fit_follower_append(
+                records,
+                cut_straddling_batch=self.config.truncation_mode is TruncationMode.HIGH_WATERMARK,
+            )
             if self._executor is not None and len(records) >= EXECUTOR_APPEND_MIN_BYTES:
                 future = self._executor.submit(_append_in_chunks, partition, records)
                 self._appends[tp] = future

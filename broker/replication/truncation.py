@@ -7,7 +7,10 @@ Two rules, chosen by ``replication.truncation.mode`` (docs/replication.md):
     follower's HW lags the leader's by a fetch round trip, so records every replica holds
     and the leader acknowledged can be cut (then lost for good if the leader dies before
     the follower re-fetches them), and after an unclean election a replica can keep a tail
-    the new leader never had (divergence). docs/replication.md reproduces both.
+    the new leader never had (divergence). docs/replication.md reproduces both. Its cut
+    can fall inside one of the new leader's batches; the follower then keeps its own
+    records below and copies the rest of that batch, as a pre-0.11 follower copied
+    messages from its fetch offset (``Partition.fit_follower_append``).
 
 ``leader-epoch`` (Kafka >= 2.0: KIP-101 + KIP-279)
     Ask the leader, with OffsetsForLeaderEpoch, where the follower's latest epoch ends in

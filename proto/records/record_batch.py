@@ -862,6 +862,51 @@ def retained_batch(header: BatchHeader, records: Sequence[Record]) -> bytes:
     return _framed(base, header.partition_leader_epoch, (*fields, *producer), len(records), body)
 
 
+def batch_tail(buf: bytes | bytearray | memoryview, pos: int, offset: int) -> bytes:
+    """The batch at ``pos`` cut at ``offset``: a batch starting at ``offset`` that holds
+    the records from ``offset`` on, each at its own offset, with its own timestamp and (for
+    an idempotent producer) its own sequence.
+
+    For a follower whose log ends inside a batch of the leader's (the high-watermark
+    truncation mode, docs/replication.md): it can hold the rest of that batch, never the
+    part that overlaps its log. The last offset, partition leader epoch, producer fields,
+    codec and flags stay; the base sequence moves with the base offset (a record's sequence
+    is baseSequence + offsetDelta); maxTimestamp is the kept records' (a LogAppendTime
+    batch's stays). Records are decoded and encoded again, so this is for the rare batch
+    that needs it, never the hot path. Raises ValueError unless the batch holds ``offset``
+    above its base offset, CorruptRecordError for a batch that does not decode.
+    """
+    header, records = decode_batch(buf, pos)
+    if not header.base_offset < offset <= header.last_offset:
+        raise ValueError(
+            f"offset {offset} is not inside the batch {header.base_offset}..{header.last_offset} "
+            "above its base offset"
+        )
+    kept = [record for record in records if record.offset >= offset]
+    body = bytearray()
+    max_timestamp = NO_TIMESTAMP if kept else header.max_timestamp
+    for record in kept:
+        if record.timestamp > max_timestamp:
+            max_timestamp = record.timestamp
+        body += encode_record(
+            record.offset - offset,
+            record.timestamp - header.base_timestamp,
+            record.key,
+            record.value,
+            record.headers,
+        )
+    if header.is_log_append_time:
+        max_timestamp = header.max_timestamp
+    if header.compression and kept:
+        body = bytearray(compress(header.compression, body))
+    sequence = header.base_sequence
+    if sequence != NO_SEQUENCE:
+        sequence = (sequence + offset - header.base_offset) % (_INT32_MAX + 1)
+    fields = (header.attributes, header.last_offset - offset, header.base_timestamp, max_timestamp)
+    producer = (header.producer_id, header.producer_epoch, sequence)
+    return _framed(offset, header.partition_leader_epoch, (*fields, *producer), len(kept), body)
+
+
 def offsets_placeholder(
     base_offset: int, last_offset: int, partition_leader_epoch: int, max_timestamp: int
 ) -> bytes:

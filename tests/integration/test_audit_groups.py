@@ -263,8 +263,9 @@ def test_the_page_validates_and_carries_the_plots_data(
     assert checked.returncode == 0, checked.stdout + checked.stderr
     text = page.read_text()
     data = json.loads(
-        re.search(r'<script type="application/json" id="run-data">(.*?)</script>', text, re.S)
-        .group(1)  # type: ignore[union-attr]
+        re.search(
+            r'<script type="application/json" id="run-data">(.*?)</script>', text, re.S
+        ).group(1)  # type: ignore[union-attr]
     )
     assert [(f["label"], f["start"], f["end"]) for f in data["faults"]] == [
         ("kill 1", T0 + 0.4, T0 + 1.7)

@@ -29,7 +29,7 @@ from chaos.runner import (
     resolve_nemeses,
     run_chaos,
 )
-from chaos.workload import _record
+from chaos.workload_records import record_for
 from proto.topic_partition import TopicPartition
 
 TPS = [TopicPartition("chaos-0", p) for p in range(3)]
@@ -224,9 +224,9 @@ def test_a_compacted_runs_own_cluster_cleans_often_and_its_topics_are_recorded(
 def test_producers_of_a_compacted_workload_write_keys_from_a_small_set_and_tombstones() -> None:
     args = argparse.Namespace(process=3, keys=5, tombstone_every=4)
     keys = random.Random(3)
-    written = [_record(args, keys, n) for n in range(400)]
+    written = [record_for(args, keys, n) for n in range(400)]
     assert {k for k, _ in written} == {f"k{i}" for i in range(5)}
     assert [n for n, (_, v) in enumerate(written) if v is None] == list(range(3, 400, 4))
     assert [v for _, v in written[:3]] == ["p3-0", "p3-1", "p3-2"]
     plain = argparse.Namespace(process=3, keys=0, tombstone_every=0)
-    assert _record(plain, keys, 7) == (None, "p3-7")
+    assert record_for(plain, keys, 7) == (None, "p3-7")

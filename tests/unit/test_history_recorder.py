@@ -40,3 +40,22 @@ def test_timeline_lines_are_the_nemesis_s(tmp_path: Path) -> None:
         "target": 2,
         "nemesis": "leader",
     }
+
+
+def test_a_write_may_say_when_it_was_sent(tmp_path: Path) -> None:
+    """``sent`` (for the report's latency plot) is written when given, and left out else."""
+    from chaos.audit.history import HistoryOp, parse_history_line
+
+    path = tmp_path / "h.jsonl"
+    with HistoryRecorder(path, 4) as history:
+        history.ok("t", 0, "v0", 7, sent=1_700_000_000.25)
+        history.info("t", 0, "v1", sent=1_700_000_000.5)
+        history.ok("t", 0, "v2", 8)
+    lines = path.read_text().splitlines()
+    parsed = [parse_history_line(n, line) for n, line in enumerate(lines, 1)]
+    assert [p.sent for p in parsed if isinstance(p, HistoryOp)] == [
+        1_700_000_000.25,
+        1_700_000_000.5,
+        None,
+    ]
+    assert '"sent"' not in lines[2]

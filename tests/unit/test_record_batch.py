@@ -10,15 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proto.records.compression import Codec
 from proto.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     HEADER_SIZE,
     MAGIC,
+    MAX_TIMESTAMP_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
     CorruptRecordError,
     Record,
     assign_offsets,
+    batch_tail,
     check_batch,
     client_count_problem,
     compute_crc,
@@ -30,6 +35,7 @@ from proto.records.record_batch import (
     encode_varint,
     encode_varlong,
     parse_header,
+    retained_batch,
     scan_batches,
     stamp_batch,
     stamped_buffers,
@@ -720,3 +726,68 @@ def test_decode_rows_cuts_runs_of_one_layout_exactly_as_decode_batch_decodes(
         for r in decode_batch(batch).records
         if r.offset >= 5000 + skip
     ]
+
+
+# -- batch_tail: a leader's batch cut at a follower's LEO ------------------------------------
+
+
+@pytest.mark.parametrize("codec", [0, Codec.GZIP, Codec.LZ4, Codec.ZSTD])
+def test_batch_tail_keeps_each_record_at_its_offset_timestamp_and_sequence(codec: int) -> None:
+    records = [
+        Record(b"k%d" % i, b"v%d" % i, 1_700_000_000_000 + 10 * i, (("h", b"x"),)) for i in range(5)
+    ]
+    batch = encode_batch(
+        records,
+        base_offset=100,
+        partition_leader_epoch=7,
+        producer_id=42,
+        producer_epoch=3,
+        base_sequence=2**31 - 3,  # the tail's base sequence wraps past INT32_MAX to 0
+        compression=codec,
+        flags=TRANSACTIONAL_FLAG_MASK,
+    )
+    tail = batch_tail(batch, 0, 103)
+    header, kept = decode_batch(tail)
+    original = decode_batch(batch)
+    assert (header.base_offset, header.last_offset, header.record_count) == (103, 104, 2)
+    assert kept == original.records[3:]
+    assert header.partition_leader_epoch == 7
+    assert (header.producer_id, header.producer_epoch) == (42, 3)
+    assert header.base_sequence == 0  # 2**31 - 3 + 3, wrapped
+    assert header.last_sequence == original.header.last_sequence
+    assert header.attributes == original.header.attributes  # codec and transactional flag
+    assert header.max_timestamp == records[4].timestamp
+    assert validate_batches(tail) == [header]
+
+
+def test_batch_tail_of_a_log_append_time_batch_keeps_its_time() -> None:
+    batch = bytearray(encode_batch([Record(None, b"a", 5), Record(None, b"b", 6)]))
+    # The leader's LogAppendTime: the timestamp type bit and maxTimestamp, CRC recomputed.
+    header = parse_header(batch)
+    struct.pack_into(">h", batch, ATTRIBUTES_OFFSET, header.attributes | TIMESTAMP_TYPE_MASK)
+    struct.pack_into(">q", batch, MAX_TIMESTAMP_OFFSET, 9_999)
+    struct.pack_into(">I", batch, CRC_OFFSET, compute_crc(batch[ATTRIBUTES_OFFSET:]))
+    header, kept = decode_batch(batch_tail(batch, 0, 1))
+    assert header.is_log_append_time
+    assert header.max_timestamp == 9_999
+    assert kept == [Record(None, b"b", 9_999, (), 1)]
+
+
+def test_batch_tail_of_a_compacted_batch_keeps_its_last_offset() -> None:
+    """The cleaner removed offsets 1 and 4 of 0..4 (the batch keeps its last offset)."""
+    full = encode_batch([Record(None, b"v%d" % i, 1_000 + i) for i in range(5)])
+    header, records = decode_batch(full)
+    cleaned = retained_batch(header, [records[0], records[2], records[3]])
+    tail_header, kept = decode_batch(batch_tail(cleaned, 0, 1))
+    assert (tail_header.base_offset, tail_header.last_offset) == (1, 4)
+    assert [(r.offset, r.value) for r in kept] == [(2, b"v2"), (3, b"v3")]
+    # Nothing left from offset 4 on: an empty batch still covering offset 4.
+    empty_header, none = decode_batch(batch_tail(cleaned, 0, 4))
+    assert (empty_header.base_offset, empty_header.last_offset, none) == (4, 4, [])
+
+
+@pytest.mark.parametrize("offset", [0, 3])
+def test_batch_tail_needs_an_offset_inside_the_batch_above_its_base(offset: int) -> None:
+    batch = encode_batch([Record(None, b"a", 1), Record(None, b"b", 2), Record(None, b"c", 3)])
+    with pytest.raises(ValueError, match=r"not inside the batch 0\.\.2"):
+        batch_tail(batch, 0, offset)

@@ -725,6 +725,109 @@ def test_divergence_scenario_after_an_unclean_election(
         assert values(b) == [b"m0", b"m2"]
 
 
+@pytest.mark.parametrize("mode", [HW, LE])
+def test_a_leader_batch_straddling_the_follower_leo_after_an_unclean_election(
+    tmp_path: Path, mode: TruncationMode, fetcher_logs: pytest.LogCaptureFixture
+) -> None:
+    """The divergence above, but B writes m2 and m3 in one batch (offsets 1-2). A's HW 2 is
+    inside it: B answers A's fetch at 2 with the whole batch, base offset 1, which A's log
+    refuses as it stands. A refused it at every fetch, out of the ISR for good. The HW rule
+    now cuts the batch at 2 and keeps A's m1, the divergence a pre-0.11 follower showed; the
+    epoch rule truncates to 1 and takes the batch whole."""
+    b = leader_partition(tmp_path)
+    produce(b, b"m0")
+    b.make_leader(leadership(1))
+    b.append_records_to_leader(
+        encode_batch(
+            [Record(None, b"m2", 1_700_000_000_001), Record(None, b"m3", 1_700_000_000_002)]
+        ),
+        1,
+    )
+    a = follower_partition(tmp_path)
+    copy_prefix(b, a, 1)
+    a.append_as_follower(batch(b"m1", base_offset=1, epoch=0))
+    a = restart(a, hw=2, epoch=1)
+
+    async def scenario(stack: contextlib.AsyncExitStack) -> None:
+        servicer, _, port = await start_leader(stack, b)
+        fetcher = start_fetcher(stack, port, config(mode), {TP: a})
+        await eventually(
+            lambda: a.high_watermark == 3, message=lambda: f"A's LEO {a.log_end_offset}"
+        )
+        # B saw A fetch at its end: A is caught up, so B takes it back into the ISR.
+        await eventually(lambda: servicer.fetch_offsets[-1] == (TP, 3))
+        assert fetcher.phase(TP) is FetchPhase.FETCHING
+        assert not log_events(fetcher_logs, "append-error")
+
+    run(scenario)
+    assert values(b) == [b"m0", b"m2", b"m3"]
+    if mode is LE:
+        assert values(a) == [b"m0", b"m2", b"m3"]
+        assert log_bytes(a) == log_bytes(b)
+        return
+    assert values(a) == [b"m0", b"m1", b"m3"]  # offset 1 differs from the leader's, for good
+    assert [(e.epoch, e.start_offset) for e in a.log.epoch_cache.entries()] == [(0, 0), (1, 2)]
+    (line,) = [
+        r.getMessage()
+        for r in fetcher_logs.records
+        if getattr(r, "event", None) == "straddling_batch_cut"
+    ]
+    said = fields(line.partition(" ")[2])
+    assert said.pop("event") == "straddling_batch_cut"
+    assert {k: said[k] for k in ("broker", "tp", "leader", "leader_epoch", "hw", "leo")} == {
+        "broker": "2",
+        "tp": "t-0",
+        "leader": "1",
+        "leader_epoch": "1",
+        "hw": "2",
+        "leo": "2",
+    }
+    assert {k: said[k] for k in ("local_epoch", "batch_epoch", "batch_base", "batch_last")} == {
+        "local_epoch": "0",
+        "batch_epoch": "1",
+        "batch_base": "1",
+        "batch_last": "2",
+    }
+    assert (said["own_from"], said["own_to"]) == ("1", "1")
+
+
+@pytest.mark.parametrize("mode", [HW, LE])
+def test_a_follower_starting_over_inside_a_leader_batch_takes_the_batch_whole(
+    tmp_path: Path, mode: TruncationMode, fetcher_logs: pytest.LogCaptureFixture
+) -> None:
+    """KAFKA-6975: DeleteRecords put the leader's log start offset at 1, inside its batch
+    0-2. A new follower starts over at 1 (out of range at 0) and is answered with the whole
+    batch from 0: its log starts over at 0 and takes it, byte for byte, then follows the
+    leader's log start offset to 1 again (Kafka's
+    Partition.appendRecordsToFollowerOrFutureReplica). It had refused the batch for ever."""
+    leader = open_partition(tmp_path, LEADER)
+    # The leader alone in the ISR: its HW follows its LEO, so it may delete up to 1 at once.
+    assert leader.make_leader(LeadershipState(LEADER, 0, (LEADER,), (LEADER, FOLLOWER), 0, 1))
+    leader.append_records_to_leader(
+        encode_batch([Record(None, b"m%d" % i, 1_700_000_000_000) for i in range(3)]), 1
+    )
+    assert leader.delete_records_on_leader(1) == 1
+    follower = follower_partition(tmp_path)
+
+    async def scenario(stack: contextlib.AsyncExitStack) -> None:
+        servicer, _, port = await start_leader(stack, leader)
+        start_fetcher(stack, port, config(mode), {TP: follower})
+        await eventually(
+            lambda: follower.log_end_offset == 3 and follower.log.log_start_offset == 1,
+            message=lambda: (
+                f"follower at {follower.log.log_start_offset}..{follower.log_end_offset}"
+            ),
+        )
+        assert servicer.fetch_offsets[:2] == [(TP, 0), (TP, 1)]  # out of range, then inside
+
+    run(scenario)
+    assert log_bytes(follower) == log_bytes(leader)
+    assert values(follower) == [b"m0", b"m1", b"m2"]  # the batch as stored; offset 0 unreadable
+    assert not log_events(fetcher_logs, "append-error")
+    (line,) = log_events(fetcher_logs, "truncate-fully")
+    assert fields(line)["to"] == "1"
+
+
 def test_out_of_range_above_the_leader_leo_truncates_to_it(tmp_path: Path) -> None:
     leader = leader_partition(tmp_path)
     produce(leader, b"m0", b"m1", b"m2")
