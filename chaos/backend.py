@@ -11,15 +11,29 @@ from __future__ import annotations
 
 import abc
 import random
+from collections.abc import Collection
 from pathlib import Path
 
 from proto.errors import MinibrokerError
 
-__all__ = ["BackendUnavailableError", "ClusterBackend"]
+__all__ = ["INTERNAL_TOPICS", "BackendUnavailableError", "ClusterBackend", "copied_partition"]
 
 
 class BackendUnavailableError(MinibrokerError):
     """The backend cannot run here (no Docker engine) or cannot do this fault."""
+
+
+INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
+"""Copied with any run's topics: the audit's group and transaction checks read them."""
+
+
+def copied_partition(name: str, topics: Collection[str] | None) -> bool:
+    """Whether a data dir's entry ``name`` (a partition dir, ``<topic>-<partition>``) is
+    copied when only ``topics`` are wanted (None: all)."""
+    if topics is None:
+        return True
+    topic = name.rsplit("-", 1)[0]
+    return topic in topics or topic in INTERNAL_TOPICS
 
 
 class ClusterBackend(abc.ABC):
@@ -143,10 +157,12 @@ class ClusterBackend(abc.ABC):
         """Stop every broker cleanly, then ZooKeeper."""
 
     @abc.abstractmethod
-    def copy_data_dirs(self, into: Path) -> dict[int, Path]:
+    def copy_data_dirs(self, into: Path, topics: Collection[str] | None = None) -> dict[int, Path]:
         """Each broker's data dir copied under ``into``: after :meth:`stop_cluster` for a
         cluster the run started, while it runs for one the run was given (after the final
-        read, when nothing of the run writes any more)."""
+        read, when nothing of the run writes any more). ``topics``: only these topics'
+        partition dirs and the internal topics' (:func:`copied_partition`), with the files
+        at the top of the dir; None: everything."""
 
     @abc.abstractmethod
     def copy_logs(self, into: Path) -> None:

@@ -35,6 +35,7 @@ from proto.zk import znodes
 from proto.zk.sync_client import kazoo_client, read_partition_state
 
 __all__ = [
+    "DEFAULT_TRUNCATION_MODE",
     "SESSION_EXPORT",
     "TRUNCATION_MODE",
     "BrokerConfigsUnknownError",
@@ -161,7 +162,11 @@ def _receive(sock: socket.socket, count: int) -> bytes:
 
 
 def given_cluster_truncation_mode(
-    backend: ClusterBackend, asked: str, *, data_dir: object = None, project: str | None = None
+    backend: ClusterBackend,
+    asked: str | None,
+    *,
+    data_dir: object = None,
+    project: str | None = None,
 ) -> tuple[str | None, str]:
     """The ``replication.truncation.mode`` a cluster the run was given runs (the one in
     ``data_dir``, or the compose ``project``), and a line saying so.
@@ -170,15 +175,16 @@ def given_cluster_truncation_mode(
     mode than ``asked`` is refused (BackendUnavailableError saying which mode it runs and
     how to get a cluster in the other); ``chaos run --truncation-mode`` was silently not
     applied before. A mode that cannot be read (a secured Kafka listener, none) is (None,
-    a line saying so) when ``asked`` is the default, which the run cannot tell from one
-    given on purpose, and refused when it is not.
+    a line saying so) when nothing or the default was asked, and refused when another
+    mode was. ``asked`` None (no ``--truncation-mode``): whichever mode the cluster runs,
+    if every broker runs the same.
     """
     given = f"--data-dir {data_dir}" if data_dir is not None else f"--project {project}"
     broker_ids = backend.broker_ids()
     try:
         configs = broker_configs(backend.kafka_bootstrap_servers(), broker_ids, [TRUNCATION_MODE])
     except BrokerConfigsUnknownError as e:
-        if asked != DEFAULT_TRUNCATION_MODE:
+        if asked not in (None, DEFAULT_TRUNCATION_MODE):
             raise BackendUnavailableError(
                 f"--truncation-mode {asked}: cannot read the {TRUNCATION_MODE} of the cluster "
                 f"{given} ({e}); {_how_to_start(backend, asked)}"
@@ -188,13 +194,16 @@ def given_cluster_truncation_mode(
             "it without knowing it"
         )
     modes = {b: configs[b].get(TRUNCATION_MODE) or DEFAULT_TRUNCATION_MODE for b in broker_ids}
+    if asked is None and len(set(modes.values())) == 1:
+        asked = modes[broker_ids[0]]
     other = {b: mode for b, mode in modes.items() if mode != asked}
     if other:
         runs = ", ".join(
             f"{mode} on broker{'s' if len(bs) > 1 else ''} {', '.join(map(str, bs))}"
             for mode, bs in _by_value(modes).items()
         )
-        default = " (the default)" if asked == DEFAULT_TRUNCATION_MODE else ""
+        default = " (the default)" if asked in (None, DEFAULT_TRUNCATION_MODE) else ""
+        asked = asked or DEFAULT_TRUNCATION_MODE
         raise BackendUnavailableError(
             f"the cluster {given} runs {TRUNCATION_MODE} {runs}, and the run asks for "
             f"{asked}{default}: a cluster given keeps its own settings. "

@@ -25,11 +25,12 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from broker.kafka_server import ZOOKEEPER_SESSION_FILE
-from chaos.backend import BackendUnavailableError, ClusterBackend
+from chaos.backend import BackendUnavailableError, ClusterBackend, copied_partition
 from deploy.ports import free_port_block
 from proto.zk import znodes
 from proto.zk.sync_client import kazoo_client
@@ -43,6 +44,15 @@ _UP_TIMEOUT_S = 1500.0
 """`make up` may build the image first (a cold build takes minutes)."""
 _SPLIT_NETWORK = "chaos-split"
 _IMAGE_PYTHON = "/opt/minibroker/bin/python3"
+
+
+def _wanted(member: tarfile.TarInfo, topics: Collection[str] | None) -> bool:
+    """Whether a member of the archive of ``/data/.`` is copied: every file at its top,
+    and the partition dirs of ``topics`` (:func:`copied_partition`) with what they hold."""
+    parts = [p for p in member.name.split("/") if p not in ("", ".")]
+    if not parts or (len(parts) == 1 and not member.isdir()):
+        return True
+    return copied_partition(parts[0], topics)
 
 
 def _client() -> Any:
@@ -366,7 +376,7 @@ class DockerBackend(ClusterBackend):
             if self._status(container) == "running":
                 container.stop(timeout=30)
 
-    def copy_data_dirs(self, into: Path) -> dict[int, Path]:
+    def copy_data_dirs(self, into: Path, topics: Collection[str] | None = None) -> dict[int, Path]:
         copies = {}
         for broker_id, container in sorted(self._brokers.items()):
             target = into / f"broker-{broker_id}"
@@ -376,7 +386,9 @@ class DockerBackend(ClusterBackend):
                 members = [
                     m
                     for m in tar.getmembers()
-                    if ".lock" not in m.name and ZOOKEEPER_SESSION_FILE not in m.name
+                    if ".lock" not in m.name
+                    and ZOOKEEPER_SESSION_FILE not in m.name
+                    and _wanted(m, topics)
                 ]
                 tar.extractall(target, members=members, filter="data")
             copies[broker_id] = target

@@ -2,19 +2,24 @@
 
 Every signal goes through :class:`~deploy.local_cluster.LocalCluster`, which finds the
 processes through ``cluster.json`` and checks that a pid is still our broker before
-signalling it. The network cannot be partitioned here: the brokers share 127.0.0.1 in one
-network namespace, so ``partition`` needs the docker backend (the runner says so before a
-run starts).
+signalling it. The brokers share 127.0.0.1 in one network namespace, so a partition cannot
+take them off a network as Docker's does: each broker runs in a cgroup of its own, and an
+iptables chain of the cluster's drops the loopback packets between the groups by the
+cgroup that sent them (:mod:`deploy.loopback_firewall`). That needs root, cgroup v2 and
+iptables' ``cgroup`` match; without them ``partition`` and ``split`` are refused before a
+run starts, saying what is missing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from broker.kafka_server import ZOOKEEPER_SESSION_FILE
-from chaos.backend import BackendUnavailableError, ClusterBackend
+from chaos.backend import BackendUnavailableError, ClusterBackend, copied_partition
 from chaos.torn_write import tear_active_segment
 from deploy import small_log_dirs
 from deploy.local_cluster import LocalCluster, LocalClusterError
@@ -29,6 +34,11 @@ class LocalBackend(ClusterBackend):
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
+        # A run starts whole: a partition left by one that died (SIGKILL) before healing
+        # it goes, with any other whose maker is gone. Best effort: an iptables that cannot
+        # run here has made no partition either.
+        with contextlib.suppress(LocalClusterError):
+            cluster.heal_network()
 
     def broker_ids(self) -> list[int]:
         return self.cluster.broker_ids()
@@ -94,6 +104,19 @@ class LocalBackend(ClusterBackend):
     def free_log_dir(self, broker_id: int) -> None:
         small_log_dirs.free(self.cluster.broker_dir(broker_id))
 
+    @property
+    def can_partition(self) -> bool:
+        return self.cluster.partition_problem() is None
+
+    def isolate(self, groups: Sequence[Sequence[int]]) -> None:
+        problem = self.cluster.partition_problem()
+        if problem is not None:
+            raise BackendUnavailableError(f"the local backend cannot partition here: {problem}")
+        self.cluster.isolate(groups)
+
+    def heal_network(self) -> None:
+        self.cluster.heal_network()
+
     def zookeeper_nodes(self) -> list[int]:
         return self.cluster.zookeeper_nodes()
 
@@ -110,21 +133,26 @@ class LocalBackend(ClusterBackend):
     def stop_cluster(self) -> None:
         self.cluster.down()
 
-    def copy_data_dirs(self, into: Path) -> dict[int, Path]:
-        """Each broker's data dir, of a stopped cluster or of a running one (a file the
-        broker removes while it is copied, a checkpoint replaced by its successor or a
-        segment deleted, is left out)."""
+    def copy_data_dirs(self, into: Path, topics: Collection[str] | None = None) -> dict[int, Path]:
+        """Each broker's data dir (``topics``: only theirs and the internal topics'), of a
+        stopped cluster or of a running one (a file the broker removes while it is copied,
+        a checkpoint replaced by its successor or a segment deleted, is left out)."""
         copies = {}
         for broker_id in self.broker_ids():
+            source = self.cluster.broker_dir(broker_id)
             target = into / f"broker-{broker_id}"
             if target.exists():
                 shutil.rmtree(target)
-            shutil.copytree(
-                self.cluster.broker_dir(broker_id),
-                target,
-                ignore=shutil.ignore_patterns(".lock", ZOOKEEPER_SESSION_FILE),
-                copy_function=_copy_if_there,
-            )
+
+            def ignored(folder: str, names: list[str], top: Path = source) -> set[str]:
+                left = {n for n in names if n in (".lock", ZOOKEEPER_SESSION_FILE)}
+                if Path(folder) == top:
+                    left |= {
+                        n for n in names if (top / n).is_dir() and not copied_partition(n, topics)
+                    }
+                return left
+
+            shutil.copytree(source, target, ignore=ignored, copy_function=_copy_if_there)
             copies[broker_id] = target
         return copies
 

@@ -51,12 +51,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kazoo.client import KazooClient
 
 from chaos.backend import BackendUnavailableError, ClusterBackend
 from chaos.cluster_checks import (
+    DEFAULT_TRUNCATION_MODE,
     create_topics,
     final_read,
     given_cluster_truncation_mode,
@@ -79,12 +80,15 @@ from chaos.workload import (
     Workload,
     WorkloadSpec,
 )
-from deploy.local_cluster import LocalCluster
+from deploy.local_cluster import LocalCluster, partition_problem
 from deploy.ports import free_port_block
 from proto.config.broker_config import BrokerConfig
 from proto.errors import MinibrokerError
 from proto.topic_partition import TopicPartition
 from proto.zk.sync_client import start_kazoo_client, stop_kazoo_client
+
+if TYPE_CHECKING:
+    from chaos.docker_backend import DockerBackend
 
 __all__ = [
     "Interrupted",
@@ -93,6 +97,8 @@ __all__ = [
     "no_fault_fits",
     "run_chaos",
     "run_verdict",
+    "start_docker_cluster",
+    "start_local_cluster",
     "transactions_settle_s",
 ]
 
@@ -168,7 +174,9 @@ class RunSettings:
     keys: int = COMPACTED_KEYS
     """With ``compacted``: how many keys the producers draw from."""
     seed: int = 0
-    truncation_mode: str = "leader-epoch"
+    truncation_mode: str | None = None
+    """``replication.truncation.mode``: of a cluster the run starts (None: leader-epoch);
+    a given cluster must run it (None: whichever it runs)."""
     unclean: bool = False
     replay: Path | None = None
     data_dir: Path | None = None
@@ -206,7 +214,7 @@ def cluster_overrides(settings: RunSettings) -> dict[str, str]:
         "zookeeper.session.timeout.ms": str(settings.session_timeout_ms),
         "replica.lag.time.max.ms": str(settings.session_timeout_ms),
         "replica.fetch.wait.max.ms": "200",
-        "replication.truncation.mode": settings.truncation_mode,
+        "replication.truncation.mode": settings.truncation_mode or DEFAULT_TRUNCATION_MODE,
         "unclean.leader.election.enable": str(settings.unclean).lower(),
         "min.insync.replicas": str(MIN_INSYNC_REPLICAS),
         "test.zookeeper.session.export.enable": "true",
@@ -299,10 +307,11 @@ def run_chaos(settings: RunSettings) -> int:
             raise BackendUnavailableError(why)
     if settings.backend == "local":
         needs_network = sorted({"partition", "split"} & set(settings.nemeses))
-        if needs_network:
+        problem = partition_problem() if needs_network else None
+        if problem is not None:
             raise BackendUnavailableError(
-                f"{', '.join(needs_network)} needs the docker backend: the local backend's "
-                "brokers share one network namespace (use --backend docker)"
+                f"{', '.join(needs_network)} cannot run on the local backend here: {problem}; "
+                "or use --backend docker"
             )
     run = RunDir.create(settings.out)
     with _signals_interrupt():
@@ -329,6 +338,47 @@ def kafka_clients_problem(client: str, workload: str) -> str | None:
             "cannot be imported: pip install confluent-kafka aiokafka (or minibroker[dev])"
         )
     return None
+
+
+def start_local_cluster(
+    settings: RunSettings,
+    path: Path,
+    *,
+    zookeepers: int,
+    small_log_dirs: bool,
+    say: Callable[[str], None],
+) -> LocalBackend:
+    """A local cluster of the run's own in ``path``, on free ports, with the run's broker
+    properties (:func:`cluster_overrides`); ``small_log_dirs`` for ``disk-full``."""
+    cluster = LocalCluster(path)
+    base = free_port_block(2 * BROKERS + zookeepers)
+    say(
+        f"starting a local cluster: {zookeepers} ZooKeeper node(s) and {BROKERS} brokers "
+        f"from port {base}"
+    )
+    cluster.up(
+        BROKERS,
+        base_port=base,
+        zookeeper_port=base + BROKERS,
+        kafka_base_port=base + BROKERS + zookeepers,
+        zookeeper_nodes=zookeepers,
+        overrides=cluster_overrides(settings),
+        log_dir_bytes=LOG_DIR_BYTES if small_log_dirs else None,
+    )
+    return LocalBackend(cluster)
+
+
+def start_docker_cluster(
+    settings: RunSettings, logs: Path, *, zookeepers: int, say: Callable[[str], None]
+) -> DockerBackend:
+    """A Docker cluster of the run's own (``make up`` under a project of its own, on free
+    ports), with the run's broker properties; removed by its ``dispose``."""
+    from chaos.docker_backend import DockerBackend
+
+    say("starting a Docker cluster (make up, its own project and ports)")
+    return DockerBackend.start_own(
+        f"chaos-{int(time.time())}", cluster_overrides(settings), logs, zookeeper_nodes=zookeepers
+    )
 
 
 def no_fault_fits(
@@ -488,12 +538,17 @@ class _Run:
         self.run = run
         self.replay = replay
         self.own_cluster = settings.data_dir is None and settings.project is None
-        self.truncation_mode = settings.truncation_mode if self.own_cluster else None
+        self.truncation_mode = (
+            settings.truncation_mode or DEFAULT_TRUNCATION_MODE if self.own_cluster else None
+        )
         """The cluster's ``replication.truncation.mode`` (None: a given one's, unread)."""
         self.backend: ClusterBackend | None = None
         self.workload: Workload | None = None
         self.copy_topic: str | None = None
         """The copiers' topic (transactions with copiers)."""
+        self.topics: set[str] | None = None
+        """The run's topics, once created: of a cluster it was given, only theirs (and the
+        internal topics) are copied for the audit."""
         self.kafka_bootstrap: str | None = None
         """The brokers' Kafka listeners, for a workload of Kafka's clients."""
         self.fault: Fault | None = None
@@ -566,6 +621,7 @@ class _Run:
                 )
             self.zk = start_kazoo_client(self.backend.zookeeper_connect(), connect_timeout_s=20)
             tps = self._topics()
+            self.topics = {tp.topic for tp in tps}
             self.workload = self._workload(tps)
             self.workload.start()
             self._wait_for_first_acks()
@@ -609,23 +665,13 @@ class _Run:
                         "(`minibroker cluster status`)"
                     )
                 return LocalBackend(cluster)
-            cluster = LocalCluster(self.run.data)
-            zookeepers = 3 if self._wants_zookeeper_faults() else 1
-            base = free_port_block(2 * BROKERS + zookeepers)
-            self.say(
-                f"starting a local cluster: {zookeepers} ZooKeeper node(s) and {BROKERS} "
-                f"brokers from port {base}"
+            return start_local_cluster(
+                settings,
+                self.run.data,
+                zookeepers=3 if self._wants_zookeeper_faults() else 1,
+                small_log_dirs=self._wants("disk-full"),
+                say=self.say,
             )
-            cluster.up(
-                BROKERS,
-                base_port=base,
-                zookeeper_port=base + BROKERS,
-                kafka_base_port=base + BROKERS + zookeepers,
-                zookeeper_nodes=zookeepers,
-                overrides=cluster_overrides(settings),
-                log_dir_bytes=LOG_DIR_BYTES if self._wants("disk-full") else None,
-            )
-            return LocalBackend(cluster)
         if settings.backend == "docker":
             from chaos.docker_backend import DockerBackend
 
@@ -633,12 +679,11 @@ class _Run:
                 raise BackendUnavailableError("--data-dir names a local cluster: --backend local")
             if settings.project is not None:
                 return DockerBackend.attach(settings.project)
-            self.say("starting a Docker cluster (make up, its own project and ports)")
-            return DockerBackend.start_own(
-                f"chaos-{int(time.time())}",
-                cluster_overrides(settings),
+            return start_docker_cluster(
+                settings,
                 self.run.logs,
-                zookeeper_nodes=3 if self._wants_zookeeper_faults() else 1,
+                zookeepers=3 if self._wants_zookeeper_faults() else 1,
+                say=self.say,
             )
         raise BackendUnavailableError(
             f"unknown backend {settings.backend!r}: choose local or docker"
@@ -1022,7 +1067,9 @@ class _Run:
             if self.own_cluster:
                 backend.stop_cluster()
             if final and (not self.own_cluster or backend.name != "local"):
-                backend.copy_data_dirs(self.run.data)
+                backend.copy_data_dirs(
+                    self.run.data, topics=None if self.own_cluster else self.topics
+                )
         except Exception as e:
             problem = f"cannot copy the brokers' data dirs into {self.run.data}: {e}"
         try:

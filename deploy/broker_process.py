@@ -26,6 +26,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
+from deploy import process_cgroups
 from deploy.ports import free_port_block
 from proto.errors import MinibrokerError
 
@@ -58,6 +59,10 @@ class BrokerSpec:
     nofile_limit: int | None = None
     """A soft ``RLIMIT_NOFILE`` for the process (tests run out of descriptors in seconds
     with a low one); None keeps the harness's."""
+    cgroup: Path | None = None
+    """An existing cgroup v2 directory the process joins before Python starts (a local
+    cluster's, by which its partitions tell the brokers' packets apart:
+    :mod:`deploy.process_cgroups`); None: it stays in the harness's."""
 
 
 class BrokerProcess:
@@ -127,9 +132,12 @@ class BrokerProcess:
         if self.port == 0 or self.kafka_port == 0:
             self._choose_free_ports()
         before = _registration_czxid(zk, self.broker_id) if zk is not None else None
+        command = self.command()
+        if self.spec.cgroup is not None:
+            command = process_cgroups.command_in(self.spec.cgroup, command)
         with open(os.devnull, "rb") as stdin, self.log_path.open("ab") as out:
             self._proc = subprocess.Popen(
-                self.command(),
+                command,
                 stdin=stdin,
                 stdout=out,
                 stderr=subprocess.STDOUT,

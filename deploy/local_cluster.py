@@ -16,6 +16,10 @@ A pid is only signalled after checking that it is still the process we started (
 command line names our broker id or the ZooKeeper node's config), so a recycled pid is
 never hit.
 
+Run as root, each broker runs in a cgroup of its own (``minibroker-<key>/broker-<n>`` under
+the cgroup v2 mount, :mod:`deploy.process_cgroups`), which is what :meth:`LocalCluster.isolate`
+partitions the brokers by (:mod:`deploy.loopback_firewall`); ``down`` heals and removes both.
+
 Example usage::
 
     cluster = LocalCluster(Path("minibroker-data"))
@@ -40,13 +44,13 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from deploy import small_log_dirs, tls_certs
+from deploy import loopback_firewall, process_cgroups, small_log_dirs, tls_certs
 from deploy.broker_process import BrokerProcess, BrokerProcessError, BrokerSpec
 from deploy.cluster_status import (
     BrokerStatus,
@@ -56,7 +60,9 @@ from deploy.cluster_status import (
     kazoo_session,
     read_zookeeper,
 )
+from deploy.loopback_firewall import BrokerEndpoints, LoopbackFirewallError
 from deploy.ports import base_port_or_free, port_is_free
+from deploy.process_cgroups import ClusterCgroups
 from deploy.small_log_dirs import SmallLogDirError
 from deploy.zookeeper import (
     QuorumPeer,
@@ -91,6 +97,7 @@ __all__ = [
     "LocalCluster",
     "LocalClusterError",
     "default_data_dir",
+    "partition_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -446,6 +453,10 @@ class LocalCluster:
                 "(pick others with --base-port / --kafka-base-port / --zookeeper-port)"
             )
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        # A partition of an earlier incarnation whose maker died (a chaos run killed) must
+        # not greet this one; best effort, as the cgroups are.
+        with contextlib.suppress(LocalClusterError):
+            self.heal_network()
         zookeeper = self._new_zookeeper(zookeeper_nodes, zookeeper_port)
         started: list[BrokerProcess] = []
         try:
@@ -479,12 +490,19 @@ class LocalCluster:
                 process.kill()
             zookeeper.stop()
             self._unmount_log_dirs(brokers)
+            self._remove_cgroups()
             self.state_path.unlink(missing_ok=True)
             raise LocalClusterError(str(e)) from None
 
     def down(self) -> None:
-        """Stop every broker cleanly (SIGTERM, all at once), then every ZooKeeper node."""
+        """Heal a network partition first (a cut-off broker's controlled shutdown would
+        wait for a controller it cannot reach), stop every broker cleanly (SIGTERM, all at
+        once), then every ZooKeeper node, and remove the brokers' cgroups."""
         state = self._read_state()
+        try:
+            self.heal_network()
+        except LocalClusterError as e:
+            log.warning("%s", e)  # the stop goes on regardless
         for broker_id, process in state.brokers.items():
             if self._is_ours(process.pid, broker_id):
                 _signal(process.pid, signal.SIGTERM)
@@ -497,7 +515,16 @@ class LocalCluster:
             self._wait_zookeeper_gone(state, node)
         if state.log_dir_bytes is not None:
             self._unmount_log_dirs(max(state.brokers, default=0))
+        self._remove_cgroups()
         self.state_path.unlink(missing_ok=True)
+
+    def _remove_cgroups(self) -> None:
+        cgroups = ClusterCgroups.of(self.data_dir)
+        if cgroups is None:
+            return
+        busy = cgroups.remove()
+        if busy:
+            log.warning("cgroups still hold processes, left in place: %s", ", ".join(busy))
 
     def _unmount_log_dirs(self, brokers: int) -> None:
         for broker_id in range(1, brokers + 1):
@@ -648,6 +675,68 @@ class LocalCluster:
                 )
             time.sleep(_POLL_S)
 
+    # -- network partitions (the chaos tool's partition and split) ----------------------------
+
+    @property
+    def network_key(self) -> str:
+        """Names the cluster's cgroups (``minibroker-<key>``) and firewall chain (``MB-<key>``)."""
+        return process_cgroups.cluster_key(self.data_dir)
+
+    def partition_problem(self) -> str | None:
+        """Why this cluster's brokers cannot be partitioned from here (None: they can):
+        what the machine lacks (:func:`partition_problem`), or a running broker outside its
+        cgroup (started before brokers had cgroups, or by a user who could not make them)."""
+        problem = partition_problem()
+        cgroups = ClusterCgroups.of(self.data_dir)
+        if problem is not None or cgroups is None:
+            return problem or process_cgroups.problem()
+        state = self._read_state()
+        outside = [
+            b
+            for b, p in sorted(state.brokers.items())
+            if self._is_ours(p.pid, b) and not cgroups.holds(p.pid, cgroups.broker_member(b))
+        ]
+        if outside:
+            return (
+                f"broker(s) {', '.join(map(str, outside))} run outside their cgroups "
+                f"({cgroups.parent}/broker-N), started without them: restart them as root "
+                "(`minibroker cluster stop N`, `cluster start N`)"
+            )
+        return None
+
+    def isolate(self, groups: Sequence[Sequence[int]]) -> None:
+        """Cut every group of brokers after the first off from everything outside it (the
+        other brokers, ZooKeeper, every client); the first stays with ZooKeeper and the
+        clients, brokers in no group with it (:mod:`deploy.loopback_firewall`). Holds until
+        :meth:`heal_network`, kills and restarts of the brokers included. LocalClusterError
+        saying why where it cannot (:meth:`partition_problem`)."""
+        problem = self.partition_problem()
+        cgroups = ClusterCgroups.of(self.data_dir)
+        if problem is not None or cgroups is None:
+            raise LocalClusterError(f"cannot partition the cluster in {self.data_dir}: {problem}")
+        state = self._read_state()
+        brokers = {}
+        for broker_id, process in sorted(state.brokers.items()):
+            member = cgroups.broker_member(broker_id)
+            if cgroups.create(member) is None:  # a stopped broker's, removed by hand
+                raise LocalClusterError(f"cannot create the cgroup {cgroups.directory(member)}")
+            ports = tuple(p for p in (process.port, process.kafka_port) if p is not None)
+            brokers[broker_id] = BrokerEndpoints(cgroups.path(member), ports)
+        zookeeper_ports = [z.port for _, z in sorted(state.zookeeper.items())]
+        try:
+            loopback_firewall.isolate(self.network_key, groups, brokers, zookeeper_ports)
+        except (LoopbackFirewallError, ValueError) as e:
+            raise LocalClusterError(str(e)) from None
+
+    def heal_network(self) -> None:
+        """Undo :meth:`isolate` (nothing when the cluster is whole), and remove the
+        partitions of any cluster whose maker exited without healing them."""
+        try:
+            loopback_firewall.heal(self.network_key)
+            loopback_firewall.remove_orphans()
+        except LoopbackFirewallError as e:
+            raise LocalClusterError(str(e)) from None
+
     # -- status --------------------------------------------------------------------------------
 
     def status(self) -> ClusterStatus:
@@ -784,6 +873,8 @@ class LocalCluster:
             overrides["zookeeper.auth.digest.file"] = str(self.tls_dir / ZOOKEEPER_DIGEST_FILE)
             if kafka_port is not None:
                 overrides.update(KAFKA_LISTENER_SECURITY)
+        cgroups = ClusterCgroups.of(self.data_dir)
+        cgroup = None if cgroups is None else cgroups.create(cgroups.broker_member(broker_id))
         return BrokerProcess(
             BrokerSpec(
                 broker_id,
@@ -793,6 +884,7 @@ class LocalCluster:
                 kafka_port=kafka_port,
                 overrides=overrides,
                 log_path=self.broker_log(broker_id),
+                cgroup=cgroup,
             )
         )
 
@@ -903,6 +995,14 @@ def _threads(pid: int) -> int:
         return len(os.listdir(f"/proc/{pid}/task"))
     except OSError:
         return 0
+
+
+def partition_problem() -> str | None:
+    """Why local clusters cannot be partitioned from this process (None: they can): each
+    broker needs a cgroup (root, a writable cgroup v2 mount) and iptables must match
+    packets by cgroup."""
+    problem = process_cgroups.problem() or loopback_firewall.problem()
+    return None if problem is None else f'{problem} (see docs/chaos.md, "The nemeses")'
 
 
 def check_zookeeper_nodes(nodes: int) -> None:

@@ -62,7 +62,7 @@ def _chaos_run(data_dir: Path, out: Path, *args: str) -> tuple[int, str]:
 def test_a_run_asking_another_truncation_mode_is_refused_naming_the_clusters(
     hw_cluster: Path, tmp_path: Path
 ) -> None:
-    status, stderr = _chaos_run(hw_cluster, tmp_path / "run")  # leader-epoch, the default
+    status, stderr = _chaos_run(hw_cluster, tmp_path / "run", "--truncation-mode", "leader-epoch")
     assert status == 2, stderr
     assert "Traceback" not in stderr
     line = stderr.strip().splitlines()[-1]
@@ -80,6 +80,8 @@ def test_a_run_asking_another_truncation_mode_is_refused_naming_the_clusters(
     assert (
         said == f"the cluster --data-dir {hw_cluster} runs {TRUNCATION_MODE} {HW} on every broker"
     )
+    # no --truncation-mode: whichever mode the cluster runs, said so and judged by it
+    assert given_cluster_truncation_mode(backend, None, data_dir=hw_cluster) == (HW, said)
 
 
 def test_the_brokers_own_answers_are_what_is_checked(hw_cluster: Path) -> None:

@@ -5,6 +5,7 @@ brokers)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ class _Backend(ClusterBackend):
 
     def stop_cluster(self) -> None: ...
 
-    def copy_data_dirs(self, into: Path) -> dict[int, Path]:
+    def copy_data_dirs(self, into: Path, topics: Collection[str] | None = None) -> dict[int, Path]:
         return {}
 
     def copy_logs(self, into: Path) -> None: ...

@@ -10,7 +10,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -89,7 +89,7 @@ class _Backend(ClusterBackend):
     def stop_cluster(self) -> None:
         raise NotImplementedError
 
-    def copy_data_dirs(self, into: Path) -> dict[int, Path]:
+    def copy_data_dirs(self, into: Path, topics: Collection[str] | None = None) -> dict[int, Path]:
         raise NotImplementedError
 
     def copy_logs(self, into: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, cast
 
@@ -211,7 +212,7 @@ class _Backend:
     def stop_cluster(self) -> None:
         self.calls.append("stop_cluster")
 
-    def copy_data_dirs(self, into: Path) -> dict[int, Path]:
+    def copy_data_dirs(self, into: Path, topics: Collection[str] | None = None) -> dict[int, Path]:
         self.calls.append("copy_data_dirs")
         if self.copy_fails:
             raise OSError("disk full")
