@@ -35,6 +35,7 @@ from bench import (
     side_by_side,
 )
 from bench import chaos as chaos_bench
+from bench import soak as soak_bench
 from bench import tls as tls_bench
 from bench import transactions as txn_bench
 from bench.machine import describe
@@ -60,6 +61,10 @@ class _Run:
     """Section name -> its figures, for results.json."""
     scale_sizes: tuple[int, ...] = scale.DEFAULT_SIZES
     """The partition counts of the scale section (``--scale-partitions``)."""
+    soak_from: Path | None = None
+    """A kept soak directory the chaos_soak section sums up instead of running one."""
+    soak_command: str | None = None
+    """The command that soak was run with."""
 
 
 def _log_append_section(run: _Run) -> list[str]:
@@ -584,6 +589,62 @@ def _chaos_transactions_section(run: _Run) -> list[str]:
         ("checked", checked),
     ]
     return _chaos_lines(run, results, "chaos_transactions", heading, intro, extra)
+
+
+def _chaos_soak_section(run: _Run) -> list[str]:
+    figures = (
+        soak_bench.read(run.soak_from, run.soak_command)
+        if run.soak_from is not None
+        else soak_bench.measure(WORK_DIR)
+    )
+    summary, totals = figures.summary, figures.summary["totals"]
+    run.figures["chaos_soak"] = {"command": figures.command, **totals}
+
+    def spread(values: dict[str, Any], unit: str = "s") -> str:
+        if not values.get("count"):
+            return "none measured"
+        return (
+            f"median {values['median']:.1f} {unit}, p99 {values['p99']:.1f} {unit}, max "
+            f"{values['max']:.1f} {unit} ({values['count']:,})"
+        )
+
+    kinds = ", ".join(f"{k} {n}" for k, n in totals["violations_by_kind"].items())
+    lines = [
+        "## Chaos soak: faults for hours, one cluster, audited window by window",
+        "",
+        *run.stamp,
+        "",
+        '`minibroker chaos soak` (chaos/soak.py, docs/chaos.md "The soak") starts one cluster '
+        "and runs `chaos run` against it window after window, each window with topics, "
+        "workload processes and a seeded schedule of its own drawn from every nemesis the "
+        "backend can do, audited at its end from copies of its own topics; it stops at the "
+        "first violation or once enough faults struck. Reads checked are the history's "
+        "read lines the windows' audits judged.",
+        "",
+        "| | |",
+        "|---|---:|",
+        f"| command | `{figures.command}` |",
+        f"| stopped | {summary['stopped']} |",
+        f"| windows | {totals['windows']} |",
+        f"| time | {summary['seconds'] / 3600:.2f} h |",
+        f"| faults injected | {totals['faults']:,} |",
+        f"| faults skipped (no target at the time) | {totals['skipped']:,} |",
+        "| faults by nemesis | "
+        + ", ".join(f"{k} {n}" for k, n in totals["faults_by_nemesis"].items())
+        + " |",
+        f"| acknowledged writes | {totals['acked']:,} |",
+        f"| reads checked | {totals['reads_checked']:,} |",
+        f"| heal to full ISR | {spread(totals['heal_to_isr_s'])} |",
+        f"| consumer group redeliveries | {totals['group_redelivered']:,} |",
+        f"| rebalance pauses | {spread(totals['rebalance_pause_s'])} |",
+        f"| violations | {totals['violations']}" + (f" ({kinds})" if kinds else "") + " |",
+        f"| exit status | {summary['status']} |",
+        "",
+        f"The soak directory (each window's history, timeline, logs and report; a window with "
+        f"violations whole) is `{figures.soak_dir}`.",
+    ]
+    print(f"chaos_soak: {lines[-3]}")
+    return lines
 
 
 def _chaos_lines(
@@ -1180,6 +1241,7 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "audit_spark": _audit_spark_section,
     "chaos": _chaos_section,
     "chaos_transactions": _chaos_transactions_section,
+    "chaos_soak": _chaos_soak_section,
     "tls": _tls_section,
     "side_by_side": _side_by_side_section,
     "kafka_listener": _kafka_listener_section,
@@ -1188,6 +1250,8 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "scale": _scale_section,
 }
 """In RESULTS.md order; log_append first, since replication quotes its raw-write figure."""
+ONLY_ALONE = frozenset({"chaos_soak"})
+"""Sections ``make bench`` leaves out (hours long): ``--only NAME`` runs them."""
 
 
 def _previous_sections(text: str) -> dict[str, str]:
@@ -1211,6 +1275,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=",".join(str(n) for n in scale.DEFAULT_SIZES),
         help="the scale section's partition counts, comma-separated (default %(default)s)",
     )
+    parser.add_argument(
+        "--soak-from",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="chaos_soak: sum up this kept soak directory instead of running the soak",
+    )
+    parser.add_argument(
+        "--soak-command", default=None, help="with --soak-from: the command it was run with"
+    )
     args = parser.parse_args(argv)
     sizes = tuple(int(n) for n in args.scale_partitions.split(",") if n.strip())
     tune_process()  # as every minibroker process: the benchmarks' own clients measure alike
@@ -1230,11 +1304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"- machine: {describe(WORK_DIR)}",
         ],
         scale_sizes=sizes,
+        soak_from=args.soak_from,
+        soak_command=args.soak_command,
     )
     previous = _previous_sections(RESULTS.read_text()) if RESULTS.exists() else {}
     sections = []
     for name, build in SECTIONS.items():
-        if args.only in (None, name):
+        if args.only == name or (args.only is None and name not in ONLY_ALONE):
             sections.append(_wrap(name, build(run)))
         else:
             sections.append(
@@ -1246,8 +1322,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sections += [text for name, text in previous.items() if name not in SECTIONS]
     header = (
         "# Benchmark results\n\n"
-        "`make bench` runs every section; `python -m bench.run --only NAME` reruns one and "
-        "keeps the others, so each section says when and where it was measured.\n\n"
+        "`make bench` runs every section but the hours-long soak; `python -m bench.run "
+        "--only NAME` reruns one (the soak too) and keeps the others, so each section says "
+        "when and where it was measured.\n\n"
     )
     RESULTS.write_text(header + "\n\n".join(sections) + "\n")
     print(f"wrote {RESULTS}")
