@@ -64,6 +64,10 @@ def _sent(at: float | None) -> dict[str, object]:
     return {} if at is None else {"sent": at}
 
 
+def _said(error: str | None) -> dict[str, object]:
+    return {} if error is None else {"error": error}
+
+
 class HistoryRecorder(_JsonLines):
     """One workload process's history: producers' outcomes and consumers' reads."""
 
@@ -122,9 +126,11 @@ class HistoryRecorder(_JsonLines):
         txn: str | None = None,
         *,
         sent: float | None = None,
+        error: str | None = None,
     ) -> None:
-        """``value`` was certainly not written (the broker refused it before appending)."""
-        self._op("fail", topic, partition, value, None, key, txn, **_sent(sent))
+        """``value`` was certainly not written (the broker refused it before appending);
+        ``error``: what the client said, for a person reading the history."""
+        self._op("fail", topic, partition, value, None, key, txn, **_sent(sent), **_said(error))
 
     def info(
         self,
@@ -135,9 +141,11 @@ class HistoryRecorder(_JsonLines):
         txn: str | None = None,
         *,
         sent: float | None = None,
+        error: str | None = None,
     ) -> None:
-        """Whether ``value`` was written is unknown (a timeout, a lost connection)."""
-        self._op("info", topic, partition, value, None, key, txn, **_sent(sent))
+        """Whether ``value`` was written is unknown (a timeout, a lost connection);
+        ``error``: what the client said."""
+        self._op("info", topic, partition, value, None, key, txn, **_sent(sent), **_said(error))
 
     def step(self, f: str, txn: str, kind: str, **fields: object) -> None:
         """A step of transaction ``txn``: ``f`` is ``begin``, ``commit``, ``abort`` or

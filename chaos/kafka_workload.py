@@ -17,11 +17,13 @@ clients were told by the same rules, and the outcomes come from the clients' own
 - a **group member** (confluent-kafka, ``subscribe``, the eager ``range`` assignor,
   ``enable.auto.commit=false``) reads with ``poll()``, one record at a time, so that each
   record is known to come after any rebalance callback of that call: its read lines name
-  the member's group, member id and generation at the poll. It commits synchronously the
-  next offset of every partition it read, only after their read lines are written: every
+  the member's group, member id and generation at the poll. It commits the next offset of
+  every partition it read, only after their read lines are written: every
   :data:`COMMIT_EVERY_S` or :data:`COMMIT_EVERY_RECORDS` records, and when its partitions
-  are revoked. Its assignments, revocations, losses and commits are lines of their own
-  (``f``), and its ``session`` goes up at each of the first three.
+  are revoked; asynchronously, each outcome recorded when librdkafka reports it (a
+  synchronous commit waits for minutes while no coordinator is known, polling nothing).
+  Its assignments, revocations, losses and commits are lines of their own (``f``), and its
+  ``session`` goes up at each of the first three.
 - a **reader** (aiokafka, no group: ``assign`` to every partition, from the beginning)
   reads everything in one session.
 
@@ -42,7 +44,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -109,15 +111,22 @@ def _encoded(text: str | None) -> bytes | None:
 
 
 def _write_outcome(
-    history: HistoryRecorder, outcome: Outcome, sent: _Sent, offset: int | None
+    history: HistoryRecorder,
+    outcome: Outcome,
+    sent: _Sent,
+    offset: int | None,
+    error: object | None = None,
 ) -> None:
+    """The record's line; a ``fail`` or ``info`` names the client's ``error`` (for a
+    person reading the history: the audit does not read it)."""
+    said = None if error is None else str(error)[:200]
     if outcome == "ok":
         assert offset is not None
         history.ok(sent.topic, sent.partition, sent.value, offset, key=sent.key, sent=sent.at)
     elif outcome == "fail":
-        history.fail(sent.topic, sent.partition, sent.value, key=sent.key, sent=sent.at)
+        history.fail(sent.topic, sent.partition, sent.value, key=sent.key, sent=sent.at, error=said)
     else:
-        history.info(sent.topic, sent.partition, sent.value, key=sent.key, sent=sent.at)
+        history.info(sent.topic, sent.partition, sent.value, key=sent.key, sent=sent.at, error=said)
 
 
 def _flush_timeout_s(args: argparse.Namespace) -> float:
@@ -158,7 +167,7 @@ async def produce_with_confluent(args: argparse.Namespace, stopping: asyncio.Eve
             if sent is None:
                 return
             offset = message.offset() if error is None else None
-            _write_outcome(history, delivery_outcome(error, offset), sent, offset)
+            _write_outcome(history, delivery_outcome(error, offset), sent, offset, error)
 
         def drained(producer: confluent_kafka.Producer) -> None:
             """Every outcome ``producer`` will report, reported; the rest unknown."""
@@ -256,7 +265,7 @@ async def produce_with_aiokafka(args: argparse.Namespace, stopping: asyncio.Even
                 return
             error = "cancelled" if future.cancelled() else future.exception()
             offset = None if error is not None else int(future.result().offset)
-            _write_outcome(history, delivery_outcome(error, offset), sent, offset)
+            _write_outcome(history, delivery_outcome(error, offset), sent, offset, error)
 
         async def drained(producer: Any) -> None:
             with contextlib.suppress(TimeoutError):
@@ -305,6 +314,13 @@ async def produce_with_aiokafka(args: argparse.Namespace, stopping: asyncio.Even
 # -- confluent-kafka's group member --------------------------------------------------------
 
 
+class _PendingCommit(NamedTuple):
+    """A commit sent: the membership it was sent under and the next offsets it commits."""
+
+    membership: GroupMetadata
+    offsets: dict[tuple[str, int], int]
+
+
 class _GroupMember:
     """One member of a Kafka-protocol group: its reads, commits and rebalances, recorded."""
 
@@ -326,6 +342,8 @@ class _GroupMember:
         self.committed_at = time.monotonic()
         self.assignment: GroupMetadata | None = None
         """The membership of the current assignment (its ``assigned`` line's)."""
+        self.pending: list[_PendingCommit] = []
+        """Commits sent whose outcome librdkafka has not reported yet, oldest first."""
 
     def metadata(self) -> GroupMetadata | None:
         """The member's group, member id and generation now; None while it is no member
@@ -352,6 +370,7 @@ class _GroupMember:
                     self.commit()
         finally:
             self.consumer.close()  # revokes (and so commits) as it leaves the group
+            self.unreported()
 
     def _read(self, message: confluent_kafka.Message) -> None:
         error = message.error()
@@ -382,8 +401,11 @@ class _GroupMember:
         self.read_since_commit += 1
 
     def commit(self) -> None:
-        """Commit the next offsets of what was read (its read lines written before), and
-        record how each partition's commit ended."""
+        """Commit the next offsets of what was read (its read lines written before),
+        asynchronously: a synchronous commit waits for as long as librdkafka knows no
+        coordinator (minutes, when the coordinator's broker is down and the session times
+        out), and a member that waits polls nothing. Each commit's outcome is recorded when
+        librdkafka reports it (:meth:`committed`), or as unknown at the end."""
         import confluent_kafka
 
         offsets = sorted(self.uncommitted.items())
@@ -394,29 +416,54 @@ class _GroupMember:
         if not offsets or md is None:
             return  # no membership to commit under (a generation of -1 is no group's)
         request = [confluent_kafka.TopicPartition(t, p, o) for (t, p), o in offsets]
-        outcomes: dict[Outcome, list[list[object]]] = {}
+        self.pending.append(_PendingCommit(md, dict(offsets)))
         try:
-            answered = self.consumer.commit(offsets=request, asynchronous=False) or []
-        except confluent_kafka.KafkaException as e:
-            # librdkafka raises one error when every partition failed (the coordinator's
-            # refusals are the whole request's: it checks the member and generation once).
+            self.consumer.commit(offsets=request, asynchronous=True)
+        except confluent_kafka.KafkaException as e:  # refused before it was sent
             error = e.args[0] if e.args else None
             code = error.code() if isinstance(error, confluent_kafka.KafkaError) else -1
-            print(f"consumer {self.args.process}: commit failed: {e}", flush=True)
-            outcomes[commit_outcome(code)] = [[t, p, o] for (t, p), o in offsets]
-        else:
-            errors = {(tp.topic, tp.partition): tp.error for tp in answered}
-            for (t, p), o in offsets:
-                if (t, p) not in errors:
-                    kind: Outcome = "info"  # not in the answer: never learnt
-                else:
-                    error = errors[(t, p)]
-                    kind = commit_outcome(None if error is None else error.code())
-                outcomes.setdefault(kind, []).append([t, p, o])
+            print(f"consumer {self.args.process}: commit refused: {e}", flush=True)
+            self._record(self.pending.pop(), {tp: code for tp, _ in offsets})
+
+    def committed(
+        self,
+        error: confluent_kafka.KafkaError | None,
+        partitions: list[confluent_kafka.TopicPartition],
+    ) -> None:
+        """librdkafka's report of one commit (``on_commit``, served inside ``poll``):
+        the whole request's ``error``, or each partition's."""
+        asked = {(tp.topic, tp.partition): tp.offset for tp in partitions}
+        pending = next((c for c in self.pending if c.offsets == asked), None)
+        if pending is None:
+            pending = next((c for c in self.pending if asked.keys() <= c.offsets.keys()), None)
+        if pending is None:
+            return  # not one of ours (librdkafka commits nothing on its own here)
+        self.pending.remove(pending)
+        codes: dict[tuple[str, int], int | None] = {}
+        for tp in partitions:
+            own = tp.error.code() if tp.error is not None else None
+            codes[(tp.topic, tp.partition)] = own if error is None else error.code()
+        if error is not None:
+            print(f"consumer {self.args.process}: commit failed: {error}", flush=True)
+        self._record(pending, codes)
+
+    def _record(self, pending: _PendingCommit, codes: dict[tuple[str, int], int | None]) -> None:
+        """A commit's lines, one per outcome; a partition the report leaves out is
+        unknown."""
+        outcomes: dict[Outcome, list[list[object]]] = {}
+        for (t, p), o in sorted(pending.offsets.items()):
+            kind: Outcome = commit_outcome(codes[(t, p)]) if (t, p) in codes else "info"
+            outcomes.setdefault(kind, []).append([t, p, o])
+        md = pending.membership
         for kind, entries in outcomes.items():
             self.history.group_step(
                 "commit_offsets", kind, md.group, md.member, md.generation, offsets=entries
             )
+
+    def unreported(self) -> None:
+        """The commits librdkafka never reported on (the consumer closed first): unknown."""
+        while self.pending:
+            self._record(self.pending.pop(0), {})
 
     def _step(
         self, f: str, md: GroupMetadata | None, partitions: list[confluent_kafka.TopicPartition]
@@ -458,11 +505,14 @@ class _GroupMember:
         self.assignment = None
 
 
-def _group_consumer(args: argparse.Namespace) -> confluent_kafka.Consumer:
+def _group_consumer(
+    args: argparse.Namespace, on_commit: Callable[..., None]
+) -> confluent_kafka.Consumer:
     import confluent_kafka
 
     return confluent_kafka.Consumer(
         {
+            "on_commit": on_commit,
             "bootstrap.servers": args.bootstrap,
             "client.id": f"chaos-c{args.process}",
             "group.id": args.group,
@@ -473,7 +523,7 @@ def _group_consumer(args: argparse.Namespace) -> confluent_kafka.Consumer:
             "heartbeat.interval.ms": max(100, args.session_timeout_ms // 10),
             "fetch.wait.max.ms": 200,
             "isolation.level": args.isolation_level,
-            "socket.timeout.ms": 10_000,  # bounds a synchronous commit's wait
+            "socket.timeout.ms": 10_000,
         }
     )
 
@@ -488,7 +538,10 @@ def consume_in_group(args: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, stop)
     with HistoryRecorder(Path(args.history), args.process) as history:
-        _GroupMember(args, history, _group_consumer(args)).run(stopping)
+        members: list[_GroupMember] = []
+        consumer = _group_consumer(args, lambda error, tps: members[0].committed(error, tps))
+        members.append(_GroupMember(args, history, consumer))
+        members[0].run(stopping)
 
 
 # -- aiokafka's reader ---------------------------------------------------------------------

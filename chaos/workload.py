@@ -386,7 +386,8 @@ async def _produce(args: argparse.Namespace) -> None:
             pending.discard(future)
             if future.cancelled() or future.exception() is not None:
                 # sent: it may have been written
-                history.info(tp.topic, tp.partition, value, key=key, sent=sent)
+                error = "cancelled" if future.cancelled() else str(future.exception())[:200]
+                history.info(tp.topic, tp.partition, value, key=key, sent=sent, error=error)
                 return
             offset = future.result().offset
             history.ok(tp.topic, tp.partition, value, offset, key=key, sent=sent)
@@ -410,8 +411,9 @@ async def _produce(args: argparse.Namespace) -> None:
                         key=None if key is None else key.encode(),
                         partition=tp.partition,
                     )
-                except Exception:
-                    history.fail(tp.topic, tp.partition, value, key=key, sent=sent)  # not queued
+                except Exception as e:  # never queued
+                    said = str(e)[:200]
+                    history.fail(tp.topic, tp.partition, value, key=key, sent=sent, error=said)
                 else:
                     pending.add(future)
                     future.add_done_callback(functools.partial(outcome, tp, value, key, sent))

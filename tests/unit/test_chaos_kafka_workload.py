@@ -160,17 +160,19 @@ class _Consumer:
         self.member = "m-1"
         self.commits: list[list[tuple[str, int, int]]] = []
         self.answer: Any = None
-        """What the next commit returns (a list) or raises (an exception)."""
+        """What the next commit reports (a list of partitions) or raises (an exception)."""
+        self.report: Any = None
+        """The member's ``on_commit``: an asynchronous commit reported at once here."""
 
     def consumer_group_metadata(self) -> bytes:
         return _metadata(self.generation, self.member)
 
-    def commit(self, *, offsets: list[Any], asynchronous: bool) -> Any:
-        assert not asynchronous
+    def commit(self, *, offsets: list[Any], asynchronous: bool) -> None:
+        assert asynchronous  # a synchronous commit waits while no coordinator is known
         self.commits.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
         if isinstance(self.answer, Exception):
             raise self.answer
-        return offsets if self.answer is None else self.answer
+        self.report(None, offsets if self.answer is None else self.answer)
 
 
 class _Message:
@@ -199,6 +201,7 @@ def _member(tmp_path: Path) -> tuple[_GroupMember, _Consumer, HistoryRecorder]:
     history = HistoryRecorder(tmp_path / "7.jsonl", 7)
     consumer = _Consumer()
     member = _GroupMember(args, history, cast(confluent_kafka.Consumer, consumer))
+    consumer.report = member.committed
     return member, consumer, history
 
 
@@ -292,6 +295,33 @@ def test_a_commit_that_raised_is_fail_only_when_the_coordinator_refused_it(
         member.commit()
     commit = _lines(tmp_path)[-1]
     assert (commit["type"], commit["offsets"]) == (kind, [["t", 0, 2], ["t", 1, 2]])
+
+
+def test_a_commit_never_reported_is_unknown(tmp_path: Path) -> None:
+    """The consumer closed before librdkafka reported a commit: ``info``."""
+    member, consumer, history = _member(tmp_path)
+    with history:
+        member._assigned(cast(confluent_kafka.Consumer, consumer), _tps(0))
+        _read(member, 0, 3)
+        consumer.report = lambda error, partitions: None  # never reported
+        member.commit()
+        member.unreported()
+    commit = _lines(tmp_path)[-1]
+    assert (commit["type"], commit["f"], commit["offsets"]) == (
+        "info", "commit_offsets", [["t", 0, 4]],
+    )  # fmt: skip
+
+
+def test_a_commit_reported_failed_as_a_whole(tmp_path: Path) -> None:
+    member, consumer, history = _member(tmp_path)
+    with history:
+        member._assigned(cast(confluent_kafka.Consumer, consumer), _tps(0))
+        _read(member, 0, 3)
+        refused = confluent_kafka.KafkaError(confluent_kafka.KafkaError.UNKNOWN_MEMBER_ID)
+        consumer.report = lambda error, partitions: member.committed(refused, partitions)
+        member.commit()
+    commit = _lines(tmp_path)[-1]
+    assert (commit["type"], commit["offsets"]) == ("fail", [["t", 0, 4]])
 
 
 def test_partitions_of_one_commit_with_different_outcomes_get_a_line_each(tmp_path: Path) -> None:
