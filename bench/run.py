@@ -1295,6 +1295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench.run",
         *(["--only", args.only] if args.only else []),
         *(["--scale-partitions", args.scale_partitions] if sizes != scale.DEFAULT_SIZES else []),
+        *(["--soak-from", str(args.soak_from)] if args.soak_from is not None else []),
     ]
     command = ("make bench  # " if not args.only else "") + shlex.join(cli)
     run = _Run(
