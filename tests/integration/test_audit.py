@@ -28,7 +28,7 @@ from chaos.audit.compaction import COMPACTION_KINDS
 from chaos.audit.data_dirs import read_data_dirs
 from chaos.audit.history import parse_timeline_line
 from chaos.audit.job import audit
-from chaos.audit.model import KINDS, READ_KINDS
+from chaos.audit.model import GROUP_KINDS, KINDS, READ_KINDS
 from chaos.audit.session import start_session
 from chaos.audit.testing import BrokerDataDir, history_line, read_line, write_lines
 from chaos.audit.transactions import TRANSACTION_KINDS
@@ -38,9 +38,14 @@ from proto.topic_partition import TopicPartition
 
 pytestmark = pytest.mark.integration
 
-PLANTED_KINDS = [k for k in KINDS if k not in COMPACTION_KINDS and k not in TRANSACTION_KINDS]
+PLANTED_KINDS = [
+    k
+    for k in KINDS
+    if k not in COMPACTION_KINDS and k not in TRANSACTION_KINDS and k not in GROUP_KINDS
+]
 """The kinds planted here: no topic here is compacted (tests/integration/test_audit_compaction.py
-plants the compaction kinds) or transactional (tests/integration/test_audit_transactions.py)."""
+plants the compaction kinds) or transactional (tests/integration/test_audit_transactions.py),
+and no consumer group reads (tests/integration/test_audit_groups.py)."""
 
 A, B, C = 1, 2, 3
 T0 = 1_700_000_000.0
