@@ -157,7 +157,7 @@ def test_every_other_docker_nemesis_with_kafkas_own_clients(
         )
     )
     report = json.loads((run_dir / "audit" / "report.json").read_text())
-    # KNOWN DEFECT, open in issue 32 (bench/RESULTS.md, "Chaos soak"): under zk-quorum-loss
+    # A known, open defect (bench/RESULTS.md, "Chaos soak"): under zk-quorum-loss
     # an idempotent producer (librdkafka after an epoch bump, the gRPC client after a
     # producer id reset) can resend a record the leader had written, under a new epoch or
     # producer id: a `duplicate`. Every other finding fails this test; remove

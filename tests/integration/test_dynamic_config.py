@@ -137,7 +137,12 @@ def test_broker_layers_apply_at_start_and_on_change_with_per_broker_over_default
             {"min.insync.replicas": "3", "log.retention.ms": "7000"},
         )
         notify(zk_client, "brokers/<default>")
-        await until(lambda: len(recorder.configs) == 2, "the default applied")
+        # The config is handed over first, the hosted topics recomputed after it: wait for
+        # both (the second was read too early once, under a busy machine).
+        await until(
+            lambda: len(recorder.configs) == 2 and bool(recorder.topic_updates),
+            "the default applied and the hosted topics recomputed",
+        )
         config = recorder.configs[-1]
         assert (config.min_insync_replicas, config.default_log_config.retention_ms) == (2, 7000)
         assert recorder.topic_updates[-1][0] == "orders"
