@@ -44,7 +44,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -106,6 +106,25 @@ def _targets(args: argparse.Namespace) -> Iterator[tuple[str, int]]:
     return itertools.cycle(_partitions(args))
 
 
+async def _paced_records(
+    args: argparse.Namespace, stopping: asyncio.Event
+) -> AsyncIterator[tuple[int, _Sent]]:
+    """The producer's records, ``--rate`` a second round-robin over the partitions, until
+    ``stopping``: the ``n``-th with its value (:func:`record_for`, keys from the process's
+    own sequence) and the moment it is handed to the client."""
+    targets = _targets(args)
+    keys = random.Random(args.process)  # each producer its own sequence of keys
+    interval = 1.0 / args.rate
+    next_at = time.monotonic()
+    for n in itertools.count():
+        if stopping.is_set():
+            return
+        topic, partition = next(targets)
+        key, value = record_for(args, keys, n)
+        yield n, _Sent(topic, partition, key, value, time.time())
+        next_at = await paced(next_at + interval, stopping)
+
+
 def _encoded(text: str | None) -> bytes | None:
     return None if text is None else text.encode()
 
@@ -155,8 +174,6 @@ async def produce_with_confluent(args: argparse.Namespace, stopping: asyncio.Eve
     inside ``poll()``/``flush()``, called after every ``produce()`` and at the end."""
     import confluent_kafka
 
-    targets = _targets(args)
-    keys = random.Random(args.process)  # each producer its own sequence of keys
     pending: dict[int, _Sent] = {}
     with HistoryRecorder(Path(args.history), args.process) as history:
 
@@ -177,14 +194,8 @@ async def produce_with_confluent(args: argparse.Namespace, stopping: asyncio.Eve
 
         producer = confluent_kafka.Producer(_confluent_producer_config(args))
         try:
-            interval = 1.0 / args.rate
-            next_at = time.monotonic()
-            for n in itertools.count():
-                if stopping.is_set():
-                    break
-                topic, partition = next(targets)
-                key, value = record_for(args, keys, n)
-                sent = _Sent(topic, partition, key, value, time.time())
+            async for n, sent in _paced_records(args, stopping):
+                topic, partition, key, value = sent.topic, sent.partition, sent.key, sent.value
                 try:
                     producer.produce(
                         topic,
@@ -202,7 +213,6 @@ async def produce_with_confluent(args: argparse.Namespace, stopping: asyncio.Eve
                 else:
                     pending[n] = sent
                 producer.poll(0)
-                next_at = await paced(next_at + interval, stopping)
         finally:
             drained(producer)
 
@@ -254,8 +264,6 @@ async def produce_with_aiokafka(args: argparse.Namespace, stopping: asyncio.Even
     """An aiokafka producer process until ``stopping``."""
     from aiokafka.errors import KafkaTimeoutError
 
-    targets = _targets(args)
-    keys = random.Random(args.process)
     pending: dict[asyncio.Future[Any], _Sent] = {}
     with HistoryRecorder(Path(args.history), args.process) as history:
 
@@ -279,14 +287,8 @@ async def produce_with_aiokafka(args: argparse.Namespace, stopping: asyncio.Even
         if not await _started(producer, f"producer {args.process}", stopping):
             return
         try:
-            interval = 1.0 / args.rate
-            next_at = time.monotonic()
-            for n in itertools.count():
-                if stopping.is_set():
-                    break
-                topic, partition = next(targets)
-                key, value = record_for(args, keys, n)
-                sent = _Sent(topic, partition, key, value, time.time())
+            async for _, sent in _paced_records(args, stopping):
+                topic, partition, key, value = sent.topic, sent.partition, sent.key, sent.value
                 try:
                     future = await producer.send(
                         topic, _encoded(value), key=_encoded(key), partition=partition
@@ -304,7 +306,6 @@ async def produce_with_aiokafka(args: argparse.Namespace, stopping: asyncio.Even
                 else:
                     pending[future] = sent
                     future.add_done_callback(report)
-                next_at = await paced(next_at + interval, stopping)
         finally:
             await drained(producer)
             for future in list(pending):

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 from chaos.runner import RunSettings, run_chaos
 from chaos.schedule import Schedule, ScheduledFault
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(1800)
 
@@ -194,12 +194,13 @@ def test_ctrl_c_on_docker_heals_and_removes_the_runs_project(
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 900
         timeline = run_dir / "timeline.jsonl"
-        while '"f":"pause"' not in (timeline.read_text() if timeline.exists() else ""):
+
+        def paused() -> bool:
             assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "the pause never struck"
-            time.sleep(0.5)
+            return '"f":"pause"' in (timeline.read_text() if timeline.exists() else "")
+
+        wait_for(paused, 900, interval=0.5, message="the pause never struck")
         process.send_signal(signal.SIGINT)
         out, _ = process.communicate(timeout=300)
     finally:
