@@ -42,6 +42,7 @@ import functools
 import itertools
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -193,6 +194,21 @@ def producer_client(client: str, process: int) -> str:
     if client == MIXED:
         return (GRPC, *PRODUCER_CLIENTS)[process % 3]
     return GRPC
+
+
+_WRITTEN_VALUE = re.compile(r"'p(\d+)-\d+'")
+"""A workload value quoted in a violation's sentence: ``'p<process>-<n>'``."""
+
+
+def is_kafka_client_resend(violation: dict[str, Any], client: str) -> bool:
+    """Whether a report's violation is a ``resent`` of values only Kafka-client producers
+    of a workload of ``client`` wrote: librdkafka's resend of a record in doubt under a new
+    epoch, the client's behaviour (docs/chaos.md, "Idempotent producers and duplicates").
+    A gRPC producer never resends, so one of its values in a ``resent`` is a defect."""
+    if violation.get("kind") != "resent":
+        return False
+    processes = {int(p) for p in _WRITTEN_VALUE.findall(str(violation.get("detail", "")))}
+    return bool(processes) and all(producer_client(client, p) != GRPC for p in processes)
 
 
 def transactional_id(process: int) -> str:

@@ -56,6 +56,7 @@ from client.partitioner import Partitioner
 from client.producer_config import (
     ACKS_ALL,
     DeliveryTimeoutError,
+    InDoubtBatchError,
     ProducerClosedError,
     ProducerConfig,
     RecordMetadata,
@@ -80,6 +81,7 @@ __all__ = [
     "DeliveryTimeoutError",
     "FutureRecordMetadata",
     "IdempotenceState",
+    "InDoubtBatchError",
     "Producer",
     "ProducerBatch",
     "ProducerClosedError",

@@ -48,6 +48,13 @@ class DeliveryTimeoutError(ClientError):
     retriable = True
 
 
+class InDoubtBatchError(ClientError):
+    """The record may have been written, but its producer id was reset before the outcome
+    was known; it is not sent again under the new id, where the broker could not tell it
+    from a new record and would store it twice (:mod:`client.sender`). Read the partition
+    to learn whether it is there."""
+
+
 class RecordTooLargeError(ClientError):
     """A record larger than ``max_request_size`` (Kafka's RecordTooLargeException)."""
 

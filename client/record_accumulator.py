@@ -74,6 +74,7 @@ class ProducerBatch:
         "done",
         "drain_order",
         "last_error",
+        "maybe_written",
         "metadata_wait",
         "payload",
         "producer_epoch",
@@ -114,6 +115,12 @@ class ProducerBatch:
         self.retry_at = 0.0
         """Loop time before which a retry must not be sent (retry_backoff_ms)."""
         self.last_error: Exception | None = None
+        self.maybe_written = False
+        """An attempt ended without an answer that says the leader did not append it (no
+        answer in time, a lost stream, NOT_LEADER_OR_FOLLOWER or REQUEST_TIMED_OUT, which a
+        leader also gives for a write it holds but cannot acknowledge): the broker may hold
+        it, so it is never sent again under another producer id or epoch, where the broker
+        could not recognise it as a retry and would store it twice."""
         self.metadata_wait = 0
         """The metadata refresh (:attr:`ProducerMetadata.refreshes_done` numbering) a retry
         waits for: the last error said the leader it was sent to is stale or unreachable,
@@ -458,6 +465,24 @@ class RecordAccumulator:
         batches = [b for queue in self._queues.values() for b in queue]
         self._queues.clear()
         return batches
+
+    def remove_in_doubt(self, producer_id: int) -> list[ProducerBatch]:
+        """Take out of their queues the batches sent under ``producer_id`` that may have
+        been written (:attr:`ProducerBatch.maybe_written`); returns them."""
+        removed = []
+        for tp in list(self._queues):
+            queue = self._queues[tp]
+            keep: deque[ProducerBatch] = deque()
+            for batch in queue:
+                if batch.maybe_written and batch.producer_id == producer_id:
+                    removed.append(batch)
+                else:
+                    keep.append(batch)
+            if keep:
+                self._queues[tp] = keep
+            else:
+                del self._queues[tp]
+        return removed
 
     def done(self, batch: ProducerBatch) -> None:
         self.incomplete.discard(batch)

@@ -35,9 +35,13 @@ sequence for that partition is unknown; as Kafka does (KIP-360 in spirit), the p
 waits for its in-flight requests, asks for a new producer id and restarts every sequence
 at 0. Batches still queued then are sent under the new id (re-encoded: the header only, a
 compressed batch keeps its compressed records, so its CRC covers the new header and the
-same records), so a record that
-was in doubt at that moment may be written twice: exactly-once holds only within one
-producer id.
+same records), except those in doubt: a batch one of whose attempts may have been written
+(:attr:`~client.record_accumulator.ProducerBatch.maybe_written`) fails instead, with
+:class:`InDoubtBatchError`, since under a new producer id the broker could not tell it
+from a new write and would store it twice (librdkafka renumbers such batches and writes
+them twice; docs/chaos.md, "Idempotent producers and duplicates"). Exactly-once holds
+only within one producer id; a record is never stored twice by the producer's own
+retries.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ from client.metadata import (
     MetadataClient,
 )
 from client.produce_session import ProduceSession, ProduceSessionEndedError
-from client.producer_config import DeliveryTimeoutError, ProducerConfig
+from client.producer_config import DeliveryTimeoutError, InDoubtBatchError, ProducerConfig
 from client.record_accumulator import ProducerBatch, RecordAccumulator
 from proto import errors
 from proto.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
@@ -89,6 +93,25 @@ time; a broker's own INTERNAL (a bug) is as unknown an outcome."""
 _DEADLINE_MARGIN_S = 1.0
 """The gRPC deadline exceeds the broker-side ``timeout_ms`` by this much, so an acks=all
 request that times out at the broker comes back as REQUEST_TIMED_OUT, not as a deadline."""
+
+_NOT_APPENDED = frozenset(
+    {
+        ErrorCode.OUT_OF_ORDER_SEQUENCE,
+        ErrorCode.INVALID_PRODUCER_EPOCH,
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.INVALID_TIMESTAMP,
+        ErrorCode.INVALID_TOPIC,
+        ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+    }
+)
+"""Codes a leader gives only for a batch it did not append (refused before the append, as
+Kafka's ``appendToLocalLog`` refuses it). Any other error, or no answer, leaves the batch
+in doubt (:attr:`~client.record_accumulator.ProducerBatch.maybe_written`)."""
 
 _NONE = ErrorCode.NONE
 """Looked up once: protobuf's enum wrapper makes each ``ErrorCode.X`` a slow call."""
@@ -546,6 +569,8 @@ class Sender:
 
     def _retry_or_fail(self, batch: ProducerBatch, error: Exception, now: float) -> None:
         batch.last_error = error
+        if not (isinstance(error, errors.BrokerResponseError) and error.code in _NOT_APPENDED):
+            batch.maybe_written = True
         retriable = isinstance(error, errors.MinibrokerError) and error.retriable
         if isinstance(error, errors.OutOfOrderSequenceError) and batch.tp in self._recovering:
             # An earlier batch of this partition failed after this one was sent: the broker
@@ -632,3 +657,15 @@ class Sender:
         old = self.idempotence.producer_id
         self.idempotence.set_producer_id(*found)
         log.info("producer id reset from %d to %d (a sequenced batch failed)", old, found[0])
+        now = loop.time()
+        for batch in self.accumulator.remove_in_doubt(old):
+            self._fail(
+                batch,
+                InDoubtBatchError(
+                    f"{batch.tp}: {batch.record_count} record(s) in doubt (sent under "
+                    f"producer id {old}, last error: {batch.last_error}); not resent under "
+                    f"producer id {found[0]}, which would store them twice if they were "
+                    "written"
+                ),
+                now,
+            )

@@ -515,7 +515,13 @@ class _Chunk:
             brokers, _ = rows.setdefault(key, ([], k))
             brokers += self.holders_of(int(r.holders[k]))
         return [
-            (fields, offset, sorted(set(brokers)), self.shown_record(first))
+            (
+                fields,
+                offset,
+                sorted(set(brokers)),
+                self.shown_record(first),
+                tuple(r.producer[first].tolist()),
+            )
             for (fields, offset), (brokers, first) in rows.items()
         ]
 

@@ -4,6 +4,13 @@ unique), one value at several offsets (:mod:`chaos.audit.chunk` finds the candid
 hashes held at several offsets; a cut partition's are found across its ranges by
 :mod:`chaos.audit.job`). Records of producers without a producer id are never judged by
 their bytes: equal payloads are no fault.
+
+A value whose copies were written by two producer sessions (idempotent copies with
+different producer ids or epochs) is ``resent``, not ``duplicate``: the producer sent the
+record again after its session changed, where no broker can recognise it as a retry
+(idempotence holds within one producer id and epoch). librdkafka does this after an epoch
+bump; minibroker's producer never does (docs/chaos.md, "Idempotent producers and
+duplicates"). A consumer still reads the record twice, so it is reported as a violation.
 """
 
 from __future__ import annotations
@@ -21,8 +28,9 @@ __all__ = ["CopyRow", "duplicate_items", "repeated"]
 _SHOWN_OFFSETS = 10
 """Offsets a duplicate finding keeps (its count says how many there are)."""
 
-CopyRow = tuple[Any, int, list[int], Any]
-"""(the exact fields a copy shares, its offset, the brokers holding it, its value shown)."""
+CopyRow = tuple[Any, int, list[int], Any, tuple[int, ...]]
+"""(the exact fields a copy shares, its offset, the brokers holding it, its value shown,
+the record's (producer id, producer epoch, sequence))."""
 
 
 def repeated(hashes: U64) -> U64:
@@ -34,26 +42,37 @@ def repeated(hashes: U64) -> U64:
     return values[counts > 1]
 
 
-def _grouped(
-    rows: Iterable[CopyRow], exclude: set[int]
-) -> list[tuple[Any, list[int], list[int], Any]]:
+_Group = tuple[Any, list[int], list[int], Any, list[tuple[int, ...]]]
+
+
+def _grouped(rows: Iterable[CopyRow], exclude: set[int]) -> list[_Group]:
     """Copy rows grouped by their exact fields: per group held at several offsets (those of
-    ``exclude`` left out), its offsets in order, the brokers and the first copy's value."""
-    groups: dict[Any, dict[int, tuple[list[int], Any]]] = {}
-    for fields, offset, brokers, value in rows:
+    ``exclude`` left out), its offsets in order, the brokers, the first copy's value and
+    each offset's writer."""
+    groups: dict[Any, dict[int, tuple[list[int], Any, tuple[int, ...]]]] = {}
+    for fields, offset, brokers, value, writer in rows:
         if offset in exclude:
             continue
         per_offset = groups.setdefault(fields, {})
-        held, _ = per_offset.setdefault(offset, ([], value))
+        held, _, _ = per_offset.setdefault(offset, ([], value, writer))
         held += brokers
     found = []
     for fields, per_offset in groups.items():
         if len(per_offset) < 2:
             continue
         offsets = sorted(per_offset)
-        brokers = sorted({b for held, _ in per_offset.values() for b in held})
-        found.append((fields, offsets, brokers, per_offset[offsets[0]][1]))
+        brokers = sorted({b for held, _, _ in per_offset.values() for b in held})
+        writers = [per_offset[o][2] for o in offsets]
+        found.append((fields, offsets, brokers, per_offset[offsets[0]][1], writers))
     return found
+
+
+def _sessions(writers: list[tuple[int, ...]]) -> set[tuple[int, int]] | None:
+    """The (producer id, epoch) sessions of idempotent writers, None if any copy has no
+    producer id."""
+    if any(len(w) < 2 or w[0] < 0 for w in writers):
+        return None
+    return {(w[0], w[1]) for w in writers}
 
 
 def duplicate_items(
@@ -65,7 +84,7 @@ def duplicate_items(
     produce`` sends one value many times."""
     found: list[Run] = []
     later: set[int] = set()
-    for (producer_id, producer_epoch, sequence), offsets, brokers, value in _grouped(
+    for (producer_id, producer_epoch, sequence), offsets, brokers, value, _ in _grouped(
         write_rows, set()
     ):
         later.update(offsets[1:])
@@ -80,7 +99,21 @@ def duplicate_items(
             )
         )
     if in_history:
-        for _, offsets, brokers, value in _grouped(value_rows, later):
+        for _, offsets, brokers, value, writers in _grouped(value_rows, later):
+            sessions = _sessions(writers)
+            if sessions is not None and len(sessions) > 1:
+                found.append(
+                    _duplicate_item(
+                        pid,
+                        offsets,
+                        brokers,
+                        value,
+                        {"rule": "value"},
+                        {"writers": [list(w) for w in writers[:_SHOWN_OFFSETS]]},
+                        kind="resent",
+                    )
+                )
+                continue
             found.append(_duplicate_item(pid, offsets, brokers, value, {"rule": "value"}, {}))
     return found
 
@@ -92,10 +125,11 @@ def _duplicate_item(
     value: Any,
     key: dict[str, Any],
     info: dict[str, Any],
+    kind: str = "duplicate",
 ) -> Run:
     first = offsets[0]
     return item(
-        "duplicate",
+        kind,
         pid,
         brokers,
         {**key, "copies": len(offsets), "delta": offsets[1] - first},

@@ -35,6 +35,7 @@ KINDS = (
     "lost_ack",
     "divergence",
     "duplicate",
+    "resent",
     "gap",
     "crc",
     "epoch_cache",

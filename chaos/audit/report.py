@@ -52,6 +52,7 @@ _KIND_COLOURS = {
     "lost_ack": "#d62728",
     "divergence": "#ff7f0e",
     "duplicate": "#9467bd",
+    "resent": "#c5b0d5",
     "gap": "#7f7f7f",
     "crc": "#000000",
     "epoch_cache": "#17becf",

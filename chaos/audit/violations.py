@@ -246,6 +246,27 @@ def _duplicate(f: Finding, part: PartitionSummary) -> str:
     )
 
 
+def _resent(f: Finding, part: PartitionSummary) -> str:
+    copies = int(f.key.get("copies", 2))
+    where = _offset_list(f.first.get("offsets") or [], copies)
+    writers = ", ".join(
+        f"producer {w[0]} epoch {w[1]} sequence {w[2]}"
+        for w in f.first.get("writers") or []
+        if len(w) >= 3
+    )
+    if f.count == 1:
+        what = f"{show_value(f.first.get('value'))} appears {copies} times, at offsets {where}"
+    else:
+        what = f"{f.count} values ({_values(f)}) appear {copies} times (first at {where})"
+    return (
+        f"{what}, on {_brokers(f.brokers)}, written by two producer sessions ({writers}). "
+        "The producer sent the record again after its producer id or epoch changed, where "
+        "the broker cannot recognise it as a retry: idempotence holds within one producer "
+        'session. librdkafka does this after an epoch bump (docs/chaos.md, "Idempotent '
+        'producers and duplicates"); consumers read the record twice.'
+    )
+
+
 def _gap(f: Finding, part: PartitionSummary) -> str:
     broker = f.brokers[0] if f.brokers else "?"
     where = f"segment {segment_name(f.first.get('segment', 0))}, position {f.first.get('position')}"
@@ -571,6 +592,7 @@ _SENTENCES: dict[str, Callable[[Finding, PartitionSummary], str]] = {
     "lost_ack": _lost_ack,
     "divergence": _divergence,
     "duplicate": _duplicate,
+    "resent": _resent,
     "gap": _gap,
     "crc": _crc,
     "epoch_cache": _epoch_cache,

@@ -150,6 +150,33 @@ def test_a_duplicated_value_and_a_lost_ack_are_found_within_the_chunk(tmp_path: 
     assert lost.first["line"] == 51  # the ack of offset 50 is line 51 of these lines
 
 
+def test_a_value_written_again_by_a_new_producer_session_is_resent_not_duplicate(
+    tmp_path: Path,
+) -> None:
+    """Producer 7 wrote v0..v99 in epoch 0, then, after an epoch bump, wrote v99 again at
+    sequence 0 of epoch 1 (what librdkafka does with a message in doubt): the copies at 99
+    and 100 are `resent`, with both sessions named. Written by one session, or without a
+    producer id, the same copies would be a `duplicate`."""
+    dirs = {b: BrokerDataDir(tmp_path / f"b{b}", b, LogConfig()) for b in (1, 2, 3)}
+    dirs[1].produce(
+        TP, [f"v{i}" for i in range(100)], epoch=0, per_batch=10, producer_id=7, producer_epoch=0
+    )
+    resent = ["v99", *(f"v{i}" for i in range(100, RECORDS - 1))]
+    dirs[1].produce(TP, resent, epoch=0, per_batch=10, producer_id=7, producer_epoch=1)
+    for b in (2, 3):
+        dirs[b].replicate(TP, dirs[1])
+    for d in dirs.values():
+        d.high_watermarks[TP] = RECORDS
+        d.close()
+    offsets = [*range(99), *range(100, RECORDS)]
+    values = [*(f"v{i}" for i in range(99)), *resent]
+    result = _audit([dirs[b].path for b in (1, 2, 3)], _acks(offsets, values))
+    assert [r.kind for r in result.runs] == ["resent"]
+    run = result.runs[0]
+    assert (run.start, run.first["offsets"]) == (99, [99, 100])
+    assert run.first["writers"] == [[7, 0, 99], [7, 1, 0]]
+
+
 def test_records_deleted_below_the_log_start_offset_are_not_lost(tmp_path: Path) -> None:
     """DeleteRecords moved every replica's log start offset to 45, inside a batch, and
     retention removed the segments wholly below it: the acks below 45 are deleted, not lost,

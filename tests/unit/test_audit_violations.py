@@ -66,6 +66,15 @@ FINDINGS = {
         key={"copies": 2},
         first={"value": _shown("d"), "offsets": [7, 12]},
     ),
+    "resent": Finding(
+        "resent",
+        (1, 2),
+        7,
+        7,
+        1,
+        key={"rule": "value", "copies": 2},
+        first={"value": _shown("p1-941"), "offsets": [7, 12], "writers": [[1, 0, 156], [1, 1, 0]]},
+    ),
     "gap": Finding(
         "gap",
         (2,),
@@ -178,6 +187,8 @@ SAYS = {
     "divergence": "brokers 1 and 2 hold different records at offset 10, below the committed end "
     "20: at offset 10 broker 1 'a' (epoch 0), broker 2 'b' (epoch 1)",
     "duplicate": "'d' appears 2 times, at offsets 7 and 12, on brokers 1 and 2",
+    "resent": "'p1-941' appears 2 times, at offsets 7 and 12, on brokers 1 and 2, written by "
+    "two producer sessions (producer 1 epoch 0 sequence 156, producer 1 epoch 1 sequence 0)",
     "gap": "broker 2's log has no batch for offsets 5..9 (5 offsets): the batch before ends at 4 "
     "and the next (segment 00000000000000000010.log, position 0) starts at 10",
     "crc": "broker 3: the batch at offsets 10..14 (5 records) fails its CRC (at position "

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from chaos.run_dir import EXIT_CANNOT_RUN
 from chaos.runner import EXIT_VIOLATIONS, RunSettings
-from chaos.soak import SoakResult, SoakSettings, WindowResult, stop_reason
+from chaos.soak import SoakResult, SoakSettings, WindowResult, stop_reason, window_result
+from chaos.workload import MIXED
 
 
 def _settings(**kw: object) -> SoakSettings:
@@ -56,3 +58,31 @@ def test_the_totals_add_up_the_windows() -> None:
     assert totals["violations_by_kind"] == {"lost_ack": 2}
     assert totals["heal_to_isr_s"] == {"count": 2, "median": 2.0, "p99": 3.0, "max": 3.0}
     assert SoakResult().status() == EXIT_CANNOT_RUN  # nothing ran
+
+
+def _window_dir(tmp_path: Path, values: list[str]) -> Path:
+    """A window's run directory whose audit found one ``resent`` per value."""
+    violations = [
+        {"kind": "resent", "count": 1, "detail": f"{v!r} appears 2 times, at offsets 3 and 9"}
+        for v in values
+    ]
+    summary = {"operations": {"read": 7}, "violations_by_kind": {"resent": len(values)}}
+    (tmp_path / "audit").mkdir(parents=True)
+    (tmp_path / "audit" / "report.json").write_text(
+        json.dumps({"violations": violations, "summary": summary})
+    )
+    return tmp_path
+
+
+def test_a_kafka_clients_resend_is_counted_and_does_not_stop_the_soak(tmp_path: Path) -> None:
+    """Under the mixed workload producer 1 is librdkafka's, producer 0 a gRPC one: the
+    first's resend is its client's behaviour, counted; the second's is a defect."""
+    judged = window_result(0, _window_dir(tmp_path / "a", ["p1-941"]), EXIT_VIOLATIONS, 1.0, MIXED)
+    assert (judged.status, judged.violations, judged.kafka_client_resends) == (0, {}, 1)
+    assert stop_reason(SoakResult([judged]), _settings(), None, 0.0) is None
+    grpc = window_result(0, _window_dir(tmp_path / "b", ["p0-5"]), EXIT_VIOLATIONS, 1.0, MIXED)
+    assert (grpc.status, grpc.violations, grpc.kafka_client_resends) == (
+        EXIT_VIOLATIONS,
+        {"resent": 1},
+        0,
+    )

@@ -23,6 +23,7 @@ from client.metadata import BrokerConnections, BrokerUnreachableError, ClientErr
 from client.partitioner import Partitioner, partition_for_key
 from client.producer import (
     DeliveryTimeoutError,
+    InDoubtBatchError,
     Producer,
     ProducerClosedError,
     ProducerConfig,
@@ -1043,6 +1044,36 @@ def test_a_failed_sequenced_batch_gets_the_producer_a_new_id() -> None:
                 (1002, 0),
             ]
             assert cluster.records(tp) == [b"a", b"c"]
+
+    run(scenario)
+
+
+def test_a_batch_in_doubt_is_failed_not_resent_under_a_new_producer_id() -> None:
+    """Both partitions' first attempts are written but answered NOT_LEADER_OR_FOLLOWER (as
+    a leader that cannot confirm its ZooKeeper session answers). Partition 0's retry is
+    refused for good, so the producer id is reset; partition 1's batch, refused once more
+    without being written, is still in doubt: under the new id the broker could not tell
+    it from a new record, so it fails instead of being stored twice."""
+
+    async def scenario() -> None:
+        async with fake_cluster() as cluster, connected(cluster) as connections:
+            cluster.create("t", 2)
+            p0, p1 = TopicPartition("t", 0), TopicPartition("t", 1)
+            broker = cluster.brokers[1]
+            written_unacknowledged = (APPEND_THEN, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+            broker.script[p0].extend([written_unacknowledged, ErrorCode.CORRUPT_MESSAGE])
+            broker.script[p1].extend([written_unacknowledged, ErrorCode.NOT_LEADER_OR_FOLLOWER])
+            async with Producer(connections, fast()) as producer:
+                a = await producer.send("t", b"a", partition=0)
+                b = await producer.send("t", b"b", partition=1)
+                outcomes = await asyncio.gather(a, b, return_exceptions=True)
+                assert isinstance(outcomes[0], errors.CorruptMessageError)
+                assert isinstance(outcomes[1], InDoubtBatchError)
+                assert "in doubt" in str(outcomes[1])
+                assert (await (await producer.send("t", b"c", partition=1))).offset == 1
+            assert cluster.records(p0) == [b"a"]
+            assert cluster.records(p1) == [b"b", b"c"]
+            assert cluster.init_producer_id_calls == 2
 
     run(scenario)
 
