@@ -7,6 +7,12 @@ By default it is the issue's soak: on Docker, leader-epoch truncation, the mixed
 (minibroker's gRPC clients and Kafka's own, both consumer groups), every nemesis the
 backend can do, a fault every :data:`INTERVAL_S` seconds in windows of :data:`WINDOW_S`.
 Hours long: ``make bench`` leaves it out; ``--only chaos_soak`` runs it.
+
+The shorter soak in high-watermark mode (:func:`measure_high_watermark`, ``--only
+chaos_soak_hw``) runs on local processes with ``--keep-going``: its anomalies (acknowledged
+writes lost and replicas that diverge, what ``chaos scenario hw-data-loss|hw-divergence``
+plays, docs/replication.md) are expected, and it shows them arising from random faults,
+and how often.
 """
 
 from __future__ import annotations
@@ -21,7 +27,16 @@ from typing import Any
 from chaos.runner import RunSettings
 from chaos.soak import SOAK_FILE, SoakSettings, run_soak
 
-__all__ = ["FAULTS", "INTERVAL_S", "SEED", "WINDOW_S", "SoakFigures", "measure", "read"]
+__all__ = [
+    "FAULTS",
+    "INTERVAL_S",
+    "SEED",
+    "WINDOW_S",
+    "SoakFigures",
+    "measure",
+    "measure_high_watermark",
+    "read",
+]
 
 FAULTS = 1000
 WINDOW_S = 600.0
@@ -38,11 +53,22 @@ class SoakFigures:
     soak_dir: Path
 
 
-def command(backend: str, truncation_mode: str, client: str) -> str:
+HW_FAULTS = 150
+HW_WINDOW_S = 300.0
+
+
+def command(
+    backend: str,
+    truncation_mode: str,
+    client: str,
+    faults: int = FAULTS,
+    window_s: float = WINDOW_S,
+    keep_going: bool = False,
+) -> str:
     return (
-        f"minibroker chaos soak --backend {backend} --client {client} --faults {FAULTS} "
-        f"--duration {WINDOW_S:.0f} --interval {INTERVAL_S:.0f} --truncation-mode "
-        f"{truncation_mode} --seed {SEED}"
+        f"minibroker chaos soak --backend {backend} --client {client} --faults {faults} "
+        f"--duration {window_s:.0f} --interval {INTERVAL_S:.0f} --truncation-mode "
+        f"{truncation_mode} --seed {SEED}" + (" --keep-going" if keep_going else "")
     )
 
 
@@ -67,6 +93,33 @@ def measure(work: Path, backend: str = "docker", client: str = "mixed") -> SoakF
     run_soak(settings)
     print(f"bench soak: {time.monotonic() - began:.0f} s", flush=True)
     return read(soak_dir, command(backend, "leader-epoch", client))
+
+
+def measure_high_watermark(work: Path) -> SoakFigures:
+    """The shorter soak in high-watermark mode, local processes, the gRPC workload, going
+    on past violations, in ``work/soak-hw``."""
+    soak_dir = work / "soak-hw"
+    shutil.rmtree(soak_dir, ignore_errors=True)
+    settings = SoakSettings(
+        RunSettings(
+            out=soak_dir,
+            backend="local",
+            nemeses=("all",),
+            duration_s=HW_WINDOW_S,
+            interval_s=INTERVAL_S,
+            seed=SEED,
+            truncation_mode="high-watermark",
+        ),
+        faults=HW_FAULTS,
+        keep_going=True,
+    )
+    began = time.monotonic()
+    run_soak(settings)
+    print(f"bench soak: {time.monotonic() - began:.0f} s", flush=True)
+    return read(
+        soak_dir,
+        command("local", "high-watermark", "grpc", HW_FAULTS, HW_WINDOW_S, keep_going=True),
+    )
 
 
 def read(soak_dir: Path, said: str | None = None) -> SoakFigures:

@@ -301,6 +301,12 @@ def _add_soak(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     soak.add_argument(
         "--max-windows", type=int, default=None, metavar="N", help="stop after N windows"
     )
+    soak.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="go on past windows with violations (each kept whole): for high-watermark "
+        "mode, whose anomalies are expected",
+    )
     soak.set_defaults(run=_soak)
 
 
@@ -316,7 +322,11 @@ def _soak(args: argparse.Namespace) -> int:
         )
         return EXIT_CANNOT_RUN
     soak = SoakSettings(
-        settings, faults=args.faults, max_hours=args.max_hours, max_windows=args.max_windows
+        settings,
+        faults=args.faults,
+        max_hours=args.max_hours,
+        max_windows=args.max_windows,
+        keep_going=args.keep_going,
     )
     return _cannot_run_is_two(lambda: run_soak(soak).status())
 

@@ -9,7 +9,8 @@ workload processes and a schedule of faults (every nemesis the backend can do, f
 of its own, so the nemeses rotate), and is audited when it ends, from copies of the data
 dirs that hold only its topics and the internal ones. The soak stops at the first window
 whose audit finds a violation (its run directory kept whole), at the first that cannot
-run, or once ``--faults`` faults have struck; a clean window's copied data dirs are
+run (``--keep-going``: past violations too), or once ``--faults`` faults have struck; a
+clean window's copied data dirs are
 deleted (its history, timeline and report stay). A ``resent`` of values only Kafka-client
 producers wrote (:func:`~chaos.workload.is_kafka_client_resend`: librdkafka's behaviour,
 not a broker's fault) does not stop it: it is counted (``kafka_client_resends``) and its
@@ -65,6 +66,9 @@ class SoakSettings:
     max_hours: float | None = None
     """Stop after this long, whatever the count (None: no limit)."""
     max_windows: int | None = None
+    keep_going: bool = False
+    """Go on past windows that found violations (each kept whole): what a soak in
+    high-watermark mode, whose anomalies are expected, needs to show them arising."""
 
 
 @dataclass
@@ -172,7 +176,7 @@ def stop_reason(
     violations or could not run, enough faults struck, the time or window limit."""
     if result.windows:
         last = result.windows[-1]
-        if last.status == EXIT_VIOLATIONS:
+        if last.status == EXIT_VIOLATIONS and not settings.keep_going:
             return f"window {last.index} found violations: {last.run_dir} is kept"
         if last.status == EXIT_CANNOT_RUN:
             return f"window {last.index} could not run or be judged: see {last.run_dir}"

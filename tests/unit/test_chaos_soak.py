@@ -33,6 +33,8 @@ def test_the_first_violation_or_failed_window_stops_it() -> None:
     assert "window 0 could not run" in (stop_reason(failed, _settings(), None, 0.0) or "")
     assert found.status() == EXIT_VIOLATIONS
     assert failed.status() == EXIT_CANNOT_RUN
+    assert stop_reason(found, _settings(keep_going=True), None, 0.0) is None  # but counted
+    assert "could not run" in (stop_reason(failed, _settings(keep_going=True), None, 0.0) or "")
 
 
 def test_the_time_and_window_limits() -> None:
