@@ -103,7 +103,9 @@ def test_a_fetch_asks_for_no_more_than_the_quota_allows_in_a_window() -> None:
 
 
 def test_a_produce_throttle_is_decided_when_it_is_staged() -> None:
-    quotas = ClientQuotas(samples=2, window_ms=1000)
+    # A clock that stands still: the rate's window is measured up to "now", so a
+    # millisecond between the two stages would change the throttle by one.
+    quotas = ClientQuotas(samples=2, window_ms=1000, clock_ms=lambda: 1_000_000)
     quotas.update(QuotaEntity(None, "c"), {"producer_byte_rate": "1000"})
     throttler = Throttler(quotas)
 
