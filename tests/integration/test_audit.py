@@ -55,6 +55,7 @@ LOST = TopicPartition("lost", 0)
 DIVERGED = TopicPartition("diverged", 0)
 DUPLICATED = TopicPartition("duplicated", 0)
 REWRITTEN = TopicPartition("rewritten", 0)
+RESENT = TopicPartition("resent", 0)
 GAPPED = TopicPartition("gapped", 0)
 CORRUPT = TopicPartition("corrupt", 0)
 EPOCHS = TopicPartition("epochs", 0)
@@ -194,6 +195,19 @@ def _build(root: Path, *, faults: bool) -> tuple[list[Path], Path]:
         a.append_again(REWRITTEN, 5, epoch=0)
     w.replicate(REWRITTEN, A, (B, C))
     w.hw(REWRITTEN, a.log(REWRITTEN).log_end_offset)
+
+    # resent: producer 4 wrote resent-9 at sequence 9 of epoch 0, then, after an epoch bump,
+    # again at sequence 0 of epoch 1 (what librdkafka does with a message in doubt).
+    values = _values(RESENT, 0, 10)
+    a.produce(RESENT, values, epoch=0, per_batch=5, producer_id=4)
+    w.ack(RESENT, values[:9], 0)
+    if faults:
+        a.produce(RESENT, values[9:], epoch=0, producer_id=4, producer_epoch=1)
+        w.ack(RESENT, values[9:], 10)
+    else:
+        w.ack(RESENT, values[9:], 9)
+    w.replicate(RESENT, A, (B, C))
+    w.hw(RESENT, a.log(RESENT).log_end_offset)
 
     # gap: broker 2's second segment file is deleted (small segments: several per log).
     for d in (a, b, c):
@@ -440,6 +454,7 @@ def _gap_range(run: Run) -> tuple[int, int]:
         ("divergence", DIVERGED, 10, 14, 5, [A, B, C], "broker 1 'stale-10' (epoch 0)"),
         ("duplicate", DUPLICATED, 7, 9, 3, [A, B, C], "appear 2 times"),
         ("duplicate", REWRITTEN, 5, 9, 5, [A, B, C], "5 writes of producer 3 (epoch 0)"),
+        ("resent", RESENT, 9, 9, 1, [A, B, C], "producer 4 epoch 0 sequence 9, producer 4 epoch 1"),
         ("gap", GAPPED, None, None, None, [B], "has no batch for offsets"),
         ("crc", CORRUPT, 10, 14, 5, [C], "CRC mismatch"),
         ("epoch_cache", EPOCHS, 10, 10, 2, [A], "the file says [0@0, 1@12]"),
