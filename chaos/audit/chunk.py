@@ -505,7 +505,7 @@ class _Chunk:
     ) -> list[CopyRow]:
         """The versions whose hash is one of ``wanted`` (records whose epoch is their
         offset's top epoch), one row per exact fields and offset."""
-        o, r = self.offsets, self.records
+        o, r, shown = self.offsets, self.records, self.shown_record
         top_epoch = np.repeat(o.top_epoch, o.count)
         picked = np.fromiter(wanted, dtype=np.uint64)
         chosen = np.flatnonzero(np.isin(hashes, picked) & (r.epoch == top_epoch))
@@ -515,13 +515,7 @@ class _Chunk:
             brokers, _ = rows.setdefault(key, ([], k))
             brokers += self.holders_of(int(r.holders[k]))
         return [
-            (
-                fields,
-                offset,
-                sorted(set(brokers)),
-                self.shown_record(first),
-                tuple(r.producer[first].tolist()),
-            )
+            (fields, offset, sorted(set(brokers)), shown(first), tuple(r.producer[first].tolist()))
             for (fields, offset), (brokers, first) in rows.items()
         ]
 
