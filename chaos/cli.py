@@ -388,6 +388,13 @@ def _add_matrix(actions: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     matrix.add_argument(
         "--cell-duration", type=float, default=20.0, metavar="S", help="each cell's run (20)"
     )
+    matrix.add_argument(
+        "--cells",
+        default=None,
+        metavar="N1,N2,...",
+        help="run only these cells, by failure mode: clean-shutdown-leader, "
+        "hard-bounce-controller, ... (default: all eight)",
+    )
     matrix.set_defaults(run=_matrix)
 
 
@@ -399,5 +406,6 @@ def _matrix(args: argparse.Namespace) -> int:
             args.out or default_out("matrix"),
             backend=args.backend,
             cell_duration_s=args.cell_duration,
+            only=[c.strip() for c in args.cells.split(",") if c.strip()] if args.cells else None,
         )
     )

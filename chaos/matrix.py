@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -62,14 +63,22 @@ def run_matrix(
     rate: float = 50.0,
     spark: Any = None,
     quiet: bool = False,
+    only: Sequence[str] | None = None,
 ) -> int:
-    """Run every cell; returns 0 when all are clean, 1 if any found a violation, 2 if any
-    could not run, 3 if a cell's fault did not strike (nothing tested there)."""
+    """Run every cell (``only``: the cells of these failure modes, by nemesis name, e.g.
+    ``hard-bounce-leader``); returns 0 when all are clean, 1 if any found a violation, 2
+    if any could not run, 3 if a cell's fault did not strike (nothing tested there)."""
+    names = [n.name for n in KAFKA_FAILURE_MODES]
+    unknown = sorted(set(only or ()) - set(names))
+    if unknown:
+        raise RunDirError(f"no matrix cell {', '.join(unknown)}: the cells are {', '.join(names)}")
     if (out / "matrix.json").exists():
         raise RunDirError(f"{out} already holds a matrix: choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     cells: list[MatrixCell] = []
     for nemesis in KAFKA_FAILURE_MODES:
+        if only and nemesis.name not in only:
+            continue
         mode = nemesis.name.rsplit("-", 1)[0].replace("-", "_")
         cell_dir = out / nemesis.name
         hold = 0.0 if nemesis.bounce else SHUTDOWN_HOLD_S

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from chaos.matrix import run_matrix
 from chaos.runner import RunSettings, run_chaos
 from chaos.schedule import Schedule, ScheduledFault
 from chaos.workload import MIXED, is_kafka_client_resend
@@ -229,3 +230,35 @@ def test_no_engine_is_one_line_and_exit_2(tmp_path: Path) -> None:
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "docker" in lines[0].lower()
+
+
+def test_chaos_matrix_on_docker_runs_its_cells_on_containers_and_audits_them(
+    docker_engine: None, tmp_path: Path, spark: Any
+) -> None:
+    """``chaos matrix --backend docker``, two of its cells (a hard bounce of the leader, a
+    clean shutdown of the controller: both failure kinds, both targets), each on a compose
+    project of its own: the fault strikes and heals and the audit finds nothing."""
+    out = tmp_path / "matrix"
+    cells = ["hard-bounce-leader", "clean-shutdown-controller"]
+    before = {kind: set(_docker_names(kind)) for kind in ("ps", "network", "volume")}
+    status = run_matrix(
+        out, backend="docker", cell_duration_s=14, producers=1, rate=40, spark=spark,
+        quiet=True, only=cells,
+    )  # fmt: skip
+    found = json.loads((out / "matrix.json").read_text())["cells"]
+    assert status == 0, found
+    assert [(c["failure_mode"], c["broker_type"]) for c in found] == [
+        ("hard_bounce", "leader"),
+        ("clean_shutdown", "controller"),
+    ]
+    for cell in found:
+        assert (cell["status"], cell["violations"]) == (0, 0), cell
+        assert cell["acked"] > 0, cell
+        events = [
+            json.loads(line)
+            for line in (Path(cell["run_dir"]) / "timeline.jsonl").read_text().splitlines()
+        ]
+        assert [e["f"] for e in events if e["f"] in ("strike", "healed")] == ["strike", "healed"]
+    after = {kind: set(_docker_names(kind)) for kind in ("ps", "network", "volume")}
+    for kind in after:
+        assert not [n for n in after[kind] - before[kind] if n.startswith("chaos-")], kind
