@@ -1287,6 +1287,18 @@ def _previous_sections(text: str) -> dict[str, str]:
     }
 
 
+def _previous_notes(text: str) -> dict[str, str]:
+    """What a person wrote by hand after a section (up to the next section): kept after
+    that section when the results are written again, rerun or not."""
+    return {
+        m.group(1): m.group(2).strip()
+        for m in re.finditer(
+            r"<!-- /bench:(\w+) -->\n(.*?)(?=<!-- bench:\w+ -->|\Z)", text, re.DOTALL
+        )
+        if m.group(2).strip()
+    }
+
+
 def _wrap(name: str, lines: list[str]) -> str:
     return "\n".join([f"<!-- bench:{name} -->", *lines, f"<!-- /bench:{name} -->"])
 
@@ -1335,7 +1347,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         soak_from=args.soak_from,
         soak_command=args.soak_command,
     )
-    previous = _previous_sections(RESULTS.read_text()) if RESULTS.exists() else {}
+    text = RESULTS.read_text() if RESULTS.exists() else ""
+    previous, notes = _previous_sections(text), _previous_notes(text)
     sections = []
     for name, build in SECTIONS.items():
         if args.only == name or (args.only is None and name not in ONLY_ALONE):
@@ -1345,9 +1358,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 previous.get(name)
                 or _wrap(name, [f"_Not run yet: `python -m bench.run --only {name}`._"])
             )
+        if name in notes:
+            sections.append(notes[name])
     # Sections written by other tools (e.g. the Docker build times of
-    # deploy/docker/build-image.sh) are kept as they are, after ours.
-    sections += [text for name, text in previous.items() if name not in SECTIONS]
+    # deploy/docker/build-image.sh) are kept as they are, after ours, with their notes.
+    for name, kept in previous.items():
+        if name not in SECTIONS:
+            sections += [kept, *([notes[name]] if name in notes else [])]
     header = (
         "# Benchmark results\n\n"
         "`make bench` runs every section but the hours-long soak; `python -m bench.run "
