@@ -14,6 +14,7 @@ import asyncio
 import functools
 import shutil
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import confluent_kafka
 import pytest
@@ -94,9 +95,20 @@ def produce(bootstrap: str, topic: str, rows: Sequence[tuple[bytes, bytes | None
 
 
 def replica_rows(cluster: Cluster, broker_id: int, tp: TopicPartition) -> list[Row]:
-    """Every record in the replica's segment files, with its offset, read from disk."""
+    """Every record in the replica's segment files, with its offset, read from disk. The
+    cleaner may swap a segment between the listing and the read (the file listed is gone,
+    its cleaned replacement has another name): the listing is then read again."""
+    for _ in range(20):
+        try:
+            return _segment_rows(sorted(cluster.partition_dir(broker_id, tp).glob("*.log")))
+        except FileNotFoundError:
+            continue
+    raise AssertionError(f"broker {broker_id}'s segments of {tp} kept changing under the read")
+
+
+def _segment_rows(paths: list[Path]) -> list[Row]:
     rows: list[Row] = []
-    for path in sorted(cluster.partition_dir(broker_id, tp).glob("*.log")):
+    for path in paths:
         data = path.read_bytes()
         position = 0
         while position < len(data):
