@@ -591,32 +591,20 @@ def _chaos_transactions_section(run: _Run) -> list[str]:
     return _chaos_lines(run, results, "chaos_transactions", heading, intro, extra)
 
 
-def _chaos_soak_section(run: _Run) -> list[str]:
-    figures = (
-        soak_bench.read(run.soak_from, run.soak_command)
-        if run.soak_from is not None
-        else soak_bench.measure(WORK_DIR)
-    )
-    return _soak_lines(
-        run,
-        "chaos_soak",
-        "## Chaos soak: faults for hours, one cluster, audited window by window",
-        figures,
-    )
+def _soak_section(
+    key: str, heading: str, measure: Callable[[Path], soak_bench.SoakFigures]
+) -> Callable[[_Run], list[str]]:
+    """A soak's section: the kept soak directory of ``--soak-from``, else ``measure``'s."""
 
+    def section(run: _Run) -> list[str]:
+        figures = (
+            soak_bench.read(run.soak_from, run.soak_command)
+            if run.soak_from is not None
+            else measure(WORK_DIR)
+        )
+        return _soak_lines(run, key, heading, figures)
 
-def _chaos_soak_hw_section(run: _Run) -> list[str]:
-    figures = (
-        soak_bench.read(run.soak_from, run.soak_command)
-        if run.soak_from is not None
-        else soak_bench.measure_high_watermark(WORK_DIR)
-    )
-    return _soak_lines(
-        run,
-        "chaos_soak_hw",
-        "## Chaos soak in high-watermark mode: the seed scenarios' anomalies, unprompted",
-        figures,
-    )
+    return section
 
 
 def _soak_lines(run: _Run, key: str, heading: str, figures: soak_bench.SoakFigures) -> list[str]:
@@ -1266,8 +1254,16 @@ SECTIONS: dict[str, Callable[[_Run], list[str]]] = {
     "audit_spark": _audit_spark_section,
     "chaos": _chaos_section,
     "chaos_transactions": _chaos_transactions_section,
-    "chaos_soak": _chaos_soak_section,
-    "chaos_soak_hw": _chaos_soak_hw_section,
+    "chaos_soak": _soak_section(
+        "chaos_soak",
+        "## Chaos soak: faults for hours, one cluster, audited window by window",
+        soak_bench.measure,
+    ),
+    "chaos_soak_hw": _soak_section(
+        "chaos_soak_hw",
+        "## Chaos soak in high-watermark mode: the seed scenarios' anomalies, unprompted",
+        soak_bench.measure_high_watermark,
+    ),
     "tls": _tls_section,
     "side_by_side": _side_by_side_section,
     "kafka_listener": _kafka_listener_section,

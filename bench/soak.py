@@ -74,52 +74,42 @@ def command(
 
 def measure(work: Path, backend: str = "docker", client: str = "mixed") -> SoakFigures:
     """Run the soak in ``work/soak`` (what was there is removed first)."""
-    soak_dir = work / "soak"
-    shutil.rmtree(soak_dir, ignore_errors=True)
-    settings = SoakSettings(
-        RunSettings(
-            out=soak_dir,
-            backend=backend,
-            nemeses=("all",),
-            duration_s=WINDOW_S,
-            interval_s=INTERVAL_S,
-            seed=SEED,
-            truncation_mode="leader-epoch",
-            client=client,
-        ),
-        faults=FAULTS,
+    run = RunSettings(
+        out=work / "soak",
+        backend=backend,
+        nemeses=("all",),
+        duration_s=WINDOW_S,
+        interval_s=INTERVAL_S,
+        seed=SEED,
+        truncation_mode="leader-epoch",
+        client=client,
     )
-    began = time.monotonic()
-    run_soak(settings)
-    print(f"bench soak: {time.monotonic() - began:.0f} s", flush=True)
-    return read(soak_dir, command(backend, "leader-epoch", client))
+    return _soak(SoakSettings(run, faults=FAULTS), command(backend, "leader-epoch", client))
 
 
 def measure_high_watermark(work: Path) -> SoakFigures:
     """The shorter soak in high-watermark mode, local processes, the gRPC workload, going
     on past violations, in ``work/soak-hw``."""
-    soak_dir = work / "soak-hw"
-    shutil.rmtree(soak_dir, ignore_errors=True)
-    settings = SoakSettings(
-        RunSettings(
-            out=soak_dir,
-            backend="local",
-            nemeses=("all",),
-            duration_s=HW_WINDOW_S,
-            interval_s=INTERVAL_S,
-            seed=SEED,
-            truncation_mode="high-watermark",
-        ),
-        faults=HW_FAULTS,
-        keep_going=True,
+    run = RunSettings(
+        out=work / "soak-hw",
+        backend="local",
+        nemeses=("all",),
+        duration_s=HW_WINDOW_S,
+        interval_s=INTERVAL_S,
+        seed=SEED,
+        truncation_mode="high-watermark",
     )
+    said = command("local", "high-watermark", "grpc", HW_FAULTS, HW_WINDOW_S, keep_going=True)
+    return _soak(SoakSettings(run, faults=HW_FAULTS, keep_going=True), said)
+
+
+def _soak(settings: SoakSettings, said: str) -> SoakFigures:
+    """Run the soak in its ``out`` (what was there is removed first); its figures."""
+    shutil.rmtree(settings.run.out, ignore_errors=True)
     began = time.monotonic()
     run_soak(settings)
     print(f"bench soak: {time.monotonic() - began:.0f} s", flush=True)
-    return read(
-        soak_dir,
-        command("local", "high-watermark", "grpc", HW_FAULTS, HW_WINDOW_S, keep_going=True),
-    )
+    return read(settings.run.out, said)
 
 
 def read(soak_dir: Path, said: str | None = None) -> SoakFigures:

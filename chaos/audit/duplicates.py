@@ -101,20 +101,12 @@ def duplicate_items(
     if in_history:
         for _, offsets, brokers, value, writers in _grouped(value_rows, later):
             sessions = _sessions(writers)
-            if sessions is not None and len(sessions) > 1:
-                found.append(
-                    _duplicate_item(
-                        pid,
-                        offsets,
-                        brokers,
-                        value,
-                        {"rule": "value"},
-                        {"writers": [list(w) for w in writers[:_SHOWN_OFFSETS]]},
-                        kind="resent",
-                    )
-                )
-                continue
-            found.append(_duplicate_item(pid, offsets, brokers, value, {"rule": "value"}, {}))
+            resent = sessions is not None and len(sessions) > 1
+            info = {"writers": [list(w) for w in writers[:_SHOWN_OFFSETS]]} if resent else {}
+            kind = "resent" if resent else "duplicate"
+            found.append(
+                _duplicate_item(pid, offsets, brokers, value, {"rule": "value"}, info, kind)
+            )
     return found
 
 
